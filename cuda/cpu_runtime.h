@@ -1,0 +1,47 @@
+// The CPU library's own extras: thread count and per-op timers (the CPU's analogue of CUPTI kernel records).
+#pragma once
+#include <stdint.h>
+
+#include "plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Bytes currently allocated through be_alloc (rounded to the 64-byte alignment).
+uint64_t cpu_allocated_bytes(void);
+int cpu_threads(void);
+void cpu_set_threads(int n);
+
+// Per-op timers: when enabled, every op_* appends {opcode, start_ns, end_ns} (CLOCK_MONOTONIC).
+typedef struct ProfRecord {
+  int64_t op;
+  int64_t start_ns;
+  int64_t end_ns;
+} ProfRecord;
+
+// Machine peaks measured on the spot: read bandwidth (bytes/s) and fp32 FMA rate (FLOP/s).
+double cpu_measure_read_bandwidth(uint64_t bytes, int iters);
+double cpu_measure_fp32_peak(int iters);
+
+void prof_enable(int on);
+void prof_reset(void);
+int prof_count(void);
+int prof_dropped(void);
+// Copies up to max records (oldest first) as 3 int64 each; returns how many were copied.
+int prof_read(int64_t* out, int max);
+
+#ifdef __cplusplus
+}
+
+// Times one op for the rest of the enclosing scope (a branch and nothing else when timers are off).
+class OpTimer {
+ public:
+  explicit OpTimer(OpCode op);
+  ~OpTimer();
+
+ private:
+  OpCode op_;
+  int64_t start_ns_;
+};
+#endif

@@ -1,0 +1,95 @@
+// CPU twin of linear.cu: out (T, OC) = inp (T, C) @ weight (C, OC) + bias (OC), weight in Conv1D layout.
+//
+// Few rows (decode): each thread streams a contiguous band of weight rows into its own partial
+// output, then the partials are summed — every weight byte is read once, sequentially.
+// Many rows (prefill, uncached): tiles of rows × columns, the weight tile reused across the rows.
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include <omp.h>
+
+#include "cpu_runtime.h"
+#include "ops.h"
+
+namespace {
+
+constexpr int kFewRows = 8;       // up to this many rows, split the reduction over C
+constexpr int kRowTile = 8;       // rows per tile in the many-rows path
+constexpr int kColumnTile = 256;  // output columns per tile in the many-rows path
+
+// partial: (T, OC) = inp[:, c0:c1] @ weight[c0:c1, :]
+void accumulate_band(float* partial, const float* inp, const float* weight, int T, int C, int OC, int c0, int c1) {
+  memset(partial, 0, sizeof(float) * (size_t)T * OC);
+  for (int c = c0; c < c1; c++) {
+    const float* w_row = weight + (size_t)c * OC;
+    for (int t = 0; t < T; t++) {
+      const float x = inp[(size_t)t * C + c];
+      float* p = partial + (size_t)t * OC;
+#pragma omp simd
+      for (int o = 0; o < OC; o++) p[o] += x * w_row[o];
+    }
+  }
+}
+
+void linear_few_rows(float* out, const float* inp, const float* weight, const float* bias, int T, int C, int OC) {
+  const int threads = std::min(omp_get_max_threads(), C);
+  static thread_local std::vector<float> partials;  // (threads, T, OC), reused across calls
+  const size_t per_thread = (size_t)T * OC;
+  partials.resize(per_thread * threads);
+  float* all = partials.data();
+#pragma omp parallel num_threads(threads)
+  {
+    const int id = omp_get_thread_num(), n = omp_get_num_threads();
+    const int c0 = (int)((long)C * id / n), c1 = (int)((long)C * (id + 1) / n);
+    accumulate_band(all + per_thread * id, inp, weight, T, C, OC, c0, c1);
+#pragma omp barrier
+#pragma omp for
+    for (int i = 0; i < T * OC; i++) {
+      float sum = bias[i % OC];
+      for (int k = 0; k < n; k++) sum += all[per_thread * k + i];
+      out[i] = sum;
+    }
+  }
+}
+
+// out[t0:t1, o0:o1] for one tile
+void linear_tile(float* out, const float* inp, const float* weight, const float* bias, int C, int OC, int t0, int t1, int o0, int o1) {
+  float acc[kRowTile][kColumnTile];
+  const int width = o1 - o0;
+  for (int t = t0; t < t1; t++)
+    for (int o = 0; o < width; o++) acc[t - t0][o] = bias[o0 + o];
+  for (int c = 0; c < C; c++) {
+    const float* w = weight + (size_t)c * OC + o0;
+    for (int t = t0; t < t1; t++) {
+      const float x = inp[(size_t)t * C + c];
+      float* a = acc[t - t0];
+#pragma omp simd
+      for (int o = 0; o < width; o++) a[o] += x * w[o];
+    }
+  }
+  for (int t = t0; t < t1; t++) memcpy(out + (size_t)t * OC + o0, acc[t - t0], sizeof(float) * width);
+}
+
+void linear_many_rows(float* out, const float* inp, const float* weight, const float* bias, int T, int C, int OC) {
+  const int row_tiles = (T + kRowTile - 1) / kRowTile;
+  const int column_tiles = (OC + kColumnTile - 1) / kColumnTile;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int rt = 0; rt < row_tiles; rt++)
+    for (int ct = 0; ct < column_tiles; ct++) {
+      const int t0 = rt * kRowTile, o0 = ct * kColumnTile;
+      linear_tile(out, inp, weight, bias, C, OC, t0, std::min(T, t0 + kRowTile), o0, std::min(OC, o0 + kColumnTile));
+    }
+}
+
+}  // namespace
+
+// out: (T, OC) = inp (T, C) @ weight (C, OC) + bias (OC)
+extern "C" void op_linear(float* out, const float* inp, const float* weight, const float* bias, int T, int C, int OC) {
+  OpTimer timer(OP_LINEAR);
+  if (T <= kFewRows)
+    linear_few_rows(out, inp, weight, bias, T, C, OC);
+  else
+    linear_many_rows(out, inp, weight, bias, T, C, OC);
+}

@@ -1,0 +1,30 @@
+// Memory, synchronisation and errors: the C ABI every backend library exports beside ops.h.
+// The CPU library implements it on host memory (cuda/cpu_runtime.cpp); the CUDA library on the
+// CUDA runtime (cuda/runtime.cu), which adds devices, streams, events and graphs (cuda/cuda_runtime_api.h).
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// 0 on success, else the backend's error code (cudaError_t for CUDA). Reads and clears the sticky error.
+int be_init(int device);
+int be_last_error(void);
+const char* be_error_name(int code);
+const char* be_error_string(int code);
+
+void* be_alloc(size_t bytes);  // NULL on failure (be_last_error says why)
+int be_free(void* ptr);
+int be_upload(void* dst, const void* host_src, size_t bytes);
+int be_download(void* host_dst, const void* src, size_t bytes);
+int be_copy(void* dst, const void* src, size_t bytes);
+int be_fill_u32(void* dst, uint32_t value, size_t count);  // poisoning: count 32-bit words
+int be_synchronize(void);
+// out[0] = free bytes, out[1] = total bytes: the device's memory, or the host's (MemAvailable, MemTotal) on the CPU
+int be_mem_info(uint64_t* out);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,80 @@
+// The CPU backend: the CPU twins (cuda/*.cpp) in libgpt2_cpu.so, multi-threaded with OpenMP.
+import { cpus } from "node:os";
+
+import { ensureBuilt } from "../native/build.ts";
+import { CPU_SYMBOLS } from "../native/symbols.ts";
+import type { LaunchMode } from "../profile/types.ts";
+import type { EncodedPlan } from "../plan.ts";
+import type { RecordedStep } from "./backend.ts";
+import { NativeBackend, openLibrary } from "./native.ts";
+
+function openCpuLibrary() {
+  return openLibrary(ensureBuilt("cpu", { quiet: true }).path, CPU_SYMBOLS);
+}
+type CpuLibrary = ReturnType<typeof openCpuLibrary>;
+
+/** One op's native timer record (CLOCK_MONOTONIC ns). */
+export interface CpuOpRecord {
+  code: number;
+  startNs: number;
+  endNs: number;
+}
+
+export class CpuBackend extends NativeBackend {
+  readonly kind = "cpu" as const;
+  readonly deviceName: string;
+  /** replay on the CPU = the plan recorded natively, one FFI call per step */
+  readonly modes: readonly LaunchMode[] = ["eager", "eager-native"];
+  readonly cpu: CpuLibrary["symbols"];
+
+  private constructor(lib: CpuLibrary) {
+    super(lib.symbols, () => lib.close());
+    this.cpu = lib.symbols;
+    this.deviceName = `${cpus()[0]?.model ?? "CPU"} × ${this.cpu.cpu_threads()} threads`;
+  }
+
+  static open(threads?: number): CpuBackend {
+    const backend = new CpuBackend(openCpuLibrary());
+    if (threads) backend.cpu.cpu_set_threads(threads);
+    return backend;
+  }
+
+  get threads(): number {
+    return this.cpu.cpu_threads();
+  }
+
+  allocatedBytes(): number {
+    return Number(this.cpu.cpu_allocated_bytes());
+  }
+
+  record(plan: EncodedPlan): RecordedStep {
+    const native = this.recordPlan(plan);
+    return { ops: plan.ops.length, runNative: native.runNative, destroy: native.destroy };
+  }
+
+  /** Per-op timers: the CPU's analogue of CUPTI kernel records. */
+  startTimers(): void {
+    this.cpu.prof_reset();
+    this.cpu.prof_enable(1);
+  }
+
+  stopTimers(): { records: CpuOpRecord[]; dropped: number } {
+    this.cpu.prof_enable(0);
+    const n = this.cpu.prof_count();
+    const raw = new BigInt64Array(Math.max(1, n) * 3);
+    const got = this.cpu.prof_read(raw, n);
+    const records: CpuOpRecord[] = [];
+    for (let i = 0; i < got; i++) {
+      records.push({ code: Number(raw[3 * i]), startNs: Number(raw[3 * i + 1]), endNs: Number(raw[3 * i + 2]) });
+    }
+    return { records, dropped: this.cpu.prof_dropped() };
+  }
+
+  measureReadBandwidth(bytes: number, iters: number): number {
+    return this.cpu.cpu_measure_read_bandwidth(bytes, iters);
+  }
+
+  measureFp32Peak(iters: number): number {
+    return this.cpu.cpu_measure_fp32_peak(iters);
+  }
+}

@@ -1,0 +1,136 @@
+// Builds the native libraries when missing or stale (a stamp holds a hash of sources, flags and compiler).
+//   cpu  — the CPU backend: the CPU twins cuda/*.cpp + the shared op table, g++ with OpenMP
+//   cuda — the CUDA backend: cuda/*.cu kernels + runtime, nvcc for sm_90 plus PTX (other GPUs JIT)
+//   emu  — the same .cu sources compiled by g++ against cuda/emu/cuda_emu.h: the kernels' code on the CPU
+//   cupti — the CUPTI tracer, its own library so the CUDA one loads without CUPTI
+import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+
+export const ROOT = resolve(import.meta.dir, "../..");
+export const BUILD_DIR = join(ROOT, "build");
+const CUDA_DIR = join(ROOT, "cuda");
+export const CUDA_HOME = process.env.CUDA_HOME ?? "/usr/local/cuda";
+const NVCC = process.env.NVCC ?? (existsSync(join(CUDA_HOME, "bin/nvcc")) ? join(CUDA_HOME, "bin/nvcc") : "nvcc");
+
+export type Target = "cpu" | "cuda" | "emu" | "cupti";
+export const TARGETS: Target[] = ["cpu", "emu", "cuda", "cupti"];
+
+export function libraryPath(target: Target, variant = ""): string {
+  return join(BUILD_DIR, `libgpt2_${target}${variant ? `_${variant}` : ""}.so`);
+}
+
+function filesIn(dir: string, ext: string): string[] {
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir)
+    .filter((f) => f.endsWith(ext))
+    .sort()
+    .map((f) => join(dir, f));
+}
+
+const headers = () => [...filesIn(CUDA_DIR, ".h"), ...filesIn(join(CUDA_DIR, "emu"), ".h")];
+const cpuTwins = () => filesIn(CUDA_DIR, ".cpp").filter((f) => !f.endsWith("/plan.cpp") && !f.endsWith("/cpu_runtime.cpp"));
+const kernelSources = () => filesIn(CUDA_DIR, ".cu");
+
+interface Recipe {
+  sources: string[];
+  command: (out: string) => string[];
+}
+
+function recipe(target: Target): Recipe {
+  const plan = join(CUDA_DIR, "plan.cpp");
+  switch (target) {
+    case "cpu": {
+      const sources = [...cpuTwins(), plan, join(CUDA_DIR, "cpu_runtime.cpp")];
+      const flags = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c++17", "-Wall", "-Wextra", "-Werror"];
+      return { sources, command: (out) => ["g++", ...flags, ...sources, "-o", out] };
+    }
+    case "emu": {
+      const emuDir = join(CUDA_DIR, "emu");
+      const sources = [...kernelSources(), ...filesIn(emuDir, ".cpp"), plan];
+      const flags = ["-O2", "-g", "-fPIC", "-shared", "-std=c++17", "-Wall", "-Werror", "-Wno-unknown-pragmas", `-I${emuDir}`];
+      // .cu files are compiled as C++ with the emulation header forced in first
+      const cu = kernelSources().flatMap((f) => ["-x", "c++", "-include", join(emuDir, "cuda_emu.h"), f]);
+      const rest = [...filesIn(emuDir, ".cpp"), plan];
+      return { sources, command: (out) => ["g++", ...flags, ...cu, "-x", "none", ...rest, "-o", out, "-lpthread"] };
+    }
+    case "cuda": {
+      const sources = [...kernelSources(), plan];
+      const flags = [
+        "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC,-Wall,-Werror",
+        "-gencode", "arch=compute_90,code=sm_90", "-gencode", "arch=compute_90,code=compute_90",
+        "--resource-usage", "-Werror", "all-warnings", "-lineinfo",
+      ];
+      return { sources, command: (out) => [NVCC, ...flags, ...sources, "-o", out] };
+    }
+    case "cupti": {
+      const sources = filesIn(join(CUDA_DIR, "cupti"), ".cpp");
+      const lib = join(CUDA_HOME, "lib64");
+      const flags = ["-O2", "-fPIC", "-shared", "-std=c++17", "-Wall", "-Werror", `-I${join(CUDA_HOME, "include")}`];
+      return { sources, command: (out) => ["g++", ...flags, ...sources, "-o", out, `-L${lib}`, "-lcupti", `-Wl,-rpath,${lib}`] };
+    }
+  }
+}
+
+function stampOf(target: Target, r: Recipe, compilerVersion: string): string {
+  const h = createHash("sha256");
+  h.update(compilerVersion);
+  h.update(r.command("OUT").join(" "));
+  for (const f of [...r.sources, ...headers()]) h.update(f).update(readFileSync(f));
+  return h.digest("hex");
+}
+
+function compilerVersion(target: Target): string {
+  const exe = target === "cuda" ? NVCC : "g++";
+  const p = Bun.spawnSync([exe, "--version"]);
+  return p.success ? p.stdout.toString() : "";
+}
+
+export function hasNvcc(): boolean {
+  try {
+    return Bun.spawnSync([NVCC, "--version"]).success;
+  } catch {
+    return false;
+  }
+}
+
+export interface BuildResult {
+  target: Target;
+  path: string;
+  rebuilt: boolean;
+  log: string;
+}
+
+/** Builds `target` if its stamp is missing or stale. Throws an Error whose message is one line plus the compiler's output. */
+export interface BuildOptions {
+  quiet?: boolean;
+  /** extra compiler flags (e.g. -DPLANT_BUG_ATTENTION for a test), built as a separate variant library */
+  extraFlags?: string[];
+  variant?: string;
+}
+
+export function ensureBuilt(target: Target, opts: BuildOptions = {}): BuildResult {
+  const base = recipe(target);
+  const extra = opts.extraFlags ?? [];
+  const r: Recipe = { sources: base.sources, command: (o) => { const c = base.command(o); return [c[0]!, ...extra, ...c.slice(1)]; } };
+  const out = libraryPath(target, opts.variant);
+  if (r.sources.length === 0) throw new Error(`build ${target}: no sources found under ${CUDA_DIR}`);
+  const version = compilerVersion(target);
+  if (!version) throw new Error(`build ${target}: compiler not found (${target === "cuda" ? NVCC : "g++"})`);
+  const stamp = stampOf(target, r, version);
+  const stampFile = `${out}.stamp`;
+  if (existsSync(out) && existsSync(stampFile) && readFileSync(stampFile, "utf8") === stamp) {
+    return { target, path: out, rebuilt: false, log: "" };
+  }
+  mkdirSync(BUILD_DIR, { recursive: true });
+  if (!opts.quiet) process.stderr.write(`building ${target} library…\n`);
+  const tmp = `${out}.tmp`;
+  const p = Bun.spawnSync(r.command(tmp), { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
+  const log = p.stdout.toString() + p.stderr.toString();
+  if (!p.success) throw new Error(`build ${target} failed (exit ${p.exitCode}):\n${log}`);
+  // rename atomically so a concurrent loader never sees a half-written library
+  Bun.spawnSync(["mv", "-f", tmp, out]);
+  writeFileSync(stampFile, stamp);
+  if (target === "cuda" && !opts.variant) writeFileSync(join(BUILD_DIR, "resource-usage.txt"), log);
+  return { target, path: out, rebuilt: true, log };
+}

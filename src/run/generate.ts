@@ -1,0 +1,60 @@
+// Greedy generation: prefill then one token at a time with the KV cache, or the uncached baseline that
+// recomputes the whole sequence every step.
+import type { LaunchMode } from "../profile/types.ts";
+import type { Session } from "./session.ts";
+
+export interface GenerateOptions {
+  prompt: number[];
+  maxNewTokens: number;
+  cache: boolean;
+  /** launch mode of the cached decode steps (prefill and the uncached baseline run eagerly) */
+  mode: LaunchMode;
+}
+
+export interface GenerateResult {
+  promptIds: number[];
+  generatedIds: number[];
+  /** wall time of each generated token (ms), the backend synchronised after each */
+  tokenMs: number[];
+  /** which step produced each token: "prefill", "decode" or "recompute" */
+  tokenKinds: string[];
+}
+
+const nowMs = () => Bun.nanoseconds() / 1e6;
+
+export function generate(session: Session, opts: GenerateOptions): GenerateResult {
+  const { prompt, maxNewTokens } = opts;
+  if (prompt.length === 0) throw new Error("generate: empty prompt");
+  session.checkContext(prompt.length + maxNewTokens);
+  return opts.cache ? generateCached(session, opts) : generateUncached(session, opts);
+}
+
+function generateCached(session: Session, { prompt, maxNewTokens, mode }: GenerateOptions): GenerateResult {
+  const tokenMs: number[] = [];
+  const tokenKinds: string[] = [];
+  const timed = (kind: string, work: () => void) => {
+    const t0 = nowMs();
+    work();
+    session.backend.synchronize();
+    tokenMs.push(nowMs() - t0);
+    tokenKinds.push(kind);
+  };
+  if (maxNewTokens > 0) timed("prefill", () => session.prefill(prompt));
+  for (let i = 1; i < maxNewTokens; i++) timed("decode", () => session.run(1, mode));
+  const ids = session.readSequence(prompt.length + maxNewTokens);
+  return { promptIds: prompt, generatedIds: ids.slice(prompt.length), tokenMs, tokenKinds };
+}
+
+function generateUncached(session: Session, { prompt, maxNewTokens }: GenerateOptions): GenerateResult {
+  const tokenMs: number[] = [];
+  session.setSequence(prompt);
+  for (let i = 0; i < maxNewTokens; i++) {
+    const t0 = nowMs();
+    session.setPosition(0);
+    session.run(prompt.length + i, "eager");
+    session.backend.synchronize();
+    tokenMs.push(nowMs() - t0);
+  }
+  const ids = session.readSequence(prompt.length + maxNewTokens);
+  return { promptIds: prompt, generatedIds: ids.slice(prompt.length), tokenMs, tokenKinds: tokenMs.map(() => "recompute") };
+}

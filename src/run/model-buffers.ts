@@ -1,0 +1,123 @@
+// Puts a model on a backend: every weight in one arena, a preallocated KV cache per layer, the activations
+// for up to `maxRows` rows, and the token sequence and position that the kernels read from memory.
+import type { Backend, DeviceBuffer } from "../backends/backend.ts";
+import type { GPT2Config } from "../model/config.ts";
+import type { GPT2Weights } from "../model/weights.ts";
+import type { ModelBuffers } from "../plan.ts";
+
+const ALIGN = 256; // bytes: every tensor starts on a 256-byte boundary (16-byte vector loads, coalescing)
+const STATE_INTS = 4; // cuda/ops.h
+const FLOAT = 4;
+
+const align = (n: number) => Math.ceil(n / ALIGN) * ALIGN;
+
+/** Lays out named regions in one allocation. */
+class Arena {
+  size = 0;
+  /** returns the region's offset */
+  reserve(bytes: number): number {
+    const at = this.size;
+    this.size += align(bytes);
+    return at;
+  }
+}
+
+export interface ResidentModel {
+  buffers: ModelBuffers;
+  /** what was allocated, for memory accounting */
+  allocations: { weights: DeviceBuffer; cache: DeviceBuffer; activations: DeviceBuffer };
+  free(): void;
+}
+
+/** Uploads weights; allocates cache and activations for steps of up to maxRows rows (default: n_positions). */
+export function placeModel(backend: Backend, weights: GPT2Weights, maxRows = weights.config.n_positions): ResidentModel {
+  const cfg = weights.config;
+  const weightArena = new Arena();
+  const uploads: Array<[number, Float32Array]> = [];
+  const put = (data: Float32Array) => {
+    const at = weightArena.reserve(data.byteLength);
+    uploads.push([at, data]);
+    return at;
+  };
+  const norm = (n: { weight: Float32Array; bias: Float32Array }) => ({ weight: put(n.weight), bias: put(n.bias) });
+  const wte = put(weights.wte);
+  const wpe = put(weights.wpe);
+  const layerOffsets = weights.layers.map((l) => ({
+    ln_1: norm(l.ln_1),
+    c_attn: norm(l.attn.c_attn),
+    attn_c_proj: norm(l.attn.c_proj),
+    ln_2: norm(l.ln_2),
+    c_fc: norm(l.mlp.c_fc),
+    mlp_c_proj: norm(l.mlp.c_proj),
+  }));
+  const lnf = norm(weights.ln_f);
+
+  const weightBuffer = backend.alloc(weightArena.size);
+  for (const [at, data] of uploads) backend.upload(weightBuffer, data, at);
+  const w = (at: number) => weightBuffer.ptr + at;
+  const pair = (p: { weight: number; bias: number }) => ({ weight: w(p.weight), bias: w(p.bias) });
+
+  const cache = allocateCache(backend, cfg);
+  const acts = allocateActivations(backend, cfg, maxRows);
+
+  const buffers: ModelBuffers = {
+    config: cfg,
+    wte: w(wte),
+    wpe: w(wpe),
+    layers: layerOffsets.map((l) => ({
+      ln_1: pair(l.ln_1), c_attn: pair(l.c_attn), attn_c_proj: pair(l.attn_c_proj),
+      ln_2: pair(l.ln_2), c_fc: pair(l.c_fc), mlp_c_proj: pair(l.mlp_c_proj),
+    })),
+    ln_f: pair(lnf),
+    kCache: cache.k,
+    vCache: cache.v,
+    ...acts.pointers,
+    maxRows,
+  };
+  return {
+    buffers,
+    allocations: { weights: weightBuffer, cache: cache.buffer, activations: acts.buffer },
+    free() {
+      backend.free(weightBuffer);
+      backend.free(cache.buffer);
+      backend.free(acts.buffer);
+    },
+  };
+}
+
+/** KV cache bytes as allocated: 2 × n_layer × n_positions × n_embd × 4 (each layer's K and V aligned). */
+export function cacheBytes(cfg: GPT2Config): number {
+  return 2 * cfg.n_layer * align(cfg.n_positions * cfg.n_embd * FLOAT);
+}
+
+function allocateCache(backend: Backend, cfg: GPT2Config) {
+  const per = align(cfg.n_positions * cfg.n_embd * FLOAT);
+  const buffer = backend.alloc(cacheBytes(cfg));
+  backend.fill32(buffer, 0);
+  const k = Array.from({ length: cfg.n_layer }, (_, l) => buffer.ptr + 2 * l * per);
+  const v = Array.from({ length: cfg.n_layer }, (_, l) => buffer.ptr + (2 * l + 1) * per);
+  return { buffer, k, v };
+}
+
+function allocateActivations(backend: Backend, cfg: GPT2Config, rows: number) {
+  const C = cfg.n_embd;
+  const arena = new Arena();
+  const layout = {
+    x: arena.reserve(rows * C * FLOAT),
+    ln: arena.reserve(rows * C * FLOAT),
+    qkv: arena.reserve(rows * 3 * C * FLOAT),
+    att: arena.reserve(rows * C * FLOAT),
+    proj: arena.reserve(rows * C * FLOAT),
+    fc: arena.reserve(rows * 4 * C * FLOAT),
+    act: arena.reserve(rows * 4 * C * FLOAT),
+    logits: arena.reserve(cfg.vocab_size * FLOAT),
+    scratch: arena.reserve(Math.max(FLOAT, backend.attentionScratchBytes(rows, C, cfg.n_head, cfg.n_positions),
+      backend.attentionScratchBytes(1, C, cfg.n_head, cfg.n_positions))),
+    seq: arena.reserve((cfg.n_positions + 1) * 4),
+    state: arena.reserve(STATE_INTS * 4),
+  };
+  const buffer = backend.alloc(arena.size);
+  backend.fill32(buffer, 0);
+  const pointers = Object.fromEntries(Object.entries(layout).map(([k, at]) => [k, buffer.ptr + at])) as Record<keyof typeof layout, number>;
+  return { buffer, pointers, layout };
+}

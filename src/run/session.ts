@@ -1,0 +1,111 @@
+// A model resident on a backend, and the ways to run it: prefill, cached decode steps in each launch
+// mode, the uncached baseline, and full-sequence logits.
+import type { Backend } from "../backends/backend.ts";
+import { UserError } from "../errors.ts";
+import type { GPT2Weights } from "../model/weights.ts";
+import { CompiledStep, decodeStep } from "../plan.ts";
+import type { LaunchMode } from "../profile/types.ts";
+import { placeModel, type ResidentModel } from "./model-buffers.ts";
+
+export class Session {
+  readonly resident: ResidentModel;
+  private readonly steps = new Map<number, CompiledStep>();
+  private readonly stateWords = new Int32Array(4);
+
+  constructor(readonly backend: Backend, readonly weights: GPT2Weights, maxRows?: number) {
+    this.resident = placeModel(backend, weights, maxRows);
+  }
+
+  get config() {
+    return this.weights.config;
+  }
+
+  /** The step for T new rows, compiled once and kept (T = 1 is the decode step). */
+  step(T: number): CompiledStep {
+    let s = this.steps.get(T);
+    if (!s) {
+      s = new CompiledStep(this.backend, decodeStep(this.resident.buffers, T));
+      this.steps.set(T, s);
+    }
+    return s;
+  }
+
+  /** Runs a step of T rows in a launch mode (asynchronous on CUDA). */
+  run(T: number, mode: LaunchMode): void {
+    const step = this.step(T);
+    if (mode === "eager") return step.runEager();
+    const native = step.native();
+    if (mode === "eager-native") return native.runNative(1);
+    if (!native.runGraph) throw new UserError(`launch mode graph needs the CUDA backend (this is ${this.backend.kind})`);
+    native.runGraph(1);
+  }
+
+  checkContext(total: number): void {
+    const max = this.config.n_positions;
+    if (total > max) {
+      throw new UserError(`context overflow: ${total} tokens exceed the model's n_positions (${max})`);
+    }
+  }
+
+  /** Writes tokens into the device sequence at [0, ids.length). */
+  setSequence(ids: ArrayLike<number>): void {
+    this.checkContext(ids.length);
+    const words = Int32Array.from(ids as ArrayLike<number>);
+    this.backend.upload(this.bufferOf("seq"), words);
+  }
+
+  setPosition(pos: number): void {
+    this.stateWords.fill(0);
+    this.stateWords[0] = pos;
+    this.backend.upload(this.bufferOf("state"), this.stateWords);
+  }
+
+  position(): number {
+    this.backend.download(this.bufferOf("state"), this.stateWords);
+    return this.stateWords[0]!;
+  }
+
+  readSequence(length: number): number[] {
+    const out = new Int32Array(length);
+    this.backend.download(this.bufferOf("seq"), out);
+    return Array.from(out);
+  }
+
+  readLogits(into = new Float32Array(this.config.vocab_size)): Float32Array {
+    this.backend.download(this.bufferOf("logits"), into);
+    return into;
+  }
+
+  /** Prefill: the whole prompt in one pass at position 0; leaves the first generated token at seq[prompt.length]. */
+  prefill(prompt: number[], mode: LaunchMode = "eager"): void {
+    this.setSequence(prompt);
+    this.setPosition(0);
+    this.run(prompt.length, mode);
+  }
+
+  /** Logits (len, V) at every position of `ids`, from one uncached forward pass. */
+  logitsAtEveryPosition(ids: number[]): Float32Array {
+    const { vocab_size: V, n_embd: C } = this.config;
+    const b = this.resident.buffers;
+    this.prefill(ids);
+    const out = new Float32Array(ids.length * V);
+    for (let t = 0; t < ids.length; t++) {
+      this.backend.ops.op_lm_head(b.logits, b.ln, b.wte, t + 1, C, V);
+      this.readLogits(out.subarray(t * V, (t + 1) * V));
+    }
+    return out;
+  }
+
+  /** A view of one activation region as a buffer (for uploads/downloads of seq, state, logits). */
+  private bufferOf(name: "seq" | "state" | "logits") {
+    const b = this.resident.buffers;
+    const bytes = { seq: (this.config.n_positions + 1) * 4, state: 16, logits: this.config.vocab_size * 4 }[name];
+    return { ptr: b[name], bytes };
+  }
+
+  close(): void {
+    for (const s of this.steps.values()) s.destroy();
+    this.steps.clear();
+    this.resident.free();
+  }
+}
