@@ -62,7 +62,12 @@ extern "C" void op_attention(float* out, float*, const float* qkv, const float* 
 #pragma omp for collapse(2) schedule(static)
     for (int t = 0; t < T; t++)
       for (int h = 0; h < n_head; h++) {
-        const int keys = pos + t + 1 < max_ctx ? pos + t + 1 : max_ctx;
+#ifdef PLANT_BUG_MASK
+        const int visible = pos + t + 2;  // planted for test/model-cpu.test.ts: one future key leaks through
+#else
+        const int visible = pos + t + 1;
+#endif
+        const int keys = visible < max_ctx ? visible : max_ctx;
         attend_one_head(out + (size_t)t * C + h * hs, scores.data(), qkv + (size_t)t * 3 * C + h * hs,
                         k_cache + h * hs, v_cache + h * hs, keys, C, hs);
       }

@@ -8,8 +8,22 @@ import type { EncodedPlan } from "../plan.ts";
 import type { RecordedStep } from "./backend.ts";
 import { NativeBackend, openLibrary } from "./native.ts";
 
-function openCpuLibrary() {
-  return openLibrary(ensureBuilt("cpu", { quiet: true }).path, CPU_SYMBOLS);
+/** cpu_runtime.h as called from TypeScript */
+interface CpuSymbols {
+  cpu_allocated_bytes(): number | bigint;
+  cpu_threads(): number;
+  cpu_set_threads(n: number): void;
+  cpu_measure_read_bandwidth(bytes: number, iters: number): number;
+  cpu_measure_fp32_peak(iters: number): number;
+  prof_enable(on: number): void;
+  prof_reset(): void;
+  prof_count(): number;
+  prof_dropped(): number;
+  prof_read(out: BigInt64Array, max: number): number;
+}
+
+function openCpuLibrary(path = ensureBuilt("cpu", { quiet: true }).path) {
+  return openLibrary<CpuSymbols>(path, CPU_SYMBOLS);
 }
 type CpuLibrary = ReturnType<typeof openCpuLibrary>;
 
@@ -37,6 +51,11 @@ export class CpuBackend extends NativeBackend {
     const backend = new CpuBackend(openCpuLibrary());
     if (threads) backend.cpu.cpu_set_threads(threads);
     return backend;
+  }
+
+  /** A CPU library at a given path (a test's planted-bug variant). */
+  static openPath(path: string): CpuBackend {
+    return new CpuBackend(openCpuLibrary(path));
   }
 
   get threads(): number {

@@ -1,5 +1,5 @@
 // The part every native backend shares: a library exporting ops.h, plan.h and runtime.h, loaded with bun:ffi.
-import { dlopen, type Library } from "bun:ffi";
+import { dlopen, type FFIFunction } from "bun:ffi";
 
 import { UserError } from "../errors.ts";
 import type { LaunchMode } from "../profile/types.ts";
@@ -8,15 +8,36 @@ import { OP_SYMBOLS, PLAN_SYMBOLS, RUNTIME_SYMBOLS } from "../native/symbols.ts"
 import type { Backend, BackendKind, DeviceBuffer, MemoryInfo, OpSymbols, RecordedStep } from "./backend.ts";
 
 const BASE_SYMBOLS = { ...OP_SYMBOLS, ...PLAN_SYMBOLS, ...RUNTIME_SYMBOLS };
-type BaseSymbols = Library<typeof BASE_SYMBOLS>["symbols"];
 
-/** Opens a backend library, turning a missing or broken file into one clear line. */
-export function openLibrary<S extends Record<string, { args: readonly unknown[]; returns: unknown }>>(
-  path: string,
-  extra: S,
-): Library<typeof BASE_SYMBOLS & S> {
+/**
+ * plan.h and runtime.h as called from TypeScript. bun:ffi brands pointers as `Pointer`; device pointers
+ * here are plain numbers (never dereferenced by JS), so the symbol tables are typed by hand.
+ */
+export interface BaseSymbols {
+  plan_create(records: BigInt64Array, nOps: number): number | null;
+  plan_destroy(plan: number): void;
+  plan_ops(plan: number): number;
+  plan_run(plan: number): number;
+  be_init(device: number): number;
+  be_last_error(): number;
+  be_error_name(code: number): { toString(): string };
+  be_error_string(code: number): { toString(): string };
+  be_alloc(bytes: number): number | null;
+  be_free(ptr: number): number;
+  be_upload(dst: number, src: ArrayBufferView, bytes: number): number;
+  be_download(dst: ArrayBufferView, src: number, bytes: number): number;
+  be_copy(dst: number, src: number, bytes: number): number;
+  be_fill_u32(dst: number, word: number, count: number): number;
+  be_synchronize(): number;
+  be_mem_info(out: BigUint64Array): number;
+  op_attention_scratch_bytes(T: number, C: number, nHead: number, maxCtx: number): number | bigint;
+}
+
+/** Opens a backend library, turning a missing or broken file into one clear line. `S` types the extra symbols. */
+export function openLibrary<S>(path: string, extra: Record<string, FFIFunction>): { symbols: BaseSymbols & OpSymbols & S; close(): void } {
   try {
-    return dlopen(path, { ...BASE_SYMBOLS, ...extra } as typeof BASE_SYMBOLS & S);
+    const lib = dlopen(path, { ...BASE_SYMBOLS, ...extra });
+    return { symbols: lib.symbols as unknown as BaseSymbols & OpSymbols & S, close: () => lib.close() };
   } catch (e) {
     throw new UserError(`cannot load ${path}: ${(e as Error).message.split("\n")[0]}`);
   }
@@ -30,8 +51,8 @@ export abstract class NativeBackend implements Backend {
   private readonly live = new Set<number>();
   private readonly memWords = new BigUint64Array(2);
 
-  protected constructor(protected readonly sym: BaseSymbols, private readonly closeLibrary: () => void) {
-    this.ops = sym as unknown as OpSymbols;
+  protected constructor(protected readonly sym: BaseSymbols & OpSymbols, private readonly closeLibrary: () => void) {
+    this.ops = sym;
   }
 
   /** Throws a one-line error naming the backend's error code if the last call failed. */
@@ -47,8 +68,8 @@ export abstract class NativeBackend implements Backend {
     if (!ptr) {
       this.check(this.sym.be_last_error() || 2, `allocating ${bytes} bytes`);
     }
-    this.live.add(ptr as number);
-    return { ptr: ptr as number, bytes };
+    this.live.add(ptr!);
+    return { ptr: ptr!, bytes };
   }
 
   free(buffer: DeviceBuffer): void {
@@ -92,7 +113,7 @@ export abstract class NativeBackend implements Backend {
 
   /** Records the plan natively; subclasses add graphs. */
   protected recordPlan(plan: EncodedPlan): { handle: number; runNative: (n?: number) => void; destroy: () => void } {
-    const handle = this.sym.plan_create(plan.records, plan.ops.length) as number;
+    const handle = this.sym.plan_create(plan.records, plan.ops.length);
     if (!handle) throw new Error("plan_create rejected the plan (unknown opcode)");
     return {
       handle,

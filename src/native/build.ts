@@ -28,7 +28,7 @@ function filesIn(dir: string, ext: string): string[] {
     .map((f) => join(dir, f));
 }
 
-const headers = () => [...filesIn(CUDA_DIR, ".h"), ...filesIn(join(CUDA_DIR, "emu"), ".h")];
+const headers = () => ["", "emu", "cupti"].flatMap((sub) => filesIn(join(CUDA_DIR, sub), ".h"));
 const cpuTwins = () => filesIn(CUDA_DIR, ".cpp").filter((f) => !f.endsWith("/plan.cpp") && !f.endsWith("/cpu_runtime.cpp"));
 const kernelSources = () => filesIn(CUDA_DIR, ".cu");
 

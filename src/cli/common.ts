@@ -1,0 +1,44 @@
+// What the commands share: the model source, the backend flag, and colour handling.
+import chalk from "chalk";
+
+import { UserError } from "../errors.ts";
+import { PRESETS } from "../model/config.ts";
+import { loadModel, randomWeights, type GPT2Weights } from "../model/weights.ts";
+
+/** chalk honours FORCE_COLOR and non-TTY output, not NO_COLOR: do that here. */
+export function configureColour(): void {
+  if (process.env.NO_COLOR && !process.env.FORCE_COLOR) chalk.level = 0;
+}
+
+export const DEFAULT_PRESET = "gpt2";
+
+/** `--model DIR` loads a Hugging Face checkpoint; without it, GPT-2 small shapes with seeded random weights (stated on stderr). */
+export function loadWeights(modelDir: string | undefined, seed: number, say: (line: string) => void): GPT2Weights {
+  if (modelDir) {
+    const w = loadModel(modelDir);
+    const skipped = w.skipped.tensors
+      ? `; skipped ${w.skipped.tensors} buffers (${(w.skipped.bytes / 2 ** 20).toFixed(1)} MiB: causal masks / tied lm_head)`
+      : "";
+    say(`model: ${w.config.name} from ${w.source}${skipped}`);
+    return w;
+  }
+  const cfg = PRESETS[DEFAULT_PRESET];
+  if (!cfg) throw new UserError(`unknown preset ${DEFAULT_PRESET}`);
+  say(`model: GPT-2 small shapes (124M) with seeded random weights (seed ${seed}) — no --model given; timing does not depend on the values`);
+  return randomWeights(cfg, seed);
+}
+
+/** Parses an integer flag with bounds, as one clear line on error. */
+export function intFlag(name: string, value: unknown, min: number, max = Number.MAX_SAFE_INTEGER): number {
+  const n = typeof value === "number" ? value : Number(value);
+  if (!Number.isInteger(n) || n < min || n > max) {
+    throw new UserError(`--${name} must be an integer in ${min}..${max === Number.MAX_SAFE_INTEGER ? "∞" : max} (got ${String(value)})`);
+  }
+  return n;
+}
+
+/** yargs' .fail(): its message (often several lines) as one UserError line. */
+export function failOnBadFlags(msg: string | null, err: Error | undefined): never {
+  if (err) throw err;
+  throw new UserError((msg ?? "bad arguments").replace(/\s*\n\s*/g, " ").trim());
+}

@@ -1,0 +1,91 @@
+// bun run generate — greedy generation with or without the KV cache, on any backend and launch mode.
+import yargs from "yargs";
+import { hideBin } from "yargs/helpers";
+
+import { BACKEND_CHOICES, openBackend, type BackendChoice } from "../backends/select.ts";
+import { runCli, UserError } from "../errors.ts";
+import { decodeTokens, encodeText, parsePromptIds } from "../model/tokenizer.ts";
+import type { LaunchMode } from "../profile/types.ts";
+import { generate } from "../run/generate.ts";
+import { Session } from "../run/session.ts";
+import { configureColour, failOnBadFlags, intFlag, loadWeights } from "./common.ts";
+
+const MODES = ["eager", "eager-native", "graph", "replay"] as const;
+const DEFAULT_PROMPT = "Hello, I'm a language model,";
+
+/** replay = the plan recorded natively: a CUDA graph on the GPU, one native call per step on the CPU */
+function resolveMode(mode: (typeof MODES)[number], backendKind: string): LaunchMode {
+  if (mode !== "replay") return mode;
+  return backendKind === "cpu" ? "eager-native" : "graph";
+}
+
+await runCli(async () => {
+  configureColour();
+  const argv = await yargs(hideBin(process.argv))
+    .scriptName("bun run generate")
+    .usage("$0 [options]: greedy GPT-2 generation with a KV cache")
+    .option("model", { type: "string", describe: "Hugging Face GPT-2 directory (config.json + model.safetensors); default: GPT-2 small shapes, seeded random weights" })
+    .option("prompt", { type: "string", describe: `prompt text (GPT-2 BPE); default ${JSON.stringify(DEFAULT_PROMPT)}` })
+    .option("prompt-ids", { type: "string", describe: "prompt as token ids, e.g. 464,3290,318" })
+    .option("max-new-tokens", { type: "number", default: 20, describe: "tokens to generate" })
+    .option("backend", { choices: BACKEND_CHOICES, default: "auto" as BackendChoice, describe: "cpu, cuda, auto (cuda if available, else cpu), emu (the CUDA kernels' sources run on the CPU: slow, for verification)" })
+    .option("cache", { choices: ["on", "off"] as const, default: "on" as const, describe: "KV cache, or recompute the whole sequence every token" })
+    .option("mode", { choices: MODES, default: "eager" as const, describe: "launch mode of cached decode steps (replay = graph on CUDA, eager-native on the CPU)" })
+    .option("seed", { type: "number", default: 0, describe: "seed of the random weights when no --model is given" })
+    .option("threads", { type: "number", describe: "CPU backend threads (default: all cores)" })
+    .option("json", { type: "boolean", default: false, describe: "print one JSON object on stdout" })
+    .option("dump-logits", { type: "string", describe: "write float32 LE logits (len(prompt)+generated, vocab) from one uncached pass" })
+    .conflicts("prompt", "prompt-ids")
+    .strict()
+    .help()
+    .fail(failOnBadFlags)
+    .parse();
+
+  const say = (line: string) => process.stderr.write(`${line}\n`);
+  const maxNew = intFlag("max-new-tokens", argv["max-new-tokens"], 1);
+  const weights = loadWeights(argv.model, intFlag("seed", argv.seed, 0), say);
+  const cfg = weights.config;
+  const prompt = argv["prompt-ids"] !== undefined
+    ? parsePromptIds(argv["prompt-ids"], cfg.vocab_size)
+    : encodeText(argv.prompt ?? DEFAULT_PROMPT, cfg.vocab_size);
+  if (prompt.length + maxNew > cfg.n_positions) {
+    throw new UserError(`context overflow: prompt (${prompt.length} tokens) + --max-new-tokens (${maxNew}) = ${prompt.length + maxNew} exceeds n_positions (${cfg.n_positions})`);
+  }
+  const threads = argv.threads === undefined ? undefined : intFlag("threads", argv.threads, 1, 1024);
+  const backend = await openBackend(argv.backend, { threads, note: say });
+  const mode = resolveMode(argv.mode, backend.kind);
+  if (!backend.modes.includes(mode)) {
+    throw new UserError(`launch mode ${mode} is not available on the ${backend.kind} backend (available: ${backend.modes.join(", ")})`);
+  }
+  const session = new Session(backend, weights);
+  const cache = argv.cache === "on";
+  const result = generate(session, { prompt, maxNewTokens: maxNew, cache, mode });
+
+  if (argv["dump-logits"]) {
+    const logits = session.logitsAtEveryPosition([...result.promptIds, ...result.generatedIds]);
+    await Bun.write(argv["dump-logits"], logits);
+  }
+  const decodeMs = result.tokenMs.filter((_, i) => result.tokenKinds[i] !== "prefill");
+  const summary = {
+    prompt_ids: result.promptIds,
+    generated_ids: result.generatedIds,
+    text: decodeTokens(result.generatedIds, cfg.vocab_size),
+    backend: backend.kind,
+    device: backend.deviceName,
+    cache: argv.cache,
+    mode: cache ? mode : "eager",
+    model: { name: cfg.name, source: weights.source },
+    token_ms: result.tokenMs,
+    token_kinds: result.tokenKinds,
+    mean_decode_ms: decodeMs.length ? decodeMs.reduce((a, b) => a + b, 0) / decodeMs.length : null,
+  };
+  if (argv.json) {
+    process.stdout.write(`${JSON.stringify(summary)}\n`);
+  } else {
+    process.stdout.write(`${decodeTokens(result.promptIds, cfg.vocab_size)}${summary.text}\n`);
+    const perToken = summary.mean_decode_ms === null ? "" : `, ${summary.mean_decode_ms.toFixed(3)} ms per ${cache ? "cached" : "recomputed"} token`;
+    say(`${backend.kind} (${backend.deviceName}), cache ${argv.cache}, mode ${summary.mode}: ${maxNew} tokens${perToken}`);
+  }
+  session.close();
+  backend.close();
+});

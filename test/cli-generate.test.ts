@@ -1,0 +1,119 @@
+// `bun run generate` as a user runs it: the JSON contract, --dump-logits, and one clear line (exit ≠ 0,
+// no stack trace) for each kind of bad input.
+import { describe, expect, test } from "bun:test";
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+import { maxRelativeError } from "./helpers/reference.ts";
+
+const ROOT = join(import.meta.dir, "..");
+const FIXTURE = join(import.meta.dir, "fixtures/gpt2-tiny");
+const expected = JSON.parse(readFileSync(join(FIXTURE, "expected.json"), "utf8")) as { prompt: number[]; generated: number[]; sequence: number[] };
+
+function generate(...args: string[]) {
+  const p = Bun.spawnSync([process.execPath, join(ROOT, "src/cli/generate.ts"), ...args], { cwd: ROOT, env: { ...process.env, NO_COLOR: "1" } });
+  return { code: p.exitCode, stdout: p.stdout.toString(), stderr: p.stderr.toString() };
+}
+
+const tinyArgs = ["--model", FIXTURE, "--backend", "cpu", "--prompt-ids", expected.prompt.join(",")];
+
+describe("generate: output contract", () => {
+  test("--json prints one object with prompt_ids, generated_ids, backend, cache and per-token times", () => {
+    const r = generate(...tinyArgs, "--max-new-tokens", "48", "--json", "--mode", "replay");
+    expect(r.code).toBe(0);
+    const out = JSON.parse(r.stdout);
+    expect(out.prompt_ids).toEqual(expected.prompt);
+    expect(out.generated_ids).toEqual(expected.generated);
+    expect(out.backend).toBe("cpu");
+    expect(out.cache).toBe("on");
+    expect(out.mode).toBe("eager-native");
+    expect(out.token_ms).toHaveLength(48);
+    expect(out.token_ms.every((ms: number) => ms > 0)).toBe(true);
+  });
+
+  test("--cache off gives the same tokens", () => {
+    const r = generate(...tinyArgs, "--max-new-tokens", "48", "--json", "--cache", "off");
+    expect(JSON.parse(r.stdout).generated_ids).toEqual(expected.generated);
+  });
+
+  test("--dump-logits writes (len(prompt)+generated, vocab) float32 matching the fixture", () => {
+    const dir = mkdtempSync(join(tmpdir(), "dump-"));
+    const file = join(dir, "logits.f32");
+    const r = generate(...tinyArgs, "--max-new-tokens", String(expected.generated.length), "--dump-logits", file);
+    expect(r.code).toBe(0);
+    const got = new Float32Array(readFileSync(file).buffer.slice(0));
+    const want = new Float32Array(readFileSync(join(FIXTURE, "expected_logits.f32")).buffer.slice(0));
+    expect(got.length).toBe(want.length);
+    expect(maxRelativeError(got, want)).toBeLessThan(1e-4);
+    rmSync(dir, { recursive: true });
+  });
+});
+
+/** A copy of the fixture with its safetensors bytes or config rewritten by `corrupt`. */
+function brokenModel(corrupt: (dir: string) => void): string {
+  const dir = mkdtempSync(join(tmpdir(), "broken-model-"));
+  for (const f of ["config.json", "model.safetensors"]) copyFileSync(join(FIXTURE, f), join(dir, f));
+  corrupt(dir);
+  return dir;
+}
+
+function rewriteHeader(dir: string, edit: (header: Record<string, { dtype: string; shape: number[]; data_offsets: [number, number] }>) => void) {
+  const path = join(dir, "model.safetensors");
+  const bytes = readFileSync(path);
+  const n = Number(bytes.readBigUInt64LE(0));
+  const header = JSON.parse(bytes.subarray(8, 8 + n).toString());
+  edit(header);
+  let text = JSON.stringify(header);
+  text = text.padEnd(Math.max(text.length, n), " ");
+  const prefix = Buffer.alloc(8);
+  prefix.writeBigUInt64LE(BigInt(text.length));
+  writeFileSync(path, Buffer.concat([prefix, Buffer.from(text), bytes.subarray(8 + n)]));
+}
+
+const badInputs: Array<[string, string[], RegExp]> = [
+  ["context overflow", [...tinyArgs, "--max-new-tokens", "60"], /context overflow/],
+  ["a token id outside the vocabulary", ["--model", FIXTURE, "--backend", "cpu", "--prompt-ids", "1,99999"], /out of range/],
+  ["text prompt for a non-GPT-2 vocabulary", ["--model", FIXTURE, "--backend", "cpu", "--prompt", "hi"], /--prompt-ids/],
+  ["an unknown flag", ["--bogus"], /bogus/],
+  ["an unknown mode", ["--mode", "warp"], /warp/],
+  ["a missing model directory", ["--model", "/nonexistent/model"], /nonexistent/],
+  ["a missing config", ["--model", brokenModel((d) => rmSync(join(d, "config.json")))], /config\.json/],
+  ["a truncated file", ["--model", brokenModel((d) => {
+    const p = join(d, "model.safetensors");
+    writeFileSync(p, readFileSync(p).subarray(0, 100_000));
+  })], /truncat|past the end|outside|shorter/i],
+  ["a header length past the end", ["--model", brokenModel((d) => {
+    const p = join(d, "model.safetensors");
+    const b = readFileSync(p);
+    b.writeBigUInt64LE(BigInt(b.length * 2), 0);
+    writeFileSync(p, b);
+  })], /header/i],
+  ["offsets out of range", ["--model", brokenModel((d) => rewriteHeader(d, (h) => {
+    h["wpe.weight"]!.data_offsets = [h["wpe.weight"]!.data_offsets[0], 1e12];
+  }))], /wpe\.weight/],
+  ["overlapping offsets", ["--model", brokenModel((d) => rewriteHeader(d, (h) => {
+    h["ln_f.bias"]!.data_offsets = [...h["ln_f.weight"]!.data_offsets];
+  }))], /overlap/i],
+  ["an unknown dtype", ["--model", brokenModel((d) => rewriteHeader(d, (h) => {
+    h["ln_f.bias"]!.dtype = "Q7";
+  }))], /Q7/],
+  ["a shape that disagrees with the config", ["--model", brokenModel((d) => {
+    const p = join(d, "config.json");
+    writeFileSync(p, JSON.stringify({ ...JSON.parse(readFileSync(p, "utf8")), n_embd: 256 }));
+  })], /shape/i],
+  ["a missing tensor", ["--model", brokenModel((d) => rewriteHeader(d, (h) => {
+    delete h["h.1.mlp.c_fc.bias"];
+  }))], /h\.1\.mlp\.c_fc\.bias/],
+];
+
+describe("generate: bad input is one clear line and exit ≠ 0", () => {
+  test.each(badInputs)("%s", (_, args, message) => {
+    const r = generate(...args);
+    expect(r.code).not.toBe(0);
+    const errorLines = r.stderr.split("\n").filter((l) => l.startsWith("error:"));
+    expect(errorLines).toHaveLength(1);
+    expect(errorLines[0]).toMatch(message);
+    expect(r.stderr).not.toMatch(/\n\s+at /); // no stack trace
+  });
+});

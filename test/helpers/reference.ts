@@ -1,0 +1,118 @@
+// Plain TypeScript references of the decode ops, in float64: the oracle the native ops are checked against.
+// Shapes as in cuda/ops.h.
+
+/** out: (T, C) = wte[seq[pos + t]] + wpe[pos + t] */
+export function embedRef(seq: Int32Array, pos: number, wte: Float32Array, wpe: Float32Array, T: number, C: number): Float64Array {
+  const out = new Float64Array(T * C);
+  for (let t = 0; t < T; t++)
+    for (let c = 0; c < C; c++) out[t * C + c] = wte[seq[pos + t]! * C + c]! + wpe[(pos + t) * C + c]!;
+  return out;
+}
+
+/** out: (T, C) */
+export function layernormRef(inp: Float32Array, w: Float32Array, b: Float32Array, T: number, C: number, eps: number): Float64Array {
+  const out = new Float64Array(T * C);
+  for (let t = 0; t < T; t++) {
+    let mean = 0;
+    for (let c = 0; c < C; c++) mean += inp[t * C + c]!;
+    mean /= C;
+    let v = 0;
+    for (let c = 0; c < C; c++) v += (inp[t * C + c]! - mean) ** 2;
+    const rstd = 1 / Math.sqrt(v / C + eps);
+    for (let c = 0; c < C; c++) out[t * C + c] = (inp[t * C + c]! - mean) * rstd * w[c]! + b[c]!;
+  }
+  return out;
+}
+
+/** out: (T, OC) = inp (T, C) @ w (C, OC) + b */
+export function linearRef(inp: Float32Array, w: Float32Array, b: Float32Array, T: number, C: number, OC: number): Float64Array {
+  const out = new Float64Array(T * OC);
+  for (let t = 0; t < T; t++)
+    for (let o = 0; o < OC; o++) {
+      let s = b[o]!;
+      for (let c = 0; c < C; c++) s += inp[t * C + c]! * w[c * OC + o]!;
+      out[t * OC + o] = s;
+    }
+  return out;
+}
+
+/** out: (T, C); query t at position pos + t over cache rows [0, pos + t] of k, v: (max_ctx, C) */
+export function attentionRef(q: Float32Array, qStride: number, k: Float32Array, v: Float32Array, pos: number, T: number, C: number, nHead: number): Float64Array {
+  const hs = C / nHead;
+  const out = new Float64Array(T * C);
+  for (let t = 0; t < T; t++)
+    for (let h = 0; h < nHead; h++) {
+      const keys = pos + t + 1;
+      const scores = new Float64Array(keys);
+      let max = -Infinity;
+      for (let j = 0; j < keys; j++) {
+        let d = 0;
+        for (let i = 0; i < hs; i++) d += q[t * qStride + h * hs + i]! * k[j * C + h * hs + i]!;
+        scores[j] = d / Math.sqrt(hs);
+        max = Math.max(max, scores[j]!);
+      }
+      let total = 0;
+      for (let j = 0; j < keys; j++) total += scores[j] = Math.exp(scores[j]! - max);
+      for (let i = 0; i < hs; i++) {
+        let s = 0;
+        for (let j = 0; j < keys; j++) s += (scores[j]! / total) * v[j * C + h * hs + i]!;
+        out[t * C + h * hs + i] = s;
+      }
+    }
+  return out;
+}
+
+export function geluRef(inp: Float32Array): Float64Array {
+  return Float64Array.from(inp, (x) => 0.5 * x * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (x + 0.044715 * x ** 3))));
+}
+
+export function residualRef(a: Float32Array, b: Float32Array): Float64Array {
+  return Float64Array.from(a, (x, i) => x + b[i]!);
+}
+
+/** logits: (V) = inp[T - 1] @ wte^T */
+export function lmHeadRef(inp: Float32Array, wte: Float32Array, T: number, C: number, V: number): Float64Array {
+  const out = new Float64Array(V);
+  for (let v = 0; v < V; v++) {
+    let s = 0;
+    for (let c = 0; c < C; c++) s += inp[(T - 1) * C + c]! * wte[v * C + c]!;
+    out[v] = s;
+  }
+  return out;
+}
+
+export function argmaxRef(logits: Float32Array): number {
+  let best = 0;
+  for (let v = 1; v < logits.length; v++) if (logits[v]! > logits[best]!) best = v;
+  return best;
+}
+
+/** max |got - want| / max |want| (NaN anywhere → Infinity, so an unwritten poisoned element fails) */
+export function maxRelativeError(got: ArrayLike<number>, want: ArrayLike<number>): number {
+  if (got.length !== want.length) throw new Error(`length ${got.length} != ${want.length}`);
+  let maxDiff = 0;
+  let maxRef = 0;
+  for (let i = 0; i < want.length; i++) {
+    const d = Math.abs(got[i]! - want[i]!);
+    if (Number.isNaN(d)) return Infinity;
+    maxDiff = Math.max(maxDiff, d);
+    maxRef = Math.max(maxRef, Math.abs(want[i]!));
+  }
+  return maxDiff / Math.max(maxRef, 1e-30);
+}
+
+/** A seeded generator of uniform floats in [-scale, scale) (mulberry32). */
+export function randomFloats(n: number, seed: number, scale = 1): Float32Array {
+  let a = seed >>> 0;
+  const out = new Float32Array(n);
+  for (let i = 0; i < n; i++) {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    out[i] = ((((t ^ (t >>> 14)) >>> 0) / 4294967296) * 2 - 1) * scale;
+  }
+  return out;
+}
+
+export const NAN_WORD = 0x7fc00000;
