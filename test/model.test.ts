@@ -1,0 +1,230 @@
+import { afterAll, describe, expect, test } from "bun:test";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { UserError } from "../src/errors.ts";
+import {
+  headSize,
+  kvCacheBytesPerToken,
+  parameterCount,
+  PRESETS,
+  readHFConfig,
+  weightBytes,
+  type GPT2Config,
+} from "../src/model/config.ts";
+import { readSafetensors } from "../src/model/safetensors.ts";
+import { loadModel, randomWeights, weightTensors } from "../src/model/weights.ts";
+
+const FIXTURE = join(import.meta.dir, "fixtures", "gpt2-tiny");
+const tmp = mkdtempSync(join(tmpdir(), "model-test-"));
+afterAll(() => rmSync(tmp, { recursive: true, force: true }));
+
+function expectUserError(fn: () => unknown, pattern: RegExp): void {
+  let caught: unknown;
+  try {
+    fn();
+  } catch (e) {
+    caught = e;
+  }
+  expect(caught).toBeInstanceOf(UserError);
+  expect((caught as Error).message).toMatch(pattern);
+  expect((caught as Error).message).not.toContain("\n");
+}
+
+describe("config", () => {
+  test("presets are the released GPT-2 sizes", () => {
+    const sizes = Object.values(PRESETS).map((c) => [c.name, c.n_layer, c.n_head, c.n_embd, c.n_positions, c.vocab_size]);
+    expect(sizes).toEqual([
+      ["gpt2", 12, 12, 768, 1024, 50257],
+      ["gpt2-medium", 24, 16, 1024, 1024, 50257],
+      ["gpt2-large", 36, 20, 1280, 1024, 50257],
+      ["gpt2-xl", 48, 25, 1600, 1024, 50257],
+    ]);
+    for (const c of Object.values(PRESETS)) {
+      expect(c.layer_norm_epsilon).toBe(1e-5);
+      expect(headSize(c)).toBe(64);
+    }
+  });
+
+  test("parameterCount is exact, with the tied output embedding counted once", () => {
+    expect(parameterCount(PRESETS.gpt2!)).toBe(124_439_808);
+    expect(parameterCount(PRESETS["gpt2-medium"]!)).toBe(354_823_168);
+    expect(parameterCount(PRESETS["gpt2-large"]!)).toBe(774_030_080);
+    expect(parameterCount(PRESETS["gpt2-xl"]!)).toBe(1_557_611_200);
+    expect(weightBytes(PRESETS.gpt2!)).toBe(4 * 124_439_808);
+    expect(weightBytes(PRESETS.gpt2!, 2)).toBe(2 * 124_439_808);
+  });
+
+  test("KV cache bytes per token", () => {
+    expect(kvCacheBytesPerToken(PRESETS.gpt2!)).toBe(73_728); // 72 KiB fp32
+    expect(kvCacheBytesPerToken(PRESETS.gpt2!, 2)).toBe(36_864); // 36 KiB fp16
+  });
+
+  test("readHFConfig reads the fixture", () => {
+    expect(readHFConfig(FIXTURE)).toEqual({
+      name: "gpt2-tiny",
+      n_layer: 2,
+      n_head: 2,
+      n_embd: 128,
+      n_positions: 64,
+      vocab_size: 1001,
+      layer_norm_epsilon: 1e-5,
+    });
+  });
+
+  const base = JSON.parse(readFileSync(join(FIXTURE, "config.json"), "utf8")) as Record<string, unknown>;
+  let configCount = 0;
+  /** A directory holding only a config.json with `text`. */
+  function configDir(text: string): string {
+    const dir = join(tmp, `config-${configCount++}`);
+    mkdirSync(dir);
+    writeFileSync(join(dir, "config.json"), text);
+    return dir;
+  }
+  const withKeys = (changes: Record<string, unknown>) => configDir(JSON.stringify({ ...base, ...changes }));
+
+  test("readHFConfig: n_ctx stands in for n_positions; epsilon defaults to 1e-5", () => {
+    const cfg = readHFConfig(withKeys({ n_positions: undefined, n_ctx: 32, layer_norm_epsilon: undefined }));
+    expect(cfg.n_positions).toBe(32);
+    expect(cfg.layer_norm_epsilon).toBe(1e-5);
+    expect(readHFConfig(withKeys({ activation_function: "gelu_pytorch_tanh", n_inner: null })).n_embd).toBe(128);
+  });
+
+  test("readHFConfig rejects broken configs with the file named", () => {
+    const cases: [string, RegExp][] = [
+      ["{not json", /config\.json: not valid JSON/],
+      ["[1, 2]", /config\.json: expected a JSON object/],
+      [JSON.stringify({ ...base, n_layer: undefined }), /config\.json: missing n_layer/],
+      [JSON.stringify({ ...base, n_positions: undefined, n_ctx: undefined }), /config\.json: missing n_ctx/],
+      [JSON.stringify({ ...base, n_head: 0 }), /config\.json: n_head must be a positive integer, got 0/],
+      [JSON.stringify({ ...base, n_embd: 12.5 }), /n_embd must be a positive integer, got 12\.5/],
+      [JSON.stringify({ ...base, vocab_size: "1001" }), /vocab_size must be a positive integer, got "1001"/],
+      [JSON.stringify({ ...base, n_head: 3 }), /n_embd 128 is not divisible by n_head 3/],
+      [JSON.stringify({ ...base, activation_function: "relu" }), /activation_function "relu" is not supported \(only gelu_new/],
+      [JSON.stringify({ ...base, model_type: "gpt_neo" }), /model_type is "gpt_neo", only "gpt2" is supported/],
+      [JSON.stringify({ ...base, layer_norm_epsilon: -1 }), /layer_norm_epsilon must be a positive number/],
+      [JSON.stringify({ ...base, n_inner: 256 }), /n_inner 256 is not supported/],
+      [JSON.stringify({ ...base, tie_word_embeddings: false }), /tie_word_embeddings is false/],
+    ];
+    for (const [text, pattern] of cases) expectUserError(() => readHFConfig(configDir(text)), pattern);
+    expectUserError(() => readHFConfig(tmp), /no config\.json in /);
+  });
+});
+
+describe("loadModel on the gpt2-tiny fixture", () => {
+  const w = loadModel(FIXTURE);
+  const C = 128;
+
+  test("every tensor has the shape the config implies", () => {
+    expect(w.config.n_layer).toBe(2);
+    expect(w.wte.length).toBe(1001 * C);
+    expect(w.wpe.length).toBe(64 * C);
+    expect(w.layers.length).toBe(2);
+    for (const l of w.layers) {
+      expect([l.ln_1.weight.length, l.ln_1.bias.length, l.ln_2.weight.length, l.ln_2.bias.length]).toEqual([C, C, C, C]);
+      expect([l.attn.c_attn.weight.length, l.attn.c_attn.bias.length]).toEqual([C * 3 * C, 3 * C]);
+      expect([l.attn.c_proj.weight.length, l.attn.c_proj.bias.length]).toEqual([C * C, C]);
+      expect([l.mlp.c_fc.weight.length, l.mlp.c_fc.bias.length]).toEqual([C * 4 * C, 4 * C]);
+      expect([l.mlp.c_proj.weight.length, l.mlp.c_proj.bias.length]).toEqual([4 * C * C, C]);
+    }
+    expect([w.ln_f.weight.length, w.ln_f.bias.length]).toEqual([C, C]);
+    let total = 0;
+    for (const [, data] of weightTensors(w)) total += data.length;
+    expect(total).toBe(parameterCount(w.config));
+    expect(w.source).toBe(join(FIXTURE, "model.safetensors"));
+  });
+
+  test("the two per-layer mask buffers are skipped and counted", () => {
+    expect(w.skipped).toEqual({ tensors: 2, bytes: 2 * 64 * 64 * 4, names: ["h.0.attn.bias", "h.1.attn.bias"] });
+  });
+
+  test("values are the file's bytes, viewed without copying", () => {
+    const file = readSafetensors(join(FIXTURE, "model.safetensors"));
+    const info = file.tensors.get("h.1.mlp.c_fc.weight")!;
+    const view = new DataView(file.bytes.buffer, file.dataStart + info.begin);
+    const fc = w.layers[1]!.mlp.c_fc.weight;
+    for (const i of [0, 1, 777, fc.length - 1]) expect(fc[i]).toBe(view.getFloat32(4 * i, true));
+    expect(w.wte.buffer).toBe(w.wpe.buffer); // both views into the one file buffer
+  });
+
+  test("weightTensors names match the checkpoint's, less the mask buffers", () => {
+    const fileNames = [...readSafetensors(join(FIXTURE, "model.safetensors")).tensors.keys()];
+    const names = [...weightTensors(w)].map(([n]) => n);
+    expect(names.toSorted()).toEqual(fileNames.filter((n) => !w.skipped.names.includes(n)).toSorted());
+  });
+
+  /** Copies the fixture with its tensor names rewritten by `rename`. */
+  function renamedFixture(dirName: string, rename: (name: string) => string[]): string {
+    const bytes = readFileSync(join(FIXTURE, "model.safetensors"));
+    const headerLen = Number(new DataView(bytes.buffer, bytes.byteOffset).getBigUint64(0, true));
+    const header = JSON.parse(bytes.subarray(8, 8 + headerLen).toString()) as Record<string, unknown>;
+    const renamed = Object.fromEntries(Object.entries(header).flatMap(([n, v]) => (n === "__metadata__" ? [[n, v]] : rename(n).map((m) => [m, v]))));
+    const json = Buffer.from(JSON.stringify(renamed));
+    const len = Buffer.alloc(8);
+    len.writeBigUInt64LE(BigInt(json.length));
+    const dir = join(tmp, dirName);
+    mkdirSync(dir);
+    writeFileSync(join(dir, "config.json"), readFileSync(join(FIXTURE, "config.json")));
+    writeFileSync(join(dir, "model.safetensors"), Buffer.concat([len, json, bytes.subarray(8 + headerLen)]));
+    return dir;
+  }
+
+  test("names with the transformer. prefix load the same", () => {
+    const prefixed = loadModel(renamedFixture("prefixed", (n) => [`transformer.${n}`]));
+    expect(prefixed.skipped.names).toEqual(["h.0.attn.bias", "h.1.attn.bias"]);
+    const expected = new Map(weightTensors(w));
+    for (const [name, data] of weightTensors(prefixed)) expect(data).toEqual(expected.get(name)!);
+  });
+
+  test("a tensor present both with and without the prefix is an error", () => {
+    const rename: Record<string, string> = { "h.0.ln_1.bias": "ln_f.bias", "ln_f.bias": "transformer.ln_f.bias" };
+    const dir = renamedFixture("both", (n) => [rename[n] ?? n]);
+    expectUserError(() => loadModel(dir), /model\.safetensors: tensor ln_f\.bias appears both with and without the "transformer\." prefix/);
+  });
+});
+
+describe("randomWeights", () => {
+  const small: GPT2Config = { name: "r", n_layer: 2, n_head: 4, n_embd: 64, n_positions: 128, vocab_size: 50257, layer_norm_epsilon: 1e-5 };
+
+  test("deterministic for a seed, different for another", () => {
+    const a = randomWeights(small, 1), b = randomWeights(small, 1), c = randomWeights(small, 2);
+    expect(a.layers[1]!.mlp.c_fc.weight).toEqual(b.layers[1]!.mlp.c_fc.weight);
+    expect(a.wte).toEqual(b.wte);
+    expect(a.wte[0]).not.toBe(c.wte[0]);
+    expect(a.wte.slice(0, 100)).not.toEqual(c.wte.slice(0, 100));
+    expect(a.source).toBe("random (seed 1)");
+    expect(randomWeights(small).source).toBe("random (seed 0)");
+  });
+
+  test("the stream is pinned: changing the generator changes these values", () => {
+    const w = randomWeights(small, 0);
+    expect([...w.wte.slice(0, 4)]).toEqual([-0.008531063795089722, 0.02219972014427185, 0.0004735018010251224, -0.027218827977776527]);
+    expect([...w.layers[1]!.mlp.c_proj.weight.slice(0, 2)]).toEqual([-0.03386854752898216, 0.009359115734696388]);
+  });
+
+  test("N(0, 0.02) weights with normal tails; zero biases; LayerNorm 1 / 0", () => {
+    const w = randomWeights(small, 3);
+    const x = w.wte; // 3.2M samples
+    let sum = 0, sumSq = 0, beyond = 0;
+    for (const v of x) {
+      sum += v;
+      sumSq += v * v;
+      if (Math.abs(v) > 3.5 * 0.02) beyond++;
+    }
+    const mean = sum / x.length;
+    expect(Math.abs(mean)).toBeLessThan(1e-4);
+    expect(Math.sqrt(sumSq / x.length - mean * mean)).toBeCloseTo(0.02, 4);
+    expect(beyond / x.length).toBeCloseTo(4.65e-4, 4); // P(|z| > 3.5), exercising the ziggurat's tail
+    for (const l of w.layers) {
+      expect(l.attn.c_attn.bias.every((v) => v === 0)).toBe(true);
+      expect(l.ln_1.weight.every((v) => v === 1) && l.ln_1.bias.every((v) => v === 0)).toBe(true);
+    }
+    expect(w.ln_f.weight.every((v) => v === 1)).toBe(true);
+    expect(w.skipped).toEqual({ tensors: 0, bytes: 0, names: [] });
+  });
+
+  test("rejects a bad seed", () => {
+    expectUserError(() => randomWeights(small, -1), /seed must be a non-negative integer, got -1/);
+    expectUserError(() => randomWeights(small, 1.5), /seed must be a non-negative integer/);
+  });
+});

@@ -1,0 +1,62 @@
+import { describe, expect, test } from "bun:test";
+import { UserError } from "../src/errors.ts";
+import { decodeTokens, encodeText, GPT2_VOCAB, parsePromptIds } from "../src/model/tokenizer.ts";
+
+function expectUserError(fn: () => unknown, pattern: RegExp): void {
+  let caught: unknown;
+  try {
+    fn();
+  } catch (e) {
+    caught = e;
+  }
+  expect(caught).toBeInstanceOf(UserError);
+  expect((caught as Error).message).toMatch(pattern);
+  expect((caught as Error).message).not.toContain("\n");
+}
+
+describe("GPT-2 BPE", () => {
+  const text = "Hello, I'm a language model,";
+  const ids = [15496, 11, 314, 1101, 257, 3303, 2746, 11];
+
+  test("encodes the classic prompt and decodes it back", () => {
+    expect(encodeText(text)).toEqual(ids);
+    expect(decodeTokens(ids)).toBe(text);
+    expect(decodeTokens(ids, GPT2_VOCAB)).toBe(text);
+  });
+
+  test("<|endoftext|> is the special token 50256", () => {
+    expect(encodeText("<|endoftext|>Hello")).toEqual([50256, 15496]);
+    expect(encodeText("Hello<|endoftext|>")).toEqual([15496, 50256]);
+    expect(decodeTokens([50256, 15496])).toBe("<|endoftext|>Hello");
+  });
+
+  test("an empty prompt is an error", () => {
+    expectUserError(() => encodeText(""), /the prompt is empty/);
+  });
+
+  test("a non-GPT-2 vocabulary rejects text and shows ids", () => {
+    expectUserError(() => encodeText(text, 1001), /vocabulary has 1001 tokens.*--prompt-ids/);
+    expect(decodeTokens([5, 0, 1000], 1001)).toBe("<5><0><1000>");
+  });
+});
+
+describe("parsePromptIds", () => {
+  test("parses comma-separated ids, spaces allowed", () => {
+    expect(parsePromptIds("1,2,3", 1001)).toEqual([1, 2, 3]);
+    expect(parsePromptIds(" 464 , 3290,0 ", GPT2_VOCAB)).toEqual([464, 3290, 0]);
+    expect(parsePromptIds("1000", 1001)).toEqual([1000]);
+  });
+
+  test("rejects empty lists, non-integers and out-of-vocabulary ids", () => {
+    expectUserError(() => parsePromptIds("", 1001), /--prompt-ids is empty/);
+    expectUserError(() => parsePromptIds("  ", 1001), /--prompt-ids is empty/);
+    expectUserError(() => parsePromptIds("1,,2", 1001), /--prompt-ids: "" is not a token id/);
+    expectUserError(() => parsePromptIds("1,2,", 1001), /--prompt-ids: "" is not a token id/);
+    expectUserError(() => parsePromptIds("1.5", 1001), /--prompt-ids: "1\.5" is not a token id/);
+    expectUserError(() => parsePromptIds("-1", 1001), /--prompt-ids: "-1" is not a token id/);
+    expectUserError(() => parsePromptIds("abc", 1001), /"abc" is not a token id/);
+    expectUserError(() => parsePromptIds("1e3", 1001), /"1e3" is not a token id/);
+    expectUserError(() => parsePromptIds("5,1001", 1001), /token id 1001 is out of range for a vocabulary of 1001 \(0\.\.1000\)/);
+    expectUserError(() => parsePromptIds("99999999999999999999999", 1001), /token id 99999999999999999999999 is out of range/);
+  });
+});
