@@ -1,0 +1,178 @@
+// JSON Schema (draft 2020-12) of summary.json, i.e. of ProfileSummary (src/profile/types.ts), and its validator.
+// Keep the two in step: the tests validate a synthetic ProfileSummary against this schema.
+import Ajv2020 from "ajv/dist/2020.js";
+
+const number = { type: "number" } as const;
+const nonNegative = { type: "number", minimum: 0 } as const;
+const count = { type: "integer", minimum: 0 } as const;
+const text = { type: "string" } as const;
+const nullableNumber = { type: ["number", "null"] } as const;
+const share = { type: "number", minimum: 0, maximum: 1 } as const;
+
+function object(properties: Record<string, unknown>, optional: string[] = []) {
+  return {
+    type: "object",
+    properties,
+    required: Object.keys(properties).filter((k) => !optional.includes(k)),
+    additionalProperties: false,
+  };
+}
+
+const studyMode = { enum: ["eager", "eager-native", "graph", "uncached"] };
+const opFamily = { enum: ["embed", "layernorm", "linear", "kv_append", "attention", "gelu", "residual", "lm_head", "argmax"] };
+
+const stats = object({
+  n: { type: "integer", minimum: 1 },
+  median: number,
+  mean: number,
+  p10: number,
+  p90: number,
+  min: number,
+  max: number,
+  stddev: nonNegative,
+  spread: number,
+});
+
+const opAggregate = object({
+  key: text,
+  calls: count,
+  total_ms: nonNegative,
+  mean_ms: number,
+  median_ms: number,
+  min_ms: number,
+  max_ms: number,
+  stddev_ms: nonNegative,
+  share,
+});
+
+const timeSplit = object({
+  step_ms: nonNegative,
+  host_issue_ms: nonNegative,
+  launch_api_ms: nonNegative,
+  busy_ms: nonNegative,
+  idle_ms: number,
+  verdict: text,
+});
+
+const work = object({ flops: nonNegative, bytes: nonNegative, weight_bytes: nonNegative, kv_bytes: nonNegative });
+
+const regime = { enum: ["launch-bound", "memory-bound", "compute-bound"] };
+
+const studyPoint = object(
+  {
+    mode: studyMode,
+    context: count,
+    device_ms: { $ref: "#/$defs/stats" },
+    host_ms: { $ref: "#/$defs/stats" },
+    breakdown: object({
+      families: { type: "array", items: { $ref: "#/$defs/opAggregate" } },
+      layers: { type: "array", items: { $ref: "#/$defs/opAggregate" } },
+      op_sum_ms: nonNegative,
+    }),
+    split: { $ref: "#/$defs/timeSplit" },
+    work: { $ref: "#/$defs/work" },
+    achieved: object({
+      flops_per_s: nonNegative,
+      bytes_per_s: nonNegative,
+      flops_share: nonNegative,
+      bytes_share: nonNegative,
+      regime: text,
+    }),
+  },
+  ["breakdown", "split"],
+);
+
+const kernelRegime = object({
+  family: opFamily,
+  mode: studyMode,
+  context: count,
+  median_us: nonNegative,
+  flops_per_s: nonNegative,
+  bytes_per_s: nonNegative,
+  regime,
+});
+
+const seedRow = object({
+  context: count,
+  uncached_ms: nullableNumber,
+  eager_ms: nullableNumber,
+  graph_ms: nullableNumber,
+  speedup_eager: nullableNumber,
+  speedup_graph: nullableNumber,
+  flop_reduction: nonNegative,
+});
+
+const endToEnd = object({ mode: studyMode, prompt_tokens: count, new_tokens: count, total_ms: nonNegative, per_token_ms: nonNegative });
+
+const memory = object({
+  weight_bytes: nonNegative,
+  kv_bytes_per_token_formula: nonNegative,
+  kv_bytes_per_token_measured: nonNegative,
+  kv_cache_tokens: count,
+  kv_cache_bytes_formula: nonNegative,
+  kv_cache_bytes_measured: nonNegative,
+  workspace_bytes: nonNegative,
+  how_measured: text,
+  crossover: { type: "array", items: object({ batch: count, context: count }) },
+});
+
+const gpt2Config = object({
+  name: text,
+  n_layer: { type: "integer", minimum: 1 },
+  n_head: { type: "integer", minimum: 1 },
+  n_embd: { type: "integer", minimum: 1 },
+  n_positions: { type: "integer", minimum: 1 },
+  vocab_size: { type: "integer", minimum: 1 },
+  layer_norm_epsilon: { type: "number", exclusiveMinimum: 0 },
+});
+
+export const PROFILE_SUMMARY_SCHEMA = {
+  $schema: "https://json-schema.org/draft/2020-12/schema",
+  $id: "urn:decode-floor:summary:1",
+  title: "decode-floor profile summary (summary.json)",
+  ...object({
+    schema_version: { const: 1 },
+    tool: object({ name: text, version: text }),
+    command: text,
+    date: { type: "string", format: "date-time" },
+    machine: object({ hostname: text, os: text, cpu: text, cpus: count, memory_bytes: nonNegative, bun: text }),
+    device: object({
+      backend: { enum: ["cpu", "cuda"] },
+      name: text,
+      detail: { type: "object", additionalProperties: { type: ["string", "number"] } },
+      peaks: object({ bytes_per_s: nonNegative, flops_per_s: nonNegative, how_measured: text }),
+    }),
+    model: object({ config: gpt2Config, source: text, parameters: count, weight_bytes: nonNegative }),
+    settings: object({
+      modes: { type: "array", items: studyMode },
+      contexts: { type: "array", items: count },
+      repeats: count,
+      warmup: count,
+      kernels: { type: "boolean" },
+    }),
+    points: { type: "array", items: { $ref: "#/$defs/studyPoint" } },
+    regimes: { type: "array", items: kernelRegime },
+    seed_table: { type: "array", items: seedRow },
+    end_to_end: { type: "array", items: endToEnd },
+    memory,
+    tracing: object({ available: { type: "boolean" }, overhead_pct: nullableNumber, dropped_records: count, note: text }),
+    verdicts: { type: "array", items: text },
+  }),
+  $defs: { stats, opAggregate, timeSplit, work, studyPoint },
+};
+
+/** ISO 8601 date-time (what `new Date().toISOString()` writes, offsets allowed). */
+const DATE_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/;
+
+const ajv = new Ajv2020({ allErrors: true, strict: true, allowUnionTypes: true });
+ajv.addFormat("date-time", DATE_TIME);
+const validate = ajv.compile(PROFILE_SUMMARY_SCHEMA);
+
+/** Problems that make `obj` not a ProfileSummary, as "<JSON pointer>: <message>" (empty when valid). */
+export function validateSummary(obj: unknown): string[] {
+  if (validate(obj)) return [];
+  return (validate.errors ?? []).map((e) => {
+    const extra = e.keyword === "additionalProperties" ? ` (${String(e.params.additionalProperty)})` : "";
+    return `${e.instancePath || "/"}: ${e.message ?? e.keyword}${extra}`;
+  });
+}

@@ -1,0 +1,132 @@
+import { describe, expect, test } from "bun:test";
+import type { HostInterval, OpInterval, StepTrace } from "../src/profile/types.ts";
+import {
+  aggregateOps,
+  buildBreakdown,
+  byFamily,
+  byLayer,
+  medianSplit,
+  seedVerdict,
+  splitVerdicts,
+  stepSplit,
+  unionMs,
+  type ModeSplit,
+} from "../src/report/aggregate.ts";
+import { syntheticSteps } from "./helpers/synthetic-profile.ts";
+
+function op(index: number, family: OpInterval["family"], layer: number | null, start_us: number, end_us: number): OpInterval {
+  return { index, family, layer, label: layer === null ? family : `h${layer}.${family}`, name: `${family}_k`, start_us, end_us };
+}
+const launch = (start_us: number, end_us: number): HostInterval => ({ kind: "launch", name: "cudaLaunchKernel", start_us, end_us });
+
+describe("unionMs", () => {
+  test("merges overlapping and touching intervals, counts gaps out", () => {
+    const spans = [
+      { start_us: 0, end_us: 1000 },
+      { start_us: 500, end_us: 1500 }, // overlaps the first
+      { start_us: 1500, end_us: 2000 }, // touches
+      { start_us: 3000, end_us: 3500 }, // after a 1000 µs gap
+      { start_us: 3100, end_us: 3200 }, // nested
+    ];
+    expect(unionMs(spans)).toBe(2.5);
+    expect(unionMs([])).toBe(0);
+  });
+});
+
+describe("aggregateOps", () => {
+  const steps: StepTrace[] = [
+    { mode: "eager", context: 8, host: [], ops: [op(0, "linear", 0, 0, 300), op(1, "gelu", 0, 300, 400), op(2, "linear", 1, 400, 500)] },
+    { mode: "eager", context: 8, host: [], ops: [op(0, "linear", 0, 1000, 1200), op(1, "gelu", 0, 1200, 1300), op(2, "lm_head", null, 1300, 1400)] },
+  ];
+
+  test("per family: calls, totals, per-call statistics, shares, sorted by total", () => {
+    const rows = aggregateOps(steps, byFamily);
+    expect(rows.map((r) => r.key)).toEqual(["linear", "gelu", "lm_head"]);
+    const linear = rows[0]!;
+    expect(linear.calls).toBe(3);
+    expect(linear.total_ms).toBeCloseTo(0.6, 12);
+    expect(linear.mean_ms).toBeCloseTo(0.2, 12);
+    expect(linear.median_ms).toBeCloseTo(0.2, 12);
+    expect(linear.min_ms).toBeCloseTo(0.1, 12);
+    expect(linear.max_ms).toBeCloseTo(0.3, 12);
+    expect(linear.stddev_ms).toBeCloseTo(0.1, 12);
+    expect(linear.share).toBeCloseTo(0.6 / 0.9, 12); // 0.9 ms of ops in all
+    expect(rows.reduce((a, r) => a + r.share, 0)).toBeCloseTo(1, 12);
+  });
+
+  test("per layer: blocks as h<n>, ops outside the blocks by label", () => {
+    const rows = aggregateOps(steps, byLayer);
+    expect(rows.map((r) => [r.key, r.calls])).toEqual([["h0", 4], ["h1", 1], ["lm_head", 1]]);
+  });
+
+  test("breakdown's op time is per step", () => {
+    expect(buildBreakdown(steps).op_sum_ms).toBeCloseTo(0.45, 12); // 0.9 ms over 2 steps
+  });
+});
+
+describe("stepSplit", () => {
+  test("busy is the union of overlapping ops; idle is the rest of the step", () => {
+    const step: StepTrace = {
+      mode: "eager",
+      context: 1,
+      host: [{ kind: "step", name: "step", start_us: 0, end_us: 400 }, launch(10, 60), launch(100, 150), launch(140, 200)],
+      ops: [op(0, "linear", 0, 100, 300), op(1, "gelu", 0, 250, 350), op(2, "argmax", null, 800, 1000)],
+    };
+    const s = stepSplit(step);
+    expect(s.step_ms).toBe(1);
+    expect(s.busy_ms).toBeCloseTo(0.45, 12); // [100, 350] + [800, 1000]
+    expect(s.idle_ms).toBeCloseTo(0.55, 12);
+    expect(s.host_issue_ms).toBeCloseTo(0.4, 12);
+    expect(s.launch_api_ms).toBeCloseTo(0.15, 12); // 50 + [100, 200]
+  });
+
+  test("the median split of the synthetic eager steps shows a waiting device", () => {
+    const eager = syntheticSteps().filter((s) => s.mode === "eager" && s.context === 32);
+    const s = medianSplit(eager);
+    expect(s.idle_ms / s.step_ms).toBeGreaterThan(0.5);
+    expect(s.busy_ms + s.idle_ms).toBeCloseTo(s.step_ms, 12);
+  });
+});
+
+function split(step_ms: number, busy_ms: number, launch_api_ms = 0): ModeSplit["split"] {
+  return { step_ms, busy_ms, idle_ms: step_ms - busy_ms, host_issue_ms: step_ms * 0.9, launch_api_ms };
+}
+const mode = (m: ModeSplit["mode"], s: ModeSplit["split"]): ModeSplit => ({ mode: m, context: 1000, split: s, ops_per_step: 147 });
+
+describe("splitVerdicts", () => {
+  test("one sentence per mode, with the idle share and graph saving computed from the numbers", () => {
+    const { sentences } = splitVerdicts([mode("eager", split(5.2, 1.5, 3.1)), mode("graph", split(1.8, 1.6))]);
+    expect(sentences).toHaveLength(2);
+    expect(sentences[0]!.sentence).toContain("eager (context 1000): the device is idle 71% of the 5.20 ms step");
+    expect(sentences[0]!.sentence).toContain("3.10 ms of it inside launch calls");
+    expect(sentences[1]!.sentence).toContain("graph replay removes 3.40 ms per token (65% of eager)");
+  });
+
+  test("supports launch overhead when the device idles and the graph recovers it", () => {
+    const { conclusion } = splitVerdicts([mode("eager", split(5.2, 1.5)), mode("graph", split(1.8, 1.6))]);
+    expect(conclusion).toStartWith("Is the floor launch overhead? Mostly yes");
+  });
+
+  test("says no when the device is busy and the graph changes little", () => {
+    const { conclusion, sentences } = splitVerdicts([mode("eager", split(5.0, 4.6)), mode("graph", split(4.9, 4.6))]);
+    expect(conclusion).toStartWith("Is the floor launch overhead? No");
+    expect(sentences[1]!.sentence).toContain("same time per token as eager");
+  });
+
+  test("says not launch overhead alone when the device idles but the graph does not help", () => {
+    const { conclusion } = splitVerdicts([mode("eager", split(5.0, 1.0)), mode("graph", split(4.6, 1.0))]);
+    expect(conclusion).toContain("Not launch overhead alone");
+  });
+
+  test("is undecided without a graph mode or without eager", () => {
+    expect(splitVerdicts([mode("eager", split(5.0, 1.0))]).conclusion).toContain("Untested");
+    expect(splitVerdicts([mode("graph", split(5.0, 1.0))]).conclusion).toContain("Undecided");
+  });
+});
+
+describe("seedVerdict", () => {
+  test("contrasts FLOP reduction and speedup", () => {
+    const row = { context: 1000, uncached_ms: 31, eager_ms: 5.2, graph_ms: 5.1, speedup_eager: 31 / 5.2, speedup_graph: 31 / 5.1, flop_reduction: 417.4 };
+    expect(seedVerdict(row)).toBe("At context 1000 the KV cache does 417× fewer FLOPs but the step is only 6.1× faster (31.0 ms → 5.10 ms).");
+  });
+});

@@ -1,0 +1,87 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import chalk from "chalk";
+import { questionSentence, renderReport, renderTerminalSummary } from "../src/report/markdown.ts";
+import { syntheticSummary } from "./helpers/synthetic-profile.ts";
+
+let savedLevel: typeof chalk.level;
+beforeAll(() => {
+  savedLevel = chalk.level;
+  chalk.level = 0;
+});
+afterAll(() => {
+  chalk.level = savedLevel;
+});
+
+describe("renderReport", () => {
+  const summary = syntheticSummary();
+  const report = renderReport(summary);
+
+  test("asks the question with this run's numbers", () => {
+    const row = summary.seed_table.find((r) => r.context === 32)!;
+    expect(questionSentence(summary)).toContain(`${row.flop_reduction.toFixed(0)}× fewer FLOPs`);
+    expect(report).toContain(`**The question.** ${questionSentence(summary)}`);
+  });
+
+  test("has every section in order", () => {
+    const headings = report.split("\n").filter((l) => l.startsWith("## "));
+    expect(headings).toEqual([
+      "## Verdicts",
+      "## Time per token: no cache vs KV cache",
+      "## End-to-end generation",
+      "## Where a step's time goes",
+      "## Top operations per mode",
+      "## Work model vs measured peaks",
+      "## Memory",
+      "## Tracing",
+      "## Files",
+      "## Run",
+    ]);
+  });
+
+  test("lists every verdict and the seed-style table", () => {
+    for (const v of summary.verdicts) expect(report).toContain(`- ${v}`);
+    expect(report).toContain("| context (tokens) | no cache (ms) | KV cache eager (ms) | KV cache graph (ms) | speedup eager (×) | speedup graph (×) | FLOP reduction (×) |");
+    const r = summary.seed_table[1]!;
+    expect(report).toContain(`| 32 | ${r.uncached_ms!.toFixed(3)} | ${r.eager_ms!.toFixed(3)} | ${r.graph_ms!.toFixed(3)} | ${r.speedup_eager!.toFixed(1)}× |`);
+  });
+
+  test("shows the time split, top ops per mode, work, memory, and links the files", () => {
+    expect(report).toContain("| KV cache eager | 32 | 0.132 | 0.052 | 0.080 | 60.6% |");
+    expect(report).toContain("**KV cache graph** at context 32");
+    expect(report).toContain("| linear | 16 |");
+    expect(report).toContain("Peaks: 1.00 TFLOP/s and 100.00 GB/s (synthetic)");
+    expect(report).toContain("| KV cache per token | 1.0 kB | 1.0 kB |");
+    for (const f of ["latency.svg", "breakdown.svg", "trace.json", "kernels.csv", "summary.json"]) expect(report).toContain(`](${f})`);
+  });
+
+  test("names machine, device, date and command; escapes HTML in names but not in the command", () => {
+    expect(report).toContain("device: Synthetic GPU &lt;sm_90&gt; &amp; co (cuda); 2025-01-02T03:04:05.000Z");
+    expect(report).toContain("```sh\nbun run profile --modes uncached,eager,graph --contexts 4,32\n```");
+    expect(report).not.toContain("<sm_90>");
+  });
+
+  test("copes with missing measurements", () => {
+    const s = syntheticSummary();
+    s.seed_table = s.seed_table.map((r) => ({ ...r, uncached_ms: null, speedup_eager: null, speedup_graph: null }));
+    s.regimes = [];
+    for (const p of s.points) delete p.split;
+    const text = renderReport(s);
+    expect(text).toContain("is the per-token floor launch overhead?");
+    expect(text).toContain("| 4 | – |");
+    expect(text).toContain("_No per-kernel regimes");
+  });
+});
+
+describe("renderTerminalSummary", () => {
+  test("prints the question, the tables with units and the verdicts", () => {
+    const s = syntheticSummary();
+    const text = renderTerminalSummary(s);
+    expect(text).toStartWith(questionSentence(s));
+    expect(text).toContain("context (tokens)  no cache (ms)");
+    expect(text).toContain("Where a step's time goes");
+    expect(text).toContain("Top operations: KV cache eager at context 32");
+    expect(text).toContain("Op time total per step: 52.000 us");
+    for (const v of s.verdicts) expect(text).toContain(`• ${v}`);
+    expect(text).toContain("Synthetic GPU <sm_90> & co");
+  });
+});
