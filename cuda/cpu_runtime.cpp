@@ -148,6 +148,8 @@ int be_mem_info(uint64_t* out) {
 
 uint64_t cpu_allocated_bytes(void) { return g_allocated_bytes.load(); }
 
+int64_t cpu_now_ns(void) { return now_ns(); }
+
 int cpu_threads(void) { return omp_get_max_threads(); }
 
 void cpu_set_threads(int n) {

@@ -17,8 +17,8 @@ export interface RecordedStep {
   runNative(n?: number): void;
   /** CUDA graph replay, `n` back to back with no host sync; undefined where graphs don't exist */
   readonly runGraph?: (n?: number) => void;
-  /** kernel nodes in the captured graph (CUDA) */
-  readonly graphNodes?: number;
+  /** kernel nodes in the captured graph (CUDA; captures it if needed) */
+  readonly graphKernelNodes?: () => number;
   destroy(): void;
 }
 

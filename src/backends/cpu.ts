@@ -11,6 +11,7 @@ import { NativeBackend, openLibrary } from "./native.ts";
 /** cpu_runtime.h as called from TypeScript */
 interface CpuSymbols {
   cpu_allocated_bytes(): number | bigint;
+  cpu_now_ns(): number | bigint;
   cpu_threads(): number;
   cpu_set_threads(n: number): void;
   cpu_measure_read_bandwidth(bytes: number, iters: number): number;
@@ -87,6 +88,11 @@ export class CpuBackend extends NativeBackend {
       records.push({ code: Number(raw[3 * i]), startNs: Number(raw[3 * i + 1]), endNs: Number(raw[3 * i + 2]) });
     }
     return { records, dropped: this.cpu.prof_dropped() };
+  }
+
+  /** the op timers' clock (CLOCK_MONOTONIC), ns */
+  nowNs(): number {
+    return Number(this.cpu.cpu_now_ns());
   }
 
   measureReadBandwidth(bytes: number, iters: number): number {

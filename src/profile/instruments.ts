@@ -1,0 +1,199 @@
+// How a step is timed and traced on each backend. The CPU: wall clock and the native per-op timers.
+// CUDA: events around the step, CUPTI kernel and launch-API records inside it.
+import type { Backend } from "../backends/backend.ts";
+import { CpuBackend } from "../backends/cpu.ts";
+import { CudaBackend } from "../backends/cuda.ts";
+import { CuptiTracer, type RawApiRecord, type RawKernelRecord } from "../native/cupti.ts";
+import { FAMILY_OF_CODE, OP_CODES, type PlanOp } from "../plan.ts";
+import type { HostInterval, OpFamily, OpInterval, StepTrace, StudyMode } from "./types.ts";
+
+export interface TimedStep {
+  /** device time of the step (CUDA events; the wall time on the CPU) */
+  deviceMs: number;
+  /** host wall time from issuing to completion */
+  hostMs: number;
+  /** host time until the issuing call returned */
+  issueMs: number;
+}
+
+export interface Peaks {
+  bytes_per_s: number;
+  flops_per_s: number;
+  how_measured: string;
+}
+
+export interface TraceResult {
+  steps: StepTrace[];
+  dropped: number;
+  /** steps whose op records did not line up one-to-one with the plan */
+  mismatched: number;
+}
+
+export interface Instrument {
+  readonly backend: Backend;
+  readonly tracingNote: string;
+  readonly canTrace: boolean;
+  /** times one step issued by `run` */
+  time(run: () => void): TimedStep;
+  /** runs `count` steps (each after `before`) with op tracing on */
+  trace(run: () => void, before: () => void, count: number, ops: PlanOp[], mode: StudyMode, context: number): TraceResult;
+  measurePeaks(): Peaks;
+  close(): void;
+}
+
+const nowMs = () => Bun.nanoseconds() / 1e6;
+
+/** Fills an op interval's plan fields. */
+function opInterval(op: PlanOp, index: number, name: string, startUs: number, endUs: number): OpInterval {
+  return { index, family: op.family, layer: op.layer, label: op.label, name, start_us: startUs, end_us: endUs };
+}
+
+export class CpuInstrument implements Instrument {
+  readonly canTrace = true;
+  readonly tracingNote = "native per-op timers (CLOCK_MONOTONIC) in the CPU library";
+  private readonly originNs: number;
+
+  constructor(readonly backend: CpuBackend) {
+    this.originNs = backend.nowNs();
+  }
+
+  time(run: () => void): TimedStep {
+    const t0 = nowMs();
+    run();
+    const ms = nowMs() - t0;
+    return { deviceMs: ms, hostMs: ms, issueMs: ms };
+  }
+
+  trace(run: () => void, before: () => void, count: number, ops: PlanOp[], mode: StudyMode, context: number): TraceResult {
+    const us = (ns: number) => (ns - this.originNs) / 1e3;
+    const hosts: HostInterval[] = [];
+    this.backend.startTimers();
+    for (let i = 0; i < count; i++) {
+      before();
+      const h0 = this.backend.nowNs();
+      run();
+      hosts.push({ kind: "step", name: `step (${mode})`, start_us: us(h0), end_us: us(this.backend.nowNs()) });
+    }
+    const { records, dropped } = this.backend.stopTimers();
+    const steps: StepTrace[] = [];
+    let mismatched = 0;
+    for (let i = 0; i < count; i++) {
+      const mine = records.slice(i * ops.length, (i + 1) * ops.length);
+      if (mine.length !== ops.length || mine.some((r, k) => FAMILY_OF_CODE[r.code] !== ops[k]!.family)) mismatched++;
+      steps.push({
+        mode, context, host: [hosts[i]!],
+        ops: mine.map((r, k) => opInterval(ops[k]!, k, `op_${ops[k]!.family}`, us(r.startNs), us(r.endNs))),
+      });
+    }
+    return { steps, dropped, mismatched };
+  }
+
+  measurePeaks(): Peaks {
+    const bytes = this.backend.measureReadBandwidth(512 * 2 ** 20, 8);
+    const flops = this.backend.measureFp32Peak(5);
+    return {
+      bytes_per_s: bytes,
+      flops_per_s: flops,
+      how_measured: `read bandwidth: best of 8 passes summing 512 MiB on ${this.backend.threads} threads; fp32: 64 independent FMA chains per thread, best of 5`,
+    };
+  }
+
+  close(): void {}
+}
+
+const FAMILIES = Object.keys(OP_CODES) as OpFamily[];
+
+/** The op family a kernel belongs to: kernels carry their family in their name (`linear_matvec_kernel`, …). */
+export function kernelFamily(name: string): OpFamily | null {
+  const base = name.replace(/\(.*$/, "");
+  return FAMILIES.find((f) => base.includes(f)) ?? null;
+}
+
+export class CudaInstrument implements Instrument {
+  readonly canTrace: boolean;
+  readonly tracingNote: string;
+  private readonly tracer: CuptiTracer | null;
+  private readonly events;
+
+  constructor(readonly backend: CudaBackend) {
+    this.events = backend.eventTimer();
+    const t = backend.kind === "cuda" ? CuptiTracer.open() : { error: "CUPTI needs a GPU (emulated backend)" };
+    this.tracer = t instanceof CuptiTracer ? t : null;
+    this.canTrace = this.tracer !== null;
+    this.tracingNote = this.tracer ? "CUPTI activity records (concurrent kernels, runtime API)" : (t as { error: string }).error;
+  }
+
+  time(run: () => void): TimedStep {
+    const t0 = nowMs();
+    this.events.begin();
+    run();
+    const issueMs = nowMs() - t0;
+    this.events.finish();
+    const deviceMs = this.events.ms();
+    return { deviceMs, hostMs: nowMs() - t0, issueMs };
+  }
+
+  trace(run: () => void, before: () => void, count: number, ops: PlanOp[], mode: StudyMode, context: number): TraceResult {
+    const tracer = this.tracer!;
+    tracer.clear();
+    tracer.start({ runtime: true });
+    const windows: Array<[number, number]> = [];
+    for (let i = 0; i < count; i++) {
+      before();
+      this.backend.synchronize();
+      const h0 = tracer.now_ns();
+      run();
+      const h1 = tracer.now_ns();
+      this.backend.synchronize();
+      windows.push([h0, h1]);
+    }
+    tracer.stop();
+    const kernels = tracer.kernels().sort((a, b) => a.start_ns - b.start_ns);
+    const api = tracer.apiCalls();
+    const steps: StepTrace[] = [];
+    let mismatched = 0;
+    windows.forEach(([h0, h1], i) => {
+      const end = windows[i + 1]?.[0] ?? Infinity;
+      const mine = kernels.filter((k) => k.start_ns >= h0 && k.start_ns < end);
+      if (mine.length !== ops.length || mine.some((k, j) => kernelFamily(k.name) !== ops[j]!.family)) mismatched++;
+      const launches = api.filter((a) => a.start_ns >= h0 && a.end_ns <= h1 && /Launch/.test(a.name));
+      steps.push({ mode, context, host: this.hostIntervals(mode, h0, h1, launches), ops: this.opIntervals(mine, ops) });
+    });
+    return { steps, dropped: tracer.dropped(), mismatched };
+  }
+
+  private hostIntervals(mode: StudyMode, h0: number, h1: number, launches: RawApiRecord[]): HostInterval[] {
+    return [
+      { kind: "step", name: `step (${mode})`, start_us: h0 / 1e3, end_us: h1 / 1e3 },
+      ...launches.map((a): HostInterval => ({ kind: "launch", name: a.name, start_us: a.start_ns / 1e3, end_us: a.end_ns / 1e3, correlation: a.correlation })),
+    ];
+  }
+
+  private opIntervals(kernels: RawKernelRecord[], ops: PlanOp[]): OpInterval[] {
+    return kernels.slice(0, ops.length).map((k, j) => ({
+      ...opInterval(ops[j]!, j, k.name.replace(/\(.*$/, ""), k.start_ns / 1e3, k.end_ns / 1e3),
+      grid: k.grid, block: k.block, registers: k.registers,
+      shared_bytes: k.static_shared_bytes + k.dynamic_shared_bytes, correlation: k.correlation,
+    }));
+  }
+
+  measurePeaks(): Peaks {
+    const iters = this.backend.kind === "emu" ? 1 : 20;
+    const bytes = this.backend.kind === "emu" ? 2 ** 20 : 2 ** 30;
+    return {
+      bytes_per_s: this.backend.measureCopyBandwidth(bytes, iters),
+      flops_per_s: this.backend.measureFp32Peak(),
+      how_measured: `device-to-device copy of ${bytes / 2 ** 20} MiB (read + write bytes), median of ${iters}; fp32 FMA kernel filling every SM`,
+    };
+  }
+
+  close(): void {
+    this.events.destroy();
+  }
+}
+
+export function instrumentFor(backend: Backend): Instrument {
+  if (backend instanceof CpuBackend) return new CpuInstrument(backend);
+  if (backend instanceof CudaBackend) return new CudaInstrument(backend);
+  throw new Error(`no instrument for backend ${backend.kind}`);
+}

@@ -1,0 +1,211 @@
+// The decode-floor study: for every context and launch mode, fill the KV cache to that context for real,
+// then time decode steps there (and the uncached baseline's full recompute), trace the ops of a few of
+// them, generate end to end, and measure the cache's memory.
+import type { Backend } from "../backends/backend.ts";
+import type { GPT2Weights } from "../model/weights.ts";
+import { cacheBytes } from "../run/model-buffers.ts";
+import { Session } from "../run/session.ts";
+import { summarize } from "../report/stats.ts";
+import type { Instrument, TimedStep } from "./instruments.ts";
+import type { EndToEnd, LaunchMode, MemoryReport, StepTrace, Stats, StudyMode } from "./types.ts";
+
+export interface StudyOptions {
+  modes: StudyMode[];
+  contexts: number[];
+  repeats: number;
+  warmup: number;
+  /** trace ops (CUPTI / native timers) */
+  kernels: boolean;
+  /** traced steps per (mode, context) */
+  tracedSteps: number;
+  e2e: { promptTokens: number; newTokens: number };
+  seed: number;
+  onProgress?: (done: number, total: number, what: string) => void;
+}
+
+export interface Measured {
+  mode: StudyMode;
+  context: number;
+  device_ms: Stats;
+  host_ms: Stats;
+  issue_ms: Stats;
+  /** median step time with op tracing on (for the tracing overhead) */
+  traced_ms: number | null;
+}
+
+export interface StudyResult {
+  measured: Measured[];
+  traces: StepTrace[];
+  dropped: number;
+  mismatched: number;
+  endToEnd: EndToEnd[];
+  memory: MemoryReport;
+}
+
+const nowMs = () => Bun.nanoseconds() / 1e6;
+
+/** A deterministic prompt of n token ids. */
+function promptOf(n: number, vocab: number, seed: number): number[] {
+  return Array.from({ length: n }, (_, i) => (Math.imul(i + 1 + seed, 2654435761) >>> 0) % vocab);
+}
+
+export class Study {
+  readonly session: Session;
+  private readonly memoryBefore: number;
+
+  constructor(readonly backend: Backend, readonly instrument: Instrument, readonly weights: GPT2Weights, readonly opts: StudyOptions) {
+    this.memoryBefore = backend.memInfo().free;
+    this.session = new Session(backend, weights);
+  }
+
+  run(): StudyResult {
+    const memory = this.measureMemory();
+    const measured: Measured[] = [];
+    const traces: StepTrace[] = [];
+    let dropped = 0;
+    let mismatched = 0;
+    const cachedModes = this.opts.modes.filter((m): m is LaunchMode => m !== "uncached");
+    const total = this.opts.contexts.length * this.opts.modes.length + this.opts.modes.length;
+    let done = 0;
+    for (const context of this.opts.contexts) {
+      for (const mode of [...cachedModes, ...(this.opts.modes.includes("uncached") ? ["uncached" as const] : [])]) {
+        this.opts.onProgress?.(done++, total, `${mode} @ ${context}`);
+        const m = this.measurePoint(mode, context);
+        measured.push(m.measured);
+        traces.push(...m.traces);
+        dropped += m.dropped;
+        mismatched += m.mismatched;
+      }
+    }
+    const endToEnd = this.opts.modes.map((mode) => {
+      this.opts.onProgress?.(done++, total, `end to end, ${mode}`);
+      return this.endToEnd(mode);
+    });
+    this.opts.onProgress?.(total, total, "done");
+    return { measured, traces, dropped, mismatched, endToEnd, memory };
+  }
+
+  /** How a step in `mode` at `context` is issued, and what must be reset before each so the context stays put. */
+  private stepAt(mode: StudyMode, context: number): { run: () => void; before: () => void; ops: ReturnType<Session["step"]>["ops"] } {
+    const s = this.session;
+    if (mode === "uncached") {
+      // the whole sequence of context + 1 tokens recomputed from position 0
+      const step = s.step(context + 1);
+      return { run: () => step.runEager(), before: () => s.setPosition(0), ops: step.ops };
+    }
+    const step = s.step(1);
+    const native = mode === "eager" ? null : step.native();
+    const run = mode === "eager" ? () => step.runEager() : mode === "eager-native" ? () => native!.runNative(1) : () => native!.runGraph!(1);
+    return { run, before: () => s.setPosition(context), ops: step.ops };
+  }
+
+  private measurePoint(mode: StudyMode, context: number) {
+    const { repeats, warmup, kernels, tracedSteps } = this.opts;
+    const s = this.session;
+    // the cache really holds `context` tokens: prefill them, then every timed step decodes at position `context`
+    s.prefill(promptOf(context, s.config.vocab_size, this.opts.seed));
+    s.backend.synchronize();
+    const { run, before, ops } = this.stepAt(mode, context);
+    const timeOne = (): TimedStep => {
+      before();
+      s.backend.synchronize();
+      return this.instrument.time(run);
+    };
+    for (let i = 0; i < warmup; i++) timeOne();
+    const samples = Array.from({ length: repeats }, timeOne);
+    let traced: ReturnType<Instrument["trace"]> | null = null;
+    let tracedMs: number | null = null;
+    if (kernels && this.instrument.canTrace) {
+      traced = this.instrument.trace(run, before, tracedSteps, ops, mode, context);
+      const spans = traced.steps.map((t) => {
+        const host = t.host[0]!;
+        const end = Math.max(host.end_us, ...t.ops.map((o) => o.end_us));
+        return (end - host.start_us) / 1e3;
+      });
+      tracedMs = summarize(spans).median;
+    }
+    return {
+      measured: {
+        mode, context,
+        device_ms: summarize(samples.map((x) => x.deviceMs)),
+        host_ms: summarize(samples.map((x) => x.hostMs)),
+        issue_ms: summarize(samples.map((x) => x.issueMs)),
+        traced_ms: tracedMs,
+      },
+      traces: traced?.steps ?? [],
+      dropped: traced?.dropped ?? 0,
+      mismatched: traced?.mismatched ?? 0,
+    };
+  }
+
+  /** Generates newTokens from a promptTokens prompt: prefill, then back-to-back steps with no host sync between. */
+  private endToEnd(mode: StudyMode): EndToEnd {
+    const { promptTokens, newTokens } = this.opts.e2e;
+    const s = this.session;
+    const prompt = promptOf(promptTokens, s.config.vocab_size, this.opts.seed);
+    s.backend.synchronize();
+    const t0 = nowMs();
+    if (mode === "uncached") {
+      s.setSequence(prompt);
+      for (let i = 0; i < newTokens; i++) {
+        s.setPosition(0);
+        s.run(promptTokens + i, "eager");
+      }
+    } else {
+      s.prefill(prompt);
+      const step = s.step(1);
+      if (mode === "eager") for (let i = 1; i < newTokens; i++) step.runEager();
+      else if (mode === "eager-native") step.native().runNative(newTokens - 1);
+      else step.native().runGraph!(newTokens - 1);
+    }
+    s.backend.synchronize();
+    const total_ms = nowMs() - t0;
+    if (s.position() !== promptTokens + newTokens - 1) {
+      throw new Error(`end-to-end ${mode}: the position ended at ${s.position()}, not ${promptTokens + newTokens - 1}`);
+    }
+    return { mode, prompt_tokens: promptTokens, new_tokens: newTokens, total_ms, per_token_ms: total_ms / newTokens };
+  }
+
+  /**
+   * KV-cache memory, measured: the session (weights, cache, activations) is resident and a warm-up step
+   * has run, so library workspaces are already allocated; then a second cache of n_positions tokens is
+   * allocated and the backend's free memory read before and after.
+   */
+  private measureMemory(): MemoryReport {
+    const s = this.session;
+    const cfg = s.config;
+    s.prefill(promptOf(Math.min(8, cfg.n_positions - 1), cfg.vocab_size, this.opts.seed));
+    s.run(1, "eager");
+    s.backend.synchronize();
+    const afterWarmup = this.backend.memInfo().free;
+    const extra = this.backend.alloc(cacheBytes(cfg));
+    this.backend.fill32(extra, 0); // touch every page: host memory is committed on first write
+    this.backend.synchronize();
+    const afterCache = this.backend.memInfo().free;
+    this.backend.free(extra);
+    const a = s.resident.allocations;
+    const perTokenFormula = 2 * cfg.n_layer * cfg.n_embd * 4;
+    const measuredCache = this.memoryBefore === 0 ? 0 : afterWarmup - afterCache;
+    const weightBytes = a.weights.bytes;
+    const ownBytes = a.weights.bytes + a.cache.bytes + a.activations.bytes;
+    const tokensToWeights = weightBytes / perTokenFormula;
+    return {
+      weight_bytes: weightBytes,
+      kv_bytes_per_token_formula: perTokenFormula,
+      kv_bytes_per_token_measured: measuredCache / cfg.n_positions,
+      kv_cache_tokens: cfg.n_positions,
+      kv_cache_bytes_formula: perTokenFormula * cfg.n_positions,
+      kv_cache_bytes_measured: measuredCache,
+      workspace_bytes: Math.max(0, this.memoryBefore - afterWarmup - ownBytes),
+      how_measured:
+        `${this.backend.kind === "cpu" ? "host MemAvailable" : "cudaMemGetInfo free bytes"} before and after allocating and ` +
+        `touching a second ${cfg.n_positions}-token cache, after a warm-up step; workspace = (free before the session − free after ` +
+        `the warm-up) − (weights + cache + activations the session allocated)`,
+      crossover: [1, 2, 4, 8, 16, 32, 64].map((batch) => ({ batch, context: Math.ceil(tokensToWeights / batch) })),
+    };
+  }
+
+  close(): void {
+    this.session.close();
+  }
+}
