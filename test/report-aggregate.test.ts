@@ -126,7 +126,7 @@ describe("splitVerdicts", () => {
 
 describe("seedVerdict", () => {
   test("contrasts FLOP reduction and speedup", () => {
-    const row = { context: 1000, uncached_ms: 31, eager_ms: 5.2, graph_ms: 5.1, speedup_eager: 31 / 5.2, speedup_graph: 31 / 5.1, flop_reduction: 417.4 };
+    const row = { context: 1000, uncached_ms: 31, eager_ms: 5.2, graph_ms: 5.1, native_ms: null, speedup_eager: 31 / 5.2, speedup_graph: 31 / 5.1, flop_reduction: 417.4 };
     expect(seedVerdict(row)).toBe("At context 1000 the KV cache does 417× fewer FLOPs but the step is only 6.1× faster (31.0 ms → 5.10 ms).");
   });
 });

@@ -40,9 +40,9 @@ describe("renderReport", () => {
 
   test("lists every verdict and the seed-style table", () => {
     for (const v of summary.verdicts) expect(report).toContain(`- ${v}`);
-    expect(report).toContain("| context (tokens) | no cache (ms) | KV cache eager (ms) | KV cache graph (ms) | speedup eager (×) | speedup graph (×) | FLOP reduction (×) |");
+    expect(report).toContain("| context (tokens) | no cache (ms) | KV cache eager (ms) | KV cache graph (ms) | KV cache eager-native (ms) | speedup eager (×) | speedup graph (×) | FLOP reduction (×) |");
     const r = summary.seed_table[1]!;
-    expect(report).toContain(`| 32 | ${r.uncached_ms!.toFixed(3)} | ${r.eager_ms!.toFixed(3)} | ${r.graph_ms!.toFixed(3)} | ${r.speedup_eager!.toFixed(1)}× |`);
+    expect(report).toContain(`| 32 | ${r.uncached_ms!.toFixed(3)} | ${r.eager_ms!.toFixed(3)} | ${r.graph_ms!.toFixed(3)} | – | ${r.speedup_eager!.toFixed(1)}× |`);
   });
 
   test("shows the time split, top ops per mode, work, memory, and links the files", () => {

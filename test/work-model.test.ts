@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import type { GPT2Config } from "../src/model/config.ts";
+import { kvCacheBytesPerToken, parameterCount, type GPT2Config } from "../src/model/config.ts";
 import type { OpWork } from "../src/profile/types.ts";
 import { decodeStep, type LayerBuffers, type ModelBuffers } from "../src/plan.ts";
 import {
@@ -7,8 +7,6 @@ import {
   cachedStepWork,
   classifyRegime,
   flopReduction,
-  kvBytesPerToken,
-  parameterCount,
   rooflineUs,
   stepWork,
   sumWork,
@@ -108,8 +106,8 @@ describe("cached step of GPT-2 small at 1,000 tokens of context", () => {
   });
 
   test("KV bytes are the cache rows read by attention plus the row appended", () => {
-    expect(kvBytesPerToken(gpt2)).toBe(2 * 12 * 768 * 4);
-    expect(total.kv_bytes).toBe(kvBytesPerToken(gpt2) * (ctx + 1) + kvBytesPerToken(gpt2));
+    expect(kvCacheBytesPerToken(gpt2)).toBe(2 * 12 * 768 * 4);
+    expect(total.kv_bytes).toBe(kvCacheBytesPerToken(gpt2) * (ctx + 1) + kvCacheBytesPerToken(gpt2));
   });
 });
 

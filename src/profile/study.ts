@@ -44,6 +44,11 @@ export interface StudyResult {
 
 const nowMs = () => Bun.nanoseconds() / 1e6;
 
+/** Units of progress in a study: every (context, mode) point, then one end-to-end run per mode. */
+export function studyUnits(opts: Pick<StudyOptions, "contexts" | "modes">): number {
+  return opts.contexts.length * opts.modes.length + opts.modes.length;
+}
+
 /** A deterministic prompt of n token ids. */
 function promptOf(n: number, vocab: number, seed: number): number[] {
   return Array.from({ length: n }, (_, i) => (Math.imul(i + 1 + seed, 2654435761) >>> 0) % vocab);
@@ -65,7 +70,7 @@ export class Study {
     let dropped = 0;
     let mismatched = 0;
     const cachedModes = this.opts.modes.filter((m): m is LaunchMode => m !== "uncached");
-    const total = this.opts.contexts.length * this.opts.modes.length + this.opts.modes.length;
+    const total = studyUnits(this.opts);
     let done = 0;
     for (const context of this.opts.contexts) {
       for (const mode of [...cachedModes, ...(this.opts.modes.includes("uncached") ? ["uncached" as const] : [])]) {

@@ -139,6 +139,8 @@ export interface SeedRow {
   uncached_ms: number | null;
   eager_ms: number | null;
   graph_ms: number | null;
+  /** the cached step issued natively in one call (the CPU's replay) */
+  native_ms: number | null;
   /** uncached / eager and uncached / graph */
   speedup_eager: number | null;
   speedup_graph: number | null;

@@ -170,19 +170,6 @@ export function flopReduction(cfg: GPT2Config, context: number): number {
   return sumWork(uncachedStepWork(cfg, context)).flops / sumWork(cachedStepWork(cfg, context)).flops;
 }
 
-/** Parameters of the model (wte counted once: the LM head is tied to it). */
-export function parameterCount(cfg: GPT2Config): number {
-  const C = cfg.n_embd;
-  const H = MLP_EXPANSION * C;
-  const perBlock = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (C * H + H) + (H * C + C);
-  return cfg.vocab_size * C + cfg.n_positions * C + cfg.n_layer * perBlock + 2 * C;
-}
-
-/** KV cache bytes per token of context: a key and a value row of C floats in every layer. */
-export function kvBytesPerToken(cfg: GPT2Config): number {
-  return 2 * cfg.n_layer * cfg.n_embd * BYTES_PER_FLOAT;
-}
-
 export type Regime = "launch-bound" | "memory-bound" | "compute-bound";
 
 export interface Peaks {

@@ -199,7 +199,8 @@ export function splitVerdicts(modes: readonly ModeSplit[]): { sentences: { mode:
 
 /** The seed question at one context: FLOP reduction against time reduction. */
 export function seedVerdict(row: SeedRow): string {
-  const cached = row.graph_ms !== null && row.eager_ms !== null ? Math.min(row.graph_ms, row.eager_ms) : (row.graph_ms ?? row.eager_ms);
+  const measured = [row.graph_ms, row.eager_ms, row.native_ms].filter((x): x is number => x !== null);
+  const cached = measured.length ? Math.min(...measured) : null;
   if (row.uncached_ms === null || cached === null) {
     return `At context ${row.context} the KV cache does ${row.flop_reduction.toFixed(0)}× fewer FLOPs; the times to compare were not measured.`;
   }

@@ -97,6 +97,7 @@ const seedRow = object({
   uncached_ms: nullableNumber,
   eager_ms: nullableNumber,
   graph_ms: nullableNumber,
+  native_ms: nullableNumber,
   speedup_eager: nullableNumber,
   speedup_graph: nullableNumber,
   flop_reduction: nonNegative,

@@ -1,7 +1,8 @@
 // Synthetic, deterministic profile data for the report tests: traced steps of a tiny GPT-2 on a
 // pretend GPU (eager: the device waits for each launch; graph: kernels back to back) and the
 // ProfileSummary assembled from them with the real aggregation and work model.
-import type { GPT2Config } from "../../src/model/config.ts";
+import { kvCacheBytesPerToken, parameterCount, type GPT2Config } from "../../src/model/config.ts";
+import { seedTable } from "../../src/profile/summary.ts";
 import type {
   HostInterval,
   OpFamily,
@@ -18,8 +19,6 @@ import {
   cachedStepWork,
   classifyRegime,
   flopReduction,
-  kvBytesPerToken,
-  parameterCount,
   stepWork,
   sumWork,
   uncachedStepWork,
@@ -173,23 +172,6 @@ function studyPoint(cfg: GPT2Config, steps: StepTrace[], mode: StudyMode, contex
   };
 }
 
-function seedRow(cfg: GPT2Config, points: StudyPoint[], context: number): SeedRow {
-  const at = (mode: StudyMode) => points.find((p) => p.mode === mode && p.context === context)?.device_ms.median ?? null;
-  const uncached_ms = at("uncached");
-  const eager_ms = at("eager");
-  const graph_ms = at("graph");
-  const ratio = (a: number | null, b: number | null) => (a !== null && b !== null ? a / b : null);
-  return {
-    context,
-    uncached_ms,
-    eager_ms,
-    graph_ms,
-    speedup_eager: ratio(uncached_ms, eager_ms),
-    speedup_graph: ratio(uncached_ms, graph_ms),
-    flop_reduction: flopReduction(cfg, context),
-  };
-}
-
 /** A complete ProfileSummary drawn from `steps` (defaults to syntheticSteps()). */
 export function syntheticSummary(steps: StepTrace[] = syntheticSteps(), cfg: GPT2Config = tinyConfig): ProfileSummary {
   const points = syntheticModes.flatMap((mode) => syntheticContexts.map((context) => studyPoint(cfg, steps, mode, context)));
@@ -199,9 +181,9 @@ export function syntheticSummary(steps: StepTrace[] = syntheticSteps(), cfg: GPT
     atLast.map((p) => ({ mode: p.mode, context: p.context, split: p.split!, ops_per_step: stepsOf(steps, p.mode, p.context)[0]!.ops.length })),
   );
   for (const p of atLast) p.split!.verdict = sentences.find((s) => s.mode === p.mode)!.sentence;
-  const seed_table = syntheticContexts.map((c) => seedRow(cfg, points, c));
+  const seed_table = seedTable(cfg, points, syntheticContexts);
   const weight_bytes = 4 * parameterCount(cfg);
-  const kvPerToken = kvBytesPerToken(cfg);
+  const kvPerToken = kvCacheBytesPerToken(cfg);
   return {
     schema_version: 1,
     tool: { name: "decode-floor", version: "0.1.0" },

@@ -1,0 +1,121 @@
+// bun run profile — the decode-floor study: eager vs graph over a context sweep, per-kernel breakdowns,
+// where the step's time goes, FLOPs/bytes against measured peaks, KV memory; results under profiles/.
+import { join } from "node:path";
+
+import yargs from "yargs";
+import { hideBin } from "yargs/helpers";
+
+import type { Backend } from "../backends/backend.ts";
+import { BACKEND_CHOICES, openBackend, type BackendChoice } from "../backends/select.ts";
+import { runCli, UserError } from "../errors.ts";
+import { instrumentFor } from "../profile/instruments.ts";
+import { Study, studyUnits, type StudyOptions } from "../profile/study.ts";
+import { buildSummary } from "../profile/summary.ts";
+import type { StudyMode } from "../profile/types.ts";
+import { renderTerminalSummary } from "../report/markdown.ts";
+import { createProgress } from "../report/progress.ts";
+import { writeProfileOutputs } from "../report/write.ts";
+import { ROOT } from "../native/build.ts";
+import { configureColour, failOnBadFlags, intFlag, loadWeights } from "./common.ts";
+
+const MODE_CHOICES = ["eager", "eager-native", "graph", "all"] as const;
+/** 8, 16, …, 1024 and the seed's 10, 100, 500, 1000 */
+const GPU_CONTEXTS = [8, 10, 16, 32, 64, 100, 128, 256, 500, 512, 1000, 1024];
+/** a shorter sweep so that the default CPU run ends in minutes on 2 cores (the uncached step grows with context) */
+const CPU_CONTEXTS = [8, 10, 16, 32, 64, 100, 128];
+const E2E_PROMPT = 8;
+const E2E_NEW_GPU = 1016;
+const E2E_NEW_CPU = 56;
+
+function modesFor(choice: (typeof MODE_CHOICES)[number], backend: Backend): StudyMode[] {
+  if (choice === "all") return ["uncached", ...backend.modes];
+  if (!backend.modes.includes(choice)) {
+    throw new UserError(`mode ${choice} is not available on the ${backend.kind} backend (available: ${backend.modes.join(", ")}, all)`);
+  }
+  return [choice];
+}
+
+/** Contexts to sweep: the user's (each must fit: a cached step at context c writes position c < n_positions), or the defaults capped. */
+function contextsFor(flag: string | undefined, backend: Backend, nPositions: number, note: (s: string) => void): number[] {
+  const max = nPositions - 1;
+  if (flag !== undefined) {
+    const list = flag.split(",").map((s) => s.trim());
+    const values = list.map((s) => {
+      const n = Number(s);
+      if (!/^\d+$/.test(s) || n < 1) throw new UserError(`--contexts: ${JSON.stringify(s)} is not a positive integer (e.g. --contexts 8,64,512)`);
+      if (n > max) throw new UserError(`--contexts: ${n} is impossible for this model: a cached step at context c writes position c, and n_positions is ${nPositions} (largest context ${max})`);
+      return n;
+    });
+    return [...new Set(values)].sort((a, b) => a - b);
+  }
+  const defaults = backend.kind === "cuda" ? GPU_CONTEXTS : CPU_CONTEXTS;
+  const capped = [...new Set(defaults.map((c) => Math.min(c, max)))].sort((a, b) => a - b);
+  if (defaults.some((c) => c > max)) note(`note: contexts capped at ${max} (n_positions ${nPositions} minus the new token)`);
+  return capped;
+}
+
+function defaultOutDir(backend: Backend, mode: string): string {
+  const date = new Date().toISOString().slice(0, 10);
+  return join(ROOT, "profiles", `${date}-${backend.kind}-${mode}`);
+}
+
+await runCli(async () => {
+  configureColour();
+  const argv = await yargs(hideBin(process.argv))
+    .scriptName("bun run profile")
+    .usage("$0 [options]: where the time of a generated token goes, eager vs graph, over a context sweep")
+    .option("mode", { choices: MODE_CHOICES, default: "all" as const, describe: "launch mode of the cached step; all = every mode plus the uncached baseline" })
+    .option("backend", { choices: BACKEND_CHOICES, default: "auto" as BackendChoice, describe: "cuda, cpu, auto (cuda if available), emu (the CUDA sources on the CPU)" })
+    .option("model", { type: "string", describe: "Hugging Face GPT-2 directory; default: GPT-2 small shapes, seeded random weights" })
+    .option("contexts", { type: "string", describe: "comma-separated context lengths (default 8,10,16,…,1000,1024 on a GPU, capped by n_positions; 8…128 on the CPU)" })
+    .option("repeats", { type: "number", describe: "timed steps per point (default 50 on a GPU, 10 on the CPU)" })
+    .option("warmup", { type: "number", describe: "untimed steps before each point (default 10 on a GPU, 2 on the CPU)" })
+    .option("traced-steps", { type: "number", default: 5, describe: "steps traced per point for the per-kernel breakdown" })
+    .option("e2e-tokens", { type: "number", describe: `tokens generated end to end from an ${E2E_PROMPT}-token prompt (default ${E2E_NEW_GPU} on a GPU, ${E2E_NEW_CPU} on the CPU)` })
+    .option("out", { type: "string", describe: "output directory (default profiles/<date>-<backend>-<mode>/)" })
+    .option("json", { type: "boolean", default: false, describe: "print summary.json to stdout (tables and progress stay off stdout)" })
+    .option("kernels", { type: "boolean", default: true, describe: "trace every op (CUPTI on the GPU, native timers on the CPU); --no-kernels skips it" })
+    .option("seed", { type: "number", default: 0, describe: "seed of the random weights and prompts" })
+    .option("threads", { type: "number", describe: "CPU backend threads" })
+    .strict()
+    .help()
+    .fail(failOnBadFlags)
+    .parse();
+
+  const say = (line: string) => process.stderr.write(`${line}\n`);
+  const threads = argv.threads === undefined ? undefined : intFlag("threads", argv.threads, 1, 1024);
+  const backend = await openBackend(argv.backend, { threads, note: say });
+  const gpu = backend.kind === "cuda";
+  const modes = modesFor(argv.mode, backend);
+  const weights = loadWeights(argv.model, intFlag("seed", argv.seed, 0), say);
+  const cfg = weights.config;
+  const e2eMax = cfg.n_positions - E2E_PROMPT;
+  const opts: StudyOptions = {
+    modes,
+    contexts: contextsFor(argv.contexts, backend, cfg.n_positions, say),
+    repeats: intFlag("repeats", argv.repeats ?? (gpu ? 50 : 10), 1),
+    warmup: intFlag("warmup", argv.warmup ?? (gpu ? 10 : 2), 0),
+    kernels: argv.kernels,
+    tracedSteps: intFlag("traced-steps", argv["traced-steps"], 1, 1000),
+    e2e: { promptTokens: E2E_PROMPT, newTokens: intFlag("e2e-tokens", argv["e2e-tokens"] ?? Math.min(gpu ? E2E_NEW_GPU : E2E_NEW_CPU, e2eMax), 1, e2eMax) },
+    seed: intFlag("seed", argv.seed, 0),
+  };
+  const outDir = argv.out ?? defaultOutDir(backend, argv.mode);
+  const instrument = instrumentFor(backend);
+  say(`device: ${backend.deviceName} (${backend.kind}); tracing: ${opts.kernels ? instrument.tracingNote : "off (--no-kernels)"}`);
+  const peaks = instrument.measurePeaks();
+  const study = new Study(backend, instrument, weights, opts);
+  const progress = createProgress({ total: studyUnits(opts), label: "profile" });
+  opts.onProgress = (done, _total, what) => progress.update(done, what);
+  const result = study.run();
+  progress.stop();
+  const command = ["bun run profile", ...process.argv.slice(2)].join(" ");
+  const summary = buildSummary({ command, backend, instrument, weights, opts, peaks, result });
+  const paths = writeProfileOutputs(outDir, summary, result.traces);
+  if (argv.json) process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
+  else process.stdout.write(renderTerminalSummary(summary));
+  say(`wrote ${paths.length} files to ${outDir}: ${paths.map((p) => p.slice(outDir.length + 1)).join(", ")}`);
+  study.close();
+  instrument.close();
+  backend.close();
+});

@@ -1,0 +1,170 @@
+// From the study's measurements to the ProfileSummary every report is drawn from.
+import { cpus, hostname, release, totalmem, type } from "node:os";
+
+import type { Backend } from "../backends/backend.ts";
+import { CudaBackend } from "../backends/cuda.ts";
+import { parameterCount, type GPT2Config } from "../model/config.ts";
+import type { GPT2Weights } from "../model/weights.ts";
+import { buildBreakdown, medianSplit, seedVerdict, splitVerdicts, stepsOf, type ModeSplit } from "../report/aggregate.ts";
+import type { Instrument, Peaks } from "./instruments.ts";
+import type { Measured, StudyOptions, StudyResult } from "./study.ts";
+import type { DeviceDescription, KernelRegime, OpFamily, ProfileSummary, SeedRow, StepTrace, StudyMode, StudyPoint, Work } from "./types.ts";
+import { cachedStepWork, classifyRegime, flopReduction, sumWork, uncachedStepWork } from "./work-model.ts";
+
+export const TOOL = { name: "decode-floor", version: "0.1.0" };
+
+function stepWorkOf(cfg: GPT2Config, mode: StudyMode, context: number) {
+  return mode === "uncached" ? uncachedStepWork(cfg, context) : cachedStepWork(cfg, context);
+}
+
+function describeDevice(backend: Backend, peaks: Peaks): DeviceDescription {
+  const detail: Record<string, string | number> = {};
+  if (backend instanceof CudaBackend) {
+    const d = backend.device;
+    Object.assign(detail, {
+      compute_capability: `${d.ccMajor}.${d.ccMinor}`, sms: d.smCount, sm_clock_mhz: d.smClockKhz / 1000,
+      memory_bytes: d.totalMemBytes, memory_clock_mhz: d.memClockKhz / 1000, bus_width_bits: d.memBusWidthBits,
+      l2_bytes: d.l2Bytes, driver_version: d.driverVersion, runtime_version: d.runtimeVersion,
+    });
+  }
+  if (backend.kind === "cpu") detail.threads = (backend as unknown as { threads: number }).threads;
+  if (backend.kind === "emu") detail.note = "the CUDA kernels' sources executed on the CPU: times are not GPU times";
+  return { backend: backend.kind === "cpu" ? "cpu" : "cuda", name: backend.deviceName, detail, peaks };
+}
+
+/**
+ * Host time to dispatch one op: the eager step's issue time per op on the GPU (TypeScript + FFI + launch
+ * API), the eager step's time outside ops per op on the CPU. Kernels shorter than about this are launch-bound.
+ */
+function launchFloorUs(backend: Backend, measured: Measured[], traces: StepTrace[]): number {
+  const eager = measured.filter((m) => m.mode === "eager");
+  const opsPerStep = traces.find((t) => t.mode === "eager")?.ops.length;
+  if (eager.length === 0 || !opsPerStep) return 0;
+  if (backend.kind === "cpu") {
+    const splits = eager.map((m) => medianSplit(stepsOf(traces, "eager", m.context))).filter(Boolean);
+    const gaps = splits.map((s) => s.idle_ms / opsPerStep);
+    return (Math.min(...gaps) || 0) * 1e3;
+  }
+  return (Math.min(...eager.map((m) => m.issue_ms.median)) / opsPerStep) * 1e3;
+}
+
+function achieved(work: Work, ms: number, peaks: Peaks, floorUs: number, opsPerStep: number) {
+  const s = ms / 1e3;
+  const flops_per_s = work.flops / s;
+  const bytes_per_s = work.bytes / s;
+  return {
+    flops_per_s, bytes_per_s,
+    flops_share: flops_per_s / peaks.flops_per_s,
+    bytes_share: bytes_per_s / peaks.bytes_per_s,
+    regime: classifyRegime(ms * 1e3, work, peaks, floorUs * opsPerStep),
+  };
+}
+
+function regimesOf(cfg: GPT2Config, point: StudyPoint, peaks: Peaks, floorUs: number): KernelRegime[] {
+  if (!point.breakdown) return [];
+  const ops = stepWorkOf(cfg, point.mode, point.context);
+  return point.breakdown.families.map((f) => {
+    const family = f.key as OpFamily;
+    const mine = ops.filter((o) => o.family === family);
+    const work = sumWork(mine);
+    const perCall = { ...work, flops: work.flops / mine.length, bytes: work.bytes / mine.length };
+    const s = f.median_ms / 1e3;
+    return {
+      family, mode: point.mode, context: point.context, median_us: f.median_ms * 1e3,
+      flops_per_s: perCall.flops / s, bytes_per_s: perCall.bytes / s,
+      regime: classifyRegime(f.median_ms * 1e3, perCall, peaks, floorUs),
+    };
+  });
+}
+
+/** The seed's table: per context, no cache vs the cached modes, and the FLOP reduction. */
+export function seedTable(cfg: GPT2Config, points: StudyPoint[], contexts: number[]): SeedRow[] {
+  const at = (mode: StudyMode, c: number) => points.find((p) => p.mode === mode && p.context === c)?.device_ms.median ?? null;
+  return contexts.map((context) => {
+    const uncached = at("uncached", context), eager = at("eager", context), graph = at("graph", context);
+    const ratio = (a: number | null, b: number | null) => (a !== null && b !== null ? a / b : null);
+    return {
+      context, uncached_ms: uncached, eager_ms: eager, graph_ms: graph, native_ms: at("eager-native", context),
+      speedup_eager: ratio(uncached, eager), speedup_graph: ratio(uncached, graph),
+      flop_reduction: flopReduction(cfg, context),
+    };
+  });
+}
+
+/** Verdict sentences at the largest context every traced mode reached, then the seed question per context. */
+function verdicts(points: StudyPoint[], traces: StepTrace[], seed: SeedRow[]): string[] {
+  const traced = points.filter((p) => p.split);
+  const largest = Math.max(...traced.map((p) => p.context));
+  const modes: ModeSplit[] = traced
+    .filter((p) => p.context === largest && p.mode !== "uncached")
+    .map((p) => ({ mode: p.mode, context: p.context, split: p.split!, ops_per_step: stepsOf(traces, p.mode, p.context)[0]!.ops.length }));
+  const out: string[] = [];
+  if (modes.length) {
+    const v = splitVerdicts(modes);
+    out.push(...v.sentences.map((s) => s.sentence), v.conclusion);
+  }
+  const withUncached = seed.filter((r) => r.uncached_ms !== null);
+  const pick = withUncached.length ? [withUncached[0]!, withUncached[withUncached.length - 1]!] : [];
+  out.push(...[...new Set(pick)].map(seedVerdict));
+  return out;
+}
+
+export function buildSummary(args: {
+  command: string;
+  backend: Backend;
+  instrument: Instrument;
+  weights: GPT2Weights;
+  opts: StudyOptions;
+  peaks: Peaks;
+  result: StudyResult;
+}): ProfileSummary {
+  const { backend, weights, opts, peaks, result } = args;
+  const cfg = weights.config;
+  const floorUs = launchFloorUs(backend, result.measured, result.traces);
+  const points: StudyPoint[] = result.measured.map((m) => {
+    const steps = stepsOf(result.traces, m.mode, m.context);
+    const work = sumWork(stepWorkOf(cfg, m.mode, m.context));
+    const opsPerStep = steps[0]?.ops.length ?? 1;
+    const point: StudyPoint = {
+      mode: m.mode, context: m.context, device_ms: m.device_ms, host_ms: m.host_ms, work,
+      achieved: achieved(work, m.device_ms.median, peaks, floorUs, opsPerStep),
+    };
+    if (steps.length) {
+      point.breakdown = buildBreakdown(steps);
+      point.split = { ...medianSplit(steps), verdict: "" };
+    }
+    return point;
+  });
+  for (const context of opts.contexts) {
+    const here = points.filter((p) => p.context === context && p.split);
+    const v = splitVerdicts(here.map((p) => ({ mode: p.mode, context, split: p.split!, ops_per_step: stepsOf(result.traces, p.mode, context)[0]!.ops.length })));
+    for (const s of v.sentences) here.find((p) => p.mode === s.mode)!.split!.verdict = s.sentence;
+  }
+  const seed = seedTable(cfg, points, opts.contexts);
+  const overheads = result.measured.filter((m) => m.traced_ms !== null).map((m) => m.traced_ms! / m.device_ms.median - 1);
+  return {
+    schema_version: 1,
+    tool: TOOL,
+    command: args.command,
+    date: new Date().toISOString(),
+    machine: {
+      hostname: hostname(), os: `${type()} ${release()}`, cpu: cpus()[0]?.model ?? "unknown", cpus: cpus().length,
+      memory_bytes: totalmem(), bun: Bun.version,
+    },
+    device: describeDevice(backend, peaks),
+    model: { config: cfg, source: weights.source, parameters: parameterCount(cfg), weight_bytes: parameterCount(cfg) * 4 },
+    settings: { modes: opts.modes, contexts: opts.contexts, repeats: opts.repeats, warmup: opts.warmup, kernels: opts.kernels },
+    points,
+    regimes: points.flatMap((p) => regimesOf(cfg, p, peaks, floorUs)),
+    seed_table: seed,
+    end_to_end: result.endToEnd,
+    memory: result.memory,
+    tracing: {
+      available: args.instrument.canTrace,
+      overhead_pct: overheads.length ? (overheads.sort((a, b) => a - b)[Math.floor(overheads.length / 2)]! * 100) : null,
+      dropped_records: result.dropped,
+      note: `${args.instrument.tracingNote}${result.mismatched ? `; ${result.mismatched} traced steps did not line up one-to-one with the plan` : ""}`,
+    },
+    verdicts: verdicts(points, result.traces, seed),
+  };
+}
