@@ -1,11 +1,14 @@
 // The CPU backend: the CPU twins (cuda/*.cpp) in libgpt2_cpu.so, multi-threaded with OpenMP.
+import { readFileSync } from "node:fs";
 import { cpus } from "node:os";
 
 import { ensureBuilt } from "../native/build.ts";
 import { CPU_SYMBOLS } from "../native/symbols.ts";
 import type { LaunchMode } from "../profile/types.ts";
 import type { EncodedPlan } from "../plan.ts";
-import type { RecordedStep } from "./backend.ts";
+import type { MemoryInfo, RecordedStep } from "./backend.ts";
+
+const PAGE_BYTES = 4096;
 import { NativeBackend, openLibrary } from "./native.ts";
 
 /** cpu_runtime.h as called from TypeScript */
@@ -61,6 +64,16 @@ export class CpuBackend extends NativeBackend {
 
   get threads(): number {
     return this.cpu.cpu_threads();
+  }
+
+  /**
+   * Host memory from this process's point of view: total − this process's resident set (/proc/self/statm).
+   * A delta of it is exact to the page, unlike the system-wide MemAvailable, which other processes move.
+   */
+  override memInfo(): MemoryInfo {
+    const { total } = super.memInfo();
+    const residentPages = Number(readFileSync("/proc/self/statm", "utf8").split(" ")[1]);
+    return { free: total - residentPages * PAGE_BYTES, total };
   }
 
   allocatedBytes(): number {

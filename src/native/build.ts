@@ -7,7 +7,8 @@ import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 
-export const ROOT = resolve(import.meta.dir, "../..");
+/** The project root; DECODE_FLOOR_ROOT overrides it for bundled copies of the CLI (see scripts/device-check.sh). */
+export const ROOT = process.env.DECODE_FLOOR_ROOT ?? resolve(import.meta.dir, "../..");
 export const BUILD_DIR = join(ROOT, "build");
 const CUDA_DIR = join(ROOT, "cuda");
 export const CUDA_HOME = process.env.CUDA_HOME ?? "/usr/local/cuda";

@@ -1,0 +1,76 @@
+// The CUDA library's own C ABI, beside ops.h, plan.h and runtime.h: devices, streams, events, graphs,
+// eager replay and on-the-spot peak measurements. Exported by libgpt2_cuda.so (and, running on the CPU,
+// libgpt2_emu.so). Every int return is a cudaError_t code (0 = success); nothing aborts or prints.
+// Handles are opaque pointers; a NULL handle return means failure, with the code in be_last_error().
+#pragma once
+#include <stdint.h>
+
+#include "plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Device description, naturally aligned with no padding (304 bytes), read field by field from TypeScript:
+//   offset   0  name[256]                 NUL-terminated
+//   offset 256  cc_major, 260 cc_minor    compute capability
+//   offset 264  sm_count                  multiprocessors
+//   offset 268  sm_clock_khz              peak SM clock
+//   offset 272  total_mem_bytes (u64)
+//   offset 280  mem_clock_khz             peak memory clock
+//   offset 284  mem_bus_width_bits
+//   offset 288  l2_bytes
+//   offset 292  max_smem_per_block_optin  bytes
+//   offset 296  driver_version            e.g. 13000 = 13.0
+//   offset 300  runtime_version
+typedef struct CuDeviceInfo {
+  char name[256];
+  int32_t cc_major;
+  int32_t cc_minor;
+  int32_t sm_count;
+  int32_t sm_clock_khz;
+  uint64_t total_mem_bytes;
+  int32_t mem_clock_khz;
+  int32_t mem_bus_width_bits;
+  int32_t l2_bytes;
+  int32_t max_smem_per_block_optin;
+  int32_t driver_version;
+  int32_t runtime_version;
+} CuDeviceInfo;
+enum { CU_DEVICE_INFO_BYTES = 304 };
+
+int cu_device_count(int* out);
+int cu_device_info(int device, CuDeviceInfo* out);
+
+// Streams. Every op_* launches on the current stream; cu_set_stream(NULL) selects the library's own
+// non-blocking stream (created by be_init), never the legacy default stream, which cannot be captured.
+void* cu_stream_create(void);
+int cu_stream_destroy(void* stream);  // the current stream falls back to the library's own
+int cu_set_stream(void* stream);
+int cu_sync_stream(void);  // waits for the current stream
+
+// Events, recorded on the current stream.
+void* cu_event_create(void);
+int cu_event_record(void* event);
+int cu_event_synchronize(void* event);
+int cu_event_elapsed_ms(void* start, void* end, float* out);
+int cu_event_destroy(void* event);
+
+// Graphs: plan_run captured on the current stream and instantiated. The handle keeps both the graph
+// and its executable form.
+void* cu_graph_capture(const Plan* plan);
+int cu_graph_launch(void* graph, int n);  // n back-to-back replays on the current stream, no host sync
+int cu_graph_kernel_nodes(void* graph);   // kernel nodes in the captured graph (negative: -error)
+int cu_graph_destroy(void* graph);
+
+// Eager-native: n plan_run calls, every kernel launched from C++, no host sync.
+int cu_plan_run_n(const Plan* plan, int n);
+
+// Ceilings measured on the spot: device-to-device copy bandwidth counting bytes read + written, and
+// fp32 FMA throughput (2 flops per FMA).
+int cu_measure_copy_bandwidth(uint64_t bytes, int iters, double* out_bytes_per_s);
+int cu_measure_fp32_peak(double* out_flops_per_s);
+
+#ifdef __cplusplus
+}
+#endif

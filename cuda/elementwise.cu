@@ -1,0 +1,53 @@
+// op_gelu, op_residual: flat elementwise kernels, one float4 (or, for the tail, one float) per thread.
+#include "launch.h"
+#include "ops.h"
+
+constexpr int kElementwiseThreads = 256;
+constexpr float kGeluSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCubic = 0.044715f;
+
+__device__ __forceinline__ float gelu(float x) {
+  return 0.5f * x * (1.0f + tanhf(kGeluSqrt2OverPi * (x + kGeluCubic * x * x * x)));
+}
+
+// Threads [0, n_vec4) take float4 i; thread n_vec4 + k takes float 4 * n_vec4 + k of the tail.
+__device__ __forceinline__ int tail_index(int i, int n_vec4) { return n_vec4 * kVecWidth + (i - n_vec4); }
+inline int elementwise_threads(int N, int n_vec4) { return n_vec4 + (N - n_vec4 * kVecWidth); }
+
+// out, inp: (N)    grid: (ceil(threads / kElementwiseThreads))  block: (kElementwiseThreads)
+__global__ void __launch_bounds__(kElementwiseThreads)
+    gelu_kernel(float* __restrict__ out, const float* __restrict__ inp, int N, int n_vec4) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n_vec4) {
+    const float4 x = __ldg(reinterpret_cast<const float4*>(inp) + i);
+    reinterpret_cast<float4*>(out)[i] = make_float4(gelu(x.x), gelu(x.y), gelu(x.z), gelu(x.w));
+  } else if (tail_index(i, n_vec4) < N) {
+    out[tail_index(i, n_vec4)] = gelu(inp[tail_index(i, n_vec4)]);
+  }
+}
+
+// out, a, b: (N), out may alias a or b (hence no __restrict__)
+// grid: (ceil(threads / kElementwiseThreads))  block: (kElementwiseThreads)
+__global__ void __launch_bounds__(kElementwiseThreads)
+    residual_kernel(float* out, const float* a, const float* b, int N, int n_vec4) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n_vec4) {
+    const float4 x = reinterpret_cast<const float4*>(a)[i];
+    const float4 y = reinterpret_cast<const float4*>(b)[i];
+    reinterpret_cast<float4*>(out)[i] = make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
+  } else if (tail_index(i, n_vec4) < N) {
+    out[tail_index(i, n_vec4)] = a[tail_index(i, n_vec4)] + b[tail_index(i, n_vec4)];
+  }
+}
+
+extern "C" void op_gelu(float* out, const float* inp, int N) {
+  const int n_vec4 = vec4_count(N, out, inp);
+  LAUNCH(gelu_kernel, ceil_div(elementwise_threads(N, n_vec4), kElementwiseThreads), kElementwiseThreads, out, inp, N,
+         n_vec4);
+}
+
+extern "C" void op_residual(float* out, const float* a, const float* b, int N) {
+  const int n_vec4 = vec4_count(N, out, a, b);
+  LAUNCH(residual_kernel, ceil_div(elementwise_threads(N, n_vec4), kElementwiseThreads), kElementwiseThreads, out, a, b,
+         N, n_vec4);
+}

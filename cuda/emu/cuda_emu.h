@@ -1,0 +1,257 @@
+// A small emulation of the CUDA execution model and runtime API, force-included (g++ -include) before
+// every cuda/*.cu when building libgpt2_emu.so, so the kernels' own code runs on the CPU.
+//
+// Execution model (cuda/emu/emu_exec.cpp): a launch runs its blocks one after another; a block's threads
+// are cooperative fibers on small reused stacks. A fiber runs until it reaches __syncthreads() (block
+// barrier) or a warp collective (__shfl_*_sync, __syncwarp: a barrier among the warp's lanes); the last
+// thread to arrive releases the others. __shared__ is `static`: correct because blocks never overlap.
+// Atomics are plain read-modify-writes and __threadfence() is a no-op for the same reason. A launch whose
+// block is not a valid shape, or whose threads can no longer make progress (a barrier some threads never
+// reach), fails with cudaErrorInvalidConfiguration / cudaErrorLaunchFailure instead of hanging.
+// Single host thread: launches from two host threads at once are not supported.
+//
+// Runtime (cuda/emu/emu_runtime.cpp): the subset of the CUDA runtime API cuda/runtime.cu uses: malloc-backed
+// memory, synchronous copies, streams as handles, events holding host timestamps, stream capture recording
+// launches into a graph that cudaGraphLaunch replays, and an emulated device ("CPU emulation of CUDA").
+#pragma once
+#ifdef __CUDACC__
+#error "cuda_emu.h is for g++ builds of the .cu sources only"
+#endif
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <functional>
+#include <tuple>
+#include <utility>
+
+// ---- keywords -------------------------------------------------------------------------------------------
+#define __global__
+#define __device__
+#define __host__
+#define __shared__ static
+#define __forceinline__ inline __attribute__((always_inline))
+#define __restrict__ __restrict
+#define __launch_bounds__(...)
+
+// ---- vector and index types -------------------------------------------------------------------------------
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
+};
+struct uint3 { unsigned x, y, z; };
+struct alignas(8) float2 { float x, y; };
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(8) int2 { int x, y; };
+inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline int2 make_int2(int x, int y) { return {x, y}; }
+
+namespace emu {
+// The running fiber's coordinates, set by the scheduler before it switches to a fiber.
+extern uint3 g_thread_idx;
+extern uint3 g_block_idx;
+extern dim3 g_block_dim;
+extern dim3 g_grid_dim;
+
+constexpr int kWarpSize = 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+void block_barrier();
+// Warp collective: every lane in `mask` deposits `value` and reads the value deposited by lane `src_lane`
+// (its own value when src_lane < 0 or src_lane is not a participant).
+uint64_t warp_exchange(unsigned mask, uint64_t value, int src_lane);
+inline unsigned lane_id() {
+  unsigned linear = g_thread_idx.x + g_block_dim.x * (g_thread_idx.y + g_block_dim.y * g_thread_idx.z);
+  return linear % kWarpSize;
+}
+
+template <typename T> T shuffle(unsigned mask, T var, int src_lane) {
+  static_assert(sizeof(T) <= sizeof(uint64_t), "warp shuffle of a value wider than 8 bytes");
+  uint64_t bits = 0;
+  memcpy(&bits, &var, sizeof(T));
+  bits = warp_exchange(mask, bits, src_lane);
+  T out;
+  memcpy(&out, &bits, sizeof(T));
+  return out;
+}
+}  // namespace emu
+
+#define threadIdx (::emu::g_thread_idx)
+#define blockIdx (::emu::g_block_idx)
+#define blockDim (::emu::g_block_dim)
+#define gridDim (::emu::g_grid_dim)
+#define warpSize 32
+
+// ---- synchronisation and warp collectives ------------------------------------------------------------------
+inline void __syncthreads() { emu::block_barrier(); }
+inline void __syncwarp(unsigned mask = emu::kFullMask) { emu::warp_exchange(mask, 0, -1); }
+inline void __threadfence() {}
+inline void __threadfence_block() {}
+
+// width: sub-warp segment size (a power of two <= 32), as in CUDA.
+template <typename T> T __shfl_sync(unsigned mask, T var, int src_lane, int width = warpSize) {
+  int lane = (int)emu::lane_id();
+  return emu::shuffle(mask, var, (lane & ~(width - 1)) + (src_lane & (width - 1)));
+}
+template <typename T> T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = warpSize) {
+  int lane = (int)emu::lane_id();
+  int src = lane ^ lane_mask;
+  bool in_segment = (src & ~(width - 1)) == (lane & ~(width - 1));
+  return emu::shuffle(mask, var, in_segment ? src : -1);
+}
+template <typename T> T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = warpSize) {
+  int lane = (int)emu::lane_id();
+  bool in_segment = (lane & (width - 1)) + (int)delta < width;
+  return emu::shuffle(mask, var, in_segment ? lane + (int)delta : -1);
+}
+template <typename T> T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = warpSize) {
+  int lane = (int)emu::lane_id();
+  bool in_segment = (lane & (width - 1)) >= (int)delta;
+  return emu::shuffle(mask, var, in_segment ? lane - (int)delta : -1);
+}
+
+// ---- atomics (blocks never overlap, so plain read-modify-write is exact) -----------------------------------
+template <typename T> T atomicAdd(T* address, T value) { T old = *address; *address = old + value; return old; }
+template <typename T> T atomicExch(T* address, T value) { T old = *address; *address = value; return old; }
+template <typename T> T atomicMax(T* address, T value) { T old = *address; if (value > old) *address = value; return old; }
+inline unsigned atomicInc(unsigned* address, unsigned limit) {
+  unsigned old = *address;
+  *address = old >= limit ? 0 : old + 1;
+  return old;
+}
+
+// ---- loads and math intrinsics ------------------------------------------------------------------------------
+template <typename T> T __ldg(const T* p) { return *p; }
+template <typename T> T __ldcg(const T* p) { return *p; }
+template <typename T> void __stcg(T* p, T v) { *p = v; }
+inline float __expf(float x) { return expf(x); }
+inline float __logf(float x) { return logf(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float __frcp_rn(float x) { return 1.0f / x; }
+inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline int __float_as_int(float f) { int i; memcpy(&i, &f, sizeof i); return i; }
+inline float __int_as_float(int i) { float f; memcpy(&f, &i, sizeof f); return f; }
+inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, sizeof u); return u; }
+inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, sizeof f); return f; }
+
+// ---- runtime API subset -----------------------------------------------------------------------------------
+enum cudaError {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInitializationError = 3,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDevicePointer = 17,
+  cudaErrorInsufficientDriver = 35,
+  cudaErrorNoDevice = 100,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorIllegalState = 401,
+  cudaErrorNotReady = 600,
+  cudaErrorLaunchFailure = 719,
+  cudaErrorNotSupported = 801,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorUnknown = 999,
+};
+typedef enum cudaError cudaError_t;
+
+typedef struct EmuStream* cudaStream_t;
+typedef struct EmuEvent* cudaEvent_t;
+typedef struct EmuGraph* cudaGraph_t;
+typedef struct EmuGraph* cudaGraphExec_t;
+typedef struct EmuGraphNode* cudaGraphNode_t;
+
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4
+};
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2
+};
+enum cudaGraphNodeType { cudaGraphNodeTypeKernel = 0x00, cudaGraphNodeTypeMemcpy = 0x01 };
+enum cudaDeviceAttr {
+  cudaDevAttrClockRate = 13,
+  cudaDevAttrMultiProcessorCount = 16,
+  cudaDevAttrMemoryClockRate = 36,
+  cudaDevAttrGlobalMemoryBusWidth = 37,
+  cudaDevAttrL2CacheSize = 38,
+  cudaDevAttrComputeCapabilityMajor = 75,
+  cudaDevAttrComputeCapabilityMinor = 76,
+  cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
+};
+enum { cudaStreamDefault = 0, cudaStreamNonBlocking = 1 };
+
+struct cudaDeviceProp {
+  char name[256];
+  size_t totalGlobalMem;
+  int major;
+  int minor;
+  int multiProcessorCount;
+};
+
+cudaError_t cudaGetLastError();
+cudaError_t cudaPeekAtLastError();
+const char* cudaGetErrorName(cudaError_t error);
+const char* cudaGetErrorString(cudaError_t error);
+
+cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
+cudaError_t cudaDriverGetVersion(int* version);
+cudaError_t cudaRuntimeGetVersion(int* version);
+cudaError_t cudaDeviceSynchronize();
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
+
+cudaError_t cudaMalloc(void** ptr, size_t bytes);
+template <typename T> cudaError_t cudaMalloc(T** ptr, size_t bytes) { return cudaMalloc(reinterpret_cast<void**>(ptr), bytes); }
+cudaError_t cudaFree(void* ptr);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream);
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream);
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
+
+cudaError_t cudaEventCreate(cudaEvent_t* event);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* count);
+cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, cudaGraphNodeType* type);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+
+// ---- kernel launch (the emulator's side of LAUNCH in cuda/launch.h) ----------------------------------------
+namespace emu {
+using KernelBody = std::function<void()>;  // one thread's run of the kernel
+// Runs the launch now, or records it when `stream` is capturing; a bad configuration or a stuck block
+// becomes the error cudaGetLastError() returns.
+void submit_launch(dim3 grid, dim3 block, cudaStream_t stream, KernelBody body);
+}  // namespace emu
+
+template <typename... Params, typename... Args>
+void emu_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t /*dynamic_smem*/, cudaStream_t stream,
+                Args&&... args) {
+  static_assert(sizeof...(Params) == sizeof...(Args), "kernel launched with the wrong number of arguments");
+  std::tuple<Params...> bound(static_cast<Params>(std::forward<Args>(args))...);
+  emu::submit_launch(grid, block, stream, [kernel, bound] { std::apply(kernel, bound); });
+}

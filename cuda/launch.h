@@ -1,0 +1,41 @@
+// Kernel launches for the .cu sources, identical under nvcc and the CPU emulator (cuda/emu/cuda_emu.h).
+//
+//   LAUNCH(kernel, grid, block, args...)
+// launches `kernel` on the runtime's current stream (cu_set_stream in cuda/cuda_api.h) with static shared
+// memory only, then folds cudaGetLastError() into the library's sticky error (be_last_error in
+// cuda/runtime.h). A templated kernel takes one template argument at most (the macro splits on commas).
+#pragma once
+#include <stdint.h>
+
+// Hooks implemented by cuda/runtime.cu.
+cudaStream_t rt_current_stream();
+void rt_note_launch();              // folds cudaGetLastError() into the sticky error
+void rt_fail(cudaError_t error);    // records an error found on the host (e.g. an unsupported shape)
+int rt_sm_count();                  // multiprocessors on the current device
+
+// LAUNCH_ON: the bare launch on a given stream, leaving its error to cudaGetLastError().
+#ifdef __CUDACC__
+#define LAUNCH_ON(stream, kernel, grid, block, ...) kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
+#else
+#define LAUNCH_ON(stream, kernel, grid, block, ...) emu_launch(kernel, (grid), (block), 0, (stream), __VA_ARGS__)
+#endif
+#define LAUNCH(kernel, grid, block, ...)                                  \
+  do {                                                                    \
+    LAUNCH_ON(rt_current_stream(), kernel, grid, block, __VA_ARGS__);     \
+    rt_note_launch();                                                     \
+  } while (0)
+
+constexpr int kVecWidth = 4;           // floats per 16-byte access
+constexpr uintptr_t kVecAlignment = 16;
+
+__host__ __device__ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % kVecAlignment == 0; }
+// Leading float4 of a flat buffer of n floats at every one of these pointers (0 if one is misaligned);
+// the kernels finish the remaining n - 4 * count floats one by one.
+template <typename... Ptrs> int vec4_count(int n, const Ptrs*... ptrs) {
+  return (aligned16(ptrs) && ...) ? n / kVecWidth : 0;
+}
+// The same for rows of n floats: each row starts 16-byte aligned only when n % 4 == 0.
+template <typename... Ptrs> int row_vec4_count(int n, const Ptrs*... ptrs) {
+  return n % kVecWidth == 0 ? vec4_count(n, ptrs...) : 0;
+}

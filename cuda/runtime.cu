@@ -1,0 +1,341 @@
+// runtime.h and cuda_api.h on the CUDA runtime. Errors: every call returns its cudaError_t; kernel launches
+// and failed handle creations fold theirs into a sticky error that be_last_error() reads and clears.
+#include <stddef.h>
+#include <string.h>
+
+#include "cuda_api.h"
+#include "launch.h"
+#include "runtime.h"
+
+constexpr int kFillThreads = 256;
+constexpr int kFillMaxBlocks = 4096;  // grid-stride beyond this
+constexpr int kPeakThreads = 256;
+constexpr int kPeakBlocksPerSm = 8;
+constexpr int kPeakChains = 8;  // independent FMA chains per thread, enough to hide the FMA latency
+constexpr int kPeakIters = 4096;
+constexpr int kFlopsPerFma = 2;
+
+namespace {
+int g_device = 0;
+int g_sm_count = 0;
+cudaStream_t g_own_stream = nullptr;  // created by be_init
+cudaStream_t g_stream = nullptr;      // current stream; the legacy stream until be_init
+int g_sticky = cudaSuccess;
+
+int note(cudaError_t error) {
+  if (error != cudaSuccess && g_sticky == cudaSuccess) g_sticky = error;
+  return error;
+}
+
+struct CuGraph {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+};
+
+// Device memory and events released on scope exit (for the measurements' early returns).
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  ~DeviceBuffer() { cudaFree(ptr); }
+};
+struct EventPair {
+  cudaEvent_t start = nullptr, end = nullptr;
+  cudaError_t create() {
+    cudaError_t e = cudaEventCreate(&start);
+    return e != cudaSuccess ? e : cudaEventCreate(&end);
+  }
+  float elapsed_ms() const {
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, start, end);
+    return ms;
+  }
+  ~EventPair() {
+    if (start) cudaEventDestroy(start);
+    if (end) cudaEventDestroy(end);
+  }
+};
+}  // namespace
+
+// ---- hooks for the kernels (cuda/launch.h) ------------------------------------------------------------------
+cudaStream_t rt_current_stream() { return g_stream; }
+void rt_note_launch() { note(cudaGetLastError()); }
+void rt_fail(cudaError_t error) { note(error); }
+int rt_sm_count() {
+  if (g_sm_count == 0 && cudaDeviceGetAttribute(&g_sm_count, cudaDevAttrMultiProcessorCount, g_device) != cudaSuccess)
+    g_sm_count = 1;
+  return g_sm_count;
+}
+
+// ---- kernels of the runtime itself --------------------------------------------------------------------------
+// dst: (count) = value    grid: (min(ceil(count / kFillThreads), kFillMaxBlocks))  block: (kFillThreads), grid-stride
+__global__ void __launch_bounds__(kFillThreads) runtime_fill_u32_kernel(uint32_t* dst, uint32_t value, size_t count) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = value;
+}
+
+// sink: (1), written only if the chains sum to `seed` (never, in practice; it keeps the FMAs alive)
+// grid: (SMs * kPeakBlocksPerSm)  block: (kPeakThreads); kPeakChains independent FMA chains of `iters` steps per thread
+__global__ void __launch_bounds__(kPeakThreads) runtime_fma_peak_kernel(float* sink, float seed, int iters) {
+  float v[kPeakChains];
+#pragma unroll
+  for (int c = 0; c < kPeakChains; c++) v[c] = seed + threadIdx.x + c;
+  const float a = 1.0f - seed, b = seed;
+  for (int it = 0; it < iters; it++)
+#pragma unroll
+    for (int c = 0; c < kPeakChains; c++) v[c] = fmaf(v[c], a, b);
+  float sum = 0.0f;
+#pragma unroll
+  for (int c = 0; c < kPeakChains; c++) sum += v[c];
+  if (sum == seed) *sink = sum;
+}
+
+// ---- runtime.h --------------------------------------------------------------------------------------------------
+extern "C" int be_init(int device) {
+  cudaError_t e = cudaSetDevice(device);
+  if (e == cudaSuccess) e = cudaFree(nullptr);  // creates the context now rather than inside the first timed call
+  if (e == cudaSuccess && !g_own_stream) e = cudaStreamCreateWithFlags(&g_own_stream, cudaStreamNonBlocking);
+  if (e != cudaSuccess) return e;
+  g_device = device;
+  g_sm_count = 0;
+  g_stream = g_own_stream;
+  return cudaSuccess;
+}
+
+extern "C" int be_last_error(void) {
+  note(cudaGetLastError());
+  const int e = g_sticky;
+  g_sticky = cudaSuccess;
+  return e;
+}
+
+extern "C" const char* be_error_name(int code) { return cudaGetErrorName(static_cast<cudaError_t>(code)); }
+extern "C" const char* be_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
+
+// Zero-filled, so attention scratch counters start at zero (cuda/attention.cu).
+extern "C" void* be_alloc(size_t bytes) {
+  void* p = nullptr;
+  cudaError_t e = cudaMalloc(&p, bytes);
+  if (e == cudaSuccess) e = cudaMemsetAsync(p, 0, bytes, g_stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(g_stream);
+  if (e == cudaSuccess) return p;
+  cudaFree(p);
+  note(e);
+  return nullptr;
+}
+
+extern "C" int be_free(void* ptr) { return cudaFree(ptr); }
+
+extern "C" int be_upload(void* dst, const void* host_src, size_t bytes) {
+  cudaError_t e = cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, g_stream);
+  return e != cudaSuccess ? e : cudaStreamSynchronize(g_stream);
+}
+
+extern "C" int be_download(void* host_dst, const void* src, size_t bytes) {
+  cudaError_t e = cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, g_stream);
+  return e != cudaSuccess ? e : cudaStreamSynchronize(g_stream);
+}
+
+extern "C" int be_copy(void* dst, const void* src, size_t bytes) {
+  return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_stream);
+}
+
+// Stream-ordered: the fill lands before any later work on the current stream.
+extern "C" int be_fill_u32(void* dst, uint32_t value, size_t count) {
+  if (count == 0) return cudaSuccess;
+  const size_t blocks = (count + kFillThreads - 1) / kFillThreads;
+  const int grid = blocks < (size_t)kFillMaxBlocks ? (int)blocks : kFillMaxBlocks;
+  LAUNCH_ON(g_stream, runtime_fill_u32_kernel, grid, kFillThreads, static_cast<uint32_t*>(dst), value, count);
+  return cudaGetLastError();
+}
+
+extern "C" int be_synchronize(void) { return cudaDeviceSynchronize(); }
+
+extern "C" int be_mem_info(uint64_t* out) {
+  size_t free_bytes = 0, total_bytes = 0;
+  cudaError_t e = cudaMemGetInfo(&free_bytes, &total_bytes);
+  out[0] = free_bytes;
+  out[1] = total_bytes;
+  return e;
+}
+
+// ---- cuda_api.h: devices ------------------------------------------------------------------------------------
+extern "C" int cu_device_count(int* out) {
+  *out = 0;
+  return cudaGetDeviceCount(out);
+}
+
+static cudaError_t device_attribute(int32_t* out, cudaDeviceAttr attr, int device) {
+  int value = 0;
+  cudaError_t e = cudaDeviceGetAttribute(&value, attr, device);
+  *out = value;
+  return e;
+}
+
+extern "C" int cu_device_info(int device, CuDeviceInfo* out) {
+  static_assert(sizeof(CuDeviceInfo) == CU_DEVICE_INFO_BYTES, "CuDeviceInfo layout is part of the ABI");
+  static_assert(offsetof(CuDeviceInfo, total_mem_bytes) == 272 && offsetof(CuDeviceInfo, runtime_version) == 300,
+                "CuDeviceInfo offsets are part of the ABI");
+  *out = CuDeviceInfo{};
+  cudaDeviceProp prop;
+  cudaError_t e = cudaGetDeviceProperties(&prop, device);
+  if (e != cudaSuccess) return e;
+  memcpy(out->name, prop.name, sizeof out->name);
+  out->name[sizeof out->name - 1] = '\0';
+  out->total_mem_bytes = prop.totalGlobalMem;
+  const struct {
+    int32_t* field;
+    cudaDeviceAttr attr;
+  } attributes[] = {
+      {&out->cc_major, cudaDevAttrComputeCapabilityMajor},
+      {&out->cc_minor, cudaDevAttrComputeCapabilityMinor},
+      {&out->sm_count, cudaDevAttrMultiProcessorCount},
+      {&out->sm_clock_khz, cudaDevAttrClockRate},  // CUDA 13 dropped cudaDeviceProp::clockRate
+      {&out->mem_clock_khz, cudaDevAttrMemoryClockRate},
+      {&out->mem_bus_width_bits, cudaDevAttrGlobalMemoryBusWidth},
+      {&out->l2_bytes, cudaDevAttrL2CacheSize},
+      {&out->max_smem_per_block_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin},
+  };
+  for (const auto& a : attributes)
+    if ((e = device_attribute(a.field, a.attr, device)) != cudaSuccess) return e;
+  int version = 0;
+  if ((e = cudaDriverGetVersion(&version)) != cudaSuccess) return e;
+  out->driver_version = version;
+  if ((e = cudaRuntimeGetVersion(&version)) != cudaSuccess) return e;
+  out->runtime_version = version;
+  return cudaSuccess;
+}
+
+// ---- streams and events ---------------------------------------------------------------------------------------
+extern "C" void* cu_stream_create(void) {
+  cudaStream_t s = nullptr;
+  return note(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) == cudaSuccess ? s : nullptr;
+}
+
+extern "C" int cu_stream_destroy(void* stream) {
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (!s || s == g_own_stream) return cudaErrorInvalidResourceHandle;
+  if (g_stream == s) g_stream = g_own_stream;
+  return cudaStreamDestroy(s);
+}
+
+extern "C" int cu_set_stream(void* stream) {
+  g_stream = stream ? static_cast<cudaStream_t>(stream) : g_own_stream;
+  return cudaSuccess;
+}
+
+extern "C" int cu_sync_stream(void) { return cudaStreamSynchronize(g_stream); }
+
+extern "C" void* cu_event_create(void) {
+  cudaEvent_t e = nullptr;
+  return note(cudaEventCreate(&e)) == cudaSuccess ? e : nullptr;
+}
+extern "C" int cu_event_record(void* event) { return cudaEventRecord(static_cast<cudaEvent_t>(event), g_stream); }
+extern "C" int cu_event_synchronize(void* event) { return cudaEventSynchronize(static_cast<cudaEvent_t>(event)); }
+extern "C" int cu_event_elapsed_ms(void* start, void* end, float* out) {
+  return cudaEventElapsedTime(out, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end));
+}
+extern "C" int cu_event_destroy(void* event) { return cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
+
+// ---- graphs and eager replay --------------------------------------------------------------------------------------
+extern "C" void* cu_graph_capture(const Plan* plan) {
+  cudaError_t e = cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal);
+  if (e != cudaSuccess) return note(e), nullptr;
+  const int run_error = plan_run(plan);  // launches are recorded, not run
+  cudaGraph_t graph = nullptr;
+  e = cudaStreamEndCapture(g_stream, &graph);
+  if (run_error != cudaSuccess && e == cudaSuccess) e = static_cast<cudaError_t>(run_error);
+  cudaGraphExec_t exec = nullptr;
+  if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
+  if (e != cudaSuccess) {
+    if (graph) cudaGraphDestroy(graph);
+    return note(e), nullptr;
+  }
+  return new CuGraph{graph, exec};
+}
+
+extern "C" int cu_graph_launch(void* graph, int n) {
+  if (!graph) return cudaErrorInvalidResourceHandle;
+  for (int i = 0; i < n; i++) {
+    cudaError_t e = cudaGraphLaunch(static_cast<CuGraph*>(graph)->exec, g_stream);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+extern "C" int cu_graph_kernel_nodes(void* graph) {
+  if (!graph) return -cudaErrorInvalidResourceHandle;
+  cudaGraph_t g = static_cast<CuGraph*>(graph)->graph;
+  size_t count = 0;
+  cudaError_t e = cudaGraphGetNodes(g, nullptr, &count);
+  if (e != cudaSuccess) return -e;
+  cudaGraphNode_t* nodes = new cudaGraphNode_t[count ? count : 1];
+  e = cudaGraphGetNodes(g, nodes, &count);
+  int kernels = 0;
+  for (size_t i = 0; e == cudaSuccess && i < count; i++) {
+    cudaGraphNodeType type;
+    e = cudaGraphNodeGetType(nodes[i], &type);
+    kernels += e == cudaSuccess && type == cudaGraphNodeTypeKernel;
+  }
+  delete[] nodes;
+  return e == cudaSuccess ? kernels : -e;
+}
+
+extern "C" int cu_graph_destroy(void* graph) {
+  if (!graph) return cudaErrorInvalidResourceHandle;
+  CuGraph* g = static_cast<CuGraph*>(graph);
+  cudaError_t e = cudaGraphExecDestroy(g->exec);
+  const cudaError_t e2 = cudaGraphDestroy(g->graph);
+  delete g;
+  return e != cudaSuccess ? e : e2;
+}
+
+extern "C" int cu_plan_run_n(const Plan* plan, int n) {
+  for (int i = 0; i < n; i++) {
+    const int e = plan_run(plan);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+// ---- peaks measured on the spot ----------------------------------------------------------------------------------
+extern "C" int cu_measure_copy_bandwidth(uint64_t bytes, int iters, double* out_bytes_per_s) {
+  *out_bytes_per_s = 0.0;
+  if (bytes == 0 || iters <= 0) return cudaErrorInvalidValue;
+  DeviceBuffer src, dst;
+  EventPair events;
+  cudaError_t e = cudaMalloc(&src.ptr, bytes);
+  if (e == cudaSuccess) e = cudaMalloc(&dst.ptr, bytes);
+  if (e == cudaSuccess) e = events.create();
+  if (e == cudaSuccess) e = cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice, g_stream);  // warm-up
+  if (e == cudaSuccess) e = cudaEventRecord(events.start, g_stream);
+  for (int i = 0; e == cudaSuccess && i < iters; i++)
+    e = cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice, g_stream);
+  if (e == cudaSuccess) e = cudaEventRecord(events.end, g_stream);
+  if (e == cudaSuccess) e = cudaEventSynchronize(events.end);
+  if (e != cudaSuccess) return e;
+  const double seconds = events.elapsed_ms() / 1e3;
+  *out_bytes_per_s = seconds > 0 ? 2.0 * (double)bytes * iters / seconds : 0.0;  // read + write
+  return cudaSuccess;
+}
+
+extern "C" int cu_measure_fp32_peak(double* out_flops_per_s) {
+  *out_flops_per_s = 0.0;
+  DeviceBuffer sink;
+  EventPair events;
+  const int blocks = rt_sm_count() * kPeakBlocksPerSm;
+  const float seed = 0.5f;
+  cudaError_t e = cudaMalloc(&sink.ptr, sizeof(float));
+  if (e == cudaSuccess) e = events.create();
+  if (e != cudaSuccess) return e;
+  float* out = static_cast<float*>(sink.ptr);
+  LAUNCH_ON(g_stream, runtime_fma_peak_kernel, blocks, kPeakThreads, out, seed, kPeakIters);  // warm-up
+  e = cudaEventRecord(events.start, g_stream);
+  LAUNCH_ON(g_stream, runtime_fma_peak_kernel, blocks, kPeakThreads, out, seed, kPeakIters);
+  if (e == cudaSuccess) e = cudaGetLastError();
+  if (e == cudaSuccess) e = cudaEventRecord(events.end, g_stream);
+  if (e == cudaSuccess) e = cudaEventSynchronize(events.end);
+  if (e != cudaSuccess) return e;
+  const double seconds = events.elapsed_ms() / 1e3;
+  const double flops = (double)kFlopsPerFma * kPeakChains * kPeakIters * kPeakThreads * blocks;
+  *out_flops_per_s = seconds > 0 ? flops / seconds : 0.0;
+  return cudaSuccess;
+}

@@ -1,0 +1,141 @@
+// The CUDA backend: hand-written kernels in libgpt2_cuda.so, launched eagerly (one FFI call per kernel),
+// eagerly from C++ (one FFI call per step), or replayed as a CUDA graph. `emulated` loads the same .cu
+// sources compiled for the CPU (libgpt2_emu.so): every code path runs, slowly, without a GPU.
+import { UserError } from "../errors.ts";
+import { ensureBuilt, hasNvcc } from "../native/build.ts";
+import { CUDA_SYMBOLS, CU_DEVICE_INFO, decodeDeviceInfo, type CuDeviceInfo } from "../native/cuda-symbols.ts";
+import { probeDriver } from "../native/driver.ts";
+import type { LaunchMode } from "../profile/types.ts";
+import type { EncodedPlan } from "../plan.ts";
+import type { RecordedStep } from "./backend.ts";
+import { NativeBackend, openLibrary } from "./native.ts";
+
+/** cuda_api.h as called from TypeScript (handles and device pointers as numbers). */
+interface CudaSymbols {
+  cu_device_count(out: Int32Array): number;
+  cu_device_info(device: number, out: Uint8Array): number;
+  cu_stream_create(): number | null;
+  cu_stream_destroy(stream: number): number;
+  cu_set_stream(stream: number | null): number;
+  cu_sync_stream(): number;
+  cu_event_create(): number | null;
+  cu_event_record(event: number): number;
+  cu_event_synchronize(event: number): number;
+  cu_event_elapsed_ms(start: number, end: number, out: Float32Array): number;
+  cu_event_destroy(event: number): number;
+  cu_graph_capture(plan: number): number | null;
+  cu_graph_launch(graph: number, n: number): number;
+  cu_graph_kernel_nodes(graph: number): number;
+  cu_graph_destroy(graph: number): number;
+  cu_plan_run_n(plan: number, n: number): number;
+  cu_measure_copy_bandwidth(bytes: number, iters: number, out: Float64Array): number;
+  cu_measure_fp32_peak(out: Float64Array): number;
+}
+
+const CUDA_ERROR_UNKNOWN = 999; // cudaErrorUnknown, when a failed call left no code behind
+const unavailable = (why: string) => new UserError(`CUDA backend unavailable: ${why}`);
+
+function libraryFor(emulated: boolean): string {
+  if (emulated) return ensureBuilt("emu", { quiet: true }).path;
+  const probe = probeDriver();
+  if (!probe.ok) throw unavailable(probe.reason);
+  if (!hasNvcc()) throw unavailable("nvcc not found, so the kernel library cannot be built (set NVCC or CUDA_HOME)");
+  try {
+    return ensureBuilt("cuda").path;
+  } catch (e) {
+    throw unavailable(`the kernel library did not build (${(e as Error).message.split("\n")[0]}); run \`bun run build cuda\` for the compiler's output`);
+  }
+}
+
+/** A pair of events on the current stream: device time between two points. */
+export class EventTimer {
+  private readonly elapsed = new Float32Array(1);
+  constructor(private readonly cu: CudaSymbols, private readonly start: number, private readonly end: number) {}
+  begin(): void {
+    this.cu.cu_event_record(this.start);
+  }
+  finish(): void {
+    this.cu.cu_event_record(this.end);
+  }
+  /** waits for the end event; device milliseconds between the two */
+  ms(): number {
+    this.cu.cu_event_synchronize(this.end);
+    this.cu.cu_event_elapsed_ms(this.start, this.end, this.elapsed);
+    return this.elapsed[0]!;
+  }
+  destroy(): void {
+    this.cu.cu_event_destroy(this.start);
+    this.cu.cu_event_destroy(this.end);
+  }
+}
+
+export class CudaBackend extends NativeBackend {
+  readonly kind: "cuda" | "emu";
+  readonly deviceName: string;
+  readonly device: CuDeviceInfo;
+  readonly modes: readonly LaunchMode[] = ["eager", "eager-native", "graph"];
+  private readonly cu: CudaSymbols;
+
+  private constructor(lib: ReturnType<typeof openLibrary<CudaSymbols>>, emulated: boolean) {
+    super(lib.symbols, () => lib.close());
+    this.cu = lib.symbols;
+    this.kind = emulated ? "emu" : "cuda";
+    const code = this.sym.be_init(0);
+    if (code !== 0) {
+      lib.close();
+      throw unavailable(`${this.sym.be_error_name(code)}: ${this.sym.be_error_string(code)}`);
+    }
+    const info = new Uint8Array(CU_DEVICE_INFO.bytes);
+    this.check(this.cu.cu_device_info(0, info), "device query");
+    this.device = decodeDeviceInfo(info);
+    this.deviceName = this.device.name;
+  }
+
+  /** `path` loads a given build of the library (a test's planted-bug variant of the emulator). */
+  static open(opts: { emulated?: boolean; path?: string } = {}): CudaBackend {
+    const emulated = opts.emulated ?? false;
+    return new CudaBackend(openLibrary<CudaSymbols>(opts.path ?? libraryFor(emulated), CUDA_SYMBOLS), emulated);
+  }
+
+  record(plan: EncodedPlan): RecordedStep {
+    const native = this.recordPlan(plan);
+    let graph: number | null = null;
+    /** captured on first use: stream capture records the launches without running them */
+    const captured = (): number => {
+      if (graph) return graph;
+      graph = this.cu.cu_graph_capture(native.handle);
+      if (!graph) this.check(this.sym.be_last_error() || CUDA_ERROR_UNKNOWN, "graph capture");
+      return graph!;
+    };
+    return {
+      ops: plan.ops.length,
+      runNative: (n = 1) => this.check(this.cu.cu_plan_run_n(native.handle, n), "eager-native step"),
+      runGraph: (n = 1) => this.check(this.cu.cu_graph_launch(captured(), n), "graph launch"),
+      graphKernelNodes: () => this.cu.cu_graph_kernel_nodes(captured()),
+      destroy: () => {
+        if (graph) this.cu.cu_graph_destroy(graph);
+        native.destroy();
+      },
+    };
+  }
+
+  eventTimer(): EventTimer {
+    const start = this.cu.cu_event_create();
+    const end = this.cu.cu_event_create();
+    if (!start || !end) this.check(this.sym.be_last_error() || CUDA_ERROR_UNKNOWN, "event create");
+    return new EventTimer(this.cu, start!, end!);
+  }
+
+  /** device-to-device copy bandwidth, bytes read + written per second */
+  measureCopyBandwidth(bytes: number, iters: number): number {
+    const out = new Float64Array(1);
+    this.check(this.cu.cu_measure_copy_bandwidth(bytes, iters, out), "bandwidth measurement");
+    return out[0]!;
+  }
+
+  measureFp32Peak(): number {
+    const out = new Float64Array(1);
+    this.check(this.cu.cu_measure_fp32_peak(out), "fp32 peak measurement");
+    return out[0]!;
+  }
+}

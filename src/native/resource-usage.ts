@@ -1,0 +1,87 @@
+// Parses nvcc --resource-usage (ptxas) output into one row per kernel: registers, shared memory, stack and
+// spills. The CUDA build writes its log to build/resource-usage.txt (src/native/build.ts).
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+
+import { BUILD_DIR } from "./build.ts";
+
+export interface KernelResources {
+  /** demangled enough to read: `linear_matvec_kernel<4>` */
+  kernel: string;
+  mangled: string;
+  arch: string;
+  registers: number;
+  barriers: number;
+  smemBytes: number;
+  stackBytes: number;
+  spillStores: number;
+  spillLoads: number;
+}
+
+/** The op families every CUDA build must contain a kernel of (profiles map kernel names to these). */
+export const KERNEL_FAMILIES = ["embed", "layernorm", "linear", "kv_append", "attention", "gelu", "residual", "lm_head", "argmax"] as const;
+
+export const RESOURCE_USAGE_PATH = join(BUILD_DIR, "resource-usage.txt");
+
+/** `_Z16attention_kernelPf…` → `attention_kernel`; `_Z20linear_matvec_kernelILi4EEv…` → `linear_matvec_kernel<4>`. */
+export function kernelName(mangled: string): string {
+  const m = /^_Z(\d+)/.exec(mangled);
+  if (!m) return mangled;
+  const start = m[0].length;
+  const name = mangled.slice(start, start + Number(m[1]));
+  const rest = mangled.slice(start + Number(m[1]));
+  const template = /^I((?:L[ij]\d+E)+)E/.exec(rest);
+  if (!template) return name;
+  const args = [...template[1]!.matchAll(/L[ij](\d+)E/g)].map((a) => a[1]);
+  return `${name}<${args.join(", ")}>`;
+}
+
+const ENTRY = /Compiling entry function '([^']+)' for '([^']+)'/;
+const FRAME = /(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads/;
+const USED = /Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes smem)?/;
+
+export function parseResourceUsage(log: string): KernelResources[] {
+  const rows: KernelResources[] = [];
+  let current: KernelResources | undefined;
+  for (const line of log.split("\n")) {
+    const entry = ENTRY.exec(line);
+    if (entry) {
+      current = { kernel: kernelName(entry[1]!), mangled: entry[1]!, arch: entry[2]!, registers: 0, barriers: 0, smemBytes: 0, stackBytes: 0, spillStores: 0, spillLoads: 0 };
+      rows.push(current);
+      continue;
+    }
+    if (!current) continue;
+    const frame = FRAME.exec(line);
+    if (frame) {
+      current.stackBytes = Number(frame[1]);
+      current.spillStores = Number(frame[2]);
+      current.spillLoads = Number(frame[3]);
+      continue;
+    }
+    const used = USED.exec(line);
+    if (used) {
+      current.registers = Number(used[1]);
+      current.barriers = Number(used[2] ?? 0);
+      current.smemBytes = Number(used[3] ?? 0);
+    }
+  }
+  return rows;
+}
+
+/** The last CUDA build's table, or undefined if no build log is there. */
+export function readResourceUsage(path = RESOURCE_USAGE_PATH): KernelResources[] | undefined {
+  return existsSync(path) ? parseResourceUsage(readFileSync(path, "utf8")) : undefined;
+}
+
+/** Families with no kernel in `rows`. */
+export function missingFamilies(rows: KernelResources[]): string[] {
+  return KERNEL_FAMILIES.filter((family) => !rows.some((r) => r.kernel.startsWith(`${family}_`)));
+}
+
+export function formatResourceTable(rows: KernelResources[]): string {
+  const header = ["kernel", "arch", "regs", "smem B", "stack B", "spill st/ld"];
+  const body = rows.map((r) => [r.kernel, r.arch, String(r.registers), String(r.smemBytes), String(r.stackBytes), `${r.spillStores}/${r.spillLoads}`]);
+  const widths = header.map((h, i) => Math.max(h.length, ...body.map((b) => b[i]!.length)));
+  const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join("  ");
+  return [line(header), ...body.map(line)].join("\n");
+}

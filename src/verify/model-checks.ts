@@ -1,0 +1,134 @@
+// Whole-model checks of a device backend (CUDA, or the CUDA sources emulated on the CPU) against the
+// fixtures and the CPU backend: logits, greedy tokens in every launch mode, cache exactness, and that
+// graph replays leave device memory where it was.
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+
+import type { Backend } from "../backends/backend.ts";
+import type { GPT2Weights } from "../model/weights.ts";
+import type { LaunchMode } from "../profile/types.ts";
+import { generate } from "../run/generate.ts";
+import { Session } from "../run/session.ts";
+import { maxRelativeError } from "./compare.ts";
+
+export const LOGIT_TOLERANCE = 1e-4; // relative to the largest |logit|
+
+export interface CheckRow {
+  check: string;
+  detail: string;
+  /** the measured error, where the check has one */
+  error: number | null;
+  status: "pass" | "fail" | "skip";
+}
+
+const row = (check: string, detail: string, ok: boolean, error: number | null = null): CheckRow =>
+  ({ check, detail, error, status: ok ? "pass" : "fail" });
+
+export interface Fixture {
+  name: string;
+  dir: string;
+  prompt: number[];
+  generated: number[];
+  sequence: number[];
+  logits: Float32Array;
+}
+
+export function readFixture(dir: string): Fixture {
+  const expected = JSON.parse(readFileSync(join(dir, "expected.json"), "utf8"));
+  const bytes = readFileSync(join(dir, "expected_logits.f32"));
+  return {
+    name: dir.split("/").pop()!,
+    dir,
+    prompt: expected.prompt,
+    generated: expected.generated,
+    sequence: expected.sequence,
+    logits: new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength)),
+  };
+}
+
+/** The fixture's logits at every position and its greedy continuation in every launch mode, cached and not. */
+export function fixtureChecks(device: Backend, weights: GPT2Weights, f: Fixture): CheckRow[] {
+  const s = new Session(device, weights);
+  try {
+    const err = maxRelativeError(s.logitsAtEveryPosition(f.sequence), f.logits);
+    const rows = [row(`${f.name} logits`, `${f.sequence.length} positions vs numpy float64`, err <= LOGIT_TOLERANCE, err)];
+    const runs: Array<[boolean, LaunchMode]> = [[true, "eager"], [true, "eager-native"], [true, "graph"], [false, "eager"]];
+    for (const [cache, mode] of runs) {
+      if (!device.modes.includes(mode)) continue;
+      const ids = generate(s, { prompt: f.prompt, maxNewTokens: f.generated.length, cache, mode }).generatedIds;
+      const same = ids.every((id, i) => id === f.generated[i]);
+      rows.push(row(`${f.name} greedy`, `${f.generated.length} tokens, ${cache ? `cached, ${mode}` : "uncached"}`, same));
+    }
+    return rows;
+  } finally {
+    s.close();
+  }
+}
+
+/** The device's logits against the CPU backend's, every position of a prompt, on the same weights. */
+export function againstCpu(device: Backend, cpu: Backend, weights: GPT2Weights, prompt: number[]): CheckRow {
+  const logits = (b: Backend) => {
+    const s = new Session(b, weights, prompt.length);
+    try {
+      return s.logitsAtEveryPosition(prompt);
+    } finally {
+      s.close();
+    }
+  };
+  const err = maxRelativeError(logits(device), logits(cpu));
+  return row(`${weights.config.name} vs CPU`, `logits at ${prompt.length} positions (${weights.source})`, err <= LOGIT_TOLERANCE, err);
+}
+
+/** Every launch mode generates the same tokens, and leaves bit-identical logits. */
+export function modesBitIdentical(device: Backend, weights: GPT2Weights, prompt: number[], n: number): CheckRow {
+  const s = new Session(device, weights);
+  try {
+    const runs = device.modes.map((mode) => {
+      const ids = generate(s, { prompt, maxNewTokens: n, cache: true, mode }).generatedIds;
+      return { mode, ids, logits: new Uint32Array(s.readLogits().buffer) };
+    });
+    const [first, ...rest] = runs;
+    const same = rest.every((r) => r.ids.every((id, i) => id === first!.ids[i]) && r.logits.every((w, i) => w === first!.logits[i]));
+    return row("launch modes", `${device.modes.join(" == ")} bit for bit over ${n} tokens`, same);
+  } finally {
+    s.close();
+  }
+}
+
+export function cachedEqualsUncached(device: Backend, weights: GPT2Weights, prompt: number[], n: number): CheckRow {
+  const s = new Session(device, weights);
+  try {
+    const cached = generate(s, { prompt, maxNewTokens: n, cache: true, mode: "eager" }).generatedIds;
+    const uncached = generate(s, { prompt, maxNewTokens: n, cache: false, mode: "eager" }).generatedIds;
+    return row("cache exactness", `cached == uncached greedy tokens over ${n} tokens`, cached.every((id, i) => id === uncached[i]));
+  } finally {
+    s.close();
+  }
+}
+
+/** A captured graph replayed many times allocates nothing: free device memory is unchanged. */
+export function graphMemoryStable(device: Backend, weights: GPT2Weights, replays: number): CheckRow {
+  if (!device.modes.includes("graph")) return { check: "graph memory", detail: "no graphs on this backend", error: null, status: "skip" };
+  const s = new Session(device, weights);
+  try {
+    s.prefill([0]);
+    const native = s.step(1).native();
+    native.runGraph!(1); // capture and instantiate before the baseline
+    device.synchronize();
+    const before = device.memInfo().free;
+    for (let i = 0; i < replays; i++) {
+      s.setPosition(1);
+      native.runGraph!(1);
+    }
+    device.synchronize();
+    const leaked = before - device.memInfo().free;
+    return row("graph memory", `${replays} replays; free memory changed by ${leaked} bytes`, leaked === 0, leaked);
+  } finally {
+    s.close();
+  }
+}
+
+/** A fixture directory if present (gpt2-mini lives beside the project, not in it). */
+export function findFixture(candidates: string[]): string | null {
+  return candidates.find((d) => existsSync(join(d, "expected.json"))) ?? null;
+}

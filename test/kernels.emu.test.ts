@@ -1,0 +1,113 @@
+// The CUDA kernels' own source (cuda/*.cu compiled by g++ against the CPU emulator, libgpt2_emu.so)
+// against the CPU twins (cuda/*.cpp, libgpt2_cpu.so), op by op, on fresh random inputs, with every
+// output poisoned with NaN first so that an element the kernel never writes fails. The cases are
+// src/verify/kernel-checks.ts, the same ones `bun run verify` runs on a GPU.
+//
+// Planted bug: libgpt2_emu_planted.so is built with -DPLANT_BUG_ATTENTION, under which attention.cu drops
+// each query's own key from its causal range; the last test asserts that this comparison FAILS, so the
+// harness is shown able to catch an indexing bug in a kernel.
+import { afterAll, describe, expect, test } from "bun:test";
+import { dlopen, FFIType } from "bun:ffi";
+
+import { CpuBackend } from "../src/backends/cpu.ts";
+import { CudaBackend } from "../src/backends/cuda.ts";
+import { ensureBuilt } from "../src/native/build.ts";
+import { CU_DEVICE_INFO } from "../src/native/cuda-symbols.ts";
+import { encodePlan, type PlanOp } from "../src/plan.ts";
+import { attentionCase, KERNEL_CASES, KERNEL_TOLERANCE, runKernelCases } from "../src/verify/kernel-checks.ts";
+import { DeviceArena, freshSeed } from "./helpers/device.ts";
+import { maxRelativeError, randomFloats } from "./helpers/reference.ts";
+
+const seed = freshSeed();
+console.log(`kernels.emu: SEED=${seed}`);
+const emu = CudaBackend.open({ emulated: true });
+const cpu = CpuBackend.open();
+afterAll(() => {
+  emu.close();
+  cpu.close();
+});
+
+describe("emulated kernels vs CPU twins", () => {
+  test.each(KERNEL_CASES.map((c) => [`${c.kernel} ${c.shape}`, c] as const))("%s", (_, c) => {
+    const [row] = runKernelCases(emu, cpu, seed, [c]);
+    expect(row!.error).toBeLessThanOrEqual(KERNEL_TOLERANCE);
+  });
+});
+
+describe("split-key attention's scratch", () => {
+  const C = 128, nHead = 2, maxCtx = 64;
+  const arena = new DeviceArena(emu);
+  const reference = new DeviceArena(cpu);
+  afterAll(() => {
+    arena.release();
+    reference.release();
+  });
+
+  test("the merging blocks leave every arrival counter at zero, so one scratch serves successive steps", () => {
+    const scratch = arena.zeroed(emu.attentionScratchBytes(1, C, nHead, maxCtx) / 4);
+    const k = randomFloats(maxCtx * C, seed + 30), v = randomFloats(maxCtx * C, seed + 31);
+    const caches = { emu: [arena.put(k), arena.put(v)], cpu: [reference.put(k), reference.put(v)] };
+    for (const pos of [0, 1, 40, 63]) {
+      const qkv = randomFloats(3 * C, seed + 32 + pos);
+      const step = (a: DeviceArena, [kc, vc]: typeof caches.emu, scratchPtr: number) => {
+        const out = a.poisoned(C), state = a.put(Int32Array.of(pos, 0, 0, 0)), q = a.put(qkv);
+        a.backend.ops.op_kv_append(kc!.ptr, vc!.ptr, q.ptr, state.ptr, 1, C, maxCtx);
+        a.backend.ops.op_attention(out.ptr, scratchPtr, q.ptr, kc!.ptr, vc!.ptr, state.ptr, 1, C, nHead, maxCtx);
+        return a.floats(out);
+      };
+      expect(maxRelativeError(step(arena, caches.emu, scratch.ptr), step(reference, caches.cpu, 0))).toBeLessThanOrEqual(KERNEL_TOLERANCE);
+      expect(arena.ints(scratch, nHead).every((counter) => counter === 0)).toBe(true); // counters lead the scratch
+    }
+  });
+});
+
+describe("graphs and replay on the emulator", () => {
+  test("a captured plan replays like eager launches, one kernel node per op", () => {
+    const arena = new DeviceArena(emu);
+    const N = 1000;
+    const a = arena.put(randomFloats(N, seed + 40)), b = arena.put(randomFloats(N, seed + 41));
+    const eager = arena.poisoned(N), graphed = arena.poisoned(N);
+    const ops = (out: number): PlanOp[] => [
+      { family: "gelu", label: "gelu", layer: null, args: [out, a.ptr, N] },
+      { family: "residual", label: "residual", layer: null, args: [out, out, b.ptr, N] },
+    ];
+    emu.record(encodePlan(ops(eager.ptr))).runNative(1);
+    const graph = emu.record(encodePlan(ops(graphed.ptr)));
+    expect(graph.graphKernelNodes!()).toBe(2);
+    expect(Number.isNaN(arena.floats(graphed)[0]!)).toBe(true); // capture records without running
+    graph.runGraph!(1);
+    expect(Array.from(arena.floats(graphed))).toEqual(Array.from(arena.floats(eager)));
+    graph.destroy();
+    arena.release();
+  });
+
+  test("device info describes the emulated device", () => {
+    expect(emu.deviceName).toBe("CPU emulation of CUDA");
+    expect(emu.device.smCount).toBeGreaterThan(0);
+    expect(CU_DEVICE_INFO.bytes).toBe(304);
+  });
+});
+
+describe("emulator: misuse is an error, not a hang (emu_selftest in cuda/emu/emu_selftest.cpp)", () => {
+  const selftest = dlopen(ensureBuilt("emu", { quiet: true }).path, { emu_selftest: { args: [FFIType.i32], returns: FFIType.i32 } });
+  afterAll(() => selftest.close());
+  test.each([
+    [0, "barriers and shuffles every thread reaches", 0],
+    [1, "a block of 1025 threads", 9], // cudaErrorInvalidConfiguration
+    [2, "__syncthreads after half the block returned", 719], // cudaErrorLaunchFailure
+    [3, "half a warp at a shuffle, half at __syncthreads", 719],
+  ])("case %d: %s → %d", (which, _what, code) => {
+    expect(selftest.symbols.emu_selftest(which)).toBe(code);
+  });
+});
+
+test("planted attention bug (-DPLANT_BUG_ATTENTION) is caught", () => {
+  const path = ensureBuilt("emu", { quiet: true, extraFlags: ["-DPLANT_BUG_ATTENTION"], variant: "planted" }).path;
+  const planted = CudaBackend.open({ emulated: true, path });
+  try {
+    const rows = runKernelCases(planted, cpu, seed, [attentionCase(1, 700, 768, 12, 1024), attentionCase(3, 61, 768, 12, 1024)]);
+    for (const row of rows) expect(row.error).toBeGreaterThan(KERNEL_TOLERANCE);
+  } finally {
+    planted.close();
+  }
+}, 300_000); // builds the variant library first
