@@ -47,7 +47,8 @@ extern "C" void op_kv_append(float* k_cache, float* v_cache, const float* qkv, c
 
 // ---- op_attention -------------------------------------------------------------------------------------------
 // Scratch, for (t, head) pair th = t * n_head + h and chunk c:
-//   counters[th]                      blocks of th that have finished (the merging block resets it to 0)
+//   counters[th]                      blocks of th that have finished (the merging block resets it to 0);
+//                                     max_ctx * n_head of them at the start, the same for every T
 //   stats[(th * n_chunks + c) * 2]    chunk max score m_c, then sum_j exp(s_j - m_c)
 //   acc[(th * n_chunks + c) * hs + d] sum_j exp(s_j - m_c) v_j[d]
 // The counters must be zero before the first launch (be_alloc returns zeroed memory); every launch leaves them zero.
@@ -64,9 +65,11 @@ static size_t align_scratch(size_t bytes) { return (bytes + kScratchAlignment - 
 struct ScratchSizes {
   size_t counters, stats, acc;
 };
+// The counters region is sized for the most rows a step can have (max_ctx), whatever this launch's T:
+// steps of different T share one scratch, and one step's partials must never land on another's counters.
 static ScratchSizes scratch_sizes(int T, int C, int n_head, int max_ctx) {
   const size_t partials = (size_t)T * n_head * attention_chunks(max_ctx);
-  return {align_scratch((size_t)T * n_head * sizeof(unsigned)), align_scratch(partials * kStatsPerChunk * sizeof(float)),
+  return {align_scratch((size_t)max_ctx * n_head * sizeof(unsigned)), align_scratch(partials * kStatsPerChunk * sizeof(float)),
           align_scratch(partials * (C / n_head) * sizeof(float))};
 }
 

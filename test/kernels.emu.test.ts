@@ -59,6 +59,22 @@ describe("split-key attention's scratch", () => {
       expect(arena.ints(scratch, nHead).every((counter) => counter === 0)).toBe(true); // counters lead the scratch
     }
   });
+
+  test("steps of different T share one scratch (a prefill after decode steps, as in every second generation)", () => {
+    const scratch = arena.zeroed(emu.attentionScratchBytes(maxCtx, C, nHead, maxCtx) / 4);
+    const k = randomFloats(maxCtx * C, seed + 33), v = randomFloats(maxCtx * C, seed + 34);
+    const caches = { emu: [arena.put(k), arena.put(v)], cpu: [reference.put(k), reference.put(v)] };
+    for (const [T, pos] of [[7, 0], [1, 7], [1, 8], [40, 0], [1, 40], [7, 0]] as const) {
+      const qkv = randomFloats(T * 3 * C, seed + 35 + T + pos);
+      const step = (a: DeviceArena, [kc, vc]: typeof caches.emu, scratchPtr: number) => {
+        const out = a.poisoned(T * C), state = a.put(Int32Array.of(pos, 0, 0, 0)), q = a.put(qkv);
+        a.backend.ops.op_kv_append(kc!.ptr, vc!.ptr, q.ptr, state.ptr, T, C, maxCtx);
+        a.backend.ops.op_attention(out.ptr, scratchPtr, q.ptr, kc!.ptr, vc!.ptr, state.ptr, T, C, nHead, maxCtx);
+        return a.floats(out);
+      };
+      expect(maxRelativeError(step(arena, caches.emu, scratch.ptr), step(reference, caches.cpu, 0))).toBeLessThanOrEqual(KERNEL_TOLERANCE);
+    }
+  });
 });
 
 describe("graphs and replay on the emulator", () => {

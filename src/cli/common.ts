@@ -1,14 +1,7 @@
 // What the commands share: the model source, the backend flag, and colour handling.
-import chalk from "chalk";
-
 import { UserError } from "../errors.ts";
 import { PRESETS } from "../model/config.ts";
 import { loadModel, randomWeights, type GPT2Weights } from "../model/weights.ts";
-
-/** chalk honours FORCE_COLOR and non-TTY output, not NO_COLOR: do that here. */
-export function configureColour(): void {
-  if (process.env.NO_COLOR && !process.env.FORCE_COLOR) chalk.level = 0;
-}
 
 export const DEFAULT_PRESET = "gpt2";
 

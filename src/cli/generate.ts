@@ -8,7 +8,7 @@ import { decodeTokens, encodeText, parsePromptIds } from "../model/tokenizer.ts"
 import type { LaunchMode } from "../profile/types.ts";
 import { generate } from "../run/generate.ts";
 import { Session } from "../run/session.ts";
-import { configureColour, failOnBadFlags, intFlag, loadWeights } from "./common.ts";
+import { failOnBadFlags, intFlag, loadWeights } from "./common.ts";
 
 const MODES = ["eager", "eager-native", "graph", "replay"] as const;
 const DEFAULT_PROMPT = "Hello, I'm a language model,";
@@ -20,7 +20,6 @@ function resolveMode(mode: (typeof MODES)[number], backendKind: string): LaunchM
 }
 
 await runCli(async () => {
-  configureColour();
   const argv = await yargs(hideBin(process.argv))
     .scriptName("bun run generate")
     .usage("$0 [options]: greedy GPT-2 generation with a KV cache")

@@ -16,7 +16,7 @@ import { renderTerminalSummary } from "../report/markdown.ts";
 import { createProgress } from "../report/progress.ts";
 import { writeProfileOutputs } from "../report/write.ts";
 import { ROOT } from "../native/build.ts";
-import { configureColour, failOnBadFlags, intFlag, loadWeights } from "./common.ts";
+import { failOnBadFlags, intFlag, loadWeights } from "./common.ts";
 
 const MODE_CHOICES = ["eager", "eager-native", "graph", "all"] as const;
 /** 8, 16, …, 1024 and the seed's 10, 100, 500, 1000 */
@@ -60,7 +60,6 @@ function defaultOutDir(backend: Backend, mode: string): string {
 }
 
 await runCli(async () => {
-  configureColour();
   const argv = await yargs(hideBin(process.argv))
     .scriptName("bun run profile")
     .usage("$0 [options]: where the time of a generated token goes, eager vs graph, over a context sweep")

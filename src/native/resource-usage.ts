@@ -3,6 +3,8 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 
+import { OP_CODES } from "../plan.ts";
+import { renderTable } from "../report/tables.ts";
 import { BUILD_DIR } from "./build.ts";
 
 export interface KernelResources {
@@ -19,7 +21,7 @@ export interface KernelResources {
 }
 
 /** The op families every CUDA build must contain a kernel of (profiles map kernel names to these). */
-export const KERNEL_FAMILIES = ["embed", "layernorm", "linear", "kv_append", "attention", "gelu", "residual", "lm_head", "argmax"] as const;
+export const KERNEL_FAMILIES = Object.keys(OP_CODES);
 
 export const RESOURCE_USAGE_PATH = join(BUILD_DIR, "resource-usage.txt");
 
@@ -79,9 +81,6 @@ export function missingFamilies(rows: KernelResources[]): string[] {
 }
 
 export function formatResourceTable(rows: KernelResources[]): string {
-  const header = ["kernel", "arch", "regs", "smem B", "stack B", "spill st/ld"];
-  const body = rows.map((r) => [r.kernel, r.arch, String(r.registers), String(r.smemBytes), String(r.stackBytes), `${r.spillStores}/${r.spillLoads}`]);
-  const widths = header.map((h, i) => Math.max(h.length, ...body.map((b) => b[i]!.length)));
-  const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join("  ");
-  return [line(header), ...body.map(line)].join("\n");
+  const columns = ["kernel", "arch", "registers", "smem (B)", "stack (B)", "spill stores/loads (B)"].map((header) => ({ header }));
+  return renderTable(columns, rows.map((r) => [r.kernel, r.arch, r.registers, r.smemBytes, r.stackBytes, `${r.spillStores}/${r.spillLoads}`]));
 }

@@ -1,0 +1,116 @@
+// bun run verify — the CUDA path's checks. On a GPU: every kernel against the CPU backend, the whole model
+// against the fixtures and the CPU backend, the launch modes bit for bit, cache exactness, graph memory.
+// Without one: the nvcc build and its resource report, and the same checks on the kernels' sources
+// emulated on the CPU. Prints a table and ends with a pass/fail line; exit 1 on any failure.
+import chalk from "chalk";
+import { join } from "node:path";
+
+import yargs from "yargs";
+import { hideBin } from "yargs/helpers";
+
+import type { Backend } from "../backends/backend.ts";
+import { CpuBackend } from "../backends/cpu.ts";
+import { CudaBackend } from "../backends/cuda.ts";
+import { runCli, UserError } from "../errors.ts";
+import { PRESETS } from "../model/config.ts";
+import { loadModel, randomWeights } from "../model/weights.ts";
+import { ensureBuilt, hasNvcc, ROOT } from "../native/build.ts";
+import { formatResourceTable, missingFamilies, readResourceUsage } from "../native/resource-usage.ts";
+import { renderTable } from "../report/tables.ts";
+import { freshSeed } from "../verify/arena.ts";
+import { runKernelCases } from "../verify/kernel-checks.ts";
+import {
+  againstCpu, cachedEqualsUncached, fixtureChecks, findFixture, graphMemoryStable, modesBitIdentical, readFixture, type CheckRow,
+} from "../verify/model-checks.ts";
+import { failOnBadFlags } from "./common.ts";
+
+const say = (line: string) => process.stderr.write(`${line}\n`);
+const skip = (check: string, detail: string): CheckRow => ({ check, detail, error: null, status: "skip" });
+
+function buildChecks(): CheckRow[] {
+  if (!hasNvcc()) return [skip("nvcc build", "nvcc not found (set NVCC or CUDA_HOME)")];
+  ensureBuilt("cuda");
+  const rows = readResourceUsage() ?? [];
+  say(formatResourceTable(rows));
+  const spills = rows.filter((r) => r.spillStores + r.spillLoads > 0).map((r) => r.kernel);
+  const missing = missingFamilies(rows);
+  return [
+    { check: "nvcc build", detail: `sm_90 + PTX, warnings as errors; ${rows.length} kernels`, error: null, status: rows.length ? "pass" : "fail" },
+    { check: "spills", detail: spills.length ? `spilling: ${spills.join(", ")}` : "no kernel spills registers", error: null, status: spills.length ? "fail" : "pass" },
+    { check: "op families", detail: missing.length ? `no kernel for ${missing.join(", ")}` : "a kernel for every op family", error: null, status: missing.length ? "fail" : "pass" },
+  ];
+}
+
+/** The device under test: the GPU, or (auto, without one) the kernels' sources on the CPU emulator. */
+function openDevice(choice: "auto" | "cuda" | "emu"): { device: CudaBackend; noGpuLine: string | null } {
+  if (choice === "emu") return { device: CudaBackend.open({ emulated: true }), noGpuLine: null };
+  try {
+    return { device: CudaBackend.open(), noGpuLine: null };
+  } catch (e) {
+    if (choice === "cuda" || !(e instanceof UserError)) throw e;
+    say(`note: ${e.message}; checking the kernels' sources on the CPU emulator instead`);
+    return { device: CudaBackend.open({ emulated: true }), noGpuLine: e.message };
+  }
+}
+
+function modelChecks(device: CudaBackend, cpu: Backend): CheckRow[] {
+  const gpu = device.kind === "cuda";
+  const tiny = join(ROOT, "test/fixtures/gpt2-tiny");
+  const miniDir = findFixture([process.env.GPT2_MINI ?? "", join(ROOT, "../shared/fixtures/gpt2-mini")]);
+  const rows = [...fixtureChecks(device, loadModel(tiny), readFixture(tiny))];
+  rows.push(...(miniDir ? fixtureChecks(device, loadModel(miniDir), readFixture(miniDir)) : [skip("gpt2-mini", "fixture not found (set GPT2_MINI)")]));
+  if (gpu) {
+    const small = randomWeights(PRESETS.gpt2!, 0);
+    const prompt = Array.from({ length: 16 }, (_, i) => (i * 7919) % small.config.vocab_size);
+    rows.push(againstCpu(device, cpu, small, prompt));
+    rows.push(modesBitIdentical(device, small, prompt.slice(0, 8), 200));
+    rows.push(cachedEqualsUncached(device, small, prompt.slice(0, 8), 200));
+    rows.push(graphMemoryStable(device, small, 1000));
+  } else {
+    // GPT-2 small through the emulator would take many minutes: the same checks on gpt2-tiny
+    const w = loadModel(tiny);
+    const f = readFixture(tiny);
+    rows.push(skip("gpt2 vs CPU", "GPT-2 small runs on a GPU only (the emulator is too slow); gpt2-tiny and gpt2-mini above cover the model"));
+    rows.push(modesBitIdentical(device, w, f.prompt, w.config.n_positions - f.prompt.length));
+    rows.push(cachedEqualsUncached(device, w, f.prompt, w.config.n_positions - f.prompt.length));
+    rows.push(graphMemoryStable(device, w, 50));
+  }
+  return rows;
+}
+
+await runCli(async () => {
+  const argv = await yargs(hideBin(process.argv))
+    .scriptName("bun run verify")
+    .option("backend", { choices: ["auto", "cuda", "emu"] as const, default: "auto" as const, describe: "the GPU, or the kernels' sources on the CPU emulator (auto: the GPU if there is one)" })
+    .option("seed", { type: "number", describe: "seed of the random inputs (default: fresh each run, printed)" })
+    .strict()
+    .help()
+    .fail(failOnBadFlags)
+    .parse();
+  const t0 = Date.now();
+  const seed = argv.seed ?? freshSeed();
+  const rows: CheckRow[] = buildChecks();
+  const { device, noGpuLine } = openDevice(argv.backend);
+  const cpu = CpuBackend.open();
+  say(`device: ${device.deviceName} (${device.kind}); reference: CPU backend (${cpu.deviceName}); seed ${seed}`);
+  if (noGpuLine !== null) {
+    rows.push({ check: "no GPU", detail: `--backend cuda fails with one line: "${noGpuLine}"`, error: null, status: noGpuLine.includes("\n") ? "fail" : "pass" });
+  }
+  for (const k of runKernelCases(device, cpu, seed)) {
+    rows.push({ check: `kernel ${k.kernel}`, detail: k.shape, error: k.error, status: k.ok ? "pass" : "fail" });
+  }
+  rows.push(...modelChecks(device, cpu));
+
+  const status = (s: CheckRow["status"]) => (s === "pass" ? chalk.green("pass") : s === "fail" ? chalk.red.bold("FAIL") : chalk.yellow("skip"));
+  const columns = [{ header: "check" }, { header: "detail" }, { header: "max rel. error", format: (x: number) => x.toExponential(2) }, { header: "status" }];
+  process.stdout.write(`${renderTable(columns, rows.map((r) => [r.check, r.detail, r.error, status(r.status)]))}\n`);
+  const count = (s: CheckRow["status"]) => rows.filter((r) => r.status === s).length;
+  const failed = count("fail");
+  process.stdout.write(
+    `verify on ${device.deviceName} (${device.kind}), ${new Date().toISOString()}, ${((Date.now() - t0) / 1e3).toFixed(1)} s: ` +
+      `${count("pass")} passed, ${failed} failed, ${count("skip")} skipped — ${failed ? "FAIL" : "PASS"}\n`,
+  );
+  device.close();
+  cpu.close();
+  if (failed) process.exit(1);
+});
