@@ -1,0 +1,109 @@
+// `bun run profile` end to end on the CPU backend: every output file, validated; per-op times that add up
+// to the step; and one clear line for every bad flag.
+import { afterAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+import { XMLValidator } from "fast-xml-parser";
+
+import type { ProfileSummary } from "../src/profile/types.ts";
+import { OUTPUT_FILES } from "../src/report/output-files.ts";
+import { validateSummary } from "../src/report/schema.ts";
+import { validateTrace } from "../src/report/trace.ts";
+
+const ROOT = join(import.meta.dir, "..");
+const FIXTURE = join(import.meta.dir, "fixtures/gpt2-tiny");
+const out = mkdtempSync(join(tmpdir(), "profile-"));
+afterAll(() => rmSync(out, { recursive: true, force: true }));
+
+function profile(...args: string[]) {
+  const p = Bun.spawnSync([process.execPath, join(ROOT, "src/cli/profile.ts"), ...args], { cwd: ROOT, env: { ...process.env, NO_COLOR: "1" } });
+  return { code: p.exitCode, stdout: p.stdout.toString(), stderr: p.stderr.toString() };
+}
+
+describe("profile --backend cpu on gpt2-tiny", () => {
+  const dir = join(out, "tiny");
+  const run = profile("--backend", "cpu", "--model", FIXTURE, "--contexts", "8,32,63", "--repeats", "5", "--out", dir, "--json");
+  const summary = JSON.parse(run.stdout) as ProfileSummary;
+
+  test("exits 0 and prints only the summary JSON on stdout", () => {
+    expect(run.code).toBe(0);
+    expect(summary.schema_version).toBe(1);
+  });
+
+  test("writes every file; summary.json matches its schema and equals stdout", () => {
+    for (const name of Object.values(OUTPUT_FILES)) expect(Bun.file(join(dir, name)).size).toBeGreaterThan(0);
+    const written = JSON.parse(readFileSync(join(dir, OUTPUT_FILES.summary), "utf8"));
+    expect(validateSummary(written)).toEqual([]);
+    expect(written).toEqual(summary);
+  });
+
+  test("trace.json is a valid Chrome trace with a host and a device track per mode", () => {
+    const trace = JSON.parse(readFileSync(join(dir, OUTPUT_FILES.trace), "utf8"));
+    expect(validateTrace(trace)).toEqual([]);
+    const names = trace.traceEvents.filter((e: { ph: string; name: string }) => e.ph === "M").map((e: { args: { name: string } }) => e.args.name);
+    expect(names.join(" ")).toMatch(/eager/);
+    expect(trace.traceEvents.filter((e: { ph: string }) => e.ph === "X").length).toBeGreaterThan(100);
+  });
+
+  test("the SVG plots are well-formed XML", () => {
+    for (const name of [OUTPUT_FILES.latency, OUTPUT_FILES.breakdown]) {
+      expect(XMLValidator.validate(readFileSync(join(dir, name), "utf8"))).toBe(true);
+    }
+  });
+
+  test("every mode and the uncached baseline at every context, with a breakdown and a verdict", () => {
+    expect(summary.settings.modes).toEqual(["uncached", "eager", "eager-native"]);
+    expect(summary.points).toHaveLength(9);
+    for (const p of summary.points) {
+      expect(p.device_ms.median).toBeGreaterThan(0);
+      expect(p.breakdown!.families.map((f) => f.key)).toContain("linear");
+      expect(p.split!.verdict.length).toBeGreaterThan(0);
+    }
+    expect(summary.seed_table.map((r) => r.context)).toEqual([8, 32, 63]);
+    expect(summary.end_to_end.map((e) => e.mode)).toEqual(["uncached", "eager", "eager-native"]);
+    expect(summary.verdicts.some((v) => v.startsWith("Is the floor launch overhead?"))).toBe(true);
+  });
+
+  test("KV cache memory: measured per token equals the formula (2 × n_layer × n_embd × 4)", () => {
+    const m = summary.memory;
+    expect(m.kv_bytes_per_token_formula).toBe(2 * 2 * 128 * 4);
+    expect(Math.abs(m.kv_bytes_per_token_measured - m.kv_bytes_per_token_formula) / m.kv_bytes_per_token_formula).toBeLessThan(0.05);
+  });
+
+  test("the terminal report without --json is plain text under NO_COLOR", () => {
+    const r = profile("--backend", "cpu", "--model", FIXTURE, "--contexts", "8", "--repeats", "2", "--e2e-tokens", "4", "--out", join(out, "plain"));
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain("Time per token");
+    expect(r.stdout).not.toMatch(/\x1b\[/);
+  });
+});
+
+test("GPT-2 small on the CPU: the per-op times add up to the step time within 5%", () => {
+  const dir = join(out, "small");
+  const r = profile("--backend", "cpu", "--mode", "eager-native", "--contexts", "8", "--repeats", "3", "--warmup", "1", "--traced-steps", "3", "--e2e-tokens", "4", "--out", dir, "--json");
+  expect(r.code).toBe(0);
+  const point = (JSON.parse(r.stdout) as ProfileSummary).points[0]!;
+  const step = point.split!.step_ms;
+  expect(Math.abs(point.breakdown!.op_sum_ms - step) / step).toBeLessThan(0.05);
+}, 120_000);
+
+describe("bad flags: one line, exit ≠ 0", () => {
+  test.each([
+    ["an unknown mode", ["--mode", "turbo"], /turbo/],
+    ["an unknown flag", ["--bogus"], /bogus/],
+    ["an impossible context", ["--model", FIXTURE, "--backend", "cpu", "--contexts", "8,64"], /64.*impossible|impossible.*64/],
+    ["a context that is not a number", ["--model", FIXTURE, "--backend", "cpu", "--contexts", "8,x"], /"x"/],
+    ["graph on the CPU backend", ["--backend", "cpu", "--mode", "graph"], /graph.*not available/],
+    ["zero repeats", ["--model", FIXTURE, "--backend", "cpu", "--repeats", "0"], /--repeats/],
+    ["CUDA without a GPU", ["--backend", "cuda"], /CUDA backend unavailable/],
+  ])("%s", (_, args, message) => {
+    const r = profile(...args);
+    expect(r.code).not.toBe(0);
+    const lines = r.stderr.split("\n").filter((l) => l.startsWith("error:"));
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(message);
+    expect(r.stderr).not.toMatch(/\n\s+at /);
+  });
+});
