@@ -18,7 +18,7 @@ namespace {
 constexpr int kFewRows = 8;       // up to this many rows, split the reduction over C
 constexpr int kRowTile = 8;       // rows per tile in the many-rows path
 constexpr int kColumnTile = 256;  // output columns per tile in the many-rows path
-constexpr int kRowsPerPass = 4;   // weight rows folded into the partial per pass (few-rows path)
+constexpr int kRowsPerPass = 8;   // weight rows folded into the partial per pass (few-rows path)
 
 // partial: (T, OC) = inp[:, c0:c1] @ weight[c0:c1, :]
 // Four weight rows per pass over the partial row: one load and one store of it per four FMAs.
@@ -27,13 +27,14 @@ void accumulate_band(float* partial, const float* inp, const float* weight, int 
   int c = c0;
   for (; c + kRowsPerPass <= c1; c += kRowsPerPass) {
     const float* w0 = weight + (size_t)c * OC;
-    const float *w1 = w0 + OC, *w2 = w1 + OC, *w3 = w2 + OC;
+    const float *w1 = w0 + OC, *w2 = w1 + OC, *w3 = w2 + OC, *w4 = w3 + OC, *w5 = w4 + OC, *w6 = w5 + OC, *w7 = w6 + OC;
     for (int t = 0; t < T; t++) {
       const float* x = inp + (size_t)t * C + c;
-      const float x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3];
+      const float x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3], x4 = x[4], x5 = x[5], x6 = x[6], x7 = x[7];
       float* p = partial + (size_t)t * OC;
 #pragma omp simd
-      for (int o = 0; o < OC; o++) p[o] += x0 * w0[o] + x1 * w1[o] + x2 * w2[o] + x3 * w3[o];
+      for (int o = 0; o < OC; o++)
+        p[o] += (x0 * w0[o] + x1 * w1[o] + x2 * w2[o] + x3 * w3[o]) + (x4 * w4[o] + x5 * w5[o] + x6 * w6[o] + x7 * w7[o]);
     }
   }
   for (; c < c1; c++) {
