@@ -2,7 +2,6 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { UserError } from "../src/errors.ts";
 import {
   headSize,
   kvCacheBytesPerToken,
@@ -14,22 +13,12 @@ import {
 } from "../src/model/config.ts";
 import { readSafetensors } from "../src/model/safetensors.ts";
 import { loadModel, randomWeights, weightTensors } from "../src/model/weights.ts";
+import { expectUserError } from "./helpers/expect.ts";
 
 const FIXTURE = join(import.meta.dir, "fixtures", "gpt2-tiny");
 const tmp = mkdtempSync(join(tmpdir(), "model-test-"));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
-function expectUserError(fn: () => unknown, pattern: RegExp): void {
-  let caught: unknown;
-  try {
-    fn();
-  } catch (e) {
-    caught = e;
-  }
-  expect(caught).toBeInstanceOf(UserError);
-  expect((caught as Error).message).toMatch(pattern);
-  expect((caught as Error).message).not.toContain("\n");
-}
 
 describe("config", () => {
   test("presets are the released GPT-2 sizes", () => {

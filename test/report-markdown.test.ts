@@ -1,16 +1,9 @@
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import chalk from "chalk";
+import { describe, expect, test } from "bun:test";
 import { questionSentence, renderReport, renderTerminalSummary } from "../src/report/markdown.ts";
 import { syntheticSummary } from "./helpers/synthetic-profile.ts";
+import { withoutColour } from "./helpers/expect.ts";
 
-let savedLevel: typeof chalk.level;
-beforeAll(() => {
-  savedLevel = chalk.level;
-  chalk.level = 0;
-});
-afterAll(() => {
-  chalk.level = savedLevel;
-});
+withoutColour();
 
 describe("renderReport", () => {
   const summary = syntheticSummary();

@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import chalk from "chalk";
 import { kernelSummaries } from "../src/report/aggregate.ts";
 import {
@@ -12,15 +12,9 @@ import {
   toCsv,
 } from "../src/report/tables.ts";
 import { syntheticSteps } from "./helpers/synthetic-profile.ts";
+import { withoutColour } from "./helpers/expect.ts";
 
-let savedLevel: typeof chalk.level;
-beforeAll(() => {
-  savedLevel = chalk.level;
-  chalk.level = 0;
-});
-afterAll(() => {
-  chalk.level = savedLevel;
-});
+withoutColour();
 
 describe("renderTable", () => {
   test("header, separator, right-aligned numbers, cut names, missing values and a footer", () => {

@@ -2,25 +2,14 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { UserError } from "../src/errors.ts";
 import type { GPT2Config } from "../src/model/config.ts";
 import { MAX_HEADER_BYTES, parseSafetensors, readSafetensors, tensorFloat32 } from "../src/model/safetensors.ts";
 import { loadModel, randomWeights, weightTensors } from "../src/model/weights.ts";
+import { expectUserError } from "./helpers/expect.ts";
 
 const tmp = mkdtempSync(join(tmpdir(), "safetensors-test-"));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
-function expectUserError(fn: () => unknown, pattern: RegExp): void {
-  let caught: unknown;
-  try {
-    fn();
-  } catch (e) {
-    caught = e;
-  }
-  expect(caught).toBeInstanceOf(UserError);
-  expect((caught as Error).message).toMatch(pattern);
-  expect((caught as Error).message).not.toContain("\n");
-}
 
 // ---- writers ----------------------------------------------------------------------------------
 

@@ -1,18 +1,7 @@
 import { describe, expect, test } from "bun:test";
-import { UserError } from "../src/errors.ts";
 import { decodeTokens, encodeText, GPT2_VOCAB, parsePromptIds } from "../src/model/tokenizer.ts";
+import { expectUserError } from "./helpers/expect.ts";
 
-function expectUserError(fn: () => unknown, pattern: RegExp): void {
-  let caught: unknown;
-  try {
-    fn();
-  } catch (e) {
-    caught = e;
-  }
-  expect(caught).toBeInstanceOf(UserError);
-  expect((caught as Error).message).toMatch(pattern);
-  expect((caught as Error).message).not.toContain("\n");
-}
 
 describe("GPT-2 BPE", () => {
   const text = "Hello, I'm a language model,";

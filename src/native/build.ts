@@ -73,7 +73,7 @@ function recipe(target: Target): Recipe {
   }
 }
 
-function stampOf(target: Target, r: Recipe, compilerVersion: string): string {
+function stampOf(r: Recipe, compilerVersion: string): string {
   const h = createHash("sha256");
   h.update(compilerVersion);
   h.update(r.command("OUT").join(" "));
@@ -118,7 +118,7 @@ export function ensureBuilt(target: Target, opts: BuildOptions = {}): BuildResul
   if (r.sources.length === 0) throw new Error(`build ${target}: no sources found under ${CUDA_DIR}`);
   const version = compilerVersion(target);
   if (!version) throw new Error(`build ${target}: compiler not found (${target === "cuda" ? NVCC : "g++"})`);
-  const stamp = stampOf(target, r, version);
+  const stamp = stampOf(r, version);
   const stampFile = `${out}.stamp`;
   if (existsSync(out) && existsSync(stampFile) && readFileSync(stampFile, "utf8") === stamp) {
     return { target, path: out, rebuilt: false, log: "" };

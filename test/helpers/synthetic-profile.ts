@@ -8,7 +8,6 @@ import type {
   OpFamily,
   OpInterval,
   ProfileSummary,
-  SeedRow,
   StepTrace,
   StudyMode,
   StudyPoint,
@@ -18,7 +17,6 @@ import { summarize } from "../../src/report/stats.ts";
 import {
   cachedStepWork,
   classifyRegime,
-  flopReduction,
   stepWork,
   sumWork,
   uncachedStepWork,
