@@ -26,6 +26,7 @@ describe("resource-usage parser", () => {
   });
 });
 
+if (!hasNvcc()) console.log("cuda-build.test.ts: skipping the CUDA library tests, nvcc not found (set NVCC or CUDA_HOME)");
 describe.skipIf(!hasNvcc())("nvcc build of libgpt2_cuda.so", () => {
   test("builds warning-free, every op family has a kernel, nothing spills", () => {
     // the report is written when the library is (re)built: force a build if only the library is there
