@@ -42,20 +42,17 @@ await runCli(async () => {
 
   const say = (line: string) => process.stderr.write(`${line}\n`);
   const maxNew = intFlag("max-new-tokens", argv["max-new-tokens"], 1);
-  const weights = loadWeights(argv.model, intFlag("seed", argv.seed, 0), say);
-  const cfg = weights.config;
-  const prompt = argv["prompt-ids"] !== undefined
-    ? parsePromptIds(argv["prompt-ids"], cfg.vocab_size)
-    : encodeText(argv.prompt ?? DEFAULT_PROMPT, cfg.vocab_size);
-  if (prompt.length + maxNew > cfg.n_positions) {
-    throw new UserError(`context overflow: prompt (${prompt.length} tokens) + --max-new-tokens (${maxNew}) = ${prompt.length + maxNew} exceeds n_positions (${cfg.n_positions})`);
-  }
   const threads = argv.threads === undefined ? undefined : intFlag("threads", argv.threads, 1, 1024);
   const backend = await openBackend(argv.backend, { threads, note: say });
   const mode = resolveMode(argv.mode, backend.kind);
   if (!backend.modes.includes(mode)) {
     throw new UserError(`launch mode ${mode} is not available on the ${backend.kind} backend (available: ${backend.modes.join(", ")})`);
   }
+  const weights = loadWeights(argv.model, intFlag("seed", argv.seed, 0), say);
+  const cfg = weights.config;
+  const prompt = argv["prompt-ids"] !== undefined
+    ? parsePromptIds(argv["prompt-ids"], cfg.vocab_size)
+    : encodeText(argv.prompt ?? DEFAULT_PROMPT, cfg.vocab_size);
   const session = new Session(backend, weights);
   const cache = argv.cache === "on";
   const result = generate(session, { prompt, maxNewTokens: maxNew, cache, mode });

@@ -1,5 +1,6 @@
 // Greedy generation: prefill then one token at a time with the KV cache, or the uncached baseline that
 // recomputes the whole sequence every step.
+import { UserError } from "../errors.ts";
 import type { LaunchMode } from "../profile/types.ts";
 import type { Session } from "./session.ts";
 
@@ -25,7 +26,10 @@ const nowMs = () => Bun.nanoseconds() / 1e6;
 export function generate(session: Session, opts: GenerateOptions): GenerateResult {
   const { prompt, maxNewTokens } = opts;
   if (prompt.length === 0) throw new Error("generate: empty prompt");
-  session.checkContext(prompt.length + maxNewTokens);
+  const total = prompt.length + maxNewTokens;
+  if (total > session.config.n_positions) {
+    throw new UserError(`context overflow: prompt (${prompt.length} tokens) + new tokens (${maxNewTokens}) = ${total} exceeds n_positions (${session.config.n_positions})`);
+  }
   return opts.cache ? generateCached(session, opts) : generateUncached(session, opts);
 }
 
