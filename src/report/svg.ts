@@ -19,6 +19,8 @@ export interface LineChartSpec {
   yTitle: string;
   /** title of the second y axis, required when a series uses it */
   y2Title?: string;
+  /** the left y axis in decades (log 10): a flat floor and a growing cost both stay readable */
+  yLog?: boolean;
   series: LineSeries[];
   /** where the numbers come from: machine, device, date */
   caption: string;
@@ -109,6 +111,16 @@ function linearScale(max: number): LinearScale {
   return { ticks, toY: (v) => PLOT.bottom - (v / top) * (PLOT.bottom - PLOT.top) };
 }
 
+/** Decades from the one below the smallest value to the one above the largest; values must be positive. */
+function logScale(values: number[]): LinearScale {
+  const bad = values.find((v) => !(v > 0) || !Number.isFinite(v));
+  if (bad !== undefined) throw new RangeError(`lineChart: y = ${bad} cannot go on a log axis`);
+  const lo = Math.floor(Math.log10(Math.min(...values)));
+  const hi = Math.max(lo + 1, Math.ceil(Math.log10(Math.max(...values))));
+  const ticks = Array.from({ length: hi - lo + 1 }, (_, i) => Number((10 ** (lo + i)).toPrecision(12)));
+  return { ticks, toY: (v) => PLOT.bottom - ((Math.log10(v) - lo) / (hi - lo)) * (PLOT.bottom - PLOT.top) };
+}
+
 function yAxis(scale: LinearScale, title: string, side: "left" | "right"): string[] {
   const x = side === "left" ? PLOT.left : PLOT.right;
   const tickX = side === "left" ? x - 6 : x + 6;
@@ -144,7 +156,8 @@ export function lineChart(spec: LineChartSpec): string {
   const { lo, hi } = log2Domain(points.map((p) => p.x));
   const toX = (x: number) => PLOT.left + ((Math.log2(x) - lo) / (hi - lo)) * (PLOT.right - PLOT.left);
   const maxOf = (series: LineSeries[]) => Math.max(0, ...series.flatMap((s) => s.points.map((p) => p.y)));
-  const left = linearScale(maxOf(spec.series.filter((s) => s.axis !== "right")));
+  const leftSeries = spec.series.filter((s) => s.axis !== "right");
+  const left = spec.yLog ? logScale(leftSeries.flatMap((s) => s.points.map((p) => p.y))) : linearScale(maxOf(leftSeries));
   const rightScale = linearScale(maxOf(right));
 
   const xTicks = Array.from({ length: hi - lo + 1 }, (_, i) => 2 ** (lo + i)).flatMap((t) => [

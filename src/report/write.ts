@@ -33,7 +33,8 @@ export function latencyChart(s: ProfileSummary): string {
   return lineChart({
     title: `Decode step time per token vs context: ${s.model.config.name}`,
     xTitle: "context (tokens already in the sequence, log2 scale)",
-    yTitle: "median device time per token (ms)",
+    yTitle: "median device time per token (ms, log scale)",
+    yLog: true,
     y2Title: "FLOP ratio, no cache / KV cache (×)",
     series,
     caption: caption(s, dropped),
