@@ -8,6 +8,8 @@ import { OP_SYMBOLS, PLAN_SYMBOLS, RUNTIME_SYMBOLS } from "../native/symbols.ts"
 import type { Backend, BackendKind, DeviceBuffer, MemoryInfo, OpSymbols, RecordedStep } from "./backend.ts";
 
 const BASE_SYMBOLS = { ...OP_SYMBOLS, ...PLAN_SYMBOLS, ...RUNTIME_SYMBOLS };
+/** cudaErrorMemoryAllocation (and the CPU library's code for the same): a NULL allocation that left no error */
+const ERROR_MEMORY_ALLOCATION = 2;
 
 /**
  * plan.h and runtime.h as called from TypeScript. bun:ffi brands pointers as `Pointer`; device pointers
@@ -66,7 +68,7 @@ export abstract class NativeBackend implements Backend {
     if (!Number.isSafeInteger(bytes) || bytes <= 0) throw new Error(`alloc: bad size ${bytes}`);
     const ptr = this.sym.be_alloc(bytes);
     if (!ptr) {
-      this.check(this.sym.be_last_error() || 2, `allocating ${bytes} bytes`);
+      this.check(this.sym.be_last_error() || ERROR_MEMORY_ALLOCATION, `allocating ${bytes} bytes`);
     }
     this.live.add(ptr!);
     return { ptr: ptr!, bytes };
