@@ -56,7 +56,7 @@ extern "C" void op_attention(float* out, float*, const float* qkv, const float* 
   OpTimer timer(OP_ATTENTION);
   const int pos = state[STATE_POS];
   const int hs = C / n_head;
-#pragma omp parallel if (T * n_head > 1)
+#pragma omp parallel if ((long)T * n_head * (pos + T) * (C / n_head) >= kParallelMinWork)
   {
     std::vector<float> scores(max_ctx);
 #pragma omp for collapse(2) schedule(static)

@@ -36,6 +36,9 @@ int prof_read(int64_t* out, int max);
 #ifdef __cplusplus
 }
 
+// Below this many multiply-adds (or elements) an op runs on the calling thread: waking the team costs more.
+constexpr long kParallelMinWork = 1L << 15;
+
 // Times one op for the rest of the enclosing scope (a branch and nothing else when timers are off).
 class OpTimer {
  public:

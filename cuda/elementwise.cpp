@@ -6,7 +6,6 @@
 #include "ops.h"
 
 namespace {
-constexpr int kParallelMin = 1 << 14;  // below this many elements threads cost more than they save
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCubic = 0.044715f;
 constexpr float kLog2e = 1.4426950408889634f;
@@ -33,7 +32,7 @@ inline float exp_approx(float x) {
 // out: (N) = 0.5 x (1 + tanh(u)) = x / (1 + e^(-2u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
 extern "C" void op_gelu(float* out, const float* inp, int N) {
   OpTimer timer(OP_GELU);
-#pragma omp parallel for simd if (N >= kParallelMin)
+#pragma omp parallel for simd if (N >= kParallelMinWork)
   for (int i = 0; i < N; i++) {
     const float x = inp[i];
     const float u = kSqrt2OverPi * (x + kGeluCubic * x * x * x);
@@ -44,6 +43,6 @@ extern "C" void op_gelu(float* out, const float* inp, int N) {
 // out: (N) = a + b
 extern "C" void op_residual(float* out, const float* a, const float* b, int N) {
   OpTimer timer(OP_RESIDUAL);
-#pragma omp parallel for simd if (N >= kParallelMin)
+#pragma omp parallel for simd if (N >= kParallelMinWork)
   for (int i = 0; i < N; i++) out[i] = a[i] + b[i];
 }

@@ -7,7 +7,7 @@
 // out: (T, C) = (inp - mean) / sqrt(var + eps) * weight + bias     inp: (T, C)  weight, bias: (C)
 extern "C" void op_layernorm(float* out, const float* inp, const float* weight, const float* bias, int T, int C, float eps) {
   OpTimer timer(OP_LAYERNORM);
-#pragma omp parallel for if (T > 1)
+#pragma omp parallel for if ((long)T * C >= kParallelMinWork)
   for (int t = 0; t < T; t++) {
     const float* x = inp + (size_t)t * C;
     float* y = out + (size_t)t * C;

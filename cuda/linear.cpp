@@ -49,7 +49,7 @@ void accumulate_band(float* partial, const float* inp, const float* weight, int 
 }
 
 void linear_few_rows(float* out, const float* inp, const float* weight, const float* bias, int T, int C, int OC) {
-  const int threads = std::min(omp_get_max_threads(), C);
+  const int threads = (long)T * C * OC >= kParallelMinWork ? std::min(omp_get_max_threads(), C) : 1;
   static thread_local std::vector<float> partials;  // (threads, T, OC), reused across calls
   const size_t per_thread = (size_t)T * OC;
   partials.resize(per_thread * threads);
@@ -90,7 +90,7 @@ void linear_tile(float* out, const float* inp, const float* weight, const float*
 void linear_many_rows(float* out, const float* inp, const float* weight, const float* bias, int T, int C, int OC) {
   const int row_tiles = (T + kRowTile - 1) / kRowTile;
   const int column_tiles = (OC + kColumnTile - 1) / kColumnTile;
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if ((long)T * C * OC >= kParallelMinWork)
   for (int rt = 0; rt < row_tiles; rt++)
     for (int ct = 0; ct < column_tiles; ct++) {
       const int t0 = rt * kRowTile, o0 = ct * kColumnTile;

@@ -6,7 +6,7 @@
 extern "C" void op_lm_head(float* logits, const float* inp, const float* wte, int T, int C, int V) {
   OpTimer timer(OP_LM_HEAD);
   const float* x = inp + (size_t)(T - 1) * C;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((long)V * C >= kParallelMinWork)
   for (int v = 0; v < V; v++) {
     const float* row = wte + (size_t)v * C;
     float dot = 0.0f;

@@ -147,7 +147,12 @@ extern "C" int be_fill_u32(void* dst, uint32_t value, size_t count) {
   return cudaGetLastError();
 }
 
-extern "C" int be_synchronize(void) { return cudaDeviceSynchronize(); }
+// Waits for the device, then reports (and clears) any launch error since the last check: an eager step's
+// failed launch surfaces here rather than passing for a fast step.
+extern "C" int be_synchronize(void) {
+  const cudaError_t e = cudaDeviceSynchronize();
+  return e != cudaSuccess ? e : be_last_error();
+}
 
 extern "C" int be_mem_info(uint64_t* out) {
   size_t free_bytes = 0, total_bytes = 0;

@@ -98,6 +98,7 @@ describe("bad flags: one line, exit ≠ 0", () => {
     ["graph on the CPU backend", ["--backend", "cpu", "--mode", "graph"], /graph.*not available/],
     ["zero repeats", ["--model", FIXTURE, "--backend", "cpu", "--repeats", "0"], /--repeats/],
     ["CUDA without a GPU", ["--backend", "cuda"], /CUDA backend unavailable/],
+    ["--out naming a file", ["--model", FIXTURE, "--backend", "cpu", "--out", join(FIXTURE, "config.json")], /is a file, not a directory/],
   ])("%s", (_, args, message) => {
     const r = profile(...args);
     expect(r.code).not.toBe(0);

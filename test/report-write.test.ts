@@ -14,7 +14,8 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 describe("writeProfileOutputs", () => {
   const steps = syntheticSteps();
   const summary = syntheticSummary(steps);
-  const paths = writeProfileOutputs(join(dir, "run"), summary, steps);
+  const written = writeProfileOutputs(join(dir, "run"), summary, steps);
+  const paths = written.paths;
   const read = (name: string) => readFileSync(join(dir, "run", name), "utf8");
 
   test("writes the six files and returns their paths", () => {
@@ -22,6 +23,8 @@ describe("writeProfileOutputs", () => {
   });
 
   test("summary.json round-trips and validates", () => {
+    expect(written.summaryProblems).toEqual([]);
+    expect(written.traceProblems).toEqual([]);
     const parsed = JSON.parse(read("summary.json"));
     expect(parsed).toEqual(summary);
     expect(validateSummary(parsed)).toEqual([]);
@@ -43,9 +46,12 @@ describe("writeProfileOutputs", () => {
     for (const name of ["summary.json", "trace.json", "kernels.csv", "latency.svg", "breakdown.svg"]) expect(report).toContain(`(${name})`);
   });
 
-  test("raises the problems of an invalid summary after writing", () => {
+  test("returns the problems of an invalid summary and of a broken trace, the files written all the same", () => {
     const broken = { ...summary, date: "yesterday" };
-    expect(() => writeProfileOutputs(join(dir, "broken"), broken, steps)).toThrow(`summary.json /date: must match format "date-time"`);
+    const brokenStep = { ...steps[0]!, ops: steps[0]!.ops.map((o, i) => (i === 0 ? { ...o, end_us: o.start_us - 1 } : o)) };
+    const w = writeProfileOutputs(join(dir, "broken"), broken, [brokenStep, ...steps.slice(1)]);
+    expect(w.summaryProblems).toContain(`summary.json /date: must match format "date-time"`);
+    expect(w.traceProblems.length).toBeGreaterThan(0);
     expect(readFileSync(join(dir, "broken", "report.md"), "utf8")).toContain("# Decode-floor profile");
   });
 });

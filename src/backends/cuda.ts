@@ -50,17 +50,22 @@ function libraryFor(emulated: boolean): string {
 /** A pair of events on the current stream: device time between two points. */
 export class EventTimer {
   private readonly elapsed = new Float32Array(1);
-  constructor(private readonly cu: CudaSymbols, private readonly start: number, private readonly end: number) {}
+  constructor(
+    private readonly cu: CudaSymbols,
+    private readonly check: (code: number, what: string) => void,
+    private readonly start: number,
+    private readonly end: number,
+  ) {}
   begin(): void {
-    this.cu.cu_event_record(this.start);
+    this.check(this.cu.cu_event_record(this.start), "event record");
   }
   finish(): void {
-    this.cu.cu_event_record(this.end);
+    this.check(this.cu.cu_event_record(this.end), "event record");
   }
   /** waits for the end event; device milliseconds between the two */
   ms(): number {
-    this.cu.cu_event_synchronize(this.end);
-    this.cu.cu_event_elapsed_ms(this.start, this.end, this.elapsed);
+    this.check(this.cu.cu_event_synchronize(this.end), "event synchronize");
+    this.check(this.cu.cu_event_elapsed_ms(this.start, this.end, this.elapsed), "event elapsed time");
     return this.elapsed[0]!;
   }
   destroy(): void {
@@ -123,7 +128,7 @@ export class CudaBackend extends NativeBackend {
     const start = this.cu.cu_event_create();
     const end = this.cu.cu_event_create();
     if (!start || !end) this.check(this.sym.be_last_error() || CUDA_ERROR_UNKNOWN, "event create");
-    return new EventTimer(this.cu, start!, end!);
+    return new EventTimer(this.cu, (code, what) => this.check(code, what), start!, end!);
   }
 
   /** device-to-device copy bandwidth, bytes read + written per second */

@@ -10,7 +10,7 @@ import { PRESETS, parameterCount, type GPT2Config } from "../model/config.ts";
 import { randomWeights } from "../model/weights.ts";
 import { summarize } from "../report/stats.ts";
 import { Session } from "../run/session.ts";
-import { failOnBadFlags, intFlag } from "./common.ts";
+import { failOnBadFlags, intFlag, noRepeatedFlags } from "./common.ts";
 
 /** Weight bytes a cached step reads: every parameter once, except the position table (one row). */
 function weightBytesPerStep(cfg: GPT2Config): number {
@@ -66,6 +66,7 @@ await runCli(async () => {
       (a) => benchCpu(intFlag("steps", a.steps, 1), intFlag("context", a.context, 1, 1023)))
     .demandCommand(1, "name a benchmark: cpu")
     .strict()
+    .check(noRepeatedFlags)
     .fail(failOnBadFlags)
     .parse();
 });

@@ -1,4 +1,7 @@
 // What the commands share: the model source, the backend flag, and colour handling.
+import { closeSync, existsSync, openSync, statSync } from "node:fs";
+import { resolve } from "node:path";
+
 import { UserError } from "../errors.ts";
 import { PRESETS } from "../model/config.ts";
 import { loadModel, randomWeights, type GPT2Weights } from "../model/weights.ts";
@@ -21,9 +24,16 @@ export function loadWeights(modelDir: string | undefined, seed: number, say: (li
   return randomWeights(cfg, seed);
 }
 
+/** yargs .check(): every flag at most once (yargs would make a repeated flag an array). */
+export function noRepeatedFlags(argv: Record<string, unknown>): true {
+  const repeated = Object.entries(argv).find(([key, value]) => key !== "_" && Array.isArray(value));
+  if (repeated) throw new UserError(`--${repeated[0]} is given ${(repeated[1] as unknown[]).length} times; give it once`);
+  return true;
+}
+
 /** Parses an integer flag with bounds, as one clear line on error. */
 export function intFlag(name: string, value: unknown, min: number, max = Number.MAX_SAFE_INTEGER): number {
-  const n = typeof value === "number" ? value : Number(value);
+  const n = Number(value);
   if (!Number.isInteger(n) || n < min || n > max) {
     throw new UserError(`--${name} must be an integer in ${min}..${max === Number.MAX_SAFE_INTEGER ? "∞" : max} (got ${String(value)})`);
   }
@@ -34,4 +44,16 @@ export function intFlag(name: string, value: unknown, min: number, max = Number.
 export function failOnBadFlags(msg: string | null, err: Error | undefined): never {
   if (err) throw err;
   throw new UserError((msg ?? "bad arguments").replace(/\s*\n\s*/g, " ").trim());
+}
+
+/** An output file's place is checked before any work, so a bad path loses nothing. */
+export function checkWritableFile(flag: string, path: string): string {
+  const full = resolve(path);
+  if (existsSync(full) && statSync(full).isDirectory()) throw new UserError(`--${flag} ${path} is a directory, not a file`);
+  try {
+    closeSync(openSync(full, "a")); // opened for appending: created if missing, contents kept until the real write
+  } catch (e) {
+    throw new UserError(`--${flag} ${path} cannot be written: ${(e as Error).message.split("\n")[0]}`);
+  }
+  return full;
 }

@@ -8,7 +8,7 @@ import { decodeTokens, encodeText, parsePromptIds } from "../model/tokenizer.ts"
 import type { LaunchMode } from "../profile/types.ts";
 import { generate } from "../run/generate.ts";
 import { Session } from "../run/session.ts";
-import { failOnBadFlags, intFlag, loadWeights } from "./common.ts";
+import { checkWritableFile, failOnBadFlags, intFlag, loadWeights, noRepeatedFlags } from "./common.ts";
 
 const MODES = ["eager", "eager-native", "graph", "replay"] as const;
 const DEFAULT_PROMPT = "Hello, I'm a language model,";
@@ -36,12 +36,14 @@ await runCli(async () => {
     .option("dump-logits", { type: "string", describe: "write float32 LE logits (len(prompt)+generated, vocab) from one uncached pass" })
     .conflicts("prompt", "prompt-ids")
     .strict()
+    .check(noRepeatedFlags)
     .help()
     .fail(failOnBadFlags)
     .parse();
 
   const say = (line: string) => process.stderr.write(`${line}\n`);
   const maxNew = intFlag("max-new-tokens", argv["max-new-tokens"], 1);
+  const dumpLogits = argv["dump-logits"] === undefined ? undefined : checkWritableFile("dump-logits", argv["dump-logits"]);
   const threads = argv.threads === undefined ? undefined : intFlag("threads", argv.threads, 1, 1024);
   const backend = await openBackend(argv.backend, { threads, note: say });
   const mode = resolveMode(argv.mode, backend.kind);
@@ -57,9 +59,9 @@ await runCli(async () => {
   const cache = argv.cache === "on";
   const result = generate(session, { prompt, maxNewTokens: maxNew, cache, mode });
 
-  if (argv["dump-logits"]) {
+  if (dumpLogits) {
     const logits = session.logitsAtEveryPosition([...result.promptIds, ...result.generatedIds]);
-    await Bun.write(argv["dump-logits"], logits);
+    await Bun.write(dumpLogits, logits);
   }
   const decodeMs = result.tokenMs.filter((_, i) => result.tokenKinds[i] !== "prefill");
   const summary = {

@@ -1,5 +1,7 @@
 // bun run profile — the decode-floor study: eager vs graph over a context sweep, per-kernel breakdowns,
 // where the step's time goes, FLOPs/bytes against measured peaks, KV memory; results under profiles/.
+import { existsSync, mkdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { cpus, loadavg } from "node:os";
 import { join } from "node:path";
 
 import yargs from "yargs";
@@ -16,7 +18,7 @@ import { renderTerminalSummary } from "../report/markdown.ts";
 import { createProgress } from "../report/progress.ts";
 import { writeProfileOutputs } from "../report/write.ts";
 import { ROOT } from "../native/build.ts";
-import { failOnBadFlags, intFlag, loadWeights } from "./common.ts";
+import { failOnBadFlags, intFlag, loadWeights, noRepeatedFlags } from "./common.ts";
 
 const MODE_CHOICES = ["eager", "eager-native", "graph", "all"] as const;
 /** 8, 16, …, 1024 and the seed's 10, 100, 500, 1000 */
@@ -26,6 +28,8 @@ const CPU_CONTEXTS = [8, 10, 16, 32, 64, 100, 128];
 const E2E_PROMPT = 8;
 const E2E_NEW_GPU = 1016;
 const E2E_NEW_CPU = 56;
+const MAX_LISTED_PROBLEMS = 10;
+const MAX_REPEATS = 100_000;
 
 function modesFor(choice: (typeof MODE_CHOICES)[number], backend: Backend): StudyMode[] {
   if (choice === "all") return ["uncached", ...backend.modes];
@@ -54,6 +58,20 @@ function contextsFor(flag: string | undefined, backend: Backend, nPositions: num
   return capped;
 }
 
+/** The output directory, created and proven writable before any measuring, so a bad --out loses nothing. */
+function prepareOutDir(dir: string): string {
+  if (existsSync(dir) && !statSync(dir).isDirectory()) throw new UserError(`--out ${dir} is a file, not a directory`);
+  try {
+    mkdirSync(dir, { recursive: true });
+    const probe = join(dir, ".write-probe");
+    writeFileSync(probe, "");
+    rmSync(probe);
+  } catch (e) {
+    throw new UserError(`--out ${dir} cannot be written: ${(e as Error).message.split("\n")[0]}`);
+  }
+  return dir;
+}
+
 function defaultOutDir(backend: Backend, mode: string): string {
   const date = new Date().toISOString().slice(0, 10);
   return join(ROOT, "profiles", `${date}-${backend.kind}-${mode}`);
@@ -77,11 +95,13 @@ await runCli(async () => {
     .option("seed", { type: "number", default: 0, describe: "seed of the random weights and prompts" })
     .option("threads", { type: "number", describe: "CPU backend threads" })
     .strict()
+    .check(noRepeatedFlags)
     .help()
     .fail(failOnBadFlags)
     .parse();
 
   const say = (line: string) => process.stderr.write(`${line}\n`);
+  if (argv.out !== undefined) prepareOutDir(argv.out);
   const threads = argv.threads === undefined ? undefined : intFlag("threads", argv.threads, 1, 1024);
   const backend = await openBackend(argv.backend, { threads, note: say });
   const gpu = backend.kind === "cuda";
@@ -92,14 +112,18 @@ await runCli(async () => {
   const opts: StudyOptions = {
     modes,
     contexts: contextsFor(argv.contexts, backend, cfg.n_positions, say),
-    repeats: intFlag("repeats", argv.repeats ?? (gpu ? 50 : 10), 1),
-    warmup: intFlag("warmup", argv.warmup ?? (gpu ? 10 : 2), 0),
+    repeats: intFlag("repeats", argv.repeats ?? (gpu ? 50 : 10), 1, MAX_REPEATS),
+    warmup: intFlag("warmup", argv.warmup ?? (gpu ? 10 : 2), 0, MAX_REPEATS),
     kernels: argv.kernels,
     tracedSteps: intFlag("traced-steps", argv["traced-steps"], 1, 1000),
     e2e: { promptTokens: E2E_PROMPT, newTokens: intFlag("e2e-tokens", argv["e2e-tokens"] ?? Math.min(gpu ? E2E_NEW_GPU : E2E_NEW_CPU, e2eMax), 1, e2eMax) },
     seed: intFlag("seed", argv.seed, 0),
   };
-  const outDir = argv.out ?? defaultOutDir(backend, argv.mode);
+  const outDir = prepareOutDir(argv.out ?? defaultOutDir(backend, argv.mode));
+  const [load] = loadavg();
+  if (load! >= cpus().length - 0.5) {
+    say(`warning: load average ${load!.toFixed(1)} on ${cpus().length} cores: other processes compete for the CPU, so times will be inflated`);
+  }
   const instrument = instrumentFor(backend);
   say(`device: ${backend.deviceName} (${backend.kind}); tracing: ${opts.kernels ? instrument.tracingNote : "off (--no-kernels)"}`);
   const peaks = instrument.measurePeaks();
@@ -110,10 +134,15 @@ await runCli(async () => {
   progress.stop();
   const command = ["bun run profile", ...process.argv.slice(2)].join(" ");
   const summary = buildSummary({ command, backend, instrument, weights, opts, peaks, result });
-  const paths = writeProfileOutputs(outDir, summary, result.traces);
+  const written = writeProfileOutputs(outDir, summary, result.traces);
   if (argv.json) process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
   else process.stdout.write(renderTerminalSummary(summary));
-  say(`wrote ${paths.length} files to ${outDir}: ${paths.map((p) => p.slice(outDir.length + 1)).join(", ")}`);
+  say(`wrote ${written.paths.length} files to ${outDir}: ${written.paths.map((p) => p.slice(outDir.length + 1)).join(", ")}`);
+  // a trace problem comes from the records (a tracer's broken ones); every number stands, so it is a warning
+  for (const p of written.traceProblems.slice(0, MAX_LISTED_PROBLEMS)) say(`warning: ${p}`);
+  if (written.summaryProblems.length) {
+    throw new UserError(`summary.json breaks its schema (${written.summaryProblems.length} problems, first: ${written.summaryProblems[0]}); files kept in ${outDir}`);
+  }
   study.close();
   instrument.close();
   backend.close();

@@ -18,11 +18,11 @@ import { ensureBuilt, hasNvcc, ROOT } from "../native/build.ts";
 import { formatResourceTable, missingFamilies, readResourceUsage } from "../native/resource-usage.ts";
 import { renderTable } from "../report/tables.ts";
 import { freshSeed } from "../verify/arena.ts";
-import { runKernelCases } from "../verify/kernel-checks.ts";
+import { KERNEL_CASES, runKernelCases } from "../verify/kernel-checks.ts";
 import {
   againstCpu, cachedEqualsUncached, fixtureChecks, findFixture, graphMemoryStable, modesBitIdentical, readFixture, type CheckRow,
 } from "../verify/model-checks.ts";
-import { failOnBadFlags } from "./common.ts";
+import { failOnBadFlags, noRepeatedFlags } from "./common.ts";
 
 const say = (line: string) => process.stderr.write(`${line}\n`);
 const skip = (check: string, detail: string): CheckRow => ({ check, detail, error: null, status: "skip" });
@@ -53,29 +53,37 @@ function openDevice(choice: "auto" | "cuda" | "emu"): { device: CudaBackend; noG
   }
 }
 
-function modelChecks(device: CudaBackend, cpu: Backend): CheckRow[] {
-  const gpu = device.kind === "cuda";
+type Check = [name: string, run: () => CheckRow | CheckRow[]];
+
+function modelChecks(device: CudaBackend, cpu: Backend): Check[] {
   const tiny = join(ROOT, "test/fixtures/gpt2-tiny");
   const miniDir = findFixture([process.env.GPT2_MINI ?? "", join(ROOT, "../shared/fixtures/gpt2-mini")]);
-  const rows = [...fixtureChecks(device, loadModel(tiny), readFixture(tiny))];
-  rows.push(...(miniDir ? fixtureChecks(device, loadModel(miniDir), readFixture(miniDir)) : [skip("gpt2-mini", "fixture not found (set GPT2_MINI)")]));
-  if (gpu) {
+  const checks: Check[] = [
+    ["gpt2-tiny", () => fixtureChecks(device, loadModel(tiny), readFixture(tiny))],
+    ["gpt2-mini", () => (miniDir ? fixtureChecks(device, loadModel(miniDir), readFixture(miniDir)) : skip("gpt2-mini", "fixture not found (set GPT2_MINI)"))],
+  ];
+  if (device.kind === "cuda") {
     const small = randomWeights(PRESETS.gpt2!, 0);
     const prompt = Array.from({ length: 16 }, (_, i) => (i * 7919) % small.config.vocab_size);
-    rows.push(againstCpu(device, cpu, small, prompt));
-    rows.push(modesBitIdentical(device, small, prompt.slice(0, 8), 200));
-    rows.push(cachedEqualsUncached(device, small, prompt.slice(0, 8), 200));
-    rows.push(graphMemoryStable(device, small, 1000));
-  } else {
-    // GPT-2 small through the emulator would take many minutes: the same checks on gpt2-tiny
-    const w = loadModel(tiny);
-    const f = readFixture(tiny);
-    rows.push(skip("gpt2 vs CPU", "GPT-2 small runs on a GPU only (the emulator is too slow); gpt2-tiny and gpt2-mini above cover the model"));
-    rows.push(modesBitIdentical(device, w, f.prompt, w.config.n_positions - f.prompt.length));
-    rows.push(cachedEqualsUncached(device, w, f.prompt, w.config.n_positions - f.prompt.length));
-    rows.push(graphMemoryStable(device, w, 50));
+    return [
+      ...checks,
+      ["gpt2 vs CPU", () => againstCpu(device, cpu, small, prompt)],
+      ["launch modes", () => modesBitIdentical(device, small, prompt.slice(0, 8), 200)],
+      ["cache exactness", () => cachedEqualsUncached(device, small, prompt.slice(0, 8), 200)],
+      ["graph memory", () => graphMemoryStable(device, small, 1000)],
+    ];
   }
-  return rows;
+  // GPT-2 small through the emulator would take many minutes: the same checks on gpt2-tiny
+  const w = loadModel(tiny);
+  const prompt = readFixture(tiny).prompt;
+  const n = w.config.n_positions - prompt.length;
+  return [
+    ...checks,
+    ["gpt2 vs CPU", () => skip("gpt2 vs CPU", "GPT-2 small runs on a GPU only (the emulator is too slow); gpt2-tiny and gpt2-mini above cover the model")],
+    ["launch modes", () => modesBitIdentical(device, w, prompt, n)],
+    ["cache exactness", () => cachedEqualsUncached(device, w, prompt, n)],
+    ["graph memory", () => graphMemoryStable(device, w, 50)],
+  ];
 }
 
 await runCli(async () => {
@@ -84,6 +92,7 @@ await runCli(async () => {
     .option("backend", { choices: ["auto", "cuda", "emu"] as const, default: "auto" as const, describe: "the GPU, or the kernels' sources on the CPU emulator (auto: the GPU if there is one)" })
     .option("seed", { type: "number", describe: "seed of the random inputs (default: fresh each run, printed)" })
     .strict()
+    .check(noRepeatedFlags)
     .help()
     .fail(failOnBadFlags)
     .parse();
@@ -96,10 +105,18 @@ await runCli(async () => {
   if (noGpuLine !== null) {
     rows.push({ check: "no GPU", detail: `--backend cuda fails with one line: "${noGpuLine}"`, error: null, status: noGpuLine.includes("\n") ? "fail" : "pass" });
   }
-  for (const k of runKernelCases(device, cpu, seed)) {
-    rows.push({ check: `kernel ${k.kernel}`, detail: k.shape, error: k.error, status: k.ok ? "pass" : "fail" });
+  // one check that throws becomes a FAIL row; the others still run
+  const kernels: Check[] = KERNEL_CASES.map((c) => [`kernel ${c.kernel}`, () => {
+    const [k] = runKernelCases(device, cpu, seed, [c]);
+    return { check: `kernel ${k!.kernel}`, detail: k!.shape, error: k!.error, status: k!.ok ? "pass" : "fail" };
+  }]);
+  for (const [check, run] of [...kernels, ...modelChecks(device, cpu)]) {
+    try {
+      rows.push(...[run()].flat());
+    } catch (e) {
+      rows.push({ check, detail: `threw: ${(e as Error).message.split("\n")[0]}`, error: null, status: "fail" });
+    }
   }
-  rows.push(...modelChecks(device, cpu));
 
   const status = (s: CheckRow["status"]) => (s === "pass" ? chalk.green("pass") : s === "fail" ? chalk.red.bold("FAIL") : chalk.yellow("skip"));
   const columns = [{ header: "check" }, { header: "detail" }, { header: "max rel. error", format: (x: number) => x.toExponential(2) }, { header: "status" }];

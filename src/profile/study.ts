@@ -7,7 +7,7 @@ import { cacheBytes } from "../run/model-buffers.ts";
 import { Session } from "../run/session.ts";
 import { summarize } from "../report/stats.ts";
 import type { Instrument, TimedStep } from "./instruments.ts";
-import type { EndToEnd, LaunchMode, MemoryReport, StepTrace, Stats, StudyMode } from "./types.ts";
+import type { EndToEnd, MemoryReport, StepTrace, Stats, StudyMode } from "./types.ts";
 
 export interface StudyOptions {
   modes: StudyMode[];
@@ -29,7 +29,7 @@ export interface Measured {
   device_ms: Stats;
   host_ms: Stats;
   issue_ms: Stats;
-  /** median step time with op tracing on (for the tracing overhead) */
+  /** median step time with op tracing on (for the tracing overhead), from the tracing pass */
   traced_ms: number | null;
 }
 
@@ -37,6 +37,7 @@ export interface StudyResult {
   measured: Measured[];
   traces: StepTrace[];
   dropped: number;
+  /** traced steps left out because their records did not line up one-to-one with the plan */
   mismatched: number;
   endToEnd: EndToEnd[];
   memory: MemoryReport;
@@ -44,9 +45,9 @@ export interface StudyResult {
 
 const nowMs = () => Bun.nanoseconds() / 1e6;
 
-/** Units of progress in a study: every (context, mode) point, then one end-to-end run per mode. */
-export function studyUnits(opts: Pick<StudyOptions, "contexts" | "modes">): number {
-  return opts.contexts.length * opts.modes.length + opts.modes.length;
+/** Units of progress in a study: every (context, mode) point timed, then traced, then one end-to-end run per mode. */
+export function studyUnits(opts: Pick<StudyOptions, "contexts" | "modes" | "kernels">): number {
+  return opts.contexts.length * opts.modes.length * (opts.kernels ? 2 : 1) + opts.modes.length;
 }
 
 /** A deterministic prompt of n token ids. */
@@ -63,36 +64,53 @@ export class Study {
     this.session = new Session(backend, weights);
   }
 
+  /**
+   * Two passes: every point is timed first, with tracing never switched on (CUPTI attached to the driver
+   * can slow launches); then every point is traced, its cache filled again. End-to-end runs come last.
+   */
   run(): StudyResult {
     const memory = this.measureMemory();
-    const measured: Measured[] = [];
+    const total = studyUnits(this.opts);
+    let done = 0;
+    const progress = (what: string) => this.opts.onProgress?.(done++, total, what);
+    const points = this.opts.contexts.flatMap((context) => this.orderedModes().map((mode) => ({ mode, context })));
+    const measured = points.map(({ mode, context }) => {
+      progress(`timing ${mode} @ ${context}`);
+      return this.timePoint(mode, context);
+    });
     const traces: StepTrace[] = [];
     let dropped = 0;
     let mismatched = 0;
-    const cachedModes = this.opts.modes.filter((m): m is LaunchMode => m !== "uncached");
-    const total = studyUnits(this.opts);
-    let done = 0;
-    for (const context of this.opts.contexts) {
-      for (const mode of [...cachedModes, ...(this.opts.modes.includes("uncached") ? ["uncached" as const] : [])]) {
-        this.opts.onProgress?.(done++, total, `${mode} @ ${context}`);
-        const m = this.measurePoint(mode, context);
-        measured.push(m.measured);
-        traces.push(...m.traces);
-        dropped += m.dropped;
-        mismatched += m.mismatched;
-      }
+    if (this.opts.kernels && this.instrument.canTrace) {
+      points.forEach(({ mode, context }, i) => {
+        progress(`tracing ${mode} @ ${context}`);
+        const t = this.tracePoint(mode, context);
+        // a step whose records do not line up one-to-one with the plan would mislabel every op after the gap
+        traces.push(...t.steps.filter((_, k) => !t.mismatchedSteps.includes(k)));
+        dropped += t.dropped;
+        mismatched += t.mismatchedSteps.length;
+        measured[i]!.traced_ms = t.medianStepMs;
+      });
     }
     const endToEnd = this.opts.modes.map((mode) => {
-      this.opts.onProgress?.(done++, total, `end to end, ${mode}`);
+      progress(`end to end, ${mode}`);
       return this.endToEnd(mode);
     });
     this.opts.onProgress?.(total, total, "done");
     return { measured, traces, dropped, mismatched, endToEnd, memory };
   }
 
+  /** cached launch modes first, then the uncached baseline */
+  private orderedModes(): StudyMode[] {
+    return [...this.opts.modes.filter((m) => m !== "uncached"), ...this.opts.modes.filter((m) => m === "uncached")];
+  }
+
   /** How a step in `mode` at `context` is issued, and what must be reset before each so the context stays put. */
   private stepAt(mode: StudyMode, context: number): { run: () => void; before: () => void; ops: ReturnType<Session["step"]>["ops"] } {
     const s = this.session;
+    // the cache really holds `context` tokens: prefill them; every step then decodes at position `context`
+    s.prefill(promptOf(context, s.config.vocab_size, this.opts.seed));
+    s.backend.synchronize();
     if (mode === "uncached") {
       // the whole sequence of context + 1 tokens recomputed from position 0
       const step = s.step(context + 1);
@@ -104,43 +122,38 @@ export class Study {
     return { run, before: () => s.setPosition(context), ops: step.ops };
   }
 
-  private measurePoint(mode: StudyMode, context: number) {
-    const { repeats, warmup, kernels, tracedSteps } = this.opts;
-    const s = this.session;
-    // the cache really holds `context` tokens: prefill them, then every timed step decodes at position `context`
-    s.prefill(promptOf(context, s.config.vocab_size, this.opts.seed));
-    s.backend.synchronize();
-    const { run, before, ops } = this.stepAt(mode, context);
+  private timePoint(mode: StudyMode, context: number): Measured {
+    const { repeats, warmup } = this.opts;
+    const { run, before } = this.stepAt(mode, context);
     const timeOne = (): TimedStep => {
       before();
-      s.backend.synchronize();
+      this.backend.synchronize();
       return this.instrument.time(run);
     };
     for (let i = 0; i < warmup; i++) timeOne();
     const samples = Array.from({ length: repeats }, timeOne);
-    let traced: ReturnType<Instrument["trace"]> | null = null;
-    let tracedMs: number | null = null;
-    if (kernels && this.instrument.canTrace) {
-      traced = this.instrument.trace(run, before, tracedSteps, ops, mode, context);
-      const spans = traced.steps.map((t) => {
-        const host = t.host[0]!;
-        const end = Math.max(host.end_us, ...t.ops.map((o) => o.end_us));
-        return (end - host.start_us) / 1e3;
-      });
-      tracedMs = summarize(spans).median;
-    }
     return {
-      measured: {
-        mode, context,
-        device_ms: summarize(samples.map((x) => x.deviceMs)),
-        host_ms: summarize(samples.map((x) => x.hostMs)),
-        issue_ms: summarize(samples.map((x) => x.issueMs)),
-        traced_ms: tracedMs,
-      },
-      traces: traced?.steps ?? [],
-      dropped: traced?.dropped ?? 0,
-      mismatched: traced?.mismatched ?? 0,
+      mode, context,
+      device_ms: summarize(samples.map((x) => x.deviceMs)),
+      host_ms: summarize(samples.map((x) => x.hostMs)),
+      issue_ms: summarize(samples.map((x) => x.issueMs)),
+      traced_ms: null,
     };
+  }
+
+  private tracePoint(mode: StudyMode, context: number) {
+    const { run, before, ops } = this.stepAt(mode, context);
+    for (let i = 0; i < this.opts.warmup; i++) {
+      before();
+      run();
+    }
+    const traced = this.instrument.trace(run, before, this.opts.tracedSteps, ops, mode, context);
+    const spans = traced.steps.map((t) => {
+      const host = t.host[0]!;
+      const end = Math.max(host.end_us, ...t.ops.map((o) => o.end_us));
+      return (end - host.start_us) / 1e3;
+    });
+    return { ...traced, medianStepMs: summarize(spans).median };
   }
 
   /** Generates newTokens from a promptTokens prompt: prefill, then back-to-back steps with no host sync between. */
