@@ -80,13 +80,19 @@ describe("profile --backend cpu on gpt2-tiny", () => {
   });
 });
 
-test("GPT-2 small on the CPU: the per-op times add up to the step time within 5%", () => {
+test("GPT-2 small on the CPU: per-op times add up to the step within 5%, busy + idle = step, traced ≈ untimed", () => {
   const dir = join(out, "small");
-  const r = profile("--backend", "cpu", "--mode", "eager-native", "--contexts", "8", "--repeats", "3", "--warmup", "1", "--traced-steps", "3", "--e2e-tokens", "4", "--out", dir, "--json");
+  const r = profile("--backend", "cpu", "--contexts", "8", "--repeats", "3", "--warmup", "1", "--traced-steps", "3", "--e2e-tokens", "4", "--out", dir, "--json");
   expect(r.code).toBe(0);
-  const point = (JSON.parse(r.stdout) as ProfileSummary).points[0]!;
-  const step = point.split!.step_ms;
-  expect(Math.abs(point.breakdown!.op_sum_ms - step) / step).toBeLessThan(0.05);
+  const points = (JSON.parse(r.stdout) as ProfileSummary).points;
+  expect(points.map((p) => p.mode)).toEqual(["eager", "eager-native", "uncached"]);
+  for (const p of points) {
+    const split = p.split!;
+    expect(Math.abs(p.breakdown!.op_sum_ms - split.step_ms) / split.step_ms).toBeLessThan(0.05);
+    expect(split.busy_ms + split.idle_ms).toBeCloseTo(split.step_ms, 9);
+    // the traced step and the untimed median measure the same step: a wide gap means tracing distorts it
+    expect(Math.abs(split.step_ms - p.device_ms.median) / p.device_ms.median).toBeLessThan(0.5);
+  }
 }, 120_000);
 
 describe("bad flags: one line, exit ≠ 0", () => {

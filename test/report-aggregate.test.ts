@@ -91,7 +91,7 @@ describe("stepSplit", () => {
 function split(step_ms: number, busy_ms: number, launch_api_ms = 0): ModeSplit["split"] {
   return { step_ms, busy_ms, idle_ms: step_ms - busy_ms, host_issue_ms: step_ms * 0.9, launch_api_ms };
 }
-const mode = (m: ModeSplit["mode"], s: ModeSplit["split"]): ModeSplit => ({ mode: m, context: 1000, split: s, ops_per_step: 147 });
+const mode = (m: ModeSplit["mode"], s: ModeSplit["split"]): ModeSplit => ({ mode: m, context: 1000, split: s, untraced_ms: s.step_ms, ops_per_step: 147 });
 
 describe("splitVerdicts", () => {
   test("one sentence per mode, with the idle share and graph saving computed from the numbers", () => {
@@ -119,8 +119,20 @@ describe("splitVerdicts", () => {
   });
 
   test("is undecided without a graph mode or without eager", () => {
-    expect(splitVerdicts([mode("eager", split(5.0, 1.0))]).conclusion).toContain("Untested");
+    expect(splitVerdicts([mode("eager", split(5.0, 1.0))]).conclusion).toContain("Not tested with a graph");
     expect(splitVerdicts([mode("graph", split(5.0, 1.0))]).conclusion).toContain("Undecided");
+  });
+
+  test("without a graph, compares eager with the natively issued step", () => {
+    const { conclusion } = splitVerdicts([mode("eager", split(5.0, 4.9)), mode("eager-native", split(4.0, 3.9))]);
+    expect(conclusion).toContain("idles 2% of the 5.00 ms eager step, which suggests op time, not launch overhead");
+    expect(conclusion).toContain("natively in one call takes 4.00 ms against 5.00 ms from TypeScript");
+  });
+
+  test("compares modes by their untraced step times, not the traced ones", () => {
+    const eager = { ...mode("eager", split(5.0, 1.0)), untraced_ms: 4.0 };
+    const graph = { ...mode("graph", split(2.0, 1.0)), untraced_ms: 3.0 };
+    expect(splitVerdicts([eager, graph]).sentences[1]!.sentence).toContain("graph replay removes 1.00 ms per token (25% of eager)");
   });
 });
 

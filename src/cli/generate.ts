@@ -6,6 +6,7 @@ import { BACKEND_CHOICES, openBackend, type BackendChoice } from "../backends/se
 import { runCli, UserError } from "../errors.ts";
 import { decodeTokens, encodeText, parsePromptIds } from "../model/tokenizer.ts";
 import type { LaunchMode } from "../profile/types.ts";
+import { summarize } from "../report/stats.ts";
 import { generate } from "../run/generate.ts";
 import { Session } from "../run/session.ts";
 import { checkWritableFile, failOnBadFlags, intFlag, loadWeights, noRepeatedFlags } from "./common.ts";
@@ -57,13 +58,15 @@ await runCli(async () => {
     : encodeText(argv.prompt ?? DEFAULT_PROMPT, cfg.vocab_size);
   const session = new Session(backend, weights);
   const cache = argv.cache === "on";
+  if (!cache && mode !== "eager") say(`note: --cache off recomputes eagerly; --mode ${argv.mode} applies to cached steps only`);
   const result = generate(session, { prompt, maxNewTokens: maxNew, cache, mode });
 
   if (dumpLogits) {
     const logits = session.logitsAtEveryPosition([...result.promptIds, ...result.generatedIds]);
     await Bun.write(dumpLogits, logits);
   }
-  const decodeMs = result.tokenMs.filter((_, i) => result.tokenKinds[i] !== "prefill");
+  // the first decode step also captures the graph (or warms caches): reported on its own, not in the median
+  const [firstStepMs, ...steadyMs] = result.tokenMs.filter((_, i) => result.tokenKinds[i] !== "prefill");
   const summary = {
     prompt_ids: result.promptIds,
     generated_ids: result.generatedIds,
@@ -75,13 +78,14 @@ await runCli(async () => {
     model: { name: cfg.name, source: weights.source },
     token_ms: result.tokenMs,
     token_kinds: result.tokenKinds,
-    mean_decode_ms: decodeMs.length ? decodeMs.reduce((a, b) => a + b, 0) / decodeMs.length : null,
+    first_step_ms: firstStepMs ?? null,
+    median_step_ms: steadyMs.length ? summarize(steadyMs).median : null,
   };
   if (argv.json) {
     process.stdout.write(`${JSON.stringify(summary)}\n`);
   } else {
     process.stdout.write(`${decodeTokens(result.promptIds, cfg.vocab_size)}${summary.text}\n`);
-    const perToken = summary.mean_decode_ms === null ? "" : `, ${summary.mean_decode_ms.toFixed(3)} ms per ${cache ? "cached" : "recomputed"} token`;
+    const perToken = summary.median_step_ms === null ? "" : `, median ${summary.median_step_ms.toFixed(3)} ms per ${cache ? "cached" : "recomputed"} token after the first`;
     say(`${backend.kind} (${backend.deviceName}), cache ${argv.cache}, mode ${summary.mode}: ${maxNew} tokens${perToken}`);
   }
   session.close();

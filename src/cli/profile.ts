@@ -125,7 +125,7 @@ await runCli(async () => {
     say(`warning: load average ${load!.toFixed(1)} on ${cpus().length} cores: other processes compete for the CPU, so times will be inflated`);
   }
   const instrument = instrumentFor(backend);
-  say(`device: ${backend.deviceName} (${backend.kind}); tracing: ${opts.kernels ? instrument.tracingNote : "off (--no-kernels)"}`);
+  say(`device: ${backend.deviceName} (${backend.kind}); every point timed first, then ${opts.kernels ? "traced" : "not traced (--no-kernels)"}`);
   const peaks = instrument.measurePeaks();
   const study = new Study(backend, instrument, weights, opts);
   const progress = createProgress({ total: studyUnits(opts), label: "profile" });

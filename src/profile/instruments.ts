@@ -50,6 +50,20 @@ function opInterval(op: PlanOp, index: number, name: string, startUs: number, en
   return { index, family: op.family, layer: op.layer, label: op.label, name, start_us: startUs, end_us: endUs };
 }
 
+/**
+ * On the CPU the host runs the ops itself: what it spends issuing a step is the time between them
+ * (TypeScript, FFI, waking the thread team), from the step's start to its first op, between ops, and
+ * after the last one.
+ */
+function dispatchGaps(mode: StudyMode, startUs: number, endUs: number, ops: OpInterval[]): HostInterval[] {
+  const edges = [startUs, ...ops.flatMap((o) => [o.start_us, o.end_us]), endUs];
+  const gaps: HostInterval[] = [];
+  for (let i = 0; i + 1 < edges.length; i += 2) {
+    if (edges[i + 1]! > edges[i]!) gaps.push({ kind: "step", name: `dispatch (${mode})`, start_us: edges[i]!, end_us: edges[i + 1]! });
+  }
+  return gaps;
+}
+
 export class CpuInstrument implements Instrument {
   readonly canTrace = true;
   readonly tracingNote = "native per-op timers (CLOCK_MONOTONIC) in the CPU library";
@@ -68,13 +82,13 @@ export class CpuInstrument implements Instrument {
 
   trace(run: () => void, before: () => void, count: number, ops: PlanOp[], mode: StudyMode, context: number): TraceResult {
     const us = (ns: number) => (ns - this.originNs) / 1e3;
-    const hosts: HostInterval[] = [];
+    const windows: Array<[number, number]> = [];
     this.backend.startTimers();
     for (let i = 0; i < count; i++) {
       before();
       const h0 = this.backend.nowNs();
       run();
-      hosts.push({ kind: "step", name: `step (${mode})`, start_us: us(h0), end_us: us(this.backend.nowNs()) });
+      windows.push([h0, this.backend.nowNs()]);
     }
     const { records, dropped } = this.backend.stopTimers();
     const steps: StepTrace[] = [];
@@ -82,10 +96,8 @@ export class CpuInstrument implements Instrument {
     for (let i = 0; i < count; i++) {
       const mine = records.slice(i * ops.length, (i + 1) * ops.length);
       if (mine.length !== ops.length || mine.some((r, k) => FAMILY_OF_CODE[r.code] !== ops[k]!.family)) mismatchedSteps.push(i);
-      steps.push({
-        mode, context, host: [hosts[i]!],
-        ops: mine.map((r, k) => opInterval(ops[k]!, k, `op_${ops[k]!.family}`, us(r.startNs), us(r.endNs))),
-      });
+      const opIntervals = mine.map((r, k) => opInterval(ops[k]!, k, `op_${ops[k]!.family}`, us(r.startNs), us(r.endNs)));
+      steps.push({ mode, context, host: dispatchGaps(mode, us(windows[i]![0]), us(windows[i]![1]), opIntervals), ops: opIntervals });
     }
     return { steps, dropped, mismatchedSteps };
   }
@@ -111,19 +123,62 @@ export function kernelFamily(name: string): OpFamily | null {
   return FAMILIES.find((f) => base.includes(f)) ?? null;
 }
 
+/**
+ * CUPTI records → one StepTrace per host window [h0, h1) (CUPTI's clock, ns since the tracer's origin).
+ * A step's kernels are those starting in its window (up to the next step's start), in start order, matched
+ * to the plan's ops by position; a step whose kernels do not match the plan one-to-one is listed as
+ * mismatched. Records CUPTI delivered broken (end before start, or before the first window) are dropped.
+ */
+export function stepsFromCupti(
+  windows: Array<[number, number]>, allKernels: RawKernelRecord[], allApi: RawApiRecord[], droppedByCupti: number,
+  ops: PlanOp[], mode: StudyMode, context: number,
+): TraceResult {
+  const kernels = allKernels.filter((k) => k.end_ns >= k.start_ns && k.start_ns >= windows[0]![0]).sort((a, b) => a.start_ns - b.start_ns);
+  const api = allApi.filter((a) => a.end_ns >= a.start_ns);
+  const steps: StepTrace[] = [];
+  const mismatchedSteps: number[] = [];
+  windows.forEach(([h0, h1], i) => {
+    const end = windows[i + 1]?.[0] ?? Infinity;
+    const mine = kernels.filter((k) => k.start_ns >= h0 && k.start_ns < end);
+    if (mine.length !== ops.length || mine.some((k, j) => kernelFamily(k.name) !== ops[j]!.family)) mismatchedSteps.push(i);
+    const launches = api.filter((a) => a.start_ns >= h0 && a.end_ns <= h1 && /Launch/.test(a.name));
+    const host: HostInterval[] = [
+      { kind: "step", name: `step (${mode})`, start_us: h0 / 1e3, end_us: h1 / 1e3 },
+      ...launches.map((a): HostInterval => ({ kind: "launch", name: a.name, start_us: a.start_ns / 1e3, end_us: a.end_ns / 1e3, correlation: a.correlation })),
+    ];
+    const opIntervals = mine.slice(0, ops.length).map((k, j): OpInterval => ({
+      ...opInterval(ops[j]!, j, k.name.replace(/\(.*$/, ""), k.start_ns / 1e3, k.end_ns / 1e3),
+      grid: k.grid, block: k.block, registers: k.registers,
+      shared_bytes: k.static_shared_bytes + k.dynamic_shared_bytes, correlation: k.correlation,
+    }));
+    steps.push({ mode, context, host, ops: opIntervals });
+  });
+  return { steps, dropped: droppedByCupti + (allKernels.length - kernels.length), mismatchedSteps };
+}
+
 export class CudaInstrument implements Instrument {
-  readonly canTrace: boolean;
-  readonly tracingNote: string;
-  private readonly tracer: CuptiTracer | null;
   private readonly events;
+  /** CUPTI is loaded and probed on first use, after the timing pass: attached to the driver it may slow launches */
+  private cupti: { tracer: CuptiTracer | null; note: string } | null = null;
 
   constructor(readonly backend: CudaBackend) {
     this.events = backend.eventTimer();
-    const t = backend.kind === "cuda" ? CuptiTracer.open() : { error: "CUPTI needs a GPU (emulated backend)" };
+  }
+
+  private get tracing(): { tracer: CuptiTracer | null; note: string } {
+    if (this.cupti) return this.cupti;
+    const t = this.backend.kind === "cuda" ? CuptiTracer.open() : { error: "CUPTI needs a GPU (emulated backend)" };
     const problem = t instanceof CuptiTracer ? CudaInstrument.probe(t) : t.error;
-    this.tracer = problem === null ? (t as CuptiTracer) : null;
-    this.canTrace = this.tracer !== null;
-    this.tracingNote = problem ?? "CUPTI activity records (concurrent kernels, runtime API)";
+    this.cupti = { tracer: problem === null ? (t as CuptiTracer) : null, note: problem ?? "CUPTI activity records (concurrent kernels, runtime API)" };
+    return this.cupti;
+  }
+
+  get canTrace(): boolean {
+    return this.tracing.tracer !== null;
+  }
+
+  get tracingNote(): string {
+    return this.tracing.note;
   }
 
   /** Starts and stops tracing once: where CUPTI cannot trace, the profile goes on untraced and says why. */
@@ -151,7 +206,7 @@ export class CudaInstrument implements Instrument {
   }
 
   trace(run: () => void, before: () => void, count: number, ops: PlanOp[], mode: StudyMode, context: number): TraceResult {
-    const tracer = this.tracer!;
+    const tracer = this.tracing.tracer!;
     tracer.clear();
     tracer.start({ runtime: true });
     const windows: Array<[number, number]> = [];
@@ -165,35 +220,7 @@ export class CudaInstrument implements Instrument {
       windows.push([h0, h1]);
     }
     tracer.stop();
-    // records CUPTI delivered broken (end before start, before the first step) are dropped and counted
-    const all = tracer.kernels();
-    const kernels = all.filter((k) => k.end_ns >= k.start_ns && k.start_ns >= windows[0]![0]).sort((a, b) => a.start_ns - b.start_ns);
-    const api = tracer.apiCalls().filter((a) => a.end_ns >= a.start_ns);
-    const steps: StepTrace[] = [];
-    const mismatchedSteps: number[] = [];
-    windows.forEach(([h0, h1], i) => {
-      const end = windows[i + 1]?.[0] ?? Infinity;
-      const mine = kernels.filter((k) => k.start_ns >= h0 && k.start_ns < end);
-      if (mine.length !== ops.length || mine.some((k, j) => kernelFamily(k.name) !== ops[j]!.family)) mismatchedSteps.push(i);
-      const launches = api.filter((a) => a.start_ns >= h0 && a.end_ns <= h1 && /Launch/.test(a.name));
-      steps.push({ mode, context, host: this.hostIntervals(mode, h0, h1, launches), ops: this.opIntervals(mine, ops) });
-    });
-    return { steps, dropped: tracer.dropped() + (all.length - kernels.length), mismatchedSteps };
-  }
-
-  private hostIntervals(mode: StudyMode, h0: number, h1: number, launches: RawApiRecord[]): HostInterval[] {
-    return [
-      { kind: "step", name: `step (${mode})`, start_us: h0 / 1e3, end_us: h1 / 1e3 },
-      ...launches.map((a): HostInterval => ({ kind: "launch", name: a.name, start_us: a.start_ns / 1e3, end_us: a.end_ns / 1e3, correlation: a.correlation })),
-    ];
-  }
-
-  private opIntervals(kernels: RawKernelRecord[], ops: PlanOp[]): OpInterval[] {
-    return kernels.slice(0, ops.length).map((k, j) => ({
-      ...opInterval(ops[j]!, j, k.name.replace(/\(.*$/, ""), k.start_ns / 1e3, k.end_ns / 1e3),
-      grid: k.grid, block: k.block, registers: k.registers,
-      shared_bytes: k.static_shared_bytes + k.dynamic_shared_bytes, correlation: k.correlation,
-    }));
+    return stepsFromCupti(windows, tracer.kernels(), tracer.apiCalls(), tracer.dropped(), ops, mode, context);
   }
 
   /** Best of several calls: the first ones can run at idle clocks. */

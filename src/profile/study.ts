@@ -5,6 +5,7 @@ import type { Backend } from "../backends/backend.ts";
 import type { GPT2Weights } from "../model/weights.ts";
 import { cacheBytes } from "../run/model-buffers.ts";
 import { Session } from "../run/session.ts";
+import { stepSplit } from "../report/aggregate.ts";
 import { summarize } from "../report/stats.ts";
 import type { Instrument, TimedStep } from "./instruments.ts";
 import type { EndToEnd, MemoryReport, StepTrace, Stats, StudyMode } from "./types.ts";
@@ -148,12 +149,7 @@ export class Study {
       run();
     }
     const traced = this.instrument.trace(run, before, this.opts.tracedSteps, ops, mode, context);
-    const spans = traced.steps.map((t) => {
-      const host = t.host[0]!;
-      const end = Math.max(host.end_us, ...t.ops.map((o) => o.end_us));
-      return (end - host.start_us) / 1e3;
-    });
-    return { ...traced, medianStepMs: summarize(spans).median };
+    return { ...traced, medianStepMs: summarize(traced.steps.map((t) => stepSplit(t).step_ms)).median };
   }
 
   /** Generates newTokens from a promptTokens prompt: prefill, then back-to-back steps with no host sync between. */

@@ -5,7 +5,7 @@ import type { Backend } from "../backends/backend.ts";
 import { CudaBackend } from "../backends/cuda.ts";
 import { parameterCount, type GPT2Config } from "../model/config.ts";
 import type { GPT2Weights } from "../model/weights.ts";
-import { buildBreakdown, medianSplit, seedVerdict, splitVerdicts, stepsOf, type ModeSplit } from "../report/aggregate.ts";
+import { buildBreakdown, familyMsPerStep, medianSplit, seedVerdict, splitVerdicts, stepsOf, type ModeSplit } from "../report/aggregate.ts";
 import type { Instrument, Peaks } from "./instruments.ts";
 import type { Measured, StudyOptions, StudyResult } from "./study.ts";
 import type { DeviceDescription, KernelRegime, OpFamily, ProfileSummary, SeedRow, StepTrace, StudyMode, StudyPoint, Work } from "./types.ts";
@@ -60,21 +60,30 @@ function achieved(work: Work, ms: number, peaks: Peaks, floorUs: number, opsPerS
   };
 }
 
-function regimesOf(cfg: GPT2Config, point: StudyPoint, peaks: Peaks, floorUs: number): KernelRegime[] {
-  if (!point.breakdown) return [];
+/**
+ * Each op family's regime at a traced point: its work per step over its median time per step (calls of
+ * different shapes — c_attn, c_proj, c_fc — are summed, not averaged); launch-bound judged per call.
+ */
+function regimesOf(cfg: GPT2Config, point: StudyPoint, steps: readonly StepTrace[], peaks: Peaks, floorUs: number): KernelRegime[] {
+  if (!point.breakdown || steps.length === 0) return [];
   const ops = stepWorkOf(cfg, point.mode, point.context);
-  return point.breakdown.families.map((f) => {
-    const family = f.key as OpFamily;
+  return [...familyMsPerStep(steps)].map(([key, ms]) => {
+    const family = key as OpFamily;
     const mine = ops.filter((o) => o.family === family);
     const work = sumWork(mine);
-    const perCall = { ...work, flops: work.flops / mine.length, bytes: work.bytes / mine.length };
-    const s = f.median_ms / 1e3;
+    const perCallUs = (ms * 1e3) / mine.length;
+    const perCallWork = { ...work, flops: work.flops / mine.length, bytes: work.bytes / mine.length };
     return {
-      family, mode: point.mode, context: point.context, median_us: f.median_ms * 1e3,
-      flops_per_s: perCall.flops / s, bytes_per_s: perCall.bytes / s,
-      regime: classifyRegime(f.median_ms * 1e3, perCall, peaks, floorUs),
+      family, mode: point.mode, context: point.context, median_us: perCallUs,
+      flops_per_s: work.flops / (ms / 1e3), bytes_per_s: work.bytes / (ms / 1e3),
+      regime: classifyRegime(perCallUs, perCallWork, peaks, floorUs),
     };
   });
+}
+
+/** A traced point's split for the verdicts, with its untraced median step time to compare modes by. */
+export function modeSplitOf(p: StudyPoint, traces: readonly StepTrace[]): ModeSplit {
+  return { mode: p.mode, context: p.context, split: p.split!, untraced_ms: p.device_ms.median, ops_per_step: stepsOf(traces, p.mode, p.context)[0]!.ops.length };
 }
 
 /** The seed's table: per context, no cache vs the cached modes, and the FLOP reduction. */
@@ -97,7 +106,7 @@ function verdicts(points: StudyPoint[], traces: StepTrace[], seed: SeedRow[]): s
   const largest = Math.max(...traced.map((p) => p.context));
   const modes: ModeSplit[] = traced
     .filter((p) => p.context === largest && p.mode !== "uncached")
-    .map((p) => ({ mode: p.mode, context: p.context, split: p.split!, ops_per_step: stepsOf(traces, p.mode, p.context)[0]!.ops.length }));
+    .map((p) => modeSplitOf(p, traces));
   const out: string[] = [];
   if (modes.length) {
     const v = splitVerdicts(modes);
@@ -137,7 +146,7 @@ export function buildSummary(args: {
   });
   for (const context of opts.contexts) {
     const here = points.filter((p) => p.context === context && p.split);
-    const v = splitVerdicts(here.map((p) => ({ mode: p.mode, context, split: p.split!, ops_per_step: stepsOf(result.traces, p.mode, context)[0]!.ops.length })));
+    const v = splitVerdicts(here.map((p) => modeSplitOf(p, result.traces)));
     for (const s of v.sentences) here.find((p) => p.mode === s.mode)!.split!.verdict = s.sentence;
   }
   const seed = seedTable(cfg, points, opts.contexts);
@@ -155,7 +164,7 @@ export function buildSummary(args: {
     model: { config: cfg, source: weights.source, parameters: parameterCount(cfg), weight_bytes: parameterCount(cfg) * 4 },
     settings: { modes: opts.modes, contexts: opts.contexts, repeats: opts.repeats, warmup: opts.warmup, kernels: opts.kernels },
     points,
-    regimes: points.flatMap((p) => regimesOf(cfg, p, peaks, floorUs)),
+    regimes: points.flatMap((p) => regimesOf(cfg, p, stepsOf(result.traces, p.mode, p.context), peaks, floorUs)),
     seed_table: seed,
     end_to_end: result.endToEnd,
     memory: result.memory,

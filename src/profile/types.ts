@@ -127,7 +127,9 @@ export interface KernelRegime {
   family: OpFamily;
   mode: StudyMode;
   context: number;
+  /** time per call: the family's median time per step over its calls per step */
   median_us: number;
+  /** the family's work per step over its median time per step */
   flops_per_s: number;
   bytes_per_s: number;
   /** launch-bound, memory-bound or compute-bound */

@@ -187,8 +187,9 @@ export const LAUNCH_BOUND_FACTOR = 2;
 
 /**
  * The regime of an op that took `median_us` (device time) for `work`:
- * - launch-bound when median_us ≤ LAUNCH_BOUND_FACTOR × launchFloorUs (the measured time of an empty
- *   launch, or of a no-op op on the CPU): the op costs about what launching it costs, so removing
+ * - launch-bound when median_us ≤ LAUNCH_BOUND_FACTOR × launchFloorUs (the measured cost of dispatching
+ *   one op — src/profile/summary.ts launchFloorUs: eager host issue time per kernel on a GPU, time between
+ *   ops per op on the CPU): the op costs about what launching it costs, so removing
  *   launches (a graph, fusion) is what would make it cheaper;
  * - otherwise memory-bound or compute-bound by which roofline term (bytes / peak bandwidth or
  *   FLOPs / peak FLOP rate) is larger.

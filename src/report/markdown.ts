@@ -150,7 +150,7 @@ function regimeTable(s: ProfileSummary): TableData {
       { header: "op family" },
       { header: "mode" },
       { header: "context (tokens)" },
-      { header: "median (us)", format: fixed(2) },
+      { header: "per call (us)", format: fixed(2) },
       { header: "FLOP/s", align: "right" },
       { header: "B/s", align: "right" },
       { header: "regime" },

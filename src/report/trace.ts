@@ -304,7 +304,7 @@ export function buildProfileTrace(steps: readonly StepTrace[], meta: TraceMeta):
   const deviceTrack = meta.backend === "cuda" ? "GPU stream" : "CPU native ops";
   modes.forEach((mode, i) => {
     b.process(pidOf(mode), `${mode} (${meta.backend})`, i);
-    b.thread(pidOf(mode), HOST_TID, "host: step issue + launches", 0);
+    b.thread(pidOf(mode), HOST_TID, meta.backend === "cuda" ? "host: step issue + launches" : "host: dispatch between ops", 0);
     b.thread(pidOf(mode), DEVICE_TID, deviceTrack, 1);
   });
   let flowId = 1;

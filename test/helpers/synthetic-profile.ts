@@ -2,7 +2,7 @@
 // pretend GPU (eager: the device waits for each launch; graph: kernels back to back) and the
 // ProfileSummary assembled from them with the real aggregation and work model.
 import { kvCacheBytesPerToken, parameterCount, type GPT2Config } from "../../src/model/config.ts";
-import { seedTable } from "../../src/profile/summary.ts";
+import { modeSplitOf, seedTable } from "../../src/profile/summary.ts";
 import type {
   HostInterval,
   OpFamily,
@@ -176,7 +176,7 @@ export function syntheticSummary(steps: StepTrace[] = syntheticSteps(), cfg: GPT
   const lastContext = syntheticContexts[syntheticContexts.length - 1]!;
   const atLast = points.filter((p) => p.context === lastContext && p.mode !== "uncached");
   const { sentences, conclusion } = splitVerdicts(
-    atLast.map((p) => ({ mode: p.mode, context: p.context, split: p.split!, ops_per_step: stepsOf(steps, p.mode, p.context)[0]!.ops.length })),
+    atLast.map((p) => modeSplitOf(p, steps)),
   );
   for (const p of atLast) p.split!.verdict = sentences.find((s) => s.mode === p.mode)!.sentence;
   const seed_table = seedTable(cfg, points, syntheticContexts);
