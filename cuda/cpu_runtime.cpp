@@ -152,10 +152,6 @@ int64_t cpu_now_ns(void) { return now_ns(); }
 
 int cpu_threads(void) { return omp_get_max_threads(); }
 
-// Under load (other processes on the cores) a static team waits at every barrier for a thread the OS has
-// not scheduled, a scheduler quantum per op. Dynamic teams let libgomp size each team to the free cores.
-__attribute__((constructor)) static void use_dynamic_teams() { omp_set_dynamic(1); }
-
 void cpu_set_threads(int n) {
   if (n > 0) omp_set_num_threads(n);
 }

@@ -36,8 +36,11 @@ int prof_read(int64_t* out, int max);
 #ifdef __cplusplus
 }
 
-// Below this many multiply-adds (or elements) an op runs on the calling thread: waking the team costs more.
-constexpr long kParallelMinWork = 1L << 15;
+// Below this many multiply-adds (or elements) an op runs on the calling thread. Waking the team costs
+// microseconds, and under load (other processes on the cores) a team waits at every barrier for a thread
+// the OS has not scheduled: a small op must not pay a scheduler quantum. (libgomp's dynamic teams were
+// tried: they size teams by the 1-minute load average, which lags, and halved the speed after any busy minute.)
+constexpr long kParallelMinWork = 1L << 18;
 
 // Times one op for the rest of the enclosing scope (a branch and nothing else when timers are off).
 class OpTimer {
