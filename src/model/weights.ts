@@ -89,7 +89,8 @@ const LIST_LIMIT = 4;
 
 /** Loads `dir/config.json` + `dir/model.safetensors`, checking every tensor against the config. */
 export function loadModel(dir: string): GPT2Weights {
-  if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new UserError(`model directory not found: ${dir}`);
+  if (!existsSync(dir)) throw new UserError(`model directory not found: ${dir}`);
+  if (!statSync(dir).isDirectory()) throw new UserError(`--model takes a directory (with config.json and model.safetensors), not a file: ${dir}`);
   const config = readHFConfig(dir);
   const path = join(dir, "model.safetensors");
   if (!existsSync(path)) throw new UserError(`no model.safetensors in ${dir} (expected config.json + model.safetensors)`);
