@@ -10,7 +10,7 @@ import { PRESETS, parameterCount, type GPT2Config } from "../model/config.ts";
 import { randomWeights } from "../model/weights.ts";
 import { summarize } from "../report/stats.ts";
 import { Session } from "../run/session.ts";
-import { failOnBadFlags, intFlag, noRepeatedFlags } from "./common.ts";
+import { intFlag, parseFlags } from "./common.ts";
 
 /** Weight bytes a cached step reads: every parameter once, except the position table (one row). */
 function weightBytesPerStep(cfg: GPT2Config): number {
@@ -59,14 +59,12 @@ async function benchCpu(steps: number, context: number): Promise<void> {
 }
 
 await runCli(async () => {
-  await yargs(hideBin(process.argv))
-    .scriptName("bun run bench")
-    .command("cpu", "CPU decode step vs the memory-bandwidth floor", (y) =>
-      y.option("steps", { type: "number", default: 30 }).option("context", { type: "number", default: 64 }),
-      (a) => benchCpu(intFlag("steps", a.steps, 1), intFlag("context", a.context, 1, 1023)))
-    .demandCommand(1, "name a benchmark: cpu")
-    .strict()
-    .check(noRepeatedFlags)
-    .fail(failOnBadFlags)
-    .parse();
+  await parseFlags(
+    yargs(hideBin(process.argv))
+      .scriptName("bun run bench")
+      .command("cpu", "CPU decode step vs the memory-bandwidth floor", (y) =>
+        y.option("steps", { type: "number", default: 30 }).option("context", { type: "number", default: 64 }),
+        (a) => benchCpu(intFlag("steps", a.steps, 1), intFlag("context", a.context, 1, 1023)))
+      .demandCommand(1, "name a benchmark: cpu"),
+  );
 });

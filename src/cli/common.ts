@@ -2,6 +2,8 @@
 import { closeSync, existsSync, openSync, statSync } from "node:fs";
 import { resolve } from "node:path";
 
+import type { Argv } from "yargs";
+
 import { UserError } from "../errors.ts";
 import { PRESETS } from "../model/config.ts";
 import { loadModel, randomWeights, type GPT2Weights } from "../model/weights.ts";
@@ -56,4 +58,9 @@ export function checkWritableFile(flag: string, path: string): string {
     throw new UserError(`--${flag} ${path} cannot be written: ${(e as Error).message.split("\n")[0]}`);
   }
   return full;
+}
+
+/** Every command's flag rules: unknown flags and repeated flags are errors, as one line each. */
+export function parseFlags<T>(flags: Argv<T>) {
+  return flags.strict().check(noRepeatedFlags).help().fail(failOnBadFlags).parse();
 }

@@ -9,7 +9,7 @@ import type { LaunchMode } from "../profile/types.ts";
 import { summarize } from "../report/stats.ts";
 import { generate } from "../run/generate.ts";
 import { Session } from "../run/session.ts";
-import { checkWritableFile, failOnBadFlags, intFlag, loadWeights, noRepeatedFlags } from "./common.ts";
+import { checkWritableFile, intFlag, loadWeights, parseFlags } from "./common.ts";
 
 const MODES = ["eager", "eager-native", "graph", "replay"] as const;
 const DEFAULT_PROMPT = "Hello, I'm a language model,";
@@ -21,26 +21,23 @@ function resolveMode(mode: (typeof MODES)[number], backendKind: string): LaunchM
 }
 
 await runCli(async () => {
-  const argv = await yargs(hideBin(process.argv))
-    .scriptName("bun run generate")
-    .usage("$0 [options]: greedy GPT-2 generation with a KV cache")
-    .option("model", { type: "string", describe: "Hugging Face GPT-2 directory (config.json + model.safetensors); default: GPT-2 small shapes, seeded random weights" })
-    .option("prompt", { type: "string", describe: `prompt text (GPT-2 BPE); default ${JSON.stringify(DEFAULT_PROMPT)}` })
-    .option("prompt-ids", { type: "string", describe: "prompt as token ids, e.g. 464,3290,318" })
-    .option("max-new-tokens", { type: "number", default: 20, describe: "tokens to generate" })
-    .option("backend", { choices: BACKEND_CHOICES, default: "auto" as BackendChoice, describe: "cpu, cuda, auto (cuda if available, else cpu), emu (the CUDA kernels' sources run on the CPU: slow, for verification)" })
-    .option("cache", { choices: ["on", "off"] as const, default: "on" as const, describe: "KV cache, or recompute the whole sequence every token" })
-    .option("mode", { choices: MODES, default: "eager" as const, describe: "launch mode of cached decode steps (replay = graph on CUDA, eager-native on the CPU)" })
-    .option("seed", { type: "number", default: 0, describe: "seed of the random weights when no --model is given" })
-    .option("threads", { type: "number", describe: "CPU backend threads (default: all cores)" })
-    .option("json", { type: "boolean", default: false, describe: "print one JSON object on stdout" })
-    .option("dump-logits", { type: "string", describe: "write float32 LE logits (len(prompt)+generated, vocab) from one uncached pass" })
-    .conflicts("prompt", "prompt-ids")
-    .strict()
-    .check(noRepeatedFlags)
-    .help()
-    .fail(failOnBadFlags)
-    .parse();
+  const argv = await parseFlags(
+    yargs(hideBin(process.argv))
+      .scriptName("bun run generate")
+      .usage("$0 [options]: greedy GPT-2 generation with a KV cache")
+      .option("model", { type: "string", describe: "Hugging Face GPT-2 directory (config.json + model.safetensors); default: GPT-2 small shapes, seeded random weights" })
+      .option("prompt", { type: "string", describe: `prompt text (GPT-2 BPE); default ${JSON.stringify(DEFAULT_PROMPT)}` })
+      .option("prompt-ids", { type: "string", describe: "prompt as token ids, e.g. 464,3290,318" })
+      .option("max-new-tokens", { type: "number", default: 20, describe: "tokens to generate" })
+      .option("backend", { choices: BACKEND_CHOICES, default: "auto" as BackendChoice, describe: "cpu, cuda, auto (cuda if available, else cpu), emu (the CUDA kernels' sources run on the CPU: slow, for verification)" })
+      .option("cache", { choices: ["on", "off"] as const, default: "on" as const, describe: "KV cache, or recompute the whole sequence every token" })
+      .option("mode", { choices: MODES, default: "eager" as const, describe: "launch mode of cached decode steps (replay = graph on CUDA, eager-native on the CPU)" })
+      .option("seed", { type: "number", default: 0, describe: "seed of the random weights when no --model is given" })
+      .option("threads", { type: "number", describe: "CPU backend threads (default: all cores)" })
+      .option("json", { type: "boolean", default: false, describe: "print one JSON object on stdout" })
+      .option("dump-logits", { type: "string", describe: "write float32 LE logits (len(prompt)+generated, vocab) from one uncached pass" })
+      .conflicts("prompt", "prompt-ids"),
+  );
 
   const say = (line: string) => process.stderr.write(`${line}\n`);
   const maxNew = intFlag("max-new-tokens", argv["max-new-tokens"], 1);

@@ -18,7 +18,7 @@ import { renderTerminalSummary } from "../report/markdown.ts";
 import { createProgress } from "../report/progress.ts";
 import { writeProfileOutputs } from "../report/write.ts";
 import { ROOT } from "../native/build.ts";
-import { failOnBadFlags, intFlag, loadWeights, noRepeatedFlags } from "./common.ts";
+import { intFlag, loadWeights, parseFlags } from "./common.ts";
 
 const MODE_CHOICES = ["eager", "eager-native", "graph", "all"] as const;
 /** 8, 16, …, 1024 and the seed's 10, 100, 500, 1000 */
@@ -78,27 +78,24 @@ function defaultOutDir(backend: Backend, mode: string): string {
 }
 
 await runCli(async () => {
-  const argv = await yargs(hideBin(process.argv))
-    .scriptName("bun run profile")
-    .usage("$0 [options]: where the time of a generated token goes, eager vs graph, over a context sweep")
-    .option("mode", { choices: MODE_CHOICES, default: "all" as const, describe: "launch mode of the cached step; all = every mode plus the uncached baseline" })
-    .option("backend", { choices: BACKEND_CHOICES, default: "auto" as BackendChoice, describe: "cuda, cpu, auto (cuda if available), emu (the CUDA sources on the CPU)" })
-    .option("model", { type: "string", describe: "Hugging Face GPT-2 directory; default: GPT-2 small shapes, seeded random weights" })
-    .option("contexts", { type: "string", describe: "comma-separated context lengths (default 8,10,16,…,1000,1024 on a GPU, capped by n_positions; 8…128 on the CPU)" })
-    .option("repeats", { type: "number", describe: "timed steps per point (default 50 on a GPU, 10 on the CPU)" })
-    .option("warmup", { type: "number", describe: "untimed steps before each point (default 10 on a GPU, 2 on the CPU)" })
-    .option("traced-steps", { type: "number", default: 5, describe: "steps traced per point for the per-kernel breakdown" })
-    .option("e2e-tokens", { type: "number", describe: `tokens generated end to end from an ${E2E_PROMPT}-token prompt (default ${E2E_NEW_GPU} on a GPU, ${E2E_NEW_CPU} on the CPU)` })
-    .option("out", { type: "string", describe: "output directory (default profiles/<date>-<backend>-<mode>/)" })
-    .option("json", { type: "boolean", default: false, describe: "print summary.json to stdout (tables and progress stay off stdout)" })
-    .option("kernels", { type: "boolean", default: true, describe: "trace every op (CUPTI on the GPU, native timers on the CPU); --no-kernels skips it" })
-    .option("seed", { type: "number", default: 0, describe: "seed of the random weights and prompts" })
-    .option("threads", { type: "number", describe: "CPU backend threads" })
-    .strict()
-    .check(noRepeatedFlags)
-    .help()
-    .fail(failOnBadFlags)
-    .parse();
+  const argv = await parseFlags(
+    yargs(hideBin(process.argv))
+      .scriptName("bun run profile")
+      .usage("$0 [options]: where the time of a generated token goes, eager vs graph, over a context sweep")
+      .option("mode", { choices: MODE_CHOICES, default: "all" as const, describe: "launch mode of the cached step; all = every mode plus the uncached baseline" })
+      .option("backend", { choices: BACKEND_CHOICES, default: "auto" as BackendChoice, describe: "cuda, cpu, auto (cuda if available), emu (the CUDA sources on the CPU)" })
+      .option("model", { type: "string", describe: "Hugging Face GPT-2 directory; default: GPT-2 small shapes, seeded random weights" })
+      .option("contexts", { type: "string", describe: "comma-separated context lengths (default 8,10,16,…,1000,1024 on a GPU, capped by n_positions; 8…128 on the CPU)" })
+      .option("repeats", { type: "number", describe: "timed steps per point (default 50 on a GPU, 10 on the CPU)" })
+      .option("warmup", { type: "number", describe: "untimed steps before each point (default 10 on a GPU, 2 on the CPU)" })
+      .option("traced-steps", { type: "number", default: 5, describe: "steps traced per point for the per-kernel breakdown" })
+      .option("e2e-tokens", { type: "number", describe: `tokens generated end to end from an ${E2E_PROMPT}-token prompt (default ${E2E_NEW_GPU} on a GPU, ${E2E_NEW_CPU} on the CPU)` })
+      .option("out", { type: "string", describe: "output directory (default profiles/<date>-<backend>-<mode>/)" })
+      .option("json", { type: "boolean", default: false, describe: "print summary.json to stdout (tables and progress stay off stdout)" })
+      .option("kernels", { type: "boolean", default: true, describe: "trace every op (CUPTI on the GPU, native timers on the CPU); --no-kernels skips it" })
+      .option("seed", { type: "number", default: 0, describe: "seed of the random weights and prompts" })
+      .option("threads", { type: "number", describe: "CPU backend threads" }),
+  );
 
   const say = (line: string) => process.stderr.write(`${line}\n`);
   if (argv.out !== undefined) prepareOutDir(argv.out);

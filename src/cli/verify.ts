@@ -22,7 +22,7 @@ import { KERNEL_CASES, runKernelCases } from "../verify/kernel-checks.ts";
 import {
   againstCpu, cachedEqualsUncached, fixtureChecks, findFixture, graphMemoryStable, modesBitIdentical, readFixture, type CheckRow,
 } from "../verify/model-checks.ts";
-import { failOnBadFlags, noRepeatedFlags } from "./common.ts";
+import { parseFlags } from "./common.ts";
 
 const say = (line: string) => process.stderr.write(`${line}\n`);
 const skip = (check: string, detail: string): CheckRow => ({ check, detail, error: null, status: "skip" });
@@ -87,15 +87,12 @@ function modelChecks(device: CudaBackend, cpu: Backend): Check[] {
 }
 
 await runCli(async () => {
-  const argv = await yargs(hideBin(process.argv))
-    .scriptName("bun run verify")
-    .option("backend", { choices: ["auto", "cuda", "emu"] as const, default: "auto" as const, describe: "the GPU, or the kernels' sources on the CPU emulator (auto: the GPU if there is one)" })
-    .option("seed", { type: "number", describe: "seed of the random inputs (default: fresh each run, printed)" })
-    .strict()
-    .check(noRepeatedFlags)
-    .help()
-    .fail(failOnBadFlags)
-    .parse();
+  const argv = await parseFlags(
+    yargs(hideBin(process.argv))
+      .scriptName("bun run verify")
+      .option("backend", { choices: ["auto", "cuda", "emu"] as const, default: "auto" as const, describe: "the GPU, or the kernels' sources on the CPU emulator (auto: the GPU if there is one)" })
+      .option("seed", { type: "number", describe: "seed of the random inputs (default: fresh each run, printed)" }),
+  );
   const t0 = Date.now();
   const seed = argv.seed ?? freshSeed();
   const rows: CheckRow[] = buildChecks();
