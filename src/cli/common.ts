@@ -5,13 +5,17 @@ import { resolve } from "node:path";
 import type { Argv } from "yargs";
 
 import { UserError } from "../errors.ts";
-import { PRESETS } from "../model/config.ts";
+import { parameterCount, PRESETS } from "../model/config.ts";
 import { loadModel, randomWeights, type GPT2Weights } from "../model/weights.ts";
 
 export const DEFAULT_PRESET = "gpt2";
+export const PRESET_CHOICES = Object.keys(PRESETS);
 
-/** `--model DIR` loads a Hugging Face checkpoint; without it, GPT-2 small shapes with seeded random weights (stated on stderr). */
-export function loadWeights(modelDir: string | undefined, seed: number, say: (line: string) => void): GPT2Weights {
+/**
+ * `--model DIR` loads a Hugging Face checkpoint; without it, a preset's exact shapes (GPT-2 small by default)
+ * with seeded random weights, stated on stderr.
+ */
+export function loadWeights(modelDir: string | undefined, preset: string, seed: number, say: (line: string) => void): GPT2Weights {
   if (modelDir) {
     const w = loadModel(modelDir);
     const skipped = w.skipped.tensors
@@ -20,9 +24,10 @@ export function loadWeights(modelDir: string | undefined, seed: number, say: (li
     say(`model: ${w.config.name} from ${w.source}${skipped}`);
     return w;
   }
-  const cfg = PRESETS[DEFAULT_PRESET];
-  if (!cfg) throw new UserError(`unknown preset ${DEFAULT_PRESET}`);
-  say(`model: GPT-2 small shapes (124M) with seeded random weights (seed ${seed}) — no --model given; timing does not depend on the values`);
+  const cfg = PRESETS[preset];
+  if (!cfg) throw new UserError(`unknown preset ${preset} (presets: ${PRESET_CHOICES.join(", ")})`);
+  const millions = Math.round(parameterCount(cfg) / 1e6);
+  say(`model: ${cfg.name} shapes (${millions}M) with seeded random weights (seed ${seed}) — no --model given; timing does not depend on the values`);
   return randomWeights(cfg, seed);
 }
 

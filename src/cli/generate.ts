@@ -9,7 +9,7 @@ import type { LaunchMode } from "../profile/types.ts";
 import { summarize } from "../report/stats.ts";
 import { generate } from "../run/generate.ts";
 import { Session } from "../run/session.ts";
-import { checkWritableFile, intFlag, loadWeights, parseFlags } from "./common.ts";
+import { checkWritableFile, DEFAULT_PRESET, intFlag, loadWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
 
 const MODES = ["eager", "eager-native", "graph", "replay"] as const;
 const DEFAULT_PROMPT = "Hello, I'm a language model,";
@@ -26,6 +26,8 @@ await runCli(async () => {
       .scriptName("bun run generate")
       .usage("$0 [options]: greedy GPT-2 generation with a KV cache")
       .option("model", { type: "string", describe: "Hugging Face GPT-2 directory (config.json + model.safetensors); default: GPT-2 small shapes, seeded random weights" })
+      .option("preset", { choices: PRESET_CHOICES, describe: `without --model: whose exact shapes the seeded random weights take (default ${DEFAULT_PRESET})` })
+      .conflicts("model", "preset")
       .option("prompt", { type: "string", describe: `prompt text (GPT-2 BPE); default ${JSON.stringify(DEFAULT_PROMPT)}` })
       .option("prompt-ids", { type: "string", describe: "prompt as token ids, e.g. 464,3290,318" })
       .option("max-new-tokens", { type: "number", default: 20, describe: "tokens to generate" })
@@ -48,7 +50,7 @@ await runCli(async () => {
   if (!backend.modes.includes(mode)) {
     throw new UserError(`launch mode ${mode} is not available on the ${backend.kind} backend (available: ${backend.modes.join(", ")})`);
   }
-  const weights = loadWeights(argv.model, intFlag("seed", argv.seed, 0), say);
+  const weights = loadWeights(argv.model, argv.preset ?? DEFAULT_PRESET, intFlag("seed", argv.seed, 0), say);
   const cfg = weights.config;
   const prompt = argv["prompt-ids"] !== undefined
     ? parsePromptIds(argv["prompt-ids"], cfg.vocab_size)

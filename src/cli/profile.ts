@@ -18,7 +18,7 @@ import { renderTerminalSummary } from "../report/markdown.ts";
 import { createProgress } from "../report/progress.ts";
 import { writeProfileOutputs } from "../report/write.ts";
 import { ROOT } from "../native/build.ts";
-import { intFlag, loadWeights, parseFlags } from "./common.ts";
+import { DEFAULT_PRESET, intFlag, loadWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
 
 const MODE_CHOICES = ["eager", "eager-native", "graph", "all"] as const;
 /** 8, 16, …, 1024 and the seed's 10, 100, 500, 1000 */
@@ -85,6 +85,8 @@ await runCli(async () => {
       .option("mode", { choices: MODE_CHOICES, default: "all" as const, describe: "launch mode of the cached step; all = every mode plus the uncached baseline" })
       .option("backend", { choices: BACKEND_CHOICES, default: "auto" as BackendChoice, describe: "cuda, cpu, auto (cuda if available), emu (the CUDA sources on the CPU)" })
       .option("model", { type: "string", describe: "Hugging Face GPT-2 directory; default: GPT-2 small shapes, seeded random weights" })
+      .option("preset", { choices: PRESET_CHOICES, describe: `without --model: whose exact shapes the seeded random weights take (default ${DEFAULT_PRESET})` })
+      .conflicts("model", "preset")
       .option("contexts", { type: "string", describe: "comma-separated context lengths (default 8,10,16,…,1000,1024 on a GPU, capped by n_positions; 8…128 on the CPU)" })
       .option("repeats", { type: "number", describe: "timed steps per point (default 50 on a GPU, 10 on the CPU)" })
       .option("warmup", { type: "number", describe: "untimed steps before each point (default 10 on a GPU, 2 on the CPU)" })
@@ -103,7 +105,7 @@ await runCli(async () => {
   const backend = await openBackend(argv.backend, { threads, note: say });
   const gpu = backend.kind === "cuda";
   const modes = modesFor(argv.mode, backend);
-  const weights = loadWeights(argv.model, intFlag("seed", argv.seed, 0), say);
+  const weights = loadWeights(argv.model, argv.preset ?? DEFAULT_PRESET, intFlag("seed", argv.seed, 0), say);
   const cfg = weights.config;
   const e2eMax = cfg.n_positions - E2E_PROMPT;
   const opts: StudyOptions = {
