@@ -2,10 +2,12 @@
 import { cpus, hostname, release, totalmem, type } from "node:os";
 
 import type { Backend } from "../backends/backend.ts";
+import { CpuBackend } from "../backends/cpu.ts";
 import { CudaBackend } from "../backends/cuda.ts";
 import { parameterCount, type GPT2Config } from "../model/config.ts";
 import type { GPT2Weights } from "../model/weights.ts";
 import { buildBreakdown, familyMsPerStep, medianSplit, seedVerdict, splitVerdicts, stepsOf, type ModeSplit } from "../report/aggregate.ts";
+import { summarize } from "../report/stats.ts";
 import type { Instrument, Peaks } from "./instruments.ts";
 import type { Measured, StudyOptions, StudyResult } from "./study.ts";
 import type { DeviceDescription, KernelRegime, OpFamily, ProfileSummary, SeedRow, StepTrace, StudyMode, StudyPoint, Work } from "./types.ts";
@@ -27,7 +29,7 @@ function describeDevice(backend: Backend, peaks: Peaks): DeviceDescription {
       l2_bytes: d.l2Bytes, driver_version: d.driverVersion, runtime_version: d.runtimeVersion,
     });
   }
-  if (backend.kind === "cpu") detail.threads = (backend as unknown as { threads: number }).threads;
+  if (backend instanceof CpuBackend) detail.threads = backend.threads;
   if (backend.kind === "emu") detail.note = "the CUDA kernels' sources executed on the CPU: times are not GPU times";
   return { backend: backend.kind === "cpu" ? "cpu" : "cuda", name: backend.deviceName, detail, peaks };
 }
@@ -41,9 +43,9 @@ function launchFloorUs(backend: Backend, measured: Measured[], traces: StepTrace
   const opsPerStep = traces.find((t) => t.mode === "eager")?.ops.length;
   if (eager.length === 0 || !opsPerStep) return 0;
   if (backend.kind === "cpu") {
-    const splits = eager.map((m) => medianSplit(stepsOf(traces, "eager", m.context))).filter(Boolean);
-    const gaps = splits.map((s) => s.idle_ms / opsPerStep);
-    return (Math.min(...gaps) || 0) * 1e3;
+    const traced = eager.map((m) => stepsOf(traces, "eager", m.context)).filter((steps) => steps.length > 0);
+    const gaps = traced.map((steps) => medianSplit(steps).idle_ms / opsPerStep);
+    return gaps.length ? Math.min(...gaps) * 1e3 : 0;
   }
   return (Math.min(...eager.map((m) => m.issue_ms.median)) / opsPerStep) * 1e3;
 }
@@ -170,7 +172,7 @@ export function buildSummary(args: {
     memory: result.memory,
     tracing: {
       available: args.instrument.canTrace,
-      overhead_pct: overheads.length ? (overheads.sort((a, b) => a - b)[Math.floor(overheads.length / 2)]! * 100) : null,
+      overhead_pct: overheads.length ? summarize(overheads).median * 100 : null,
       dropped_records: result.dropped,
       note: `${args.instrument.tracingNote}${result.mismatched ? `; ${result.mismatched} traced steps did not line up one-to-one with the plan` : ""}`,
     },
