@@ -9,11 +9,12 @@ import { ensureBuilt } from "../src/native/build.ts";
 import { compileEager, decodeStep, type PlanOp } from "../src/plan.ts";
 import { generate } from "../src/run/generate.ts";
 import { Session } from "../src/run/session.ts";
+import { readFixture } from "../src/verify/model-checks.ts";
 import { maxRelativeError } from "./helpers/reference.ts";
 
 const FIXTURE = join(import.meta.dir, "fixtures/gpt2-tiny");
-const expected = await Bun.file(join(FIXTURE, "expected.json")).json() as { prompt: number[]; generated: number[]; sequence: number[] };
-const expectedLogits = new Float32Array(await Bun.file(join(FIXTURE, "expected_logits.f32")).arrayBuffer());
+const expected = readFixture(FIXTURE);
+const expectedLogits = expected.logits;
 const weights = loadModel(FIXTURE);
 const V = weights.config.vocab_size;
 
