@@ -71,6 +71,10 @@ int cu_plan_run_n(const Plan* plan, int n);
 int cu_measure_copy_bandwidth(uint64_t bytes, int iters, double* out_bytes_per_s);
 int cu_measure_fp32_peak(double* out_flops_per_s);
 
+// The launch floor, from n empty kernels: out[0] host µs per eager launch call, out[1] device µs per kernel
+// launched back to back, out[2] device µs per kernel node of a graph replay.
+int cu_measure_launch(int n, double* out);
+
 #ifdef __cplusplus
 }
 #endif

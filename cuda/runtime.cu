@@ -3,6 +3,8 @@
 #include <stddef.h>
 #include <string.h>
 
+#include <chrono>
+
 #include "cuda_api.h"
 #include "launch.h"
 #include "runtime.h"
@@ -299,6 +301,49 @@ extern "C" int cu_plan_run_n(const Plan* plan, int n) {
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
+}
+
+// ---- the launch floor: empty kernels ------------------------------------------------------------------------------
+// launch: (1) x (1); does nothing, so its cost is all launch
+__global__ void runtime_empty_kernel(int) {}
+
+// Launches n empty kernels eagerly (after one warm-up), then replays them captured as one graph:
+// out[0] host µs per launch call, out[1] device µs per kernel launched back to back (the launch rate the GPU
+// sustains), out[2] device µs per kernel node of a graph replay.
+extern "C" int cu_measure_launch(int n, double* out) {
+  out[0] = out[1] = out[2] = 0.0;
+  if (n <= 0) return cudaErrorInvalidValue;
+  EventPair events;
+  cudaError_t e = events.create();
+  if (e != cudaSuccess) return e;
+  LAUNCH_ON(g_stream, runtime_empty_kernel, 1, 1, 0);
+  if ((e = cudaStreamSynchronize(g_stream)) != cudaSuccess) return e;
+
+  if ((e = cudaEventRecord(events.start, g_stream)) != cudaSuccess) return e;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; i++) LAUNCH_ON(g_stream, runtime_empty_kernel, 1, 1, i);
+  const auto t1 = std::chrono::steady_clock::now();
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  if ((e = cudaEventRecord(events.end, g_stream)) != cudaSuccess) return e;
+  if ((e = cudaEventSynchronize(events.end)) != cudaSuccess) return e;
+  out[0] = std::chrono::duration<double, std::micro>(t1 - t0).count() / n;
+  out[1] = events.elapsed_ms() * 1e3 / n;
+
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  if ((e = cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal)) != cudaSuccess) return e;
+  for (int i = 0; i < n; i++) LAUNCH_ON(g_stream, runtime_empty_kernel, 1, 1, i);
+  e = cudaStreamEndCapture(g_stream, &graph);
+  if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
+  if (e == cudaSuccess) e = cudaGraphLaunch(exec, g_stream);  // warm-up: uploads the graph
+  if (e == cudaSuccess) e = cudaEventRecord(events.start, g_stream);
+  if (e == cudaSuccess) e = cudaGraphLaunch(exec, g_stream);
+  if (e == cudaSuccess) e = cudaEventRecord(events.end, g_stream);
+  if (e == cudaSuccess) e = cudaEventSynchronize(events.end);
+  if (e == cudaSuccess) out[2] = events.elapsed_ms() * 1e3 / n;
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  return e;
 }
 
 // ---- peaks measured on the spot ----------------------------------------------------------------------------------

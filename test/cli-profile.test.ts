@@ -64,6 +64,9 @@ describe("profile --backend cpu on gpt2-tiny", () => {
     expect(summary.seed_table.map((r) => r.context)).toEqual([8, 32, 63]);
     expect(summary.end_to_end.map((e) => e.mode)).toEqual(["uncached", "eager", "eager-native"]);
     expect(summary.verdicts.some((v) => v.startsWith("Is the floor launch overhead?"))).toBe(true);
+    // the launch floor is measured with empty ops and set against the step
+    expect(summary.device.launch.host_us).toBeGreaterThan(0);
+    expect(summary.verdicts.some((v) => v.startsWith("Launch floor at context 63: 26 ops ×"))).toBe(true);
   });
 
   test("KV cache memory: measured per token equals the formula (2 × n_layer × n_embd × 4)", () => {

@@ -97,6 +97,13 @@ describe("graphs and replay on the emulator", () => {
     arena.release();
   });
 
+  test("the launch floor: empty kernels eagerly and as graph nodes give positive per-launch costs", () => {
+    const l = emu.measureLaunch(100);
+    expect(l.hostUs).toBeGreaterThan(0);
+    expect(l.eagerDeviceUs).toBeGreaterThan(0);
+    expect(l.graphNodeUs).toBeGreaterThan(0);
+  });
+
   test("device info describes the emulated device", () => {
     expect(emu.deviceName).toBe("CPU emulation of CUDA");
     expect(emu.device.smCount).toBeGreaterThan(0);

@@ -7,6 +7,9 @@ withoutColour();
 
 describe("renderReport", () => {
   const summary = syntheticSummary();
+  test("states the launch floor measured with empty ops", () => {
+    expect(renderReport(summary)).toContain("Launch floor: an empty op costs 2.50 us on the host per call; back to back the device retires one every 1.20 us, and a graph node costs 0.80 us (synthetic).");
+  });
   const report = renderReport(summary);
 
   test("asks the question with this run's numbers", () => {

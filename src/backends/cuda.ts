@@ -30,6 +30,7 @@ interface CudaSymbols {
   cu_plan_run_n(plan: number, n: number): number;
   cu_measure_copy_bandwidth(bytes: number, iters: number, out: Float64Array): number;
   cu_measure_fp32_peak(out: Float64Array): number;
+  cu_measure_launch(n: number, out: Float64Array): number;
 }
 
 const CUDA_ERROR_UNKNOWN = 999; // cudaErrorUnknown, when a failed call left no code behind
@@ -136,6 +137,13 @@ export class CudaBackend extends NativeBackend {
     const out = new Float64Array(1);
     this.check(this.cu.cu_measure_copy_bandwidth(bytes, iters, out), "bandwidth measurement");
     return out[0]!;
+  }
+
+  /** empty kernels: host µs per eager launch call, device µs per back-to-back kernel and per graph node */
+  measureLaunch(n: number): { hostUs: number; eagerDeviceUs: number; graphNodeUs: number } {
+    const out = new Float64Array(3);
+    this.check(this.cu.cu_measure_launch(n, out), "launch measurement");
+    return { hostUs: out[0]!, eagerDeviceUs: out[1]!, graphNodeUs: out[2]! };
   }
 
   measureFp32Peak(): number {

@@ -126,13 +126,14 @@ await runCli(async () => {
   const instrument = instrumentFor(backend);
   say(`device: ${backend.deviceName} (${backend.kind}); every point timed first, then ${opts.kernels ? "traced" : "not traced (--no-kernels)"}`);
   const peaks = instrument.measurePeaks();
+  const launch = instrument.measureLaunch();
   const study = new Study(backend, instrument, weights, opts);
   const progress = createProgress({ total: studyUnits(opts), label: "profile" });
   opts.onProgress = (done, _total, what) => progress.update(done, what);
   const result = study.run();
   progress.stop();
   const command = ["bun run profile", ...process.argv.slice(2)].join(" ");
-  const summary = buildSummary({ command, backend, instrument, weights, opts, peaks, result });
+  const summary = buildSummary({ command, backend, instrument, weights, opts, peaks, launch, result });
   const written = writeProfileOutputs(outDir, summary, result.traces);
   if (argv.json) process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
   else process.stdout.write(renderTerminalSummary(summary));

@@ -24,6 +24,7 @@ export const CUDA_SYMBOLS = {
   cu_plan_run_n: { args: [ptr, i32], returns: i32 },
   cu_measure_copy_bandwidth: { args: [u64, i32, ptr], returns: i32 },
   cu_measure_fp32_peak: { args: [ptr], returns: i32 },
+  cu_measure_launch: { args: [i32, ptr], returns: i32 },
 } as const satisfies Record<string, { args: readonly FFIType[]; returns: FFIType }>;
 
 /** CuDeviceInfo (cuda/cuda_api.h): byte offsets of its fields in the 304-byte struct. */

@@ -5,7 +5,7 @@ import { CpuBackend } from "../backends/cpu.ts";
 import { CudaBackend } from "../backends/cuda.ts";
 import { CuptiTracer, type RawApiRecord, type RawKernelRecord } from "../native/cupti.ts";
 import { FAMILY_OF_CODE, OP_CODES, type PlanOp } from "../plan.ts";
-import type { HostInterval, OpFamily, OpInterval, StepTrace, StudyMode } from "./types.ts";
+import type { HostInterval, LaunchFloor, OpFamily, OpInterval, StepTrace, StudyMode } from "./types.ts";
 
 export interface TimedStep {
   /** device time of the step (CUDA events; the wall time on the CPU) */
@@ -38,12 +38,16 @@ export interface Instrument {
   /** runs `count` steps (each after `before`) with op tracing on */
   trace(run: () => void, before: () => void, count: number, ops: PlanOp[], mode: StudyMode, context: number): TraceResult;
   measurePeaks(): Peaks;
+  /** the cost of dispatching an op with no work in it */
+  measureLaunch(): LaunchFloor;
   close(): void;
 }
 
 const nowMs = () => Bun.nanoseconds() / 1e6;
 /** peak measurements repeated, the best kept */
 const PEAK_CALLS = 8;
+/** empty ops per launch-floor measurement */
+const EMPTY_OPS = 2000;
 
 /** Fills an op interval's plan fields. */
 function opInterval(op: PlanOp, index: number, name: string, startUs: number, endUs: number): OpInterval {
@@ -110,6 +114,17 @@ export class CpuInstrument implements Instrument {
       flops_per_s: flops,
       how_measured: `read bandwidth: best of 8 passes summing 512 MiB on ${this.backend.threads} threads; fp32: 64 independent FMA chains per thread, best of 5`,
     };
+  }
+
+  /** An empty op (GELU of 0 elements) through bun:ffi, timed over many calls: the CPU's dispatch floor. */
+  measureLaunch(): LaunchFloor {
+    const ops = this.backend.ops;
+    const call = () => ops.op_gelu(0, 0, 0);
+    for (let i = 0; i < EMPTY_OPS; i++) call();
+    const t0 = nowMs();
+    for (let i = 0; i < EMPTY_OPS; i++) call();
+    const hostUs = ((nowMs() - t0) * 1e3) / EMPTY_OPS;
+    return { host_us: hostUs, device_us: null, graph_node_us: null, how_measured: `${EMPTY_OPS} empty ops (GELU of 0 elements) through bun:ffi, after as many warm-up calls` };
   }
 
   close(): void {}
@@ -221,6 +236,15 @@ export class CudaInstrument implements Instrument {
     }
     tracer.stop();
     return stepsFromCupti(windows, tracer.kernels(), tracer.apiCalls(), tracer.dropped(), ops, mode, context);
+  }
+
+  /** Empty kernels launched from C++ eagerly and as graph nodes (cu_measure_launch), after a warm-up. */
+  measureLaunch(): LaunchFloor {
+    const l = this.backend.measureLaunch(EMPTY_OPS);
+    return {
+      host_us: l.hostUs, device_us: l.eagerDeviceUs, graph_node_us: l.graphNodeUs,
+      how_measured: `${EMPTY_OPS} empty kernels launched from C++ back to back (host clock per call, events per kernel), then as one ${EMPTY_OPS}-node graph`,
+    };
   }
 
   /** Best of several calls: the first ones can run at idle clocks. */

@@ -10,7 +10,7 @@ import { buildBreakdown, familyMsPerStep, medianSplit, seedVerdict, splitVerdict
 import { summarize } from "../report/stats.ts";
 import type { Instrument, Peaks } from "./instruments.ts";
 import type { Measured, StudyOptions, StudyResult } from "./study.ts";
-import type { DeviceDescription, KernelRegime, OpFamily, ProfileSummary, SeedRow, StepTrace, StudyMode, StudyPoint, Work } from "./types.ts";
+import type { DeviceDescription, KernelRegime, LaunchFloor, OpFamily, ProfileSummary, SeedRow, StepTrace, StudyMode, StudyPoint, Work } from "./types.ts";
 import { cachedStepWork, classifyRegime, flopReduction, sumWork, uncachedStepWork } from "./work-model.ts";
 
 export const TOOL = { name: "decode-floor", version: "0.1.0" };
@@ -19,7 +19,7 @@ function stepWorkOf(cfg: GPT2Config, mode: StudyMode, context: number) {
   return mode === "uncached" ? uncachedStepWork(cfg, context) : cachedStepWork(cfg, context);
 }
 
-function describeDevice(backend: Backend, peaks: Peaks): DeviceDescription {
+function describeDevice(backend: Backend, peaks: Peaks, launch: LaunchFloor): DeviceDescription {
   const detail: Record<string, string | number> = {};
   if (backend instanceof CudaBackend) {
     const d = backend.device;
@@ -31,23 +31,20 @@ function describeDevice(backend: Backend, peaks: Peaks): DeviceDescription {
   }
   if (backend instanceof CpuBackend) detail.threads = backend.threads;
   if (backend.kind === "emu") detail.note = "the CUDA kernels' sources executed on the CPU: times are not GPU times";
-  return { backend: backend.kind === "cpu" ? "cpu" : "cuda", name: backend.deviceName, detail, peaks };
+  return { backend: backend.kind === "cpu" ? "cpu" : "cuda", name: backend.deviceName, detail, peaks, launch };
 }
 
 /**
- * Host time to dispatch one op: the eager step's issue time per op on the GPU (TypeScript + FFI + launch
- * API), the eager step's time outside ops per op on the CPU. Kernels shorter than about this are launch-bound.
+ * The cost of dispatching one op in a mode, measured with empty ops: the floor below which an op is
+ * launch-bound. Eager on a GPU pays the whole TypeScript → FFI → launch path, measured as the eager step's
+ * issue time per op; eager-native pays the C++ launch call; a graph pays a node. The CPU pays the FFI call.
  */
-function launchFloorUs(backend: Backend, measured: Measured[], traces: StepTrace[]): number {
-  const eager = measured.filter((m) => m.mode === "eager");
-  const opsPerStep = traces.find((t) => t.mode === "eager")?.ops.length;
-  if (eager.length === 0 || !opsPerStep) return 0;
-  if (backend.kind === "cpu") {
-    const traced = eager.map((m) => stepsOf(traces, "eager", m.context)).filter((steps) => steps.length > 0);
-    const gaps = traced.map((steps) => medianSplit(steps).idle_ms / opsPerStep);
-    return gaps.length ? Math.min(...gaps) * 1e3 : 0;
-  }
-  return (Math.min(...eager.map((m) => m.issue_ms.median)) / opsPerStep) * 1e3;
+function floorFor(mode: StudyMode, backend: Backend, launch: LaunchFloor, measured: Measured[], opsPerStep: number): number {
+  if (backend.kind === "cpu") return launch.host_us;
+  if (mode === "graph") return launch.graph_node_us ?? launch.host_us;
+  if (mode === "eager-native") return launch.host_us;
+  const eager = measured.filter((m) => m.mode === mode);
+  return eager.length ? Math.max(launch.host_us, (Math.min(...eager.map((m) => m.issue_ms.median)) / opsPerStep) * 1e3) : launch.host_us;
 }
 
 function achieved(work: Work, ms: number, peaks: Peaks, floorUs: number, opsPerStep: number) {
@@ -102,6 +99,21 @@ export function seedTable(cfg: GPT2Config, points: StudyPoint[], contexts: numbe
   });
 }
 
+/** What the step's launches cost at the measured empty-op floor, against the cached step's time. */
+function launchVerdict(points: StudyPoint[], launch: LaunchFloor, opsOf: (mode: StudyMode, context: number) => number): string[] {
+  const cached = points.filter((p) => p.mode !== "uncached");
+  if (!cached.length) return [];
+  const context = Math.max(...cached.map((p) => p.context));
+  const ops = opsOf("eager", context);
+  const step = Math.min(...cached.filter((p) => p.context === context).map((p) => p.device_ms.median));
+  const hostMs = (ops * launch.host_us) / 1e3;
+  const graph = launch.graph_node_us === null ? "" : `; as graph nodes, ${ops} × ${launch.graph_node_us.toFixed(2)} us = ${((ops * launch.graph_node_us) / 1e3).toFixed(3)} ms`;
+  return [
+    `Launch floor at context ${context}: ${ops} ops × ${launch.host_us.toFixed(2)} us per empty launch = ${hostMs.toFixed(3)} ms of host time per step${graph}, ` +
+      `against a fastest cached step of ${step.toFixed(3)} ms (${((100 * hostMs) / step).toFixed(0)}%).`,
+  ];
+}
+
 /** Verdict sentences at the largest context every traced mode reached, then the seed question per context. */
 function verdicts(points: StudyPoint[], traces: StepTrace[], seed: SeedRow[]): string[] {
   const traced = points.filter((p) => p.split);
@@ -127,18 +139,19 @@ export function buildSummary(args: {
   weights: GPT2Weights;
   opts: StudyOptions;
   peaks: Peaks;
+  launch: LaunchFloor;
   result: StudyResult;
 }): ProfileSummary {
-  const { backend, weights, opts, peaks, result } = args;
+  const { backend, weights, opts, peaks, launch, result } = args;
   const cfg = weights.config;
-  const floorUs = launchFloorUs(backend, result.measured, result.traces);
+  const opsOf = (mode: StudyMode, context: number) => stepWorkOf(cfg, mode, context).length;
+  const floorUs = (mode: StudyMode, context: number) => floorFor(mode, backend, launch, result.measured, opsOf(mode, context));
   const points: StudyPoint[] = result.measured.map((m) => {
     const steps = stepsOf(result.traces, m.mode, m.context);
     const work = sumWork(stepWorkOf(cfg, m.mode, m.context));
-    const opsPerStep = steps[0]?.ops.length ?? 1;
     const point: StudyPoint = {
       mode: m.mode, context: m.context, device_ms: m.device_ms, host_ms: m.host_ms, work,
-      achieved: achieved(work, m.device_ms.median, peaks, floorUs, opsPerStep),
+      achieved: achieved(work, m.device_ms.median, peaks, floorUs(m.mode, m.context), opsOf(m.mode, m.context)),
     };
     if (steps.length) {
       point.breakdown = buildBreakdown(steps);
@@ -162,11 +175,11 @@ export function buildSummary(args: {
       hostname: hostname(), os: `${type()} ${release()}`, cpu: cpus()[0]?.model ?? "unknown", cpus: cpus().length,
       memory_bytes: totalmem(), bun: Bun.version,
     },
-    device: describeDevice(backend, peaks),
+    device: describeDevice(backend, peaks, launch),
     model: { config: cfg, source: weights.source, parameters: parameterCount(cfg), weight_bytes: parameterCount(cfg) * 4 },
     settings: { modes: opts.modes, contexts: opts.contexts, repeats: opts.repeats, warmup: opts.warmup, kernels: opts.kernels },
     points,
-    regimes: points.flatMap((p) => regimesOf(cfg, p, stepsOf(result.traces, p.mode, p.context), peaks, floorUs)),
+    regimes: points.flatMap((p) => regimesOf(cfg, p, stepsOf(result.traces, p.mode, p.context), peaks, floorUs(p.mode, p.context))),
     seed_table: seed,
     end_to_end: result.endToEnd,
     memory: result.memory,
@@ -176,6 +189,6 @@ export function buildSummary(args: {
       dropped_records: result.dropped,
       note: `${args.instrument.tracingNote}${result.mismatched ? `; ${result.mismatched} traced steps did not line up one-to-one with the plan` : ""}`,
     },
-    verdicts: verdicts(points, result.traces, seed),
+    verdicts: [...verdicts(points, result.traces, seed), ...launchVerdict(points, launch, opsOf)],
   };
 }

@@ -172,11 +172,23 @@ export interface MemoryReport {
   crossover: { batch: number; context: number }[];
 }
 
+/** What dispatching one op costs with no work in it: the floor a step of many small ops stands on. */
+export interface LaunchFloor {
+  /** host µs per launch call (GPU: an empty kernel from C++; CPU: an empty op through bun:ffi) */
+  host_us: number;
+  /** GPU µs per empty kernel launched back to back: the launch rate the device sustains */
+  device_us: number | null;
+  /** GPU µs per empty kernel node in a graph replay */
+  graph_node_us: number | null;
+  how_measured: string;
+}
+
 export interface DeviceDescription {
   backend: "cpu" | "cuda";
   name: string;
   detail: Record<string, string | number>;
   peaks: { bytes_per_s: number; flops_per_s: number; how_measured: string };
+  launch: LaunchFloor;
 }
 
 export interface ProfileSummary {

@@ -26,6 +26,14 @@ function bestCachedMs(r: SeedRow): number {
   return Math.min(...[r.eager_ms, r.graph_ms, r.native_ms].filter((x): x is number => x !== null));
 }
 
+/** The launch floor measured with empty ops, in words. */
+export function launchFloorSentence(s: ProfileSummary): string {
+  const l = s.device.launch;
+  const device = l.device_us === null ? "" : `; back to back the device retires one every ${l.device_us.toFixed(2)} us`;
+  const graph = l.graph_node_us === null ? "" : `, and a graph node costs ${l.graph_node_us.toFixed(2)} us`;
+  return `Launch floor: an empty op costs ${l.host_us.toFixed(2)} us on the host per call${device}${graph} (${l.how_measured}).`;
+}
+
 /** The question, with this run's numbers in it. */
 export function questionSentence(s: ProfileSummary): string {
   const r = headlineRow(s);
@@ -218,7 +226,12 @@ function escapedTexts(s: ProfileSummary): ProfileSummary {
   return {
     ...s,
     machine: { ...s.machine, hostname: md(s.machine.hostname), os: md(s.machine.os), cpu: md(s.machine.cpu) },
-    device: { ...s.device, name: md(s.device.name), peaks: { ...s.device.peaks, how_measured: md(s.device.peaks.how_measured) } },
+    device: {
+      ...s.device,
+      name: md(s.device.name),
+      peaks: { ...s.device.peaks, how_measured: md(s.device.peaks.how_measured) },
+      launch: { ...s.device.launch, how_measured: md(s.device.launch.how_measured) },
+    },
     model: { ...s.model, config: { ...s.model.config, name: md(s.model.config.name) }, source: md(s.model.source) },
     memory: { ...s.memory, how_measured: md(s.memory.how_measured) },
     tracing: { ...s.tracing, note: md(s.tracing.note) },
@@ -262,6 +275,7 @@ export function renderReport(summary: ProfileSummary): string {
       "Work model vs measured peaks",
       `Peaks: ${formatRate(peaks.flops_per_s, "FLOP")} and ${formatRate(peaks.bytes_per_s, "B")} (${peaks.how_measured}). ` +
         "Work counts a multiply-add as 2 FLOPs and the fewest bytes (each weight, activation and KV cache row once, fp32).",
+      launchFloorSentence(s),
       markdownTable(workTable(s)),
       s.regimes.length > 0 ? markdownTable(regimeTable(s)) : "_No per-kernel regimes: kernels were not traced._",
     ),

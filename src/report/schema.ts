@@ -142,6 +142,7 @@ export const PROFILE_SUMMARY_SCHEMA = {
       name: text,
       detail: { type: "object", additionalProperties: { type: ["string", "number"] } },
       peaks: object({ bytes_per_s: nonNegative, flops_per_s: nonNegative, how_measured: text }),
+      launch: object({ host_us: nonNegative, device_us: nullableNumber, graph_node_us: nullableNumber, how_measured: text }),
     }),
     model: object({ config: gpt2Config, source: text, parameters: count, weight_bytes: nonNegative }),
     settings: object({
