@@ -5,6 +5,7 @@ import { kvCacheBytesPerToken, parameterCount, type GPT2Config } from "../../src
 import { modeSplitOf, seedTable } from "../../src/profile/summary.ts";
 import type {
   HostInterval,
+  OpWork,
   OpFamily,
   OpInterval,
   ProfileSummary,
@@ -61,25 +62,17 @@ function eagerStep(cfg: GPT2Config, shape: StepShape, T: number, pos: number): S
     const correlation = shape.correlation + index;
     host.push({ kind: "launch", name: "cudaLaunchKernel", start_us: hostAt, end_us: hostAt + shape.launch_us, correlation });
     const start_us = Math.max(hostAt + shape.launch_us, deviceFree);
-    ops.push({
-      index,
-      family: w.family,
-      layer: w.layer,
-      label: w.label,
-      name: kernelName(w.family),
-      start_us,
-      end_us: start_us + shape.kernel_us,
-      grid: [index + 1, 1, 1],
-      block: [256, 1, 1],
-      registers: 32,
-      shared_bytes: 1024,
-      correlation,
-    });
+    ops.push({ ...syntheticOp(w, index, start_us, shape.kernel_us, correlation), grid: [index + 1, 1, 1], block: [256, 1, 1], registers: 32, shared_bytes: 1024 });
     deviceFree = start_us + shape.kernel_us;
     hostAt += shape.launch_us + shape.gap_us;
   });
   host.unshift({ kind: "step", name: "decode step", start_us: shape.start_us, end_us: hostAt });
   return { mode: shape.mode, context: shape.context, host, ops };
+}
+
+/** One op of the plan `w` as a kernel interval of `kernel_us` from `start_us`. */
+function syntheticOp(w: OpWork, index: number, start_us: number, kernel_us: number, correlation: number): OpInterval {
+  return { index, family: w.family, layer: w.layer, label: w.label, name: kernelName(w.family), start_us, end_us: start_us + kernel_us, correlation };
 }
 
 /** Graph: one launch call; the kernels then run back to back, all under the launch's correlation id. */
@@ -93,16 +86,7 @@ function graphStep(cfg: GPT2Config, shape: StepShape): StepTrace {
   ];
   const ops = plan.map((w, index): OpInterval => {
     const start_us = launchEnd + index * shape.kernel_us;
-    return {
-      index,
-      family: w.family,
-      layer: w.layer,
-      label: w.label,
-      name: kernelName(w.family),
-      start_us,
-      end_us: start_us + shape.kernel_us,
-      correlation: shape.correlation,
-    };
+    return syntheticOp(w, index, start_us, shape.kernel_us, shape.correlation);
   });
   return { mode: shape.mode, context: shape.context, host, ops };
 }
