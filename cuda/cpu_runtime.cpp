@@ -8,7 +8,6 @@
 #include <string.h>
 #include <time.h>
 
-#include <atomic>
 #include <vector>
 
 namespace {
@@ -17,7 +16,6 @@ constexpr size_t kAlignment = 64;  // one cache line, and a full AVX-512 vector
 enum CpuError { kOk = 0, kOutOfMemory = 2, kInvalidValue = 1 };
 
 int g_last_error = kOk;
-std::atomic<uint64_t> g_allocated_bytes{0};
 
 constexpr int kProfCapacity = 1 << 20;
 constexpr int kPeakSteps = 1 << 20;  // FMA steps per chain in cpu_measure_fp32_peak
@@ -93,26 +91,15 @@ const char* be_error_string(int code) {
   }
 }
 
-// Every allocation carries its size in a header line so be_free can account for it.
 void* be_alloc(size_t bytes) {
-  const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  char* base = static_cast<char*>(aligned_alloc(kAlignment, rounded + kAlignment));
-  if (!base) {
-    fail(kOutOfMemory);
-    return nullptr;
-  }
-  memcpy(base, &rounded, sizeof rounded);
-  g_allocated_bytes += rounded;
-  return base + kAlignment;
+  const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;  // aligned_alloc needs a multiple
+  void* ptr = aligned_alloc(kAlignment, rounded);
+  if (!ptr) fail(kOutOfMemory);
+  return ptr;
 }
 
 int be_free(void* ptr) {
-  if (!ptr) return kOk;
-  char* base = static_cast<char*>(ptr) - kAlignment;
-  size_t rounded;
-  memcpy(&rounded, base, sizeof rounded);
-  g_allocated_bytes -= rounded;
-  free(base);
+  free(ptr);
   return kOk;
 }
 
@@ -139,14 +126,12 @@ int be_fill_u32(void* dst, uint32_t value, size_t count) {
 
 int be_synchronize(void) { return be_last_error(); }
 
-// free = the kernel's MemAvailable, total = MemTotal (bytes); cpu_allocated_bytes() counts this library's own.
+// free = the kernel's MemAvailable, total = MemTotal (bytes).
 int be_mem_info(uint64_t* out) {
   out[0] = meminfo_kib("MemAvailable") * 1024;
   out[1] = meminfo_kib("MemTotal") * 1024;
   return kOk;
 }
-
-uint64_t cpu_allocated_bytes(void) { return g_allocated_bytes.load(); }
 
 int64_t cpu_now_ns(void) { return now_ns(); }
 

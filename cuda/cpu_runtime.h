@@ -8,8 +8,6 @@
 extern "C" {
 #endif
 
-// Bytes currently allocated through be_alloc (rounded to the 64-byte alignment).
-uint64_t cpu_allocated_bytes(void);
 // The clock of the op timers (CLOCK_MONOTONIC, ns), for host intervals on the same axis.
 int64_t cpu_now_ns(void);
 int cpu_threads(void);

@@ -1,7 +1,7 @@
 // The decode step as a list of ops, built from the config — it reads like GPT-2's math.
 // The same list runs eagerly (one FFI call per op, from TypeScript), or is encoded once for the native
 // op table (cuda/plan.h) to run in one call or to be captured as a CUDA graph.
-import type { Backend, DeviceBuffer, OpSymbols } from "./backends/backend.ts";
+import type { Backend, OpSymbols } from "./backends/backend.ts";
 import type { GPT2Config } from "./model/config.ts";
 import type { OpFamily } from "./profile/types.ts";
 
@@ -168,4 +168,3 @@ export class CompiledStep {
   }
 }
 
-export type { DeviceBuffer };

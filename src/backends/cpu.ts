@@ -13,7 +13,6 @@ import { NativeBackend, openLibrary } from "./native.ts";
 
 /** cpu_runtime.h as called from TypeScript */
 interface CpuSymbols {
-  cpu_allocated_bytes(): number | bigint;
   cpu_now_ns(): number | bigint;
   cpu_threads(): number;
   cpu_set_threads(n: number): void;
@@ -74,10 +73,6 @@ export class CpuBackend extends NativeBackend {
     const { total } = super.memInfo();
     const residentPages = Number(readFileSync("/proc/self/statm", "utf8").split(" ")[1]);
     return { free: total - residentPages * PAGE_BYTES, total };
-  }
-
-  allocatedBytes(): number {
-    return Number(this.cpu.cpu_allocated_bytes());
   }
 
   record(plan: EncodedPlan): RecordedStep {

@@ -44,7 +44,6 @@ export const RUNTIME_SYMBOLS = {
 
 /** CPU library only: per-op timers and thread count (cuda/cpu_runtime.cpp). */
 export const CPU_SYMBOLS = {
-  cpu_allocated_bytes: { args: [], returns: u64 },
   cpu_now_ns: { args: [], returns: FFIType.i64_fast },
   cpu_threads: { args: [], returns: i32 },
   cpu_set_threads: { args: [i32], returns: v },
