@@ -27,6 +27,8 @@ export interface TraceResult {
   dropped: number;
   /** indices of steps whose op records did not line up one-to-one with the plan */
   mismatchedSteps: number[];
+  /** host wall time of each traced step, issue to completion (ms) */
+  wallMs: number[];
 }
 
 export interface Instrument {
@@ -95,6 +97,7 @@ export class CpuInstrument implements Instrument {
       windows.push([h0, this.backend.nowNs()]);
     }
     const { records, dropped } = this.backend.stopTimers();
+    const wallMs = windows.map(([h0, h1]) => (h1 - h0) / 1e6);
     const steps: StepTrace[] = [];
     const mismatchedSteps: number[] = [];
     for (let i = 0; i < count; i++) {
@@ -103,7 +106,7 @@ export class CpuInstrument implements Instrument {
       const opIntervals = mine.map((r, k) => opInterval(ops[k]!, k, `op_${ops[k]!.family}`, us(r.startNs), us(r.endNs)));
       steps.push({ mode, context, host: dispatchGaps(mode, us(windows[i]![0]), us(windows[i]![1]), opIntervals), ops: opIntervals });
     }
-    return { steps, dropped, mismatchedSteps };
+    return { steps, dropped, mismatchedSteps, wallMs };
   }
 
   measurePeaks(): Peaks {
@@ -147,7 +150,7 @@ export function kernelFamily(name: string): OpFamily | null {
 export function stepsFromCupti(
   windows: Array<[number, number]>, allKernels: RawKernelRecord[], allApi: RawApiRecord[], droppedByCupti: number,
   ops: PlanOp[], mode: StudyMode, context: number,
-): TraceResult {
+): Omit<TraceResult, "wallMs"> {
   const kernels = allKernels.filter((k) => k.end_ns >= k.start_ns && k.start_ns >= windows[0]![0]).sort((a, b) => a.start_ns - b.start_ns);
   const api = allApi.filter((a) => a.end_ns >= a.start_ns);
   const steps: StepTrace[] = [];
@@ -225,17 +228,20 @@ export class CudaInstrument implements Instrument {
     tracer.clear();
     tracer.start({ runtime: true });
     const windows: Array<[number, number]> = [];
+    const wallMs: number[] = [];
     for (let i = 0; i < count; i++) {
       before();
       this.backend.synchronize();
+      const t0 = nowMs();
       const h0 = tracer.now_ns();
       run();
       const h1 = tracer.now_ns();
       this.backend.synchronize();
+      wallMs.push(nowMs() - t0);
       windows.push([h0, h1]);
     }
     tracer.stop();
-    return stepsFromCupti(windows, tracer.kernels(), tracer.apiCalls(), tracer.dropped(), ops, mode, context);
+    return { ...stepsFromCupti(windows, tracer.kernels(), tracer.apiCalls(), tracer.dropped(), ops, mode, context), wallMs };
   }
 
   /** Empty kernels launched from C++ eagerly and as graph nodes (cu_measure_launch), after a warm-up. */

@@ -5,7 +5,6 @@ import type { Backend } from "../backends/backend.ts";
 import type { GPT2Weights } from "../model/weights.ts";
 import { cacheBytes } from "../run/model-buffers.ts";
 import { Session } from "../run/session.ts";
-import { stepSplit } from "../report/aggregate.ts";
 import { summarize } from "../report/stats.ts";
 import type { Instrument, TimedStep } from "./instruments.ts";
 import type { EndToEnd, MemoryReport, StepTrace, Stats, StudyMode } from "./types.ts";
@@ -30,8 +29,8 @@ export interface Measured {
   device_ms: Stats;
   host_ms: Stats;
   issue_ms: Stats;
-  /** median step time with op tracing on (for the tracing overhead), from the tracing pass */
-  traced_ms: number | null;
+  /** traced / untraced host wall time per step − 1, the two measured back to back in the tracing pass */
+  tracing_overhead: number | null;
 }
 
 export interface StudyResult {
@@ -90,7 +89,7 @@ export class Study {
         traces.push(...t.steps.filter((_, k) => !t.mismatchedSteps.includes(k)));
         dropped += t.dropped;
         mismatched += t.mismatchedSteps.length;
-        measured[i]!.traced_ms = t.medianStepMs;
+        measured[i]!.tracing_overhead = t.overhead;
       });
     }
     const endToEnd = this.opts.modes.map((mode) => {
@@ -138,7 +137,7 @@ export class Study {
       device_ms: summarize(samples.map((x) => x.deviceMs)),
       host_ms: summarize(samples.map((x) => x.hostMs)),
       issue_ms: summarize(samples.map((x) => x.issueMs)),
-      traced_ms: null,
+      tracing_overhead: null,
     };
   }
 
@@ -148,8 +147,14 @@ export class Study {
       before();
       run();
     }
+    // untraced steps right before the traced ones: the overhead compares like with like, minutes of drift apart no more
+    const untraced = Array.from({ length: this.opts.tracedSteps }, () => {
+      before();
+      this.backend.synchronize();
+      return this.instrument.time(run).hostMs;
+    });
     const traced = this.instrument.trace(run, before, this.opts.tracedSteps, ops, mode, context);
-    return { ...traced, medianStepMs: summarize(traced.steps.map((t) => stepSplit(t).step_ms)).median };
+    return { ...traced, overhead: summarize(traced.wallMs).median / summarize(untraced).median - 1 };
   }
 
   /** Generates newTokens from a promptTokens prompt: prefill, then back-to-back steps with no host sync between. */

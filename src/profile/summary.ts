@@ -165,7 +165,7 @@ export function buildSummary(args: {
     for (const s of v.sentences) here.find((p) => p.mode === s.mode)!.split!.verdict = s.sentence;
   }
   const seed = seedTable(cfg, points, opts.contexts);
-  const overheads = result.measured.filter((m) => m.traced_ms !== null).map((m) => m.traced_ms! / m.device_ms.median - 1);
+  const overheads = result.measured.flatMap((m) => (m.tracing_overhead === null ? [] : [m.tracing_overhead]));
   return {
     schema_version: 1,
     tool: TOOL,
