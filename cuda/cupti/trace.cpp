@@ -122,6 +122,19 @@ int disable_enabled() {
   return first_error;
 }
 
+template <typename Record> int record_count(const std::vector<Record>& records) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return static_cast<int>(records.size());
+}
+
+// Copies up to max records (oldest first) into out; returns how many.
+template <typename Record> int read_records(const std::vector<Record>& records, Record* out, int max) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  const size_t n = max > 0 ? std::min(records.size(), static_cast<size_t>(max)) : 0;
+  if (n) memcpy(out, records.data(), n * sizeof(Record));
+  return static_cast<int>(n);
+}
+
 }  // namespace
 
 extern "C" {
@@ -162,29 +175,10 @@ int trace_stop(void) {
   return flushed != CUPTI_SUCCESS ? flushed : disabled;
 }
 
-int trace_kernel_count(void) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  return static_cast<int>(g_kernels.size());
-}
-
-int trace_read_kernels(TraceKernel* out, int max) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  size_t n = max > 0 ? std::min(g_kernels.size(), static_cast<size_t>(max)) : 0;
-  if (n) memcpy(out, g_kernels.data(), n * sizeof(TraceKernel));
-  return static_cast<int>(n);
-}
-
-int trace_api_count(void) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  return static_cast<int>(g_api.size());
-}
-
-int trace_read_api(TraceApi* out, int max) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  size_t n = max > 0 ? std::min(g_api.size(), static_cast<size_t>(max)) : 0;
-  if (n) memcpy(out, g_api.data(), n * sizeof(TraceApi));
-  return static_cast<int>(n);
-}
+int trace_kernel_count(void) { return record_count(g_kernels); }
+int trace_read_kernels(TraceKernel* out, int max) { return read_records(g_kernels, out, max); }
+int trace_api_count(void) { return record_count(g_api); }
+int trace_read_api(TraceApi* out, int max) { return read_records(g_api, out, max); }
 
 void trace_clear(void) {
   std::lock_guard<std::mutex> lock(g_mu);

@@ -100,7 +100,7 @@ await runCli(async () => {
   );
 
   const say = (line: string) => process.stderr.write(`${line}\n`);
-  if (argv.out !== undefined) prepareOutDir(argv.out);
+  const explicitOut = argv.out === undefined ? undefined : prepareOutDir(argv.out);
   const threads = argv.threads === undefined ? undefined : intFlag("threads", argv.threads, 1, 1024);
   const backend = await openBackend(argv.backend, { threads, note: say });
   const gpu = backend.kind === "cuda";
@@ -118,7 +118,7 @@ await runCli(async () => {
     e2e: { promptTokens: E2E_PROMPT, newTokens: intFlag("e2e-tokens", argv["e2e-tokens"] ?? Math.min(gpu ? E2E_NEW_GPU : E2E_NEW_CPU, e2eMax), 1, e2eMax) },
     seed: intFlag("seed", argv.seed, 0),
   };
-  const outDir = prepareOutDir(argv.out ?? defaultOutDir(backend, argv.mode));
+  const outDir = explicitOut ?? prepareOutDir(defaultOutDir(backend, argv.mode));
   const [load] = loadavg();
   if (load! >= cpus().length - 0.5) {
     say(`warning: load average ${load!.toFixed(1)} on ${cpus().length} cores: other processes compete for the CPU, so times will be inflated`);
