@@ -17,12 +17,14 @@ inline int elementwise_threads(int N, int n_vec4) { return n_vec4 + (N - n_vec4 
 // out, inp: (N)    grid: (ceil(threads / kElementwiseThreads))  block: (kElementwiseThreads)
 __global__ void __launch_bounds__(kElementwiseThreads)
     gelu_kernel(float* __restrict__ out, const float* __restrict__ inp, int N, int n_vec4) {
+  let_successor_start();
+  wait_for_predecessor();
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n_vec4) {
-    const float4 x = __ldg(reinterpret_cast<const float4*>(inp) + i);
+    const float4 x = __ldcg(reinterpret_cast<const float4*>(inp) + i);
     reinterpret_cast<float4*>(out)[i] = make_float4(gelu(x.x), gelu(x.y), gelu(x.z), gelu(x.w));
   } else if (tail_index(i, n_vec4) < N) {
-    out[tail_index(i, n_vec4)] = gelu(inp[tail_index(i, n_vec4)]);
+    out[tail_index(i, n_vec4)] = gelu(__ldcg(inp + tail_index(i, n_vec4)));
   }
 }
 
@@ -30,6 +32,8 @@ __global__ void __launch_bounds__(kElementwiseThreads)
 // grid: (ceil(threads / kElementwiseThreads))  block: (kElementwiseThreads)
 __global__ void __launch_bounds__(kElementwiseThreads)
     residual_kernel(float* out, const float* a, const float* b, int N, int n_vec4) {
+  let_successor_start();
+  wait_for_predecessor();
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n_vec4) {
     const float4 x = reinterpret_cast<const float4*>(a)[i];

@@ -25,6 +25,27 @@ int rt_sm_count();                  // multiprocessors on the current device
     rt_note_launch();                                                     \
   } while (0)
 
+// Programmatic dependent launch (sm_90). In the graph-pdl launch mode (cuda/runtime.cu) a step's kernels are
+// launched so that each may start while its predecessor is still running. Every kernel of the step therefore
+// calls wait_for_predecessor() before it touches anything an earlier kernel of the step writes (or reads),
+// and reads such data with coherent loads only (cuda/cols.h). A kernel may first issue loads of data that no
+// kernel of the step writes (weights); wait_for_predecessor(rt_overlapped()) then pins them before the wait with
+// a fence, so they overlap the predecessor (ptxas otherwise hoists the wait above them). The fence's branch
+// also keeps those loads issued together, before the first is used. Without the launch attribute the wait
+// returns at once. let_successor_start(): the next kernel's blocks may be scheduled now; they still wait for
+// this kernel to finish before reading its output.
+bool rt_overlapped();  // true while launching the graph-pdl step
+#if defined(__CUDACC__)
+__device__ __forceinline__ void wait_for_predecessor(bool pin_earlier_loads = false) {
+  if (pin_earlier_loads) asm volatile("fence.acq_rel.cta;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+__device__ __forceinline__ void let_successor_start() { asm volatile("griddepcontrol.launch_dependents;" :::); }
+#else
+inline void wait_for_predecessor(bool = false) {}
+inline void let_successor_start() {}
+#endif
+
 constexpr int kVecWidth = 4;           // floats per 16-byte access
 constexpr uintptr_t kVecAlignment = 16;
 

@@ -1,104 +1,139 @@
 // op_linear: out = inp @ weight + bias with weight in HF Conv1D layout (C, OC).
-//   T == 1 (decode): linear_matvec_kernel, memory-bound, streams the weight once with 16-byte loads.
+//   T == 1 (decode): linear_matvec_kernel, memory-bound, streams the weight once with 16-byte loads, split
+//                    over C across blocks with a fixed-order merge (cuda/last_block.h).
 //   T > 1 (prefill): linear_tiled_kernel, a shared-memory tiled matrix product.
+#include "cols.h"
+#include "last_block.h"
 #include "launch.h"
 #include "ops.h"
 #include "warp.h"
 
 // ---- T == 1 ---------------------------------------------------------------------------------------------------
+// The weight (C, OC) is cut into blocks of 64 rows (a split of C) x 32 column groups (a tile of OC; a group is
+// kWidth columns). In block (tile, split), warp w, lane l reads column group tile * 32 + l of rows
+// split * 64 + w + 8 i, i < 8: every load instruction of a warp reads 32 x kWidth consecutive floats of one
+// weight row (512 bytes when kWidth = 4), and a thread issues all 8 of its loads before it uses the first.
+// The 8 warps' sums meet in shared memory; each block writes its partial (one value per column) to scratch,
+// and the last block of a column tile to arrive adds the tile's partials in a fixed order, then the bias.
 constexpr int kMatvecThreads = 256;
-constexpr int kMatvecMaxColLanes = 8;  // column groups per block: 8 float4 = one 128-byte line per weight row
-constexpr int kMatvecUnroll = 4;       // weight loads in flight per thread
+constexpr int kMatvecWarps = kMatvecThreads / kWarpSize;
+constexpr int kMatvecRowsPerThread = 8;                                    // weight loads in flight per thread
+constexpr int kMatvecRowsPerSplit = kMatvecWarps * kMatvecRowsPerThread;  // rows of C per block: 64
+constexpr int kMatvecTileGroups = kWarpSize;                               // column groups per block
+constexpr int kMatvecMergeLanes = kMatvecThreads / kMatvecTileGroups;      // threads adding up one group's partials
+constexpr int kMatvecMergeBatch = 8;  // partial loads each merging thread has in flight
 
-// kWidth consecutive floats, loaded/stored as one access (a float4 when kWidth == 4).
-template <int kWidth> struct Cols { float v[kWidth]; };
-template <int kWidth> __device__ __forceinline__ Cols<kWidth> load_cols(const float* p);
-template <> __device__ __forceinline__ Cols<1> load_cols<1>(const float* p) { return {{__ldg(p)}}; }
-template <> __device__ __forceinline__ Cols<4> load_cols<4>(const float* p) {
-  const float4 f = __ldg(reinterpret_cast<const float4*>(p));
-  return {{f.x, f.y, f.z, f.w}};
-}
-template <int kWidth> __device__ __forceinline__ void store_cols(float* p, const Cols<kWidth>& c);
-template <> __device__ __forceinline__ void store_cols<1>(float* p, const Cols<1>& c) { *p = c.v[0]; }
-template <> __device__ __forceinline__ void store_cols<4>(float* p, const Cols<4>& c) {
-  *reinterpret_cast<float4*>(p) = make_float4(c.v[0], c.v[1], c.v[2], c.v[3]);
-}
-
-// Sums each of acc's kWidth values over the warp's lanes that share lane % col_lanes (col_lanes <= 32 / kWidth).
-// The first log2(kWidth) steps halve the values each lane carries (a lane keeps one half and trades the
-// other with its partner), so a float4 takes 2 + 1 + log2(8 / col_lanes) shuffles instead of 4 per step.
-// Afterwards lane l holds value index l / (32 / kWidth) of the sum; lanes with l % (32 / kWidth) < col_lanes
-// hold the totals.
-template <int kWidth> __device__ __forceinline__ float reduce_row_lanes(Cols<kWidth> acc, int col_lanes) {
-  const int lane = threadIdx.x % kWarpSize;
-  int offset = kWarpSize / 2;
+// A thread's share of one column group: rows split * 64 + warp + 8 i of column `col`; loads predicated off
+// past C or OC read as zeros.
+template <int kWidth>
+__device__ __forceinline__ Cols<kWidth> matvec_rows(const float* __restrict__ inp, const float* __restrict__ weight,
+                                                   int row0, int col, int C, int OC, bool overlapped) {
+  Cols<kWidth> acc = {};
+#ifndef PLANT_SERIAL_MATVEC
+  Cols<kWidth> w[kMatvecRowsPerThread];
+  float x[kMatvecRowsPerThread];
 #pragma unroll
-  for (int half = kWidth / 2; half >= 1; half /= 2, offset /= 2) {
-    const bool upper = lane & offset;
-#pragma unroll
-    for (int i = 0; i < half; i++) {
-      const float send = upper ? acc.v[i] : acc.v[i + half];
-      const float keep = upper ? acc.v[i + half] : acc.v[i];
-      acc.v[i] = keep + __shfl_xor_sync(kFullWarpMask, send, offset);
-    }
+  for (int i = 0; i < kMatvecRowsPerThread; i++) {
+    const int row = row0 + i * kMatvecWarps;
+    w[i] = row < C && col < OC ? load_cols<kWidth>(weight + ((unsigned)row * (unsigned)OC + (unsigned)col)) : Cols<kWidth>{};
   }
-  float v = acc.v[0];
-  for (; offset >= col_lanes; offset /= 2) v += __shfl_xor_sync(kFullWarpMask, v, offset);
-  return v;
+  wait_for_predecessor(overlapped);  // inp is the predecessor's output
+#pragma unroll
+  for (int i = 0; i < kMatvecRowsPerThread; i++) {
+    const int row = row0 + i * kMatvecWarps;
+    x[i] = row < C ? __ldcg(inp + row) : 0.0f;
+  }
+#pragma unroll
+  for (int i = 0; i < kMatvecRowsPerThread; i++)
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) acc.v[k] += x[i] * w[i].v[k];
+#else  // planted for test/sass.test.ts: each weight load is used before the next is issued
+#pragma unroll 1
+  for (int i = 0; i < kMatvecRowsPerThread; i++) {
+    const int row = row0 + i * kMatvecWarps;
+    if (i == 0) wait_for_predecessor(overlapped);
+    if (row >= C || col >= OC) continue;
+    const Cols<kWidth> w = load_cols<kWidth>(weight + (size_t)row * OC + col);
+    const float x = __ldcg(inp + row);
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) acc.v[k] += x * w.v[k];
+  }
+#endif
+  return acc;
+}
+
+// The last block of a column tile: out[col] = bias[col] + sum over splits of partials[split][col], added as
+// 8 interleaved runs (merge lane j takes splits j, j + 8, ...) whose sums meet in shared memory in lane order.
+// sums: the block's shared memory, free again after arrive_last's barrier.
+template <int kWidth>
+__device__ __forceinline__ void matvec_merge(float* __restrict__ out, const float* partials, const float* __restrict__ bias,
+                                             Cols<kWidth> (*sums)[kMatvecTileGroups], int splits, int OC) {
+  const int group_in_tile = threadIdx.x % kMatvecTileGroups;
+  const int lane = threadIdx.x / kMatvecTileGroups;
+  const int col = (blockIdx.x * kMatvecTileGroups + group_in_tile) * kWidth;
+  Cols<kWidth> sum = {};
+  for (int s0 = lane; s0 < splits; s0 += kMatvecMergeLanes * kMatvecMergeBatch) {
+    Cols<kWidth> p[kMatvecMergeBatch];
+#pragma unroll
+    for (int i = 0; i < kMatvecMergeBatch; i++) {
+      const int split = s0 + i * kMatvecMergeLanes;
+      p[i] = split < splits && col < OC ? load_cols<kWidth>(partials + (size_t)split * OC + col) : Cols<kWidth>{};
+    }
+#pragma unroll
+    for (int i = 0; i < kMatvecMergeBatch; i++) add_cols(sum, p[i]);
+  }
+  sums[lane][group_in_tile] = sum;
+  __syncthreads();
+  if (lane != 0 || col >= OC) return;
+  Cols<kWidth> total = load_cols<kWidth>(bias + col);
+#pragma unroll
+  for (int j = 0; j < kMatvecMergeLanes; j++) add_cols(total, sums[j][group_in_tile]);
+  store_cols<kWidth>(out + col, total);
 }
 
 // out: (OC) = inp (C) @ weight (C, OC) + bias (OC)
-// grid: (ceil(OC / kWidth / col_lanes))  block: (kMatvecThreads), col_lanes = a power of two <= 8.
-// Thread tid owns column group g = blockIdx.x * col_lanes + tid % col_lanes (kWidth columns) and sums rows
-// tid / col_lanes + k * rows_per_pass; a warp reads 32 / col_lanes rows x col_lanes groups per step.
-// The row partials are summed by warp shuffles (reduce_row_lanes), then across warps in shared memory.
+// grid: (ceil(OC / (32 kWidth)) tiles, ceil(C / 64) splits)  block: (kMatvecThreads)
+// scratch: counters[tile], partials (splits, OC)
 template <int kWidth>
 __global__ void __launch_bounds__(kMatvecThreads)
-    linear_matvec_kernel(float* __restrict__ out, const float* __restrict__ inp, const float* __restrict__ weight,
-                         const float* __restrict__ bias, int C, int OC, int col_lanes) {
-  static_assert(kMatvecMaxColLanes <= kWarpSize / kWidth, "reduce_row_lanes needs its halving steps above col_lanes");
-  constexpr int kLanesPerValue = kWarpSize / kWidth;
-  __shared__ Cols<kWidth> warp_partial[kMatvecThreads / kWarpSize][kMatvecMaxColLanes];
-  const int col_lane = threadIdx.x % col_lanes;
-  const int rows_per_pass = kMatvecThreads / col_lanes;
-  const int col = (blockIdx.x * col_lanes + col_lane) * kWidth;  // first of this thread's kWidth columns
-  const bool active = col < OC;
-
-  Cols<kWidth> acc = {};
-  if (active) {
-#pragma unroll kMatvecUnroll
-    for (int c = threadIdx.x / col_lanes; c < C; c += rows_per_pass) {
-      const float x = __ldg(inp + c);
-      const Cols<kWidth> w = load_cols<kWidth>(weight + (size_t)c * OC + col);
-#pragma unroll
-      for (int k = 0; k < kWidth; k++) acc.v[k] += x * w.v[k];
-    }
-  }
-  const float total = reduce_row_lanes<kWidth>(acc, col_lanes);
+    linear_matvec_kernel(float* __restrict__ out, OpScratch scratch, const float* __restrict__ inp,
+                         const float* __restrict__ weight, const float* __restrict__ bias, int C, int OC, bool overlapped) {
+  __shared__ Cols<kWidth> sums[kMatvecWarps][kMatvecTileGroups];
+  __shared__ bool is_last;
+  static_assert(kMatvecMergeLanes == kMatvecWarps, "the merge reuses the warps' shared sums");
+  let_successor_start();
+  const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
-  if (lane % kLanesPerValue < col_lanes) warp_partial[threadIdx.x / kWarpSize][col_lane].v[lane / kLanesPerValue] = total;
+  const int col = (blockIdx.x * kMatvecTileGroups + lane) * kWidth;
+  sums[warp][lane] = matvec_rows<kWidth>(inp, weight, blockIdx.y * kMatvecRowsPerSplit + warp, col, C, OC, overlapped);
   __syncthreads();
-  if ((int)threadIdx.x >= col_lanes || !active) return;
-  Cols<kWidth> sum = load_cols<kWidth>(bias + col);
-  for (int w = 0; w < kMatvecThreads / kWarpSize; w++)
+  if (warp == 0 && col < OC) {  // the block's partial: its 8 warps in order
+    Cols<kWidth> partial = sums[0][lane];
 #pragma unroll
-    for (int k = 0; k < kWidth; k++) sum.v[k] += warp_partial[w][col_lane].v[k];
-  store_cols<kWidth>(out + col, sum);
-}
-
-// Column lanes per block: the widest (best coalescing) that still gives every SM a block.
-static int matvec_col_lanes(int col_groups) {
-  const int sms = rt_sm_count();
-  for (int lanes = kMatvecMaxColLanes; lanes > 1; lanes /= 2)
-    if (ceil_div(col_groups, lanes) >= sms) return lanes;
-  return 1;
+    for (int w = 1; w < kMatvecWarps; w++) add_cols(partial, sums[w][lane]);
+    store_cols<kWidth>(scratch.partials + (size_t)blockIdx.y * OC + col, partial);
+  }
+  const unsigned splits = gridDim.y;
+#ifdef PLANT_BLOCK_ORDER  // planted for test/kernels.emu.test.ts: assumes the highest split finishes last
+  __syncthreads();
+  if (blockIdx.y != splits - 1) return;
+  __threadfence();
+#else
+  if (!arrive_last(scratch.counters + blockIdx.x, splits, &is_last)) return;
+#endif
+  matvec_merge<kWidth>(out, scratch.partials, bias, sums, (int)splits, OC);
 }
 
 template <int kWidth> static void launch_matvec(float* out, const float* inp, const float* weight, const float* bias, int C, int OC) {
-  const int col_groups = OC / kWidth;
-  const int col_lanes = matvec_col_lanes(col_groups);
-  LAUNCH(linear_matvec_kernel<kWidth>, ceil_div(col_groups, col_lanes), kMatvecThreads, out, inp, weight, bias, C, OC,
-         col_lanes);
+  const int tiles = ceil_div(OC, kMatvecTileGroups * kWidth);
+  const int splits = ceil_div(C, kMatvecRowsPerSplit);
+  const OpScratch scratch = rt_op_scratch();
+  if (!scratch.counters || tiles > kMaxGridCounters || (size_t)splits * OC > scratch.partial_floats) {
+    rt_fail(cudaErrorInvalidValue);
+    return;
+  }
+  LAUNCH(linear_matvec_kernel<kWidth>, dim3(tiles, splits), kMatvecThreads, out, scratch, inp, weight, bias, C, OC,
+         rt_overlapped());
 }
 
 // ---- T > 1 ----------------------------------------------------------------------------------------------------
@@ -126,17 +161,19 @@ __global__ void __launch_bounds__(kTiledThreads)
   const int row0 = blockIdx.y * kTileRows;
   const int col0 = blockIdx.x * kTileCols;
   float acc[kRowsPerThread][kColsPerThread] = {};
+  let_successor_start();
+  wait_for_predecessor();
 
   for (int k0 = 0; k0 < C; k0 += kTileK) {
 #pragma unroll
     for (int e = tid; e < kTileRows * kTileK; e += kTiledThreads) {
       const int r = row0 + e / kTileK, k = k0 + e % kTileK;
-      inp_tile[e / kTileK][e % kTileK] = r < T && k < C ? inp[(size_t)r * C + k] : 0.0f;
+      inp_tile[e / kTileK][e % kTileK] = r < T && k < C ? __ldcg(inp + (size_t)r * C + k) : 0.0f;
     }
 #pragma unroll
     for (int e = tid; e < kTileK * kTileCols; e += kTiledThreads) {
       const int k = k0 + e / kTileCols, n = col0 + e % kTileCols;
-      weight_tile[e / kTileCols][e % kTileCols] = k < C && n < OC ? __ldg(weight + (size_t)k * OC + n) : 0.0f;
+      weight_tile[e / kTileCols][e % kTileCols] = k < C && n < OC ? __ldcg(weight + (size_t)k * OC + n) : 0.0f;
     }
     __syncthreads();
 #pragma unroll
@@ -159,7 +196,7 @@ __global__ void __launch_bounds__(kTiledThreads)
 #pragma unroll
     for (int j = 0; j < kColsPerThread; j++) {
       const int n = col0 + threadIdx.x + j * kTiledThreadsX;
-      if (r < T && n < OC) out[(size_t)r * OC + n] = acc[i][j] + __ldg(bias + n);
+      if (r < T && n < OC) out[(size_t)r * OC + n] = acc[i][j] + __ldcg(bias + n);
     }
   }
 }

@@ -1,4 +1,6 @@
 // CPU twins of lm_head.cu: the LM head on the last row (tied embedding) and the greedy argmax.
+#include <math.h>
+
 #include "cpu_runtime.h"
 #include "ops.h"
 
@@ -16,13 +18,14 @@ extern "C" void op_lm_head(float* logits, const float* inp, const float* wte, in
   }
 }
 
-// seq[pos + T] = argmax(logits) (lowest index on ties), written only if pos + T <= max_ctx; state[STATE_POS] += T
+// seq[pos + T] = argmax(logits), written only if pos + T <= max_ctx; state[STATE_POS] += T (ops.h: lowest index
+// on ties, NaN never chosen, 0 when every logit is NaN)
 extern "C" void op_argmax(int* seq, int* state, const float* logits, int V, int T, int max_ctx) {
   OpTimer timer(OP_ARGMAX);
-  int best = 0;
-  for (int v = 1; v < V; v++)
-    if (logits[v] > logits[best]) best = v;
+  int best = -1;  // no non-NaN logit yet
+  for (int v = 0; v < V; v++)
+    if (best < 0 ? logits[v] >= -INFINITY : logits[v] > logits[best]) best = v;
   const int next = state[STATE_POS] + T;
-  if (next <= max_ctx) seq[next] = best;
+  if (next <= max_ctx) seq[next] = best < 0 ? 0 : best;
   state[STATE_POS] = next;
 }

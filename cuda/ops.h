@@ -52,8 +52,9 @@ void op_residual(float* out, const float* a, const float* b, int N);
 // logits: (V) = inp[T - 1] (C) @ wte (V, C)^T    (LM head, tied embedding, last row only)
 void op_lm_head(float* logits, const float* inp, const float* wte, int T, int C, int V);
 
-// seq[pos + T] = argmax(logits) (lowest index on ties; written only if pos + T <= max_ctx); state[STATE_POS] += T
-// logits: (V)
+// seq[pos + T] = argmax(logits) (written only if pos + T <= max_ctx); state[STATE_POS] += T
+// logits: (V). The lowest index wins a tie; a NaN logit is never chosen (it compares false with everything), and
+// the token is 0 when every logit is NaN.
 void op_argmax(int* seq, int* state, const float* logits, int V, int T, int max_ctx);
 
 #ifdef __cplusplus

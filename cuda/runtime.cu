@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "cuda_api.h"
+#include "last_block.h"
 #include "launch.h"
 #include "runtime.h"
 
@@ -16,12 +17,14 @@ constexpr int kPeakBlocksPerSm = 8;
 constexpr int kPeakChains = 8;  // independent FMA chains per thread, enough to hide the FMA latency
 constexpr int kPeakIters = 4096;
 constexpr int kFlopsPerFma = 2;
+constexpr size_t kOpScratchBytes = (size_t)4 << 20;  // counters + partials of the merging kernels (cuda/last_block.h)
 
 namespace {
 int g_device = 0;
 int g_sm_count = 0;
 cudaStream_t g_own_stream = nullptr;  // created by be_init
 cudaStream_t g_stream = nullptr;      // current stream; the legacy stream until be_init
+void* g_op_scratch = nullptr;         // kOpScratchBytes, zeroed by be_init
 int g_sticky = cudaSuccess;
 
 int note(cudaError_t error) {
@@ -67,6 +70,15 @@ int rt_sm_count() {
   return g_sm_count;
 }
 
+bool rt_overlapped() { return false; }
+
+OpScratch rt_op_scratch() {
+  if (!g_op_scratch) return {nullptr, nullptr, 0};
+  unsigned* counters = static_cast<unsigned*>(g_op_scratch);
+  const size_t counter_bytes = kMaxGridCounters * sizeof(unsigned);
+  return {counters, reinterpret_cast<float*>(counters + kMaxGridCounters), (kOpScratchBytes - counter_bytes) / sizeof(float)};
+}
+
 // ---- kernels of the runtime itself --------------------------------------------------------------------------
 // dst: (count) = value    grid: (min(ceil(count / kFillThreads), kFillMaxBlocks))  block: (kFillThreads), grid-stride
 __global__ void __launch_bounds__(kFillThreads) runtime_fill_u32_kernel(uint32_t* dst, uint32_t value, size_t count) {
@@ -95,6 +107,11 @@ extern "C" int be_init(int device) {
   cudaError_t e = cudaSetDevice(device);
   if (e == cudaSuccess) e = cudaFree(nullptr);  // creates the context now rather than inside the first timed call
   if (e == cudaSuccess && !g_own_stream) e = cudaStreamCreateWithFlags(&g_own_stream, cudaStreamNonBlocking);
+  if (e == cudaSuccess && !g_op_scratch) {
+    e = cudaMalloc(&g_op_scratch, kOpScratchBytes);
+    if (e == cudaSuccess) e = cudaMemsetAsync(g_op_scratch, 0, kOpScratchBytes, g_own_stream);  // counters start at zero
+    if (e == cudaSuccess) e = cudaStreamSynchronize(g_own_stream);
+  }
   if (e != cudaSuccess) return e;
   g_device = device;
   g_sm_count = 0;
