@@ -40,7 +40,8 @@ int prof_read(int64_t* out, int max);
 // tried: they size teams by the 1-minute load average, which lags, and halved the speed after any busy minute.)
 constexpr long kParallelMinWork = 1L << 18;
 
-// Times one op for the rest of the enclosing scope (a branch and nothing else when timers are off).
+// Times one op for the rest of the enclosing scope (a branch and nothing else when timers are off). Nested
+// timers (a fused op's twin calling other ops) record only the outermost.
 class OpTimer {
  public:
   explicit OpTimer(OpCode op);

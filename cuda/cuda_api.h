@@ -47,7 +47,9 @@ int cu_event_destroy(void* event);
 
 // Graphs: plan_run captured on the current stream and instantiated. The handle keeps both the graph
 // and its executable form.
-void* cu_graph_capture(const Plan* plan);
+// programmatic: every kernel launched with programmatic stream serialization (graph-pdl), so a kernel may
+// start while its predecessor runs and waits for it in-kernel (cuda/launch.h); the emulator runs it in order.
+void* cu_graph_capture(const Plan* plan, int programmatic);
 int cu_graph_launch(void* graph, int n);  // n back-to-back replays on the current stream, no host sync
 int cu_graph_kernel_nodes(void* graph);   // kernel nodes in the captured graph (negative: -error)
 int cu_graph_destroy(void* graph);

@@ -1,14 +1,9 @@
 // op_gelu, op_residual: flat elementwise kernels, one float4 (or, for the tail, one float) per thread.
+#include "gelu.h"
 #include "launch.h"
 #include "ops.h"
 
 constexpr int kElementwiseThreads = 256;
-constexpr float kGeluSqrt2OverPi = 0.7978845608028654f;
-constexpr float kGeluCubic = 0.044715f;
-
-__device__ __forceinline__ float gelu(float x) {
-  return 0.5f * x * (1.0f + tanhf(kGeluSqrt2OverPi * (x + kGeluCubic * x * x * x)));
-}
 
 // Threads [0, n_vec4) take float4 i; thread n_vec4 + k takes float 4 * n_vec4 + k of the tail.
 __device__ __forceinline__ int tail_index(int i, int n_vec4) { return n_vec4 * kVecWidth + (i - n_vec4); }

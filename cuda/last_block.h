@@ -4,17 +4,21 @@
 // and resets the counter to zero for the next launch.
 #pragma once
 
-constexpr int kMaxGridCounters = 4096;  // arrival counters at the start of the op scratch
+constexpr int kMaxGridCounters = 4096;  // arrival counters at the start of an op's partials buffer (cuda/ops.h)
 
-// Scratch of the kernels that merge across blocks: kMaxGridCounters arrival counters (zero before every
-// launch, left zero by every launch), then room for partial results. Launches on one stream share it in
-// stream order. The runtime owns it (cuda/runtime.cu: allocated zeroed by be_init); counters is null before.
+// The partials buffer (op_partials_bytes) as the merging kernels use it: kMaxGridCounters arrival counters
+// (zero before every launch, left zero by every launch), then room for the blocks' partial results.
 struct OpScratch {
   unsigned* counters;
   float* partials;
-  size_t partial_floats;
 };
-OpScratch rt_op_scratch();
+inline OpScratch op_scratch(float* buffer) {
+  return {reinterpret_cast<unsigned*>(buffer), buffer + kMaxGridCounters};
+}
+inline size_t op_scratch_bytes(size_t partial_bytes) { return kMaxGridCounters * sizeof(unsigned) + partial_bytes; }
+// Bytes of partial results a matvec with C <= max_in and OC <= max_out leaves (cuda/linear.cu); op_partials_bytes
+// (cuda/lm_head.cu) takes the largest of the merging ops'.
+size_t matvec_partials_bytes(int max_in, int max_out);
 
 // Counts this block in on `counter`, one of `group_blocks` blocks; true in the last block of the group to
 // arrive, which then also resets the counter. Every thread of the (one-dimensional) block calls it; is_last

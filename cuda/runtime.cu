@@ -6,7 +6,6 @@
 #include <chrono>
 
 #include "cuda_api.h"
-#include "last_block.h"
 #include "launch.h"
 #include "runtime.h"
 
@@ -17,15 +16,14 @@ constexpr int kPeakBlocksPerSm = 8;
 constexpr int kPeakChains = 8;  // independent FMA chains per thread, enough to hide the FMA latency
 constexpr int kPeakIters = 4096;
 constexpr int kFlopsPerFma = 2;
-constexpr size_t kOpScratchBytes = (size_t)4 << 20;  // counters + partials of the merging kernels (cuda/last_block.h)
 
 namespace {
 int g_device = 0;
 int g_sm_count = 0;
 cudaStream_t g_own_stream = nullptr;  // created by be_init
 cudaStream_t g_stream = nullptr;      // current stream; the legacy stream until be_init
-void* g_op_scratch = nullptr;         // kOpScratchBytes, zeroed by be_init
 int g_sticky = cudaSuccess;
+bool g_overlapped = false;  // while capturing the graph-pdl step: launches allow programmatic overlap
 
 int note(cudaError_t error) {
   if (error != cudaSuccess && g_sticky == cudaSuccess) g_sticky = error;
@@ -70,14 +68,7 @@ int rt_sm_count() {
   return g_sm_count;
 }
 
-bool rt_overlapped() { return false; }
-
-OpScratch rt_op_scratch() {
-  if (!g_op_scratch) return {nullptr, nullptr, 0};
-  unsigned* counters = static_cast<unsigned*>(g_op_scratch);
-  const size_t counter_bytes = kMaxGridCounters * sizeof(unsigned);
-  return {counters, reinterpret_cast<float*>(counters + kMaxGridCounters), (kOpScratchBytes - counter_bytes) / sizeof(float)};
-}
+bool rt_overlapped() { return g_overlapped; }
 
 // ---- kernels of the runtime itself --------------------------------------------------------------------------
 // dst: (count) = value    grid: (min(ceil(count / kFillThreads), kFillMaxBlocks))  block: (kFillThreads), grid-stride
@@ -107,11 +98,6 @@ extern "C" int be_init(int device) {
   cudaError_t e = cudaSetDevice(device);
   if (e == cudaSuccess) e = cudaFree(nullptr);  // creates the context now rather than inside the first timed call
   if (e == cudaSuccess && !g_own_stream) e = cudaStreamCreateWithFlags(&g_own_stream, cudaStreamNonBlocking);
-  if (e == cudaSuccess && !g_op_scratch) {
-    e = cudaMalloc(&g_op_scratch, kOpScratchBytes);
-    if (e == cudaSuccess) e = cudaMemsetAsync(g_op_scratch, 0, kOpScratchBytes, g_own_stream);  // counters start at zero
-    if (e == cudaSuccess) e = cudaStreamSynchronize(g_own_stream);
-  }
   if (e != cudaSuccess) return e;
   g_device = device;
   g_sm_count = 0;
@@ -257,10 +243,12 @@ extern "C" int cu_event_elapsed_ms(void* start, void* end, float* out) {
 extern "C" int cu_event_destroy(void* event) { return cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
 
 // ---- graphs and eager replay --------------------------------------------------------------------------------------
-extern "C" void* cu_graph_capture(const Plan* plan) {
+extern "C" void* cu_graph_capture(const Plan* plan, int programmatic) {
   cudaError_t e = cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal);
   if (e != cudaSuccess) return note(e), nullptr;
+  g_overlapped = programmatic != 0;
   const int run_error = plan_run(plan);  // launches are recorded, not run
+  g_overlapped = false;
   cudaGraph_t graph = nullptr;
   e = cudaStreamEndCapture(g_stream, &graph);
   if (run_error != cudaSuccess && e == cudaSuccess) e = static_cast<cudaError_t>(run_error);

@@ -34,7 +34,8 @@ describe("profile --backend cpu on gpt2-tiny", () => {
 
   test("exits 0 and prints only the summary JSON on stdout", () => {
     expect(run.code).toBe(0);
-    expect(summary.schema_version).toBe(2);
+    expect(summary.schema_version).toBe(3);
+    expect(summary.settings.plan).toBe("fused");
   });
 
   test("writes every file; summary.json matches its schema and equals stdout", () => {
@@ -63,15 +64,16 @@ describe("profile --backend cpu on gpt2-tiny", () => {
     expect(summary.points).toHaveLength(9);
     for (const p of summary.points) {
       expect(p.device_ms.median).toBeGreaterThan(0);
-      expect(p.breakdown!.families.map((f) => f.key)).toContain("linear");
+      // the cached steps run the fused plan (the default), the uncached baseline the one-op-per-launch plan
+      expect(p.breakdown!.families.map((f) => f.key)).toContain(p.mode === "uncached" ? "linear" : "linear_residual");
       expect(p.split!.verdict.length).toBeGreaterThan(0);
     }
     expect(summary.seed_table.map((r) => r.context)).toEqual([8, 32, 63]);
     expect(summary.end_to_end.map((e) => e.mode)).toEqual(["uncached", "eager", "eager-native"]);
     expect(summary.verdicts.some((v) => v.startsWith("Is the floor launch overhead?"))).toBe(true);
-    // the launch floor is measured with empty ops and set against the step
+    // the launch floor is measured with empty ops and set against the step (the fused step: 12 ops for 2 layers)
     expect(summary.device.launch.host_us).toBeGreaterThan(0);
-    expect(summary.verdicts.some((v) => v.startsWith("Launch floor at context 63: 26 ops ×"))).toBe(true);
+    expect(summary.verdicts.some((v) => v.startsWith("Launch floor at context 63: 12 ops ×"))).toBe(true);
   });
 
   test("KV cache memory: measured per token equals the formula (2 × n_layer × n_embd × 4)", () => {

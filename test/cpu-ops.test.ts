@@ -32,7 +32,7 @@ describe("CPU ops vs TypeScript reference", () => {
   test.each([[1, 768, 2304], [1, 3072, 768], [9, 128, 384], [17, 96, 100], [4, 64, 257]])("linear T=%d C=%d OC=%d", (T, C, OC) => {
     const inp = randomFloats(T * C, seed + 3), w = randomFloats(C * OC, seed + 4, 0.1), b = randomFloats(OC, seed + 5);
     const out = arena.poisoned(T * OC);
-    ops.op_linear(out.ptr, arena.put(inp).ptr, arena.put(w).ptr, arena.put(b).ptr, T, C, OC);
+    ops.op_linear(out.ptr, 0, arena.put(inp).ptr, arena.put(w).ptr, arena.put(b).ptr, T, C, OC);
     expect(maxRelativeError(arena.floats(out), linearRef(inp, w, b, T, C, OC))).toBeLessThan(TOLERANCE);
   });
 
@@ -82,7 +82,7 @@ describe("CPU ops vs TypeScript reference", () => {
     const maxCtx = 64, pos = 10;
     const seq = arena.put(new Int32Array(maxCtx + 1).fill(-1));
     const st = state(pos);
-    ops.op_argmax(seq.ptr, st.ptr, logits.ptr, V, T, maxCtx);
+    ops.op_argmax(seq.ptr, st.ptr, 0, logits.ptr, V, T, maxCtx);
     expect(arena.ints(seq)[pos + T]).toBe(argmaxRef(got));
     expect(arena.ints(st)[0]).toBe(pos + T);
   });
@@ -91,10 +91,10 @@ describe("CPU ops vs TypeScript reference", () => {
     const logits = arena.put(Float32Array.of(1, 5, 3, 5, 2));
     const seq = arena.put(new Int32Array(9).fill(-1));
     const st = state(2);
-    ops.op_argmax(seq.ptr, st.ptr, logits.ptr, 5, 1, 8);
+    ops.op_argmax(seq.ptr, st.ptr, 0, logits.ptr, 5, 1, 8);
     expect(arena.ints(seq)[3]).toBe(1);
     const full = state(8);
-    ops.op_argmax(seq.ptr, full.ptr, logits.ptr, 5, 1, 8);
+    ops.op_argmax(seq.ptr, full.ptr, 0, logits.ptr, 5, 1, 8);
     expect(Array.from(arena.ints(seq)).filter((x) => x !== -1)).toEqual([1]);
     expect(arena.ints(full)[0]).toBe(9);
   });

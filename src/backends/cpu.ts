@@ -35,6 +35,7 @@ export class CpuBackend extends NativeBackend implements CpuTimers {
   readonly kind = "cpu" as const;
   readonly deviceName: string;
   readonly graphs = false;
+  readonly programmaticLaunch = false;
   readonly issueIsAsync = false;
   readonly memInfoSource = "host memory not resident in this process (MemTotal − RSS)";
   readonly studyDefaults = HOST_STUDY_DEFAULTS;

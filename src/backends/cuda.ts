@@ -24,7 +24,7 @@ interface CudaSymbols {
   cu_event_synchronize(event: number): number;
   cu_event_elapsed_ms(start: number, end: number, out: Float32Array): number;
   cu_event_destroy(event: number): number;
-  cu_graph_capture(plan: number): number | null;
+  cu_graph_capture(plan: number, programmatic: number): number | null;
   cu_graph_launch(graph: number, n: number): number;
   cu_graph_kernel_nodes(graph: number): number;
   cu_graph_destroy(graph: number): number;
@@ -84,6 +84,7 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
   readonly deviceName: string;
   readonly device: CuDeviceInfo;
   readonly graphs = true;
+  readonly programmaticLaunch: boolean;
   readonly issueIsAsync = true;
   readonly memInfoSource = "cudaMemGetInfo free bytes";
   /** the emulator runs on the host CPU: the CPU's shorter sweep */
@@ -103,6 +104,7 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
     this.check(this.cu.cu_device_info(0, info), "device query");
     this.device = decodeDeviceInfo(info);
     this.deviceName = this.device.name;
+    this.programmaticLaunch = emulated || this.device.ccMajor >= 9;
     this.studyDefaults = emulated ? HOST_STUDY_DEFAULTS : GPU_STUDY;
   }
 
@@ -129,21 +131,23 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
 
   record(plan: EncodedPlan): RecordedStep {
     const native = this.recordPlan(plan);
-    let graph: number | null = null;
+    const graphs: [number | null, number | null] = [null, null]; // plain, programmatic
     /** captured on first use: stream capture records the launches without running them */
-    const captured = (): number => {
-      if (graph) return graph;
-      graph = this.cu.cu_graph_capture(native.handle);
-      if (!graph) this.check(this.sym.be_last_error() || CUDA_ERROR_UNKNOWN, "graph capture");
-      return graph!;
+    const captured = (programmatic: boolean): number => {
+      const k = programmatic ? 1 : 0;
+      if (graphs[k]) return graphs[k]!;
+      graphs[k] = this.cu.cu_graph_capture(native.handle, k);
+      if (!graphs[k]) this.check(this.sym.be_last_error() || CUDA_ERROR_UNKNOWN, programmatic ? "graph-pdl capture" : "graph capture");
+      return graphs[k]!;
     };
     return {
       ops: plan.ops.length,
       runNative: (n = 1) => this.check(this.cu.cu_plan_run_n(native.handle, n), "eager-native step"),
-      runGraph: (n = 1) => this.check(this.cu.cu_graph_launch(captured(), n), "graph launch"),
-      graphKernelNodes: () => this.cu.cu_graph_kernel_nodes(captured()),
+      runGraph: (n = 1) => this.check(this.cu.cu_graph_launch(captured(false), n), "graph launch"),
+      runGraphPdl: this.programmaticLaunch ? (n = 1) => this.check(this.cu.cu_graph_launch(captured(true), n), "graph-pdl launch") : undefined,
+      graphKernelNodes: (programmatic = false) => this.cu.cu_graph_kernel_nodes(captured(programmatic)),
       destroy: () => {
-        if (graph) this.cu.cu_graph_destroy(graph);
+        for (const g of graphs) if (g) this.cu.cu_graph_destroy(g);
         native.destroy();
       },
     };

@@ -19,7 +19,7 @@ export const CUDA_SYMBOLS = {
   cu_event_synchronize: { args: [ptr], returns: i32 },
   cu_event_elapsed_ms: { args: [ptr, ptr, ptr], returns: i32 },
   cu_event_destroy: { args: [ptr], returns: i32 },
-  cu_graph_capture: { args: [ptr], returns: ptr },
+  cu_graph_capture: { args: [ptr, i32], returns: ptr },
   cu_graph_launch: { args: [ptr, i32], returns: i32 },
   cu_graph_kernel_nodes: { args: [ptr], returns: i32 },
   cu_graph_destroy: { args: [ptr], returns: i32 },

@@ -201,7 +201,11 @@ export interface Loop {
   end: number;
 }
 
-/** Regions closed by a backward branch (BRA to a lower address). */
+/**
+ * Regions closed by a backward branch (BRA to a lower address). A region holding an unconditional EXIT is not
+ * a loop: ptxas places the divergent path of a warp collective out of line, after the kernel's last EXIT, and
+ * branches back to where it rejoins.
+ */
 export function loops(f: SassFunction): Loop[] {
   const index = new Map(f.instructions.map((inst, k) => [inst.address, k]));
   const out: Loop[] = [];
@@ -209,7 +213,9 @@ export function loops(f: SassFunction): Loop[] {
     if (!/^BRA(\.|$)/.test(inst.opcode)) return;
     const target = parseInt(inst.operands[inst.operands.length - 1]!, 16);
     const start = index.get(target);
-    if (start !== undefined && target < inst.address) out.push({ start, end: k });
+    if (start === undefined || target >= inst.address) return;
+    const exits = f.instructions.slice(start, k).some((i) => /^EXIT(\.|$)/.test(i.opcode) && !i.guard);
+    if (!exits) out.push({ start, end: k });
   });
   return out;
 }

@@ -4,7 +4,7 @@
 import type { Backend } from "../backends/backend.ts";
 import type { Instrument, TimedStep } from "../backends/instrument.ts";
 import type { GPT2Weights } from "../model/weights.ts";
-import type { PlanOp } from "../plan.ts";
+import type { PlanKind, PlanOp } from "../plan.ts";
 import { launchMode } from "../run/launch-modes.ts";
 import { cacheBytes } from "../run/model-buffers.ts";
 import { Session } from "../run/session.ts";
@@ -13,6 +13,8 @@ import type { EndToEnd, MemoryReport, StepTrace, StudyMode } from "./types.ts";
 
 export interface StudyOptions {
   modes: StudyMode[];
+  /** the ops of the cached decode step */
+  plan: PlanKind;
   contexts: number[];
   repeats: number;
   warmup: number;
@@ -63,7 +65,7 @@ export class Study {
 
   constructor(readonly backend: Backend, readonly instrument: Instrument, readonly weights: GPT2Weights, readonly opts: StudyOptions) {
     this.memoryBefore = backend.memInfo().free;
-    this.session = new Session(backend, weights);
+    this.session = new Session(backend, weights, undefined, opts.plan);
   }
 
   /**
