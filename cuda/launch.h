@@ -13,6 +13,7 @@
 // Hooks implemented by cuda/runtime.cu.
 cudaStream_t rt_current_stream();
 void rt_note_launch();              // folds cudaGetLastError() into the sticky error
+void rt_note_shape(dim3 grid, dim3 block);  // the launch's shape, kept while cu_plan_launch_shapes asks
 void rt_fail(cudaError_t error);    // records an error found on the host (e.g. an unsupported shape)
 int rt_sm_count();                  // multiprocessors on the current device
 bool rt_overlapped();               // true while launching the graph-pdl step (below)
@@ -43,6 +44,7 @@ void launch_on(cudaStream_t stream, void (*kernel)(Params...), dim3 grid, dim3 b
 #endif
 #define LAUNCH(kernel, grid, block, ...)                                  \
   do {                                                                    \
+    rt_note_shape(dim3(grid), dim3(block));                               \
     LAUNCH_ON(rt_current_stream(), kernel, grid, block, __VA_ARGS__);     \
     rt_note_launch();                                                     \
   } while (0)

@@ -24,6 +24,9 @@ cudaStream_t g_own_stream = nullptr;  // created by be_init
 cudaStream_t g_stream = nullptr;      // current stream; the legacy stream until be_init
 int g_sticky = cudaSuccess;
 bool g_overlapped = false;  // while capturing the graph-pdl step: launches allow programmatic overlap
+// while cu_plan_launch_shapes runs: where LAUNCH writes each launch's grid and block
+CuLaunchShape* g_shapes = nullptr;
+int g_shapes_max = 0, g_shapes_count = 0;
 
 int note(cudaError_t error) {
   if (error != cudaSuccess && g_sticky == cudaSuccess) g_sticky = error;
@@ -69,6 +72,14 @@ int rt_sm_count() {
 }
 
 bool rt_overlapped() { return g_overlapped; }
+void rt_note_shape(dim3 grid, dim3 block) {
+  if (!g_shapes) return;
+  if (g_shapes_count < g_shapes_max) {
+    CuLaunchShape& s = g_shapes[g_shapes_count];
+    s = {{(int32_t)grid.x, (int32_t)grid.y, (int32_t)grid.z}, {(int32_t)block.x, (int32_t)block.y, (int32_t)block.z}};
+  }
+  g_shapes_count++;
+}
 
 // ---- kernels of the runtime itself --------------------------------------------------------------------------
 // dst: (count) = value    grid: (min(ceil(count / kFillThreads), kFillMaxBlocks))  block: (kFillThreads), grid-stride
@@ -259,6 +270,19 @@ extern "C" void* cu_graph_capture(const Plan* plan, int programmatic) {
     return note(e), nullptr;
   }
   return new CuGraph{graph, exec};
+}
+
+extern "C" int cu_plan_launch_shapes(const Plan* plan, CuLaunchShape* out, int max) {
+  cudaError_t e = cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal);
+  if (e != cudaSuccess) return -e;
+  g_shapes = out, g_shapes_max = max, g_shapes_count = 0;
+  const int run_error = plan_run(plan);  // recorded into a graph that is never instantiated
+  g_shapes = nullptr;
+  cudaGraph_t graph = nullptr;
+  e = cudaStreamEndCapture(g_stream, &graph);
+  if (graph) cudaGraphDestroy(graph);
+  if (e == cudaSuccess && run_error != cudaSuccess) e = static_cast<cudaError_t>(run_error);
+  return e == cudaSuccess ? g_shapes_count : -e;
 }
 
 extern "C" int cu_graph_launch(void* graph, int n) {

@@ -6,6 +6,9 @@ import { describe, expect, test } from "bun:test";
 
 import { ensureBuilt, hasNvcc, libraryPath } from "../src/native/build.ts";
 import { disassemble, findCuobjdump, loadBatches, loadFacts, loops, parseRegisterCounts, parseSass } from "../src/native/sass.ts";
+import { PRESETS } from "../src/model/config.ts";
+import { planShape } from "../src/plan.ts";
+import { activeLoads, factsFor } from "../src/verify/prediction.ts";
 import { sassChecks, sassFacts, SASS_REQUIREMENTS } from "../src/verify/sass-checks.ts";
 
 const listing = (name: string, lines: string[]) =>
@@ -92,6 +95,16 @@ describe.skipIf(skipReason !== null)("the built CUDA library's SASS", () => {
     const fns = disassemble(libraryPath("cuda"), cuobjdump!);
     for (const name of ["linear_matvec_kernel<4>", "ln_qkv_kernel<4>", "ln_linear_gelu_kernel<4>", "linear_residual_kernel<4>"])
       expect(sassFacts(fns.find((f) => f.kernel === name)!).wideLoadsBeforeWait).toBe(8);
+  }, 600_000);
+
+  test("the kernel model's loads per thread for GPT-2 small's hot kernels never exceed what their SASS holds in flight", () => {
+    const facts = disassemble(libraryPath("cuda"), cuobjdump!).map(sassFacts);
+    const hot = new Set(SASS_REQUIREMENTS.map((r) => r.kernel));
+    for (const plan of ["fused", "unfused"] as const)
+      for (const op of planShape(PRESETS.gpt2!, 1, plan)) {
+        const f = factsFor(op.family, facts)!;
+        if (hot.has(f.kernel)) expect(activeLoads(op)).toBeLessThanOrEqual(f.wideLoadsInFlight!);
+      }
   }, 600_000);
 
   test("planted serialisation (-DPLANT_SERIAL_MATVEC, #pragma unroll 1 in the matvec) fails the check", () => {

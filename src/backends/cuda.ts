@@ -3,7 +3,7 @@
 // sources compiled for the CPU (libgpt2_emu.so): every code path runs, slowly, without a GPU.
 import { UserError } from "../errors.ts";
 import { ensureBuilt, hasNvcc } from "../native/build.ts";
-import { CUDA_SYMBOLS, CU_DEVICE_INFO, decodeDeviceInfo, type CuDeviceInfo } from "../native/cuda-symbols.ts";
+import { CUDA_SYMBOLS, CU_DEVICE_INFO, CU_LAUNCH_SHAPE, decodeDeviceInfo, type CuDeviceInfo } from "../native/cuda-symbols.ts";
 import { probeDriver } from "../native/driver.ts";
 import type { EncodedPlan } from "../plan.ts";
 import { HOST_STUDY_DEFAULTS, type BackendDescription, type RecordedStep, type StudyDefaults } from "./backend.ts";
@@ -26,6 +26,7 @@ interface CudaSymbols {
   cu_event_destroy(event: number): number;
   cu_graph_capture(plan: number, programmatic: number): number | null;
   cu_graph_launch(graph: number, n: number): number;
+  cu_plan_launch_shapes(plan: number, out: Int32Array, max: number): number;
   cu_graph_kernel_nodes(graph: number): number;
   cu_graph_destroy(graph: number): number;
   cu_plan_run_n(plan: number, n: number): number;
@@ -35,6 +36,12 @@ interface CudaSymbols {
 }
 
 const CUDA_ERROR_UNKNOWN = 999; // cudaErrorUnknown, when a failed call left no code behind
+
+/** A kernel launch's grid and block. */
+export interface LaunchShape {
+  grid: [number, number, number];
+  block: [number, number, number];
+}
 const unavailable = (why: string) => new UserError(`CUDA backend unavailable: ${why}`);
 
 function libraryFor(emulated: boolean): string {
@@ -151,6 +158,28 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
         native.destroy();
       },
     };
+  }
+
+  /**
+   * The grid and block of each kernel a plan launches, in order, read by capturing the plan without running it:
+   * the plan's pointers may be anything (planShape's zeros).
+   */
+  launchShapes(plan: EncodedPlan): LaunchShape[] {
+    const native = this.recordPlan(plan);
+    try {
+      const ints = CU_LAUNCH_SHAPE.bytes / 4;
+      const out = new Int32Array(plan.ops.length * ints);
+      const n = this.cu.cu_plan_launch_shapes(native.handle, out, plan.ops.length);
+      if (n < 0) this.check(-n, "launch shapes");
+      if (n !== plan.ops.length) throw new Error(`launch shapes: ${n} launches for ${plan.ops.length} ops`);
+      const { grid, block } = CU_LAUNCH_SHAPE.fields;
+      return Array.from({ length: n }, (_, i) => {
+        const at = (offset: number, k: number) => out[i * ints + offset / 4 + k]!;
+        return { grid: [at(grid, 0), at(grid, 1), at(grid, 2)], block: [at(block, 0), at(block, 1), at(block, 2)] };
+      });
+    } finally {
+      native.destroy();
+    }
   }
 
   eventTimer(): EventTimer {
