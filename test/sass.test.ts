@@ -4,8 +4,8 @@
 // (`#pragma unroll 1`), must fail the loads-in-flight check.
 import { describe, expect, test } from "bun:test";
 
-import { ensureBuilt, hasNvcc, libraryPath } from "../src/native/build.ts";
-import { disassemble, findCuobjdump, loadBatches, loadFacts, loops, parseRegisterCounts, parseSass } from "../src/native/sass.ts";
+import { ensureBuilt, hasNvcc } from "../src/native/build.ts";
+import { disassemble, findCuobjdump, loadBatches, loadFacts, loops, parseRegisterCounts, parseSass, type SassFunction } from "../src/native/sass.ts";
 import { PRESETS } from "../src/model/config.ts";
 import { planShape } from "../src/plan.ts";
 import { activeLoads, factsFor } from "../src/verify/prediction.ts";
@@ -83,8 +83,12 @@ const skipReason = !hasNvcc() ? "nvcc not found (set NVCC or CUDA_HOME)" : !cuob
 if (skipReason) console.log(`sass.test.ts: skipping the built library's SASS checks: ${skipReason}`);
 
 describe.skipIf(skipReason !== null)("the built CUDA library's SASS", () => {
+  let disassembled: SassFunction[] | undefined;
+  /** the library's kernels, disassembled once */
+  const library = () => (disassembled ??= disassemble(ensureBuilt("cuda", { quiet: true }).path, cuobjdump!));
+
   test("every hot kernel keeps its loads in flight within its register budget; no local memory; every step kernel waits and loads coherently", () => {
-    const fns = disassemble(ensureBuilt("cuda", { quiet: true }).path, cuobjdump!);
+    const fns = library();
     const rows = sassChecks(fns);
     for (const r of rows) console.log(`${r.status}  ${r.check}: ${r.detail}`);
     expect(rows.filter((r) => r.status !== "pass")).toEqual([]);
@@ -92,13 +96,13 @@ describe.skipIf(skipReason !== null)("the built CUDA library's SASS", () => {
   }, 600_000);
 
   test("the matvecs issue their 8 weight loads before waiting for the predecessor (programmatic launch prefetches them)", () => {
-    const fns = disassemble(libraryPath("cuda"), cuobjdump!);
+    const fns = library();
     for (const name of ["linear_matvec_kernel<4>", "ln_qkv_kernel<4>", "ln_linear_gelu_kernel<4>", "linear_residual_kernel<4>"])
       expect(sassFacts(fns.find((f) => f.kernel === name)!).wideLoadsBeforeWait).toBe(8);
   }, 600_000);
 
   test("the kernel model's loads per thread for GPT-2 small's hot kernels never exceed what their SASS holds in flight", () => {
-    const facts = disassemble(libraryPath("cuda"), cuobjdump!).map(sassFacts);
+    const facts = library().map(sassFacts);
     const hot = new Set(SASS_REQUIREMENTS.map((r) => r.kernel));
     for (const plan of ["fused", "unfused"] as const)
       for (const op of planShape(PRESETS.gpt2!, 1, plan)) {

@@ -2,7 +2,7 @@
 // eagerly from C++ (one FFI call per step), or replayed as a CUDA graph. `emulated` loads the same .cu
 // sources compiled for the CPU (libgpt2_emu.so): every code path runs, slowly, without a GPU.
 import { UserError } from "../errors.ts";
-import { ensureBuilt, hasNvcc } from "../native/build.ts";
+import { ensureBuilt, hasNvcc, hasPrebuilt } from "../native/build.ts";
 import { CUDA_SYMBOLS, CU_DEVICE_INFO, CU_LAUNCH_SHAPE, decodeDeviceInfo, type CuDeviceInfo } from "../native/cuda-symbols.ts";
 import { probeDriver } from "../native/driver.ts";
 import type { EncodedPlan } from "../plan.ts";
@@ -48,7 +48,9 @@ function libraryFor(emulated: boolean): string {
   if (emulated) return ensureBuilt("emu", { quiet: true }).path;
   const probe = probeDriver();
   if (!probe.ok) throw unavailable(probe.reason);
-  if (!hasNvcc()) throw unavailable("nvcc not found, so the kernel library cannot be built (set NVCC or CUDA_HOME)");
+  if (!hasNvcc() && !hasPrebuilt("cuda")) {
+    throw unavailable("nvcc not found, so the kernel library cannot be built (set NVCC or CUDA_HOME), and none built from these sources is here");
+  }
   try {
     return ensureBuilt("cuda").path;
   } catch (e) {

@@ -16,7 +16,7 @@ import { CudaBackend } from "../backends/cuda.ts";
 import { runCli, UserError } from "../errors.ts";
 import { PRESETS } from "../model/config.ts";
 import { loadModel, randomWeights } from "../model/weights.ts";
-import { ensureBuilt, hasNvcc, libraryPath, ROOT } from "../native/build.ts";
+import { ensureBuilt, hasNvcc, hasPrebuilt, libraryPath, ROOT } from "../native/build.ts";
 import { emuSchedule } from "../native/emu-schedule.ts";
 import { disassemble, findCuobjdump } from "../native/sass.ts";
 import { missingFamilies, readResourceUsage, type KernelResources } from "../native/resource-usage.ts";
@@ -42,7 +42,10 @@ function formatResourceTable(rows: KernelResources[]): string {
 }
 
 function buildChecks(): CheckRow[] {
-  if (!hasNvcc()) return [skip("nvcc build", "nvcc not found (set NVCC or CUDA_HOME)")];
+  if (!hasNvcc()) {
+    const why = hasPrebuilt("cuda") ? "nvcc not found here; a library built elsewhere from these sources is used" : "nvcc not found (set NVCC or CUDA_HOME)";
+    return [skip("nvcc build", why)];
+  }
   ensureBuilt("cuda");
   const rows = readResourceUsage() ?? [];
   say(formatResourceTable(rows));
@@ -58,7 +61,7 @@ function buildChecks(): CheckRow[] {
 /** The SASS checks of the built library, and its facts for the kernel model (null where it cannot be read). */
 function sassRows(): { rows: CheckRow[]; facts: SassFacts[] | null } {
   const cuobjdump = findCuobjdump();
-  if (!hasNvcc()) return { rows: [skip("sass", "no CUDA library built here (no nvcc)")], facts: null };
+  if (!hasNvcc() && !hasPrebuilt("cuda")) return { rows: [skip("sass", "no CUDA library here (no nvcc)")], facts: null };
   if (!cuobjdump) return { rows: [skip("sass", "no cuobjdump in $CUDA_HOME/bin or ../shared/cuda-binutils")], facts: null };
   const functions = disassemble(libraryPath("cuda"), cuobjdump);
   return { rows: sassChecks(functions), facts: functions.map(sassFacts) };
