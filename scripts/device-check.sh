@@ -34,7 +34,10 @@ pack() {
   # there: -march=native here may not run on its processor)
   bun src/cli/build.ts cuda cupti
   cp build/libgpt2_cuda.so build/libgpt2_cuda.so.stamp build/libgpt2_cupti.so build/libgpt2_cupti.so.stamp build/resource-usage.txt .device/build/
-  grep -qx '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >> .git/info/exclude
+  local exclude
+  exclude=$(git rev-parse --git-path info/exclude)  # .git is a file in a worktree
+  mkdir -p "$(dirname "$exclude")"
+  grep -qx '/.device/' "$exclude" 2>/dev/null || echo '/.device/' >> "$exclude"
   local mib
   mib=$(du -sm .device | cut -f1)
   echo ".device: ${mib} MiB (at most ${MAX_CARRY_MIB})"
