@@ -1,0 +1,129 @@
+// A peer of the study running as its own process (Python for PyTorch, Node for llama.cpp), spoken to in
+// JSON lines: it greets with its info, then answers one command per line. A peer that dies or answers
+// with an error fails with one line; the study goes on without it.
+
+/** One way a peer runs the decode step (e.g. PyTorch's seed-style eager step, llama.cpp with flash attention). */
+export interface PeerVariant {
+  name: string;
+  label: string;
+  available: boolean;
+  /** why it is not available */
+  reason?: string;
+  settings?: Record<string, string | number | boolean>;
+}
+
+/** What a peer says about itself on start (the fields both peers share; each adds its own). */
+export interface PeerInfo {
+  peer: string;
+  device: string;
+  device_name: string;
+  threads: number;
+  timing: string;
+  variants: PeerVariant[];
+  [key: string]: unknown;
+}
+
+/** Where one traced step of the peer's time goes (PyTorch's seed-style step under torch.profiler). */
+export interface PeerTrace {
+  context: number;
+  /** "torch calls" on the CPU (Python → dispatcher), "kernel launches" on the GPU */
+  unit: string;
+  ops_per_step: number;
+  torch_calls: number;
+  step_ms: number;
+  host_issue_ms: number;
+  launch_api_ms: number;
+  busy_ms: number;
+  idle_ms: number;
+}
+
+/** A peer failed: one line, naming the peer. */
+export class PeerFailure extends Error {
+  override name = "PeerFailure";
+}
+
+const oneLine = (s: string) => s.split(/\s+/).join(" ").trim();
+
+export class PeerProcess {
+  private buffered = "";
+  private stderrText = "";
+  private readonly lines: AsyncIterator<string>;
+  private exited = false;
+
+  private constructor(readonly name: string, private readonly proc: Bun.Subprocess<"pipe", "pipe", "pipe">) {
+    this.lines = this.readLines();
+    void this.collectStderr();
+    void proc.exited.then(() => (this.exited = true));
+  }
+
+  /** Starts `cmd` and waits for its greeting (its PeerInfo). */
+  static async start(name: string, cmd: string[], env: Record<string, string | undefined> = process.env): Promise<{ peer: PeerProcess; info: PeerInfo }> {
+    let proc: Bun.Subprocess<"pipe", "pipe", "pipe">;
+    try {
+      proc = Bun.spawn(cmd, { stdin: "pipe", stdout: "pipe", stderr: "pipe", env });
+    } catch (e) {
+      throw new PeerFailure(`${name}: cannot start ${cmd[0]} (${oneLine((e as Error).message)})`);
+    }
+    const peer = new PeerProcess(name, proc);
+    const info = await peer.next<PeerInfo>();
+    return { peer, info };
+  }
+
+  private async *readLines(): AsyncGenerator<string> {
+    const decoder = new TextDecoder();
+    for await (const chunk of this.proc.stdout) {
+      this.buffered += decoder.decode(chunk, { stream: true });
+      let nl: number;
+      while ((nl = this.buffered.indexOf("\n")) >= 0) {
+        const line = this.buffered.slice(0, nl);
+        this.buffered = this.buffered.slice(nl + 1);
+        if (line.trim()) yield line;
+      }
+    }
+  }
+
+  private async collectStderr(): Promise<void> {
+    const decoder = new TextDecoder();
+    for await (const chunk of this.proc.stderr) this.stderrText = (this.stderrText + decoder.decode(chunk, { stream: true })).slice(-4096);
+  }
+
+  /** The peer's own `error: …` line, or its last line of stderr. */
+  private async why(): Promise<string> {
+    await Promise.race([this.proc.exited, Bun.sleep(200)]);
+    const lines = this.stderrText.split("\n").map((l) => l.trim()).filter(Boolean);
+    const error = lines.find((l) => l.startsWith("error:"));
+    const code = this.exited ? ` (exit ${this.proc.exitCode})` : "";
+    return `${oneLine((error ?? lines[lines.length - 1] ?? "no output").replace(/^error:\s*/, ""))}${code}`;
+  }
+
+  private async next<T>(): Promise<T> {
+    const r = await this.lines.next();
+    if (r.done) throw new PeerFailure(`${this.name}: ${await this.why()}`);
+    let reply: { ok?: boolean; error?: string };
+    try {
+      reply = JSON.parse(r.value);
+    } catch {
+      throw new PeerFailure(`${this.name}: answered ${JSON.stringify(r.value.slice(0, 120))}, not JSON`);
+    }
+    if (reply.ok === false) throw new PeerFailure(`${this.name}: ${reply.error ?? "failed"}`);
+    return reply as T;
+  }
+
+  /** Sends one command and waits for its answer. */
+  async request<T>(command: Record<string, unknown>): Promise<T> {
+    if (this.exited) throw new PeerFailure(`${this.name}: ${await this.why()}`);
+    this.proc.stdin.write(`${JSON.stringify(command)}\n`);
+    await this.proc.stdin.flush();
+    return this.next<T>();
+  }
+
+  async close(): Promise<void> {
+    if (!this.exited) {
+      this.proc.stdin.write(`${JSON.stringify({ cmd: "quit" })}\n`);
+      await this.proc.stdin.end();
+      const done = await Promise.race([this.proc.exited.then(() => true), Bun.sleep(10_000).then(() => false)]);
+      if (!done) this.proc.kill();
+    }
+    await this.proc.exited;
+  }
+}
