@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { GPT2Config } from "../src/model/config.ts";
 import { MAX_HEADER_BYTES, parseSafetensors, readSafetensors, tensorFloat32 } from "../src/model/safetensors.ts";
-import { loadModel, randomWeights, weightTensors } from "../src/model/weights.ts";
+import { loadModel, randomWeights, saveModel, weightTensors } from "../src/model/weights.ts";
 import { expectUserError } from "./helpers/expect.ts";
 
 const tmp = mkdtempSync(join(tmpdir(), "safetensors-test-"));
@@ -237,6 +237,20 @@ describe("loadModel on broken checkpoints", () => {
       for (const [name, data] of weightTensors(w)) expect(data).toEqual(expected.get(name)!);
       expect(w.skipped).toEqual({ tensors: 2, bytes: 72, names: ["h.0.attn.bias", "h.1.attn.bias"] });
     }
+  });
+
+  test("saveModel writes a checkpoint (config.json + F32 safetensors, data 8-byte aligned) that loads back bit for bit", () => {
+    const dir = join(tmp, "saved");
+    const w = randomWeights(CFG, 7);
+    saveModel(w, dir);
+    const back = loadModel(dir);
+    expect({ ...back.config, name: "t" }).toEqual(CFG);
+    const expected = new Map(weightTensors(w));
+    for (const [name, data] of weightTensors(back)) expect(data).toEqual(expected.get(name)!);
+    const file = readSafetensors(join(dir, "model.safetensors"));
+    expect(file.dataStart % 8).toBe(0);
+    expect([...file.tensors.values()].every((t) => t.dtype === "F32")).toBe(true);
+    expect(file.tensors.get("h.1.mlp.c_fc.weight")!.shape).toEqual([8, 32]);
   });
 
   test("a shape that disagrees with the config", () => {

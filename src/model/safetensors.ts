@@ -2,7 +2,7 @@
  * safetensors reader: u64 little-endian header length N, N bytes of JSON header, then the data section.
  * Every header field is validated; weights come back as Float32Array (F32 viewed in place when aligned).
  */
-import { readFileSync } from "node:fs";
+import { closeSync, openSync, readFileSync, writeSync } from "node:fs";
 import { UserError } from "../errors.ts";
 
 /** Bytes per element of every dtype the format defines. */
@@ -168,6 +168,40 @@ function bf16ToF32(src: Uint16Array): Float32Array {
   const bits = new Uint32Array(src.length);
   for (let i = 0; i < src.length; i++) bits[i] = src[i]! << 16;
   return new Float32Array(bits.buffer);
+}
+
+/** A float32 tensor to write: its name, its shape and its elements, row-major. */
+export interface F32Tensor {
+  name: string;
+  shape: number[];
+  data: Float32Array;
+}
+
+/**
+ * Writes F32 tensors as a safetensors file, back to back in the given order; the JSON header is space-padded
+ * so the data section starts 8-byte aligned, as the reference writer does. Streams tensor by tensor.
+ */
+export function writeSafetensors(path: string, tensors: readonly F32Tensor[]): void {
+  const header: Record<string, unknown> = { __metadata__: { format: "pt" } };
+  let offset = 0;
+  for (const t of tensors) {
+    if (numel(t.shape) !== t.data.length) throw new RangeError(`safetensors: ${t.name} has ${t.data.length} elements, shape ${formatShape(t.shape)} needs ${numel(t.shape)}`);
+    header[t.name] = { dtype: "F32", shape: t.shape, data_offsets: [offset, offset + t.data.byteLength] };
+    offset += t.data.byteLength;
+  }
+  const text = new TextEncoder().encode(JSON.stringify(header));
+  const json = new Uint8Array(Math.ceil(text.length / 8) * 8).fill(0x20); // " " padding
+  json.set(text);
+  const prefix = new Uint8Array(8);
+  new DataView(prefix.buffer).setBigUint64(0, BigInt(json.length), true);
+  const fd = openSync(path, "w");
+  try {
+    writeSync(fd, prefix);
+    writeSync(fd, json);
+    for (const t of tensors) writeSync(fd, new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength)); // little-endian hosts
+  } finally {
+    closeSync(fd);
+  }
 }
 
 export function numel(shape: readonly number[]): number {

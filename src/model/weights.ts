@@ -1,9 +1,9 @@
 /** GPT-2 weights in float32: loaded from a Hugging Face checkpoint or GPT-2-initialised from a seed. */
-import { existsSync, statSync } from "node:fs";
+import { existsSync, mkdirSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { UserError } from "../errors.ts";
-import { readHFConfig, type GPT2Config } from "./config.ts";
-import { formatShape, numel, readSafetensors, tensorFloat32, type SafetensorsFile, type TensorInfo } from "./safetensors.ts";
+import { hfConfigOf, readHFConfig, type GPT2Config } from "./config.ts";
+import { formatShape, numel, readSafetensors, tensorFloat32, writeSafetensors, type F32Tensor, type SafetensorsFile, type TensorInfo } from "./safetensors.ts";
 
 /** y = x · weight + bias, Conv1D layout: weight (C, OC) input-first, bias (OC). */
 export interface Linear {
@@ -164,6 +164,19 @@ function sameShape(a: readonly number[], b: readonly number[]): boolean {
 function listSome(items: string[], sep: string): string {
   const more = items.length - LIST_LIMIT;
   return items.slice(0, LIST_LIMIT).join(sep) + (more > 0 ? ` (and ${more} more)` : "");
+}
+
+/** Writes `w` as a Hugging Face checkpoint directory (config.json + model.safetensors, F32) that loadModel reads back. */
+export function saveModel(w: GPT2Weights, dir: string): void {
+  const data = new Map(weightTensors(w));
+  const tensors: F32Tensor[] = [];
+  assemble(w.config, (name, shape) => {
+    tensors.push({ name, shape, data: data.get(name)! });
+    return data.get(name)!;
+  });
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, "config.json"), `${JSON.stringify(hfConfigOf(w.config), null, 2)}\n`);
+  writeSafetensors(join(dir, "model.safetensors"), tensors);
 }
 
 // ---------------------------------------------------------------------------------------------
