@@ -85,6 +85,36 @@ describe.skipIf(!python)("the PyTorch peer on gpt2-tiny (CPU)", () => {
     expect(out.traces[0]!.ops_per_step).toBeGreaterThan(2 * 20);
   });
 
+  test("the fixed-shape step that CUDA graphs and torch.compile run (masked attention over every cache row) gives the fixture's tokens and logits", () => {
+    // the GPU-only variants replay this module; its math runs the same on the CPU
+    const code = `
+import json, sys
+sys.path.insert(0, ${JSON.stringify(join(TORCH_PEER_SCRIPT, ".."))})
+import torch_peer as tp
+args = tp.parse_args(["--model", ${JSON.stringify(FIXTURE)}, "--threads", "1", "--variants", "static", "--cache-rows", "40"])
+torch = tp.import_torch(1)
+peer = tp.TorchPeer(torch, args)
+with torch.inference_mode():
+    fixed = tp.fixed_step_module(torch, peer.m, peer.kc, peer.vc)
+    prompt = ${JSON.stringify(expected.prompt)}
+    logits = peer.m.forward_static(torch.tensor(prompt), 0, peer.kc, peer.vc)
+    tok, pos, rows = logits.argmax().view(1), torch.tensor([len(prompt)]), [logits]
+    out = [int(tok)]
+    for _ in range(19):
+        tok = fixed(tok, pos).view(1)
+        pos.add_(1)
+        rows.append(fixed.logits.clone())
+        out.append(int(tok))
+open(${JSON.stringify(join(dir, "fixed.f32"))}, "wb").write(torch.stack(rows).numpy().astype("<f4").tobytes())
+print(json.dumps(out))`;
+    const r = Bun.spawnSync([python!, "-c", code], { stdout: "pipe", stderr: "pipe" });
+    expect(r.stderr.toString()).toBe("");
+    expect(JSON.parse(r.stdout.toString())).toEqual(expected.generated.slice(0, 20));
+    const got = new Float32Array(readFileSync(join(dir, "fixed.f32")).buffer.slice(0));
+    const first = expected.prompt.length - 1;
+    expect(maxRelativeError(got, fixtureLogits.subarray(first * V, (first + 20) * V))).toBeLessThan(1e-4);
+  });
+
   test("serve mode: fill, time, trace, generate as JSON lines; a bad command fails with one line", async () => {
     const { peer: p, info } = await startTorchPeer({ python: python!, modelDir: FIXTURE, device: "cpu", threads: 1, variants: ["seed", "static"], cacheRows: 40, fillSeed: 0 });
     try {

@@ -194,9 +194,9 @@ class GPT2:
         h = self.F.gelu(self.torch.addmm(p["c_fc"][1], h, p["c_fc"][0]), approximate="tanh")
         return x + self.torch.addmm(p["mlp_proj"][1], h, p["mlp_proj"][0])
 
-    def head(self, x):
+    def head(self, x, ln_f, wte):
         # logits of the last row: (V)
-        return self.norm(x[-1:], self.w.ln_f)[0] @ self.w.wte.t()
+        return self.norm(x[-1:], ln_f)[0] @ wte.t()
 
     def qkv(self, x, p):
         qkv = self.torch.addmm(p["c_attn"][1], self.norm(x, p["ln_1"]), p["c_attn"][0])  # (T, 3C)
@@ -214,7 +214,7 @@ class GPT2:
                 v = self.torch.cat([past[layer][1], v], dim=1)
             new_past.append((k, v))
             x = self.block_tail(x, self.attend(q, k, v), p)
-        return self.head(x), new_past
+        return self.head(x, self.w.ln_f, self.w.wte), new_past
 
     def forward_static(self, ids, pos, kc, vc):
         """Static cache kc, vc: (L, nh, N, hs); writes rows [pos, pos + T) in place, attends over [0, pos + T)."""
@@ -225,26 +225,34 @@ class GPT2:
             kc[layer, :, pos:pos + T] = k
             vc[layer, :, pos:pos + T] = v
             x = self.block_tail(x, self.attend(q, kc[layer, :, :pos + T], vc[layer, :, :pos + T]), p)
-        return self.head(x)
+        return self.head(x, self.w.ln_f, self.w.wte)
 
 
 def fixed_step_module(torch, model, kc, vc):
     """The static step with fixed shapes (what a graph can capture): token and position live on the device,
-    attention runs over all N cache rows with the rows past the position masked. forward() → next token (1)."""
+    attention runs over all N cache rows with the rows past the position masked. forward() → next token (1).
+    Weights and cache are the module's buffers, so torch.compile's CUDA graphs treat them as static inputs."""
     F = torch.nn.functional
+    w = model.w
+    keys = list(w.layers[0])  # ln_1, c_attn, attn_proj, ln_2, c_fc, mlp_proj: each (weight, bias)
 
     class FixedStep(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.register_buffer("kc", kc)
-            self.register_buffer("vc", vc)
+            for name, t in [("wte", w.wte), ("wpe", w.wpe), ("ln_f_w", w.ln_f[0]), ("ln_f_b", w.ln_f[1]), ("kc", kc), ("vc", vc)]:
+                self.register_buffer(name, t)
+            for i, layer in enumerate(w.layers):
+                for key in keys:
+                    self.register_buffer(f"h{i}_{key}_w", layer[key][0])
+                    self.register_buffer(f"h{i}_{key}_b", layer[key][1])
             self.register_buffer("rows", torch.arange(kc.shape[2], device=kc.device))
-            self.register_buffer("logits", torch.zeros(model.w.cfg["vocab_size"], device=kc.device))
+            self.register_buffer("logits", torch.zeros(w.cfg["vocab_size"], device=kc.device))
 
         def forward(self, tok, pos):
-            x = model.w.wte.index_select(0, tok) + model.w.wpe.index_select(0, pos)  # (1, C)
+            x = self.wte.index_select(0, tok) + self.wpe.index_select(0, pos)  # (1, C)
             masked = self.rows > pos  # (N)
-            for layer, p in enumerate(model.w.layers):
+            for layer in range(len(w.layers)):
+                p = {key: (getattr(self, f"h{layer}_{key}_w"), getattr(self, f"h{layer}_{key}_b")) for key in keys}
                 q, k, v = model.qkv(x, p)  # (nh, 1, hs)
                 self.kc[layer].index_copy_(1, pos, k)
                 self.vc[layer].index_copy_(1, pos, v)
@@ -252,7 +260,7 @@ def fixed_step_module(torch, model, kc, vc):
                 att = att.masked_fill(masked, float("-inf"))
                 y = (F.softmax(att, dim=-1) @ self.vc[layer]).transpose(0, 1).reshape(1, model.C)
                 x = model.block_tail(x, y, p)
-            logits = model.head(x)
+            logits = model.head(x, (self.ln_f_w, self.ln_f_b), self.wte)
             self.logits.copy_(logits)
             return logits.argmax(-1, keepdim=True)
 
