@@ -9,7 +9,7 @@ const PACKAGE = "node-llama-cpp";
 
 /** Why the llama.cpp peer cannot run here (no Node, or the optional package not installed), or null. */
 export function llamaPeerUnavailable(): string | null {
-  if (!Bun.which("node")) return "node is not on PATH (the llama.cpp peer runs under Node)";
+  if (!Bun.which("node", { PATH: process.env.PATH ?? "" })) return "node is not on PATH (the llama.cpp peer runs under Node)";
   try {
     Bun.resolveSync(PACKAGE, ROOT);
   } catch {
