@@ -19,7 +19,10 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 
-const VARIANTS = { "fa-off": { label: "llama.cpp, flash attention off", flash: false }, "fa-on": { label: "llama.cpp, flash attention on", flash: true } };
+const VARIANTS = {
+  "fa-off": { short: "llama.cpp FA off", label: "llama.cpp, flash attention off", flash: false },
+  "fa-on": { short: "llama.cpp FA on", label: "llama.cpp, flash attention on", flash: true },
+};
 
 class PeerError extends Error {}
 
@@ -86,9 +89,9 @@ class LlamaPeer {
       threads: this.threads,
       timing: "performance.now around one awaited single-token evaluation (node-llama-cpp → llama_decode → greedy sampling)",
       variants: [...this.variants].map(([name, v]) => ({
-        name, label: VARIANTS[name].label, available: true,
+        name, short: VARIANTS[name].short, label: VARIANTS[name].label, available: true,
         settings: {
-          dtype: "float32 weights (GGUF all F32)", threads: this.threads, cache: `${v.context.kvCacheKeyType} K, ${v.context.kvCacheValueType} V`,
+          dtype: "float32 weights (GGUF all F32)", threads: this.threads, cache: `${this.nlc.GgmlType[v.context.kvCacheKeyType]} K, ${this.nlc.GgmlType[v.context.kvCacheValueType]} V`,
           flash_attention: v.context.flashAttention, context_size: v.context.contextSize,
           step: "one token through llama_decode, next token by greedy sampling; erased again after each timed step",
         },

@@ -32,6 +32,8 @@ export interface PeerSubject {
   id: string;
   peer: PeerName;
   variant: string;
+  /** for tables and plot legends: "PyTorch seed-style" */
+  short: string;
   label: string;
   /** the peer's software, e.g. "torch 2.11.0 (python 3.12.3)" */
   version: string;
@@ -128,7 +130,7 @@ export class PeerSet {
         continue;
       }
       this.subjects.push({
-        id: `${name}:${v.name}`, peer: name, variant: v.name, label: v.label, version: versionOf(info),
+        id: `${name}:${v.name}`, peer: name, variant: v.name, short: v.short, label: v.label, version: versionOf(info),
         device: `${info.device_name} (${info.device})`, settings: settingsOf(info, v.settings),
       });
     }

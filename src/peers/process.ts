@@ -1,10 +1,13 @@
 // A peer of the study running as its own process (Python for PyTorch, Node for llama.cpp), spoken to in
 // JSON lines: it greets with its info, then answers one command per line. A peer that dies or answers
 // with an error fails with one line; the study goes on without it.
+import type { PeerDispatchSplit } from "../profile/types.ts";
 
 /** One way a peer runs the decode step (e.g. PyTorch's seed-style eager step, llama.cpp with flash attention). */
 export interface PeerVariant {
   name: string;
+  /** for tables and plot legends: "PyTorch seed-style", "llama.cpp FA on" */
+  short: string;
   label: string;
   available: boolean;
   /** why it is not available */
@@ -24,18 +27,7 @@ export interface PeerInfo {
 }
 
 /** Where one traced step of the peer's time goes (PyTorch's seed-style step under torch.profiler). */
-export interface PeerTrace {
-  context: number;
-  /** "torch calls" on the CPU (Python → dispatcher), "kernel launches" on the GPU */
-  unit: string;
-  ops_per_step: number;
-  torch_calls: number;
-  step_ms: number;
-  host_issue_ms: number;
-  launch_api_ms: number;
-  busy_ms: number;
-  idle_ms: number;
-}
+export type PeerTrace = PeerDispatchSplit;
 
 /** A peer failed: one line, naming the peer. */
 export class PeerFailure extends Error {

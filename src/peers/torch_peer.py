@@ -33,12 +33,12 @@ import tempfile
 import time
 
 VARIANTS = ["seed", "static", "graph", "compile", "hf"]
-LABELS = {
-    "seed": "PyTorch eager, cache grown by torch.cat (seed-style)",
-    "static": "PyTorch eager, static cache written in place",
-    "graph": "PyTorch static cache, CUDA graph replay",
-    "compile": 'PyTorch torch.compile(mode="reduce-overhead")',
-    "hf": "Hugging Face GPT2LMHeadModel, its own cache",
+LABELS = {  # variant: (short name for tables and plots, what it is)
+    "seed": ("PyTorch seed-style", "PyTorch eager, cache grown by torch.cat (seed-style)"),
+    "static": ("PyTorch static", "PyTorch eager, static cache written in place"),
+    "graph": ("PyTorch CUDA graph", "PyTorch static cache, CUDA graph replay"),
+    "compile": ("PyTorch compile", 'PyTorch torch.compile(mode="reduce-overhead")'),
+    "hf": ("HF transformers", "Hugging Face GPT2LMHeadModel, its own cache"),
 }
 WEIGHT_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
 MASK_BUFFER = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")
@@ -371,7 +371,7 @@ class TorchPeer:
         threads = torch.get_num_threads()
         variants = []
         for name in self.requested:
-            entry = {"name": name, "label": LABELS[name], "available": name not in self.unavailable}
+            entry = {"name": name, "short": LABELS[name][0], "label": LABELS[name][1], "available": name not in self.unavailable}
             if name in self.unavailable:
                 entry["reason"] = self.unavailable[name]
             else:

@@ -1,6 +1,6 @@
 // report.md and the terminal summary, both drawn from a ProfileSummary alone.
 import chalk from "chalk";
-import type { OpAggregate, ProfileSummary, SeedRow, StudyMode, StudyPoint } from "../profile/types.ts";
+import type { OpAggregate, PeerResult, ProfileSummary, SeedRow, StudyMode, StudyPoint } from "../profile/types.ts";
 import { OUTPUT_FILES } from "./output-files.ts";
 import { formatBytes, formatDuration, formatRate, renderTable, type Cell, type Column } from "./tables.ts";
 
@@ -193,6 +193,77 @@ function memoryTable(s: ProfileSummary): TableData {
   };
 }
 
+// ---- peers ---------------------------------------------------------------------------------------
+
+const ratio = (v: number | null) => (v === null ? null : `${v.toFixed(2)}×`);
+const agreement = (r: PeerResult) => (r.agreement === null ? "not generated" : `${r.agreement.matched}/${r.agreement.of}${r.agreement.agrees ? "" : " DISAGREES"}`);
+
+/** Per context: the project's fastest mode, then each peer subject, with its ratio to that mode and to the memory floor. */
+function peersTable(s: ProfileSummary): TableData {
+  const results = s.peers?.results ?? [];
+  const contexts = [...new Set(results.flatMap((r) => r.points.map((p) => p.context)))].sort((a, b) => a - b);
+  const rows = contexts.flatMap((context) => {
+    const here = results.flatMap((r) => r.points.filter((p) => p.context === context).map((p) => ({ r, p })));
+    const best = here.find(({ p }) => p.best_mode !== null)?.p;
+    const own: Cell[][] = best?.best_mode_ms != null
+      ? [[`decode-floor ${best.best_mode} (fastest mode)`, context, best.best_mode_ms, null, null, "1.00×", ratio(best.floor_ms === null ? null : best.best_mode_ms / best.floor_ms), "reference"]]
+      : [];
+    return [...own, ...here.map(({ r, p }): Cell[] => [r.short, context, p.ms.median, p.ms.p10, p.ms.p90, ratio(p.ratio_to_best_mode), ratio(p.ratio_to_floor), agreement(r)])];
+  });
+  return {
+    columns: [
+      { header: "subject" },
+      { header: "context (tokens)" },
+      { header: "median (ms)", format: ms3 },
+      { header: "p10 (ms)", format: ms3 },
+      { header: "p90 (ms)", format: ms3 },
+      { header: "× project's fastest", align: "right" },
+      { header: "× memory floor", align: "right" },
+      { header: "greedy tokens agree" },
+    ],
+    rows,
+  };
+}
+
+const ms2 = (x: number) => formatDuration(x);
+
+/** The project's ratio to each peer at the largest context they share, agreement, PyTorch's dispatch split, what did not run. */
+export function peerSentences(s: ProfileSummary): string[] {
+  const p = s.peers;
+  if (!p) return [];
+  const out: string[] = [];
+  const withBest = p.results.flatMap((r) => r.points.filter((q) => q.ratio_to_best_mode !== null).map((q) => ({ r, q })));
+  if (withBest.length) {
+    const context = Math.max(...withBest.map(({ q }) => q.context));
+    const here = withBest.filter(({ q }) => q.context === context);
+    const best = here[0]!.q;
+    const each = here.map(({ r, q }) => `${r.short} ${ms2(q.ms.median)} (${q.ratio_to_best_mode!.toFixed(2)}× the project's time)`).join(", ");
+    const floor = best.floor_ms === null ? "" : `; the memory floor there is ${ms2(best.floor_ms)} (the project at ${(best.best_mode_ms! / best.floor_ms).toFixed(2)}× it)`;
+    out.push(`Peers at context ${context}, same weights, same run: the project's fastest mode (${best.best_mode}) takes ${ms2(best.best_mode_ms!)} per token; ${each}${floor}.`);
+  }
+  const checked = p.results.filter((r) => r.agreement !== null);
+  const disagree = checked.filter((r) => !r.agreement!.agrees);
+  if (checked.length) {
+    const n = p.reference_tokens.length;
+    out.push(
+      disagree.length === 0
+        ? `Greedy tokens: every peer agrees with the project on all ${n} tokens of the prompt.`
+        : `Greedy tokens: ${disagree.map((r) => `${r.short} DISAGREES (${r.agreement!.matched}/${n} before the first difference)`).join("; ")}; ` +
+            `${checked.length - disagree.length} of ${checked.length} peers agree on all ${n}.`,
+    );
+  }
+  const trace = [...p.torch_dispatch].sort((a, b) => b.context - a.context)[0];
+  if (trace) {
+    const gpu = trace.unit === "kernel launches";
+    const where = gpu
+      ? `the host spends ${ms2(trace.host_issue_ms)} issuing ${trace.ops_per_step} kernels (${trace.torch_calls} torch calls); the device is busy ${ms2(trace.busy_ms)} and idle ${ms2(trace.idle_ms)} (${Math.round((100 * trace.idle_ms) / trace.step_ms)}%)`
+      : `${trace.torch_calls} torch calls per token; the host spends ${ms2(trace.host_issue_ms)} between them (${Math.round((100 * trace.host_issue_ms) / trace.step_ms)}%, interpreter and dispatch) and ${ms2(trace.busy_ms)} inside them`;
+    out.push(`PyTorch seed-style at context ${trace.context}, one step under torch.profiler (${ms2(trace.step_ms)} traced): ${where}.`);
+  }
+  for (const k of p.skipped) out.push(`Not run: ${k.name}: ${k.reason}.`);
+  return out;
+}
+
 // ---- markdown ------------------------------------------------------------------------------------
 
 /** Text from the data, safe in markdown prose: no raw HTML (a device named "<sm_90>" stays visible). */
@@ -258,6 +329,15 @@ export function renderReport(summary: ProfileSummary): string {
       markdownTable(seedTable(s)),
       `![Latency per token against context](${f.latency})`,
     ),
+    ...(s.peers
+      ? [section(
+        "Peers: PyTorch and llama.cpp on the same weights",
+        `${md(s.peers.method)} Memory floor = the cached step's bytes (work model) at the read bandwidth measured in this run.`,
+        markdownTable(peersTable(s)),
+        peerSentences(s).map((v) => `- ${md(v)}`).join("\n"),
+        s.peers.results.map((r) => `- **${md(r.short)}**: ${md(r.label)}; ${md(r.version)}; ${md(r.device)}; ${md(Object.entries(r.settings).map(([k, v]) => `${k} ${String(v)}`).join(", "))}`).join("\n"),
+      )]
+      : []),
     section("End-to-end generation", markdownTable(endToEndTable(s))),
     section(
       "Where a step's time goes",
@@ -329,6 +409,7 @@ export function renderTerminalSummary(s: ProfileSummary): string {
     heading("Time per token"),
     terminalTable(seedTable(s)),
     "",
+    ...(s.peers ? [heading("Peers: PyTorch and llama.cpp on the same weights"), terminalTable(peersTable(s)), ...peerSentences(s).map((v) => `• ${v}`), ""] : []),
     ...(withSplit(s).length > 0 ? [heading("Where a step's time goes"), terminalTable(splitTable(s)), ""] : []),
     ...tops,
     heading("Verdicts"),
