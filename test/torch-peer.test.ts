@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { findTorchPython, startTorchPeer, TORCH_PEER_SCRIPT } from "../src/peers/torch.ts";
-import { PeerFailure, type PeerInfo, type PeerTrace } from "../src/peers/process.ts";
+import { PeerFailure, type PeerInfo, type PeerDispatchSplit } from "../src/peers/process.ts";
 import { maxRelativeError } from "../src/verify/compare.ts";
 
 const FIXTURE = join(import.meta.dir, "fixtures/gpt2-tiny");
@@ -29,7 +29,7 @@ interface OneShot extends PeerInfo {
   blas: string;
   generated: Record<string, number[]>;
   points: { variant: string; context: number; samples_ms: number[]; ms: { median: number } }[];
-  traces: PeerTrace[];
+  traces: PeerDispatchSplit[];
 }
 
 describe.skipIf(!python)("the PyTorch peer on gpt2-tiny (CPU)", () => {
@@ -123,7 +123,7 @@ print(json.dumps(out))`;
       expect(filled.next_tokens.seed).toBe(filled.next_tokens.static!);
       const timed = await p.request<{ samples_ms: number[] }>({ cmd: "time", variant: "static", steps: 3, warmup: 1 });
       expect(timed.samples_ms).toHaveLength(3);
-      const trace = await p.request<PeerTrace>({ cmd: "trace" });
+      const trace = await p.request<PeerDispatchSplit>({ cmd: "trace" });
       expect(trace.context).toBe(16);
       const gen = await p.request<{ tokens: number[] }>({ cmd: "generate", variant: "seed", prompt: expected.prompt, n: 20 });
       expect(gen.tokens).toEqual(expected.generated.slice(0, 20));

@@ -9,7 +9,7 @@ import { UserError } from "../errors.ts";
 import { writeGPT2GGUF } from "../model/gguf-gpt2.ts";
 import { saveModel, type GPT2Weights } from "../model/weights.ts";
 import { llamaPeerUnavailable, startLlamaPeer } from "./llama.ts";
-import { PeerFailure, type PeerInfo, type PeerProcess, type PeerTrace } from "./process.ts";
+import { PeerFailure, type PeerInfo, type PeerProcess, type PeerDispatchSplit } from "./process.ts";
 import { findTorchPython, startTorchPeer } from "./torch.ts";
 
 export const PEER_NAMES = ["torch", "llama.cpp"] as const;
@@ -184,9 +184,9 @@ export class PeerSet {
   }
 
   /** PyTorch's seed-style step at the filled context under torch.profiler: where its time goes. */
-  async traceTorch(): Promise<PeerTrace | null> {
+  async traceTorch(): Promise<PeerDispatchSplit | null> {
     if (!this.subjects.some((s) => s.id === "torch:seed")) return null;
-    return this.ask<PeerTrace>("torch", { cmd: "trace" });
+    return this.ask<PeerDispatchSplit>("torch", { cmd: "trace" });
   }
 
   /** Each subject's greedy tokens for `prompt` (n of them), by subject id. */

@@ -1,7 +1,6 @@
 // A peer of the study running as its own process (Python for PyTorch, Node for llama.cpp), spoken to in
 // JSON lines: it greets with its info, then answers one command per line. A peer that dies or answers
 // with an error fails with one line; the study goes on without it.
-import type { PeerDispatchSplit } from "../profile/types.ts";
 
 /** One way a peer runs the decode step (e.g. PyTorch's seed-style eager step, llama.cpp with flash attention). */
 export interface PeerVariant {
@@ -26,9 +25,23 @@ export interface PeerInfo {
   [key: string]: unknown;
 }
 
-/** Where one traced step of the peer's time goes (PyTorch's seed-style step under torch.profiler). */
-export type PeerTrace = PeerDispatchSplit;
-
+/** Where one traced step of a peer goes (PyTorch's seed-style step under torch.profiler). */
+export interface PeerDispatchSplit {
+  context: number;
+  /** what ops_per_step counts: "torch calls" (Python → dispatcher) on the CPU, "kernel launches" on the GPU */
+  unit: string;
+  ops_per_step: number;
+  /** calls into torch Python makes per step (functions and tensor methods) */
+  torch_calls: number;
+  step_ms: number;
+  /** host time issuing the step: on the CPU the time between ops (interpreter, bindings), on the GPU the whole issue */
+  host_issue_ms: number;
+  /** of which inside launch calls (GPU) */
+  launch_api_ms: number;
+  /** union of the ops (CPU) or kernels (GPU) */
+  busy_ms: number;
+  idle_ms: number;
+}
 /** A peer failed: one line, naming the peer. */
 export class PeerFailure extends Error {
   override name = "PeerFailure";
