@@ -10,8 +10,10 @@ import { hideBin } from "yargs/helpers";
 import type { Backend } from "../backends/backend.ts";
 import { BACKEND_CHOICES, openBackend, type BackendChoice } from "../backends/select.ts";
 import { runCli, UserError } from "../errors.ts";
+import type { GPT2Weights } from "../model/weights.ts";
 import { ROOT } from "../native/build.ts";
-import { Study, studyUnits, type StudyOptions } from "../profile/study.ts";
+import { parsePeers, PeerSet } from "../peers/peer-set.ts";
+import { AGREEMENT_PROMPT, AGREEMENT_TOKENS, Study, studyUnits, type StudyOptions } from "../profile/study.ts";
 import { buildSummary } from "../profile/summary.ts";
 import type { StudyMode } from "../profile/types.ts";
 import { createProgress } from "../report/progress.ts";
@@ -67,9 +69,22 @@ function prepareOutDir(dir: string): string {
   return dir;
 }
 
-function defaultOutDir(backend: Backend, mode: string): string {
+function defaultOutDir(backend: Backend, mode: string, withPeers: boolean): string {
   const date = new Date().toISOString().slice(0, 10);
-  return join(ROOT, "profiles", `${date}-${backend.kind}-${mode}`);
+  return join(ROOT, "profiles", `${date}-${backend.kind}-${mode}${withPeers ? "-peers" : ""}`);
+}
+
+/** The peers, on the project's weights, with the project's threads, holding every context the study visits. */
+async function openPeers(names: ReturnType<typeof parsePeers>, backend: Backend, weights: GPT2Weights, modelDir: string | undefined, opts: StudyOptions, say: (l: string) => void) {
+  const threads = backend.describe().detail.threads;
+  const set = await PeerSet.open({
+    peers: names, weights, modelDir, device: backend.kind === "cuda" ? "cuda" : "cpu",
+    threads: typeof threads === "number" ? threads : cpus().length,
+    maxContext: Math.max(...opts.contexts, AGREEMENT_PROMPT + AGREEMENT_TOKENS),
+    fillSeed: opts.seed, say,
+  });
+  if (set.subjects.length) say(`peers: ${set.subjects.map((s) => s.short).join(", ")}, timed step by step beside the modes`);
+  return set;
 }
 
 await runCli(async () => {
@@ -91,12 +106,14 @@ await runCli(async () => {
       .option("json", { type: "boolean", default: false, describe: "print summary.json to stdout (tables and progress stay off stdout)" })
       .option("kernels", { type: "boolean", default: true, describe: "trace every op (CUPTI on the GPU, native timers on the CPU); --no-kernels skips it" })
       .option("seed", { type: "number", default: 0, describe: "seed of the random weights and prompts" })
-      .option("threads", { type: "number", describe: "CPU backend threads" }),
+      .option("threads", { type: "number", describe: "CPU backend threads" })
+      .option("peers", { type: "string", describe: "torch, llama.cpp (comma-separated) or all: PyTorch and llama.cpp on the same weights, timed beside the modes" }),
   );
 
   const say = (line: string) => process.stderr.write(`${line}\n`);
   const explicitOut = argv.out === undefined ? undefined : prepareOutDir(argv.out);
   const threads = argv.threads === undefined ? undefined : intFlag("threads", argv.threads, 1, 1024);
+  const peerNames = parsePeers(argv.peers);
   const backend = await openBackend(argv.backend, { threads, note: say });
   const defaults = backend.studyDefaults;
   const modes = modesFor(argv.mode, backend);
@@ -113,7 +130,7 @@ await runCli(async () => {
     e2e: { promptTokens: E2E_PROMPT, newTokens: intFlag("e2e-tokens", argv["e2e-tokens"] ?? Math.min(defaults.e2eTokens, e2eMax), 1, e2eMax) },
     seed: intFlag("seed", argv.seed, 0),
   };
-  const outDir = explicitOut ?? prepareOutDir(defaultOutDir(backend, argv.mode));
+  const outDir = explicitOut ?? prepareOutDir(defaultOutDir(backend, argv.mode, peerNames.length > 0));
   const [load] = loadavg();
   if (load! >= cpus().length - 0.5) {
     say(`warning: load average ${load!.toFixed(1)} on ${cpus().length} cores: other processes compete for the CPU, so times will be inflated`);
@@ -122,10 +139,11 @@ await runCli(async () => {
   say(`device: ${backend.deviceName} (${backend.kind}); every point timed first, then ${opts.kernels ? "traced" : "not traced (--no-kernels)"}`);
   const peaks = instrument.measurePeaks();
   const launch = instrument.measureLaunch();
+  const peers = peerNames.length ? await openPeers(peerNames, backend, weights, argv.model, opts, say) : undefined;
   const study = new Study(backend, instrument, weights, opts);
   const progress = createProgress({ total: studyUnits(opts), label: "profile" });
   opts.onProgress = (done, _total, what) => progress.update(done, what);
-  const result = study.run();
+  const result = await study.run(peers).finally(() => peers?.close());
   progress.stop();
   const command = ["bun run profile", ...process.argv.slice(2)].join(" ");
   const summary = buildSummary({ command, backend, instrument, weights, opts, peaks, launch, result });

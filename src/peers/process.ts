@@ -111,6 +111,7 @@ export class PeerProcess {
       throw new PeerFailure(`${this.name}: answered ${JSON.stringify(r.value.slice(0, 120))}, not JSON`);
     }
     if (reply.ok === false) throw new PeerFailure(`${this.name}: ${reply.error ?? "failed"}`);
+    delete reply.ok; // the protocol's, not the answer's
     return reply as T;
   }
 
