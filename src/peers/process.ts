@@ -48,6 +48,16 @@ export class PeerFailure extends Error {
 }
 
 const oneLine = (s: string) => s.split(/\s+/).join(" ").trim();
+/** a peer that says nothing for this long is stuck: starting may compile (torch.compile), a command fills or times */
+const START_TIMEOUT_MS = 15 * 60_000;
+const REQUEST_TIMEOUT_MS = 5 * 60_000;
+
+/** `promise`'s value, or null after `ms`; the timer is cleared either way, so it never holds the process open. */
+async function within<T>(promise: Promise<T>, ms: number): Promise<T | null> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), ms)));
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
 
 export class PeerProcess {
   private buffered = "";
@@ -70,7 +80,7 @@ export class PeerProcess {
       throw new PeerFailure(`${name}: cannot start ${cmd[0]} (${oneLine((e as Error).message)})`);
     }
     const peer = new PeerProcess(name, proc);
-    const info = await peer.next<PeerInfo>();
+    const info = await peer.next<PeerInfo>(START_TIMEOUT_MS);
     return { peer, info };
   }
 
@@ -94,15 +104,19 @@ export class PeerProcess {
 
   /** The peer's own `error: …` line, or its last line of stderr. */
   private async why(): Promise<string> {
-    await Promise.race([this.proc.exited, Bun.sleep(200)]);
+    await within(this.proc.exited, 200);
     const lines = this.stderrText.split("\n").map((l) => l.trim()).filter(Boolean);
     const error = lines.find((l) => l.startsWith("error:"));
     const code = this.exited ? ` (exit ${this.proc.exitCode})` : "";
     return `${oneLine((error ?? lines[lines.length - 1] ?? "no output").replace(/^error:\s*/, ""))}${code}`;
   }
 
-  private async next<T>(): Promise<T> {
-    const r = await this.lines.next();
+  private async next<T>(timeoutMs: number): Promise<T> {
+    const r = await within(this.lines.next(), timeoutMs);
+    if (r === null) {
+      this.proc.kill();
+      throw new PeerFailure(`${this.name}: no answer in ${timeoutMs / 1000} s; stopped it`);
+    }
     if (r.done) throw new PeerFailure(`${this.name}: ${await this.why()}`);
     let reply: { ok?: boolean; error?: string };
     try {
@@ -120,15 +134,14 @@ export class PeerProcess {
     if (this.exited) throw new PeerFailure(`${this.name}: ${await this.why()}`);
     this.proc.stdin.write(`${JSON.stringify(command)}\n`);
     await this.proc.stdin.flush();
-    return this.next<T>();
+    return this.next<T>(REQUEST_TIMEOUT_MS);
   }
 
   async close(): Promise<void> {
     if (!this.exited) {
       this.proc.stdin.write(`${JSON.stringify({ cmd: "quit" })}\n`);
       await this.proc.stdin.end();
-      const done = await Promise.race([this.proc.exited.then(() => true), Bun.sleep(10_000).then(() => false)]);
-      if (!done) this.proc.kill();
+      if ((await within(this.proc.exited, 10_000)) === null) this.proc.kill();
     }
     await this.proc.exited;
   }
