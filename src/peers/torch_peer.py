@@ -25,6 +25,7 @@ Errors: one line `error: ...` on stderr, exit 1.
 import argparse
 import json
 import math
+import mmap
 import os
 import re
 import struct
@@ -93,10 +94,10 @@ def read_config(model_dir):
 def read_safetensors(torch, path):
     """{name without "transformer.": float32 tensor}: u64 header length, JSON header, raw little-endian data."""
     try:
-        with open(path, "rb") as f:
-            data = bytearray(f.read())
-    except OSError as e:
-        raise PeerError(f"{path}: cannot read ({e.strerror})")
+        with open(path, "rb") as f:  # mapped copy-on-write: the file is never held twice in memory
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    except (OSError, ValueError) as e:
+        raise PeerError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})")
     if len(data) < 8:
         raise PeerError(f"{path}: not a safetensors file")
     (header_len,) = struct.unpack("<Q", data[:8])
@@ -117,6 +118,8 @@ def read_safetensors(torch, path):
             raise PeerError(f"{path}: tensor {name} has dtype {entry['dtype']}; weights must be F32, F16 or BF16")
         begin, end = entry["data_offsets"]
         count = math.prod(entry["shape"])
+        if base + end > len(data) or end - begin != count * torch.finfo(getattr(torch, dtype)).bits // 8:
+            raise PeerError(f"{path}: tensor {name} does not fit its data_offsets (truncated file?)")
         t = torch.frombuffer(data, dtype=getattr(torch, dtype), count=count, offset=base + begin)
         tensors[short] = t.reshape(entry["shape"]).float().clone()
     return tensors
