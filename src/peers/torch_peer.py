@@ -784,14 +784,26 @@ def serve(peer):
             reply({"ok": False, "error": one_line(e)})
 
 
+PROTOCOL = None  # serve mode: the JSON-line channel (the original stdout); anything else printed goes to stderr
+
+
 def reply(obj):
-    sys.stdout.write(json.dumps({"ok": True, **obj} if "ok" not in obj else obj) + "\n")
-    sys.stdout.flush()
+    PROTOCOL.write(json.dumps({"ok": True, **obj} if "ok" not in obj else obj) + "\n")
+    PROTOCOL.flush()
+
+
+def keep_stdout_for_replies():
+    """Libraries that print (Python or C++) must not break the protocol: fd 1 becomes stderr, replies keep the original."""
+    global PROTOCOL
+    PROTOCOL = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
 
 
 def main(argv):
     try:
         args = parse_args(argv)
+        if args.serve:
+            keep_stdout_for_replies()
         torch = import_torch(args.threads)
         if args.device == "cuda" and not torch.cuda.is_available():
             raise PeerError(f"torch {torch.__version__} sees no CUDA device")
