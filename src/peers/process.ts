@@ -63,11 +63,13 @@ export class PeerProcess {
   private buffered = "";
   private stderrText = "";
   private readonly lines: AsyncIterator<string>;
+  /** resolves when stderr has been read to its end (the process exited) */
+  private readonly stderrRead: Promise<void>;
   private exited = false;
 
   private constructor(readonly name: string, private readonly proc: Bun.Subprocess<"pipe", "pipe", "pipe">) {
     this.lines = this.readLines();
-    void this.collectStderr();
+    this.stderrRead = this.collectStderr();
     void proc.exited.then(() => (this.exited = true));
   }
 
@@ -105,6 +107,7 @@ export class PeerProcess {
   /** The peer's own `error: …` line, or its last line of stderr. */
   private async why(): Promise<string> {
     await within(this.proc.exited, 200);
+    if (this.exited) await within(this.stderrRead, 1000); // its last words may still be in the pipe
     const lines = this.stderrText.split("\n").map((l) => l.trim()).filter(Boolean);
     const error = lines.find((l) => l.startsWith("error:"));
     const code = this.exited ? ` (exit ${this.proc.exitCode})` : "";
