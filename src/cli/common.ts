@@ -3,6 +3,7 @@ import { closeSync, existsSync, openSync, statSync } from "node:fs";
 import { resolve } from "node:path";
 
 import type { Argv } from "yargs";
+import { hideBin } from "yargs/helpers";
 
 import { UserError } from "../errors.ts";
 import { parameterCount, PRESETS } from "../model/config.ts";
@@ -31,11 +32,17 @@ export function loadWeights(modelDir: string | undefined, preset: string, seed: 
   return randomWeights(cfg, seed);
 }
 
-/** yargs .check(): every flag at most once (yargs would make a repeated flag an array). */
-export function noRepeatedFlags(argv: Record<string, unknown>): true {
-  const repeated = Object.entries(argv).find(([key, value]) => key !== "_" && Array.isArray(value));
-  if (repeated) throw new UserError(`--${repeated[0]} is given ${(repeated[1] as unknown[]).length} times; give it once`);
-  return true;
+/**
+ * yargs .check(): every flag at most once (yargs would make a repeated flag an array). Only names given as
+ * flags count: a variadic positional (build's targets) is an array too.
+ */
+export function noRepeatedFlags(args: readonly string[]) {
+  const given = new Set(args.filter((a) => a.startsWith("--")).map((a) => a.slice(2).replace(/=.*$/s, "").replace(/^no-/, "")));
+  return (argv: Record<string, unknown>): true => {
+    const repeated = Object.entries(argv).find(([key, value]) => given.has(key) && Array.isArray(value));
+    if (repeated) throw new UserError(`--${repeated[0]} is given ${(repeated[1] as unknown[]).length} times; give it once`);
+    return true;
+  };
 }
 
 /** Parses an integer flag with bounds, as one clear line on error. */
@@ -65,7 +72,47 @@ export function checkWritableFile(flag: string, path: string): string {
   return full;
 }
 
-/** Every command's flag rules: unknown flags and repeated flags are errors, as one line each. */
-export function parseFlags<T>(flags: Argv<T>) {
-  return flags.strict().check(noRepeatedFlags).help().fail(failOnBadFlags).parse();
+/** yargs' option lists as .check() receives them (names as declared, camelCase twins too). */
+interface OptionLists {
+  boolean: string[];
+  string: string[];
+  number: string[];
+}
+
+/**
+ * yargs .check(): a boolean flag is given bare, as --no-flag, or as =true / =false (yargs would read
+ * `--json=maybe` or `--json=1` as false); a string flag has a non-empty value (an empty shell variable
+ * must not stand for "not given", nor `--no-model` for false).
+ */
+export function flagValues(args: readonly string[]) {
+  return (argv: Record<string, unknown>, options: OptionLists): true => {
+    const booleans = new Set(options.boolean);
+    const valued = new Set([...options.string, ...options.number]);
+    for (const [i, arg] of args.entries()) {
+      if (arg === "--") break;
+      const m = /^--(?:no-)?([^=]+)(?:=(.*))?$/s.exec(arg);
+      if (!m) continue;
+      const [, name, value] = m as unknown as [string, string, string | undefined];
+      if (booleans.has(name) && value !== undefined && value !== "true" && value !== "false") {
+        throw new UserError(`--${name} is a switch: give it alone, as --no-${name}, or =true / =false (got ${JSON.stringify(value)})`);
+      }
+      if (valued.has(name) && (value ?? args[i + 1]) === "") {
+        throw new UserError(`--${name} is empty (an unset shell variable?); give it a value or leave it out`);
+      }
+    }
+    for (const name of options.string.filter((n) => !/[A-Z]/.test(n))) {
+      const value = argv[name];
+      if (value === "") throw new UserError(`--${name} is empty (an unset shell variable?); give it a value or leave it out`);
+      if (typeof value === "boolean") throw new UserError(`--${name} needs a value`);
+    }
+    return true;
+  };
+}
+
+/**
+ * Every command's flag rules, as one line each: unknown flags, repeated flags, a switch given a value
+ * other than true/false, and an empty string flag are errors.
+ */
+export function parseFlags<T>(flags: Argv<T>, args: readonly string[] = hideBin(process.argv)) {
+  return flags.strict().check(noRepeatedFlags(args)).check(flagValues(args) as never).help().fail(failOnBadFlags).parse();
 }
