@@ -168,3 +168,23 @@ export class CompiledStep {
   }
 }
 
+
+/**
+ * The float region an op writes, as (pointer, floats), from its arguments in signature order; null for ops
+ * that write no float output of their own (kv_append copies c_attn's output; argmax writes token ids).
+ */
+export function outputOf(op: PlanOp): { ptr: number; floats: number } | null {
+  const a = op.args;
+  switch (op.family) {
+    case "embed": return { ptr: a[0]!, floats: a[5]! * a[6]! }; //       x: (T, C)
+    case "layernorm": return { ptr: a[0]!, floats: a[4]! * a[5]! }; //   out: (T, C)
+    case "linear": return { ptr: a[0]!, floats: a[4]! * a[6]! }; //      out: (T, OC)
+    case "attention": return { ptr: a[0]!, floats: a[6]! * a[7]! }; //   out: (T, C)
+    case "gelu": return { ptr: a[0]!, floats: a[2]! }; //                out: (N)
+    case "residual": return { ptr: a[0]!, floats: a[3]! }; //            out: (N)
+    case "lm_head": return { ptr: a[0]!, floats: a[5]! }; //             logits: (V)
+    case "kv_append":
+    case "argmax":
+      return null;
+  }
+}

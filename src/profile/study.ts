@@ -106,7 +106,7 @@ export class Study {
   }
 
   /** How a step in `mode` at `context` is issued, and what must be reset before each so the context stays put. */
-  private stepAt(mode: StudyMode, context: number): { run: () => void; before: () => void; ops: ReturnType<Session["step"]>["ops"] } {
+  private stepAt(mode: StudyMode, context: number): { run: () => void; before: () => void; ops: ReturnType<Session["step"]>["ops"]; rows: number } {
     const s = this.session;
     // the cache really holds `context` tokens: prefill them; every step then decodes at position `context`
     s.prefill(promptOf(context, s.config.vocab_size, this.opts.seed));
@@ -114,17 +114,17 @@ export class Study {
     if (mode === "uncached") {
       // the whole sequence of context + 1 tokens recomputed from position 0
       const step = s.step(context + 1);
-      return { run: () => step.runEager(), before: () => s.setPosition(0), ops: step.ops };
+      return { run: () => step.runEager(), before: () => s.setPosition(0), ops: step.ops, rows: context + 1 };
     }
     const step = s.step(1);
     const native = mode === "eager" ? null : step.native();
     const run = mode === "eager" ? () => step.runEager() : mode === "eager-native" ? () => native!.runNative(1) : () => native!.runGraph!(1);
-    return { run, before: () => s.setPosition(context), ops: step.ops };
+    return { run, before: () => s.setPosition(context), ops: step.ops, rows: 1 };
   }
 
   private timePoint(mode: StudyMode, context: number): Measured {
     const { repeats, warmup } = this.opts;
-    const { run, before } = this.stepAt(mode, context);
+    const { run, before, rows } = this.stepAt(mode, context);
     const timeOne = (): TimedStep => {
       before();
       this.backend.synchronize();
@@ -132,6 +132,7 @@ export class Study {
     };
     for (let i = 0; i < warmup; i++) timeOne();
     const samples = Array.from({ length: repeats }, timeOne);
+    this.session.checkLogits(`of the ${mode} step at context ${context}`, rows, before);
     return {
       mode, context,
       device_ms: summarize(samples.map((x) => x.deviceMs)),
@@ -179,6 +180,8 @@ export class Study {
     }
     s.backend.synchronize();
     const total_ms = nowMs() - t0;
+    const last = mode === "uncached" ? { rows: promptTokens + newTokens - 1, at: 0 } : newTokens > 1 ? { rows: 1, at: promptTokens + newTokens - 2 } : { rows: promptTokens, at: 0 };
+    s.checkLogits(`of the last ${mode} step end to end`, last.rows, () => s.setPosition(last.at));
     if (s.position() !== promptTokens + newTokens - 1) {
       throw new Error(`end-to-end ${mode}: the position ended at ${s.position()}, not ${promptTokens + newTokens - 1}`);
     }
