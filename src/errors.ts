@@ -1,6 +1,10 @@
 /** An error caused by the user's input or environment: printed as one line, exit code 1, never a stack trace. */
 export class UserError extends Error {
   override name = "UserError";
+  /** the process's exit status: 1, or 128 + the signal's number for an interruption */
+  constructor(message: string, readonly exitCode = 1) {
+    super(message);
+  }
 }
 
 /**
@@ -16,14 +20,14 @@ export function printable(text: string): string {
   return text.replace(UNPRINTABLE, (c) => named[c] ?? `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
 }
 
-/** Runs a CLI main: UserErrors become `error: <message>` on stderr and exit 1; anything else keeps its stack. */
+/** Runs a CLI main: UserErrors become `error: <message>` on stderr and their exit code; anything else keeps its stack. */
 export async function runCli(main: () => Promise<void> | void): Promise<void> {
   try {
     await main();
   } catch (e) {
     if (e instanceof UserError) {
       process.stderr.write(`error: ${printable(e.message)}\n`);
-      process.exit(1);
+      process.exit(e.exitCode);
     }
     throw e;
   }

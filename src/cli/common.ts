@@ -1,7 +1,4 @@
 // What the commands share: the model source, the backend flag, and colour handling.
-import { closeSync, existsSync, openSync, statSync } from "node:fs";
-import { resolve } from "node:path";
-
 import type { Argv } from "yargs";
 import { hideBin } from "yargs/helpers";
 
@@ -58,18 +55,6 @@ export function intFlag(name: string, value: unknown, min: number, max = Number.
 export function failOnBadFlags(msg: string | null, err: Error | undefined): never {
   if (err) throw err;
   throw new UserError((msg ?? "bad arguments").replace(/\s*\n\s*/g, " ").trim());
-}
-
-/** An output file's place is checked before any work, so a bad path loses nothing. */
-export function checkWritableFile(flag: string, path: string): string {
-  const full = resolve(path);
-  if (existsSync(full) && statSync(full).isDirectory()) throw new UserError(`--${flag} ${path} is a directory, not a file`);
-  try {
-    closeSync(openSync(full, "a")); // opened for appending: created if missing, contents kept until the real write
-  } catch (e) {
-    throw new UserError(`--${flag} ${path} cannot be written: ${(e as Error).message.split("\n")[0]}`);
-  }
-  return full;
 }
 
 /** yargs' option lists as .check() receives them (names as declared, camelCase twins too). */

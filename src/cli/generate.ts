@@ -9,7 +9,8 @@ import type { LaunchMode } from "../profile/types.ts";
 import { summarize } from "../report/stats.ts";
 import { generate } from "../run/generate.ts";
 import { Session } from "../run/session.ts";
-import { checkWritableFile, DEFAULT_PRESET, intFlag, loadWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
+import { DEFAULT_PRESET, intFlag, loadWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
+import { checkWritableFile, writeFileAtomic, writeStdout } from "./outputs.ts";
 
 const MODES = ["eager", "eager-native", "graph", "replay"] as const;
 const DEFAULT_PROMPT = "Hello, I'm a language model,";
@@ -62,7 +63,7 @@ await runCli(async () => {
 
   if (dumpLogits) {
     const logits = session.logitsAtEveryPosition([...result.promptIds, ...result.generatedIds]);
-    await Bun.write(dumpLogits, logits);
+    writeFileAtomic(dumpLogits, new Uint8Array(logits.buffer, logits.byteOffset, logits.byteLength));
   }
   // the first decode step also captures the graph (or warms caches): reported on its own, not in the median
   const [firstStepMs, ...steadyMs] = result.tokenMs.filter((_, i) => result.tokenKinds[i] !== "prefill");
@@ -81,9 +82,9 @@ await runCli(async () => {
     median_step_ms: steadyMs.length ? summarize(steadyMs).median : null,
   };
   if (argv.json) {
-    process.stdout.write(`${JSON.stringify(summary)}\n`);
+    writeStdout(`${JSON.stringify(summary)}\n`);
   } else {
-    process.stdout.write(`${decodeTokens(result.promptIds, cfg.vocab_size)}${summary.text}\n`);
+    writeStdout(`${decodeTokens(result.promptIds, cfg.vocab_size)}${summary.text}\n`);
     const perToken = summary.median_step_ms === null ? "" : `, median ${summary.median_step_ms.toFixed(3)} ms per ${cache ? "cached" : "recomputed"} token after the first`;
     say(`${backend.kind} (${backend.deviceName}), cache ${argv.cache}, mode ${summary.mode}: ${maxNew} tokens${perToken}`);
   }

@@ -31,6 +31,7 @@ export function ioReason(e: unknown): string {
     ELOOP: "too many symbolic links", ENAMETOOLONG: "name too long", ENOTDIR: "a parent is not a directory",
     EIO: "input/output error", ENOSPC: "no space left on device", EROFS: "read-only file system", EDQUOT: "disk quota exceeded",
     EFBIG: "file too large", EMFILE: "too many open files", ENOTEMPTY: "directory not empty", EEXIST: "already exists",
+    EPIPE: "broken pipe (the reader has gone)", ENXIO: "no such device or address",
   };
   return err.code ? `${words[err.code] ?? err.message.split("\n")[0]} (${err.code})` : String((e as Error).message ?? e).split("\n")[0]!;
 }

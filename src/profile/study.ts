@@ -21,6 +21,8 @@ export interface StudyOptions {
   e2e: { promptTokens: number; newTokens: number };
   seed: number;
   onProgress?: (done: number, total: number, what: string) => void;
+  /** a safe point between steps: the CLI yields to the event loop there and stops on a signal */
+  checkpoint?: () => Promise<void>;
 }
 
 export interface Measured {
@@ -68,34 +70,38 @@ export class Study {
    * Two passes: every point is timed first, with tracing never switched on (CUPTI attached to the driver
    * can slow launches); then every point is traced, its cache filled again. End-to-end runs come last.
    */
-  run(): StudyResult {
+  async run(): Promise<StudyResult> {
     const memory = this.measureMemory();
     const total = studyUnits(this.opts);
     let done = 0;
     const progress = (what: string) => this.opts.onProgress?.(done++, total, what);
     const points = this.opts.contexts.flatMap((context) => this.orderedModes().map((mode) => ({ mode, context })));
-    const measured = points.map(({ mode, context }) => {
+    const measured: Measured[] = [];
+    for (const { mode, context } of points) {
       progress(`timing ${mode} @ ${context}`);
-      return this.timePoint(mode, context);
-    });
+      measured.push(await this.timePoint(mode, context));
+    }
     const traces: StepTrace[] = [];
     let dropped = 0;
     let mismatched = 0;
     if (this.opts.kernels && this.instrument.canTrace) {
-      points.forEach(({ mode, context }, i) => {
+      for (const [i, { mode, context }] of points.entries()) {
         progress(`tracing ${mode} @ ${context}`);
-        const t = this.tracePoint(mode, context);
+        await this.checkpoint();
+        const t = await this.tracePoint(mode, context);
         // a step whose records do not line up one-to-one with the plan would mislabel every op after the gap
         traces.push(...t.steps.filter((_, k) => !t.mismatchedSteps.includes(k)));
         dropped += t.dropped;
         mismatched += t.mismatchedSteps.length;
         measured[i]!.tracing_overhead = t.overhead;
-      });
+      }
     }
-    const endToEnd = this.opts.modes.map((mode) => {
+    const endToEnd: EndToEnd[] = [];
+    for (const mode of this.opts.modes) {
       progress(`end to end, ${mode}`);
-      return this.endToEnd(mode);
-    });
+      await this.checkpoint();
+      endToEnd.push(this.endToEnd(mode));
+    }
     this.opts.onProgress?.(total, total, "done");
     return { measured, traces, dropped, mismatched, endToEnd, memory };
   }
@@ -122,16 +128,23 @@ export class Study {
     return { run, before: () => s.setPosition(context), ops: step.ops, rows: 1 };
   }
 
-  private timePoint(mode: StudyMode, context: number): Measured {
+  private checkpoint(): Promise<void> {
+    return this.opts.checkpoint?.() ?? Promise.resolve();
+  }
+
+  private async timePoint(mode: StudyMode, context: number): Promise<Measured> {
     const { repeats, warmup } = this.opts;
     const { run, before, rows } = this.stepAt(mode, context);
-    const timeOne = (): TimedStep => {
+    // a safe point between steps, outside the timed region
+    const timeOne = async (): Promise<TimedStep> => {
+      await this.checkpoint();
       before();
       this.backend.synchronize();
       return this.instrument.time(run);
     };
-    for (let i = 0; i < warmup; i++) timeOne();
-    const samples = Array.from({ length: repeats }, timeOne);
+    for (let i = 0; i < warmup; i++) await timeOne();
+    const samples: TimedStep[] = [];
+    for (let i = 0; i < repeats; i++) samples.push(await timeOne());
     this.session.checkLogits(`of the ${mode} step at context ${context}`, rows, before);
     return {
       mode, context,
@@ -142,9 +155,10 @@ export class Study {
     };
   }
 
-  private tracePoint(mode: StudyMode, context: number) {
+  private async tracePoint(mode: StudyMode, context: number) {
     const { run, before, ops } = this.stepAt(mode, context);
     for (let i = 0; i < this.opts.warmup; i++) {
+      await this.checkpoint();
       before();
       run();
     }
