@@ -1,7 +1,7 @@
 // `bun run profile` end to end on the CPU backend: every output file, validated; per-op times that add up
 // to the step; and one clear line for every bad flag.
 import { afterAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -123,5 +123,38 @@ describe("bad flags: one line, exit ≠ 0", () => {
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatch(message);
     expect(r.stderr).not.toMatch(/\n\s+at /);
+  });
+});
+
+// A signal while the study measures: it stops at the next safe point (the test would time out otherwise),
+// releases the backend, removes its temporary folder, and exits 128 + the signal's number with one line.
+describe("SIGINT / SIGTERM during a profile", () => {
+  test.each([["SIGINT", 130], ["SIGTERM", 143]] as const)("%s: exit %d, one line, no output folder, no temporary folder", async (signal, exitCode) => {
+    const target = join(out, `signalled-${signal}`);
+    const p = Bun.spawn(
+      [process.execPath, join(ROOT, "src/cli/profile.ts"), "--backend", "cpu", "--model", FIXTURE, "--contexts", "8,16,32,63", "--repeats", "100000", "--out", target],
+      { cwd: ROOT, env: { ...process.env, NO_COLOR: "1" }, stdout: "pipe", stderr: "pipe", timeout: 100_000 }, // killed if the signal is ignored
+    );
+    const reader = p.stderr.getReader();
+    const decoder = new TextDecoder();
+    let stderr = "";
+    while (!stderr.includes("timing ")) { // the first point is being measured
+      const { value, done } = await reader.read();
+      if (done) break;
+      stderr += decoder.decode(value);
+    }
+    p.kill(signal);
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      stderr += decoder.decode(value);
+    }
+    await p.exited;
+    expect({ code: p.exitCode, signal: p.signalCode }).toEqual({ code: exitCode, signal: null });
+    const errors = stderr.split("\n").filter((l) => l.startsWith("error:"));
+    expect(errors).toEqual([`error: interrupted by ${signal}: stopped, nothing written`]);
+    expect(await new Response(p.stdout).text()).toBe("");
+    expect(existsSync(target)).toBe(false);
+    expect(readdirSync(out).filter((n) => n.includes(".partial-"))).toEqual([]);
   });
 });

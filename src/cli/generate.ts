@@ -46,16 +46,17 @@ await runCli(async () => {
   const maxNew = intFlag("max-new-tokens", argv["max-new-tokens"], 1);
   const dumpLogits = argv["dump-logits"] === undefined ? undefined : checkWritableFile("dump-logits", argv["dump-logits"]);
   const threads = argv.threads === undefined ? undefined : intFlag("threads", argv.threads, 1, 1024);
-  const backend = await openBackend(argv.backend, { threads, note: say });
-  const mode = resolveMode(argv.mode, backend.kind);
-  if (!backend.modes.includes(mode)) {
-    throw new UserError(`launch mode ${mode} is not available on the ${backend.kind} backend (available: ${backend.modes.join(", ")})`);
-  }
+  // the model's header and the prompt are checked before the backend opens: a bad input is its one line
   const weights = loadWeights(argv.model, argv.preset ?? DEFAULT_PRESET, intFlag("seed", argv.seed, 0), say);
   const cfg = weights.config;
   const prompt = argv["prompt-ids"] !== undefined
     ? parsePromptIds(argv["prompt-ids"], cfg.vocab_size)
     : encodeText(argv.prompt ?? DEFAULT_PROMPT, cfg.vocab_size);
+  const backend = await openBackend(argv.backend, { threads, note: say });
+  const mode = resolveMode(argv.mode, backend.kind);
+  if (!backend.modes.includes(mode)) {
+    throw new UserError(`launch mode ${mode} is not available on the ${backend.kind} backend (available: ${backend.modes.join(", ")})`);
+  }
   const session = new Session(backend, weights);
   const cache = argv.cache === "on";
   if (!cache && mode !== "eager") say(`note: --cache off recomputes eagerly; --mode ${argv.mode} applies to cached steps only`);

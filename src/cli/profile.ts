@@ -97,11 +97,11 @@ await runCli(async () => {
   let study: Study | undefined;
   let progress: ReturnType<typeof createProgress> | undefined;
   try {
+    const weights = loadWeights(argv.model, argv.preset ?? DEFAULT_PRESET, intFlag("seed", argv.seed, 0), say);
+    const cfg = weights.config;
     backend = await openBackend(argv.backend, { threads, note: say });
     const gpu = backend.kind === "cuda";
     const modes = modesFor(argv.mode, backend);
-    const weights = loadWeights(argv.model, argv.preset ?? DEFAULT_PRESET, intFlag("seed", argv.seed, 0), say);
-    const cfg = weights.config;
     const e2eMax = cfg.n_positions - E2E_PROMPT;
     const opts: StudyOptions = {
       modes,
