@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <vector>
 
@@ -128,6 +129,22 @@ int be_free(void* ptr) {
     return kOk;
   }
   return fail(kInvalidValue);
+}
+
+// Bytes of be_alloc's mappings that are resident (mincore, page by page): what the library's buffers hold
+// in memory, exact to the page and blind to the rest of the process (the JS heap grows and shrinks on its
+// own threads) and to other processes.
+uint64_t cpu_resident_bytes(void) {
+  static std::vector<unsigned char> in_core;
+  const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  uint64_t resident_pages = 0;
+  for (const Mapping& m : g_mapped) {
+    const size_t pages = (m.bytes + page - 1) / page;
+    if (in_core.size() < pages) in_core.resize(pages);
+    if (mincore(m.ptr, m.bytes, in_core.data()) != 0) continue;
+    for (size_t i = 0; i < pages; i++) resident_pages += in_core[i] & 1;
+  }
+  return resident_pages * page;
 }
 
 int be_upload(void* dst, const void* host_src, size_t bytes) {

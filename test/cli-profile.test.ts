@@ -69,10 +69,12 @@ describe("profile --backend cpu on gpt2-tiny", () => {
     expect(summary.verdicts.some((v) => v.startsWith("Launch floor at context 63: 26 ops ×"))).toBe(true);
   });
 
-  test("KV cache memory: measured per token equals the formula (2 × n_layer × n_embd × 4)", () => {
+  test("KV cache memory: measured per token equals the formula (2 × n_layer × n_embd × 4), to the byte", () => {
+    // the CPU backend counts the resident pages of its own allocations (mincore), so nothing else in the
+    // process (the JS heap, which its own threads grow and shrink) moves the measurement
     const m = summary.memory;
     expect(m.kv_bytes_per_token_formula).toBe(2 * 2 * 128 * 4);
-    expect(Math.abs(m.kv_bytes_per_token_measured - m.kv_bytes_per_token_formula) / m.kv_bytes_per_token_formula).toBeLessThan(0.05);
+    expect(m.kv_bytes_per_token_measured).toBe(m.kv_bytes_per_token_formula);
   });
 
   test("the terminal report without --json is plain text under NO_COLOR", () => {

@@ -1,5 +1,4 @@
 // The CPU backend: the CPU twins (cuda/*.cpp) in libgpt2_cpu.so, multi-threaded with OpenMP.
-import { readFileSync } from "node:fs";
 import { cpus } from "node:os";
 
 import { ensureBuilt } from "../native/build.ts";
@@ -7,14 +6,13 @@ import { CPU_SYMBOLS } from "../native/symbols.ts";
 import type { LaunchMode } from "../profile/types.ts";
 import type { EncodedPlan } from "../plan.ts";
 import type { MemoryInfo, RecordedStep } from "./backend.ts";
-
-const PAGE_BYTES = 4096;
 import { NativeBackend, openLibrary } from "./native.ts";
 
 /** cpu_runtime.h as called from TypeScript */
 interface CpuSymbols {
   cpu_now_ns(): number | bigint;
   cpu_threads(): number;
+  cpu_resident_bytes(): number | bigint;
   cpu_set_threads(n: number): void;
   cpu_measure_read_bandwidth(bytes: number, iters: number): number;
   cpu_measure_fp32_peak(iters: number): number;
@@ -66,13 +64,13 @@ export class CpuBackend extends NativeBackend {
   }
 
   /**
-   * Host memory from this process's point of view: total − this process's resident set (/proc/self/statm).
-   * A delta of it is exact to the page, unlike the system-wide MemAvailable, which other processes move.
+   * Host memory from the backend's point of view, as a device reports its own: total − what this library's
+   * allocations hold resident (cpu_resident_bytes, mincore over be_alloc's mappings). A delta of it is exact
+   * to the page, where the process's RSS also moves with the JS heap, on its own threads.
    */
   override memInfo(): MemoryInfo {
     const { total } = super.memInfo();
-    const residentPages = Number(readFileSync("/proc/self/statm", "utf8").split(" ")[1]);
-    return { free: total - residentPages * PAGE_BYTES, total };
+    return { free: total - Number(this.cpu.cpu_resident_bytes()), total };
   }
 
   record(plan: EncodedPlan): RecordedStep {

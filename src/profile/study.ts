@@ -234,7 +234,7 @@ export class Study {
       kv_cache_bytes_measured: measuredCache,
       workspace_bytes: Math.max(0, this.memoryBefore - afterWarmup - ownBytes),
       how_measured:
-        `${this.backend.kind === "cpu" ? "host memory not resident in this process (MemTotal − RSS)" : "cudaMemGetInfo free bytes"} before and after allocating and ` +
+        `${this.backend.kind === "cpu" ? "host memory not held resident by the CPU library's allocations (MemTotal − their resident pages, mincore)" : "cudaMemGetInfo free bytes"} before and after allocating and ` +
         `touching a second ${cfg.n_positions}-token cache, after a warm-up step; workspace = (free before the session − free after ` +
         `the warm-up) − (weights + cache + activations the session allocated)`,
       crossover: [1, 2, 4, 8, 16, 32, 64].map((batch) => ({ batch, context: Math.ceil(tokensToWeights / batch) })),
