@@ -270,8 +270,10 @@ describe("parseSafetensors", () => {
     const path = join(tmp, "changing.safetensors");
     writeFileSync(path, fileOf({ a: f32([1, 2]) }));
     const file = readSafetensors(path);
-    writeFileSync(path, fileOf({ b: f32([1, 2]) }));
+    writeFileSync(path, fileOf({ b: f32([1, 2]) })); // the same size, another header
     expectUserError(() => tensorFloat32(file, file.tensors.get("a")!), /changing\.safetensors: the file changed on disk after its header was read/);
+    writeFileSync(path, new Uint8Array([...fileOf({ a: f32([1, 2]) }), 0])); // the same header, a byte more
+    expectUserError(() => tensorFloat32(file, file.tensors.get("a")!), /the file changed on disk/);
   });
 
   test("readSafetensors: missing file", () => {

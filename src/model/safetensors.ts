@@ -51,7 +51,8 @@ export function readSafetensors(path: string): SafetensorsFile {
   const file = openFile(path);
   try {
     const header = readHeader(file, path);
-    return parseHeaderBytes(header, file.size, path, () => reopen(path, header));
+    const size = file.size;
+    return parseHeaderBytes(header, size, path, () => reopen(path, size, header));
   } finally {
     file.close();
   }
@@ -80,9 +81,9 @@ function memorySource(bytes: Uint8Array): ByteSource {
 }
 
 /** The file again, for streaming: the same size and the same header bytes, or an error (it changed on disk). */
-function reopen(path: string, header: Uint8Array): ByteSource {
+function reopen(path: string, size: number, header: Uint8Array): ByteSource {
   const source = openFile(path);
-  const again = source.size >= 8 + header.length ? new Uint8Array(header.length) : null;
+  const again = source.size === size ? new Uint8Array(header.length) : null;
   if (again) source.read(again, 8);
   if (!again || again.some((b, i) => b !== header[i])) {
     source.close();
