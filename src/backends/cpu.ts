@@ -3,9 +3,10 @@ import { cpus } from "node:os";
 
 import { ensureBuilt } from "../native/build.ts";
 import { CPU_SYMBOLS } from "../native/symbols.ts";
-import type { LaunchMode } from "../profile/types.ts";
 import type { EncodedPlan } from "../plan.ts";
-import type { MemoryInfo, RecordedStep } from "./backend.ts";
+import { HOST_STUDY_DEFAULTS, type BackendDescription, type MemoryInfo, type RecordedStep } from "./backend.ts";
+import { CpuInstrument, type CpuOpRecord, type CpuTimers } from "./cpu-instrument.ts";
+import type { Instrument } from "./instrument.ts";
 import { NativeBackend, openLibrary } from "./native.ts";
 
 /** cpu_runtime.h as called from TypeScript */
@@ -28,18 +29,13 @@ function openCpuLibrary(path = ensureBuilt("cpu", { quiet: true }).path) {
 }
 type CpuLibrary = ReturnType<typeof openCpuLibrary>;
 
-/** One op's native timer record (CLOCK_MONOTONIC ns). */
-export interface CpuOpRecord {
-  code: number;
-  startNs: number;
-  endNs: number;
-}
-
-export class CpuBackend extends NativeBackend {
+export class CpuBackend extends NativeBackend implements CpuTimers {
   readonly kind = "cpu" as const;
   readonly deviceName: string;
-  /** replay on the CPU = the plan recorded natively, one FFI call per step */
-  readonly modes: readonly LaunchMode[] = ["eager", "eager-native"];
+  readonly graphs = false;
+  readonly issueIsAsync = false;
+  readonly memInfoSource = "host memory not held resident by the CPU library's allocations (MemTotal − their resident pages, mincore)";
+  readonly studyDefaults = HOST_STUDY_DEFAULTS;
   readonly cpu: CpuLibrary["symbols"];
 
   private constructor(lib: CpuLibrary) {
@@ -61,6 +57,14 @@ export class CpuBackend extends NativeBackend {
 
   get threads(): number {
     return this.cpu.cpu_threads();
+  }
+
+  describe(): BackendDescription {
+    return { backend: "cpu", name: this.deviceName, detail: { threads: this.threads } };
+  }
+
+  instrument(): Instrument {
+    return new CpuInstrument(this);
   }
 
   /**

@@ -8,8 +8,9 @@ import { CpuBackend } from "../backends/cpu.ts";
 import { runCli } from "../errors.ts";
 import { PRESETS, parameterCount, type GPT2Config } from "../model/config.ts";
 import { randomWeights } from "../model/weights.ts";
-import { summarize } from "../report/stats.ts";
+import { availableModes, replayMode } from "../run/launch-modes.ts";
 import { Session } from "../run/session.ts";
+import { summarize } from "../stats.ts";
 import { intFlag, parseFlags } from "./common.ts";
 import { writeStdout } from "./outputs.ts";
 
@@ -41,9 +42,8 @@ async function benchCpu(steps: number, context: number): Promise<void> {
     }
     return summarize(ms.slice(3)); // the first steps warm caches and threads
   };
-  const native = step.native();
-  const eager = timeSteps(() => step.runEager());
-  const replay = timeSteps(() => native.runNative(1));
+  const timed = availableModes(backend).map((mode) => ({ mode, stats: timeSteps(() => mode.run(step, 1)) }));
+  const replay = timed.find((t) => t.mode === replayMode(backend))!.stats;
   const bandwidth = Math.max(bandwidthBefore, measureBandwidth());
   const bytes = weightBytesPerStep(cfg);
   const floorMs = (bytes / bandwidth) * 1e3;
@@ -52,8 +52,7 @@ async function benchCpu(steps: number, context: number): Promise<void> {
   writeStdout(`machine: ${backend.deviceName}; date ${new Date().toISOString()}\n`);
   writeStdout(`read bandwidth: ${(bandwidth / 1e9).toFixed(2)} GB/s (best of 2×${BANDWIDTH_PASSES} passes over ${BANDWIDTH_BUFFER_BYTES / 2 ** 20} MiB, ${backend.threads} threads)\n`);
   writeStdout(`GPT-2 small cached decode step at context ${context}: ${(bytes / 1e6).toFixed(1)} MB of weights read per step → floor ${floorMs.toFixed(2)} ms\n`);
-  writeStdout(`${line("eager", eager)}\n`);
-  writeStdout(`${line("eager-native", replay)}\n`);
+  for (const t of timed) writeStdout(`${line(t.mode.name, t.stats)}\n`);
   writeStdout(`step time ÷ (weight bytes ÷ read bandwidth) = ${(replay.median / floorMs).toFixed(2)} (goal ≤ 1.3)\n`);
   session.close();
   backend.close();

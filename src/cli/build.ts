@@ -7,21 +7,23 @@ import { runCli, UserError } from "../errors.ts";
 import { ensureBuilt, hasNvcc, TARGETS, type Target } from "../native/build.ts";
 import { parseFlags } from "./common.ts";
 
+const needsNvcc = (t: Target) => t === "cuda" || t === "cupti";
+
 await runCli(async () => {
   const argv = await parseFlags(
     yargs(hideBin(process.argv))
       .scriptName("bun run build")
-      .command("$0 [targets..]", "build the native libraries (default: all that this machine can)", (y) =>
+      .command("$0 [targets..]", "builds the named native libraries (default: all that this machine can)", (y) =>
         y.positional("targets", { choices: TARGETS, array: true, describe: "libraries to build" }))
-      .option("quiet", { type: "boolean", default: false, describe: "print nothing unless a build fails" }),
+      .option("quiet", { type: "boolean", default: false, describe: "print nothing but errors" }),
+    ["targets"],
   );
   const wanted = [...new Set((argv.targets ?? []) as Target[])];
-  const needsNvcc = (t: Target) => t === "cuda" || t === "cupti";
   const targets = wanted.length ? wanted : TARGETS;
   for (const target of targets) {
     if (needsNvcc(target) && !hasNvcc()) {
       if (wanted.length) throw new UserError(`cannot build ${target}: nvcc not found (set NVCC or CUDA_HOME)`);
-      process.stderr.write(`skipping ${target}: nvcc not found\n`);
+      if (!argv.quiet) process.stderr.write(`skipping ${target}: nvcc not found\n`);
       continue;
     }
     try {

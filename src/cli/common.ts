@@ -29,17 +29,11 @@ export function loadWeights(modelDir: string | undefined, preset: string, seed: 
   return randomWeights(cfg, seed);
 }
 
-/**
- * yargs .check(): every flag at most once (yargs would make a repeated flag an array). Only names given as
- * flags count: a variadic positional (build's targets) is an array too.
- */
-export function noRepeatedFlags(args: readonly string[]) {
-  const given = new Set(args.filter((a) => a.startsWith("--")).map((a) => a.slice(2).replace(/=.*$/s, "").replace(/^no-/, "")));
-  return (argv: Record<string, unknown>): true => {
-    const repeated = Object.entries(argv).find(([key, value]) => given.has(key) && Array.isArray(value));
-    if (repeated) throw new UserError(`--${repeated[0]} is given ${(repeated[1] as unknown[]).length} times; give it once`);
-    return true;
-  };
+/** yargs .check(): every flag at most once (yargs would make a repeated flag an array); `lists` are meant to be arrays. */
+export function noRepeatedFlags(argv: Record<string, unknown>, lists: readonly string[] = []): true {
+  const repeated = Object.entries(argv).find(([key, value]) => key !== "_" && !lists.includes(key) && Array.isArray(value));
+  if (repeated) throw new UserError(`--${repeated[0]} is given ${(repeated[1] as unknown[]).length} times; give it once`);
+  return true;
 }
 
 /** Parses an integer flag with bounds, as one clear line on error. */
@@ -95,9 +89,9 @@ export function flagValues(args: readonly string[]) {
 }
 
 /**
- * Every command's flag rules, as one line each: unknown flags, repeated flags, a switch given a value
- * other than true/false, and an empty string flag are errors.
+ * Every command's flag rules, as one line each: unknown flags, repeated flags (other than the `lists`
+ * positionals), a switch given a value other than true/false, and an empty valued flag are errors.
  */
-export function parseFlags<T>(flags: Argv<T>, args: readonly string[] = hideBin(process.argv)) {
-  return flags.strict().check(noRepeatedFlags(args)).check(flagValues(args) as never).help().fail(failOnBadFlags).parse();
+export function parseFlags<T>(flags: Argv<T>, lists: readonly string[] = [], args: readonly string[] = hideBin(process.argv)) {
+  return flags.strict().check((argv) => noRepeatedFlags(argv, lists)).check(flagValues(args) as never).help().fail(failOnBadFlags).parse();
 }

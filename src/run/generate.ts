@@ -1,7 +1,7 @@
 // Greedy generation: prefill then one token at a time with the KV cache, or the uncached baseline that
 // recomputes the whole sequence every step.
 import { UserError } from "../errors.ts";
-import type { LaunchMode } from "../profile/types.ts";
+import type { LaunchMode } from "./launch-modes.ts";
 import type { Session } from "./session.ts";
 
 export interface GenerateOptions {
@@ -63,7 +63,7 @@ function generateUncached(session: Session, { prompt, maxNewTokens }: GenerateOp
   for (let i = 0; i < maxNewTokens; i++) {
     const t0 = nowMs();
     session.setPosition(0);
-    session.run(prompt.length + i, "eager");
+    session.run(prompt.length + i);
     session.backend.synchronize();
     tokenMs.push(nowMs() - t0);
     session.checkLogits(`of generated token ${i + 1} (${prompt.length + i} tokens recomputed)`, prompt.length + i, () => session.setPosition(0));
