@@ -41,12 +41,15 @@ await runCli(async () => {
   const maxNew = intFlag("max-new-tokens", argv["max-new-tokens"], 1);
   const dumpLogits = argv["dump-logits"] === undefined ? undefined : checkWritableFile("dump-logits", argv["dump-logits"]);
   const threads = argv.threads === undefined ? undefined : intFlag("threads", argv.threads, 1, 1024);
-  // the model's header and the prompt are checked before the backend opens: a bad input is its one line
-  const weights = loadWeights(argv.model, argv.preset ?? DEFAULT_PRESET, intFlag("seed", argv.seed, 0), say);
+  // the model's header and the prompt are checked before the backend opens, and the model's line is said
+  // after them: a bad input is its one line
+  const modelLines: string[] = [];
+  const weights = loadWeights(argv.model, argv.preset ?? DEFAULT_PRESET, intFlag("seed", argv.seed, 0), (line) => modelLines.push(line));
   const cfg = weights.config;
   const prompt = argv["prompt-ids"] !== undefined
     ? parsePromptIds(argv["prompt-ids"], cfg.vocab_size)
     : encodeText(argv.prompt ?? DEFAULT_PROMPT, cfg.vocab_size);
+  modelLines.forEach(say);
   const backend = await openBackend(argv.backend, { threads, note: say });
   const mode = argv.mode === "replay" ? replayMode(backend) : launchMode(argv.mode as LaunchModeName);
   if (!mode.available(backend)) {
