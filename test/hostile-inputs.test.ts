@@ -1,4 +1,4 @@
-// A corpus of malformed and hostile inputs, generated here (test/helpers/hostile.ts), run through the CLIs
+// A corpus of malformed and hostile inputs, generated here (test/helpers/model-files.ts), run through the CLIs
 // as a user types them: truncations at every structural boundary of a safetensors file, hostile header
 // lengths, duplicate keys, holes and overlaps, FIFOs and device files, non-finite and overflowing weights,
 // names with control characters, unwritable and full outputs, and bad flags. Every case must end with
@@ -14,7 +14,7 @@ import { join } from "node:path";
 import { MAX_HEADER_BYTES } from "../src/model/safetensors.ts";
 import {
   dataOf, encode, encodeWithHeader, microTensors, modelDir, withHeaderLength, type RawTensor,
-} from "./helpers/hostile.ts";
+} from "./helpers/model-files.ts";
 
 const ROOT = join(import.meta.dir, "..");
 const TINY = join(import.meta.dir, "fixtures/gpt2-tiny");

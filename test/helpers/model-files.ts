@@ -1,6 +1,6 @@
-// Generates the malformed and hostile model files of test/hostile-inputs.test.ts at test time (nothing
-// binary is committed): a micro GPT-2 checkpoint (1 layer, 8 wide, a few KiB) written as safetensors, and
-// byte-level ways of breaking it.
+// Model files made at test time (nothing binary is committed): seeded GPT-2 checkpoints of any shape written
+// as safetensors — the micro one (1 layer, 8 wide, a few KiB) that test/hostile-inputs.test.ts breaks in
+// byte-level ways, and small ones with a real model's layer count.
 import { chmodSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
@@ -8,7 +8,6 @@ import type { GPT2Config } from "../../src/model/config.ts";
 import { materializeWeights, parameterSpecs, randomWeights } from "../../src/model/weights.ts";
 
 export const MICRO: GPT2Config = { name: "micro", n_layer: 1, n_head: 2, n_embd: 8, n_positions: 16, vocab_size: 11, layer_norm_epsilon: 1e-5 };
-export const MICRO_CONFIG_JSON = JSON.stringify({ model_type: "gpt2", n_layer: 1, n_head: 2, n_embd: 8, n_positions: 16, vocab_size: 11 });
 
 export interface RawTensor {
   name: string;
@@ -38,10 +37,20 @@ function encodeValues(t: RawTensor): Uint8Array {
   return new Uint8Array(bits.buffer);
 }
 
+/** A model's seeded parameters (GPT-2's init), in checkpoint order. */
+export function seededTensors(config: GPT2Config, dtype: RawTensor["dtype"] = "F32"): RawTensor[] {
+  const arrays = materializeWeights(randomWeights(config, 1));
+  return parameterSpecs(config).map((s) => ({ name: s.name, dtype, shape: s.shape, values: arrays.get(s.name)! }));
+}
+
 /** The micro model's seeded parameters, in checkpoint order. */
 export function microTensors(dtype: RawTensor["dtype"] = "F32"): RawTensor[] {
-  const arrays = materializeWeights(randomWeights(MICRO, 1));
-  return parameterSpecs(MICRO).map((s) => ({ name: s.name, dtype, shape: s.shape, values: arrays.get(s.name)! }));
+  return seededTensors(MICRO, dtype);
+}
+
+/** The Hugging Face config.json of a config. */
+export function hfConfigJson(c: GPT2Config): string {
+  return JSON.stringify({ model_type: "gpt2", n_layer: c.n_layer, n_head: c.n_head, n_embd: c.n_embd, n_positions: c.n_positions, vocab_size: c.vocab_size });
 }
 
 export interface Encoded {
@@ -104,7 +113,7 @@ export function modelDir(base: string, files: { config?: string | null; model?: 
   const dir = join(base, `model-${dirs++}`);
   mkdirSync(dir);
   chmodSync(dir, 0o755);
-  if (files.config !== null) writeFileSync(join(dir, "config.json"), files.config ?? MICRO_CONFIG_JSON);
+  if (files.config !== null) writeFileSync(join(dir, "config.json"), files.config ?? hfConfigJson(MICRO));
   if (files.model !== null && files.model !== undefined) writeFileSync(join(dir, "model.safetensors"), files.model);
   return dir;
 }
