@@ -7,9 +7,9 @@ import yargs from "yargs";
 import { hideBin } from "yargs/helpers";
 
 import type { Backend } from "../backends/backend.ts";
+import type { Instrument } from "../backends/instrument.ts";
 import { BACKEND_CHOICES, openBackend, type BackendChoice } from "../backends/select.ts";
 import { runCli, UserError } from "../errors.ts";
-import type { Instrument } from "../backends/instrument.ts";
 import { ROOT } from "../native/build.ts";
 import { Study, studyUnits, type StudyOptions } from "../profile/study.ts";
 import { buildSummary } from "../profile/summary.ts";
