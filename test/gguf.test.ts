@@ -11,7 +11,7 @@ import { PRESETS } from "../src/model/config.ts";
 import { GGUF_MAGIC, GGUFValueType, writeGGUF, type GGUFValue } from "../src/model/gguf.ts";
 import { gpt2Tensors, TokenType, writeGPT2GGUF } from "../src/model/gguf-gpt2.ts";
 import { BYTE_TO_CHAR, gpt2Vocab } from "../src/model/gpt2-vocab.ts";
-import { loadModel, randomWeights } from "../src/model/weights.ts";
+import { loadModel, materializeWeights, randomWeights } from "../src/model/weights.ts";
 import { llamaPeerUnavailable, runNodeModule } from "../src/peers/llama.ts";
 
 const ROOT = join(import.meta.dir, "..");
@@ -81,14 +81,17 @@ describe("writeGGUF", () => {
     ["a.ints", { kind: "array", of: "i32", values: [1, -2, 3] }],
   ];
   const shapes = [[3], [7, 5], [1, 1, 2]];
-  const tensors = shapes.map((dims, i) => {
-    const data = Float32Array.from({ length: dims.reduce((a, b) => a * b, 1) }, (_, k) => i * 100 + k + 0.25);
-    return { name: `t${i}`, dims, data: () => data };
-  });
+  const tensors = shapes.map((dims, i) => ({ name: `t${i}`, dims }));
+  const data = shapes.map((dims, i) => Float32Array.from({ length: dims.reduce((a, b) => a * b, 1) }, (_, k) => i * 100 + k + 0.25));
+  /** every tensor's elements back to back, in chunks of 4 that cross the tensors' boundaries */
+  const all = Float32Array.from(data.flatMap((d) => [...d]));
+  const produce = (emit: (chunk: Float32Array) => void) => {
+    for (let i = 0; i < all.length; i += 4) emit(all.subarray(i, i + 4));
+  };
 
   test.each([32, 64])("alignment %i: header, metadata, tensor infos, aligned offsets, data", (alignment) => {
     const path = join(dir, `synthetic-${alignment}.gguf`);
-    const size = writeGGUF(path, meta, tensors, alignment);
+    const size = writeGGUF(path, meta, tensors, produce, alignment);
     const f = readGGUF(path);
     expect(f.version).toBe(3);
     expect(f.bytes.length).toBe(size);
@@ -104,15 +107,16 @@ describe("writeGGUF", () => {
       expect(t.offset % alignment).toBe(0);
       expect(t.offset).toBe(next);
       next = Math.ceil((t.offset + 4 * t.dims.reduce((a, b) => a * b, 1)) / alignment) * alignment;
-      expect([...tensorData(f, t)]).toEqual([...tensors[i]!.data()]);
+      expect([...tensorData(f, t)]).toEqual([...data[i]!]);
     }
     expect(size).toBe(f.dataStart + next);
   });
 
-  test("refuses a bad alignment, a repeated key, and data that does not fill its dims", () => {
-    expect(() => writeGGUF(join(dir, "bad.gguf"), meta, tensors, 12)).toThrow(/alignment/);
-    expect(() => writeGGUF(join(dir, "bad.gguf"), [...meta, meta[0]!], tensors)).toThrow(/twice/);
-    expect(() => writeGGUF(join(dir, "bad.gguf"), [], [{ name: "x", dims: [4], data: () => new Float32Array(3) }])).toThrow(/3 elements/);
+  test("refuses a bad alignment, a repeated key, and data that does not fill its tensors or overflows them", () => {
+    expect(() => writeGGUF(join(dir, "bad.gguf"), meta, tensors, produce, 12)).toThrow(/alignment/);
+    expect(() => writeGGUF(join(dir, "bad.gguf"), [...meta, meta[0]!], tensors, produce)).toThrow(/twice/);
+    expect(() => writeGGUF(join(dir, "bad.gguf"), [], [{ name: "x", dims: [4] }], (emit) => emit(new Float32Array(3)))).toThrow("gguf: tensor x got 3 elements, its dims need 4");
+    expect(() => writeGGUF(join(dir, "bad.gguf"), [], [{ name: "x", dims: [4] }], (emit) => emit(new Float32Array(5)))).toThrow(/more data/);
   });
 });
 
@@ -146,6 +150,7 @@ describe("GPT-2's vocabulary rebuilt from the r50k ranks", () => {
 
 describe("GPT-2 as llama.cpp's converter writes it", () => {
   const w = loadModel(FIXTURE);
+  const arrays = materializeWeights(w);
   const path = join(dir, "tiny.gguf");
   writeGPT2GGUF(w, path);
   const f = readGGUF(path);
@@ -178,9 +183,14 @@ describe("GPT-2 as llama.cpp's converter writes it", () => {
     expect(new Set(f.tensors.map((t) => t.type))).toEqual(new Set([0]));
     // blk.0.attn_qkv row o (output feature o) = c_attn's column o
     const qkv = tensorData(f, f.tensors.find((t) => t.name === "blk.0.attn_qkv.weight")!);
-    const cAttn = w.layers[0]!.attn.c_attn.weight; // (128, 384), input-first
+    const cAttn = arrays.get("h.0.attn.c_attn.weight")!; // (128, 384), input-first
     for (const [o, c] of [[0, 0], [5, 17], [383, 127]] as const) expect(qkv[o * 128 + c]).toBe(cAttn[c * 384 + o]!);
-    expect([...tensorData(f, f.tensors.find((t) => t.name === "token_embd.weight")!)]).toEqual([...w.wte]);
+    expect([...tensorData(f, f.tensors.find((t) => t.name === "token_embd.weight")!)]).toEqual([...arrays.get("wte.weight")!]);
+    // every tensor, transposed or not, holds its parameter's values
+    const ffnDown = tensorData(f, f.tensors.find((t) => t.name === "blk.1.ffn_down.weight")!); // c_proj (512, 128) → (128, 512)
+    const cProj = arrays.get("h.1.mlp.c_proj.weight")!;
+    for (const [o, c] of [[0, 0], [127, 511], [64, 3]] as const) expect(ffnDown[o * 512 + c]).toBe(cProj[c * 128 + o]!);
+    expect([...tensorData(f, f.tensors.find((t) => t.name === "output_norm.bias")!)]).toEqual([...arrays.get("ln_f.bias")!]);
   });
 
   test("a full GPT-2 vocabulary: <|endoftext|> is the control token and bos / eos / unk", () => {
@@ -192,7 +202,7 @@ describe("GPT-2 as llama.cpp's converter writes it", () => {
     expect(types[50256]).toBe(TokenType.CONTROL);
     expect(types.filter((t) => t === TokenType.NORMAL)).toHaveLength(50256);
     for (const k of ["bos", "eos", "unknown"]) expect(m.get(`tokenizer.ggml.${k}_token_id`)).toBe(50256);
-    expect(gpt2Tensors(randomWeights(cfg, 1)).length).toBe(2 + 12 + 2);
+    expect(gpt2Tensors(cfg).length).toBe(2 + 12 + 2);
   });
 });
 

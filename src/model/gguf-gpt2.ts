@@ -12,9 +12,10 @@
  */
 import type { GPT2Config } from "./config.ts";
 import { gpt2Vocab } from "./gpt2-vocab.ts";
-import { GGML_TYPE_F32, writeGGUF, type GGUFTensor, type GGUFValue } from "./gguf.ts";
+import { GGML_TYPE_F32, writeGGUF, type GGUFTensorInfo, type GGUFValue } from "./gguf.ts";
+import { numel } from "./safetensors.ts";
 import { END_OF_TEXT_ID } from "./tokenizer.ts";
-import type { GPT2Weights, Linear, Norm } from "./weights.ts";
+import { parameterSpecs, type GPT2Weights, type ParameterSpec } from "./weights.ts";
 
 /** gguf-py's TokenType */
 export const TokenType = { NORMAL: 1, UNKNOWN: 2, CONTROL: 3, USER_DEFINED: 4, UNUSED: 5, BYTE: 6 } as const;
@@ -72,32 +73,48 @@ function transposed(a: Float32Array, rows: number, cols: number): Float32Array {
   return out;
 }
 
-/** GGUF's tensors of GPT-2, in checkpoint order; dims are ggml's (the contiguous one first). */
-export function gpt2Tensors(w: GPT2Weights): GGUFTensor[] {
-  const { n_embd: C, vocab_size: V, n_positions: T } = w.config;
-  const vector = (name: string, data: Float32Array): GGUFTensor => ({ name, dims: [data.length], data: () => data });
-  const norm = (name: string, n: Norm) => [vector(`${name}.weight`, n.weight), vector(`${name}.bias`, n.bias)];
-  // Conv1D (in, out) → (out, in): ggml dims [in, out]
-  const conv1d = (name: string, l: Linear, inC: number, outC: number) => [
-    { name: `${name}.weight`, dims: [inC, outC], data: () => transposed(l.weight, inC, outC) },
-    vector(`${name}.bias`, l.bias),
-  ];
-  return [
-    { name: "token_embd.weight", dims: [C, V], data: () => w.wte },
-    { name: "position_embd.weight", dims: [C, T], data: () => w.wpe },
-    ...w.layers.flatMap((l, i) => [
-      ...norm(`blk.${i}.attn_norm`, l.ln_1),
-      ...conv1d(`blk.${i}.attn_qkv`, l.attn.c_attn, C, 3 * C),
-      ...conv1d(`blk.${i}.attn_output`, l.attn.c_proj, C, C),
-      ...norm(`blk.${i}.ffn_norm`, l.ln_2),
-      ...conv1d(`blk.${i}.ffn_up`, l.mlp.c_fc, C, 4 * C),
-      ...conv1d(`blk.${i}.ffn_down`, l.mlp.c_proj, 4 * C, C),
-    ]),
-    ...norm("output_norm", w.ln_f),
-  ];
+/** Hugging Face names (no prefix) → llama.cpp's GPT-2 names. */
+const RENAMES: [RegExp, string][] = [
+  [/^wte\./, "token_embd."],
+  [/^wpe\./, "position_embd."],
+  [/^h\.(\d+)\.ln_1\./, "blk.$1.attn_norm."],
+  [/^h\.(\d+)\.attn\.c_attn\./, "blk.$1.attn_qkv."],
+  [/^h\.(\d+)\.attn\.c_proj\./, "blk.$1.attn_output."],
+  [/^h\.(\d+)\.ln_2\./, "blk.$1.ffn_norm."],
+  [/^h\.(\d+)\.mlp\.c_fc\./, "blk.$1.ffn_up."],
+  [/^h\.(\d+)\.mlp\.c_proj\./, "blk.$1.ffn_down."],
+  [/^ln_f\./, "output_norm."],
+];
+/** Conv1D weights: stored (in, out), written (out, in) */
+const CONV1D_WEIGHT = /\.(c_attn|c_proj|c_fc)\.weight$/;
+
+/** One GGUF tensor per parameter, in checkpoint order: its name, its ggml dims, and whether it is transposed. */
+export function gpt2Tensors(cfg: GPT2Config): (GGUFTensorInfo & { spec: ParameterSpec; transpose: boolean })[] {
+  return parameterSpecs(cfg).map((spec) => {
+    const rule = RENAMES.find(([from]) => from.test(spec.name));
+    if (!rule) throw new Error(`gguf: no llama.cpp name for ${spec.name}`);
+    const transpose = CONV1D_WEIGHT.test(spec.name);
+    // ggml dims run from the contiguous dimension: a row-major (rows, cols) array is [cols, rows]; transposed, [rows, cols]
+    const dims = transpose ? [...spec.shape] : [...spec.shape].reverse();
+    return { name: spec.name.replace(rule[0], rule[1]), dims, spec, transpose };
+  });
 }
 
-/** Writes `w` as an all-F32 GPT-2 GGUF file at `path`; returns its size in bytes. */
+/**
+ * Writes `w` as an all-F32 GPT-2 GGUF file at `path`, streaming the parameters in; a Conv1D weight is gathered
+ * whole (one at a time) to be transposed. Returns the file's size in bytes.
+ */
 export function writeGPT2GGUF(w: GPT2Weights, path: string, alignment?: number): number {
-  return writeGGUF(path, gpt2Metadata(w.config), gpt2Tensors(w), alignment);
+  const tensors = gpt2Tensors(w.config);
+  const transposedNames = new Set(tensors.filter((t) => t.transpose).map((t) => t.spec.name));
+  let gathering: Float32Array | null = null;
+  return writeGGUF(path, gpt2Metadata(w.config), tensors, (emit) =>
+    w.stream((spec, chunk, offset) => {
+      if (!transposedNames.has(spec.name)) return emit(chunk);
+      gathering ??= new Float32Array(numel(spec.shape));
+      gathering.set(chunk, offset);
+      if (offset + chunk.length < gathering.length) return;
+      emit(transposed(gathering, spec.shape[0]!, spec.shape[1]!));
+      gathering = null;
+    }), alignment);
 }

@@ -4,7 +4,7 @@
  *   metadata: key (u64 length + UTF-8) · u32 value type · value (arrays: u32 element type · u64 count · elements)
  *   tensor infos: name · u32 n_dims · u64 dims (ggml order: ne[0], the contiguous one, first) · u32 ggml type · u64 offset
  *   padding to the alignment, then each tensor's data at its offset (a multiple of the alignment) from there.
- * Tensors are streamed to the file one at a time, so a model never sits in memory twice.
+ * The tensors' elements are streamed to the file in order, chunk by chunk, so a model never sits in memory.
  */
 import { closeSync, openSync, writeSync } from "node:fs";
 
@@ -24,12 +24,10 @@ export type GGUFValue =
   | { kind: "string"; value: string }
   | { kind: "array"; of: ScalarKind; values: readonly (number | string | boolean)[] };
 
-export interface GGUFTensor {
+export interface GGUFTensorInfo {
   name: string;
   /** ggml order: dims[0] is the contiguous dimension (a row-major (rows, cols) array is [cols, rows]) */
   dims: number[];
-  /** the F32 elements, row-major in the dims' reverse order; produced when the tensor is written */
-  data: () => Float32Array;
 }
 
 const TYPE_OF: Record<ScalarKind, number> = {
@@ -105,10 +103,14 @@ const alignUp = (n: number, a: number) => Math.ceil(n / a) * a;
 const elements = (dims: readonly number[]) => dims.reduce((a, b) => a * b, 1);
 
 /**
- * Writes `tensors` (all F32) and `metadata` to `path`. general.alignment is written when it is not the
- * default 32, as gguf-py does; returns the file's size in bytes.
+ * Writes `tensors` (all F32) and `metadata` to `path`: the header, then every element `produce` emits, in the
+ * tensors' order (row-major in the dims' reverse order), each tensor padded to the alignment. general.alignment
+ * is written when it is not the default 32, as gguf-py does. Returns the file's size in bytes. Little-endian hosts.
  */
-export function writeGGUF(path: string, metadata: readonly [string, GGUFValue][], tensors: readonly GGUFTensor[], alignment = GGUF_DEFAULT_ALIGNMENT): number {
+export function writeGGUF(
+  path: string, metadata: readonly [string, GGUFValue][], tensors: readonly GGUFTensorInfo[],
+  produce: (emit: (chunk: Float32Array) => void) => void, alignment = GGUF_DEFAULT_ALIGNMENT,
+): number {
   if (!Number.isInteger(alignment) || alignment < 1 || alignment % 8 !== 0) throw new RangeError(`gguf: alignment ${alignment} must be a positive multiple of 8`);
   const kv: [string, GGUFValue][] = [...metadata];
   if (alignment !== GGUF_DEFAULT_ALIGNMENT) kv.push(["general.alignment", { kind: "u32", value: alignment }]);
@@ -127,37 +129,64 @@ export function writeGGUF(path: string, metadata: readonly [string, GGUFValue][]
     head.string(key);
     metadataValue(head, value);
   }
-  let offset = 0;
-  const offsets = tensors.map((t) => {
+  let end = 0;
+  const sizes = tensors.map((t) => {
     if (t.dims.length < 1 || t.dims.length > 4 || t.dims.some((d) => !Number.isInteger(d) || d < 1)) {
       throw new RangeError(`gguf: tensor ${t.name} has dims [${t.dims.join(", ")}] (1 to 4 positive sizes)`);
     }
-    const at = offset;
-    offset = alignUp(at + elements(t.dims) * 4, alignment);
     head.string(t.name);
     head.u32(t.dims.length);
     for (const d of t.dims) head.u64(d);
     head.u32(GGML_TYPE_F32);
-    head.u64(at);
-    return at;
+    head.u64(end);
+    const bytes = elements(t.dims) * 4;
+    end = alignUp(end + bytes, alignment);
+    return bytes;
   });
   head.zeros(alignUp(head.length, alignment) - head.length);
 
   const fd = openSync(path, "w");
   try {
     writeSync(fd, head.bytes());
-    const dataStart = head.length;
-    let written = 0;
-    tensors.forEach((t, i) => {
-      const data = t.data();
-      if (data.length !== elements(t.dims)) throw new RangeError(`gguf: tensor ${t.name} has ${data.length} elements, its dims need ${elements(t.dims)}`);
-      if (written < offsets[i]!) writeSync(fd, new Uint8Array(offsets[i]! - written));
-      writeSync(fd, new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
-      written = offsets[i]! + data.byteLength;
-    });
-    if (written < offset) writeSync(fd, new Uint8Array(offset - written));
-    return dataStart + offset;
+    const data = new TensorDataWriter(fd, sizes, alignment);
+    produce((chunk) => data.write(chunk));
+    data.finish(tensors);
+    return head.length + end;
   } finally {
     closeSync(fd);
+  }
+}
+
+/** Lays streamed elements into the tensors in order, padding each to the alignment. */
+class TensorDataWriter {
+  private tensor = 0;
+  private filled = 0;
+
+  constructor(private readonly fd: number, private readonly sizes: readonly number[], private readonly alignment: number) {}
+
+  write(chunk: Float32Array): void {
+    let bytes = new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+    while (bytes.length > 0) {
+      if (this.tensor >= this.sizes.length) throw new RangeError("gguf: more data than the tensors hold");
+      const take = Math.min(bytes.length, this.sizes[this.tensor]! - this.filled);
+      writeSync(this.fd, bytes.subarray(0, take));
+      bytes = bytes.subarray(take);
+      this.filled += take;
+      if (this.filled === this.sizes[this.tensor]) this.nextTensor();
+    }
+  }
+
+  private nextTensor(): void {
+    const pad = alignUp(this.filled, this.alignment) - this.filled;
+    if (pad) writeSync(this.fd, new Uint8Array(pad));
+    this.tensor++;
+    this.filled = 0;
+  }
+
+  finish(tensors: readonly GGUFTensorInfo[]): void {
+    if (this.tensor < this.sizes.length) {
+      const t = tensors[this.tensor]!;
+      throw new RangeError(`gguf: tensor ${t.name} got ${this.filled / 4} elements, its dims need ${this.sizes[this.tensor]! / 4}`);
+    }
   }
 }

@@ -26,6 +26,8 @@ export interface StudyOptions {
   e2e: { promptTokens: number; newTokens: number };
   seed: number;
   onProgress?: (done: number, total: number, what: string) => void;
+  /** a safe point between steps: the CLI yields to the event loop there and stops on a signal */
+  checkpoint?: () => Promise<void>;
 }
 
 export interface Measured {
@@ -89,6 +91,7 @@ export class Study {
       done += units;
     };
     const modes = this.orderedModes();
+    const points = this.opts.contexts.flatMap((context) => modes.map((mode) => ({ mode, context })));
     const peerSamples = new Map<string, Map<number, number[]>>();
     const peerTraces: PeerDispatchSplit[] = [];
     const measured: Measured[] = [];
@@ -98,28 +101,55 @@ export class Study {
       const trace = this.opts.kernels && peers ? await peers.traceTorch() : null;
       if (trace) peerTraces.push(trace);
     }
-    const points = this.opts.contexts.flatMap((context) => modes.map((mode) => ({ mode, context })));
     const traces: StepTrace[] = [];
     let dropped = 0;
     let mismatched = 0;
     if (this.opts.kernels && this.instrument.canTrace) {
-      points.forEach(({ mode, context }, i) => {
+      for (const [i, { mode, context }] of points.entries()) {
         progress(`tracing ${mode} @ ${context}`);
-        const t = this.tracePoint(mode, context);
+        await this.checkpoint();
+        const t = await this.tracePoint(mode, context);
         // a step whose records do not line up one-to-one with the plan would mislabel every op after the gap
         traces.push(...t.steps.filter((_, k) => !t.mismatchedSteps.includes(k)).map((step) => ({ mode, context, ...step })));
         dropped += t.dropped;
         mismatched += t.mismatchedSteps.length;
         measured[i]!.tracing_overhead = t.overhead;
-      });
+      }
     }
     const peerResult = peers ? await this.checkPeers(peers, peerSamples, peerTraces) : undefined;
-    const endToEnd = this.opts.modes.map((mode) => {
+    const endToEnd: EndToEnd[] = [];
+    for (const mode of this.opts.modes) {
       progress(`end to end, ${mode}`);
-      return this.endToEnd(mode);
-    });
+      await this.checkpoint();
+      endToEnd.push(this.endToEnd(mode));
+    }
     this.opts.onProgress?.(total, total, "done");
     return { measured, traces, dropped, mismatched, endToEnd, memory, ...(peerResult ? { peers: peerResult } : {}) };
+  }
+
+  /** cached launch modes first, then the uncached baseline */
+  private orderedModes(): StudyMode[] {
+    return [...this.opts.modes.filter((m) => m !== "uncached"), ...this.opts.modes.filter((m) => m === "uncached")];
+  }
+
+  /** How a step in `mode` at `context` is issued, and what must be reset before each so the context stays put. */
+  private stepAt(mode: StudyMode, context: number): { run: () => void; before: () => void; ops: PlanOp[]; rows: number } {
+    const s = this.session;
+    // the cache really holds `context` tokens: prefill them; every step then decodes at position `context`
+    s.prefill(promptOf(context, s.config.vocab_size, this.opts.seed));
+    s.backend.synchronize();
+    if (mode === "uncached") {
+      // the whole sequence of context + 1 tokens recomputed from position 0
+      const step = s.step(context + 1);
+      return { run: () => step.runEager(), before: () => s.setPosition(0), ops: step.ops, rows: context + 1 };
+    }
+    const step = s.step(1);
+    const launch = launchMode(mode);
+    return { run: () => launch.run(step, 1), before: () => s.setPosition(context), ops: step.ops, rows: 1 };
+  }
+
+  private checkpoint(): Promise<void> {
+    return this.opts.checkpoint?.() ?? Promise.resolve();
   }
 
   /**
@@ -131,20 +161,26 @@ export class Study {
     const { repeats, warmup } = this.opts;
     const modes = this.orderedModes();
     const steps = modes.map((mode) => this.stepAt(mode, context));
-    const timeOne = (i: number): TimedStep => {
+    // a safe point between steps, outside the timed region
+    const timeOne = async (i: number): Promise<TimedStep> => {
       const { run, before } = steps[i]!;
+      await this.checkpoint();
       before();
       this.backend.synchronize();
       return this.instrument.time(run);
     };
     await peers?.fill(context);
     const subjects = [...(peers?.subjects ?? [])];
-    for (let i = 0; i < modes.length; i++) for (let w = 0; w < warmup; w++) timeOne(i);
+    for (let i = 0; i < modes.length; i++) for (let w = 0; w < warmup; w++) await timeOne(i);
     for (const s of subjects) await peers!.time(s, 0, warmup);
     const samples = modes.map((): TimedStep[] => []);
     const peerMs = new Map(subjects.map((s) => [s.id, [] as number[]]));
     for (let r = 0; r < repeats; r++) {
-      modes.forEach((_, i) => samples[i]!.push(timeOne(i)));
+      for (let i = 0; i < modes.length; i++) {
+        samples[i]!.push(await timeOne(i));
+        // the logits this mode's last step left: every mode shares the buffer, so each is checked in its turn
+        if (r === repeats - 1) this.session.checkLogits(`of the ${modes[i]} step at context ${context}`, steps[i]!.rows, steps[i]!.before);
+      }
       for (const s of subjects) peerMs.get(s.id)!.push(...((await peers!.time(s, 1)) ?? []));
     }
     for (const [id, ms] of peerMs) {
@@ -169,30 +205,10 @@ export class Study {
     return { subjects: [...peers.subjects], samples, traces, generated, skipped: [...peers.skipped], prompt, reference };
   }
 
-  /** cached launch modes first, then the uncached baseline */
-  private orderedModes(): StudyMode[] {
-    return [...this.opts.modes.filter((m) => m !== "uncached"), ...this.opts.modes.filter((m) => m === "uncached")];
-  }
-
-  /** How a step in `mode` at `context` is issued, and what must be reset before each so the context stays put. */
-  private stepAt(mode: StudyMode, context: number): { run: () => void; before: () => void; ops: PlanOp[] } {
-    const s = this.session;
-    // the cache really holds `context` tokens: prefill them; every step then decodes at position `context`
-    s.prefill(promptOf(context, s.config.vocab_size, this.opts.seed));
-    s.backend.synchronize();
-    if (mode === "uncached") {
-      // the whole sequence of context + 1 tokens recomputed from position 0
-      const step = s.step(context + 1);
-      return { run: () => step.runEager(), before: () => s.setPosition(0), ops: step.ops };
-    }
-    const step = s.step(1);
-    const launch = launchMode(mode);
-    return { run: () => launch.run(step, 1), before: () => s.setPosition(context), ops: step.ops };
-  }
-
-  private tracePoint(mode: StudyMode, context: number) {
+  private async tracePoint(mode: StudyMode, context: number) {
     const { run, before, ops } = this.stepAt(mode, context);
     for (let i = 0; i < this.opts.warmup; i++) {
+      await this.checkpoint();
       before();
       run();
     }
@@ -225,6 +241,8 @@ export class Study {
     }
     s.backend.synchronize();
     const total_ms = nowMs() - t0;
+    const last = mode === "uncached" ? { rows: promptTokens + newTokens - 1, at: 0 } : newTokens > 1 ? { rows: 1, at: promptTokens + newTokens - 2 } : { rows: promptTokens, at: 0 };
+    s.checkLogits(`of the last ${mode} step end to end`, last.rows, () => s.setPosition(last.at));
     if (s.position() !== promptTokens + newTokens - 1) {
       throw new Error(`end-to-end ${mode}: the position ended at ${s.position()}, not ${promptTokens + newTokens - 1}`);
     }
