@@ -3,49 +3,7 @@
 // checked after each step; when they are not finite, the step is re-run eagerly one op at a time, each
 // op's output checked, to name the first op that produced a non-finite value.
 import type { Backend } from "../backends/backend.ts";
-import { namedArgs } from "../ops.ts";
-import type { PlanOp } from "../plan.ts";
 import type { CompiledStep } from "./step.ts";
-
-/**
- * The activation an op writes, as (pointer, floats); null where its output is not one: kv_append copies
- * c_attn's output into the cache, argmax writes token ids.
- */
-export function outputOf(op: PlanOp): { ptr: number; floats: number } | null {
-  switch (op.family) {
-    case "embed": {
-      const a = namedArgs("embed", op.args); //         out: (T, C)
-      return { ptr: a.out, floats: a.T * a.C };
-    }
-    case "layernorm": {
-      const a = namedArgs("layernorm", op.args); //     out: (T, C)
-      return { ptr: a.out, floats: a.T * a.C };
-    }
-    case "linear": {
-      const a = namedArgs("linear", op.args); //        out: (T, OC)
-      return { ptr: a.out, floats: a.T * a.OC };
-    }
-    case "attention": {
-      const a = namedArgs("attention", op.args); //     out: (T, C)
-      return { ptr: a.out, floats: a.T * a.C };
-    }
-    case "gelu": {
-      const a = namedArgs("gelu", op.args); //          out: (N)
-      return { ptr: a.out, floats: a.N };
-    }
-    case "residual": {
-      const a = namedArgs("residual", op.args); //      out: (N)
-      return { ptr: a.out, floats: a.N };
-    }
-    case "lm_head": {
-      const a = namedArgs("lm_head", op.args); //       logits: (V)
-      return { ptr: a.logits, floats: a.V };
-    }
-    case "kv_append":
-    case "argmax":
-      return null;
-  }
-}
 
 /** Index of the first NaN or ±Inf in `values`, or -1. */
 export function firstNonFinite(values: Float32Array): number {
@@ -73,7 +31,7 @@ export function firstNonFiniteOp(backend: Backend, step: CompiledStep, reset: ()
   reset();
   for (let i = 0; i < step.ops.length; i++) {
     step.eagerCalls[i]!();
-    const out = outputOf(step.ops[i]!);
+    const out = step.ops[i]!.output;
     if (!out) continue;
     const values = new Float32Array(out.floats);
     backend.synchronize();
