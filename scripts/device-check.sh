@@ -12,8 +12,10 @@
 # rest still runs. Without nvcc there, the libraries built here are used when their sources stamp matches
 # (src/native/build.ts). It builds, dumps the hot kernels' SASS, verifies (SASS checks, every kernel against the
 # CPU twins, the model in both plans and all four launch modes, the kernel model's predictions), generates in
-# every mode, and profiles the fused plan (contexts 8, 128, 512, 1023) then the unfused one. At most 8 files come
-# back: device.log, verify.log, generate.log, profile.log, sass.txt.gz, profile-fused.tgz, profile-unfused.tgz.
+# every mode, and profiles the fused plan (contexts 8, 128, 512, 1023), then graph mode beside the PyTorch peer
+# (python3's torch on the GPU: seed-style eager, static cache + CUDA graph, torch.compile, Hugging Face), then the
+# unfused plan. At most 8 files come back: device.log, verify.log, generate.log, profile.log, sass.txt.gz,
+# profile-fused.tgz, profile-peers.tgz, profile-unfused.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ENTRIES=(build verify generate profile)
@@ -70,14 +72,17 @@ run() {
   }
   local log="$OUT/device.log" app=.device/app bun=bun
   export NO_COLOR=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-  local backend=(--backend cuda) model=() prompt=() tokens=64 plans=(fused unfused) ext=js
+  local backend=(--backend cuda) model=() prompt=() tokens=64 ext=js
+  # name: what that profile adds to the sizes; the fused plan first, the peers then, the unfused plan last
+  local profiles=("fused:--mode all --plan fused" "peers:--mode graph --plan fused --peers torch" "unfused:--mode all --plan unfused")
   local profile_sizes=(--contexts "$CONTEXTS" --repeats 20 --warmup 5 --e2e-tokens 128)
   if [[ ${REHEARSE:-} ]]; then
     # here, on the CPU: the same steps through the emulator on the smallest model (one profile), with the
     # bundled CLIs if packed
     [[ -f $app/verify.js ]] || app=src/cli ext=ts
     bun=node_modules/.bin/bun
-    backend=(--backend emu) model=(--model test/fixtures/gpt2-tiny) prompt=(--prompt-ids 1,2,3) tokens=3 plans=(fused)
+    backend=(--backend emu) model=(--model test/fixtures/gpt2-tiny) prompt=(--prompt-ids 1,2,3) tokens=3
+    profiles=("fused:--mode all --plan fused")
     profile_sizes=(--contexts 8 --repeats 2 --warmup 0 --e2e-tokens 2 --traced-steps 1)
   else
     source .device/unpack-bun.sh || return 1
@@ -106,12 +111,14 @@ run() {
     step "generate $mode" "$OUT/generate.log" 20 "$bun" "$app/generate.$ext" "${backend[@]}" "${model[@]}" "${prompt[@]}" --mode "$mode" --max-new-tokens "$tokens" --json
   done
   step "generate uncached" "$OUT/generate.log" 20 "$bun" "$app/generate.$ext" "${backend[@]}" "${model[@]}" "${prompt[@]}" --cache off --max-new-tokens "$tokens" --json
-  for plan in "${plans[@]}"; do
-    local budget=$([[ $plan == fused ]] && echo 100 || echo 80)
-    step "profile $plan" "$OUT/profile.log" "$budget" "$bun" "$app/profile.$ext" "${backend[@]}" "${model[@]}" --mode all --plan "$plan" \
-      "${profile_sizes[@]}" --out "$OUT/profile-$plan"
+  for p in "${profiles[@]}"; do
+    local name=${p%%:*} budget=100
+    [[ $name == unfused ]] && budget=60
+    # shellcheck disable=SC2086 # the profile's own flags, split on purpose
+    step "profile $name" "$OUT/profile.log" "$budget" "$bun" "$app/profile.$ext" "${backend[@]}" "${model[@]}" ${p#*:} \
+      "${profile_sizes[@]}" --out "$OUT/profile-$name"
     # one file per profile comes back (at most 8 in all): the whole output folder, trace included
-    [[ -d $OUT/profile-$plan ]] && tar -czf "$OUT/profile-$plan.tgz" -C "$OUT" "profile-$plan" && rm -rf "${OUT:?}/profile-$plan"
+    [[ -d $OUT/profile-$name ]] && tar -czf "$OUT/profile-$name.tgz" -C "$OUT" "profile-$name" && rm -rf "${OUT:?}/profile-$name"
   done
   echo "== done in $((SECONDS - start)) s; files: $(cd "$OUT" && ls | tr '\n' ' ')" | tee -a "$log"
   # last, the short table: failures, verify's verdict, the predicted steps, the measured time per token

@@ -14,6 +14,8 @@ import {
 } from "../src/verify/model-checks.ts";
 
 const FIXTURE = join(import.meta.dir, "fixtures/gpt2-tiny");
+/** The emulator runs every CUDA thread as a fiber: ~20 s per test alone, several times that on busy cores. */
+const EMU_TIMEOUT_MS = 600_000;
 const emu = CudaBackend.open({ emulated: true });
 const weights = loadModel(FIXTURE);
 const fixture = readFixture(FIXTURE);
@@ -27,17 +29,17 @@ test.each(PLAN_KINDS.map((p) => [p]))("gpt2-tiny logits and greedy continuation 
   const rows = fixtureChecks(emu, weights, fixture, plan);
   expect(rows.map((r) => `${r.check} ${r.detail}: ${r.status}`)).toEqual(rows.map((r) => `${r.check} ${r.detail}: pass`));
   expect(rows).toHaveLength(6);
-}, 60_000);
+}, EMU_TIMEOUT_MS);
 
 test.each(PLAN_KINDS.map((p) => [p]))("the launch modes agree bit for bit, and the cache is exact, over every position, %s plan", (plan) => {
   const n = weights.config.n_positions - fixture.prompt.length;
   expect(modesBitIdentical(emu, weights, fixture.prompt, n, plan).status).toBe("pass");
   expect(cachedEqualsUncached(emu, weights, fixture.prompt, n, plan).status).toBe("pass");
-}, 60_000);
+}, EMU_TIMEOUT_MS);
 
 test("the fused and unfused plans agree", () => {
   expect(plansAgree(emu, weights, fixture.prompt, weights.config.n_positions - fixture.prompt.length).status).toBe("pass");
-}, 60_000);
+}, EMU_TIMEOUT_MS);
 
 test("a fused decode step is 5 kernels per layer plus 2 in both graphs; the unfused one 11 plus 4", () => {
   for (const [plan, perLayer, outside] of [["fused", 5, 2], ["unfused", 11, 4]] as const) {
@@ -55,4 +57,4 @@ test("a fused decode step is 5 kernels per layer plus 2 in both graphs; the unfu
 
 test("graph replays allocate nothing", () => {
   expect(graphMemoryStable(emu, weights, 20).status).toBe("pass");
-}, 60_000);
+}, EMU_TIMEOUT_MS);

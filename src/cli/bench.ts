@@ -12,6 +12,7 @@ import { availableModes, replayMode } from "../run/launch-modes.ts";
 import { Session } from "../run/session.ts";
 import { summarize } from "../stats.ts";
 import { intFlag, parseFlags } from "./common.ts";
+import { writeStdout } from "./outputs.ts";
 
 /** Weight bytes a cached step reads: every parameter once, except the position table (one row). */
 function weightBytesPerStep(cfg: GPT2Config): number {
@@ -48,11 +49,11 @@ async function benchCpu(steps: number, context: number): Promise<void> {
   const floorMs = (bytes / bandwidth) * 1e3;
   const line = (name: string, s: { median: number; p10: number; p90: number }) =>
     `${name.padEnd(13)} ${s.median.toFixed(2).padStart(8)} ms  (p10 ${s.p10.toFixed(2)}, p90 ${s.p90.toFixed(2)})  ratio ${(s.median / floorMs).toFixed(2)}`;
-  console.log(`machine: ${backend.deviceName}; date ${new Date().toISOString()}`);
-  console.log(`read bandwidth: ${(bandwidth / 1e9).toFixed(2)} GB/s (best of 2×${BANDWIDTH_PASSES} passes over ${BANDWIDTH_BUFFER_BYTES / 2 ** 20} MiB, ${backend.threads} threads)`);
-  console.log(`GPT-2 small cached decode step at context ${context}: ${(bytes / 1e6).toFixed(1)} MB of weights read per step → floor ${floorMs.toFixed(2)} ms`);
-  for (const t of timed) console.log(line(t.mode.name, t.stats));
-  console.log(`step time ÷ (weight bytes ÷ read bandwidth) = ${(replay.median / floorMs).toFixed(2)} (goal ≤ 1.3)`);
+  writeStdout(`machine: ${backend.deviceName}; date ${new Date().toISOString()}\n`);
+  writeStdout(`read bandwidth: ${(bandwidth / 1e9).toFixed(2)} GB/s (best of 2×${BANDWIDTH_PASSES} passes over ${BANDWIDTH_BUFFER_BYTES / 2 ** 20} MiB, ${backend.threads} threads)\n`);
+  writeStdout(`GPT-2 small cached decode step at context ${context}: ${(bytes / 1e6).toFixed(1)} MB of weights read per step → floor ${floorMs.toFixed(2)} ms\n`);
+  for (const t of timed) writeStdout(`${line(t.mode.name, t.stats)}\n`);
+  writeStdout(`step time ÷ (weight bytes ÷ read bandwidth) = ${(replay.median / floorMs).toFixed(2)} (goal ≤ 1.3)\n`);
   session.close();
   backend.close();
 }

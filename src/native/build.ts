@@ -58,7 +58,12 @@ function recipe(target: Target): Recipe {
     case "cpu": {
       const sources = [...cpuTwins(), plan, join(CUDA_DIR, "cpu_runtime.cpp")];
       const flags = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c++17", "-Wall", "-Wextra", "-Werror", `-I${GENERATED_INCLUDE}`];
-      return { sources, command: (out) => ["g++", ...flags, ...sources, "-o", out] };
+      // -z nodelete: dlclose() (bun:ffi's close, a backend's close) must never unmap this library. libgomp's
+      // worker threads outlive every parallel region, parked in code that belongs to it (the outlined
+      // regions, and libgomp itself, which this library keeps loaded); unmapping it under them crashed the
+      // process at exit (SIGSEGV after correct output, 19 runs in 20). OpenMP threads cannot be joined from
+      // outside, so the library stays mapped until the process ends, whoever closes it.
+      return { sources, command: (out) => ["g++", ...flags, ...sources, "-o", out, "-Wl,-z,nodelete"] };
     }
     case "emu": {
       const emuDir = join(CUDA_DIR, "emu");

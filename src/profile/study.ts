@@ -4,12 +4,15 @@
 import type { Backend } from "../backends/backend.ts";
 import type { Instrument, TimedStep } from "../backends/instrument.ts";
 import type { GPT2Weights } from "../model/weights.ts";
+import type { PeerSet } from "../peers/peer-set.ts";
 import type { PlanKind, PlanOp } from "../plan.ts";
+import { generate } from "../run/generate.ts";
 import { launchMode } from "../run/launch-modes.ts";
 import { cacheBytes } from "../run/model-buffers.ts";
 import { Session } from "../run/session.ts";
 import { summarize, type Stats } from "../stats.ts";
-import type { EndToEnd, MemoryReport, StepTrace, StudyMode } from "./types.ts";
+import type { PeerMeasurements } from "./peers-summary.ts";
+import type { EndToEnd, MemoryReport, PeerDispatchSplit, StepTrace, StudyMode } from "./types.ts";
 
 export interface StudyOptions {
   modes: StudyMode[];
@@ -25,6 +28,8 @@ export interface StudyOptions {
   e2e: { promptTokens: number; newTokens: number };
   seed: number;
   onProgress?: (done: number, total: number, what: string) => void;
+  /** a safe point between steps: the CLI yields to the event loop there and stops on a signal */
+  checkpoint?: () => Promise<void>;
 }
 
 export interface Measured {
@@ -45,7 +50,13 @@ export interface StudyResult {
   mismatched: number;
   endToEnd: EndToEnd[];
   memory: MemoryReport;
+  /** the peers' measurements, when the study ran with peers */
+  peers?: PeerMeasurements & { prompt: number[]; reference: number[] };
 }
+
+/** Tokens of the greedy agreement check between the project and its peers, from an 8-token prompt. */
+export const AGREEMENT_TOKENS = 20;
+export const AGREEMENT_PROMPT = 8;
 
 const nowMs = () => Bun.nanoseconds() / 1e6;
 
@@ -70,38 +81,52 @@ export class Study {
 
   /**
    * Two passes: every point is timed first, with tracing never switched on (CUPTI attached to the driver
-   * can slow launches); then every point is traced, its cache filled again. End-to-end runs come last.
+   * can slow launches); then every point is traced, its cache filled again. The peers (if any) are timed
+   * in the first pass beside the modes and checked token for token after the second; end-to-end runs come last.
    */
-  run(): StudyResult {
+  async run(peers?: PeerSet): Promise<StudyResult> {
     const memory = this.measureMemory();
     const total = studyUnits(this.opts);
     let done = 0;
-    const progress = (what: string) => this.opts.onProgress?.(done++, total, what);
-    const points = this.opts.contexts.flatMap((context) => this.orderedModes().map((mode) => ({ mode, context })));
-    const measured = points.map(({ mode, context }) => {
-      progress(`timing ${mode} @ ${context}`);
-      return this.timePoint(mode, context);
-    });
+    const progress = (what: string, units = 1) => {
+      this.opts.onProgress?.(done, total, what);
+      done += units;
+    };
+    const modes = this.orderedModes();
+    const points = this.opts.contexts.flatMap((context) => modes.map((mode) => ({ mode, context })));
+    const peerSamples = new Map<string, Map<number, number[]>>();
+    const peerTraces: PeerDispatchSplit[] = [];
+    const measured: Measured[] = [];
+    for (const context of this.opts.contexts) {
+      progress(`timing context ${context}: ${modes.join(", ")}${peers?.subjects.length ? ` and ${peers.subjects.length} peer subjects` : ""}`, modes.length);
+      measured.push(...(await this.timeContext(context, peers, peerSamples)));
+      const trace = this.opts.kernels && peers ? await peers.traceTorch() : null;
+      if (trace) peerTraces.push(trace);
+    }
     const traces: StepTrace[] = [];
     let dropped = 0;
     let mismatched = 0;
     if (this.opts.kernels && this.instrument.canTrace) {
-      points.forEach(({ mode, context }, i) => {
+      for (const [i, { mode, context }] of points.entries()) {
         progress(`tracing ${mode} @ ${context}`);
-        const t = this.tracePoint(mode, context);
+        await this.checkpoint();
+        const t = await this.tracePoint(mode, context);
         // a step whose records do not line up one-to-one with the plan would mislabel every op after the gap
         traces.push(...t.steps.filter((_, k) => !t.mismatchedSteps.includes(k)).map((step) => ({ mode, context, ...step })));
         dropped += t.dropped;
         mismatched += t.mismatchedSteps.length;
         measured[i]!.tracing_overhead = t.overhead;
-      });
+      }
     }
-    const endToEnd = this.opts.modes.map((mode) => {
+    const peerResult = peers ? await this.checkPeers(peers, peerSamples, peerTraces) : undefined;
+    const endToEnd: EndToEnd[] = [];
+    for (const mode of this.opts.modes) {
       progress(`end to end, ${mode}`);
-      return this.endToEnd(mode);
-    });
+      await this.checkpoint();
+      endToEnd.push(this.endToEnd(mode));
+    }
     this.opts.onProgress?.(total, total, "done");
-    return { measured, traces, dropped, mismatched, endToEnd, memory };
+    return { measured, traces, dropped, mismatched, endToEnd, memory, ...(peerResult ? { peers: peerResult } : {}) };
   }
 
   /** cached launch modes first, then the uncached baseline */
@@ -110,7 +135,7 @@ export class Study {
   }
 
   /** How a step in `mode` at `context` is issued, and what must be reset before each so the context stays put. */
-  private stepAt(mode: StudyMode, context: number): { run: () => void; before: () => void; ops: PlanOp[] } {
+  private stepAt(mode: StudyMode, context: number): { run: () => void; before: () => void; ops: PlanOp[]; rows: number } {
     const s = this.session;
     // the cache really holds `context` tokens: prefill them; every step then decodes at position `context`
     s.prefill(promptOf(context, s.config.vocab_size, this.opts.seed));
@@ -118,35 +143,74 @@ export class Study {
     if (mode === "uncached") {
       // the whole sequence of context + 1 tokens recomputed from position 0
       const step = s.step(context + 1);
-      return { run: () => step.runEager(), before: () => s.setPosition(0), ops: step.ops };
+      return { run: () => step.runEager(), before: () => s.setPosition(0), ops: step.ops, rows: context + 1 };
     }
     const step = s.step(1);
     const launch = launchMode(mode);
-    return { run: () => launch.run(step, 1), before: () => s.setPosition(context), ops: step.ops };
+    return { run: () => launch.run(step, 1), before: () => s.setPosition(context), ops: step.ops, rows: 1 };
   }
 
-  private timePoint(mode: StudyMode, context: number): Measured {
+  private checkpoint(): Promise<void> {
+    return this.opts.checkpoint?.() ?? Promise.resolve();
+  }
+
+  /**
+   * Every mode at one context, interleaved step by step with the peers' subjects: warm-up steps for each,
+   * then `repeats` rounds of one step per mode and per subject (A B C A B C …), so that drift on a shared
+   * machine hits all of them alike. The cache holds `context` tokens of the same prompt for every mode.
+   */
+  private async timeContext(context: number, peers: PeerSet | undefined, peerSamples: Map<string, Map<number, number[]>>): Promise<Measured[]> {
     const { repeats, warmup } = this.opts;
-    const { run, before } = this.stepAt(mode, context);
-    const timeOne = (): TimedStep => {
+    const modes = this.orderedModes();
+    const steps = modes.map((mode) => this.stepAt(mode, context));
+    // a safe point between steps, outside the timed region
+    const timeOne = async (i: number): Promise<TimedStep> => {
+      const { run, before } = steps[i]!;
+      await this.checkpoint();
       before();
       this.backend.synchronize();
       return this.instrument.time(run);
     };
-    for (let i = 0; i < warmup; i++) timeOne();
-    const samples = Array.from({ length: repeats }, timeOne);
-    return {
+    await peers?.fill(context);
+    const subjects = [...(peers?.subjects ?? [])];
+    for (let i = 0; i < modes.length; i++) for (let w = 0; w < warmup; w++) await timeOne(i);
+    for (const s of subjects) await peers!.time(s, 0, warmup);
+    const samples = modes.map((): TimedStep[] => []);
+    const peerMs = new Map(subjects.map((s) => [s.id, [] as number[]]));
+    for (let r = 0; r < repeats; r++) {
+      for (let i = 0; i < modes.length; i++) {
+        samples[i]!.push(await timeOne(i));
+        // the logits this mode's last step left: every mode shares the buffer, so each is checked in its turn
+        if (r === repeats - 1) this.session.checkLogits(`of the ${modes[i]} step at context ${context}`, steps[i]!.rows, steps[i]!.before);
+      }
+      for (const s of subjects) peerMs.get(s.id)!.push(...((await peers!.time(s, 1)) ?? []));
+    }
+    for (const [id, ms] of peerMs) {
+      if (!ms.length) continue;
+      if (!peerSamples.has(id)) peerSamples.set(id, new Map());
+      peerSamples.get(id)!.set(context, ms);
+    }
+    return modes.map((mode, i) => ({
       mode, context,
-      device_ms: summarize(samples.map((x) => x.deviceMs)),
-      host_ms: summarize(samples.map((x) => x.hostMs)),
-      issue_ms: summarize(samples.map((x) => x.issueMs)),
+      device_ms: summarize(samples[i]!.map((x) => x.deviceMs)),
+      host_ms: summarize(samples[i]!.map((x) => x.hostMs)),
+      issue_ms: summarize(samples[i]!.map((x) => x.issueMs)),
       tracing_overhead: null,
-    };
+    }));
   }
 
-  private tracePoint(mode: StudyMode, context: number) {
+  /** The project's greedy tokens for the agreement prompt, and every peer subject's. */
+  private async checkPeers(peers: PeerSet, samples: Map<string, Map<number, number[]>>, traces: PeerDispatchSplit[]): Promise<NonNullable<StudyResult["peers"]>> {
+    const prompt = promptOf(AGREEMENT_PROMPT, this.session.config.vocab_size, this.opts.seed);
+    const reference = generate(this.session, { prompt, maxNewTokens: AGREEMENT_TOKENS, cache: true, mode: launchMode("eager") }).generatedIds;
+    const generated = await peers.generate(prompt, AGREEMENT_TOKENS);
+    return { subjects: [...peers.subjects], samples, traces, generated, skipped: [...peers.skipped], prompt, reference };
+  }
+
+  private async tracePoint(mode: StudyMode, context: number) {
     const { run, before, ops } = this.stepAt(mode, context);
     for (let i = 0; i < this.opts.warmup; i++) {
+      await this.checkpoint();
       before();
       run();
     }
@@ -179,6 +243,8 @@ export class Study {
     }
     s.backend.synchronize();
     const total_ms = nowMs() - t0;
+    const last = mode === "uncached" ? { rows: promptTokens + newTokens - 1, at: 0 } : newTokens > 1 ? { rows: 1, at: promptTokens + newTokens - 2 } : { rows: promptTokens, at: 0 };
+    s.checkLogits(`of the last ${mode} step end to end`, last.rows, () => s.setPosition(last.at));
     if (s.position() !== promptTokens + newTokens - 1) {
       throw new Error(`end-to-end ${mode}: the position ended at ${s.position()}, not ${promptTokens + newTokens - 1}`);
     }
