@@ -1,5 +1,5 @@
 // Builds the native libraries when missing or stale (a stamp holds a hash of sources, flags and compiler).
-//   cpu  — the CPU backend: the CPU twins cuda/*.cpp + the shared op table, g++ with OpenMP
+//   cpu  — the CPU backend: the CPU twins cuda/*.cpp + the shared op table, g++ (its own thread pool; OpenMP only for simd)
 //   cuda — the CUDA backend: cuda/*.cu kernels + runtime, nvcc for sm_90 plus PTX (other GPUs JIT)
 //   emu  — the same .cu sources compiled by g++ against cuda/emu/cuda_emu.h: the kernels' code on the CPU
 //   cupti — the CUPTI tracer, its own library so the CUDA one loads without CUPTI
@@ -43,7 +43,7 @@ function recipe(target: Target): Recipe {
   switch (target) {
     case "cpu": {
       const sources = [...cpuTwins(), plan, join(CUDA_DIR, "cpu_runtime.cpp")];
-      const flags = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c++17", "-Wall", "-Wextra", "-Werror"];
+      const flags = ["-O3", "-march=native", "-fopenmp-simd", "-fPIC", "-shared", "-std=c++17", "-Wall", "-Wextra", "-Werror"];
       return { sources, command: (out) => ["g++", ...flags, ...sources, "-o", out] };
     }
     case "emu": {
