@@ -6,8 +6,7 @@
 // result does not depend on which thread ran which range.
 // Many queries (prefill, the uncached step): compute-bound, flash-attention style. A chunk owns one head
 // and a block of queries; it walks the visible keys a block at a time, scores them with the micro-kernel
-// (cpu_math.h) against the block's keys packed transposed, folds them into a running softmax per query,
-// and adds P @ V with the micro-kernel again.
+// (cpu_math.h), folds them into a running softmax per query, and adds P @ V with the micro-kernel again.
 #include <math.h>
 #include <string.h>
 
@@ -34,9 +33,9 @@ extern "C" size_t op_attention_scratch_bytes(int, int, int, int) { return 0; }
 namespace {
 
 constexpr int kKeysPerRange = 32;                 // one query: 192 KB of K and V rows per chunk at C = 768
-constexpr int kQueryBlock = 8 * kTileRows;        // many queries: query rows per chunk
-constexpr int kKeyBlock = 64;                     // many queries: keys scored at a time (a multiple of kTileCols)
-static_assert(kKeyBlock % kTileCols == 0, "key blocks are whole micro-tile panels");
+constexpr int kQueryBlock = 64;                   // many queries: queries per chunk (a multiple of kTileCols)
+constexpr int kKeyBlock = 64;                     // many queries: keys scored at a time
+static_assert(kQueryBlock % kTileCols == 0, "a query block is whole micro-tile panels");
 
 // Keys that query t (absolute position pos + t) attends to: cache rows [0, visible_keys).
 int visible_keys(int pos, int t, int max_ctx) {
@@ -70,7 +69,7 @@ void attend_key_range(float* slots, float* scores, const float* q, const float* 
     float* s = scores + h * n;
     float* slot = slots + (size_t)h * slot_floats(hs);
     float max_score = -INFINITY;
-    for (int j = 0; j < n; j++) max_score = fmaxf(max_score, s[j]);
+    for (int j = 0; j < n; j++) max_score = max_of(max_score, s[j]);
     float total = 0.0f;
 #pragma omp simd reduction(+ : total)
     for (int j = 0; j < n; j++) {
@@ -98,7 +97,7 @@ void merge_ranges(float* out, const float* slots, int ranges, int C, int n_head)
   const size_t range_floats = (size_t)n_head * slot_floats(hs);
   for (int h = 0; h < n_head; h++) {
     float max_score = -INFINITY;
-    for (int r = 0; r < ranges; r++) max_score = fmaxf(max_score, slots[r * range_floats + h * slot_floats(hs)]);
+    for (int r = 0; r < ranges; r++) max_score = max_of(max_score, slots[r * range_floats + h * slot_floats(hs)]);
     float* y = out + h * hs;
     float total = 0.0f;
     memset(y, 0, sizeof(float) * hs);
@@ -135,96 +134,107 @@ void attend_one_query(float* out, const float* q, const float* k_cache, const fl
   merge_ranges(out, all, ranges, C, n_head);
 }
 
-// ---- Many queries: blocks of queries × one head -----------------------------------------------------------
+// ---- Many queries: one head × a block of queries -----------------------------------------------------------
+//
+// Transposed, so that nothing is repacked per key block and the softmax runs along contiguous queries:
+//   scores^T (n keys, queries) = K[keys, head] (n, hs) @ q^T (hs, queries)    K rows as they lie in the cache
+//   acc^T (hs, queries)       += V[keys, head]^T (hs, n) @ p^T (n, queries)   V read down its columns
 
 // The per-thread buffers of one (head, query block) chunk.
 struct QueryBlockScratch {
-  std::vector<float> scores;     // (kQueryBlock, kKeyBlock): scores, then probabilities in place
-  std::vector<float> acc;        // (kQueryBlock, hs_padded): Σ p v, unnormalised
-  std::vector<float> max_score;  // (kQueryBlock)
-  std::vector<float> total;      // (kQueryBlock)
-  std::vector<float> keys_t;     // kKeyBlock / kTileCols panels of (hs, kTileCols): the key block transposed
-  std::vector<float> values;     // hs_padded / kTileCols panels of (kKeyBlock, kTileCols)
-  void size_for(int hs_padded, int hs) {
-    scores.resize((size_t)kQueryBlock * kKeyBlock);
-    acc.resize((size_t)kQueryBlock * hs_padded);
-    max_score.resize(kQueryBlock);
-    total.resize(kQueryBlock);
-    keys_t.resize((size_t)hs * kKeyBlock);
-    values.resize((size_t)kKeyBlock * hs_padded);
+  std::vector<float> q_t;        // (hs, kQueryBlock): the block's queries, transposed; zero past the last
+  std::vector<float> scores_t;   // (kKeyBlock, kQueryBlock): scores, then probabilities, transposed
+  std::vector<float> acc_t;      // (hs, kQueryBlock): Σ p v, unnormalised, transposed
+  std::vector<float> max_score;  // (kQueryBlock) running max of each query's scaled scores
+  std::vector<float> total;      // (kQueryBlock) running Σ e^(score - max)
+  std::vector<float> rescale;    // (kQueryBlock) e^(old max - new max) of the current key block
+  std::vector<int> visible;      // (kQueryBlock) keys each query sees (0 past the block's last query)
+  void reset(int hs) {
+    q_t.assign((size_t)hs * kQueryBlock, 0.0f);
+    scores_t.resize((size_t)kKeyBlock * kQueryBlock);
+    acc_t.assign((size_t)hs * kQueryBlock, 0.0f);
+    max_score.assign(kQueryBlock, -INFINITY);
+    total.assign(kQueryBlock, 0.0f);
+    rescale.resize(kQueryBlock);
+    visible.assign(kQueryBlock, 0);
   }
 };
 
-// Folds one block of scores (rows × n keys starting at key kb0) into the running softmax of each query row:
-// scores become probabilities e^(s·scale - new max) (0 past the row's visible keys), acc and total rescale.
-void fold_scores(QueryBlockScratch& w, int rows, int n, int kb0, int pos, int t0, int max_ctx, int hs_padded, float scale) {
-  for (int r = 0; r < rows; r++) {
-    float* s = w.scores.data() + (size_t)r * kKeyBlock;
-    const int visible = std::clamp(visible_keys(pos, t0 + r, max_ctx) - kb0, 0, n);
-    float block_max = -INFINITY;
-    for (int j = 0; j < visible; j++) block_max = fmaxf(block_max, s[j] * scale);
-    const float new_max = fmaxf(w.max_score[r], block_max);
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < visible; j++) {
-      s[j] = exp_approx(s[j] * scale - new_max);
-      sum += s[j];
-    }
-    for (int j = visible; j < kKeyBlock; j++) s[j] = 0.0f;
-    if (new_max == w.max_score[r]) {
-      w.total[r] += sum;
-      continue;
-    }
-    const float rescale = w.max_score[r] == -INFINITY ? 0.0f : expf(w.max_score[r] - new_max);
-    w.total[r] = w.total[r] * rescale + sum;
-    w.max_score[r] = new_max;
-    float* a = w.acc.data() + (size_t)r * hs_padded;
+// Folds n keys' scores (starting at key kb0) into every query's running softmax: masked scores are -inf,
+// probabilities e^(s · scale - new max) (0 where masked) replace them, and total and acc_t are rescaled.
+void fold_scores(QueryBlockScratch& w, int n, int kb0, int hs, float scale) {
+  float* s = w.scores_t.data();
+  const int* visible = w.visible.data();
+  alignas(64) float block_max[kQueryBlock];
+  for (int q = 0; q < kQueryBlock; q++) block_max[q] = -INFINITY;
+  for (int j = 0; j < n; j++) {
+    float* row = s + (size_t)j * kQueryBlock;
 #pragma omp simd
-    for (int d = 0; d < hs_padded; d++) a[d] *= rescale;
+    for (int q = 0; q < kQueryBlock; q++) {
+      row[q] = kb0 + j < visible[q] ? row[q] * scale : -INFINITY;
+      block_max[q] = max_of(block_max[q], row[q]);
+    }
+  }
+  float* max_score = w.max_score.data();
+  float* rescale = w.rescale.data();
+#pragma omp simd
+  for (int q = 0; q < kQueryBlock; q++) {
+    const float new_max = max_of(max_score[q], block_max[q]);
+    rescale[q] = max_score[q] == new_max ? 1.0f : exp_approx(max_score[q] - new_max);  // e^-inf: 0 on the first keys
+    max_score[q] = new_max;
+  }
+  alignas(64) float block_total[kQueryBlock] = {};
+  for (int j = 0; j < n; j++) {
+    float* row = s + (size_t)j * kQueryBlock;
+#pragma omp simd
+    for (int q = 0; q < kQueryBlock; q++) {
+      row[q] = row[q] == -INFINITY ? 0.0f : exp_approx(row[q] - max_score[q]);
+      block_total[q] += row[q];
+    }
+  }
+  float* total = w.total.data();
+#pragma omp simd
+  for (int q = 0; q < kQueryBlock; q++) total[q] = total[q] * rescale[q] + block_total[q];
+  for (int d = 0; d < hs; d++) {
+    float* acc = w.acc_t.data() + (size_t)d * kQueryBlock;
+#pragma omp simd
+    for (int q = 0; q < kQueryBlock; q++) acc[q] *= rescale[q];
   }
 }
 
-// out rows [t0, t1), head h: queries from qkv (T, 3C) against cache rows [0, visible_keys(t1 - 1)).
+// out rows [t0, t1) (at most kQueryBlock), head h: queries from qkv (T, 3C) against cache rows [0, visible_keys(t1 - 1)).
 void attend_query_block(float* out, const float* qkv, const float* k_cache, const float* v_cache, int pos, int t0, int t1,
                         int h, int C, int n_head, int max_ctx) {
-  const int hs = C / n_head;
-  const int hs_padded = (hs + kTileCols - 1) / kTileCols * kTileCols;
+  const int hs = C / n_head, queries = t1 - t0;
   const float scale = 1.0f / sqrtf((float)hs);
-  const int rows = t1 - t0;
   static thread_local QueryBlockScratch w;
-  w.size_for(hs_padded, hs);
-  std::fill(w.max_score.begin(), w.max_score.end(), -INFINITY);
-  std::fill(w.total.begin(), w.total.end(), 0.0f);
-  std::fill(w.acc.begin(), w.acc.end(), 0.0f);
-  const float* q = qkv + (size_t)t0 * 3 * C + h * hs;
+  w.reset(hs);
+  for (int q = 0; q < queries; q++) {
+    const float* row = qkv + (size_t)(t0 + q) * 3 * C + h * hs;
+    for (int d = 0; d < hs; d++) w.q_t[(size_t)d * kQueryBlock + q] = row[d];
+    w.visible[q] = visible_keys(pos, t0 + q, max_ctx);
+  }
   const int keys = visible_keys(pos, t1 - 1, max_ctx);
+  const float* k_head = k_cache + h * hs;
+  const float* v_head = v_cache + h * hs;
   for (int kb0 = 0; kb0 < keys; kb0 += kKeyBlock) {
     const int n = std::min(kKeyBlock, keys - kb0);
-    // scores (rows, kKeyBlock) = q (rows, hs) @ K[kb0 : kb0 + n, head h]^T
-    for (int p = 0; p * kTileCols < kKeyBlock; p++)
-      pack_panel_transposed(w.keys_t.data() + (size_t)p * hs * kTileCols, k_cache + (size_t)(kb0 + p * kTileCols) * C + h * hs, C,
-                            hs, std::clamp(n - p * kTileCols, 0, kTileCols));
-    for (int r0 = 0; r0 < rows; r0 += kTileRows)
-      for (int p = 0; p * kTileCols < kKeyBlock; p++)
-        tile_multiply_rows(std::min(kTileRows, rows - r0), hs, q + (size_t)r0 * 3 * C, 3 * C, w.keys_t.data() + (size_t)p * hs * kTileCols,
-                           w.scores.data() + (size_t)r0 * kKeyBlock + p * kTileCols, kKeyBlock, TileOut::kStore, nullptr);
-    fold_scores(w, rows, n, kb0, pos, t0, max_ctx, hs_padded, scale);
-    // acc (rows, hs) += p (rows, n) @ V[kb0 : kb0 + n, head h]
-    for (int p = 0; p * kTileCols < hs_padded; p++)
-      pack_panel(w.values.data() + (size_t)p * kKeyBlock * kTileCols, v_cache + (size_t)kb0 * C + h * hs + p * kTileCols, C, n,
-                 std::min(kTileCols, hs - p * kTileCols));
-    for (int r0 = 0; r0 < rows; r0 += kTileRows)
-      for (int p = 0; p * kTileCols < hs_padded; p++)
-        tile_multiply_rows(std::min(kTileRows, rows - r0), n, w.scores.data() + (size_t)r0 * kKeyBlock, kKeyBlock,
-                           w.values.data() + (size_t)p * kKeyBlock * kTileCols, w.acc.data() + (size_t)r0 * hs_padded + p * kTileCols,
-                           hs_padded, TileOut::kAdd, nullptr);
+    const StridedA k_rows{k_head + (size_t)kb0 * C, (size_t)C, 1};  // (n, hs)
+    const StridedA v_cols{v_head + (size_t)kb0 * C, 1, (size_t)C};  // (hs, n)
+    for (int panel = 0; panel < kQueryBlock; panel += kTileCols)
+      for (int r0 = 0; r0 < n; r0 += kTileRows)
+        tile_multiply_rows(std::min(kTileRows, n - r0), hs, k_rows.rows_from(r0), w.q_t.data() + panel, kQueryBlock,
+                           w.scores_t.data() + (size_t)r0 * kQueryBlock + panel, kQueryBlock, TileOut::kStore, nullptr);
+    fold_scores(w, n, kb0, hs, scale);
+    for (int panel = 0; panel < kQueryBlock; panel += kTileCols)
+      for (int r0 = 0; r0 < hs; r0 += kTileRows)
+        tile_multiply_rows(std::min(kTileRows, hs - r0), n, v_cols.rows_from(r0), w.scores_t.data() + panel, kQueryBlock,
+                           w.acc_t.data() + (size_t)r0 * kQueryBlock + panel, kQueryBlock, TileOut::kAdd, nullptr);
   }
-  for (int r = 0; r < rows; r++) {
-    float* y = out + (size_t)(t0 + r) * C + h * hs;
-    const float* a = w.acc.data() + (size_t)r * hs_padded;
-    const float inv = 1.0f / w.total[r];
-#pragma omp simd
-    for (int d = 0; d < hs; d++) y[d] = a[d] * inv;
+  for (int q = 0; q < queries; q++) {
+    float* y = out + (size_t)(t0 + q) * C + h * hs;
+    const float inv = 1.0f / w.total[q];
+    for (int d = 0; d < hs; d++) y[d] = w.acc_t[(size_t)d * kQueryBlock + q] * inv;
   }
 }
 

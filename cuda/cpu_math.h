@@ -9,6 +9,10 @@
 
 #include <math.h>
 
+// Internal linkage throughout: each CPU twin gets its own copies, called directly (not through the PLT,
+// as a shared library's template instantiations with default visibility would be).
+namespace {
+
 #if defined(__AVX512F__)
 constexpr int kVecFloats = 16;  // 32 zmm registers: a 6 × 64 tile keeps 24 accumulators, 4 B vectors and a broadcast
 constexpr int kTileRows = 6;
@@ -40,11 +44,15 @@ constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;  // ln 2 split 
 constexpr float kExpClamp = 88.0f;                                 // e^88 is near FLT_MAX
 }  // namespace cpu_math_detail
 
+// max and min as comparisons: one vmaxps / vminps in a vectorised loop (fmaxf's NaN rules make GCC call libm)
+inline float max_of(float a, float b) { return a > b ? a : b; }
+inline float min_of(float a, float b) { return a < b ? a : b; }
+
 // e^x for |x| <= 88 (clamped outside) without a libm call (glibc's expf and tanhf do not vectorise):
 // 2^n · p(r), r in [-ln2/2, ln2/2], p the degree-6 Taylor/Cephes polynomial; relative error ~1e-7.
 inline float exp_approx(float x) {
   using namespace cpu_math_detail;
-  x = fminf(fmaxf(x, -kExpClamp), kExpClamp);
+  x = min_of(max_of(x, -kExpClamp), kExpClamp);
   const float n = nearbyintf(x * kLog2e);
   const float r = (x - n * kLn2Hi) - n * kLn2Lo;
   float p = 1.9875691500e-4f;
@@ -60,24 +68,32 @@ inline float exp_approx(float x) {
 // ---- The micro-kernel ------------------------------------------------------------------------------------
 //
 // c (rows × kTileCols) = a (rows × k) @ b (k × kTileCols), then stored, stored plus a bias row, or added to c.
-//   a: rows of stride lda, read one float at a time and broadcast (no packing: its rows stay in L1/L2)
-//   b: a packed panel, k rows of kTileCols contiguous floats (pack_panel)
+//   a: element (r, p) at a.data[r · a.row_stride + p · a.col_stride], read one float at a time and broadcast
+//      (no packing: a matrix's rows with col_stride 1, or its columns with row_stride 1)
+//   b: k rows of kTileCols contiguous floats, row stride ldb (a packed panel: ldb = kTileCols)
 // Per step of k: kTileVecs vector loads of b, `rows` broadcasts of a, rows × kTileVecs FMAs into accumulators
 // that stay in registers for the whole k loop.
+
+struct StridedA {
+  const float* data;
+  size_t row_stride;
+  size_t col_stride;
+  StridedA rows_from(int r) const { return {data + r * row_stride, row_stride, col_stride}; }
+};
 
 enum class TileOut { kStore, kStoreBias, kAdd };
 
 template <int Rows>
-inline void tile_multiply(int k, const float* a, size_t lda, const float* b, float* c, size_t ldc, TileOut out,
-                          const float* bias) {
+inline void tile_multiply(int k, StridedA a, const float* b, size_t ldb, float* c, size_t ldc, TileOut out, const float* bias) {
   vecf acc[Rows][kTileVecs] = {};
-  for (int p = 0; p < k; p++) {
+  const float* a_col = a.data;
+  for (int p = 0; p < k; p++, a_col += a.col_stride) {
     vecf bv[kTileVecs];
 #pragma GCC unroll 8
-    for (int v = 0; v < kTileVecs; v++) bv[v] = load_vec(b + (size_t)p * kTileCols + v * kVecFloats);
+    for (int v = 0; v < kTileVecs; v++) bv[v] = load_vec(b + (size_t)p * ldb + v * kVecFloats);
 #pragma GCC unroll 8
     for (int r = 0; r < Rows; r++) {
-      const vecf av = splat(a[r * lda + p]);
+      const vecf av = splat(a_col[r * a.row_stride]);
 #pragma GCC unroll 8
       for (int v = 0; v < kTileVecs; v++) acc[r][v] += av * bv[v];
     }
@@ -96,12 +112,12 @@ inline void tile_multiply(int k, const float* a, size_t lda, const float* b, flo
 
 // tile_multiply for any rows in 1..kTileRows (the last row block of a matrix).
 template <int Rows = kTileRows>
-inline void tile_multiply_rows(int rows, int k, const float* a, size_t lda, const float* b, float* c, size_t ldc,
-                               TileOut out, const float* bias) {
+inline void tile_multiply_rows(int rows, int k, StridedA a, const float* b, size_t ldb, float* c, size_t ldc, TileOut out,
+                               const float* bias) {
   if constexpr (Rows > 1) {
-    if (rows < Rows) return tile_multiply_rows<Rows - 1>(rows, k, a, lda, b, c, ldc, out, bias);
+    if (rows < Rows) return tile_multiply_rows<Rows - 1>(rows, k, a, b, ldb, c, ldc, out, bias);
   }
-  tile_multiply<Rows>(k, a, lda, b, c, ldc, out, bias);
+  tile_multiply<Rows>(k, a, b, ldb, c, ldc, out, bias);
 }
 
 // panel (k × kTileCols) = src[0:k, 0:cols] (row stride ld), columns past `cols` zero.
@@ -118,10 +134,4 @@ inline void pack_panel(float* panel, const float* src, size_t ld, int k, int col
   }
 }
 
-// panel (k × kTileCols) = src[0:cols, 0:k]^T (src rows of stride ld), columns past `cols` zero.
-inline void pack_panel_transposed(float* panel, const float* src, size_t ld, int k, int cols) {
-  for (int j = 0; j < kTileCols; j++) {
-    const float* row = src + (size_t)j * ld;
-    for (int p = 0; p < k; p++) panel[(size_t)p * kTileCols + j] = j < cols ? row[p] : 0.0f;
-  }
-}
+}  // namespace

@@ -92,7 +92,7 @@ void edge_tile(float* out, int OC, const float* a, int C, const float* panel, in
   if (op == TileOut::kAdd)
     for (int r = 0; r < rows; r++) memcpy(tile + r * kTileCols, out + (size_t)r * OC, sizeof(float) * cols);
   if (op == TileOut::kStoreBias) memcpy(bias_row, bias, sizeof(float) * cols);
-  tile_multiply_rows(rows, kc, a, C, panel, tile, kTileCols, op, bias_row);
+  tile_multiply_rows(rows, kc, {a, (size_t)C, 1}, panel, kTileCols, tile, kTileCols, op, bias_row);
   for (int r = 0; r < rows; r++) memcpy(out + (size_t)r * OC, tile + r * kTileCols, sizeof(float) * cols);
 }
 
@@ -109,7 +109,7 @@ void linear_column_panel(float* out, const float* inp, const float* weight, cons
       const float* a = inp + (size_t)t0 * C + k0;
       float* c = out + (size_t)t0 * OC + j0;
       if (cols == kTileCols)
-        tile_multiply_rows(rows, kc, a, C, panel, c, OC, op, bias + j0);
+        tile_multiply_rows(rows, kc, {a, (size_t)C, 1}, panel, kTileCols, c, OC, op, bias + j0);
       else
         edge_tile(c, OC, a, C, panel, rows, kc, cols, op, bias + j0);
     }
