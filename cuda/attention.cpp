@@ -249,12 +249,13 @@ extern "C" void op_attention(float* out, float*, const float* qkv, const float* 
     attend_one_query(out, qkv, k_cache, v_cache, visible_keys(pos, 0, max_ctx), C, n_head);
     return;
   }
-  // chunks in decreasing work: the last query block (most keys) first, so the tail is short
+  // chunks head by head, so that a head's K and V columns stay in L2 across its query blocks; within a
+  // head the last block (most keys) first, so that the op ends on the cheapest chunks
   const int blocks = (T + kQueryBlock - 1) / kQueryBlock;
   const long work = (long)C * ((long)T * pos + (long)T * T / 2);
   parallel_range((long)blocks * n_head, 1, work, [&](long c0, long c1) {
     for (long c = c0; c < c1; c++) {
-      const int block = blocks - 1 - (int)(c / n_head), h = (int)(c % n_head);
+      const int h = (int)(c / blocks), block = blocks - 1 - (int)(c % blocks);
       const int t0 = block * kQueryBlock;
       attend_query_block(out, qkv, k_cache, v_cache, pos, t0, std::min(T, t0 + kQueryBlock), h, C, n_head, max_ctx);
     }

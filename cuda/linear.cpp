@@ -22,7 +22,7 @@ constexpr int kRowsPerPass = 8;            // weight rows folded into a partial 
 constexpr long kPartialFloats = 1L << 16;  // the partials of one call (256 KB) stay in L2
 constexpr int kMaxBands = 16;              // ~0.5 MB of weights per band for GPT-2 small's matvecs
 constexpr int kMinBands = 4;               // enough to share between threads when T × OC is large
-constexpr int kDepthBlock = 256;           // weight rows per packed panel: 64 KB at 64 columns (AVX-512)
+constexpr int kDepthBlock = 384;           // weight rows per packed panel: 96 KB at 64 columns (AVX-512), in L2
 
 int ceil_div(long a, long b) { return (int)((a + b - 1) / b); }
 

@@ -8,8 +8,11 @@ import type { LaunchMode } from "../profile/types.ts";
 import type { EncodedPlan } from "../plan.ts";
 import type { MemoryInfo, RecordedStep } from "./backend.ts";
 
-const PAGE_BYTES = 4096;
 import { NativeBackend, openLibrary } from "./native.ts";
+
+const PAGE_BYTES = 4096;
+/** Passes of cpu_measure_fp32_peak (~2 ms each): on a shared machine only a pass every thread ran undisturbed counts. */
+export const FP32_PEAK_PASSES = 20;
 
 /** cpu_runtime.h as called from TypeScript */
 interface CpuSymbols {
@@ -107,7 +110,7 @@ export class CpuBackend extends NativeBackend {
     return this.cpu.cpu_measure_read_bandwidth(bytes, iters);
   }
 
-  measureFp32Peak(iters: number): number {
-    return this.cpu.cpu_measure_fp32_peak(iters);
+  measureFp32Peak(passes = FP32_PEAK_PASSES): number {
+    return this.cpu.cpu_measure_fp32_peak(passes);
   }
 }
