@@ -114,6 +114,25 @@ function launchVerdict(points: StudyPoint[], launch: LaunchFloor, opsOf: (mode: 
   ];
 }
 
+/**
+ * How far the uncached baseline is from the compute peak, at the largest context it was measured: the cache's
+ * speed-up is only as meaningful as the baseline it is set against.
+ */
+export function uncachedBaselineVerdict(points: StudyPoint[], peaks: Peaks): string[] {
+  const uncached = points.filter((p) => p.mode === "uncached");
+  if (!uncached.length) return [];
+  const p = uncached.reduce((a, b) => (b.context > a.context ? b : a));
+  const cached = points.filter((q) => q.mode !== "uncached" && q.context === p.context).map((q) => q.device_ms.median);
+  const atPeakMs = (p.work.flops / peaks.flops_per_s) * 1e3;
+  const bound = cached.length
+    ? `; at that peak it would take ${atPeakMs.toFixed(2)} ms, ${(atPeakMs / Math.min(...cached)).toFixed(1)}× the fastest cached step`
+    : "";
+  return [
+    `The uncached baseline at context ${p.context} achieves ${(p.achieved.flops_per_s / 1e9).toFixed(1)} GFLOP/s, ` +
+      `${(100 * p.achieved.flops_share).toFixed(0)}% of the measured fp32 peak (${(peaks.flops_per_s / 1e9).toFixed(1)} GFLOP/s)${bound}.`,
+  ];
+}
+
 /** Verdict sentences at the largest context every traced mode reached, then the seed question per context. */
 function verdicts(points: StudyPoint[], traces: StepTrace[], seed: SeedRow[]): string[] {
   const traced = points.filter((p) => p.split);
@@ -189,6 +208,6 @@ export function buildSummary(args: {
       dropped_records: result.dropped,
       note: `${args.instrument.tracingNote}${result.mismatched ? `; ${result.mismatched} traced steps did not line up one-to-one with the plan` : ""}`,
     },
-    verdicts: [...verdicts(points, result.traces, seed), ...launchVerdict(points, launch, opsOf)],
+    verdicts: [...verdicts(points, result.traces, seed), ...uncachedBaselineVerdict(points, peaks), ...launchVerdict(points, launch, opsOf)],
   };
 }
