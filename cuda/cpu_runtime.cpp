@@ -128,8 +128,13 @@ int cpus_available() {
 
 // A job is published as a generation number; its chunks are claimed through `ticket_` = (generation << 32)
 // | next chunk, so a worker that wakes late can never claim a chunk of a newer job with an older job's
-// function. The caller writes the job's fields only after every chunk of the previous job has finished.
+// function. The job's fields change like a seqlock's data: the caller first closes the ticket (a chunk
+// index past any job's end), then writes the fields, then opens the new ticket; a claimer reads the fields
+// between loading the ticket and its compare-and-swap, so it either saw the fields its ticket goes with or
+// its swap fails.
 class Pool {
+  static constexpr uint32_t kClosed = 0xffffffffu;  // a ticket's chunk index while its job's fields change
+
  public:
   explicit Pool(int threads) : threads_(threads) {}
   ~Pool() { stop_workers(); }
@@ -148,6 +153,8 @@ class Pool {
     }
     start_workers();
     const uint32_t generation = generation_.load(std::memory_order_relaxed) + 1;
+    ticket_.store(((uint64_t)generation << 32) | kClosed, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);  // the close is seen by whoever sees the new fields
     fn_.store(fn, std::memory_order_relaxed);
     body_.store(body, std::memory_order_relaxed);
     chunks_.store(chunks, std::memory_order_relaxed);
@@ -169,7 +176,8 @@ class Pool {
       const int chunks = chunks_.load(std::memory_order_relaxed);
       const ChunkFn fn = fn_.load(std::memory_order_relaxed);
       const void* body = body_.load(std::memory_order_relaxed);
-      if ((int)chunk >= chunks) return;
+      std::atomic_thread_fence(std::memory_order_acquire);  // newer fields read above make the swap below fail
+      if (chunk >= (uint32_t)chunks) return;
       // Success means the chunk was unclaimed, so the job (and the fields just read) was still this one.
       if (!ticket_.compare_exchange_weak(ticket, ticket + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
       fn(body, (int)chunk);
@@ -223,6 +231,23 @@ Pool g_pool(cpus_available());
 }  // namespace
 
 void run_chunks(int chunks, ChunkFn fn, const void* body) { g_pool.run(chunks, fn, body); }
+
+extern "C" int cpu_pool_check(int jobs) {
+  constexpr int kMaxChunks = 64;
+  std::atomic<int> runs[kMaxChunks];
+  int failures = 0;
+  for (int job = 0; job < jobs; job++) {
+    const int chunks = 1 + job % kMaxChunks;
+    for (int c = 0; c < chunks; c++) runs[c].store(0, std::memory_order_relaxed);
+    parallel_chunks(chunks, [&](int c) {
+      for (volatile int spin = 0; spin < 2000 + (job * 7 + c) % 2000; spin = spin + 1) {  // a few microseconds
+      }
+      runs[c].fetch_add(1, std::memory_order_relaxed);
+    });
+    for (int c = 0; c < chunks; c++) failures += runs[c].load(std::memory_order_relaxed) != 1;
+  }
+  return failures;
+}
 
 OpTimer::OpTimer(OpCode op) : op_(op), start_ns_(g_prof_on ? now_ns() : 0) {}
 

@@ -25,6 +25,10 @@ typedef struct ProfRecord {
 double cpu_measure_read_bandwidth(uint64_t bytes, int iters);
 double cpu_measure_fp32_peak(int iters);
 
+// Runs `jobs` jobs of 1..64 chunks of uneven length through the thread pool; returns how many chunks did not
+// run exactly once by the time their job returned (0 when the pool is right).
+int cpu_pool_check(int jobs);
+
 void prof_enable(int on);
 void prof_reset(void);
 int prof_count(void);

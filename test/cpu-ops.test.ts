@@ -49,6 +49,21 @@ function checkAttention(b: CpuBackend, on: DeviceArena, T: number, pos: number, 
   expect(maxRelativeError(on.floats(out), attentionRef(qkv, 3 * C, kHost, vHost, pos, T, C, H))).toBeLessThan(TOLERANCE);
 }
 
+describe("the CPU library's thread pool", () => {
+  test("every chunk of 5,000 back-to-back jobs of 1..64 uneven chunks runs exactly once before its job returns", () => {
+    expect(backend.cpu.cpu_pool_check(5_000)).toBe(0);
+  });
+
+  test("the same with one thread (the caller alone) and after resizing back", () => {
+    const threads = backend.threads;
+    backend.cpu.cpu_set_threads(1);
+    expect(backend.cpu.cpu_pool_check(500)).toBe(0);
+    backend.cpu.cpu_set_threads(Math.max(2, threads));
+    expect(backend.cpu.cpu_pool_check(500)).toBe(0);
+    backend.cpu.cpu_set_threads(threads);
+  });
+});
+
 describe("CPU ops vs TypeScript reference", () => {
   test.each([[1, 768], [5, 128], [3, 1600]])("layernorm T=%d C=%d", (T, C) => {
     const inp = randomFloats(T * C, seed + C, 3), w = randomFloats(C, seed + 1), b = randomFloats(C, seed + 2);

@@ -21,6 +21,7 @@ interface CpuSymbols {
   cpu_set_threads(n: number): void;
   cpu_measure_read_bandwidth(bytes: number, iters: number): number;
   cpu_measure_fp32_peak(iters: number): number;
+  cpu_pool_check(jobs: number): number;
   prof_enable(on: number): void;
   prof_reset(): void;
   prof_count(): number;
