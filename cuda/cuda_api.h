@@ -11,33 +11,22 @@
 extern "C" {
 #endif
 
-// Device description, naturally aligned with no padding (304 bytes), read field by field from TypeScript:
-//   offset   0  name[256]                 NUL-terminated
-//   offset 256  cc_major, 260 cc_minor    compute capability
-//   offset 264  sm_count                  multiprocessors
-//   offset 268  sm_clock_khz              peak SM clock
-//   offset 272  total_mem_bytes (u64)
-//   offset 280  mem_clock_khz             peak memory clock
-//   offset 284  mem_bus_width_bits
-//   offset 288  l2_bytes
-//   offset 292  max_smem_per_block_optin  bytes
-//   offset 296  driver_version            e.g. 13000 = 13.0
-//   offset 300  runtime_version
+// Device description, naturally aligned with no padding, read field by field from TypeScript at the offsets
+// of CU_DEVICE_INFO (src/native/cuda-symbols.ts; test/abi-layout.test.ts checks them against offsetof).
 typedef struct CuDeviceInfo {
-  char name[256];
-  int32_t cc_major;
+  char name[256];                    // NUL-terminated
+  int32_t cc_major;                  // compute capability
   int32_t cc_minor;
-  int32_t sm_count;
-  int32_t sm_clock_khz;
+  int32_t sm_count;                  // multiprocessors
+  int32_t sm_clock_khz;              // peak SM clock
   uint64_t total_mem_bytes;
-  int32_t mem_clock_khz;
+  int32_t mem_clock_khz;             // peak memory clock
   int32_t mem_bus_width_bits;
   int32_t l2_bytes;
-  int32_t max_smem_per_block_optin;
-  int32_t driver_version;
+  int32_t max_smem_per_block_optin;  // bytes
+  int32_t driver_version;            // e.g. 13000 = 13.0
   int32_t runtime_version;
 } CuDeviceInfo;
-enum { CU_DEVICE_INFO_BYTES = 304 };
 
 int cu_device_count(int* out);
 int cu_device_info(int device, CuDeviceInfo* out);

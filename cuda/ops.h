@@ -13,15 +13,18 @@
 // CUDA graph serves every context length:
 //   state: int32[STATE_INTS]; state[STATE_POS] = position of this step's first row.
 //   seq:   int32[max_ctx + 1]; the token at every position of the sequence (prompt, then generated).
+//
+// The op list itself is src/ops.ts: build/include/op_table.h is generated from it (STATE_POS, STATE_INTS, the
+// opcodes), and cuda/plan.cpp checks at compile time that every prototype below matches its row there.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
 
+#include "op_table.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-enum { STATE_POS = 0, STATE_INTS = 4 };
 
 // out: (T, C) = wte[seq[pos + t]] + wpe[pos + t]       wte: (V, C)  wpe: (max_ctx, C)
 void op_embed(float* out, const int* seq, const int* state, const float* wte, const float* wpe, int T, int C);

@@ -10,20 +10,10 @@
 extern "C" {
 #endif
 
-enum { PLAN_SLOTS = 16 };
-
-typedef enum OpCode {
-  OP_EMBED = 1,
-  OP_LAYERNORM = 2,
-  OP_LINEAR = 3,
-  OP_KV_APPEND = 4,
-  OP_ATTENTION = 5,
-  OP_GELU = 6,
-  OP_RESIDUAL = 7,
-  OP_LM_HEAD = 8,
-  OP_ARGMAX = 9,
-  OP_COUNT = 10
-} OpCode;
+// OP_EMBED, OP_LAYERNORM, …: the opcodes of src/ops.ts (build/include/op_table.h); PLAN_SLOTS comes from there too.
+#define PLAN_OP_ENUM(name, function, code, type) name = code,
+typedef enum OpCode { DECODE_OPS(PLAN_OP_ENUM) } OpCode;
+#undef PLAN_OP_ENUM
 
 typedef struct Plan Plan;
 

@@ -178,9 +178,6 @@ static cudaError_t device_attribute(int32_t* out, cudaDeviceAttr attr, int devic
 }
 
 extern "C" int cu_device_info(int device, CuDeviceInfo* out) {
-  static_assert(sizeof(CuDeviceInfo) == CU_DEVICE_INFO_BYTES, "CuDeviceInfo layout is part of the ABI");
-  static_assert(offsetof(CuDeviceInfo, total_mem_bytes) == 272 && offsetof(CuDeviceInfo, runtime_version) == 300,
-                "CuDeviceInfo offsets are part of the ABI");
   *out = CuDeviceInfo{};
   cudaDeviceProp prop;
   cudaError_t e = cudaGetDeviceProperties(&prop, device);

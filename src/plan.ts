@@ -1,29 +1,19 @@
 // The decode step as a list of ops, built from the config — it reads like GPT-2's math.
 // The same list runs eagerly (one FFI call per op, from TypeScript), or is encoded once for the native
-// op table (cuda/plan.h) to run in one call or to be captured as a CUDA graph.
-import type { Backend, OpSymbols } from "./backends/backend.ts";
+// op table (cuda/plan.h) to run in one call or to be captured as a CUDA graph. Each op carries its work.
 import type { GPT2Config } from "./model/config.ts";
-import type { OpFamily } from "./profile/types.ts";
+import {
+  cFunction, floatParams, OPS, PLAN_SLOTS, positionalArgs, workOf, type OpArgs, type OpFamily, type OpSymbols, type Work,
+} from "./ops.ts";
 
-/** cuda/plan.h OpCode */
-export const OP_CODES: Record<OpFamily, number> = {
-  embed: 1, layernorm: 2, linear: 3, kv_append: 4, attention: 5, gelu: 6, residual: 7, lm_head: 8, argmax: 9,
-};
-export const FAMILY_OF_CODE: OpFamily[] = Object.entries(OP_CODES).reduce<OpFamily[]>((acc, [family, code]) => {
-  acc[code] = family as OpFamily;
-  return acc;
-}, []);
-/** cuda/plan.h PLAN_SLOTS */
-export const PLAN_SLOTS = 16;
-
-/** One op: its family, where it sits in the model, and its op_* arguments in signature order. */
+/** One op: its family, where it sits in the model, its op_* arguments in signature order, and its work. */
 export interface PlanOp {
   family: OpFamily;
   label: string;
   layer: number | null;
   args: number[];
-  /** indices into args holding floats (LayerNorm's eps) */
-  floatArgs?: number[];
+  /** FLOPs and bytes of this op when the step's first row is at position `pos` */
+  work(pos: number): Work;
 }
 
 export interface EncodedPlan {
@@ -65,38 +55,56 @@ export interface ModelBuffers {
   maxRows: number;
 }
 
+/** One op of the plan, its work bound to its arguments. */
+export function planOp<F extends OpFamily>(family: F, label: string, layer: number | null, args: OpArgs<F>): PlanOp {
+  const counts = OPS[family].counts as (a: OpArgs<F>, pos: number) => Parameters<typeof workOf>[0];
+  return { family, label, layer, args: positionalArgs(family, args), work: (pos) => workOf(counts(args, pos)) };
+}
+
 /** Builds the step for T new rows at the position held in `state`. */
 export function decodeStep(m: ModelBuffers, T: number): PlanOp[] {
   if (!Number.isInteger(T) || T < 1 || T > m.maxRows) throw new Error(`decodeStep: T=${T} outside 1..${m.maxRows}`);
-  const { n_embd: C, n_head: H, n_positions: maxCtx, vocab_size: V, layer_norm_epsilon: eps } = m.config;
+  const { n_embd: C, n_head, n_positions: max_ctx, vocab_size: V, layer_norm_epsilon: eps } = m.config;
   const plan: PlanOp[] = [];
-  const op = (family: OpFamily, label: string, layer: number | null, args: number[], floatArgs?: number[]) =>
-    plan.push({ family, label, layer, args, floatArgs });
+  const op = <F extends OpFamily>(family: F, label: string, layer: number | null, args: OpArgs<F>) => plan.push(planOp(family, label, layer, args));
   const layernorm = (label: string, layer: number | null, norm: { weight: number; bias: number }) =>
-    op("layernorm", label, layer, [m.ln, m.x, norm.weight, norm.bias, T, C, eps], [6]);
-  const linear = (label: string, layer: number, out: number, inp: number, w: { weight: number; bias: number }, inC: number, outC: number) =>
-    op("linear", label, layer, [out, inp, w.weight, w.bias, T, inC, outC]);
+    op("layernorm", label, layer, { out: m.ln, inp: m.x, ...norm, T, C, eps });
+  const linear = (label: string, layer: number, out: number, inp: number, w: { weight: number; bias: number }, inC: number, OC: number) =>
+    op("linear", label, layer, { out, inp, ...w, T, C: inC, OC });
 
-  op("embed", "embed", null, [m.x, m.seq, m.state, m.wte, m.wpe, T, C]); //          x = wte[tokens] + wpe[positions]
+  op("embed", "embed", null, { out: m.x, seq: m.seq, state: m.state, wte: m.wte, wpe: m.wpe, T, C }); //   x = wte[tokens] + wpe[positions]
   m.layers.forEach((w, l) => {
     const h = `h${l}`;
-    layernorm(`${h}.ln_1`, l, w.ln_1); //                                             a = ln_1(x)
-    linear(`${h}.attn.c_attn`, l, m.qkv, m.ln, w.c_attn, C, 3 * C); //                q, k, v = a @ W_attn
-    op("kv_append", `${h}.attn.kv_append`, l, [m.kCache[l]!, m.vCache[l]!, m.qkv, m.state, T, C, maxCtx]); // cache ← k, v
-    op("attention", `${h}.attn.attend`, l, //                                          y = softmax(q K^T / √d) V (causal)
-      [m.att, m.scratch, m.qkv, m.kCache[l]!, m.vCache[l]!, m.state, T, C, H, maxCtx]);
-    linear(`${h}.attn.c_proj`, l, m.proj, m.att, w.attn_c_proj, C, C); //             y @ W_proj
-    op("residual", `${h}.attn.residual`, l, [m.x, m.x, m.proj, T * C]); //             x = x + attn
-    layernorm(`${h}.ln_2`, l, w.ln_2); //                                             a = ln_2(x)
-    linear(`${h}.mlp.c_fc`, l, m.fc, m.ln, w.c_fc, C, 4 * C); //                       f = a @ W_fc
-    op("gelu", `${h}.mlp.gelu`, l, [m.act, m.fc, T * 4 * C]); //                        g = gelu(f)
-    linear(`${h}.mlp.c_proj`, l, m.proj, m.act, w.mlp_c_proj, 4 * C, C); //            g @ W_proj
-    op("residual", `${h}.mlp.residual`, l, [m.x, m.x, m.proj, T * C]); //              x = x + mlp
+    const [k_cache, v_cache] = [m.kCache[l]!, m.vCache[l]!];
+    layernorm(`${h}.ln_1`, l, w.ln_1); //                                                   a = ln_1(x)
+    linear(`${h}.attn.c_attn`, l, m.qkv, m.ln, w.c_attn, C, 3 * C); //                      q, k, v = a @ W_attn
+    op("kv_append", `${h}.attn.kv_append`, l, { k_cache, v_cache, qkv: m.qkv, state: m.state, T, C, max_ctx }); // cache ← k, v
+    op("attention", `${h}.attn.attend`, l, //                                                y = softmax(q K^T / √d) V (causal)
+      { out: m.att, scratch: m.scratch, qkv: m.qkv, k_cache, v_cache, state: m.state, T, C, n_head, max_ctx });
+    linear(`${h}.attn.c_proj`, l, m.proj, m.att, w.attn_c_proj, C, C); //                   y @ W_proj
+    op("residual", `${h}.attn.residual`, l, { out: m.x, a: m.x, b: m.proj, N: T * C }); //   x = x + attn
+    layernorm(`${h}.ln_2`, l, w.ln_2); //                                                   a = ln_2(x)
+    linear(`${h}.mlp.c_fc`, l, m.fc, m.ln, w.c_fc, C, 4 * C); //                             f = a @ W_fc
+    op("gelu", `${h}.mlp.gelu`, l, { out: m.act, inp: m.fc, N: T * 4 * C }); //              g = gelu(f)
+    linear(`${h}.mlp.c_proj`, l, m.proj, m.act, w.mlp_c_proj, 4 * C, C); //                  g @ W_proj
+    op("residual", `${h}.mlp.residual`, l, { out: m.x, a: m.x, b: m.proj, N: T * C }); //    x = x + mlp
   });
-  layernorm("ln_f", null, m.ln_f); //                                                  a = ln_f(x)
-  op("lm_head", "lm_head", null, [m.logits, m.ln, m.wte, T, C, V]); //               logits = a[-1] @ wte^T
-  op("argmax", "argmax", null, [m.seq, m.state, m.logits, V, T, maxCtx]); //           next = argmax(logits); pos += T
+  layernorm("ln_f", null, m.ln_f); //                                                        a = ln_f(x)
+  op("lm_head", "lm_head", null, { logits: m.logits, inp: m.ln, wte: m.wte, T, C, V }); //   logits = a[-1] @ wte^T
+  op("argmax", "argmax", null, { seq: m.seq, state: m.state, logits: m.logits, V, T, max_ctx }); // next = argmax(logits); pos += T
   return plan;
+}
+
+/**
+ * The plan's shape without a backend: every pointer 0. Its ops have the real families, labels, sizes and
+ * work — what the work model counts — and must never run.
+ */
+export function planShape(config: GPT2Config, T: number): PlanOp[] {
+  const pair = { weight: 0, bias: 0 };
+  const layer: LayerBuffers = { ln_1: pair, c_attn: pair, attn_c_proj: pair, ln_2: pair, c_fc: pair, mlp_c_proj: pair };
+  const nowhere = { wte: 0, wpe: 0, seq: 0, state: 0, x: 0, ln: 0, qkv: 0, att: 0, proj: 0, fc: 0, act: 0, logits: 0, scratch: 0 };
+  const zeros = Array.from({ length: config.n_layer }, () => 0);
+  return decodeStep({ config, ...nowhere, layers: zeros.map(() => layer), ln_f: pair, kCache: zeros, vCache: zeros, maxRows: T }, T);
 }
 
 /** Encodes ops as plan records: int64 slots, a float as its bit pattern in the low 32 bits. */
@@ -106,9 +114,10 @@ export function encodePlan(ops: PlanOp[]): EncodedPlan {
   const u32 = new Uint32Array(f32.buffer);
   ops.forEach((o, i) => {
     if (o.args.length >= PLAN_SLOTS) throw new Error(`${o.label}: ${o.args.length} arguments do not fit a plan record`);
-    records[i * PLAN_SLOTS] = BigInt(OP_CODES[o.family]);
+    const floats = floatParams(o.family);
+    records[i * PLAN_SLOTS] = BigInt(OPS[o.family].code);
     o.args.forEach((a, k) => {
-      if (o.floatArgs?.includes(k)) {
+      if (floats.includes(k)) {
         f32[0] = a;
         records[i * PLAN_SLOTS + 1 + k] = BigInt(u32[0]!);
       } else {
@@ -120,51 +129,30 @@ export function encodePlan(ops: PlanOp[]): EncodedPlan {
   return { ops, records };
 }
 
+type Call = (...args: number[]) => void;
+
+/** A closure making exactly one call with fixed arguments: no spread, no allocation per call. */
+function bindCall(fn: Call, a: readonly number[]): () => void {
+  const [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11] = a as number[] as [number, number, number, number, number, number, number, number, number, number, number, number];
+  switch (a.length) {
+    case 3: return () => fn(a0, a1, a2);
+    case 4: return () => fn(a0, a1, a2, a3);
+    case 5: return () => fn(a0, a1, a2, a3, a4);
+    case 6: return () => fn(a0, a1, a2, a3, a4, a5);
+    case 7: return () => fn(a0, a1, a2, a3, a4, a5, a6);
+    case 8: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7);
+    case 9: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+    case 10: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+    case 11: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10);
+    case 12: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11);
+    default: throw new Error(`no eager call for ${a.length} arguments`);
+  }
+}
+
 /**
  * Compiles ops into closures that each make exactly one FFI call with fixed numeric arguments —
  * the analogue of a Python framework dispatching each op (no spreads, no allocation per call).
  */
-export function compileEager(ops: PlanOp[], s: OpSymbols): Array<() => void> {
-  return ops.map((o): (() => void) => {
-    const a = o.args as [number, number, number, number, number, number, number, number, number, number];
-    switch (o.family) {
-      case "embed": return () => s.op_embed(a[0], a[1], a[2], a[3], a[4], a[5], a[6]);
-      case "layernorm": return () => s.op_layernorm(a[0], a[1], a[2], a[3], a[4], a[5], a[6]);
-      case "linear": return () => s.op_linear(a[0], a[1], a[2], a[3], a[4], a[5], a[6]);
-      case "kv_append": return () => s.op_kv_append(a[0], a[1], a[2], a[3], a[4], a[5], a[6]);
-      case "attention": return () => s.op_attention(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9]);
-      case "gelu": return () => s.op_gelu(a[0], a[1], a[2]);
-      case "residual": return () => s.op_residual(a[0], a[1], a[2], a[3]);
-      case "lm_head": return () => s.op_lm_head(a[0], a[1], a[2], a[3], a[4], a[5]);
-      case "argmax": return () => s.op_argmax(a[0], a[1], a[2], a[3], a[4], a[5]);
-    }
-  });
+export function compileEager(ops: PlanOp[], symbols: OpSymbols): Array<() => void> {
+  return ops.map((o) => bindCall(symbols[cFunction(o.family)] as Call, o.args));
 }
-
-/** A step ready to run in every launch mode the backend has. */
-export class CompiledStep {
-  readonly eagerCalls: Array<() => void>;
-  private recorded: ReturnType<Backend["record"]> | null = null;
-
-  constructor(readonly backend: Backend, readonly ops: PlanOp[]) {
-    this.eagerCalls = compileEager(ops, backend.ops);
-  }
-
-  /** eager: TypeScript walks the plan, one FFI call per op */
-  runEager(): void {
-    const calls = this.eagerCalls;
-    for (let i = 0; i < calls.length; i++) calls[i]!();
-  }
-
-  /** the plan recorded natively once (and captured as a graph on CUDA) */
-  native(): ReturnType<Backend["record"]> {
-    this.recorded ??= this.backend.record(encodePlan(this.ops));
-    return this.recorded;
-  }
-
-  destroy(): void {
-    this.recorded?.destroy();
-    this.recorded = null;
-  }
-}
-

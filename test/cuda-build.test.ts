@@ -4,7 +4,7 @@ import { describe, expect, test } from "bun:test";
 import { existsSync, rmSync } from "node:fs";
 
 import { ensureBuilt, hasNvcc, libraryPath } from "../src/native/build.ts";
-import { formatResourceTable, kernelName, missingFamilies, parseResourceUsage, readResourceUsage, RESOURCE_USAGE_PATH } from "../src/native/resource-usage.ts";
+import { kernelName, missingFamilies, parseResourceUsage, readResourceUsage, RESOURCE_USAGE_PATH } from "../src/native/resource-usage.ts";
 
 const SAMPLE = `ptxas info    : Compiling entry function '_Z20linear_matvec_kernelILi4EEvPfPKfS2_S2_iii' for 'sm_90'
 ptxas info    : Function properties for _Z20linear_matvec_kernelILi4EEvPfPKfS2_S2_iii
@@ -34,7 +34,6 @@ describe.skipIf(!hasNvcc())("nvcc build of libgpt2_cuda.so", () => {
     ensureBuilt("cuda", { quiet: true });
     const rows = readResourceUsage();
     expect(rows).toBeDefined();
-    console.log(formatResourceTable(rows!));
     expect(rows!.length).toBeGreaterThan(0);
     expect(missingFamilies(rows!)).toEqual([]);
     expect(rows!.filter((r) => r.spillStores + r.spillLoads > 0).map((r) => r.kernel)).toEqual([]);

@@ -1,16 +1,17 @@
-// CUPTI records → traced steps (src/profile/instruments.ts stepsFromCupti), the GPU path of the profiler's
+// CUPTI records → traced steps (src/backends/cuda-instrument.ts stepsFromCupti), the GPU path of the profiler's
 // breakdown, proven on synthetic records since no GPU is here: kernels matched to the plan by position and
 // family, launch calls inside the host window, broken records dropped and counted, gaps flagged.
 import { describe, expect, test } from "bun:test";
 
 import type { RawApiRecord, RawKernelRecord } from "../src/native/cupti.ts";
+import { stepsFromCupti } from "../src/backends/cuda-instrument.ts";
+import type { OpFamily } from "../src/ops.ts";
 import type { PlanOp } from "../src/plan.ts";
-import { stepsFromCupti } from "../src/profile/instruments.ts";
-import type { OpFamily } from "../src/profile/types.ts";
 
 const FAMILIES: OpFamily[] = ["embed", "layernorm", "linear", "gelu", "argmax"];
 const KERNEL_NAMES = ["embed_kernel", "layernorm_kernel", "void linear_matvec_kernel<4>(float*, float const*)", "gelu_kernel", "argmax_kernel"];
-const ops: PlanOp[] = FAMILIES.map((family, i) => ({ family, label: `${family}.${i}`, layer: i === 0 ? null : 0, args: [] }));
+const noWork = () => ({ flops: 0, bytes: 0, weight_bytes: 0, kv_bytes: 0 });
+const ops: PlanOp[] = FAMILIES.map((family, i) => ({ family, label: `${family}.${i}`, layer: i === 0 ? null : 0, args: [], work: noWork }));
 
 function kernel(name: string, start: number, end: number, correlation: number): RawKernelRecord {
   return {
@@ -35,7 +36,7 @@ describe("stepsFromCupti", () => {
   const b = eagerStep(2_000_000, 200);
 
   test("two clean steps: ops in plan order with kernel names, launch calls on the host, microseconds", () => {
-    const r = stepsFromCupti([a.window, b.window], [...b.kernels, ...a.kernels], [...a.launches, ...b.launches], 0, ops, "eager", 64);
+    const r = stepsFromCupti([a.window, b.window], [...b.kernels, ...a.kernels], [...a.launches, ...b.launches], 0, ops, "eager");
     expect(r.mismatchedSteps).toEqual([]);
     expect(r.dropped).toBe(0);
     expect(r.steps).toHaveLength(2);
@@ -51,7 +52,7 @@ describe("stepsFromCupti", () => {
   test("a kernel CUPTI delivered with its end before its start is dropped, counted, and its step flagged", () => {
     const broken = [...a.kernels];
     broken[3] = { ...broken[3]!, end_ns: broken[3]!.start_ns - 5 };
-    const r = stepsFromCupti([a.window], broken, a.launches, 2, ops, "eager", 64);
+    const r = stepsFromCupti([a.window], broken, a.launches, 2, ops, "eager");
     expect(r.dropped).toBe(3);
     expect(r.mismatchedSteps).toEqual([0]);
   });
@@ -59,14 +60,14 @@ describe("stepsFromCupti", () => {
   test("a kernel of the wrong family at a position flags the step instead of mislabelling it", () => {
     const swapped = [...a.kernels];
     swapped[1] = { ...swapped[1]!, name: "gelu_kernel" };
-    expect(stepsFromCupti([a.window], swapped, a.launches, 0, ops, "eager", 64).mismatchedSteps).toEqual([0]);
+    expect(stepsFromCupti([a.window], swapped, a.launches, 0, ops, "eager").mismatchedSteps).toEqual([0]);
   });
 
   test("graph replay: kernels run after the host window closed still belong to their step", () => {
     const t0 = 5_000_000;
     const window: [number, number] = [t0, t0 + 3000]; // one cudaGraphLaunch returns fast
     const kernels = KERNEL_NAMES.map((name, i) => kernel(name, t0 + 10_000 + i * 3000, t0 + 12_000 + i * 3000, 900));
-    const r = stepsFromCupti([window], kernels, [{ ...launch(t0 + 500, t0 + 2500, 900), name: "cudaGraphLaunch" }], 0, ops, "graph", 64);
+    const r = stepsFromCupti([window], kernels, [{ ...launch(t0 + 500, t0 + 2500, 900), name: "cudaGraphLaunch" }], 0, ops, "graph");
     expect(r.mismatchedSteps).toEqual([]);
     expect(r.steps[0]!.ops).toHaveLength(5);
     expect(r.steps[0]!.host.map((h) => h.name)).toEqual(["step (graph)", "cudaGraphLaunch"]);

@@ -8,6 +8,7 @@ import { loadModel } from "../src/model/weights.ts";
 import { ensureBuilt } from "../src/native/build.ts";
 import { compileEager, decodeStep, type PlanOp } from "../src/plan.ts";
 import { generate } from "../src/run/generate.ts";
+import { launchMode } from "../src/run/launch-modes.ts";
 import { Session } from "../src/run/session.ts";
 import { readFixture } from "../src/verify/model-checks.ts";
 import { maxRelativeError } from "./helpers/reference.ts";
@@ -35,7 +36,7 @@ describe("gpt2-tiny fixture on the CPU backend", () => {
   test.each([
     [true, "eager"], [true, "eager-native"], [false, "eager"],
   ] as const)("48-token greedy continuation identical (cache %p, mode %s)", (cache, mode) => {
-    const r = generate(session, { prompt: expected.prompt, maxNewTokens: expected.generated.length, cache, mode });
+    const r = generate(session, { prompt: expected.prompt, maxNewTokens: expected.generated.length, cache, mode: launchMode(mode) });
     expect(r.generatedIds).toEqual(expected.generated);
   });
 });
@@ -49,7 +50,7 @@ function decodeWithStep(s: Session, prompt: number[], n: number, mutate: (ops: P
 }
 
 function uncachedIds(s: Session, prompt: number[], n: number): number[] {
-  return generate(s, { prompt, maxNewTokens: n, cache: false, mode: "eager" }).generatedIds;
+  return generate(s, { prompt, maxNewTokens: n, cache: false, mode: launchMode("eager") }).generatedIds;
 }
 
 describe("KV cache exactness", () => {

@@ -33,11 +33,19 @@ describe("validateSummary", () => {
     expect(problems).toContain('/date: must match format "date-time"');
   });
 
-  test("optional breakdown and split may be absent; nullable seed times may be null", () => {
+  test("optional breakdown and split may be absent; a seed row may lack a mode, and its speedup may be null", () => {
     const s = copy();
     delete s.points[0].breakdown;
     delete s.points[0].split;
-    s.seed_table[0].graph_ms = null;
+    delete s.seed_table[0].cached.graph;
+    s.seed_table[0].uncached_ms = null;
+    s.seed_table[0].cached.eager.speedup = null;
     expect(validateSummary(s)).toEqual([]);
+  });
+
+  test("a seed row keyed by an unknown mode fails", () => {
+    const s = copy();
+    s.seed_table[0].cached.warp = { ms: 1, speedup: null };
+    expect(validateSummary(s).join(" ")).toMatch(/seed_table\/0\/cached/);
   });
 });

@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import chalk from "chalk";
-import { kernelSummaries } from "../src/report/aggregate.ts";
+import { kernelSummaries } from "../src/profile/aggregate.ts";
 import {
   applyColourPolicy,
   formatBytes,

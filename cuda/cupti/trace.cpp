@@ -12,11 +12,6 @@
 #include <mutex>
 #include <vector>
 
-static_assert(sizeof(TraceKernel) == 200 && offsetof(TraceKernel, grid) == 36 && offsetof(TraceKernel, name) == 72,
-              "TraceKernel layout is read by src/native/cupti.ts");
-static_assert(sizeof(TraceApi) == 104 && offsetof(TraceApi, thread_id) == 36 && offsetof(TraceApi, name) == 40,
-              "TraceApi layout is read by src/native/cupti.ts");
-
 namespace {
 
 constexpr size_t kBufferBytes = 8u << 20;  // per CUPTI buffer

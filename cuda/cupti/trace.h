@@ -16,33 +16,34 @@ extern "C" {
 
 enum { TRACE_RUNTIME_API = 1, TRACE_DRIVER_API = 2 };  // trace_start flags; kernels are always traced
 
-// One kernel execution. Packed by construction (no padding), 200 bytes; byte offsets on the right.
+// One kernel execution, packed by construction (no padding). TypeScript reads it at the offsets of TRACE_KERNEL
+// (src/native/cupti.ts; test/abi-layout.test.ts checks them against offsetof).
 typedef struct TraceKernel {
-  uint64_t start_ns;        //   0  CUPTI clock
-  uint64_t end_ns;          //   8
-  uint64_t graph_node_id;   //  16  0 unless launched by a CUDA graph
-  uint32_t correlation_id;  //  24  matches the launching API record's correlation_id
-  uint32_t graph_id;        //  28  0 unless launched by a CUDA graph
-  uint32_t stream_id;       //  32
-  int32_t grid[3];          //  36  x, y, z
-  int32_t block[3];         //  48  x, y, z
-  int32_t registers;        //  60  per thread
-  int32_t static_shared;    //  64  bytes per block
-  int32_t dynamic_shared;   //  68  bytes per block
-  char name[128];           //  72  demangled, NUL-terminated, cut at 127 bytes
+  uint64_t start_ns;        // CUPTI clock
+  uint64_t end_ns;
+  uint64_t graph_node_id;   // 0 unless launched by a CUDA graph
+  uint32_t correlation_id;  // matches the launching API record's correlation_id
+  uint32_t graph_id;        // 0 unless launched by a CUDA graph
+  uint32_t stream_id;
+  int32_t grid[3];          // x, y, z
+  int32_t block[3];         // x, y, z
+  int32_t registers;        // per thread
+  int32_t static_shared;    // bytes per block
+  int32_t dynamic_shared;   // bytes per block
+  char name[128];           // demangled, NUL-terminated, cut at 127 bytes
 } TraceKernel;
 
-// One runtime or driver API call. Packed by construction, 104 bytes.
+// One runtime or driver API call, packed by construction; read at the offsets of TRACE_API.
 typedef struct TraceApi {
-  uint64_t start_ns;        //   0  CUPTI clock
-  uint64_t end_ns;          //   8
-  uint32_t correlation_id;  //  16
-  uint32_t cbid;            //  20  CUPTI_RUNTIME_TRACE_CBID_* or CUPTI_DRIVER_TRACE_CBID_*
-  uint32_t domain;          //  24  CUpti_CallbackDomain: 1 = driver, 2 = runtime
-  uint32_t return_value;    //  28  cudaError_t / CUresult of the call
-  uint32_t process_id;      //  32
-  uint32_t thread_id;       //  36
-  char name[64];            //  40  e.g. "cudaLaunchKernel" (version suffix "_v7000" removed), NUL-terminated
+  uint64_t start_ns;        // CUPTI clock
+  uint64_t end_ns;
+  uint32_t correlation_id;
+  uint32_t cbid;            // CUPTI_RUNTIME_TRACE_CBID_* or CUPTI_DRIVER_TRACE_CBID_*
+  uint32_t domain;          // CUpti_CallbackDomain: 1 = driver, 2 = runtime
+  uint32_t return_value;    // cudaError_t / CUresult of the call
+  uint32_t process_id;
+  uint32_t thread_id;
+  char name[64];            // e.g. "cudaLaunchKernel" (version suffix "_v7000" removed), NUL-terminated
 } TraceApi;
 
 // Registers the buffer callbacks (once) and enables kernel records, plus API records per flags.

@@ -1,6 +1,9 @@
 // One interface for every backend: the CPU library, the CUDA library, and the CUDA sources emulated on the CPU.
-import type { LaunchMode } from "../profile/types.ts";
+// A backend describes itself — its device, what it can do, how it is measured, its study defaults — so
+// that nothing above it branches on which backend it is.
+import type { OpSymbols } from "../ops.ts";
 import type { EncodedPlan } from "../plan.ts";
+import type { Instrument } from "./instrument.ts";
 
 export type BackendKind = "cpu" | "cuda" | "emu";
 
@@ -27,14 +30,45 @@ export interface MemoryInfo {
   total: number;
 }
 
+/** The device as reports name it. */
+export interface BackendDescription {
+  backend: "cpu" | "cuda";
+  name: string;
+  detail: Record<string, string | number>;
+}
+
+/** How long a study on this backend should run by default (a GPU step takes microseconds, a CPU one milliseconds). */
+export interface StudyDefaults {
+  contexts: readonly number[];
+  repeats: number;
+  warmup: number;
+  /** tokens generated end to end */
+  e2eTokens: number;
+}
+
+/** Backends whose steps run on the host CPU: a shorter sweep, so a default run ends in minutes on 2 cores (the uncached step grows with context). */
+export const HOST_STUDY_DEFAULTS: StudyDefaults = { contexts: [8, 10, 16, 32, 64, 100, 128], repeats: 10, warmup: 2, e2eTokens: 56 };
+
 export interface Backend {
   readonly kind: BackendKind;
   /** device name for reports, e.g. "NVIDIA H200" or the CPU model */
   readonly deviceName: string;
-  readonly modes: readonly LaunchMode[];
+  /** whether a recorded step can be captured and replayed as a CUDA graph */
+  readonly graphs: boolean;
+  /**
+   * whether issuing a step returns before the device has run it (CUDA): the host's issue time is then the
+   * launch path alone; on the CPU the host runs the ops while it issues them
+   */
+  readonly issueIsAsync: boolean;
+  /** what memInfo's free bytes are, in words */
+  readonly memInfoSource: string;
+  readonly studyDefaults: StudyDefaults;
   /** bun:ffi symbols for the op_* functions (one FFI call each = one kernel launch on CUDA) */
   readonly ops: OpSymbols;
 
+  describe(): BackendDescription;
+  /** the backend's timers and tracer */
+  instrument(): Instrument;
   alloc(bytes: number): DeviceBuffer;
   free(buffer: DeviceBuffer): void;
   upload(dst: DeviceBuffer, src: ArrayBufferView, dstOffsetBytes?: number): void;
@@ -46,17 +80,4 @@ export interface Backend {
   attentionScratchBytes(T: number, C: number, nHead: number, maxCtx: number): number;
   record(plan: EncodedPlan): RecordedStep;
   close(): void;
-}
-
-/** The op_* functions as bun:ffi exposes them: pointers and ints as numbers. */
-export interface OpSymbols {
-  op_embed(out: number, seq: number, state: number, wte: number, wpe: number, T: number, C: number): void;
-  op_layernorm(out: number, inp: number, weight: number, bias: number, T: number, C: number, eps: number): void;
-  op_linear(out: number, inp: number, weight: number, bias: number, T: number, C: number, OC: number): void;
-  op_kv_append(kCache: number, vCache: number, qkv: number, state: number, T: number, C: number, maxCtx: number): void;
-  op_attention(out: number, scratch: number, qkv: number, kCache: number, vCache: number, state: number, T: number, C: number, nHead: number, maxCtx: number): void;
-  op_gelu(out: number, inp: number, N: number): void;
-  op_residual(out: number, a: number, b: number, N: number): void;
-  op_lm_head(logits: number, inp: number, wte: number, T: number, C: number, V: number): void;
-  op_argmax(seq: number, state: number, logits: number, V: number, T: number, maxCtx: number): void;
 }

@@ -1,18 +1,16 @@
-// The CPU backend: the CPU twins (cuda/*.cpp) in libgpt2_cpu.so, multi-threaded with OpenMP.
+// The CPU backend: the CPU twins (cuda/*.cpp) in libgpt2_cpu.so, multi-threaded by its own thread pool.
 import { readFileSync } from "node:fs";
 import { cpus } from "node:os";
 
 import { ensureBuilt } from "../native/build.ts";
 import { CPU_SYMBOLS } from "../native/symbols.ts";
-import type { LaunchMode } from "../profile/types.ts";
 import type { EncodedPlan } from "../plan.ts";
-import type { MemoryInfo, RecordedStep } from "./backend.ts";
-
+import { HOST_STUDY_DEFAULTS, type BackendDescription, type MemoryInfo, type RecordedStep } from "./backend.ts";
+import { CpuInstrument, FP32_PEAK_PASSES, type CpuOpRecord, type CpuTimers } from "./cpu-instrument.ts";
+import type { Instrument } from "./instrument.ts";
 import { NativeBackend, openLibrary } from "./native.ts";
 
 const PAGE_BYTES = 4096;
-/** Passes of cpu_measure_fp32_peak (~2 ms each): on a shared machine only a pass every thread ran undisturbed counts. */
-export const FP32_PEAK_PASSES = 20;
 
 /** cpu_runtime.h as called from TypeScript */
 interface CpuSymbols {
@@ -34,18 +32,13 @@ function openCpuLibrary(path = ensureBuilt("cpu", { quiet: true }).path) {
 }
 type CpuLibrary = ReturnType<typeof openCpuLibrary>;
 
-/** One op's native timer record (CLOCK_MONOTONIC ns). */
-export interface CpuOpRecord {
-  code: number;
-  startNs: number;
-  endNs: number;
-}
-
-export class CpuBackend extends NativeBackend {
+export class CpuBackend extends NativeBackend implements CpuTimers {
   readonly kind = "cpu" as const;
   readonly deviceName: string;
-  /** replay on the CPU = the plan recorded natively, one FFI call per step */
-  readonly modes: readonly LaunchMode[] = ["eager", "eager-native"];
+  readonly graphs = false;
+  readonly issueIsAsync = false;
+  readonly memInfoSource = "host memory not resident in this process (MemTotal − RSS)";
+  readonly studyDefaults = HOST_STUDY_DEFAULTS;
   readonly cpu: CpuLibrary["symbols"];
 
   private constructor(lib: CpuLibrary) {
@@ -67,6 +60,14 @@ export class CpuBackend extends NativeBackend {
 
   get threads(): number {
     return this.cpu.cpu_threads();
+  }
+
+  describe(): BackendDescription {
+    return { backend: "cpu", name: this.deviceName, detail: { threads: this.threads } };
+  }
+
+  instrument(): Instrument {
+    return new CpuInstrument(this);
   }
 
   /**

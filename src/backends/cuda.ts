@@ -5,9 +5,10 @@ import { UserError } from "../errors.ts";
 import { ensureBuilt, hasNvcc } from "../native/build.ts";
 import { CUDA_SYMBOLS, CU_DEVICE_INFO, decodeDeviceInfo, type CuDeviceInfo } from "../native/cuda-symbols.ts";
 import { probeDriver } from "../native/driver.ts";
-import type { LaunchMode } from "../profile/types.ts";
 import type { EncodedPlan } from "../plan.ts";
-import type { RecordedStep } from "./backend.ts";
+import { HOST_STUDY_DEFAULTS, type BackendDescription, type RecordedStep, type StudyDefaults } from "./backend.ts";
+import { CudaInstrument, type CudaTimers, type StepEvents } from "./cuda-instrument.ts";
+import type { Instrument } from "./instrument.ts";
 import { NativeBackend, openLibrary } from "./native.ts";
 
 /** cuda_api.h as called from TypeScript (handles and device pointers as numbers). */
@@ -49,7 +50,7 @@ function libraryFor(emulated: boolean): string {
 }
 
 /** A pair of events on the current stream: device time between two points. */
-export class EventTimer {
+export class EventTimer implements StepEvents {
   private readonly elapsed = new Float32Array(1);
   constructor(
     private readonly cu: CudaSymbols,
@@ -75,11 +76,18 @@ export class EventTimer {
   }
 }
 
-export class CudaBackend extends NativeBackend {
+/** 8, 16, …, 1024 and the seed's 10, 100, 500, 1000 */
+const GPU_STUDY: StudyDefaults = { contexts: [8, 10, 16, 32, 64, 100, 128, 256, 500, 512, 1000, 1024], repeats: 50, warmup: 10, e2eTokens: 1016 };
+
+export class CudaBackend extends NativeBackend implements CudaTimers {
   readonly kind: "cuda" | "emu";
   readonly deviceName: string;
   readonly device: CuDeviceInfo;
-  readonly modes: readonly LaunchMode[] = ["eager", "eager-native", "graph"];
+  readonly graphs = true;
+  readonly issueIsAsync = true;
+  readonly memInfoSource = "cudaMemGetInfo free bytes";
+  /** the emulator runs on the host CPU: the CPU's shorter sweep */
+  readonly studyDefaults: StudyDefaults;
   private readonly cu: CudaSymbols;
 
   private constructor(lib: ReturnType<typeof openLibrary<CudaSymbols>>, emulated: boolean) {
@@ -95,6 +103,22 @@ export class CudaBackend extends NativeBackend {
     this.check(this.cu.cu_device_info(0, info), "device query");
     this.device = decodeDeviceInfo(info);
     this.deviceName = this.device.name;
+    this.studyDefaults = emulated ? HOST_STUDY_DEFAULTS : GPU_STUDY;
+  }
+
+  describe(): BackendDescription {
+    const d = this.device;
+    const detail: Record<string, string | number> = {
+      compute_capability: `${d.ccMajor}.${d.ccMinor}`, sms: d.smCount, sm_clock_mhz: d.smClockKhz / 1000,
+      memory_bytes: d.totalMemBytes, memory_clock_mhz: d.memClockKhz / 1000, bus_width_bits: d.memBusWidthBits,
+      l2_bytes: d.l2Bytes, driver_version: d.driverVersion, runtime_version: d.runtimeVersion,
+    };
+    if (this.kind === "emu") detail.note = "the CUDA kernels' sources executed on the CPU: times are not GPU times";
+    return { backend: "cuda", name: this.deviceName, detail };
+  }
+
+  instrument(): Instrument {
+    return new CudaInstrument(this);
   }
 
   /** `path` loads a given build of the library (a test's planted-bug variant of the emulator). */

@@ -2,10 +2,11 @@
 import { dlopen, type FFIFunction } from "bun:ffi";
 
 import { UserError } from "../errors.ts";
-import type { LaunchMode } from "../profile/types.ts";
-import type { EncodedPlan } from "../plan.ts";
 import { OP_SYMBOLS, PLAN_SYMBOLS, RUNTIME_SYMBOLS } from "../native/symbols.ts";
-import type { Backend, BackendKind, DeviceBuffer, MemoryInfo, OpSymbols, RecordedStep } from "./backend.ts";
+import type { OpSymbols } from "../ops.ts";
+import type { EncodedPlan } from "../plan.ts";
+import type { Backend, BackendDescription, BackendKind, DeviceBuffer, MemoryInfo, RecordedStep, StudyDefaults } from "./backend.ts";
+import type { Instrument } from "./instrument.ts";
 
 const BASE_SYMBOLS = { ...OP_SYMBOLS, ...PLAN_SYMBOLS, ...RUNTIME_SYMBOLS };
 /** cudaErrorMemoryAllocation (and the CPU library's code for the same): a NULL allocation that left no error */
@@ -48,7 +49,10 @@ export function openLibrary<S>(path: string, extra: Record<string, FFIFunction>)
 export abstract class NativeBackend implements Backend {
   abstract readonly kind: BackendKind;
   abstract readonly deviceName: string;
-  abstract readonly modes: readonly LaunchMode[];
+  abstract readonly graphs: boolean;
+  abstract readonly issueIsAsync: boolean;
+  abstract readonly memInfoSource: string;
+  abstract readonly studyDefaults: StudyDefaults;
   readonly ops: OpSymbols;
   private readonly live = new Set<number>();
   private readonly memWords = new BigUint64Array(2);
@@ -127,6 +131,8 @@ export abstract class NativeBackend implements Backend {
   }
 
   abstract record(plan: EncodedPlan): RecordedStep;
+  abstract describe(): BackendDescription;
+  abstract instrument(): Instrument;
 
   close(): void {
     for (const ptr of this.live) this.sym.be_free(ptr);

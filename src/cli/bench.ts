@@ -11,14 +11,16 @@ import { loadavg } from "node:os";
 import yargs from "yargs";
 import { hideBin } from "yargs/helpers";
 
-import { CpuBackend, FP32_PEAK_PASSES } from "../backends/cpu.ts";
+import { CpuBackend } from "../backends/cpu.ts";
+import { FP32_PEAK_PASSES } from "../backends/cpu-instrument.ts";
 import { runCli, UserError } from "../errors.ts";
 import { PRESETS, type GPT2Config } from "../model/config.ts";
 import { randomWeights } from "../model/weights.ts";
 import { openOpenBlas } from "../native/openblas.ts";
 import { cachedStepWork, stepWork, sumWork } from "../profile/work-model.ts";
-import { summarize } from "../report/stats.ts";
+import { availableModes, replayMode, type LaunchMode } from "../run/launch-modes.ts";
 import { Session } from "../run/session.ts";
+import { summarize } from "../stats.ts";
 import { intFlag, parseFlags } from "./common.ts";
 
 const DEFAULT_CONTEXTS = [8, 128, 512, 1000];
@@ -47,16 +49,14 @@ function floorBytes(cfg: GPT2Config, context: number): { weights: number; kv: nu
   return { weights: sumWork(ops).weight_bytes, kv: sumWork(ops.filter((o) => o.family === "attention")).kv_bytes };
 }
 
-/** ms of each of `steps` cached steps at `context` (eager-native: one FFI call per step), after a warm-up. */
-function timeCachedSteps(session: Session, context: number, steps: number, mode: "eager" | "eager-native" = "eager-native"): number[] {
+/** ms of each of `steps` cached steps at `context` in a launch mode, after a warm-up. */
+function timeCachedSteps(session: Session, context: number, steps: number, mode: LaunchMode): number[] {
   const step = session.step(1);
-  const native = step.native();
-  const run = mode === "eager" ? () => step.runEager() : () => native.runNative(1);
   const ms: number[] = [];
   for (let i = 0; i < steps + WARMUP_STEPS; i++) {
     session.setPosition(context);
     const t0 = nowMs();
-    run();
+    mode.run(step, 1);
     ms.push(nowMs() - t0);
   }
   return ms.slice(WARMUP_STEPS);
@@ -64,30 +64,28 @@ function timeCachedSteps(session: Session, context: number, steps: number, mode:
 
 function benchDecode(backend: CpuBackend, session: Session, contexts: number[], steps: number): void {
   const cfg = session.config;
+  const modes = availableModes(backend);
+  const replay = replayMode(backend);
   const measureBandwidth = () => backend.measureReadBandwidth(BANDWIDTH_BUFFER_BYTES, BANDWIDTH_PASSES);
   const bandwidthBefore = measureBandwidth();
-  // contexts in rounds, so that a drift of the shared machine spreads over all of them
+  // contexts and modes in rounds, so that a drift of the shared machine spreads over all of them
   const rounds = 3;
   const perRound = Math.max(1, Math.ceil(steps / rounds));
-  const samples = new Map<number, { eager: number[]; native: number[] }>(contexts.map((c) => [c, { eager: [], native: [] }]));
+  const samples = new Map(contexts.map((c) => [c, new Map<LaunchMode, number[]>(modes.map((m) => [m, []]))]));
   for (let r = 0; r < rounds; r++) {
-    for (const c of contexts) {
-      samples.get(c)!.native.push(...timeCachedSteps(session, c, perRound));
-      samples.get(c)!.eager.push(...timeCachedSteps(session, c, perRound, "eager"));
-    }
+    for (const c of contexts) for (const m of modes) samples.get(c)!.get(m)!.push(...timeCachedSteps(session, c, perRound, m));
   }
   const bandwidth = Math.max(bandwidthBefore, measureBandwidth());
   console.log(`\ndecode — the cached step ÷ its memory floor (goal ≤ 1.3)`);
   console.log(`read bandwidth: ${(bandwidth / 1e9).toFixed(2)} GB/s (best of 2×${BANDWIDTH_PASSES} passes over ${BANDWIDTH_BUFFER_BYTES / 2 ** 20} MiB, ${backend.threads} threads, before and after)`);
-  console.log(`floor = (weight bytes + KV bytes read) ÷ read bandwidth; ${rounds} rounds of ${perRound} steps per context and mode, medians (p10–p90)`);
-  console.log(`context  weights MB  KV MB  floor ms   eager ms              eager-native ms       ÷ floor`);
+  console.log(`floor = (weight bytes + KV bytes read) ÷ read bandwidth; ${rounds} rounds of ${perRound} steps per context and mode, medians (p10–p90); ratio of ${replay.name}`);
+  console.log(`context  weights MB  KV MB  floor ms   ${modes.map((m) => `${m.name} ms`.padEnd(22)).join("")}÷ floor`);
   for (const c of contexts) {
     const { weights, kv } = floorBytes(cfg, c);
     const floorMs = ((weights + kv) / bandwidth) * 1e3;
-    const s = samples.get(c)!;
     const cell = (ms: number[]) => { const x = summarize(ms); return `${x.median.toFixed(2).padStart(7)} (${x.p10.toFixed(1)}–${x.p90.toFixed(1)})`.padEnd(22); };
-    const ratio = summarize(s.native).median / floorMs;
-    console.log(`${String(c).padStart(7)}  ${(weights / 1e6).toFixed(1).padStart(10)}  ${(kv / 1e6).toFixed(1).padStart(5)}  ${floorMs.toFixed(2).padStart(8)}   ${cell(s.eager)}${cell(s.native)}${ratio.toFixed(2).padStart(6)}`);
+    const ratio = summarize(samples.get(c)!.get(replay)!).median / floorMs;
+    console.log(`${String(c).padStart(7)}  ${(weights / 1e6).toFixed(1).padStart(10)}  ${(kv / 1e6).toFixed(1).padStart(5)}  ${floorMs.toFixed(2).padStart(8)}   ${modes.map((m) => cell(samples.get(c)!.get(m)!)).join("")}${ratio.toFixed(2).padStart(6)}`);
   }
 }
 
@@ -105,6 +103,7 @@ async function startLoad(threads: number): Promise<Subprocess<"ignore", "pipe", 
 }
 
 async function benchContention(session: Session, threads: number, steps: number): Promise<void> {
+  const replay = replayMode(session.backend);
   const child = await startLoad(threads);
   const quiet: number[] = [];
   const loaded: number[] = [];
@@ -114,10 +113,10 @@ async function benchContention(session: Session, threads: number, steps: number)
     for (let r = 0; r < CONTEND_ROUNDS; r++) {
       child.kill("SIGSTOP");
       await Bun.sleep(50);
-      quiet.push(...timeCachedSteps(session, CONTEND_CONTEXT, perRound));
+      quiet.push(...timeCachedSteps(session, CONTEND_CONTEXT, perRound, replay));
       child.kill("SIGCONT");
       await Bun.sleep(50);
-      loaded.push(...timeCachedSteps(session, CONTEND_CONTEXT, perRound));
+      loaded.push(...timeCachedSteps(session, CONTEND_CONTEXT, perRound, replay));
     }
   } finally {
     child.kill("SIGCONT");
@@ -126,7 +125,7 @@ async function benchContention(session: Session, threads: number, steps: number)
   }
   const q = summarize(quiet), l = summarize(loaded);
   console.log(`\ncontention — the cached step at context ${CONTEND_CONTEXT} while another program runs ${threads} busy thread${threads === 1 ? "" : "s"} (goal ≤ 3× with 2)`);
-  console.log(`${CONTEND_ROUNDS} rounds of ${perRound} quiet steps (competitor frozen) and ${perRound} loaded steps, eager-native; medians (p10–p90)`);
+  console.log(`${CONTEND_ROUNDS} rounds of ${perRound} quiet steps (competitor frozen) and ${perRound} loaded steps, ${replay.name}; medians (p10–p90)`);
   console.log(`quiet  ${q.median.toFixed(2)} ms (${q.p10.toFixed(1)}–${q.p90.toFixed(1)})`);
   console.log(`loaded ${l.median.toFixed(2)} ms (${l.p10.toFixed(1)}–${l.p90.toFixed(1)})`);
   console.log(`slowdown ${(l.median / q.median).toFixed(2)}× (median), ${(l.p90 / q.median).toFixed(2)}× (p90)`);

@@ -31,9 +31,9 @@ export function loadWeights(modelDir: string | undefined, preset: string, seed: 
   return randomWeights(cfg, seed);
 }
 
-/** yargs .check(): every flag at most once (yargs would make a repeated flag an array). */
-export function noRepeatedFlags(argv: Record<string, unknown>): true {
-  const repeated = Object.entries(argv).find(([key, value]) => key !== "_" && Array.isArray(value));
+/** yargs .check(): every flag at most once (yargs would make a repeated flag an array); `lists` are meant to be arrays. */
+export function noRepeatedFlags(argv: Record<string, unknown>, lists: readonly string[] = []): true {
+  const repeated = Object.entries(argv).find(([key, value]) => key !== "_" && !lists.includes(key) && Array.isArray(value));
   if (repeated) throw new UserError(`--${repeated[0]} is given ${(repeated[1] as unknown[]).length} times; give it once`);
   return true;
 }
@@ -65,7 +65,7 @@ export function checkWritableFile(flag: string, path: string): string {
   return full;
 }
 
-/** Every command's flag rules: unknown flags and repeated flags are errors, as one line each. */
-export function parseFlags<T>(flags: Argv<T>) {
-  return flags.strict().check(noRepeatedFlags).help().fail(failOnBadFlags).parse();
+/** Every command's flag rules: unknown flags and repeated flags (other than the `lists` positionals) are errors, as one line each. */
+export function parseFlags<T>(flags: Argv<T>, lists: readonly string[] = []) {
+  return flags.strict().check((argv) => noRepeatedFlags(argv, lists)).help().fail(failOnBadFlags).parse();
 }

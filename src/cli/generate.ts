@@ -5,20 +5,15 @@ import { hideBin } from "yargs/helpers";
 import { BACKEND_CHOICES, openBackend, type BackendChoice } from "../backends/select.ts";
 import { runCli, UserError } from "../errors.ts";
 import { decodeTokens, encodeText, parsePromptIds } from "../model/tokenizer.ts";
-import type { LaunchMode } from "../profile/types.ts";
-import { summarize } from "../report/stats.ts";
 import { generate } from "../run/generate.ts";
+import { availableModes, LAUNCH_MODE_NAMES, launchMode, replayMode, type LaunchModeName } from "../run/launch-modes.ts";
 import { Session } from "../run/session.ts";
+import { summarize } from "../stats.ts";
 import { checkWritableFile, DEFAULT_PRESET, intFlag, loadWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
 
-const MODES = ["eager", "eager-native", "graph", "replay"] as const;
+/** replay = the plan recorded natively: a CUDA graph where the backend has graphs, one native call per step elsewhere */
+const MODES = [...LAUNCH_MODE_NAMES, "replay"] as const;
 const DEFAULT_PROMPT = "Hello, I'm a language model,";
-
-/** replay = the plan recorded natively: a CUDA graph on the GPU, one native call per step on the CPU */
-function resolveMode(mode: (typeof MODES)[number], backendKind: string): LaunchMode {
-  if (mode !== "replay") return mode;
-  return backendKind === "cpu" ? "eager-native" : "graph";
-}
 
 await runCli(async () => {
   const argv = await parseFlags(
@@ -46,9 +41,9 @@ await runCli(async () => {
   const dumpLogits = argv["dump-logits"] === undefined ? undefined : checkWritableFile("dump-logits", argv["dump-logits"]);
   const threads = argv.threads === undefined ? undefined : intFlag("threads", argv.threads, 1, 1024);
   const backend = await openBackend(argv.backend, { threads, note: say });
-  const mode = resolveMode(argv.mode, backend.kind);
-  if (!backend.modes.includes(mode)) {
-    throw new UserError(`launch mode ${mode} is not available on the ${backend.kind} backend (available: ${backend.modes.join(", ")})`);
+  const mode = argv.mode === "replay" ? replayMode(backend) : launchMode(argv.mode as LaunchModeName);
+  if (!mode.available(backend)) {
+    throw new UserError(`launch mode ${mode.name} is not available on the ${backend.kind} backend (available: ${availableModes(backend).map((m) => m.name).join(", ")})`);
   }
   const weights = loadWeights(argv.model, argv.preset ?? DEFAULT_PRESET, intFlag("seed", argv.seed, 0), say);
   const cfg = weights.config;
@@ -57,7 +52,7 @@ await runCli(async () => {
     : encodeText(argv.prompt ?? DEFAULT_PROMPT, cfg.vocab_size);
   const session = new Session(backend, weights);
   const cache = argv.cache === "on";
-  if (!cache && mode !== "eager") say(`note: --cache off recomputes eagerly; --mode ${argv.mode} applies to cached steps only`);
+  if (!cache && mode.name !== "eager") say(`note: --cache off recomputes eagerly; --mode ${argv.mode} applies to cached steps only`);
   const result = generate(session, { prompt, maxNewTokens: maxNew, cache, mode });
 
   if (dumpLogits) {
@@ -73,7 +68,7 @@ await runCli(async () => {
     backend: backend.kind,
     device: backend.deviceName,
     cache: argv.cache,
-    mode: cache ? mode : "eager",
+    mode: cache ? mode.name : "eager",
     model: { name: cfg.name, source: weights.source },
     token_ms: result.tokenMs,
     token_kinds: result.tokenKinds,

@@ -10,31 +10,26 @@ import { hideBin } from "yargs/helpers";
 import type { Backend } from "../backends/backend.ts";
 import { BACKEND_CHOICES, openBackend, type BackendChoice } from "../backends/select.ts";
 import { runCli, UserError } from "../errors.ts";
-import { instrumentFor } from "../profile/instruments.ts";
+import { ROOT } from "../native/build.ts";
 import { Study, studyUnits, type StudyOptions } from "../profile/study.ts";
 import { buildSummary } from "../profile/summary.ts";
 import type { StudyMode } from "../profile/types.ts";
-import { renderTerminalSummary } from "../report/markdown.ts";
 import { createProgress } from "../report/progress.ts";
+import { renderTerminalSummary } from "../report/terminal.ts";
 import { writeProfileOutputs } from "../report/write.ts";
-import { ROOT } from "../native/build.ts";
+import { availableModes, LAUNCH_MODE_NAMES, launchMode, type LaunchModeName } from "../run/launch-modes.ts";
 import { DEFAULT_PRESET, intFlag, loadWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
 
-const MODE_CHOICES = ["eager", "eager-native", "graph", "all"] as const;
-/** 8, 16, …, 1024 and the seed's 10, 100, 500, 1000 */
-const GPU_CONTEXTS = [8, 10, 16, 32, 64, 100, 128, 256, 500, 512, 1000, 1024];
-/** a shorter sweep so that the default CPU run ends in minutes on 2 cores (the uncached step grows with context) */
-const CPU_CONTEXTS = [8, 10, 16, 32, 64, 100, 128];
+const MODE_CHOICES = [...LAUNCH_MODE_NAMES, "all"] as const;
 const E2E_PROMPT = 8;
-const E2E_NEW_GPU = 1016;
-const E2E_NEW_CPU = 56;
 const MAX_LISTED_PROBLEMS = 10;
 const MAX_REPEATS = 100_000;
 
 function modesFor(choice: (typeof MODE_CHOICES)[number], backend: Backend): StudyMode[] {
-  if (choice === "all") return ["uncached", ...backend.modes];
-  if (!backend.modes.includes(choice)) {
-    throw new UserError(`mode ${choice} is not available on the ${backend.kind} backend (available: ${backend.modes.join(", ")}, all)`);
+  const available = availableModes(backend).map((m) => m.name as LaunchModeName);
+  if (choice === "all") return ["uncached", ...available];
+  if (!launchMode(choice).available(backend)) {
+    throw new UserError(`mode ${choice} is not available on the ${backend.kind} backend (available: ${available.join(", ")}, all)`);
   }
   return [choice];
 }
@@ -52,7 +47,7 @@ function contextsFor(flag: string | undefined, backend: Backend, nPositions: num
     });
     return [...new Set(values)].sort((a, b) => a - b);
   }
-  const defaults = backend.kind === "cuda" ? GPU_CONTEXTS : CPU_CONTEXTS;
+  const defaults = backend.studyDefaults.contexts;
   const capped = [...new Set(defaults.map((c) => Math.min(c, max)))].sort((a, b) => a - b);
   if (defaults.some((c) => c > max)) note(`note: contexts capped at ${max} (n_positions ${nPositions} minus the new token)`);
   return capped;
@@ -87,11 +82,11 @@ await runCli(async () => {
       .option("model", { type: "string", describe: "Hugging Face GPT-2 directory; default: GPT-2 small shapes, seeded random weights" })
       .option("preset", { choices: PRESET_CHOICES, describe: `without --model: whose exact shapes the seeded random weights take (default ${DEFAULT_PRESET})` })
       .conflicts("model", "preset")
-      .option("contexts", { type: "string", describe: "comma-separated context lengths (default 8,10,16,…,1000,1024 on a GPU, capped by n_positions; 8…128 on the CPU)" })
-      .option("repeats", { type: "number", describe: "timed steps per point (default 50 on a GPU, 10 on the CPU)" })
-      .option("warmup", { type: "number", describe: "untimed steps before each point (default 10 on a GPU, 2 on the CPU)" })
+      .option("contexts", { type: "string", describe: "comma-separated context lengths (default: the backend's, 8,10,16,…,1000,1024 on a GPU, capped by n_positions; 8…128 on the CPU)" })
+      .option("repeats", { type: "number", describe: "timed steps per point (default: the backend's, 50 on a GPU, 10 on the CPU)" })
+      .option("warmup", { type: "number", describe: "untimed steps before each point (default: the backend's, 10 on a GPU, 2 on the CPU)" })
       .option("traced-steps", { type: "number", default: 5, describe: "steps traced per point for the per-kernel breakdown" })
-      .option("e2e-tokens", { type: "number", describe: `tokens generated end to end from an ${E2E_PROMPT}-token prompt (default ${E2E_NEW_GPU} on a GPU, ${E2E_NEW_CPU} on the CPU)` })
+      .option("e2e-tokens", { type: "number", describe: `tokens generated end to end from an ${E2E_PROMPT}-token prompt (default: the backend's, 1016 on a GPU, 56 on the CPU)` })
       .option("out", { type: "string", describe: "output directory (default profiles/<date>-<backend>-<mode>/)" })
       .option("json", { type: "boolean", default: false, describe: "print summary.json to stdout (tables and progress stay off stdout)" })
       .option("kernels", { type: "boolean", default: true, describe: "trace every op (CUPTI on the GPU, native timers on the CPU); --no-kernels skips it" })
@@ -103,7 +98,7 @@ await runCli(async () => {
   const explicitOut = argv.out === undefined ? undefined : prepareOutDir(argv.out);
   const threads = argv.threads === undefined ? undefined : intFlag("threads", argv.threads, 1, 1024);
   const backend = await openBackend(argv.backend, { threads, note: say });
-  const gpu = backend.kind === "cuda";
+  const defaults = backend.studyDefaults;
   const modes = modesFor(argv.mode, backend);
   const weights = loadWeights(argv.model, argv.preset ?? DEFAULT_PRESET, intFlag("seed", argv.seed, 0), say);
   const cfg = weights.config;
@@ -111,11 +106,11 @@ await runCli(async () => {
   const opts: StudyOptions = {
     modes,
     contexts: contextsFor(argv.contexts, backend, cfg.n_positions, say),
-    repeats: intFlag("repeats", argv.repeats ?? (gpu ? 50 : 10), 1, MAX_REPEATS),
-    warmup: intFlag("warmup", argv.warmup ?? (gpu ? 10 : 2), 0, MAX_REPEATS),
+    repeats: intFlag("repeats", argv.repeats ?? defaults.repeats, 1, MAX_REPEATS),
+    warmup: intFlag("warmup", argv.warmup ?? defaults.warmup, 0, MAX_REPEATS),
     kernels: argv.kernels,
     tracedSteps: intFlag("traced-steps", argv["traced-steps"], 1, 1000),
-    e2e: { promptTokens: E2E_PROMPT, newTokens: intFlag("e2e-tokens", argv["e2e-tokens"] ?? Math.min(gpu ? E2E_NEW_GPU : E2E_NEW_CPU, e2eMax), 1, e2eMax) },
+    e2e: { promptTokens: E2E_PROMPT, newTokens: intFlag("e2e-tokens", argv["e2e-tokens"] ?? Math.min(defaults.e2eTokens, e2eMax), 1, e2eMax) },
     seed: intFlag("seed", argv.seed, 0),
   };
   const outDir = explicitOut ?? prepareOutDir(defaultOutDir(backend, argv.mode));
@@ -123,7 +118,7 @@ await runCli(async () => {
   if (load! >= cpus().length - 0.5) {
     say(`warning: load average ${load!.toFixed(1)} on ${cpus().length} cores: other processes compete for the CPU, so times will be inflated`);
   }
-  const instrument = instrumentFor(backend);
+  const instrument = backend.instrument();
   say(`device: ${backend.deviceName} (${backend.kind}); every point timed first, then ${opts.kernels ? "traced" : "not traced (--no-kernels)"}`);
   const peaks = instrument.measurePeaks();
   const launch = instrument.measureLaunch();

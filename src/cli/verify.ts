@@ -15,7 +15,7 @@ import { runCli, UserError } from "../errors.ts";
 import { PRESETS } from "../model/config.ts";
 import { loadModel, randomWeights } from "../model/weights.ts";
 import { ensureBuilt, hasNvcc, ROOT } from "../native/build.ts";
-import { formatResourceTable, missingFamilies, readResourceUsage } from "../native/resource-usage.ts";
+import { missingFamilies, readResourceUsage, type KernelResources } from "../native/resource-usage.ts";
 import { renderTable } from "../report/tables.ts";
 import { freshSeed } from "../verify/arena.ts";
 import { KERNEL_CASES, runKernelCases } from "../verify/kernel-checks.ts";
@@ -26,6 +26,11 @@ import { parseFlags } from "./common.ts";
 
 const say = (line: string) => process.stderr.write(`${line}\n`);
 const skip = (check: string, detail: string): CheckRow => ({ check, detail, error: null, status: "skip" });
+
+function formatResourceTable(rows: KernelResources[]): string {
+  const columns = ["kernel", "arch", "registers", "smem (B)", "stack (B)", "spill stores/loads (B)"].map((header) => ({ header }));
+  return renderTable(columns, rows.map((r) => [r.kernel, r.arch, r.registers, r.smemBytes, r.stackBytes, `${r.spillStores}/${r.spillLoads}`]));
+}
 
 function buildChecks(): CheckRow[] {
   if (!hasNvcc()) return [skip("nvcc build", "nvcc not found (set NVCC or CUDA_HOME)")];

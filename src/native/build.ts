@@ -7,10 +7,14 @@ import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 
+import { opTableHeader } from "../ops.ts";
+
 /** The project root; DECODE_FLOOR_ROOT overrides it for bundled copies of the CLI (see scripts/device-check.sh). */
 export const ROOT = process.env.DECODE_FLOOR_ROOT ?? resolve(import.meta.dir, "../..");
 export const BUILD_DIR = join(ROOT, "build");
 const CUDA_DIR = join(ROOT, "cuda");
+/** Headers generated from TypeScript sources (op_table.h from src/ops.ts). */
+const GENERATED_INCLUDE = join(BUILD_DIR, "include");
 export const CUDA_HOME = process.env.CUDA_HOME ?? "/usr/local/cuda";
 const NVCC = process.env.NVCC ?? (existsSync(join(CUDA_HOME, "bin/nvcc")) ? join(CUDA_HOME, "bin/nvcc") : "nvcc");
 
@@ -30,6 +34,16 @@ function filesIn(dir: string, ext: string): string[] {
 }
 
 const headers = () => ["", "emu", "cupti"].flatMap((sub) => filesIn(join(CUDA_DIR, sub), ".h"));
+
+/** Writes build/include/op_table.h from the op table when its text changed (the stamps hash its text); returns the folder. */
+export function writeGeneratedHeaders(): string {
+  const path = join(GENERATED_INCLUDE, "op_table.h");
+  const text = opTableHeader();
+  if (existsSync(path) && readFileSync(path, "utf8") === text) return GENERATED_INCLUDE;
+  mkdirSync(GENERATED_INCLUDE, { recursive: true });
+  writeFileSync(path, text);
+  return GENERATED_INCLUDE;
+}
 const cpuTwins = () => filesIn(CUDA_DIR, ".cpp").filter((f) => !f.endsWith("/plan.cpp") && !f.endsWith("/cpu_runtime.cpp"));
 const kernelSources = () => filesIn(CUDA_DIR, ".cu");
 
@@ -43,13 +57,13 @@ function recipe(target: Target): Recipe {
   switch (target) {
     case "cpu": {
       const sources = [...cpuTwins(), plan, join(CUDA_DIR, "cpu_runtime.cpp")];
-      const flags = ["-O3", "-march=native", "-fopenmp-simd", "-fPIC", "-shared", "-std=c++17", "-Wall", "-Wextra", "-Werror"];
+      const flags = ["-O3", "-march=native", "-fopenmp-simd", "-fPIC", "-shared", "-std=c++17", "-Wall", "-Wextra", "-Werror", `-I${GENERATED_INCLUDE}`];
       return { sources, command: (out) => ["g++", ...flags, ...sources, "-o", out] };
     }
     case "emu": {
       const emuDir = join(CUDA_DIR, "emu");
       const sources = [...kernelSources(), ...filesIn(emuDir, ".cpp"), plan];
-      const flags = ["-O2", "-g", "-fPIC", "-shared", "-std=c++17", "-Wall", "-Werror", "-Wno-unknown-pragmas", `-I${emuDir}`];
+      const flags = ["-O2", "-g", "-fPIC", "-shared", "-std=c++17", "-Wall", "-Werror", "-Wno-unknown-pragmas", `-I${emuDir}`, `-I${GENERATED_INCLUDE}`];
       // .cu files are compiled as C++ with the emulation header forced in first
       const cu = kernelSources().flatMap((f) => ["-x", "c++", "-include", join(emuDir, "cuda_emu.h"), f]);
       const rest = [...filesIn(emuDir, ".cpp"), plan];
@@ -60,7 +74,7 @@ function recipe(target: Target): Recipe {
       const flags = [
         "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC,-Wall,-Werror",
         "-gencode", "arch=compute_90,code=sm_90", "-gencode", "arch=compute_90,code=compute_90",
-        "--resource-usage", "-Werror", "all-warnings", "-lineinfo",
+        "--resource-usage", "-Werror", "all-warnings", "-lineinfo", `-I${GENERATED_INCLUDE}`,
       ];
       return { sources, command: (out) => [NVCC, ...flags, ...sources, "-o", out] };
     }
@@ -78,6 +92,7 @@ function stampOf(r: Recipe, compilerVersion: string): string {
   h.update(compilerVersion);
   h.update(r.command("OUT").join(" "));
   for (const f of [...r.sources, ...headers()]) h.update(f).update(readFileSync(f));
+  h.update(opTableHeader());
   return h.digest("hex");
 }
 
@@ -116,6 +131,7 @@ export function ensureBuilt(target: Target, opts: BuildOptions = {}): BuildResul
   const r: Recipe = { sources: base.sources, command: (o) => { const c = base.command(o); return [c[0]!, ...extra, ...c.slice(1)]; } };
   const out = libraryPath(target, opts.variant);
   if (r.sources.length === 0) throw new Error(`build ${target}: no sources found under ${CUDA_DIR}`);
+  writeGeneratedHeaders();
   const version = compilerVersion(target);
   if (!version) throw new Error(`build ${target}: compiler not found (${target === "cuda" ? NVCC : "g++"})`);
   const stamp = stampOf(r, version);

@@ -3,6 +3,8 @@
 // Every i32 return is a cudaError_t (0 = success); a null handle means failure (be_last_error says why).
 import { FFIType } from "bun:ffi";
 
+import { cString, fieldBytes, type StructLayout } from "./struct-layout.ts";
+
 const { ptr, i32, u64 } = FFIType;
 
 export const CUDA_SYMBOLS = {
@@ -27,23 +29,19 @@ export const CUDA_SYMBOLS = {
   cu_measure_launch: { args: [i32, ptr], returns: i32 },
 } as const satisfies Record<string, { args: readonly FFIType[]; returns: FFIType }>;
 
-/** CuDeviceInfo (cuda/cuda_api.h): byte offsets of its fields in the 304-byte struct. */
-export const CU_DEVICE_INFO = {
+/** CuDeviceInfo (cuda/cuda_api.h): its size and the byte offsets of its fields. */
+export const CU_DEVICE_INFO: StructLayout<
+  | "name" | "cc_major" | "cc_minor" | "sm_count" | "sm_clock_khz" | "total_mem_bytes" | "mem_clock_khz" | "mem_bus_width_bits"
+  | "l2_bytes" | "max_smem_per_block_optin" | "driver_version" | "runtime_version"
+> = {
+  struct: "CuDeviceInfo",
+  header: "cuda_api.h",
   bytes: 304,
-  name: 0,
-  nameBytes: 256,
-  ccMajor: 256,
-  ccMinor: 260,
-  smCount: 264,
-  smClockKhz: 268,
-  totalMemBytes: 272, // u64
-  memClockKhz: 280,
-  memBusWidthBits: 284,
-  l2Bytes: 288,
-  maxSmemPerBlockOptin: 292,
-  driverVersion: 296,
-  runtimeVersion: 300,
-} as const;
+  fields: {
+    name: 0, cc_major: 256, cc_minor: 260, sm_count: 264, sm_clock_khz: 268, total_mem_bytes: 272, mem_clock_khz: 280,
+    mem_bus_width_bits: 284, l2_bytes: 288, max_smem_per_block_optin: 292, driver_version: 296, runtime_version: 300,
+  },
+};
 
 export interface CuDeviceInfo {
   name: string;
@@ -62,23 +60,21 @@ export interface CuDeviceInfo {
 
 /** Decodes the bytes cu_device_info filled. */
 export function decodeDeviceInfo(bytes: Uint8Array): CuDeviceInfo {
-  const o = CU_DEVICE_INFO;
-  const view = new DataView(bytes.buffer, bytes.byteOffset, o.bytes);
-  const nameBytes = bytes.subarray(o.name, o.name + o.nameBytes);
-  const end = nameBytes.indexOf(0);
+  const { fields: f, bytes: size } = CU_DEVICE_INFO;
+  const view = new DataView(bytes.buffer, bytes.byteOffset, size);
   const i32 = (offset: number) => view.getInt32(offset, true);
   return {
-    name: new TextDecoder().decode(nameBytes.subarray(0, end < 0 ? o.nameBytes : end)),
-    ccMajor: i32(o.ccMajor),
-    ccMinor: i32(o.ccMinor),
-    smCount: i32(o.smCount),
-    smClockKhz: i32(o.smClockKhz),
-    totalMemBytes: Number(view.getBigUint64(o.totalMemBytes, true)),
-    memClockKhz: i32(o.memClockKhz),
-    memBusWidthBits: i32(o.memBusWidthBits),
-    l2Bytes: i32(o.l2Bytes),
-    maxSmemPerBlockOptin: i32(o.maxSmemPerBlockOptin),
-    driverVersion: i32(o.driverVersion),
-    runtimeVersion: i32(o.runtimeVersion),
+    name: cString(bytes, f.name, fieldBytes(CU_DEVICE_INFO, "name")),
+    ccMajor: i32(f.cc_major),
+    ccMinor: i32(f.cc_minor),
+    smCount: i32(f.sm_count),
+    smClockKhz: i32(f.sm_clock_khz),
+    totalMemBytes: Number(view.getBigUint64(f.total_mem_bytes, true)),
+    memClockKhz: i32(f.mem_clock_khz),
+    memBusWidthBits: i32(f.mem_bus_width_bits),
+    l2Bytes: i32(f.l2_bytes),
+    maxSmemPerBlockOptin: i32(f.max_smem_per_block_optin),
+    driverVersion: i32(f.driver_version),
+    runtimeVersion: i32(f.runtime_version),
   };
 }

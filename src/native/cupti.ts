@@ -4,6 +4,7 @@
 import { dlopen, FFIType } from "bun:ffi";
 import { UserError } from "../errors.ts";
 import { ensureBuilt, libraryPath } from "./build.ts";
+import { cString, fieldBytes, type StructLayout } from "./struct-layout.ts";
 
 const { ptr, i32, u64, cstring, void: v } = FFIType;
 
@@ -30,9 +31,27 @@ type CuptiLib = ReturnType<typeof dlopen<typeof CUPTI_SYMBOLS>>["symbols"];
 const TRACE_RUNTIME_API = 1;
 const TRACE_DRIVER_API = 2;
 
-/** Byte sizes of TraceKernel / TraceApi; the library reports its own and open() compares. */
-export const KERNEL_RECORD_BYTES = 200;
-export const API_RECORD_BYTES = 104;
+/** TraceKernel (cuda/cupti/trace.h): one kernel execution. The library reports its size and open() compares. */
+export const TRACE_KERNEL: StructLayout<
+  | "start_ns" | "end_ns" | "graph_node_id" | "correlation_id" | "graph_id" | "stream_id" | "grid" | "block" | "registers"
+  | "static_shared" | "dynamic_shared" | "name"
+> = {
+  struct: "TraceKernel",
+  header: "cupti/trace.h",
+  bytes: 200,
+  fields: {
+    start_ns: 0, end_ns: 8, graph_node_id: 16, correlation_id: 24, graph_id: 28, stream_id: 32, grid: 36, block: 48, registers: 60,
+    static_shared: 64, dynamic_shared: 68, name: 72,
+  },
+};
+
+/** TraceApi (cuda/cupti/trace.h): one runtime or driver API call. */
+export const TRACE_API: StructLayout<"start_ns" | "end_ns" | "correlation_id" | "cbid" | "domain" | "return_value" | "process_id" | "thread_id" | "name"> = {
+  struct: "TraceApi",
+  header: "cupti/trace.h",
+  bytes: 104,
+  fields: { start_ns: 0, end_ns: 8, correlation_id: 16, cbid: 20, domain: 24, return_value: 28, process_id: 32, thread_id: 36, name: 40 },
+};
 
 /** One kernel execution. Times are ns on CUPTI's clock, relative to the tracer's origin (`origin_ns`). */
 export interface RawKernelRecord {
@@ -86,35 +105,32 @@ export class CuptiError extends UserError {
   }
 }
 
-const utf8 = new TextDecoder();
-
-/** The NUL-terminated string in `bytes[offset, offset + cap)`. */
-function cString(bytes: Uint8Array, offset: number, cap: number): string {
-  const field = bytes.subarray(offset, offset + cap);
-  const end = field.indexOf(0);
-  return utf8.decode(end < 0 ? field : field.subarray(0, end));
-}
+/** CUpti_CallbackDomain of the driver API in TraceApi.domain */
+const DOMAIN_DRIVER = 1;
 
 function decodeKernels(buf: ArrayBuffer, n: number, origin: bigint): RawKernelRecord[] {
   const dv = new DataView(buf);
   const bytes = new Uint8Array(buf);
+  const f = TRACE_KERNEL.fields;
+  const nameBytes = fieldBytes(TRACE_KERNEL, "name");
   const out: RawKernelRecord[] = [];
   for (let i = 0; i < n; i++) {
-    const o = i * KERNEL_RECORD_BYTES;
+    const o = i * TRACE_KERNEL.bytes;
     const i32at = (off: number) => dv.getInt32(o + off, true);
+    const triple = (off: number): [number, number, number] => [i32at(off), i32at(off + 4), i32at(off + 8)];
     out.push({
-      start_ns: Number(dv.getBigUint64(o, true) - origin),
-      end_ns: Number(dv.getBigUint64(o + 8, true) - origin),
-      graph_node_id: dv.getBigUint64(o + 16, true),
-      correlation: dv.getUint32(o + 24, true),
-      graph_id: dv.getUint32(o + 28, true),
-      stream: dv.getUint32(o + 32, true),
-      grid: [i32at(36), i32at(40), i32at(44)],
-      block: [i32at(48), i32at(52), i32at(56)],
-      registers: i32at(60),
-      static_shared_bytes: i32at(64),
-      dynamic_shared_bytes: i32at(68),
-      name: cString(bytes, o + 72, 128),
+      start_ns: Number(dv.getBigUint64(o + f.start_ns, true) - origin),
+      end_ns: Number(dv.getBigUint64(o + f.end_ns, true) - origin),
+      graph_node_id: dv.getBigUint64(o + f.graph_node_id, true),
+      correlation: dv.getUint32(o + f.correlation_id, true),
+      graph_id: dv.getUint32(o + f.graph_id, true),
+      stream: dv.getUint32(o + f.stream_id, true),
+      grid: triple(f.grid),
+      block: triple(f.block),
+      registers: i32at(f.registers),
+      static_shared_bytes: i32at(f.static_shared),
+      dynamic_shared_bytes: i32at(f.dynamic_shared),
+      name: cString(bytes, o + f.name, nameBytes),
     });
   }
   return out;
@@ -123,20 +139,22 @@ function decodeKernels(buf: ArrayBuffer, n: number, origin: bigint): RawKernelRe
 function decodeApi(buf: ArrayBuffer, n: number, origin: bigint): RawApiRecord[] {
   const dv = new DataView(buf);
   const bytes = new Uint8Array(buf);
+  const f = TRACE_API.fields;
+  const nameBytes = fieldBytes(TRACE_API, "name");
   const out: RawApiRecord[] = [];
   for (let i = 0; i < n; i++) {
-    const o = i * API_RECORD_BYTES;
+    const o = i * TRACE_API.bytes;
     const u32at = (off: number) => dv.getUint32(o + off, true);
     out.push({
-      start_ns: Number(dv.getBigUint64(o, true) - origin),
-      end_ns: Number(dv.getBigUint64(o + 8, true) - origin),
-      correlation: u32at(16),
-      cbid: u32at(20),
-      domain: u32at(24) === 1 ? "driver" : "runtime",
-      return_value: u32at(28),
-      process_id: u32at(32),
-      thread_id: u32at(36),
-      name: cString(bytes, o + 40, 64),
+      start_ns: Number(dv.getBigUint64(o + f.start_ns, true) - origin),
+      end_ns: Number(dv.getBigUint64(o + f.end_ns, true) - origin),
+      correlation: u32at(f.correlation_id),
+      cbid: u32at(f.cbid),
+      domain: u32at(f.domain) === DOMAIN_DRIVER ? "driver" : "runtime",
+      return_value: u32at(f.return_value),
+      process_id: u32at(f.process_id),
+      thread_id: u32at(f.thread_id),
+      name: cString(bytes, o + f.name, nameBytes),
     });
   }
   return out;
@@ -177,8 +195,8 @@ export class CuptiTracer {
     }
     const sizes = new Int32Array(2);
     lib.trace_record_sizes(sizes);
-    if (sizes[0] !== KERNEL_RECORD_BYTES || sizes[1] !== API_RECORD_BYTES) {
-      return { error: `CUPTI tracer record sizes ${sizes[0]}/${sizes[1]} differ from the reader's ${KERNEL_RECORD_BYTES}/${API_RECORD_BYTES}` };
+    if (sizes[0] !== TRACE_KERNEL.bytes || sizes[1] !== TRACE_API.bytes) {
+      return { error: `CUPTI tracer record sizes ${sizes[0]}/${sizes[1]} differ from the reader's ${TRACE_KERNEL.bytes}/${TRACE_API.bytes}` };
     }
     return new CuptiTracer(lib);
   }
@@ -210,7 +228,7 @@ export class CuptiTracer {
   kernels(): RawKernelRecord[] {
     const count = this.lib.trace_kernel_count();
     if (count === 0) return [];
-    const buf = new ArrayBuffer(count * KERNEL_RECORD_BYTES);
+    const buf = new ArrayBuffer(count * TRACE_KERNEL.bytes);
     const n = this.lib.trace_read_kernels(new Uint8Array(buf), count);
     return decodeKernels(buf, n, this.origin_ns);
   }
@@ -218,7 +236,7 @@ export class CuptiTracer {
   apiCalls(): RawApiRecord[] {
     const count = this.lib.trace_api_count();
     if (count === 0) return [];
-    const buf = new ArrayBuffer(count * API_RECORD_BYTES);
+    const buf = new ArrayBuffer(count * TRACE_API.bytes);
     const n = this.lib.trace_read_api(new Uint8Array(buf), count);
     return decodeApi(buf, n, this.origin_ns);
   }

@@ -1,5 +1,5 @@
 // The CUDA driver API reached directly through bun:ffi, loaded lazily so that a machine without a
-// driver never fails at import: device discovery and cuMemGetInfo.
+// driver never fails at import: is there a driver, and which devices does it see.
 import { CString, dlopen, FFIType } from "bun:ffi";
 
 const { i32, ptr } = FFIType;
@@ -11,7 +11,6 @@ const DRIVER_SYMBOLS = {
   cuDeviceGet: { args: [ptr, i32], returns: i32 },
   cuDeviceGetName: { args: [ptr, i32, i32], returns: i32 },
   cuDeviceTotalMem_v2: { args: [ptr, i32], returns: i32 },
-  cuMemGetInfo_v2: { args: [ptr, ptr], returns: i32 },
   cuGetErrorName: { args: [i32, ptr], returns: i32 },
 } as const;
 
@@ -72,14 +71,4 @@ export function probeDriver(): DriverProbe {
     devices.push({ index: i, name: new TextDecoder().decode(name.subarray(0, name.indexOf(0))), totalBytes: Number(total[0]) });
   }
   return { ok: true, driverVersion, devices };
-}
-
-/** Free and total device memory of the current context (the runtime's primary context). */
-export function driverMemInfo(): { free: number; total: number } | null {
-  const lib = load();
-  if ("error" in lib) return null;
-  const free = new BigUint64Array(1);
-  const total = new BigUint64Array(1);
-  if (lib.driver.cuMemGetInfo_v2(free, total) !== 0) return null;
-  return { free: Number(free[0]), total: Number(total[0]) };
 }

@@ -3,8 +3,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 
-import { OP_CODES } from "../plan.ts";
-import { renderTable } from "../report/tables.ts";
+import { kernelFamily, OP_FAMILIES, type OpFamily } from "../ops.ts";
 import { BUILD_DIR } from "./build.ts";
 
 export interface KernelResources {
@@ -19,9 +18,6 @@ export interface KernelResources {
   spillStores: number;
   spillLoads: number;
 }
-
-/** The op families every CUDA build must contain a kernel of (profiles map kernel names to these). */
-export const KERNEL_FAMILIES = Object.keys(OP_CODES);
 
 export const RESOURCE_USAGE_PATH = join(BUILD_DIR, "resource-usage.txt");
 
@@ -75,12 +71,7 @@ export function readResourceUsage(path = RESOURCE_USAGE_PATH): KernelResources[]
   return existsSync(path) ? parseResourceUsage(readFileSync(path, "utf8")) : undefined;
 }
 
-/** Families with no kernel in `rows`. */
-export function missingFamilies(rows: KernelResources[]): string[] {
-  return KERNEL_FAMILIES.filter((family) => !rows.some((r) => r.kernel.startsWith(`${family}_`)));
-}
-
-export function formatResourceTable(rows: KernelResources[]): string {
-  const columns = ["kernel", "arch", "registers", "smem (B)", "stack (B)", "spill stores/loads (B)"].map((header) => ({ header }));
-  return renderTable(columns, rows.map((r) => [r.kernel, r.arch, r.registers, r.smemBytes, r.stackBytes, `${r.spillStores}/${r.spillLoads}`]));
+/** Op families with no kernel in `rows` (every CUDA build must have one per family: profiles map kernels to families). */
+export function missingFamilies(rows: KernelResources[]): OpFamily[] {
+  return OP_FAMILIES.filter((family) => !rows.some((r) => kernelFamily(r.kernel) === family));
 }

@@ -1,22 +1,21 @@
 // bun:ffi symbol tables for the native libraries (cuda/ops.h, cuda/plan.h, cuda/runtime.h, cuda/cuda_api.h).
 // Device and host pointers are declared "ptr" and held as plain numbers (see conventions/bun-ffi.md).
-import { FFIType } from "bun:ffi";
+import { FFIType, type FFIFunction } from "bun:ffi";
+
+import { cFunction, OP_FAMILIES, OPS, type CType, type OpFamily, type Param } from "../ops.ts";
 
 const { ptr, i32, u32, f32, f64, u64, cstring, void: v } = FFIType;
 
-/** The decode step's operations, identical in every backend library. */
+/** A C parameter type as bun:ffi declares it: pointers as `ptr`, held as plain numbers. */
+const FFI_TYPE = { "float*": ptr, "const float*": ptr, "int*": ptr, "const int*": ptr, int: i32, float: f32 } as const satisfies Record<CType, FFIType>;
+type FfiArgs<P extends readonly Param[]> = { readonly [I in keyof P]: (typeof FFI_TYPE)[P[I][1]] };
+type OpFfi = { [F in OpFamily as `op_${F}`]: { readonly args: FfiArgs<(typeof OPS)[F]["params"]>; readonly returns: FFIType.void } };
+
+/** The decode step's operations (from the op table, src/ops.ts), identical in every backend library, and the attention scratch size. */
 export const OP_SYMBOLS = {
-  op_embed: { args: [ptr, ptr, ptr, ptr, ptr, i32, i32], returns: v },
-  op_layernorm: { args: [ptr, ptr, ptr, ptr, i32, i32, f32], returns: v },
-  op_linear: { args: [ptr, ptr, ptr, ptr, i32, i32, i32], returns: v },
-  op_kv_append: { args: [ptr, ptr, ptr, ptr, i32, i32, i32], returns: v },
-  op_attention: { args: [ptr, ptr, ptr, ptr, ptr, ptr, i32, i32, i32, i32], returns: v },
+  ...(Object.fromEntries(OP_FAMILIES.map((f) => [cFunction(f), { args: OPS[f].params.map(([, type]) => FFI_TYPE[type]), returns: v }])) as unknown as OpFfi),
   op_attention_scratch_bytes: { args: [i32, i32, i32, i32], returns: u64 },
-  op_gelu: { args: [ptr, ptr, i32], returns: v },
-  op_residual: { args: [ptr, ptr, ptr, i32], returns: v },
-  op_lm_head: { args: [ptr, ptr, ptr, i32, i32, i32], returns: v },
-  op_argmax: { args: [ptr, ptr, ptr, i32, i32, i32], returns: v },
-} as const;
+} as const satisfies Record<string, FFIFunction>;
 
 /** Recorded plans (cuda/plan.h). */
 export const PLAN_SYMBOLS = {

@@ -2,12 +2,14 @@
 // then time decode steps there (and the uncached baseline's full recompute), trace the ops of a few of
 // them, generate end to end, and measure the cache's memory.
 import type { Backend } from "../backends/backend.ts";
+import type { Instrument, TimedStep } from "../backends/instrument.ts";
 import type { GPT2Weights } from "../model/weights.ts";
+import type { PlanOp } from "../plan.ts";
+import { launchMode } from "../run/launch-modes.ts";
 import { cacheBytes } from "../run/model-buffers.ts";
 import { Session } from "../run/session.ts";
-import { summarize } from "../report/stats.ts";
-import type { Instrument, TimedStep } from "./instruments.ts";
-import type { EndToEnd, MemoryReport, StepTrace, Stats, StudyMode } from "./types.ts";
+import { summarize, type Stats } from "../stats.ts";
+import type { EndToEnd, MemoryReport, StepTrace, StudyMode } from "./types.ts";
 
 export interface StudyOptions {
   modes: StudyMode[];
@@ -86,7 +88,7 @@ export class Study {
         progress(`tracing ${mode} @ ${context}`);
         const t = this.tracePoint(mode, context);
         // a step whose records do not line up one-to-one with the plan would mislabel every op after the gap
-        traces.push(...t.steps.filter((_, k) => !t.mismatchedSteps.includes(k)));
+        traces.push(...t.steps.filter((_, k) => !t.mismatchedSteps.includes(k)).map((step) => ({ mode, context, ...step })));
         dropped += t.dropped;
         mismatched += t.mismatchedSteps.length;
         measured[i]!.tracing_overhead = t.overhead;
@@ -106,7 +108,7 @@ export class Study {
   }
 
   /** How a step in `mode` at `context` is issued, and what must be reset before each so the context stays put. */
-  private stepAt(mode: StudyMode, context: number): { run: () => void; before: () => void; ops: ReturnType<Session["step"]>["ops"] } {
+  private stepAt(mode: StudyMode, context: number): { run: () => void; before: () => void; ops: PlanOp[] } {
     const s = this.session;
     // the cache really holds `context` tokens: prefill them; every step then decodes at position `context`
     s.prefill(promptOf(context, s.config.vocab_size, this.opts.seed));
@@ -117,9 +119,8 @@ export class Study {
       return { run: () => step.runEager(), before: () => s.setPosition(0), ops: step.ops };
     }
     const step = s.step(1);
-    const native = mode === "eager" ? null : step.native();
-    const run = mode === "eager" ? () => step.runEager() : mode === "eager-native" ? () => native!.runNative(1) : () => native!.runGraph!(1);
-    return { run, before: () => s.setPosition(context), ops: step.ops };
+    const launch = launchMode(mode);
+    return { run: () => launch.run(step, 1), before: () => s.setPosition(context), ops: step.ops };
   }
 
   private timePoint(mode: StudyMode, context: number): Measured {
@@ -153,7 +154,7 @@ export class Study {
       this.backend.synchronize();
       return this.instrument.time(run).hostMs;
     });
-    const traced = this.instrument.trace(run, before, this.opts.tracedSteps, ops, mode, context);
+    const traced = this.instrument.trace(run, before, this.opts.tracedSteps, ops, mode);
     return { ...traced, overhead: summarize(traced.wallMs).median / summarize(untraced).median - 1 };
   }
 
@@ -168,14 +169,11 @@ export class Study {
       s.setSequence(prompt);
       for (let i = 0; i < newTokens; i++) {
         s.setPosition(0);
-        s.run(promptTokens + i, "eager");
+        s.run(promptTokens + i);
       }
     } else {
       s.prefill(prompt);
-      const step = s.step(1);
-      if (mode === "eager") for (let i = 1; i < newTokens; i++) step.runEager();
-      else if (mode === "eager-native") step.native().runNative(newTokens - 1);
-      else step.native().runGraph!(newTokens - 1);
+      launchMode(mode).run(s.step(1), newTokens - 1);
     }
     s.backend.synchronize();
     const total_ms = nowMs() - t0;
@@ -194,7 +192,7 @@ export class Study {
     const s = this.session;
     const cfg = s.config;
     s.prefill(promptOf(Math.min(8, cfg.n_positions - 1), cfg.vocab_size, this.opts.seed));
-    s.run(1, "eager");
+    s.run(1);
     s.backend.synchronize();
     const afterWarmup = this.backend.memInfo().free;
     const extra = this.backend.alloc(cacheBytes(cfg));
@@ -217,7 +215,7 @@ export class Study {
       kv_cache_bytes_measured: measuredCache,
       workspace_bytes: Math.max(0, this.memoryBefore - afterWarmup - ownBytes),
       how_measured:
-        `${this.backend.kind === "cpu" ? "host memory not resident in this process (MemTotal − RSS)" : "cudaMemGetInfo free bytes"} before and after allocating and ` +
+        `${this.backend.memInfoSource} before and after allocating and ` +
         `touching a second ${cfg.n_positions}-token cache, after a warm-up step; workspace = (free before the session − free after ` +
         `the warm-up) − (weights + cache + activations the session allocated)`,
       crossover: [1, 2, 4, 8, 16, 32, 64].map((batch) => ({ batch, context: Math.ceil(tokensToWeights / batch) })),

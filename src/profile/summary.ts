@@ -2,15 +2,16 @@
 import { cpus, hostname, release, totalmem, type } from "node:os";
 
 import type { Backend } from "../backends/backend.ts";
-import { CpuBackend } from "../backends/cpu.ts";
-import { CudaBackend } from "../backends/cuda.ts";
+import type { Instrument, LaunchFloor, Peaks } from "../backends/instrument.ts";
 import { parameterCount, type GPT2Config } from "../model/config.ts";
 import type { GPT2Weights } from "../model/weights.ts";
-import { buildBreakdown, familyMsPerStep, medianSplit, seedVerdict, splitVerdicts, stepsOf, type ModeSplit } from "../report/aggregate.ts";
-import { summarize } from "../report/stats.ts";
-import type { Instrument, Peaks } from "./instruments.ts";
+import type { OpFamily, Work } from "../ops.ts";
+import { launchMode, type LaunchModeName } from "../run/launch-modes.ts";
+import { summarize } from "../stats.ts";
+import { buildBreakdown, familyMsPerStep, medianSplit, stepsOf } from "./aggregate.ts";
 import type { Measured, StudyOptions, StudyResult } from "./study.ts";
-import type { DeviceDescription, KernelRegime, LaunchFloor, OpFamily, ProfileSummary, SeedRow, StepTrace, StudyMode, StudyPoint, Work } from "./types.ts";
+import { SCHEMA_VERSION, type KernelRegime, type ProfileSummary, type SeedRow, type StepTrace, type StudyMode, type StudyPoint } from "./types.ts";
+import { launchVerdict, modeSplitOf, splitVerdicts, studyVerdicts, uncachedBaselineVerdict } from "./verdicts.ts";
 import { cachedStepWork, classifyRegime, flopReduction, sumWork, uncachedStepWork } from "./work-model.ts";
 
 export const TOOL = { name: "decode-floor", version: "0.1.0" };
@@ -19,32 +20,16 @@ function stepWorkOf(cfg: GPT2Config, mode: StudyMode, context: number) {
   return mode === "uncached" ? uncachedStepWork(cfg, context) : cachedStepWork(cfg, context);
 }
 
-function describeDevice(backend: Backend, peaks: Peaks, launch: LaunchFloor): DeviceDescription {
-  const detail: Record<string, string | number> = {};
-  if (backend instanceof CudaBackend) {
-    const d = backend.device;
-    Object.assign(detail, {
-      compute_capability: `${d.ccMajor}.${d.ccMinor}`, sms: d.smCount, sm_clock_mhz: d.smClockKhz / 1000,
-      memory_bytes: d.totalMemBytes, memory_clock_mhz: d.memClockKhz / 1000, bus_width_bits: d.memBusWidthBits,
-      l2_bytes: d.l2Bytes, driver_version: d.driverVersion, runtime_version: d.runtimeVersion,
-    });
-  }
-  if (backend instanceof CpuBackend) detail.threads = backend.threads;
-  if (backend.kind === "emu") detail.note = "the CUDA kernels' sources executed on the CPU: times are not GPU times";
-  return { backend: backend.kind === "cpu" ? "cpu" : "cuda", name: backend.deviceName, detail, peaks, launch };
-}
-
 /**
- * The cost of dispatching one op in a mode, measured with empty ops: the floor below which an op is
- * launch-bound. Eager on a GPU pays the whole TypeScript → FFI → launch path, measured as the eager step's
- * issue time per op; eager-native pays the C++ launch call; a graph pays a node. The CPU pays the FFI call.
+ * The cost of dispatching one op in a mode, from the launch floor measured with empty ops (LaunchMode.floorUs):
+ * the floor below which an op is launch-bound. Where issuing is asynchronous, eager also pays the whole
+ * TypeScript → FFI → launch path, measured as the eager step's issue time per op. The uncached baseline
+ * runs eagerly.
  */
 function floorFor(mode: StudyMode, backend: Backend, launch: LaunchFloor, measured: Measured[], opsPerStep: number): number {
-  if (backend.kind === "cpu") return launch.host_us;
-  if (mode === "graph") return launch.graph_node_us ?? launch.host_us;
-  if (mode === "eager-native") return launch.host_us;
   const eager = measured.filter((m) => m.mode === mode);
-  return eager.length ? Math.max(launch.host_us, (Math.min(...eager.map((m) => m.issue_ms.median)) / opsPerStep) * 1e3) : launch.host_us;
+  const issueUsPerOp = backend.issueIsAsync && eager.length ? (Math.min(...eager.map((m) => m.issue_ms.median)) / opsPerStep) * 1e3 : null;
+  return launchMode(mode === "uncached" ? "eager" : mode).floorUs(launch, issueUsPerOp);
 }
 
 function achieved(work: Work, ms: number, peaks: Peaks, floorUs: number, opsPerStep: number) {
@@ -80,75 +65,19 @@ function regimesOf(cfg: GPT2Config, point: StudyPoint, steps: readonly StepTrace
   });
 }
 
-/** A traced point's split for the verdicts, with its untraced median step time to compare modes by. */
-export function modeSplitOf(p: StudyPoint, traces: readonly StepTrace[]): ModeSplit {
-  return { mode: p.mode, context: p.context, split: p.split!, untraced_ms: p.device_ms.median, ops_per_step: stepsOf(traces, p.mode, p.context)[0]!.ops.length };
-}
-
-/** The seed's table: per context, no cache vs the cached modes, and the FLOP reduction. */
+/** The seed's table: per context, no cache against every cached launch mode measured, and the FLOP reduction. */
 export function seedTable(cfg: GPT2Config, points: StudyPoint[], contexts: number[]): SeedRow[] {
   const at = (mode: StudyMode, c: number) => points.find((p) => p.mode === mode && p.context === c)?.device_ms.median ?? null;
+  const cachedModes = [...new Set(points.map((p) => p.mode))].filter((m): m is LaunchModeName => m !== "uncached");
   return contexts.map((context) => {
-    const uncached = at("uncached", context), eager = at("eager", context), graph = at("graph", context);
-    const ratio = (a: number | null, b: number | null) => (a !== null && b !== null ? a / b : null);
-    return {
-      context, uncached_ms: uncached, eager_ms: eager, graph_ms: graph, native_ms: at("eager-native", context),
-      speedup_eager: ratio(uncached, eager), speedup_graph: ratio(uncached, graph),
-      flop_reduction: flopReduction(cfg, context),
-    };
+    const uncached = at("uncached", context);
+    const cached: SeedRow["cached"] = {};
+    for (const mode of cachedModes) {
+      const ms = at(mode, context);
+      if (ms !== null) cached[mode] = { ms, speedup: uncached === null ? null : uncached / ms };
+    }
+    return { context, uncached_ms: uncached, cached, flop_reduction: flopReduction(cfg, context) };
   });
-}
-
-/** What the step's launches cost at the measured empty-op floor, against the cached step's time. */
-function launchVerdict(points: StudyPoint[], launch: LaunchFloor, opsOf: (mode: StudyMode, context: number) => number): string[] {
-  const cached = points.filter((p) => p.mode !== "uncached");
-  if (!cached.length) return [];
-  const context = Math.max(...cached.map((p) => p.context));
-  const ops = opsOf("eager", context);
-  const step = Math.min(...cached.filter((p) => p.context === context).map((p) => p.device_ms.median));
-  const hostMs = (ops * launch.host_us) / 1e3;
-  const graph = launch.graph_node_us === null ? "" : `; as graph nodes, ${ops} × ${launch.graph_node_us.toFixed(2)} us = ${((ops * launch.graph_node_us) / 1e3).toFixed(3)} ms`;
-  return [
-    `Launch floor at context ${context}: ${ops} ops × ${launch.host_us.toFixed(2)} us per empty launch = ${hostMs.toFixed(3)} ms of host time per step${graph}, ` +
-      `against a fastest cached step of ${step.toFixed(3)} ms (${((100 * hostMs) / step).toFixed(0)}%).`,
-  ];
-}
-
-/**
- * How far the uncached baseline is from the compute peak, at the largest context it was measured: the cache's
- * speed-up is only as meaningful as the baseline it is set against.
- */
-export function uncachedBaselineVerdict(points: StudyPoint[], peaks: Peaks): string[] {
-  const uncached = points.filter((p) => p.mode === "uncached");
-  if (!uncached.length) return [];
-  const p = uncached.reduce((a, b) => (b.context > a.context ? b : a));
-  const cached = points.filter((q) => q.mode !== "uncached" && q.context === p.context).map((q) => q.device_ms.median);
-  const atPeakMs = (p.work.flops / peaks.flops_per_s) * 1e3;
-  const bound = cached.length
-    ? `; at that peak it would take ${atPeakMs.toFixed(2)} ms, ${(atPeakMs / Math.min(...cached)).toFixed(1)}× the fastest cached step`
-    : "";
-  return [
-    `The uncached baseline at context ${p.context} achieves ${(p.achieved.flops_per_s / 1e9).toFixed(1)} GFLOP/s, ` +
-      `${(100 * p.achieved.flops_share).toFixed(0)}% of the measured fp32 peak (${(peaks.flops_per_s / 1e9).toFixed(1)} GFLOP/s)${bound}.`,
-  ];
-}
-
-/** Verdict sentences at the largest context every traced mode reached, then the seed question per context. */
-function verdicts(points: StudyPoint[], traces: StepTrace[], seed: SeedRow[]): string[] {
-  const traced = points.filter((p) => p.split);
-  const largest = Math.max(...traced.map((p) => p.context));
-  const modes: ModeSplit[] = traced
-    .filter((p) => p.context === largest && p.mode !== "uncached")
-    .map((p) => modeSplitOf(p, traces));
-  const out: string[] = [];
-  if (modes.length) {
-    const v = splitVerdicts(modes);
-    out.push(...v.sentences.map((s) => s.sentence), v.conclusion);
-  }
-  const withUncached = seed.filter((r) => r.uncached_ms !== null);
-  const pick = withUncached.length ? [withUncached[0]!, withUncached[withUncached.length - 1]!] : [];
-  out.push(...[...new Set(pick)].map(seedVerdict));
-  return out;
 }
 
 export function buildSummary(args: {
@@ -186,7 +115,7 @@ export function buildSummary(args: {
   const seed = seedTable(cfg, points, opts.contexts);
   const overheads = result.measured.flatMap((m) => (m.tracing_overhead === null ? [] : [m.tracing_overhead]));
   return {
-    schema_version: 1,
+    schema_version: SCHEMA_VERSION,
     tool: TOOL,
     command: args.command,
     date: new Date().toISOString(),
@@ -194,7 +123,7 @@ export function buildSummary(args: {
       hostname: hostname(), os: `${type()} ${release()}`, cpu: cpus()[0]?.model ?? "unknown", cpus: cpus().length,
       memory_bytes: totalmem(), bun: Bun.version,
     },
-    device: describeDevice(backend, peaks, launch),
+    device: { ...backend.describe(), peaks, launch },
     model: { config: cfg, source: weights.source, parameters: parameterCount(cfg), weight_bytes: parameterCount(cfg) * 4 },
     settings: { modes: opts.modes, contexts: opts.contexts, repeats: opts.repeats, warmup: opts.warmup, kernels: opts.kernels },
     points,
@@ -208,6 +137,6 @@ export function buildSummary(args: {
       dropped_records: result.dropped,
       note: `${args.instrument.tracingNote}${result.mismatched ? `; ${result.mismatched} traced steps did not line up one-to-one with the plan` : ""}`,
     },
-    verdicts: [...verdicts(points, result.traces, seed), ...uncachedBaselineVerdict(points, peaks), ...launchVerdict(points, launch, opsOf)],
+    verdicts: [...studyVerdicts(points, result.traces, seed), ...uncachedBaselineVerdict(points, peaks), ...launchVerdict(points, launch, opsOf)],
   };
 }

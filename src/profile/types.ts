@@ -1,67 +1,19 @@
 // The profile's data model: what `bun run profile` measures, and what every report is drawn from.
 // summary.json is exactly a ProfileSummary (schema: src/report/schema.ts, documented in the README).
+import type { BackendDescription } from "../backends/backend.ts";
+import type { LaunchFloor, Peaks, TracedStep } from "../backends/instrument.ts";
 import type { GPT2Config } from "../model/config.ts";
+import type { OpFamily, Work } from "../ops.ts";
+import type { LaunchModeName } from "../run/launch-modes.ts";
+import type { Stats } from "../stats.ts";
 
-/** How a cached decode step is launched. */
-export type LaunchMode = "eager" | "eager-native" | "graph";
 /** What a study row measures: a launch mode of the cached step, or the uncached baseline (full recompute, eager). */
-export type StudyMode = LaunchMode | "uncached";
+export type StudyMode = LaunchModeName | "uncached";
 
-/** The op families of the decode plan (cuda/ops.h); each maps to one kernel launch. */
-export type OpFamily =
-  | "embed" | "layernorm" | "linear" | "kv_append" | "attention" | "gelu" | "residual" | "lm_head" | "argmax";
-
-/** Summary statistics of repeated samples, in milliseconds. */
-export interface Stats {
-  n: number;
-  median: number;
-  mean: number;
-  p10: number;
-  p90: number;
-  min: number;
-  max: number;
-  stddev: number;
-  /** (p90 - p10) / median */
-  spread: number;
-}
-
-/** One timed interval of one op (a kernel on the GPU, a native op on the CPU), relative to the run's start. */
-export interface OpInterval {
-  /** index of the op in the step's plan */
-  index: number;
-  family: OpFamily;
-  /** transformer block, or null for embed / ln_f / lm_head / argmax */
-  layer: number | null;
-  /** the plan's label, e.g. "h3.mlp.c_fc" */
-  label: string;
-  /** kernel name (GPU) or native function (CPU) */
-  name: string;
-  start_us: number;
-  end_us: number;
-  /** launch shape and resources, when known (GPU) */
-  grid?: [number, number, number];
-  block?: [number, number, number];
-  registers?: number;
-  shared_bytes?: number;
-  correlation?: number;
-}
-
-/** A host-side interval: the issue of a step or of one launch (API call), relative to the run's start. */
-export interface HostInterval {
-  /** "step": issuing the whole step (TypeScript + FFI + launch API); "launch": one launch API call inside it */
-  kind: "step" | "launch";
-  name: string;
-  start_us: number;
-  end_us: number;
-  correlation?: number;
-}
-
-/** One traced step: what the host did and what the device ran. */
-export interface StepTrace {
+/** One traced step of one mode at one context. */
+export interface StepTrace extends TracedStep {
   mode: StudyMode;
   context: number;
-  host: HostInterval[];
-  ops: OpInterval[];
 }
 
 /** Per-op-family (or per-layer) aggregate over the timed steps, Nsight's cuda_gpu_kern_sum shape. */
@@ -92,23 +44,6 @@ export interface TimeSplit {
   verdict: string;
 }
 
-/** Work model of one op or one step, from the shapes. */
-export interface Work {
-  flops: number;
-  /** fewest bytes moved through memory: each input read once, each output written once */
-  bytes: number;
-  /** of bytes: parameters read (weights, biases, the embedding rows used) */
-  weight_bytes: number;
-  /** of bytes: KV cache rows read or written */
-  kv_bytes: number;
-}
-
-export interface OpWork extends Work {
-  family: OpFamily;
-  label: string;
-  layer: number | null;
-}
-
 export interface StudyPoint {
   mode: StudyMode;
   context: number;
@@ -136,16 +71,12 @@ export interface KernelRegime {
   regime: "launch-bound" | "memory-bound" | "compute-bound";
 }
 
+/** The seed's table row: no cache against each launch mode of the cached step. */
 export interface SeedRow {
   context: number;
   uncached_ms: number | null;
-  eager_ms: number | null;
-  graph_ms: number | null;
-  /** the cached step issued natively in one call (the CPU's replay) */
-  native_ms: number | null;
-  /** uncached / eager and uncached / graph */
-  speedup_eager: number | null;
-  speedup_graph: number | null;
+  /** per launch mode measured at this context: median ms per token, and uncached / cached */
+  cached: Partial<Record<LaunchModeName, { ms: number; speedup: number | null }>>;
   /** uncached FLOPs / cached FLOPs */
   flop_reduction: number;
 }
@@ -172,27 +103,16 @@ export interface MemoryReport {
   crossover: { batch: number; context: number }[];
 }
 
-/** What dispatching one op costs with no work in it: the floor a step of many small ops stands on. */
-export interface LaunchFloor {
-  /** host µs per launch call (GPU: an empty kernel from C++; CPU: an empty op through bun:ffi) */
-  host_us: number;
-  /** GPU µs per empty kernel launched back to back: the launch rate the device sustains */
-  device_us: number | null;
-  /** GPU µs per empty kernel node in a graph replay */
-  graph_node_us: number | null;
-  how_measured: string;
-}
-
-export interface DeviceDescription {
-  backend: "cpu" | "cuda";
-  name: string;
-  detail: Record<string, string | number>;
-  peaks: { bytes_per_s: number; flops_per_s: number; how_measured: string };
+export interface DeviceDescription extends BackendDescription {
+  peaks: Peaks;
   launch: LaunchFloor;
 }
 
+/** summary.json's layout version (2: per-mode results keyed by launch mode name). */
+export const SCHEMA_VERSION = 2;
+
 export interface ProfileSummary {
-  schema_version: 1;
+  schema_version: typeof SCHEMA_VERSION;
   tool: { name: string; version: string };
   command: string;
   date: string;

@@ -2,6 +2,10 @@
 // Keep the two in step: the tests validate a synthetic ProfileSummary against this schema.
 import Ajv2020 from "ajv/dist/2020.js";
 
+import { OP_FAMILIES } from "../ops.ts";
+import { SCHEMA_VERSION } from "../profile/types.ts";
+import { LAUNCH_MODE_NAMES } from "../run/launch-modes.ts";
+
 const number = { type: "number" } as const;
 const nonNegative = { type: "number", minimum: 0 } as const;
 const count = { type: "integer", minimum: 0 } as const;
@@ -18,8 +22,8 @@ function object(properties: Record<string, unknown>, optional: string[] = []) {
   };
 }
 
-const studyMode = { enum: ["eager", "eager-native", "graph", "uncached"] };
-const opFamily = { enum: ["embed", "layernorm", "linear", "kv_append", "attention", "gelu", "residual", "lm_head", "argmax"] };
+const studyMode = { enum: [...LAUNCH_MODE_NAMES, "uncached"] };
+const opFamily = { enum: OP_FAMILIES };
 
 const stats = object({
   n: { type: "integer", minimum: 1 },
@@ -95,11 +99,11 @@ const kernelRegime = object({
 const seedRow = object({
   context: count,
   uncached_ms: nullableNumber,
-  eager_ms: nullableNumber,
-  graph_ms: nullableNumber,
-  native_ms: nullableNumber,
-  speedup_eager: nullableNumber,
-  speedup_graph: nullableNumber,
+  cached: {
+    type: "object",
+    propertyNames: { enum: LAUNCH_MODE_NAMES },
+    additionalProperties: object({ ms: nonNegative, speedup: nullableNumber }),
+  },
   flop_reduction: nonNegative,
 });
 
@@ -129,10 +133,10 @@ const gpt2Config = object({
 
 export const PROFILE_SUMMARY_SCHEMA = {
   $schema: "https://json-schema.org/draft/2020-12/schema",
-  $id: "urn:decode-floor:summary:1",
+  $id: `urn:decode-floor:summary:${SCHEMA_VERSION}`,
   title: "decode-floor profile summary (summary.json)",
   ...object({
-    schema_version: { const: 1 },
+    schema_version: { const: SCHEMA_VERSION },
     tool: object({ name: text, version: text }),
     command: text,
     date: { type: "string", format: "date-time" },

@@ -1,8 +1,9 @@
 // Chrome trace-event JSON (trace.json) for Perfetto / chrome://tracing: a typed builder, a validator of
 // what Perfetto needs, and the profile's trace (per mode: a host track and a device track).
 // ts and dur are microseconds relative to the run's start.
-import type { DeviceDescription, HostInterval, OpInterval, StepTrace, StudyMode } from "../profile/types.ts";
-import { stepSplit } from "./aggregate.ts";
+import type { HostInterval, OpInterval } from "../backends/instrument.ts";
+import { stepSplit } from "../profile/aggregate.ts";
+import type { DeviceDescription, StepTrace, StudyMode } from "../profile/types.ts";
 
 type Scalar = string | number | boolean;
 type ArgValue = Scalar | Scalar[] | null;

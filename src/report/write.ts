@@ -2,9 +2,10 @@
 // latency.svg, breakdown.svg and report.md.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { kernelSummaries } from "../profile/aggregate.ts";
 import type { ProfileSummary, StepTrace } from "../profile/types.ts";
-import { kernelSummaries } from "./aggregate.ts";
-import { breakdownPoints, modeLabel, renderReport } from "./markdown.ts";
+import { renderReport } from "./markdown.ts";
+import { breakdownPoints, modeLabel } from "./sections.ts";
 import { OUTPUT_FILES } from "./output-files.ts";
 import { validateSummary } from "./schema.ts";
 import { lineChart, stackedBars, type BarSegment, type LineSeries } from "./svg.ts";

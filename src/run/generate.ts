@@ -1,7 +1,7 @@
 // Greedy generation: prefill then one token at a time with the KV cache, or the uncached baseline that
 // recomputes the whole sequence every step.
 import { UserError } from "../errors.ts";
-import type { LaunchMode } from "../profile/types.ts";
+import type { LaunchMode } from "./launch-modes.ts";
 import type { Session } from "./session.ts";
 
 export interface GenerateOptions {
@@ -55,7 +55,7 @@ function generateUncached(session: Session, { prompt, maxNewTokens }: GenerateOp
   for (let i = 0; i < maxNewTokens; i++) {
     const t0 = nowMs();
     session.setPosition(0);
-    session.run(prompt.length + i, "eager");
+    session.run(prompt.length + i);
     session.backend.synchronize();
     tokenMs.push(nowMs() - t0);
   }

@@ -3,11 +3,12 @@
 import type { Backend, DeviceBuffer } from "../backends/backend.ts";
 import type { GPT2Config } from "../model/config.ts";
 import type { GPT2Weights } from "../model/weights.ts";
+import { STATE_INTS } from "../ops.ts";
 import type { ModelBuffers } from "../plan.ts";
 
 const ALIGN = 256; // bytes: every tensor starts on a 256-byte boundary (16-byte vector loads, coalescing)
-const STATE_INTS = 4; // cuda/ops.h
 const FLOAT = 4;
+const INT32 = 4;
 
 const align = (n: number) => Math.ceil(n / ALIGN) * ALIGN;
 
@@ -113,8 +114,8 @@ function allocateActivations(backend: Backend, cfg: GPT2Config, rows: number) {
     logits: arena.reserve(cfg.vocab_size * FLOAT),
     scratch: arena.reserve(Math.max(FLOAT, backend.attentionScratchBytes(rows, C, cfg.n_head, cfg.n_positions),
       backend.attentionScratchBytes(1, C, cfg.n_head, cfg.n_positions))),
-    seq: arena.reserve((cfg.n_positions + 1) * 4),
-    state: arena.reserve(STATE_INTS * 4),
+    seq: arena.reserve((cfg.n_positions + 1) * INT32),
+    state: arena.reserve(STATE_INTS * INT32),
   };
   const buffer = backend.alloc(arena.size);
   backend.fill32(buffer, 0);

@@ -3,14 +3,18 @@
 import type { Backend } from "../backends/backend.ts";
 import { UserError } from "../errors.ts";
 import type { GPT2Weights } from "../model/weights.ts";
-import { CompiledStep, decodeStep } from "../plan.ts";
-import type { LaunchMode } from "../profile/types.ts";
+import { STATE_INTS, STATE_POS } from "../ops.ts";
+import { decodeStep } from "../plan.ts";
+import { launchMode, type LaunchMode } from "./launch-modes.ts";
 import { placeModel, type ResidentModel } from "./model-buffers.ts";
+import { CompiledStep } from "./step.ts";
+
+const INT32_BYTES = 4;
 
 export class Session {
   readonly resident: ResidentModel;
   private readonly steps = new Map<number, CompiledStep>();
-  private readonly stateWords = new Int32Array(4);
+  private readonly stateWords = new Int32Array(STATE_INTS);
 
   constructor(readonly backend: Backend, readonly weights: GPT2Weights, maxRows?: number) {
     this.resident = placeModel(backend, weights, maxRows);
@@ -31,13 +35,9 @@ export class Session {
   }
 
   /** Runs a step of T rows in a launch mode (asynchronous on CUDA). */
-  run(T: number, mode: LaunchMode): void {
-    const step = this.step(T);
-    if (mode === "eager") return step.runEager();
-    const native = step.native();
-    if (mode === "eager-native") return native.runNative(1);
-    if (!native.runGraph) throw new UserError(`launch mode graph needs the CUDA backend (this is ${this.backend.kind})`);
-    native.runGraph(1);
+  run(T: number, mode: LaunchMode = launchMode("eager")): void {
+    if (!mode.available(this.backend)) throw new UserError(`launch mode ${mode.name} is not available on the ${this.backend.kind} backend`);
+    mode.run(this.step(T), 1);
   }
 
   checkContext(total: number): void {
@@ -56,13 +56,13 @@ export class Session {
 
   setPosition(pos: number): void {
     this.stateWords.fill(0);
-    this.stateWords[0] = pos;
+    this.stateWords[STATE_POS] = pos;
     this.backend.upload(this.bufferOf("state"), this.stateWords);
   }
 
   position(): number {
     this.backend.download(this.bufferOf("state"), this.stateWords);
-    return this.stateWords[0]!;
+    return this.stateWords[STATE_POS]!;
   }
 
   readSequence(length: number): number[] {
@@ -77,7 +77,7 @@ export class Session {
   }
 
   /** Prefill: the whole prompt in one pass at position 0; leaves the first generated token at seq[prompt.length]. */
-  prefill(prompt: number[], mode: LaunchMode = "eager"): void {
+  prefill(prompt: number[], mode?: LaunchMode): void {
     this.setSequence(prompt);
     this.setPosition(0);
     this.run(prompt.length, mode);
@@ -99,7 +99,7 @@ export class Session {
   /** A view of one activation region as a buffer (for uploads/downloads of seq, state, logits). */
   private bufferOf(name: "seq" | "state" | "logits") {
     const b = this.resident.buffers;
-    const bytes = { seq: (this.config.n_positions + 1) * 4, state: 16, logits: this.config.vocab_size * 4 }[name];
+    const bytes = { seq: (this.config.n_positions + 1) * INT32_BYTES, state: STATE_INTS * INT32_BYTES, logits: this.config.vocab_size * 4 }[name];
     return { ptr: b[name], bytes };
   }
 

@@ -92,6 +92,12 @@ const elementwiseCases = [1, 1000, 100_003, 768 * 4 * 5].flatMap((N): KernelCase
   },
 ]);
 
+/** GELU's negative tail one element at a time, where 0.5 x (1 + tanh u) cancels: each error is relative to that element. */
+const geluTail: KernelCase = {
+  kernel: "gelu", shape: "N=1 at each x in -10..-2 (the negative tail)",
+  run: (pair) => Math.max(...Array.from({ length: 81 }, (_, i) => pair.compare({ a: Float32Array.of(-10 + i / 10) }, { out: 1 }, (b, p) => b.ops.op_gelu(p.out!, p.a!, 1)))),
+};
+
 const residualInPlace: KernelCase = {
   kernel: "residual", shape: "N=4099, out aliases a",
   run: (pair, seed) => {
@@ -166,7 +172,7 @@ const ATTENTION_SHAPES = [
 ] as const;
 
 export const KERNEL_CASES: KernelCase[] = [
-  ...embedCases, ...layernormCases, ...linearCases, ...elementwiseCases, residualInPlace, ...lmHeadCases, ...argmaxCases,
+  ...embedCases, ...layernormCases, ...linearCases, ...elementwiseCases, geluTail, residualInPlace, ...lmHeadCases, ...argmaxCases,
   ...ATTENTION_SHAPES.map(([T, pos, C, H, maxCtx]) => attentionCase(T, pos, C, H, maxCtx)),
 ];
 

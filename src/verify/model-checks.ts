@@ -6,8 +6,8 @@ import { join } from "node:path";
 
 import type { Backend } from "../backends/backend.ts";
 import type { GPT2Weights } from "../model/weights.ts";
-import type { LaunchMode } from "../profile/types.ts";
 import { generate } from "../run/generate.ts";
+import { availableModes, launchMode, type LaunchMode } from "../run/launch-modes.ts";
 import { Session } from "../run/session.ts";
 import { maxRelativeError } from "./compare.ts";
 
@@ -54,12 +54,11 @@ export function fixtureChecks(device: Backend, weights: GPT2Weights, f: Fixture)
   try {
     const err = maxRelativeError(s.logitsAtEveryPosition(f.sequence), f.logits);
     const rows = [row(`${f.name} logits`, `${f.sequence.length} positions vs numpy float64`, err <= LOGIT_TOLERANCE, err)];
-    const runs: Array<[boolean, LaunchMode]> = [[true, "eager"], [true, "eager-native"], [true, "graph"], [false, "eager"]];
+    const runs: Array<[boolean, LaunchMode]> = [...availableModes(device).map((m): [boolean, LaunchMode] => [true, m]), [false, launchMode("eager")]];
     for (const [cache, mode] of runs) {
-      if (!device.modes.includes(mode)) continue;
       const ids = generate(s, { prompt: f.prompt, maxNewTokens: f.generated.length, cache, mode }).generatedIds;
       const same = ids.every((id, i) => id === f.generated[i]);
-      rows.push(row(`${f.name} greedy`, `${f.generated.length} tokens, ${cache ? `cached, ${mode}` : "uncached"}`, same));
+      rows.push(row(`${f.name} greedy`, `${f.generated.length} tokens, ${cache ? `cached, ${mode.name}` : "uncached"}`, same));
     }
     return rows;
   } finally {
@@ -85,13 +84,14 @@ export function againstCpu(device: Backend, cpu: Backend, weights: GPT2Weights, 
 export function modesBitIdentical(device: Backend, weights: GPT2Weights, prompt: number[], n: number): CheckRow {
   const s = new Session(device, weights);
   try {
-    const runs = device.modes.map((mode) => {
+    const modes = availableModes(device);
+    const runs = modes.map((mode) => {
       const ids = generate(s, { prompt, maxNewTokens: n, cache: true, mode }).generatedIds;
       return { mode, ids, logits: new Uint32Array(s.readLogits().buffer) };
     });
     const [first, ...rest] = runs;
     const same = rest.every((r) => r.ids.every((id, i) => id === first!.ids[i]) && r.logits.every((w, i) => w === first!.logits[i]));
-    return row("launch modes", `${device.modes.join(" == ")} bit for bit over ${n} tokens`, same);
+    return row("launch modes", `${modes.map((m) => m.name).join(" == ")} bit for bit over ${n} tokens`, same);
   } finally {
     s.close();
   }
@@ -105,8 +105,9 @@ export function modesBitIdentical(device: Backend, weights: GPT2Weights, prompt:
 export function cachedEqualsUncached(device: Backend, weights: GPT2Weights, prompt: number[], n: number): CheckRow {
   const s = new Session(device, weights);
   try {
-    const cached = generate(s, { prompt, maxNewTokens: n, cache: true, mode: "eager" }).generatedIds;
-    const uncached = generate(s, { prompt, maxNewTokens: n, cache: false, mode: "eager" }).generatedIds;
+    const eager = launchMode("eager");
+    const cached = generate(s, { prompt, maxNewTokens: n, cache: true, mode: eager }).generatedIds;
+    const uncached = generate(s, { prompt, maxNewTokens: n, cache: false, mode: eager }).generatedIds;
     const at = cached.findIndex((id, i) => id !== uncached[i]);
     if (at < 0) return row("cache exactness", `cached == uncached greedy tokens over ${n} tokens`, true);
     const V = weights.config.vocab_size;
@@ -123,7 +124,7 @@ export function cachedEqualsUncached(device: Backend, weights: GPT2Weights, prom
 
 /** A captured graph replayed many times allocates nothing: free device memory is unchanged. */
 export function graphMemoryStable(device: Backend, weights: GPT2Weights, replays: number): CheckRow {
-  if (!device.modes.includes("graph")) return { check: "graph memory", detail: "no graphs on this backend", error: null, status: "skip" };
+  if (!device.graphs) return { check: "graph memory", detail: "no graphs on this backend", error: null, status: "skip" };
   const s = new Session(device, weights);
   try {
     s.prefill([0]);

@@ -2,26 +2,21 @@
 // pretend GPU (eager: the device waits for each launch; graph: kernels back to back) and the
 // ProfileSummary assembled from them with the real aggregation and work model.
 import { kvCacheBytesPerToken, parameterCount, type GPT2Config } from "../../src/model/config.ts";
-import { modeSplitOf, seedTable } from "../../src/profile/summary.ts";
-import type {
-  HostInterval,
-  OpWork,
-  OpFamily,
-  OpInterval,
-  ProfileSummary,
-  StepTrace,
-  StudyMode,
-  StudyPoint,
-} from "../../src/profile/types.ts";
-import { buildBreakdown, medianSplit, seedVerdict, splitVerdicts, stepSplit, stepsOf } from "../../src/report/aggregate.ts";
-import { summarize } from "../../src/report/stats.ts";
+import type { HostInterval, OpInterval } from "../../src/backends/instrument.ts";
+import type { OpFamily } from "../../src/ops.ts";
+import { buildBreakdown, medianSplit, stepSplit, stepsOf } from "../../src/profile/aggregate.ts";
+import { seedTable } from "../../src/profile/summary.ts";
+import { SCHEMA_VERSION, type ProfileSummary, type StepTrace, type StudyMode, type StudyPoint } from "../../src/profile/types.ts";
+import { modeSplitOf, seedVerdict, splitVerdicts } from "../../src/profile/verdicts.ts";
 import {
   cachedStepWork,
   classifyRegime,
   stepWork,
   sumWork,
   uncachedStepWork,
+  type OpWork,
 } from "../../src/profile/work-model.ts";
+import { summarize } from "../../src/stats.ts";
 
 export const tinyConfig: GPT2Config = {
   name: "tiny",
@@ -167,7 +162,7 @@ export function syntheticSummary(steps: StepTrace[] = syntheticSteps(), cfg: GPT
   const weight_bytes = 4 * parameterCount(cfg);
   const kvPerToken = kvCacheBytesPerToken(cfg);
   return {
-    schema_version: 1,
+    schema_version: SCHEMA_VERSION,
     tool: { name: "decode-floor", version: "0.1.0" },
     command: "bun run profile --modes uncached,eager,graph --contexts 4,32",
     date: "2025-01-02T03:04:05.000Z",

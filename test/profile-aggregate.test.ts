@@ -1,17 +1,8 @@
 import { describe, expect, test } from "bun:test";
-import type { HostInterval, OpInterval, StepTrace } from "../src/profile/types.ts";
-import {
-  aggregateOps,
-  buildBreakdown,
-  byFamily,
-  byLayer,
-  medianSplit,
-  seedVerdict,
-  splitVerdicts,
-  stepSplit,
-  unionMs,
-  type ModeSplit,
-} from "../src/report/aggregate.ts";
+import type { HostInterval, OpInterval } from "../src/backends/instrument.ts";
+import type { StepTrace } from "../src/profile/types.ts";
+import { aggregateOps, buildBreakdown, byFamily, byLayer, medianSplit, stepSplit, unionMs } from "../src/profile/aggregate.ts";
+import { seedVerdict, splitVerdicts, type ModeSplit } from "../src/profile/verdicts.ts";
 import { syntheticSteps } from "./helpers/synthetic-profile.ts";
 
 function op(index: number, family: OpInterval["family"], layer: number | null, start_us: number, end_us: number): OpInterval {
@@ -138,7 +129,7 @@ describe("splitVerdicts", () => {
 
 describe("seedVerdict", () => {
   test("contrasts FLOP reduction and speedup", () => {
-    const row = { context: 1000, uncached_ms: 31, eager_ms: 5.2, graph_ms: 5.1, native_ms: null, speedup_eager: 31 / 5.2, speedup_graph: 31 / 5.1, flop_reduction: 417.4 };
+    const row = { context: 1000, uncached_ms: 31, cached: { eager: { ms: 5.2, speedup: 31 / 5.2 }, graph: { ms: 5.1, speedup: 31 / 5.1 } }, flop_reduction: 417.4 };
     expect(seedVerdict(row)).toBe("At context 1000 the KV cache does 417× fewer FLOPs but the step is only 6.1× faster (31.0 ms → 5.10 ms).");
   });
 });

@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { summarize } from "../src/report/stats.ts";
+import { summarize } from "../src/stats.ts";
 
 describe("summarize", () => {
   test("known values of 1..10 (in any order)", () => {

@@ -1,6 +1,19 @@
 // Summary statistics of repeated timing samples (milliseconds in, milliseconds out).
 import { max, mean, median, min, quantileSorted, sampleStandardDeviation } from "simple-statistics";
-import type { Stats } from "../profile/types.ts";
+
+/** Summary statistics of repeated samples, in milliseconds. */
+export interface Stats {
+  n: number;
+  median: number;
+  mean: number;
+  p10: number;
+  p90: number;
+  min: number;
+  max: number;
+  stddev: number;
+  /** (p90 - p10) / median */
+  spread: number;
+}
 
 /**
  * Median, mean, p10/p90 (linear interpolation, numpy's default), min, max, the sample standard

@@ -1,0 +1,102 @@
+// What a backend's instrument measures: a step's time, the ops inside traced steps, the machine's peaks and
+// the cost of dispatching an op with no work in it. Each backend supplies its own (Backend.instrument()).
+import type { OpFamily } from "../ops.ts";
+import type { PlanOp } from "../plan.ts";
+
+export interface TimedStep {
+  /** device time of the step (CUDA events; the wall time on the CPU) */
+  deviceMs: number;
+  /** host wall time from issuing to completion */
+  hostMs: number;
+  /** host time until the issuing call returned */
+  issueMs: number;
+}
+
+export interface Peaks {
+  bytes_per_s: number;
+  flops_per_s: number;
+  how_measured: string;
+}
+
+/** One timed interval of one op (a kernel on the GPU, a native op on the CPU), relative to the run's start. */
+export interface OpInterval {
+  /** index of the op in the step's plan */
+  index: number;
+  family: OpFamily;
+  /** transformer block, or null for embed / ln_f / lm_head / argmax */
+  layer: number | null;
+  /** the plan's label, e.g. "h3.mlp.c_fc" */
+  label: string;
+  /** kernel name (GPU) or native function (CPU) */
+  name: string;
+  start_us: number;
+  end_us: number;
+  /** launch shape and resources, when known (GPU) */
+  grid?: [number, number, number];
+  block?: [number, number, number];
+  registers?: number;
+  shared_bytes?: number;
+  correlation?: number;
+}
+
+/** A host-side interval: the issue of a step or of one launch (API call), relative to the run's start. */
+export interface HostInterval {
+  /** "step": issuing the whole step (TypeScript + FFI + launch API); "launch": one launch API call inside it */
+  kind: "step" | "launch";
+  name: string;
+  start_us: number;
+  end_us: number;
+  correlation?: number;
+}
+
+/** One traced step: what the host did and what the device ran. */
+export interface TracedStep {
+  host: HostInterval[];
+  ops: OpInterval[];
+}
+
+export interface TraceResult {
+  steps: TracedStep[];
+  dropped: number;
+  /** indices of steps whose op records did not line up one-to-one with the plan */
+  mismatchedSteps: number[];
+  /** host wall time of each traced step, issue to completion (ms) */
+  wallMs: number[];
+}
+
+/** What dispatching one op costs with no work in it: the floor a step of many small ops stands on. */
+export interface LaunchFloor {
+  /** host µs per launch call (GPU: an empty kernel from C++; CPU: an empty op through bun:ffi) */
+  host_us: number;
+  /** GPU µs per empty kernel launched back to back: the launch rate the device sustains */
+  device_us: number | null;
+  /** GPU µs per empty kernel node in a graph replay */
+  graph_node_us: number | null;
+  how_measured: string;
+}
+
+export interface Instrument {
+  /** what traces the ops, or why nothing can */
+  readonly tracingNote: string;
+  readonly canTrace: boolean;
+  /** times one step issued by `run` */
+  time(run: () => void): TimedStep;
+  /** runs `count` steps (each after `before`) with op tracing on; `label` names the host intervals */
+  trace(run: () => void, before: () => void, count: number, ops: PlanOp[], label: string): TraceResult;
+  measurePeaks(): Peaks;
+  /** the cost of dispatching an op with no work in it */
+  measureLaunch(): LaunchFloor;
+  close(): void;
+}
+
+/** An op interval with the plan's fields filled in. */
+export function opInterval(op: PlanOp, index: number, name: string, startUs: number, endUs: number): OpInterval {
+  return { index, family: op.family, layer: op.layer, label: op.label, name, start_us: startUs, end_us: endUs };
+}
+
+/** A monotonic host clock in ms. */
+export const nowMs = () => Bun.nanoseconds() / 1e6;
+/** peak measurements repeated, the best kept */
+export const PEAK_CALLS = 8;
+/** empty ops per launch-floor measurement */
+export const EMPTY_OPS = 2000;

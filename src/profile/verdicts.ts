@@ -1,0 +1,182 @@
+// Verdicts computed from the study's numbers: one sentence per mode on where its step's time goes, the answer
+// to "is the per-token floor launch overhead?", the seed's question per context, and the launch floor.
+import type { LaunchFloor, Peaks } from "../backends/instrument.ts";
+import { launchMode, type LaunchModeName } from "../run/launch-modes.ts";
+import { stepsOf, type SplitNumbers } from "./aggregate.ts";
+import type { SeedRow, StepTrace, StudyMode, StudyPoint } from "./types.ts";
+
+export interface ModeSplit {
+  mode: StudyMode;
+  context: number;
+  /** from traced steps: where the time goes (idle share, busy, host issue) */
+  split: SplitNumbers;
+  /** median step time measured without tracing: what modes are compared by */
+  untraced_ms: number;
+  /** ops (kernel launches) per step */
+  ops_per_step: number;
+}
+
+/** An idle share at or above this says the device mostly waits. */
+export const IDLE_MAJORITY = 0.5;
+/** A graph saving at or above this share of the eager step is a large effect. */
+export const LARGE_SAVING = 0.3;
+/** Differences below this share of the step are treated as noise. */
+export const NOISE = 0.05;
+
+/** Three significant digits for sentences: "0.132 ms", "5.20 ms", "41.0 ms", "312 ms". */
+const ms = (x: number) => `${Math.abs(x) >= 100 ? x.toFixed(0) : x.toPrecision(3)} ms`;
+const pct = (x: number) => `${Math.round(x * 100)}%`;
+const idleShare = (s: SplitNumbers) => (s.step_ms > 0 ? s.idle_ms / s.step_ms : 0);
+
+function comparedWithEager(m: ModeSplit, eager: ModeSplit | undefined): string {
+  if (!eager || m.mode === "eager" || m.mode === "uncached") return "";
+  const saved = eager.untraced_ms - m.untraced_ms;
+  const share = eager.untraced_ms > 0 ? Math.abs(saved) / eager.untraced_ms : 0;
+  if (share < NOISE) return `; it takes the same time per token as eager (within ${pct(NOISE)})`;
+  const what = launchMode(m.mode as LaunchModeName).phrase;
+  return saved > 0
+    ? `; ${what} removes ${ms(saved)} per token (${pct(share)} of eager)`
+    : `; ${what} adds ${ms(-saved)} per token (${pct(share)} of eager)`;
+}
+
+function modeSentence(m: ModeSplit, eager: ModeSplit | undefined): string {
+  const s = m.split;
+  const launches = s.launch_api_ms > 0 ? `, ${ms(s.launch_api_ms)} of it inside launch calls` : "";
+  return (
+    `${m.mode} (context ${m.context}): the device is idle ${pct(idleShare(s))} of the ${ms(s.step_ms)} step ` +
+    `(${m.ops_per_step} ops busy ${ms(s.busy_ms)}); the host spends ${ms(s.host_issue_ms)} issuing it${launches}` +
+    `${comparedWithEager(m, eager)}.`
+  );
+}
+
+function graphConclusion(eager: ModeSplit, graph: ModeSplit): string {
+  const e = eager.split;
+  const g = graph.split;
+  const savedShare = eager.untraced_ms > 0 ? (eager.untraced_ms - graph.untraced_ms) / eager.untraced_ms : 0;
+  const evidence =
+    `the device idles ${pct(idleShare(e))} of the eager step (traced), and a CUDA graph of the same kernels takes ` +
+    `${ms(graph.untraced_ms)} instead of ${ms(eager.untraced_ms)} untraced (${savedShare >= 0 ? "-" : "+"}${pct(Math.abs(savedShare))})`;
+  const rest = `the graph step is ${pct(1 - idleShare(g))} busy with ${ms(g.busy_ms)} of kernel time`;
+  if (idleShare(e) >= IDLE_MAJORITY && savedShare >= LARGE_SAVING) {
+    return `Is the floor launch overhead? Mostly yes: ${evidence}; what remains is kernel time (${rest}).`;
+  }
+  if (idleShare(e) >= IDLE_MAJORITY) {
+    return (
+      `Is the floor launch overhead? Not launch overhead alone: ${evidence}, so removing per-kernel launches ` +
+      `does not recover most of the idle time; ${rest}, and the graph step still idles ${pct(idleShare(g))}.`
+    );
+  }
+  if (savedShare >= LARGE_SAVING) {
+    return (
+      `Is the floor launch overhead? The numbers disagree: ${evidence}, yet the device is busy most of the eager step; ` +
+      `the graph's kernels themselves run faster (${ms(g.busy_ms)} against ${ms(e.busy_ms)} busy), so look at kernel time, not launches.`
+    );
+  }
+  return `Is the floor launch overhead? No: ${evidence}; the floor is kernel time (${ms(e.busy_ms)} busy per eager step).`;
+}
+
+function eagerOnlyConclusion(eager: ModeSplit, native: ModeSplit | undefined): string {
+  const e = eager.split;
+  const looks = idleShare(e) >= IDLE_MAJORITY ? "suggests launch overhead" : "suggests op time, not launch overhead";
+  const nativeEvidence = native
+    ? `; issuing the same ops natively in one call takes ${ms(native.untraced_ms)} against ${ms(eager.untraced_ms)} from TypeScript`
+    : "";
+  return (
+    `Is the floor launch overhead? Not tested with a graph (none on this backend): the device idles ${pct(idleShare(e))} of the ` +
+    `${ms(e.step_ms)} eager step, which ${looks}${nativeEvidence}.`
+  );
+}
+
+/**
+ * One sentence per mode (idle share, host issue, and the change against eager), then a final sentence
+ * answering "is the per-token floor launch overhead?" from the eager and graph splits — saying so when
+ * the numbers do not support it, or cannot decide it.
+ */
+export function splitVerdicts(modes: readonly ModeSplit[]): { sentences: { mode: StudyMode; sentence: string }[]; conclusion: string } {
+  const eager = modes.find((m) => m.mode === "eager");
+  const graph = modes.find((m) => m.mode === "graph");
+  const native = modes.find((m) => m.mode === "eager-native");
+  const sentences = modes.map((m) => ({ mode: m.mode, sentence: modeSentence(m, eager) }));
+  const conclusion = !eager
+    ? "Is the floor launch overhead? Undecided: the eager mode was not traced, so the time between launches is unknown."
+    : graph
+      ? graphConclusion(eager, graph)
+      : eagerOnlyConclusion(eager, native);
+  return { sentences, conclusion };
+}
+
+/** The fastest cached step of a seed-table row, if any mode was measured. */
+export function bestCachedMs(row: SeedRow): number | null {
+  const measured = Object.values(row.cached).map((c) => c.ms);
+  return measured.length ? Math.min(...measured) : null;
+}
+
+/** The seed question at one context: FLOP reduction against time reduction. */
+export function seedVerdict(row: SeedRow): string {
+  const cached = bestCachedMs(row);
+  if (row.uncached_ms === null || cached === null) {
+    return `At context ${row.context} the KV cache does ${row.flop_reduction.toFixed(0)}× fewer FLOPs; the times to compare were not measured.`;
+  }
+  const speedup = row.uncached_ms / cached;
+  const link = speedup < row.flop_reduction / 2 ? "but the step is only" : "and the step is";
+  return (
+    `At context ${row.context} the KV cache does ${row.flop_reduction.toFixed(0)}× fewer FLOPs ${link} ` +
+    `${speedup.toFixed(1)}× faster (${ms(row.uncached_ms)} → ${ms(cached)}).`
+  );
+}
+
+
+/** A traced point's split for the verdicts, with its untraced median step time to compare modes by. */
+export function modeSplitOf(p: StudyPoint, traces: readonly StepTrace[]): ModeSplit {
+  return { mode: p.mode, context: p.context, split: p.split!, untraced_ms: p.device_ms.median, ops_per_step: stepsOf(traces, p.mode, p.context)[0]!.ops.length };
+}
+
+/** What the step's launches cost at the measured empty-op floor, against the cached step's time. */
+export function launchVerdict(points: StudyPoint[], launch: LaunchFloor, opsOf: (mode: StudyMode, context: number) => number): string[] {
+  const cached = points.filter((p) => p.mode !== "uncached");
+  if (!cached.length) return [];
+  const context = Math.max(...cached.map((p) => p.context));
+  const ops = opsOf("eager", context);
+  const step = Math.min(...cached.filter((p) => p.context === context).map((p) => p.device_ms.median));
+  const hostMs = (ops * launch.host_us) / 1e3;
+  const graph = launch.graph_node_us === null ? "" : `; as graph nodes, ${ops} × ${launch.graph_node_us.toFixed(2)} us = ${((ops * launch.graph_node_us) / 1e3).toFixed(3)} ms`;
+  return [
+    `Launch floor at context ${context}: ${ops} ops × ${launch.host_us.toFixed(2)} us per empty launch = ${hostMs.toFixed(3)} ms of host time per step${graph}, ` +
+      `against a fastest cached step of ${step.toFixed(3)} ms (${((100 * hostMs) / step).toFixed(0)}%).`,
+  ];
+}
+
+/**
+ * How far the uncached baseline is from the compute peak, at the largest context it was measured: the cache's
+ * speed-up is only as meaningful as the baseline it is set against.
+ */
+export function uncachedBaselineVerdict(points: StudyPoint[], peaks: Peaks): string[] {
+  const uncached = points.filter((p) => p.mode === "uncached");
+  if (!uncached.length) return [];
+  const p = uncached.reduce((a, b) => (b.context > a.context ? b : a));
+  const cached = points.filter((q) => q.mode !== "uncached" && q.context === p.context).map((q) => q.device_ms.median);
+  const atPeakMs = (p.work.flops / peaks.flops_per_s) * 1e3;
+  const bound = cached.length ? `; at that peak it would take ${ms(atPeakMs)}, ${(atPeakMs / Math.min(...cached)).toFixed(1)}× the fastest cached step` : "";
+  return [
+    `The uncached baseline at context ${p.context} achieves ${(p.achieved.flops_per_s / 1e9).toFixed(1)} GFLOP/s, ` +
+      `${pct(p.achieved.flops_share)} of the measured fp32 peak (${(peaks.flops_per_s / 1e9).toFixed(1)} GFLOP/s)${bound}.`,
+  ];
+}
+
+/** Verdict sentences at the largest context every traced mode reached, then the seed question at the first and last context. */
+export function studyVerdicts(points: StudyPoint[], traces: StepTrace[], seed: SeedRow[]): string[] {
+  const traced = points.filter((p) => p.split);
+  const largest = Math.max(...traced.map((p) => p.context));
+  const modes: ModeSplit[] = traced
+    .filter((p) => p.context === largest && p.mode !== "uncached")
+    .map((p) => modeSplitOf(p, traces));
+  const out: string[] = [];
+  if (modes.length) {
+    const v = splitVerdicts(modes);
+    out.push(...v.sentences.map((s) => s.sentence), v.conclusion);
+  }
+  const withUncached = seed.filter((r) => r.uncached_ms !== null);
+  const pick = withUncached.length ? [withUncached[0]!, withUncached[withUncached.length - 1]!] : [];
+  out.push(...[...new Set(pick)].map(seedVerdict));
+  return out;
+}

@@ -1,0 +1,203 @@
+// What report.md and the terminal summary share: the tables' contents and the sentences, drawn from a
+// ProfileSummary alone. markdown.ts and terminal.ts lay them out.
+import type { OpAggregate, ProfileSummary, SeedRow, StudyMode, StudyPoint } from "../profile/types.ts";
+import { bestCachedMs } from "../profile/verdicts.ts";
+import type { LaunchModeName } from "../run/launch-modes.ts";
+import { formatBytes, formatDuration, formatRate, type Cell, type Column } from "./tables.ts";
+
+const TOP_OPS = 5;
+const BYTES_PER_FLOAT = 4;
+
+export function modeLabel(mode: StudyMode): string {
+  return mode === "uncached" ? "no cache" : `KV cache ${mode}`;
+}
+
+const fixed = (digits: number) => (v: number) => v.toFixed(digits);
+const ms3 = fixed(3);
+const times = (v: number | null) => (v === null ? null : `${v.toFixed(1)}×`);
+const percent = (share: number) => `${(share * 100).toFixed(1)}%`;
+
+/** The row with the largest context that has both an uncached and a cached time. */
+function headlineRow(s: ProfileSummary): SeedRow | undefined {
+  const complete = s.seed_table.filter((r) => r.uncached_ms !== null && bestCachedMs(r) !== null);
+  return complete.sort((a, b) => b.context - a.context)[0];
+}
+
+/** The launch floor measured with empty ops, in words. */
+export function launchFloorSentence(s: ProfileSummary): string {
+  const l = s.device.launch;
+  const device = l.device_us === null ? "" : `; back to back the device retires one every ${l.device_us.toFixed(2)} us`;
+  const graph = l.graph_node_us === null ? "" : `, and a graph node costs ${l.graph_node_us.toFixed(2)} us`;
+  return `Launch floor: an empty op costs ${l.host_us.toFixed(2)} us on the host per call${device}${graph} (${l.how_measured}).`;
+}
+
+/** The question, with this run's numbers in it. */
+export function questionSentence(s: ProfileSummary): string {
+  const r = headlineRow(s);
+  if (!r) return "Why does a KV cache remove most of a decode step's FLOPs but much less of its time — is the per-token floor launch overhead?";
+  const cached = bestCachedMs(r)!;
+  return (
+    `At ${r.context} tokens of context a KV cache does ${r.flop_reduction.toFixed(0)}× fewer FLOPs per token than recomputing the sequence, ` +
+    `yet the step is only ${(r.uncached_ms! / cached).toFixed(1)}× faster (${formatDuration(r.uncached_ms!)} → ${formatDuration(cached)}). ` +
+    `Is the ~${formatDuration(cached)} per-token floor launch overhead?`
+  );
+}
+
+export interface TableData {
+  columns: Column[];
+  rows: Cell[][];
+}
+
+/** The cached launch modes the study measured, in its order. */
+const cachedModes = (s: ProfileSummary) => s.settings.modes.filter((m): m is LaunchModeName => m !== "uncached");
+
+/** The seed's table: no cache, then one time column and one speedup column per cached launch mode. */
+export function seedTable(s: ProfileSummary): TableData {
+  const modes = cachedModes(s);
+  return {
+    columns: [
+      { header: "context (tokens)" },
+      { header: "no cache (ms)", format: ms3 },
+      ...modes.map((m): Column => ({ header: `KV cache ${m} (ms)`, format: ms3, align: "right" })),
+      ...modes.map((m): Column => ({ header: `speedup ${m} (×)`, align: "right" })),
+      { header: "FLOP reduction (×)", format: fixed(1) },
+    ],
+    rows: s.seed_table.map((r) => [
+      r.context,
+      r.uncached_ms,
+      ...modes.map((m) => r.cached[m]?.ms ?? null),
+      ...modes.map((m) => times(r.cached[m]?.speedup ?? null)),
+      r.flop_reduction,
+    ]),
+  };
+}
+
+export const withSplit = (s: ProfileSummary) => s.points.filter((p): p is StudyPoint & { split: NonNullable<StudyPoint["split"]> } => p.split !== undefined);
+
+export function splitTable(s: ProfileSummary): TableData {
+  return {
+    columns: [
+      { header: "mode" },
+      { header: "context (tokens)" },
+      { header: "step (ms)", format: ms3 },
+      { header: "device busy (ms)", format: ms3 },
+      { header: "device idle (ms)", format: ms3 },
+      { header: "idle (%)", align: "right" },
+      { header: "host issue (ms)", format: ms3 },
+      { header: "launch API (ms)", format: ms3 },
+    ],
+    rows: withSplit(s).map(({ mode, context, split: t }) => [
+      modeLabel(mode),
+      context,
+      t.step_ms,
+      t.busy_ms,
+      t.idle_ms,
+      t.step_ms > 0 ? percent(t.idle_ms / t.step_ms) : null,
+      t.host_issue_ms,
+      t.launch_api_ms,
+    ]),
+  };
+}
+
+/** Per mode, the traced point with the largest context. */
+export function breakdownPoints(s: ProfileSummary): (StudyPoint & { breakdown: NonNullable<StudyPoint["breakdown"]> })[] {
+  const byMode = new Map<StudyMode, StudyPoint & { breakdown: NonNullable<StudyPoint["breakdown"]> }>();
+  for (const p of s.points) {
+    if (!p.breakdown) continue;
+    const seen = byMode.get(p.mode);
+    if (!seen || p.context > seen.context) byMode.set(p.mode, { ...p, breakdown: p.breakdown });
+  }
+  return [...byMode.values()];
+}
+
+export function topOpsTable(families: OpAggregate[]): TableData {
+  return {
+    columns: [
+      { header: "op family" },
+      { header: "calls" },
+      { header: "total (ms)", format: ms3 },
+      { header: "mean (ms)", format: ms3 },
+      { header: "median (ms)", format: ms3 },
+      { header: "share (%)", align: "right" },
+    ],
+    rows: families.slice(0, TOP_OPS).map((f) => [f.key, f.calls, f.total_ms, f.mean_ms, f.median_ms, percent(f.share)]),
+  };
+}
+
+export function workTable(s: ProfileSummary): TableData {
+  return {
+    columns: [
+      { header: "mode" },
+      { header: "context (tokens)" },
+      { header: "GFLOP per token", format: fixed(4) },
+      { header: "bytes per token", align: "right" },
+      { header: "of which weights", align: "right" },
+      { header: "of which KV cache", align: "right" },
+      { header: "achieved FLOP/s", align: "right" },
+      { header: "of peak FLOP/s (%)", align: "right" },
+      { header: "achieved B/s", align: "right" },
+      { header: "of peak B/s (%)", align: "right" },
+      { header: "regime" },
+    ],
+    rows: s.points.map((p) => [
+      modeLabel(p.mode),
+      p.context,
+      p.work.flops / 1e9,
+      formatBytes(p.work.bytes),
+      formatBytes(p.work.weight_bytes),
+      formatBytes(p.work.kv_bytes),
+      formatRate(p.achieved.flops_per_s, "FLOP"),
+      percent(p.achieved.flops_share),
+      formatRate(p.achieved.bytes_per_s, "B"),
+      percent(p.achieved.bytes_share),
+      p.achieved.regime,
+    ]),
+  };
+}
+
+export function regimeTable(s: ProfileSummary): TableData {
+  return {
+    columns: [
+      { header: "op family" },
+      { header: "mode" },
+      { header: "context (tokens)" },
+      { header: "per call (us)", format: fixed(2) },
+      { header: "FLOP/s", align: "right" },
+      { header: "B/s", align: "right" },
+      { header: "regime" },
+    ],
+    rows: s.regimes.map((r) => [r.family, modeLabel(r.mode), r.context, r.median_us, formatRate(r.flops_per_s, "FLOP"), formatRate(r.bytes_per_s, "B"), r.regime]),
+  };
+}
+
+export function endToEndTable(s: ProfileSummary): TableData {
+  return {
+    columns: [
+      { header: "mode" },
+      { header: "prompt tokens" },
+      { header: "new tokens" },
+      { header: "total (ms)", format: ms3 },
+      { header: "per new token (ms)", format: ms3 },
+    ],
+    rows: s.end_to_end.map((e) => [modeLabel(e.mode), e.prompt_tokens, e.new_tokens, e.total_ms, e.per_token_ms]),
+  };
+}
+
+export function memoryTable(s: ProfileSummary): TableData {
+  const m = s.memory;
+  return {
+    columns: [{ header: "quantity" }, { header: "formula", align: "right" }, { header: "measured", align: "right" }],
+    rows: [
+      ["weights (parameters × 4 B)", formatBytes(s.model.parameters * BYTES_PER_FLOAT), formatBytes(m.weight_bytes)],
+      ["KV cache per token", formatBytes(m.kv_bytes_per_token_formula), formatBytes(m.kv_bytes_per_token_measured)],
+      [`KV cache for ${m.kv_cache_tokens} tokens`, formatBytes(m.kv_cache_bytes_formula), formatBytes(m.kv_cache_bytes_measured)],
+      ["other allocations (activations, scratch, workspaces)", null, formatBytes(m.workspace_bytes)],
+    ],
+  };
+}
+
+/** The machine and device of the run, in one line. */
+export function runLine(s: ProfileSummary): string {
+  const m = s.machine;
+  return `${m.hostname} (${m.os}, ${m.cpu}, ${m.cpus} CPUs, ${formatBytes(m.memory_bytes)}, Bun ${m.bun}); device: ${s.device.name} (${s.device.backend}); ${s.date}`;
+}

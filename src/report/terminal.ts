@@ -1,0 +1,32 @@
+// The terminal's summary of a profile: the question, the seed table, the time split, top ops and the verdicts.
+import chalk from "chalk";
+
+import type { ProfileSummary } from "../profile/types.ts";
+import { breakdownPoints, modeLabel, questionSentence, runLine, seedTable, splitTable, topOpsTable, withSplit, type TableData } from "./sections.ts";
+import { formatDuration, renderTable } from "./tables.ts";
+
+const terminalTable = ({ columns, rows }: TableData, footer: string[] = []) => renderTable(columns, rows, footer);
+
+/** The terminal's summary: the question, the seed table, the time split, top ops and the verdicts. */
+export function renderTerminalSummary(s: ProfileSummary): string {
+  const heading = (t: string) => chalk.bold.underline(t);
+  const tops = breakdownPoints(s).flatMap((p) => [
+    heading(`Top operations: ${modeLabel(p.mode)} at context ${p.context}`),
+    terminalTable(topOpsTable(p.breakdown.families), [`Op time total per step: ${formatDuration(p.breakdown.op_sum_ms)}`]),
+    "",
+  ]);
+  return [
+    chalk.bold(questionSentence(s)),
+    "",
+    heading("Time per token"),
+    terminalTable(seedTable(s)),
+    "",
+    ...(withSplit(s).length > 0 ? [heading("Where a step's time goes"), terminalTable(splitTable(s)), ""] : []),
+    ...tops,
+    heading("Verdicts"),
+    ...s.verdicts.map((v) => `• ${v}`),
+    "",
+    chalk.dim(runLine(s)),
+    "",
+  ].join("\n");
+}

@@ -1,0 +1,67 @@
+// How a cached decode step is launched: each launch mode is one value here, and everything else (sessions,
+// the study, generate, bench, reports) takes modes from this list. Adding a mode is one entry.
+import type { Backend } from "../backends/backend.ts";
+import type { LaunchFloor } from "../backends/instrument.ts";
+import type { CompiledStep } from "./step.ts";
+
+export interface LaunchMode {
+  readonly name: string;
+  /** what issues the step (README, reports) */
+  readonly issuedBy: string;
+  /** the mode as the subject of a verdict: "graph replay removes 0.4 ms per token" */
+  readonly phrase: string;
+  available(backend: Backend): boolean;
+  /** `n` steps back to back with no host synchronisation between them (asynchronous on CUDA) */
+  run(step: CompiledStep, n: number): void;
+  /**
+   * The measured cost of dispatching one op in this mode, from the empty-op launch floor; `issueUsPerOp` is
+   * the eager step's host issue time per op where issuing is asynchronous (a GPU), else null.
+   */
+  floorUs(launch: LaunchFloor, issueUsPerOp: number | null): number;
+}
+
+export const LAUNCH_MODES = [
+  {
+    name: "eager",
+    issuedBy: "TypeScript walks the plan, one FFI call per kernel launch (like a Python framework)",
+    phrase: "launching from TypeScript",
+    available: () => true,
+    run: (step, n) => {
+      for (let i = 0; i < n; i++) step.runEager();
+    },
+    floorUs: (launch, issueUsPerOp) => (issueUsPerOp === null ? launch.host_us : Math.max(launch.host_us, issueUsPerOp)),
+  },
+  {
+    name: "eager-native",
+    issuedBy: "one FFI call; C++ launches the same kernels in a loop (launch cost without an interpreter)",
+    phrase: "issuing the plan natively",
+    available: () => true,
+    run: (step, n) => step.native().runNative(n),
+    floorUs: (launch) => launch.host_us,
+  },
+  {
+    name: "graph",
+    issuedBy: "the eager sequence captured once as a CUDA graph, replayed with one launch per token",
+    phrase: "graph replay",
+    available: (backend) => backend.graphs,
+    run: (step, n) => step.native().runGraph!(n),
+    floorUs: (launch) => launch.graph_node_us ?? launch.host_us,
+  },
+] as const satisfies readonly LaunchMode[];
+
+export type LaunchModeName = (typeof LAUNCH_MODES)[number]["name"];
+export const LAUNCH_MODE_NAMES: readonly LaunchModeName[] = LAUNCH_MODES.map((m) => m.name);
+
+export function launchMode(name: LaunchModeName): LaunchMode {
+  return LAUNCH_MODES.find((m) => m.name === name)!;
+}
+
+/** The modes this backend can run, in list order. */
+export function availableModes(backend: Backend): LaunchMode[] {
+  return LAUNCH_MODES.filter((m) => m.available(backend));
+}
+
+/** The plan recorded natively: captured as a graph where the backend has graphs, else issued natively. */
+export function replayMode(backend: Backend): LaunchMode {
+  return launchMode(backend.graphs ? "graph" : "eager-native");
+}

@@ -1,0 +1,54 @@
+// The C structs TypeScript reads field by field: every size and offset in the TS layout tables
+// (src/native/struct-layout.ts users) against sizeof and offsetof from the C headers, compiled here with g++.
+import { beforeAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+import { writeGeneratedHeaders } from "../src/native/build.ts";
+import { CU_DEVICE_INFO } from "../src/native/cuda-symbols.ts";
+import { TRACE_API, TRACE_KERNEL } from "../src/native/cupti.ts";
+import { fieldBytes, type StructLayout } from "../src/native/struct-layout.ts";
+
+const ROOT = join(import.meta.dir, "..");
+const LAYOUTS: StructLayout[] = [CU_DEVICE_INFO, TRACE_KERNEL, TRACE_API];
+
+/** "<struct> <field|sizeof> <bytes>" lines printed by a program compiled from the C headers. */
+function measuredLayouts(): Map<string, number> {
+  const headers = [...new Set(LAYOUTS.map((l) => l.header))].map((h) => `#include "${h}"`);
+  const prints = LAYOUTS.flatMap((l) => [
+    `printf("${l.struct} sizeof %zu\\n", sizeof(${l.struct}));`,
+    ...Object.keys(l.fields).map((f) => `printf("${l.struct} ${f} %zu\\n", offsetof(${l.struct}, ${f}));`),
+  ]);
+  const source = ["#include <cstddef>", "#include <cstdio>", ...headers, `int main() {\n${prints.join("\n")}\n}`].join("\n");
+  const dir = mkdtempSync(join(tmpdir(), "abi-layout-"));
+  try {
+    const exe = join(dir, "layout");
+    const build = Bun.spawnSync(["g++", "-std=c++17", "-Icuda", `-I${writeGeneratedHeaders()}`, "-x", "c++", "-", "-o", exe], { cwd: ROOT, stdin: Buffer.from(source) });
+    if (!build.success) throw new Error(`the layout program did not compile:\n${build.stderr.toString()}`);
+    const lines = Bun.spawnSync([exe]).stdout.toString().trim().split("\n");
+    return new Map(lines.map((line) => {
+      const [struct, field, value] = line.split(" ");
+      return [`${struct}.${field}`, Number(value)];
+    }));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+describe("C struct layouts read from TypeScript", () => {
+  let measured: Map<string, number>;
+  beforeAll(() => {
+    measured = measuredLayouts();
+  });
+  test.each(LAYOUTS.map((l) => [l.struct, l] as const))("%s: size and every field offset match the C header", (_, layout) => {
+    expect(measured.get(`${layout.struct}.sizeof`)).toBe(layout.bytes);
+    for (const [field, offset] of Object.entries(layout.fields)) expect([field, measured.get(`${layout.struct}.${field}`)]).toEqual([field, offset]);
+  });
+
+  test("a name field's capacity runs to the next field or the struct's end", () => {
+    expect(fieldBytes(CU_DEVICE_INFO, "name")).toBe(256);
+    expect(fieldBytes(TRACE_KERNEL, "name")).toBe(128);
+    expect(fieldBytes(TRACE_API, "name")).toBe(64);
+  });
+});
