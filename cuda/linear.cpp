@@ -98,7 +98,8 @@ void edge_tile(float* out, int OC, const float* a, int C, const float* panel, in
 
 // out[:, j0:j0+cols] = inp @ weight[:, j0:j0+cols] + bias[j0:j0+cols]: one column panel, all T rows.
 void linear_column_panel(float* out, const float* inp, const float* weight, const float* bias, int T, int C, int OC, int j0) {
-  alignas(64) float panel[kDepthBlock * kTileCols];
+  static thread_local std::vector<float> packed(kDepthBlock * kTileCols);  // 96 KB: off the stack of the caller's thread
+  float* panel = packed.data();
   const int cols = std::min(kTileCols, OC - j0);
   for (int k0 = 0; k0 < C; k0 += kDepthBlock) {
     const int kc = std::min(kDepthBlock, C - k0);
@@ -117,12 +118,9 @@ void linear_column_panel(float* out, const float* inp, const float* weight, cons
 }
 
 void linear_many_rows(float* out, const float* inp, const float* weight, const float* bias, int T, int C, int OC) {
-  const int panels = ceil_div(OC, kTileCols);
-  if ((long)T * C * OC < kParallelMinWork) {
-    for (int p = 0; p < panels; p++) linear_column_panel(out, inp, weight, bias, T, C, OC, p * kTileCols);
-    return;
-  }
-  parallel_chunks(panels, [=](int p) { linear_column_panel(out, inp, weight, bias, T, C, OC, p * kTileCols); });
+  parallel_range(ceil_div(OC, kTileCols), 1, (long)T * C * OC, [=](long p0, long p1) {
+    for (long p = p0; p < p1; p++) linear_column_panel(out, inp, weight, bias, T, C, OC, (int)p * kTileCols);
+  });
 }
 
 }  // namespace
