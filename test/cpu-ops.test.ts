@@ -64,6 +64,34 @@ describe("the CPU library's thread pool", () => {
   });
 });
 
+describe("results do not depend on which thread ran which chunk", () => {
+  test("linear (T = 1 and 64), attention (T = 1 at 1000 keys, T = 100) and the LM head: identical bits on 1 and 2 threads", () => {
+    const C = 768, H = 12, maxCtx = 1024;
+    const k = arena.put(randomFloats(maxCtx * C, seed + 20)), v = arena.put(randomFloats(maxCtx * C, seed + 21));
+    const w = arena.put(randomFloats(C * 3 * C, seed + 22, 0.1)), bias = arena.put(randomFloats(3 * C, seed + 23));
+    const inp = arena.put(randomFloats(100 * 3 * C, seed + 24));
+    const runs: Array<[number, (out: number) => void]> = [
+      [3 * C, (out) => ops.op_linear(out, inp.ptr, w.ptr, bias.ptr, 1, C, 3 * C)],
+      [64 * 3 * C, (out) => ops.op_linear(out, inp.ptr, w.ptr, bias.ptr, 64, C, 3 * C)],
+      [C, (out) => ops.op_attention(out, 0, inp.ptr, k.ptr, v.ptr, state(999).ptr, 1, C, H, maxCtx)],
+      [100 * C, (out) => ops.op_attention(out, 0, inp.ptr, k.ptr, v.ptr, state(0).ptr, 100, C, H, maxCtx)],
+      [3 * C, (out) => ops.op_lm_head(out, inp.ptr, w.ptr, 1, C, 3 * C)],
+    ];
+    const threads = backend.threads;
+    const outputs = (n: number) => {
+      backend.cpu.cpu_set_threads(n);
+      return runs.map(([floats, run]) => {
+        const out = arena.poisoned(floats);
+        run(out.ptr);
+        return arena.floats(out);
+      });
+    };
+    const one = outputs(1), two = outputs(Math.max(2, threads));
+    backend.cpu.cpu_set_threads(threads);
+    one.forEach((o, i) => expect(Buffer.from(two[i]!.buffer).equals(Buffer.from(o.buffer))).toBe(true));
+  });
+});
+
 describe("CPU ops vs TypeScript reference", () => {
   test.each([[1, 768], [5, 128], [3, 1600]])("layernorm T=%d C=%d", (T, C) => {
     const inp = randomFloats(T * C, seed + C, 3), w = randomFloats(C, seed + 1), b = randomFloats(C, seed + 2);
