@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -20,10 +21,18 @@
 
 namespace {
 
-constexpr size_t kAlignment = 64;  // one cache line, and a full AVX-512 vector
 enum CpuError { kOk = 0, kOutOfMemory = 2, kInvalidValue = 1 };
 
 int g_last_error = kOk;
+// be_alloc's live mappings and their lengths, for munmap. Reserved once, so that an allocation does not
+// allocate bookkeeping on the heap: the process's resident memory then grows by exactly what is touched,
+// which the KV-cache measurement (src/profile/study.ts) reads to the page.
+struct Mapping {
+  void* ptr;
+  size_t bytes;
+};
+constexpr size_t kReservedMappings = 4096;
+std::vector<Mapping> g_mapped;
 
 constexpr int kProfCapacity = 1 << 20;
 constexpr int kPeakSteps = 1 << 18;  // FMA steps per chain and chunk in cpu_measure_fp32_peak: ~0.5 ms
@@ -288,16 +297,50 @@ const char* be_error_string(int code) {
   }
 }
 
+// Anonymous private pages: zero, as be_alloc promises (runtime.h), page-aligned (more than the 64 bytes the
+// vector loads want), and committed by the kernel only on first touch, so a buffer a step writes in part
+// (the KV cache, activations sized for n_positions rows) costs resident memory only where written.
 void* be_alloc(size_t bytes) {
-  const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;  // aligned_alloc needs a multiple
-  void* ptr = aligned_alloc(kAlignment, rounded);
-  if (!ptr) fail(kOutOfMemory);
+  if (bytes == 0) {
+    fail(kInvalidValue);
+    return nullptr;
+  }
+  void* ptr = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (ptr == MAP_FAILED) {
+    fail(kOutOfMemory);
+    return nullptr;
+  }
+  if (g_mapped.capacity() == 0) g_mapped.reserve(kReservedMappings);
+  g_mapped.push_back({ptr, bytes});
   return ptr;
 }
 
 int be_free(void* ptr) {
-  free(ptr);
-  return kOk;
+  if (!ptr) return kOk;
+  for (Mapping& m : g_mapped) {
+    if (m.ptr != ptr) continue;
+    munmap(m.ptr, m.bytes);
+    m = g_mapped.back();
+    g_mapped.pop_back();
+    return kOk;
+  }
+  return fail(kInvalidValue);
+}
+
+// Bytes of be_alloc's mappings that are resident (mincore, page by page): what the library's buffers hold
+// in memory, exact to the page and blind to the rest of the process (the JS heap grows and shrinks on its
+// own threads) and to other processes.
+uint64_t cpu_resident_bytes(void) {
+  static std::vector<unsigned char> in_core;
+  const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  uint64_t resident_pages = 0;
+  for (const Mapping& m : g_mapped) {
+    const size_t pages = (m.bytes + page - 1) / page;
+    if (in_core.size() < pages) in_core.resize(pages);
+    if (mincore(m.ptr, m.bytes, in_core.data()) != 0) continue;
+    for (size_t i = 0; i < pages; i++) resident_pages += in_core[i] & 1;
+  }
+  return resident_pages * page;
 }
 
 int be_upload(void* dst, const void* host_src, size_t bytes) {

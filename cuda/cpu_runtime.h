@@ -12,6 +12,8 @@ extern "C" {
 // The clock of the op timers (CLOCK_MONOTONIC, ns), for host intervals on the same axis.
 int64_t cpu_now_ns(void);
 int cpu_threads(void);
+// Bytes of this library's allocations (be_alloc) that are resident in memory.
+uint64_t cpu_resident_bytes(void);
 void cpu_set_threads(int n);
 
 // Per-op timers: when enabled, every op_* appends {opcode, start_ns, end_ns} (CLOCK_MONOTONIC).

@@ -112,7 +112,8 @@ extern "C" int be_last_error(void) {
 extern "C" const char* be_error_name(int code) { return cudaGetErrorName(static_cast<cudaError_t>(code)); }
 extern "C" const char* be_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
 
-// Zero-filled, so attention scratch counters start at zero (cuda/attention.cu).
+// Zero-filled, as runtime.h promises: the cache and activations are never cleared by callers, and attention
+// scratch counters start at zero (cuda/attention.cu).
 extern "C" void* be_alloc(size_t bytes) {
   void* p = nullptr;
   cudaError_t e = cudaMalloc(&p, bytes);

@@ -15,7 +15,11 @@ int be_last_error(void);
 const char* be_error_name(int code);
 const char* be_error_string(int code);
 
-void* be_alloc(size_t bytes);  // NULL on failure (be_last_error says why)
+// Zeroing contract: be_alloc returns memory that reads as zero, so callers never clear a fresh buffer
+// (the KV cache, activations). NULL on failure (be_last_error says why). The CPU library maps fresh
+// anonymous pages: zero, and committed only when first written, so an untouched region costs no resident
+// memory; the CUDA library clears what cudaMalloc returns (cudaMemset) before returning it.
+void* be_alloc(size_t bytes);
 int be_free(void* ptr);
 int be_upload(void* dst, const void* host_src, size_t bytes);
 int be_download(void* host_dst, const void* src, size_t bytes);

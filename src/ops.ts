@@ -54,11 +54,19 @@ type ArgsOf<P extends readonly Param[]> = { readonly [K in P[number][0]]: number
 /** The op's arguments as bun:ffi takes them: one number per parameter, in order. */
 type NumbersOf<P extends readonly Param[]> = { [I in keyof P]: number };
 
+/** The activation an op writes: where, and how many floats. */
+export interface OpOutput {
+  ptr: number;
+  floats: number;
+}
+
 export interface OpSpec<P extends readonly Param[] = readonly Param[]> {
   readonly code: number;
   readonly params: P;
   /** elements and FLOPs of one call with these arguments when the step's first row is at position `pos` */
   readonly counts: (args: ArgsOf<P>, pos: number) => Counts;
+  /** the float activation it writes, or null where its output is not one (cache rows, token ids) */
+  readonly output: (args: ArgsOf<P>) => OpOutput | null;
 }
 
 const LAYERNORM_FLOPS_PER_ELEMENT = 8;
@@ -66,8 +74,10 @@ const GELU_FLOPS_PER_ELEMENT = 8;
 const SOFTMAX_FLOPS_PER_SCORE = 5;
 const none = { flops: 0, activations: 0, weights: 0, kv: 0, token_ids: 0 };
 
-function op<const P extends readonly Param[]>(code: number, params: P, counts: (args: ArgsOf<P>, pos: number) => Partial<Counts>): OpSpec<P> {
-  return { code, params, counts: (args, pos) => ({ ...none, ...counts(args, pos) }) };
+function op<const P extends readonly Param[]>(
+  code: number, params: P, output: (args: ArgsOf<P>) => OpOutput | null, counts: (args: ArgsOf<P>, pos: number) => Partial<Counts>,
+): OpSpec<P> {
+  return { code, params, output, counts: (args, pos) => ({ ...none, ...counts(args, pos) }) };
 }
 
 /** Keys seen by T new queries from position pos: query t attends to positions [0, pos + t]. */
@@ -78,34 +88,43 @@ export function attendedKeys(T: number, pos: number): number {
 export const OPS = {
   // out: (T, C) = wte[seq[pos + t]] + wpe[pos + t]       wte: (V, C)  wpe: (max_ctx, C)
   embed: op(1, [["out", "float*"], ["seq", "const int*"], ["state", "const int*"], ["wte", "const float*"], ["wpe", "const float*"], ["T", "int"], ["C", "int"]],
+    ({ out, T, C }) => ({ ptr: out, floats: T * C }),
     ({ T, C }) => ({ flops: T * C, activations: T * C, weights: 2 * T * C, token_ids: T })),
   // out: (T, C) = (inp - mean) / sqrt(var + eps) * weight + bias
   layernorm: op(2, [["out", "float*"], ["inp", "const float*"], ["weight", "const float*"], ["bias", "const float*"], ["T", "int"], ["C", "int"], ["eps", "float"]],
+    ({ out, T, C }) => ({ ptr: out, floats: T * C }),
     ({ T, C }) => ({ flops: LAYERNORM_FLOPS_PER_ELEMENT * T * C, activations: 2 * T * C, weights: 2 * C })),
   // out: (T, OC) = inp (T, C) @ weight (C, OC) + bias (OC)
   linear: op(3, [["out", "float*"], ["inp", "const float*"], ["weight", "const float*"], ["bias", "const float*"], ["T", "int"], ["C", "int"], ["OC", "int"]],
+    ({ out, T, OC }) => ({ ptr: out, floats: T * OC }),
     ({ T, C, OC }) => ({ flops: 2 * T * C * OC + T * OC, activations: T * C + T * OC, weights: C * OC + OC })),
   // k_cache, v_cache rows [pos, pos + T) = the k and v parts of qkv (T, 3C)
   kv_append: op(4, [["k_cache", "float*"], ["v_cache", "float*"], ["qkv", "const float*"], ["state", "const int*"], ["T", "int"], ["C", "int"], ["max_ctx", "int"]],
+    () => null,
     ({ T, C }) => ({ activations: 2 * T * C, kv: 2 * T * C })),
   // out: (T, C) = softmax(q K^T / sqrt(hs)) V over cache rows [0, pos + t], every head: QK^T and AV are
   // 2 multiply-adds per key per channel, plus the softmax; reads q and cache rows [0, pos + T)
   attention: op(5, [["out", "float*"], ["scratch", "float*"], ["qkv", "const float*"], ["k_cache", "const float*"], ["v_cache", "const float*"], ["state", "const int*"], ["T", "int"], ["C", "int"], ["n_head", "int"], ["max_ctx", "int"]],
+    ({ out, T, C }) => ({ ptr: out, floats: T * C }),
     ({ T, C, n_head }, pos) => {
       const keys = attendedKeys(T, pos);
       return { flops: 2 * 2 * C * keys + SOFTMAX_FLOPS_PER_SCORE * n_head * keys, activations: 2 * T * C, kv: 2 * (pos + T) * C };
     }),
   // out: (N) = gelu_new(inp)
   gelu: op(6, [["out", "float*"], ["inp", "const float*"], ["N", "int"]],
+    ({ out, N }) => ({ ptr: out, floats: N }),
     ({ N }) => ({ flops: GELU_FLOPS_PER_ELEMENT * N, activations: 2 * N })),
   // out: (N) = a + b
   residual: op(7, [["out", "float*"], ["a", "const float*"], ["b", "const float*"], ["N", "int"]],
+    ({ out, N }) => ({ ptr: out, floats: N }),
     ({ N }) => ({ flops: N, activations: 3 * N })),
   // logits: (V) = inp[T - 1] (C) @ wte (V, C)^T: the whole tied embedding read once
   lm_head: op(8, [["logits", "float*"], ["inp", "const float*"], ["wte", "const float*"], ["T", "int"], ["C", "int"], ["V", "int"]],
+    ({ logits, V }) => ({ ptr: logits, floats: V }),
     ({ C, V }) => ({ flops: 2 * C * V, activations: C + V, weights: V * C })),
   // seq[pos + T] = argmax(logits); state[STATE_POS] += T
   argmax: op(9, [["seq", "int*"], ["state", "int*"], ["logits", "const float*"], ["V", "int"], ["T", "int"], ["max_ctx", "int"]],
+    () => null,
     ({ V }) => ({ flops: V, activations: V, token_ids: 1 })),
 } as const;
 

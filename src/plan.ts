@@ -3,7 +3,8 @@
 // op table (cuda/plan.h) to run in one call or to be captured as a CUDA graph. Each op carries its work.
 import type { GPT2Config } from "./model/config.ts";
 import {
-  cFunction, floatParams, OPS, PLAN_SLOTS, positionalArgs, workOf, type OpArgs, type OpFamily, type OpSymbols, type Work,
+  cFunction, floatParams, OPS, PLAN_SLOTS, positionalArgs, workOf, type OpArgs, type OpFamily, type OpOutput, type OpSpec, type OpSymbols, type Param,
+  type Work,
 } from "./ops.ts";
 
 /** One op: its family, where it sits in the model, its op_* arguments in signature order, and its work. */
@@ -14,6 +15,8 @@ export interface PlanOp {
   args: number[];
   /** FLOPs and bytes of this op when the step's first row is at position `pos` */
   work(pos: number): Work;
+  /** the float activation it writes (null: cache rows or token ids) */
+  output: OpOutput | null;
 }
 
 export interface EncodedPlan {
@@ -57,8 +60,8 @@ export interface ModelBuffers {
 
 /** One op of the plan, its work bound to its arguments. */
 export function planOp<F extends OpFamily>(family: F, label: string, layer: number | null, args: OpArgs<F>): PlanOp {
-  const counts = OPS[family].counts as (a: OpArgs<F>, pos: number) => Parameters<typeof workOf>[0];
-  return { family, label, layer, args: positionalArgs(family, args), work: (pos) => workOf(counts(args, pos)) };
+  const spec = OPS[family] as unknown as OpSpec<readonly Param[]>;
+  return { family, label, layer, args: positionalArgs(family, args), work: (pos) => workOf(spec.counts(args, pos)), output: spec.output(args) };
 }
 
 /** Builds the step for T new rows at the position held in `state`. */

@@ -11,7 +11,7 @@ import type { PlanOp } from "../src/plan.ts";
 const FAMILIES: OpFamily[] = ["embed", "layernorm", "linear", "gelu", "argmax"];
 const KERNEL_NAMES = ["embed_kernel", "layernorm_kernel", "void linear_matvec_kernel<4>(float*, float const*)", "gelu_kernel", "argmax_kernel"];
 const noWork = () => ({ flops: 0, bytes: 0, weight_bytes: 0, kv_bytes: 0 });
-const ops: PlanOp[] = FAMILIES.map((family, i) => ({ family, label: `${family}.${i}`, layer: i === 0 ? null : 0, args: [], work: noWork }));
+const ops: PlanOp[] = FAMILIES.map((family, i) => ({ family, label: `${family}.${i}`, layer: i === 0 ? null : 0, args: [], work: noWork, output: null }));
 
 function kernel(name: string, start: number, end: number, correlation: number): RawKernelRecord {
   return {

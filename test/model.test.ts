@@ -12,7 +12,7 @@ import {
   type GPT2Config,
 } from "../src/model/config.ts";
 import { readSafetensors } from "../src/model/safetensors.ts";
-import { loadModel, randomWeights, weightTensors } from "../src/model/weights.ts";
+import { loadModel, materializeWeights, parameterSpecs, randomWeights } from "../src/model/weights.ts";
 import { expectUserError } from "./helpers/expect.ts";
 
 const FIXTURE = join(import.meta.dir, "fixtures", "gpt2-tiny");
@@ -102,23 +102,24 @@ describe("config", () => {
 
 describe("loadModel on the gpt2-tiny fixture", () => {
   const w = loadModel(FIXTURE);
+  const arrays = materializeWeights(w);
   const C = 128;
 
   test("every tensor has the shape the config implies", () => {
     expect(w.config.n_layer).toBe(2);
-    expect(w.wte.length).toBe(1001 * C);
-    expect(w.wpe.length).toBe(64 * C);
-    expect(w.layers.length).toBe(2);
-    for (const l of w.layers) {
-      expect([l.ln_1.weight.length, l.ln_1.bias.length, l.ln_2.weight.length, l.ln_2.bias.length]).toEqual([C, C, C, C]);
-      expect([l.attn.c_attn.weight.length, l.attn.c_attn.bias.length]).toEqual([C * 3 * C, 3 * C]);
-      expect([l.attn.c_proj.weight.length, l.attn.c_proj.bias.length]).toEqual([C * C, C]);
-      expect([l.mlp.c_fc.weight.length, l.mlp.c_fc.bias.length]).toEqual([C * 4 * C, 4 * C]);
-      expect([l.mlp.c_proj.weight.length, l.mlp.c_proj.bias.length]).toEqual([4 * C * C, C]);
+    const length = (name: string) => arrays.get(name)!.length;
+    expect(length("wte.weight")).toBe(1001 * C);
+    expect(length("wpe.weight")).toBe(64 * C);
+    for (const l of [0, 1]) {
+      for (const n of ["ln_1", "ln_2"]) expect([length(`h.${l}.${n}.weight`), length(`h.${l}.${n}.bias`)]).toEqual([C, C]);
+      expect([length(`h.${l}.attn.c_attn.weight`), length(`h.${l}.attn.c_attn.bias`)]).toEqual([C * 3 * C, 3 * C]);
+      expect([length(`h.${l}.attn.c_proj.weight`), length(`h.${l}.attn.c_proj.bias`)]).toEqual([C * C, C]);
+      expect([length(`h.${l}.mlp.c_fc.weight`), length(`h.${l}.mlp.c_fc.bias`)]).toEqual([C * 4 * C, 4 * C]);
+      expect([length(`h.${l}.mlp.c_proj.weight`), length(`h.${l}.mlp.c_proj.bias`)]).toEqual([4 * C * C, C]);
     }
-    expect([w.ln_f.weight.length, w.ln_f.bias.length]).toEqual([C, C]);
+    expect([length("ln_f.weight"), length("ln_f.bias")]).toEqual([C, C]);
     let total = 0;
-    for (const [, data] of weightTensors(w)) total += data.length;
+    for (const data of arrays.values()) total += data.length;
     expect(total).toBe(parameterCount(w.config));
     expect(w.source).toBe(join(FIXTURE, "model.safetensors"));
   });
@@ -127,19 +128,34 @@ describe("loadModel on the gpt2-tiny fixture", () => {
     expect(w.skipped).toEqual({ tensors: 2, bytes: 2 * 64 * 64 * 4, names: ["h.0.attn.bias", "h.1.attn.bias"] });
   });
 
-  test("values are the file's bytes, viewed without copying", () => {
+  test("values are the file's bytes", () => {
     const file = readSafetensors(join(FIXTURE, "model.safetensors"));
     const info = file.tensors.get("h.1.mlp.c_fc.weight")!;
-    const view = new DataView(file.bytes.buffer, file.dataStart + info.begin);
-    const fc = w.layers[1]!.mlp.c_fc.weight;
+    const bytes = readFileSync(join(FIXTURE, "model.safetensors"));
+    const view = new DataView(bytes.buffer, bytes.byteOffset + file.dataStart + info.begin);
+    const fc = arrays.get("h.1.mlp.c_fc.weight")!;
     for (const i of [0, 1, 777, fc.length - 1]) expect(fc[i]).toBe(view.getFloat32(4 * i, true));
-    expect(w.wte.buffer).toBe(w.wpe.buffer); // both views into the one file buffer
   });
 
-  test("weightTensors names match the checkpoint's, less the mask buffers", () => {
+  test("streaming reuses one staging buffer: no copy of the model is made", () => {
+    const buffers = new Set<ArrayBufferLike>();
+    let elements = 0;
+    for (const weights of [w, randomWeights(PRESETS.gpt2!, 0)]) {
+      buffers.clear();
+      elements = 0;
+      weights.stream((_, chunk) => {
+        buffers.add(chunk.buffer);
+        elements += chunk.length;
+      });
+      expect(buffers.size).toBe(1);
+      expect(elements).toBe(parameterCount(weights.config));
+    }
+  });
+
+  test("parameter names match the checkpoint's, less the mask buffers", () => {
     const fileNames = [...readSafetensors(join(FIXTURE, "model.safetensors")).tensors.keys()];
-    const names = [...weightTensors(w)].map(([n]) => n);
-    expect(names.toSorted()).toEqual(fileNames.filter((n) => !w.skipped.names.includes(n)).toSorted());
+    expect([...arrays.keys()].toSorted()).toEqual(fileNames.filter((n) => !w.skipped.names.includes(n)).toSorted());
+    expect([...arrays.keys()]).toEqual(parameterSpecs(w.config).map((s) => s.name));
   });
 
   /** Copies the fixture with its tensor names rewritten by `rename`. */
@@ -161,8 +177,7 @@ describe("loadModel on the gpt2-tiny fixture", () => {
   test("names with the transformer. prefix load the same", () => {
     const prefixed = loadModel(renamedFixture("prefixed", (n) => [`transformer.${n}`]));
     expect(prefixed.skipped.names).toEqual(["h.0.attn.bias", "h.1.attn.bias"]);
-    const expected = new Map(weightTensors(w));
-    for (const [name, data] of weightTensors(prefixed)) expect(data).toEqual(expected.get(name)!);
+    expect(materializeWeights(prefixed)).toEqual(arrays);
   });
 
   test("a tensor present both with and without the prefix is an error", () => {
@@ -174,26 +189,27 @@ describe("loadModel on the gpt2-tiny fixture", () => {
 
 describe("randomWeights", () => {
   const small: GPT2Config = { name: "r", n_layer: 2, n_head: 4, n_embd: 64, n_positions: 128, vocab_size: 50257, layer_norm_epsilon: 1e-5 };
+  const arraysOf = (seed?: number) => materializeWeights(randomWeights(small, seed));
 
   test("deterministic for a seed, different for another", () => {
-    const a = randomWeights(small, 1), b = randomWeights(small, 1), c = randomWeights(small, 2);
-    expect(a.layers[1]!.mlp.c_fc.weight).toEqual(b.layers[1]!.mlp.c_fc.weight);
-    expect(a.wte).toEqual(b.wte);
-    expect(a.wte[0]).not.toBe(c.wte[0]);
-    expect(a.wte.slice(0, 100)).not.toEqual(c.wte.slice(0, 100));
-    expect(a.source).toBe("random (seed 1)");
+    const a = arraysOf(1), b = arraysOf(1), c = arraysOf(2);
+    expect(a).toEqual(b);
+    expect(a.get("wte.weight")![0]).not.toBe(c.get("wte.weight")![0]);
+    expect(a.get("wte.weight")!.slice(0, 100)).not.toEqual(c.get("wte.weight")!.slice(0, 100));
+    expect(randomWeights(small, 1).source).toBe("random (seed 1)");
     expect(randomWeights(small).source).toBe("random (seed 0)");
   });
 
-  test("the stream is pinned: changing the generator changes these values", () => {
-    const w = randomWeights(small, 0);
-    expect([...w.wte.slice(0, 4)]).toEqual([-0.008531063795089722, 0.02219972014427185, 0.0004735018010251224, -0.027218827977776527]);
-    expect([...w.layers[1]!.mlp.c_proj.weight.slice(0, 2)]).toEqual([-0.03386854752898216, 0.009359115734696388]);
+  test("the stream is pinned: changing the generator (or its chunking) changes these values", () => {
+    const w = arraysOf(0);
+    expect([...w.get("wte.weight")!.slice(0, 4)]).toEqual([-0.008531063795089722, 0.02219972014427185, 0.0004735018010251224, -0.027218827977776527]);
+    // after wte's 3.2M values, streamed in chunks of 1M
+    expect([...w.get("h.1.mlp.c_proj.weight")!.slice(0, 2)]).toEqual([-0.03386854752898216, 0.009359115734696388]);
   });
 
   test("N(0, 0.02) weights with normal tails; zero biases; LayerNorm 1 / 0", () => {
-    const w = randomWeights(small, 3);
-    const x = w.wte; // 3.2M samples
+    const w = arraysOf(3);
+    const x = w.get("wte.weight")!; // 3.2M samples
     let sum = 0, sumSq = 0, beyond = 0;
     for (const v of x) {
       sum += v;
@@ -204,12 +220,12 @@ describe("randomWeights", () => {
     expect(Math.abs(mean)).toBeLessThan(1e-4);
     expect(Math.sqrt(sumSq / x.length - mean * mean)).toBeCloseTo(0.02, 4);
     expect(beyond / x.length).toBeCloseTo(4.65e-4, 4); // P(|z| > 3.5), exercising the ziggurat's tail
-    for (const l of w.layers) {
-      expect(l.attn.c_attn.bias.every((v) => v === 0)).toBe(true);
-      expect(l.ln_1.weight.every((v) => v === 1) && l.ln_1.bias.every((v) => v === 0)).toBe(true);
+    for (const l of [0, 1]) {
+      expect(w.get(`h.${l}.attn.c_attn.bias`)!.every((v) => v === 0)).toBe(true);
+      expect(w.get(`h.${l}.ln_1.weight`)!.every((v) => v === 1) && w.get(`h.${l}.ln_1.bias`)!.every((v) => v === 0)).toBe(true);
     }
-    expect(w.ln_f.weight.every((v) => v === 1)).toBe(true);
-    expect(w.skipped).toEqual({ tensors: 0, bytes: 0, names: [] });
+    expect(w.get("ln_f.weight")!.every((v) => v === 1)).toBe(true);
+    expect(randomWeights(small, 3).skipped).toEqual({ tensors: 0, bytes: 0, names: [] });
   });
 
   test("rejects a bad seed", () => {

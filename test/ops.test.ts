@@ -52,9 +52,11 @@ describe("the op table", () => {
     expect(() => positionalArgs("linear", { ...args, extra: 8 } as typeof args)).toThrow(/do not match/);
   });
 
-  test("a plan op carries its work and encodes with its opcode and the float's bit pattern", () => {
+  test("a plan op carries its work and its output, and encodes with its opcode and the float's bit pattern", () => {
     const op = planOp("layernorm", "ln", null, { out: 16, inp: 32, weight: 48, bias: 64, T: 2, C: 8, eps: 0.5 });
     expect(op.work(0)).toEqual(workOf({ flops: 8 * 16, activations: 32, weights: 16, kv: 0, token_ids: 0 }));
+    expect(op.output).toEqual({ ptr: 16, floats: 2 * 8 });
+    expect(planOp("argmax", "argmax", null, { seq: 1, state: 2, logits: 3, V: 10, T: 1, max_ctx: 8 }).output).toBeNull();
     const { records } = encodePlan([op]);
     expect(Number(records[0])).toBe(OPS.layernorm.code);
     expect(Array.from(records.slice(1, 7), Number)).toEqual([16, 32, 48, 64, 2, 8]);

@@ -1,10 +1,11 @@
 import { afterAll, describe, expect, test } from "bun:test";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { GPT2Config } from "../src/model/config.ts";
-import { MAX_HEADER_BYTES, parseSafetensors, readSafetensors, tensorFloat32 } from "../src/model/safetensors.ts";
-import { loadModel, randomWeights, weightTensors } from "../src/model/weights.ts";
+import { printable } from "../src/errors.ts";
+import { firstDuplicateKey, MAX_HEADER_BYTES, parseSafetensors, readSafetensors, tensorFloat32 } from "../src/model/safetensors.ts";
+import { loadModel, materializeWeights, randomWeights } from "../src/model/weights.ts";
 import { expectUserError } from "./helpers/expect.ts";
 
 const tmp = mkdtempSync(join(tmpdir(), "safetensors-test-"));
@@ -68,38 +69,46 @@ function fileOf(tensors: Record<string, RawTensor>, opts?: { pad?: number }): Ui
 // ---- format --------------------------------------------------------------------------------------
 
 describe("parseSafetensors", () => {
-  test("reads F32 tensors and __metadata__, viewing aligned data in place", () => {
+  test("reads F32 tensors and __metadata__", () => {
     const bytes = fileOf({ a: f32([1, 2, 3, 4], [2, 2]), b: f32([-0.5]) });
     const file = parseSafetensors(bytes, "x.safetensors");
     expect([...file.tensors.keys()]).toEqual(["a", "b"]);
     expect(file.tensors.get("a")!.shape).toEqual([2, 2]);
     expect(file.dataStart % 8).toBe(0);
-    const a = tensorFloat32(file, file.tensors.get("a")!);
-    expect([...a]).toEqual([1, 2, 3, 4]);
-    expect(a.buffer).toBe(bytes.buffer); // zero copy
+    expect([...tensorFloat32(file, file.tensors.get("a")!)]).toEqual([1, 2, 3, 4]);
     expect([...tensorFloat32(file, file.tensors.get("b")!)]).toEqual([-0.5]);
   });
 
-  test("copies F32 data that is not 4-byte aligned", () => {
+  test("reads F32 data at any alignment of the data section", () => {
     for (let pad = 0; pad < 4; pad++) {
-      const bytes = fileOf({ a: f32([1.25, -7, 3e-8]) }, { pad });
-      const file = parseSafetensors(bytes, "x.safetensors");
-      const a = tensorFloat32(file, file.tensors.get("a")!);
-      expect([...a]).toEqual([...new Float32Array([1.25, -7, 3e-8])]);
-      expect(a.buffer === bytes.buffer).toBe(file.dataStart % 4 === 0);
+      const file = parseSafetensors(fileOf({ a: f32([1.25, -7, 3e-8]) }, { pad }), "x.safetensors");
+      expect([...tensorFloat32(file, file.tensors.get("a")!)]).toEqual([...new Float32Array([1.25, -7, 3e-8])]);
     }
   });
 
   test("widens F16 exactly, aligned or not", () => {
-    // 1.5, -2.0, 65504 (max), 0, -0, 2^-24 (smallest subnormal), 2^-14 (smallest normal), +inf
-    const bits = [0x3e00, 0xc000, 0x7bff, 0x0000, 0x8000, 0x0001, 0x0400, 0x7c00];
-    const expected = [1.5, -2.0, 65504, 0, -0, 2 ** -24, 2 ** -14, Infinity];
+    // 1.5, -2.0, 65504 (max), 0, -0, 2^-24 (smallest subnormal), 2^-14 (smallest normal)
+    const bits = [0x3e00, 0xc000, 0x7bff, 0x0000, 0x8000, 0x0001, 0x0400];
+    const expected = [1.5, -2.0, 65504, 0, -0, 2 ** -24, 2 ** -14];
     for (const pad of [0, 1]) {
       const file = parseSafetensors(fileOf({ h: u16("F16", bits) }, { pad }), "x.safetensors");
       expect([...tensorFloat32(file, file.tensors.get("h")!)]).toEqual(expected);
     }
-    const nan = parseSafetensors(fileOf({ h: u16("F16", [0x7e00]) }), "x.safetensors");
-    expect(tensorFloat32(nan, nan.tensors.get("h")!)[0]).toBeNaN();
+  });
+
+  test("non-finite values are rejected where they are read, with the tensor and element named", () => {
+    const cases: Array<[RawTensor, RegExp]> = [
+      [f32([1, NaN, 3]), /tensor w \(F32\) holds NaN at element 1 of 3; weights must be finite/],
+      [f32([1, 2, Infinity]), /tensor w \(F32\) holds Infinity at element 2 of 3/],
+      [f32([-Infinity]), /holds -Infinity at element 0 of 1/],
+      [u16("F16", [0x3c00, 0x7c00]), /tensor w \(F16\) holds Infinity at element 1 of 2/], // F16 +inf widens to +inf
+      [u16("F16", [0xfe00]), /tensor w \(F16\) holds NaN at element 0/],
+      [u16("BF16", [0x3f80, 0x3f80, 0xff80]), /tensor w \(BF16\) holds -Infinity at element 2 of 3/],
+    ];
+    for (const [tensor, pattern] of cases) {
+      const file = parseSafetensors(fileOf({ w: tensor }), "x.safetensors");
+      expectUserError(() => tensorFloat32(file, file.tensors.get("w")!), pattern);
+    }
   });
 
   test("widens BF16 exactly", () => {
@@ -176,6 +185,56 @@ describe("parseSafetensors", () => {
     expect(parseSafetensors(encodeFile(empty, new Uint8Array(8)), "f.safetensors").tensors.size).toBe(2);
   });
 
+  test("holes: bytes no tensor owns, between tensors or at the end, are rejected", () => {
+    const gap = { a: { dtype: "F32", shape: [1], data_offsets: [0, 4] }, b: { dtype: "F32", shape: [1], data_offsets: [8, 12] } };
+    expectUserError(() => parseSafetensors(encodeFile(gap, new Uint8Array(12)), "f.safetensors"), /f\.safetensors: bytes \[4, 8\) of the data section belong to no tensor \(a hole before b \[8, 12\]\)/);
+    const late = { a: { dtype: "F32", shape: [1], data_offsets: [4, 8] } };
+    expectUserError(() => parseSafetensors(encodeFile(late, new Uint8Array(8)), "f.safetensors"), /bytes \[0, 4\) of the data section belong to no tensor/);
+    const tail = { a: { dtype: "F32", shape: [1], data_offsets: [0, 4] } };
+    expectUserError(() => parseSafetensors(encodeFile(tail, new Uint8Array(5)), "f.safetensors"), /bytes \[4, 5\) at the end of the data section belong to no tensor/);
+    expectUserError(() => parseSafetensors(encodeFile({}, new Uint8Array(3)), "f.safetensors"), /bytes \[0, 3\) at the end/);
+  });
+
+  test("duplicate keys anywhere in the header are rejected (JSON.parse would keep the last)", () => {
+    const entry = (begin: number) => `{"dtype":"F32","shape":[1],"data_offsets":[${begin},${begin + 4}]}`;
+    const texts = [
+      `{"a":${entry(0)},"a":${entry(4)}}`,
+      `{"a":${entry(0)},"\u0061":${entry(4)}}`, // the same key, spelt with an escape
+      `{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"data_offsets":[4,8]}}`,
+      `{"__metadata__":{"k":"1","k":"2"},"a":${entry(0)}}`,
+    ];
+    for (const text of texts) {
+      const json = new TextEncoder().encode(text);
+      const bytes = new Uint8Array(8 + json.length + 8);
+      new DataView(bytes.buffer).setBigUint64(0, BigInt(json.length), true);
+      bytes.set(json, 8);
+      expectUserError(() => parseSafetensors(bytes, "f.safetensors"), /f\.safetensors: header has the key "(a|data_offsets|k)" twice in one object/);
+    }
+  });
+
+  test("firstDuplicateKey follows objects and arrays, and reads keys only where keys stand", () => {
+    expect(firstDuplicateKey(`{"a":1,"b":{"a":2},"c":["a","a"],"d":[{"x":1},{"x":2}]}`)).toBeNull();
+    expect(firstDuplicateKey(`{"a":"b","b":"a","s":"\\\"","a":0}`)).toBe("a");
+    expect(firstDuplicateKey(`[{"x":1,"y":{"z":[1,{"q":1,"q":2}]}}]`)).toBe("q");
+    expect(firstDuplicateKey(`{"k,":1,"k":2}`)).toBeNull();
+  });
+
+  test("names with control, NUL, newline or bidi characters are escaped: every message is one line", () => {
+    for (const name of ["bad\nname", "nul\u0000x", "rtl\u202eevil", "esc\u001b[31m", "sep\u2028x"]) {
+      const header = { [name]: { dtype: "Q8", shape: [1], data_offsets: [0, 1] } };
+      let message = "";
+      try {
+        parseSafetensors(encodeFile(header, new Uint8Array(1)), "f.safetensors");
+      } catch (e) {
+        message = (e as Error).message;
+      }
+      expect(message).toMatch(/has unknown dtype "Q8"/);
+      expect(message).not.toMatch(/[\u0000-\u001f\u202e\u2028]/);
+      expect(message).toContain(printable(name));
+    }
+    expect(printable("a\nb\u202ec\u0000")).toBe("a\\nb\\u202ec\\u0000");
+  });
+
   test("unknown dtype names the tensor and the dtype", () => {
     const header = { "h.0.ln_1.weight": { dtype: "F12", shape: [1], data_offsets: [0, 4] } };
     expectUserError(() => parseSafetensors(encodeFile(header, new Uint8Array(4)), "f.safetensors"), /f\.safetensors: tensor h\.0\.ln_1\.weight has unknown dtype "F12"/);
@@ -188,8 +247,37 @@ describe("parseSafetensors", () => {
     }
   });
 
+  test("readSafetensors opens regular files only: a FIFO does not block, a device or a directory is refused", () => {
+    const fifo = join(tmp, "fifo.safetensors");
+    expect(Bun.spawnSync(["mkfifo", fifo]).exitCode).toBe(0);
+    expectUserError(() => readSafetensors(fifo), /fifo\.safetensors is a FIFO \(named pipe\), not a regular file/);
+    const zero = join(tmp, "zero.safetensors");
+    symlinkSync("/dev/zero", zero);
+    expectUserError(() => readSafetensors(zero), /zero\.safetensors is a character device, not a regular file/);
+    expectUserError(() => readSafetensors(tmp), /is a directory, not a regular file/);
+  });
+
+  test("readSafetensors reads the header only: a hostile length on a large sparse file is refused before any allocation", () => {
+    const sparse = join(tmp, "sparse.safetensors");
+    const header = new Uint8Array(8);
+    new DataView(header.buffer).setBigUint64(0, BigInt(MAX_HEADER_BYTES) + 1n, true);
+    writeFileSync(sparse, header);
+    truncateSync(sparse, 3 * 2 ** 30); // 3 GiB of holes: reading it whole would take gigabytes
+    expectUserError(() => readSafetensors(sparse), /header length 104857601 bytes is above the 100 MiB cap/);
+  });
+
+  test("a file changed on disk between its header and its data is an error", () => {
+    const path = join(tmp, "changing.safetensors");
+    writeFileSync(path, fileOf({ a: f32([1, 2]) }));
+    const file = readSafetensors(path);
+    writeFileSync(path, fileOf({ b: f32([1, 2]) })); // the same size, another header
+    expectUserError(() => tensorFloat32(file, file.tensors.get("a")!), /changing\.safetensors: the file changed on disk after its header was read/);
+    writeFileSync(path, new Uint8Array([...fileOf({ a: f32([1, 2]) }), 0])); // the same header, a byte more
+    expectUserError(() => tensorFloat32(file, file.tensors.get("a")!), /the file changed on disk/);
+  });
+
   test("readSafetensors: missing file", () => {
-    expectUserError(() => readSafetensors(join(tmp, "nope.safetensors")), /nope\.safetensors: file not found/);
+    expectUserError(() => readSafetensors(join(tmp, "nope.safetensors")), /nope\.safetensors: cannot open: file not found \(ENOENT\)/);
   });
 });
 
@@ -201,7 +289,7 @@ const HF_CONFIG = { model_type: "gpt2", n_layer: 2, n_head: 2, n_embd: 8, n_posi
 /** All tensors of `randomWeights(CFG, 7)` plus the two causal-mask buffers, as F32. */
 function modelTensors(): Record<string, RawTensor> {
   const out: Record<string, RawTensor> = {};
-  for (const [name, data] of weightTensors(randomWeights(CFG, 7))) {
+  for (const [name, data] of materializeWeights(randomWeights(CFG, 7))) {
     out[name] = f32([...data], shapeOf(name));
   }
   for (let i = 0; i < CFG.n_layer; i++) out[`h.${i}.attn.bias`] = { dtype: "BOOL", shape: [1, 1, 6, 6], bytes: new Uint8Array(36) };
@@ -231,10 +319,10 @@ function modelDir(tensors: Record<string, RawTensor> | null, config: unknown = H
 
 describe("loadModel on broken checkpoints", () => {
   test("a well-formed checkpoint round-trips randomWeights, aligned or not", () => {
-    const expected = new Map(weightTensors(randomWeights(CFG, 7)));
+    const expected = materializeWeights(randomWeights(CFG, 7));
     for (const pad of [0, 1, 2]) {
       const w = loadModel(modelDir(modelTensors(), HF_CONFIG, pad));
-      for (const [name, data] of weightTensors(w)) expect(data).toEqual(expected.get(name)!);
+      expect(materializeWeights(w)).toEqual(expected);
       expect(w.skipped).toEqual({ tensors: 2, bytes: 72, names: ["h.0.attn.bias", "h.1.attn.bias"] });
     }
   });
@@ -289,7 +377,9 @@ describe("loadModel on broken checkpoints", () => {
     expect(tied.skipped.bytes).toBe(72 + 11 * 8 * 4);
 
     const other = f32(new Array(88).fill(0.5), [11, 8]);
-    expectUserError(() => loadModel(modelDir({ ...tensors, "lm_head.weight": other })), /lm_head\.weight differs from wte\.weight; untied output embeddings are not supported/);
+    // the values are compared as they stream
+    const untied = loadModel(modelDir({ ...tensors, "lm_head.weight": other }));
+    expectUserError(() => materializeWeights(untied), /lm_head\.weight differs from wte\.weight; untied output embeddings are not supported/);
     const wrongShape = f32(new Array(88).fill(0.5), [8, 11]);
     expectUserError(() => loadModel(modelDir({ ...tensors, "lm_head.weight": wrongShape })), /lm_head\.weight has shape \[8, 11\], expected \[11, 8\]/);
   });
@@ -298,7 +388,7 @@ describe("loadModel on broken checkpoints", () => {
     for (const dtype of ["F16", "BF16"]) {
       const tensors = modelTensors();
       tensors["ln_f.weight"] = u16(dtype, new Array(8).fill(dtype === "F16" ? 0x3e00 : 0x3fc0)); // 1.5
-      expect([...loadModel(modelDir(tensors)).ln_f.weight]).toEqual(new Array(8).fill(1.5));
+      expect([...materializeWeights(loadModel(modelDir(tensors))).get("ln_f.weight")!]).toEqual(new Array(8).fill(1.5));
     }
   });
 });

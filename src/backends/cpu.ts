@@ -1,5 +1,4 @@
 // The CPU backend: the CPU twins (cuda/*.cpp) in libgpt2_cpu.so, multi-threaded by its own thread pool.
-import { readFileSync } from "node:fs";
 import { cpus } from "node:os";
 
 import { ensureBuilt } from "../native/build.ts";
@@ -10,12 +9,11 @@ import { CpuInstrument, FP32_PEAK_PASSES, type CpuOpRecord, type CpuTimers } fro
 import type { Instrument } from "./instrument.ts";
 import { NativeBackend, openLibrary } from "./native.ts";
 
-const PAGE_BYTES = 4096;
-
 /** cpu_runtime.h as called from TypeScript */
 interface CpuSymbols {
   cpu_now_ns(): number | bigint;
   cpu_threads(): number;
+  cpu_resident_bytes(): number | bigint;
   cpu_set_threads(n: number): void;
   cpu_measure_read_bandwidth(bytes: number, iters: number): number;
   cpu_measure_fp32_peak(iters: number): number;
@@ -37,7 +35,7 @@ export class CpuBackend extends NativeBackend implements CpuTimers {
   readonly deviceName: string;
   readonly graphs = false;
   readonly issueIsAsync = false;
-  readonly memInfoSource = "host memory not resident in this process (MemTotal − RSS)";
+  readonly memInfoSource = "host memory not held resident by the CPU library's allocations (MemTotal − their resident pages, mincore)";
   readonly studyDefaults = HOST_STUDY_DEFAULTS;
   readonly cpu: CpuLibrary["symbols"];
 
@@ -71,13 +69,13 @@ export class CpuBackend extends NativeBackend implements CpuTimers {
   }
 
   /**
-   * Host memory from this process's point of view: total − this process's resident set (/proc/self/statm).
-   * A delta of it is exact to the page, unlike the system-wide MemAvailable, which other processes move.
+   * Host memory from the backend's point of view, as a device reports its own: total − what this library's
+   * allocations hold resident (cpu_resident_bytes, mincore over be_alloc's mappings). A delta of it is exact
+   * to the page, where the process's RSS also moves with the JS heap, on its own threads.
    */
   override memInfo(): MemoryInfo {
     const { total } = super.memInfo();
-    const residentPages = Number(readFileSync("/proc/self/statm", "utf8").split(" ")[1]);
-    return { free: total - residentPages * PAGE_BYTES, total };
+    return { free: total - Number(this.cpu.cpu_resident_bytes()), total };
   }
 
   record(plan: EncodedPlan): RecordedStep {

@@ -22,6 +22,7 @@ import { availableModes, replayMode, type LaunchMode } from "../run/launch-modes
 import { Session } from "../run/session.ts";
 import { summarize } from "../stats.ts";
 import { intFlag, parseFlags } from "./common.ts";
+import { writeStdout } from "./outputs.ts";
 
 const DEFAULT_CONTEXTS = [8, 128, 512, 1000];
 const DEFAULT_CONTEND_THREADS = 2;
@@ -34,6 +35,8 @@ const BANDWIDTH_PASSES = 8;
 const WARMUP_STEPS = 3;
 
 const nowMs = () => Bun.nanoseconds() / 1e6;
+/** One line of the report on stdout (a closed pipe or a full disk is one error line: cli/outputs.ts). */
+const line = (text: string) => writeStdout(`${text}\n`);
 const gflops = (flops: number, ms: number) => flops / ms / 1e6;
 const load = () => loadavg().map((x) => x.toFixed(2)).join(" ");
 
@@ -76,18 +79,18 @@ function benchDecode(backend: CpuBackend, session: Session, contexts: number[], 
     for (const c of contexts) for (const m of modes) samples.get(c)!.get(m)!.push(...timeCachedSteps(session, c, perRound, m));
   }
   const bandwidth = Math.max(bandwidthBefore, measureBandwidth());
-  console.log(`\ndecode — the cached step ÷ its memory floor (goal ≤ 1.3)`);
-  console.log(`read bandwidth: ${(bandwidth / 1e9).toFixed(2)} GB/s (best of 2×${BANDWIDTH_PASSES} passes over ${BANDWIDTH_BUFFER_BYTES / 2 ** 20} MiB, ${backend.threads} threads, before and after)`);
-  console.log(`floor = (weight bytes + KV bytes read) ÷ read bandwidth; ${rounds} rounds of ${perRound} steps per context and mode, medians (p10–p90)`);
-  console.log(`÷ floor: ${replay.name}'s median step ÷ floor (its p10 ÷ floor, the undisturbed steps of a shared machine)`);
-  console.log(`context  weights MB  KV MB  floor ms   ${modes.map((m) => `${m.name} ms`.padEnd(22)).join("")}÷ floor`);
+  line(`\ndecode — the cached step ÷ its memory floor (goal ≤ 1.3)`);
+  line(`read bandwidth: ${(bandwidth / 1e9).toFixed(2)} GB/s (best of 2×${BANDWIDTH_PASSES} passes over ${BANDWIDTH_BUFFER_BYTES / 2 ** 20} MiB, ${backend.threads} threads, before and after)`);
+  line(`floor = (weight bytes + KV bytes read) ÷ read bandwidth; ${rounds} rounds of ${perRound} steps per context and mode, medians (p10–p90)`);
+  line(`÷ floor: ${replay.name}'s median step ÷ floor (its p10 ÷ floor, the undisturbed steps of a shared machine)`);
+  line(`context  weights MB  KV MB  floor ms   ${modes.map((m) => `${m.name} ms`.padEnd(22)).join("")}÷ floor`);
   for (const c of contexts) {
     const { weights, kv } = floorBytes(cfg, c);
     const floorMs = ((weights + kv) / bandwidth) * 1e3;
     const cell = (ms: number[]) => { const x = summarize(ms); return `${x.median.toFixed(2).padStart(7)} (${x.p10.toFixed(1)}–${x.p90.toFixed(1)})`.padEnd(22); };
     const replayed = summarize(samples.get(c)!.get(replay)!);
     const ratios = `${(replayed.median / floorMs).toFixed(2)} (${(replayed.p10 / floorMs).toFixed(2)})`;
-    console.log(`${String(c).padStart(7)}  ${(weights / 1e6).toFixed(1).padStart(10)}  ${(kv / 1e6).toFixed(1).padStart(5)}  ${floorMs.toFixed(2).padStart(8)}   ${modes.map((m) => cell(samples.get(c)!.get(m)!)).join("")}${ratios}`);
+    line(`${String(c).padStart(7)}  ${(weights / 1e6).toFixed(1).padStart(10)}  ${(kv / 1e6).toFixed(1).padStart(5)}  ${floorMs.toFixed(2).padStart(8)}   ${modes.map((m) => cell(samples.get(c)!.get(m)!)).join("")}${ratios}`);
   }
 }
 
@@ -126,11 +129,11 @@ async function benchContention(session: Session, threads: number, steps: number)
     await child.exited;
   }
   const q = summarize(quiet), l = summarize(loaded);
-  console.log(`\ncontention — the cached step at context ${CONTEND_CONTEXT} while another program runs ${threads} busy thread${threads === 1 ? "" : "s"} (goal ≤ 3× with 2)`);
-  console.log(`${CONTEND_ROUNDS} rounds of ${perRound} quiet steps (competitor frozen) and ${perRound} loaded steps, ${replay.name}; medians (p10–p90)`);
-  console.log(`quiet  ${q.median.toFixed(2)} ms (${q.p10.toFixed(1)}–${q.p90.toFixed(1)})`);
-  console.log(`loaded ${l.median.toFixed(2)} ms (${l.p10.toFixed(1)}–${l.p90.toFixed(1)})`);
-  console.log(`slowdown ${(l.median / q.median).toFixed(2)}× (median), ${(l.p90 / q.median).toFixed(2)}× (p90)`);
+  line(`\ncontention — the cached step at context ${CONTEND_CONTEXT} while another program runs ${threads} busy thread${threads === 1 ? "" : "s"} (goal ≤ 3× with 2)`);
+  line(`${CONTEND_ROUNDS} rounds of ${perRound} quiet steps (competitor frozen) and ${perRound} loaded steps, ${replay.name}; medians (p10–p90)`);
+  line(`quiet  ${q.median.toFixed(2)} ms (${q.p10.toFixed(1)}–${q.p90.toFixed(1)})`);
+  line(`loaded ${l.median.toFixed(2)} ms (${l.p10.toFixed(1)}–${l.p90.toFixed(1)})`);
+  line(`slowdown ${(l.median / q.median).toFixed(2)}× (median), ${(l.p90 / q.median).toFixed(2)}× (p90)`);
 }
 
 /** Best-of-`PREFILL_REPEATS` ms of each of `runs`, called in turn (so a drift of the machine hits all alike), after a warm-up call each. */
@@ -159,10 +162,10 @@ async function benchPrefill(backend: CpuBackend, cfg: GPT2Config): Promise<void>
     return buf;
   };
   const inp = floats(maxT * 4 * C), weight = floats(4 * C * C), bias = floats(4 * C), out = floats(maxT * 4 * C);
-  console.log(`\nprefill — the many-rows linear (out = inp @ W + b, fp32) on GPT-2 small's shapes (goal ≤ 1.3× OpenBLAS sgemm)`);
-  console.log(`FMA peak: ${(peak / 1e9).toFixed(1)} GFLOP/s (${backend.threads} threads, best of ${FP32_PEAK_PASSES} passes); times are best of ${PREFILL_REPEATS}, ours and OpenBLAS's in turn, after a warm-up`);
-  console.log(`OpenBLAS: ${"missing" in blas ? `absent — ${blas.missing}` : blas.config}`);
-  console.log(`shape                   ours GFLOP/s  % peak  OpenBLAS GFLOP/s  ours ÷ OpenBLAS time`);
+  line(`\nprefill — the many-rows linear (out = inp @ W + b, fp32) on GPT-2 small's shapes (goal ≤ 1.3× OpenBLAS sgemm)`);
+  line(`FMA peak: ${(peak / 1e9).toFixed(1)} GFLOP/s (${backend.threads} threads, best of ${FP32_PEAK_PASSES} passes); times are best of ${PREFILL_REPEATS}, ours and OpenBLAS's in turn, after a warm-up`);
+  line(`OpenBLAS: ${"missing" in blas ? `absent — ${blas.missing}` : blas.config}`);
+  line(`shape                   ours GFLOP/s  % peak  OpenBLAS GFLOP/s  ours ÷ OpenBLAS time`);
   for (const T of PREFILL_ROWS) {
     for (const [name, IC, OC] of shapes) {
       const flops = 2 * T * IC * OC;
@@ -170,7 +173,7 @@ async function benchPrefill(backend: CpuBackend, cfg: GPT2Config): Promise<void>
       const [ours, theirs] = "missing" in blas ? bestMs(runOurs) : bestMs(runOurs, () => blas.sgemm(out.ptr, inp.ptr, weight.ptr, T, OC, IC));
       const blasCells = theirs === undefined ? `${"—".padStart(16)}  —` : `${gflops(flops, theirs).toFixed(1).padStart(16)}  ${(ours! / theirs).toFixed(2)}`;
       const label = `${T}×${IC}→${OC} (${name})`.padEnd(24);
-      console.log(`${label}${gflops(flops, ours!).toFixed(1).padStart(12)}  ${((100 * gflops(flops, ours!) * 1e9) / peak).toFixed(0).padStart(5)}%  ${blasCells}`);
+      line(`${label}${gflops(flops, ours!).toFixed(1).padStart(12)}  ${((100 * gflops(flops, ours!) * 1e9) / peak).toFixed(0).padStart(5)}%  ${blasCells}`);
     }
   }
   if (!("missing" in blas)) blas.close();
@@ -181,7 +184,7 @@ async function benchPrefill(backend: CpuBackend, cfg: GPT2Config): Promise<void>
 /** The uncached step's attention (T queries from position 0, causal), GFLOP/s by the work model's count. */
 function benchManyQueryAttention(backend: CpuBackend, cfg: GPT2Config, peak: number): void {
   const { n_embd: C, n_head: H, n_positions: maxCtx } = cfg;
-  console.log(`many-query attention (the uncached step's, one layer, FLOPs as the work model counts them):`);
+  line(`many-query attention (the uncached step's, one layer, FLOPs as the work model counts them):`);
   for (const T of PREFILL_ROWS) {
     const flops = stepWork(cfg, T, 0).find((o) => o.family === "attention")!.flops;
     const qkv = backend.alloc(T * 3 * C * 4), kCache = backend.alloc(maxCtx * C * 4), vCache = backend.alloc(maxCtx * C * 4), att = backend.alloc(T * C * 4);
@@ -190,7 +193,7 @@ function benchManyQueryAttention(backend: CpuBackend, cfg: GPT2Config, peak: num
     backend.upload(state, new Int32Array(4));
     backend.ops.op_kv_append(kCache.ptr, vCache.ptr, qkv.ptr, state.ptr, T, C, maxCtx);
     const [ms] = bestMs(() => backend.ops.op_attention(att.ptr, 0, qkv.ptr, kCache.ptr, vCache.ptr, state.ptr, T, C, H, maxCtx));
-    console.log(`  T = ${String(T).padEnd(5)} ${gflops(flops, ms!).toFixed(1).padStart(8)} GFLOP/s  ${((100 * gflops(flops, ms!) * 1e9) / peak).toFixed(0).padStart(3)}% of peak`);
+    line(`  T = ${String(T).padEnd(5)} ${gflops(flops, ms!).toFixed(1).padStart(8)} GFLOP/s  ${((100 * gflops(flops, ms!) * 1e9) / peak).toFixed(0).padStart(3)}% of peak`);
     for (const buf of [qkv, kCache, vCache, att, state]) backend.free(buf);
   }
 }
@@ -198,10 +201,10 @@ function benchManyQueryAttention(backend: CpuBackend, cfg: GPT2Config, peak: num
 async function benchCpu(sections: Sections, steps: number, contexts: number[]): Promise<void> {
   const cfg = PRESETS.gpt2!;
   const backend = CpuBackend.open();
-  console.log(`machine: ${backend.deviceName}; date ${new Date().toISOString()}; load average ${load()} (1, 5, 15 min) at the start`);
+  line(`machine: ${backend.deviceName}; date ${new Date().toISOString()}; load average ${load()} (1, 5, 15 min) at the start`);
   if (sections.decode || sections.contend) {
     const longest = Math.max(...(sections.decode ? contexts : []), sections.contend ? CONTEND_CONTEXT : 0);
-    console.log(`model: GPT-2 small shapes, seeded random weights; prefilling ${longest} tokens…`);
+    line(`model: GPT-2 small shapes, seeded random weights; prefilling ${longest} tokens…`);
     const session = new Session(backend, randomWeights(cfg, 0), cfg.n_positions);
     session.prefill(Array.from({ length: longest }, (_, i) => (i * 7919) % cfg.vocab_size));
     if (sections.decode) benchDecode(backend, session, contexts, steps);
@@ -209,7 +212,7 @@ async function benchCpu(sections: Sections, steps: number, contexts: number[]): 
     session.close();
   }
   if (sections.prefill) await benchPrefill(backend, cfg);
-  console.log(`\nload average ${load()} at the end`);
+  line(`\nload average ${load()} at the end`);
   backend.close();
 }
 

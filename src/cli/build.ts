@@ -18,7 +18,7 @@ await runCli(async () => {
       .option("quiet", { type: "boolean", default: false, describe: "print nothing but errors" }),
     ["targets"],
   );
-  const wanted = (argv.targets ?? []) as Target[];
+  const wanted = [...new Set((argv.targets ?? []) as Target[])];
   const targets = wanted.length ? wanted : TARGETS;
   for (const target of targets) {
     if (needsNvcc(target) && !hasNvcc()) {

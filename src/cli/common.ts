@@ -1,8 +1,6 @@
 // What the commands share: the model source, the backend flag, and colour handling.
-import { closeSync, existsSync, openSync, statSync } from "node:fs";
-import { resolve } from "node:path";
-
 import type { Argv } from "yargs";
+import { hideBin } from "yargs/helpers";
 
 import { UserError } from "../errors.ts";
 import { parameterCount, PRESETS } from "../model/config.ts";
@@ -53,19 +51,47 @@ export function failOnBadFlags(msg: string | null, err: Error | undefined): neve
   throw new UserError((msg ?? "bad arguments").replace(/\s*\n\s*/g, " ").trim());
 }
 
-/** An output file's place is checked before any work, so a bad path loses nothing. */
-export function checkWritableFile(flag: string, path: string): string {
-  const full = resolve(path);
-  if (existsSync(full) && statSync(full).isDirectory()) throw new UserError(`--${flag} ${path} is a directory, not a file`);
-  try {
-    closeSync(openSync(full, "a")); // opened for appending: created if missing, contents kept until the real write
-  } catch (e) {
-    throw new UserError(`--${flag} ${path} cannot be written: ${(e as Error).message.split("\n")[0]}`);
-  }
-  return full;
+/** yargs' option lists as .check() receives them (names as declared, camelCase twins too). */
+interface OptionLists {
+  boolean: string[];
+  string: string[];
+  number: string[];
 }
 
-/** Every command's flag rules: unknown flags and repeated flags (other than the `lists` positionals) are errors, as one line each. */
-export function parseFlags<T>(flags: Argv<T>, lists: readonly string[] = []) {
-  return flags.strict().check((argv) => noRepeatedFlags(argv, lists)).help().fail(failOnBadFlags).parse();
+/**
+ * yargs .check(): a boolean flag is given bare, as --no-flag, or as =true / =false (yargs would read
+ * `--json=maybe` or `--json=1` as false); a string flag has a non-empty value (an empty shell variable
+ * must not stand for "not given", nor `--no-model` for false).
+ */
+export function flagValues(args: readonly string[]) {
+  return (argv: Record<string, unknown>, options: OptionLists): true => {
+    const booleans = new Set(options.boolean);
+    const valued = new Set([...options.string, ...options.number]);
+    for (const [i, arg] of args.entries()) {
+      if (arg === "--") break;
+      const m = /^--(?:no-)?([^=]+)(?:=(.*))?$/s.exec(arg);
+      if (!m) continue;
+      const [, name, value] = m as unknown as [string, string, string | undefined];
+      if (booleans.has(name) && value !== undefined && value !== "true" && value !== "false") {
+        throw new UserError(`--${name} is a switch: give it alone, as --no-${name}, or =true / =false (got ${JSON.stringify(value)})`);
+      }
+      if (valued.has(name) && (value ?? args[i + 1]) === "") {
+        throw new UserError(`--${name} is empty (an unset shell variable?); give it a value or leave it out`);
+      }
+    }
+    for (const name of options.string.filter((n) => !/[A-Z]/.test(n))) {
+      const value = argv[name];
+      if (value === "") throw new UserError(`--${name} is empty (an unset shell variable?); give it a value or leave it out`);
+      if (typeof value === "boolean") throw new UserError(`--${name} needs a value`);
+    }
+    return true;
+  };
+}
+
+/**
+ * Every command's flag rules, as one line each: unknown flags, repeated flags (other than the `lists`
+ * positionals), a switch given a value other than true/false, and an empty valued flag are errors.
+ */
+export function parseFlags<T>(flags: Argv<T>, lists: readonly string[] = [], args: readonly string[] = hideBin(process.argv)) {
+  return flags.strict().check((argv) => noRepeatedFlags(argv, lists)).check(flagValues(args) as never).help().fail(failOnBadFlags).parse();
 }

@@ -9,7 +9,8 @@ import { generate } from "../run/generate.ts";
 import { availableModes, LAUNCH_MODE_NAMES, launchMode, replayMode, type LaunchModeName } from "../run/launch-modes.ts";
 import { Session } from "../run/session.ts";
 import { summarize } from "../stats.ts";
-import { checkWritableFile, DEFAULT_PRESET, intFlag, loadWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
+import { DEFAULT_PRESET, intFlag, loadWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
+import { checkWritableFile, writeFileAtomic, writeStdout } from "./outputs.ts";
 
 /** replay = the plan recorded natively: a CUDA graph where the backend has graphs, one native call per step elsewhere */
 const MODES = [...LAUNCH_MODE_NAMES, "replay"] as const;
@@ -40,16 +41,20 @@ await runCli(async () => {
   const maxNew = intFlag("max-new-tokens", argv["max-new-tokens"], 1);
   const dumpLogits = argv["dump-logits"] === undefined ? undefined : checkWritableFile("dump-logits", argv["dump-logits"]);
   const threads = argv.threads === undefined ? undefined : intFlag("threads", argv.threads, 1, 1024);
+  // the model's header and the prompt are checked before the backend opens, and the model's line is said
+  // after them: a bad input is its one line
+  const modelLines: string[] = [];
+  const weights = loadWeights(argv.model, argv.preset ?? DEFAULT_PRESET, intFlag("seed", argv.seed, 0), (line) => modelLines.push(line));
+  const cfg = weights.config;
+  const prompt = argv["prompt-ids"] !== undefined
+    ? parsePromptIds(argv["prompt-ids"], cfg.vocab_size)
+    : encodeText(argv.prompt ?? DEFAULT_PROMPT, cfg.vocab_size);
+  modelLines.forEach(say);
   const backend = await openBackend(argv.backend, { threads, note: say });
   const mode = argv.mode === "replay" ? replayMode(backend) : launchMode(argv.mode as LaunchModeName);
   if (!mode.available(backend)) {
     throw new UserError(`launch mode ${mode.name} is not available on the ${backend.kind} backend (available: ${availableModes(backend).map((m) => m.name).join(", ")})`);
   }
-  const weights = loadWeights(argv.model, argv.preset ?? DEFAULT_PRESET, intFlag("seed", argv.seed, 0), say);
-  const cfg = weights.config;
-  const prompt = argv["prompt-ids"] !== undefined
-    ? parsePromptIds(argv["prompt-ids"], cfg.vocab_size)
-    : encodeText(argv.prompt ?? DEFAULT_PROMPT, cfg.vocab_size);
   const session = new Session(backend, weights);
   const cache = argv.cache === "on";
   if (!cache && mode.name !== "eager") say(`note: --cache off recomputes eagerly; --mode ${argv.mode} applies to cached steps only`);
@@ -57,7 +62,7 @@ await runCli(async () => {
 
   if (dumpLogits) {
     const logits = session.logitsAtEveryPosition([...result.promptIds, ...result.generatedIds]);
-    await Bun.write(dumpLogits, logits);
+    writeFileAtomic(dumpLogits, new Uint8Array(logits.buffer, logits.byteOffset, logits.byteLength));
   }
   // the first decode step also captures the graph (or warms caches): reported on its own, not in the median
   const [firstStepMs, ...steadyMs] = result.tokenMs.filter((_, i) => result.tokenKinds[i] !== "prefill");
@@ -76,9 +81,9 @@ await runCli(async () => {
     median_step_ms: steadyMs.length ? summarize(steadyMs).median : null,
   };
   if (argv.json) {
-    process.stdout.write(`${JSON.stringify(summary)}\n`);
+    writeStdout(`${JSON.stringify(summary)}\n`);
   } else {
-    process.stdout.write(`${decodeTokens(result.promptIds, cfg.vocab_size)}${summary.text}\n`);
+    writeStdout(`${decodeTokens(result.promptIds, cfg.vocab_size)}${summary.text}\n`);
     const perToken = summary.median_step_ms === null ? "" : `, median ${summary.median_step_ms.toFixed(3)} ms per ${cache ? "cached" : "recomputed"} token after the first`;
     say(`${backend.kind} (${backend.deviceName}), cache ${argv.cache}, mode ${summary.mode}: ${maxNew} tokens${perToken}`);
   }

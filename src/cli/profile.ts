@@ -1,13 +1,13 @@
 // bun run profile — the decode-floor study: eager vs graph over a context sweep, per-kernel breakdowns,
 // where the step's time goes, FLOPs/bytes against measured peaks, KV memory; results under profiles/.
-import { existsSync, mkdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { cpus, loadavg } from "node:os";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 
 import yargs from "yargs";
 import { hideBin } from "yargs/helpers";
 
 import type { Backend } from "../backends/backend.ts";
+import type { Instrument } from "../backends/instrument.ts";
 import { BACKEND_CHOICES, openBackend, type BackendChoice } from "../backends/select.ts";
 import { runCli, UserError } from "../errors.ts";
 import { ROOT } from "../native/build.ts";
@@ -16,9 +16,11 @@ import { buildSummary } from "../profile/summary.ts";
 import type { StudyMode } from "../profile/types.ts";
 import { createProgress } from "../report/progress.ts";
 import { renderTerminalSummary } from "../report/terminal.ts";
-import { writeProfileOutputs } from "../report/write.ts";
+import { writeProfileOutputs, type WrittenOutputs } from "../report/write.ts";
 import { availableModes, LAUNCH_MODE_NAMES, launchMode, type LaunchModeName } from "../run/launch-modes.ts";
 import { DEFAULT_PRESET, intFlag, loadWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
+import { watchSignals } from "./interrupt.ts";
+import { ProfileOutput, writeStdout } from "./outputs.ts";
 
 const MODE_CHOICES = [...LAUNCH_MODE_NAMES, "all"] as const;
 const E2E_PROMPT = 8;
@@ -53,20 +55,6 @@ function contextsFor(flag: string | undefined, backend: Backend, nPositions: num
   return capped;
 }
 
-/** The output directory, created and proven writable before any measuring, so a bad --out loses nothing. */
-function prepareOutDir(dir: string): string {
-  if (existsSync(dir) && !statSync(dir).isDirectory()) throw new UserError(`--out ${dir} is a file, not a directory`);
-  try {
-    mkdirSync(dir, { recursive: true });
-    const probe = join(dir, ".write-probe");
-    writeFileSync(probe, "");
-    rmSync(probe);
-  } catch (e) {
-    throw new UserError(`--out ${dir} cannot be written: ${(e as Error).message.split("\n")[0]}`);
-  }
-  return dir;
-}
-
 function defaultOutDir(backend: Backend, mode: string): string {
   const date = new Date().toISOString().slice(0, 10);
   return join(ROOT, "profiles", `${date}-${backend.kind}-${mode}`);
@@ -87,7 +75,8 @@ await runCli(async () => {
       .option("warmup", { type: "number", describe: "untimed steps before each point (default: the backend's, 10 on a GPU, 2 on the CPU)" })
       .option("traced-steps", { type: "number", default: 5, describe: "steps traced per point for the per-kernel breakdown" })
       .option("e2e-tokens", { type: "number", describe: `tokens generated end to end from an ${E2E_PROMPT}-token prompt (default: the backend's, 1016 on a GPU, 56 on the CPU)` })
-      .option("out", { type: "string", describe: "output directory (default profiles/<date>-<backend>-<mode>/)" })
+      .option("out", { type: "string", describe: "output directory (default profiles/<date>-<backend>-<mode>/, or -2, -3 … after it: an earlier run is never replaced)" })
+      .option("force", { type: "boolean", default: false, describe: "let an explicit --out that holds an earlier run be replaced (once the new run is complete)" })
       .option("json", { type: "boolean", default: false, describe: "print summary.json to stdout (tables and progress stay off stdout)" })
       .option("kernels", { type: "boolean", default: true, describe: "trace every op (CUPTI on the GPU, native timers on the CPU); --no-kernels skips it" })
       .option("seed", { type: "number", default: 0, describe: "seed of the random weights and prompts" })
@@ -95,50 +84,72 @@ await runCli(async () => {
   );
 
   const say = (line: string) => process.stderr.write(`${line}\n`);
-  const explicitOut = argv.out === undefined ? undefined : prepareOutDir(argv.out);
+  if (argv.force && argv.out === undefined) throw new UserError("--force replaces what an explicit --out holds; the default output directory never replaces an earlier run");
   const threads = argv.threads === undefined ? undefined : intFlag("threads", argv.threads, 1, 1024);
-  const backend = await openBackend(argv.backend, { threads, note: say });
-  const defaults = backend.studyDefaults;
-  const modes = modesFor(argv.mode, backend);
-  const weights = loadWeights(argv.model, argv.preset ?? DEFAULT_PRESET, intFlag("seed", argv.seed, 0), say);
-  const cfg = weights.config;
-  const e2eMax = cfg.n_positions - E2E_PROMPT;
-  const opts: StudyOptions = {
-    modes,
-    contexts: contextsFor(argv.contexts, backend, cfg.n_positions, say),
-    repeats: intFlag("repeats", argv.repeats ?? defaults.repeats, 1, MAX_REPEATS),
-    warmup: intFlag("warmup", argv.warmup ?? defaults.warmup, 0, MAX_REPEATS),
-    kernels: argv.kernels,
-    tracedSteps: intFlag("traced-steps", argv["traced-steps"], 1, 1000),
-    e2e: { promptTokens: E2E_PROMPT, newTokens: intFlag("e2e-tokens", argv["e2e-tokens"] ?? Math.min(defaults.e2eTokens, e2eMax), 1, e2eMax) },
-    seed: intFlag("seed", argv.seed, 0),
-  };
-  const outDir = explicitOut ?? prepareOutDir(defaultOutDir(backend, argv.mode));
-  const [load] = loadavg();
-  if (load! >= cpus().length - 0.5) {
-    say(`warning: load average ${load!.toFixed(1)} on ${cpus().length} cores: other processes compete for the CPU, so times will be inflated`);
+  let output = argv.out === undefined ? undefined : ProfileOutput.prepare(argv.out, { fresh: false, force: argv.force });
+  const interrupt = watchSignals();
+  let backend: Backend | undefined;
+  let instrument: Instrument | undefined;
+  let study: Study | undefined;
+  let progress: ReturnType<typeof createProgress> | undefined;
+  try {
+    const weights = loadWeights(argv.model, argv.preset ?? DEFAULT_PRESET, intFlag("seed", argv.seed, 0), say);
+    const cfg = weights.config;
+    backend = await openBackend(argv.backend, { threads, note: say });
+    const defaults = backend.studyDefaults;
+    const modes = modesFor(argv.mode, backend);
+    const e2eMax = cfg.n_positions - E2E_PROMPT;
+    const opts: StudyOptions = {
+      modes,
+      contexts: contextsFor(argv.contexts, backend, cfg.n_positions, say),
+      repeats: intFlag("repeats", argv.repeats ?? defaults.repeats, 1, MAX_REPEATS),
+      warmup: intFlag("warmup", argv.warmup ?? defaults.warmup, 0, MAX_REPEATS),
+      kernels: argv.kernels,
+      tracedSteps: intFlag("traced-steps", argv["traced-steps"], 1, 1000),
+      e2e: { promptTokens: E2E_PROMPT, newTokens: intFlag("e2e-tokens", argv["e2e-tokens"] ?? Math.min(defaults.e2eTokens, e2eMax), 1, e2eMax) },
+      seed: intFlag("seed", argv.seed, 0),
+      checkpoint: () => interrupt.checkpoint(),
+    };
+    output ??= ProfileOutput.prepare(defaultOutDir(backend, argv.mode), { fresh: true, force: false });
+    const [load] = loadavg();
+    if (load! >= cpus().length - 0.5) {
+      say(`warning: load average ${load!.toFixed(1)} on ${cpus().length} cores: other processes compete for the CPU, so times will be inflated`);
+    }
+    instrument = backend.instrument();
+    say(`device: ${backend.deviceName} (${backend.kind}); every point timed first, then ${opts.kernels ? "traced" : "not traced (--no-kernels)"}`);
+    const peaks = instrument.measurePeaks();
+    await interrupt.checkpoint();
+    const launch = instrument.measureLaunch();
+    study = new Study(backend, instrument, weights, opts);
+    await interrupt.checkpoint();
+    progress = createProgress({ total: studyUnits(opts), label: "profile" });
+    opts.onProgress = (done, _total, what) => progress!.update(done, what);
+    const result = await study.run();
+    progress.stop();
+    progress = undefined;
+    const command = ["bun run profile", ...process.argv.slice(2)].join(" ");
+    const summary = buildSummary({ command, backend, instrument, weights, opts, peaks, launch, result });
+    let written: WrittenOutputs | undefined;
+    // every file is written into a folder beside the target and validated; only then is it renamed into place
+    const outDir = output.commit((dir) => {
+      written = writeProfileOutputs(dir, summary, result.traces);
+      if (written.summaryProblems.length) {
+        throw new UserError(`summary.json breaks its schema (${written.summaryProblems.length} problems, first: ${written.summaryProblems[0]}); nothing written`);
+      }
+    });
+    output = undefined;
+    writeStdout(argv.json ? `${JSON.stringify(summary, null, 2)}\n` : renderTerminalSummary(summary));
+    say(`wrote ${written!.paths.length} files to ${outDir}: ${written!.paths.map((p) => basename(p)).join(", ")}`);
+    // a trace problem comes from the records (a tracer's broken ones); every number stands, so it is a warning
+    for (const p of written!.traceProblems.slice(0, MAX_LISTED_PROBLEMS)) say(`warning: ${p}`);
+  } catch (e) {
+    output?.discard();
+    throw e;
+  } finally {
+    progress?.stop();
+    study?.close();
+    instrument?.close();
+    backend?.close();
+    interrupt.dispose();
   }
-  const instrument = backend.instrument();
-  say(`device: ${backend.deviceName} (${backend.kind}); every point timed first, then ${opts.kernels ? "traced" : "not traced (--no-kernels)"}`);
-  const peaks = instrument.measurePeaks();
-  const launch = instrument.measureLaunch();
-  const study = new Study(backend, instrument, weights, opts);
-  const progress = createProgress({ total: studyUnits(opts), label: "profile" });
-  opts.onProgress = (done, _total, what) => progress.update(done, what);
-  const result = study.run();
-  progress.stop();
-  const command = ["bun run profile", ...process.argv.slice(2)].join(" ");
-  const summary = buildSummary({ command, backend, instrument, weights, opts, peaks, launch, result });
-  const written = writeProfileOutputs(outDir, summary, result.traces);
-  if (argv.json) process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
-  else process.stdout.write(renderTerminalSummary(summary));
-  say(`wrote ${written.paths.length} files to ${outDir}: ${written.paths.map((p) => p.slice(outDir.length + 1)).join(", ")}`);
-  // a trace problem comes from the records (a tracer's broken ones); every number stands, so it is a warning
-  for (const p of written.traceProblems.slice(0, MAX_LISTED_PROBLEMS)) say(`warning: ${p}`);
-  if (written.summaryProblems.length) {
-    throw new UserError(`summary.json breaks its schema (${written.summaryProblems.length} problems, first: ${written.summaryProblems[0]}); files kept in ${outDir}`);
-  }
-  study.close();
-  instrument.close();
-  backend.close();
 });

@@ -23,6 +23,7 @@ import {
   againstCpu, cachedEqualsUncached, fixtureChecks, findFixture, graphMemoryStable, modesBitIdentical, readFixture, type CheckRow,
 } from "../verify/model-checks.ts";
 import { parseFlags } from "./common.ts";
+import { writeStdout } from "./outputs.ts";
 
 const say = (line: string) => process.stderr.write(`${line}\n`);
 const skip = (check: string, detail: string): CheckRow => ({ check, detail, error: null, status: "skip" });
@@ -122,10 +123,10 @@ await runCli(async () => {
 
   const status = (s: CheckRow["status"]) => (s === "pass" ? chalk.green("pass") : s === "fail" ? chalk.red.bold("FAIL") : chalk.yellow("skip"));
   const columns = [{ header: "check" }, { header: "detail" }, { header: "max rel. error", format: (x: number) => x.toExponential(2) }, { header: "status" }];
-  process.stdout.write(`${renderTable(columns, rows.map((r) => [r.check, r.detail, r.error, status(r.status)]))}\n`);
+  writeStdout(`${renderTable(columns, rows.map((r) => [r.check, r.detail, r.error, status(r.status)]))}\n`);
   const count = (s: CheckRow["status"]) => rows.filter((r) => r.status === s).length;
   const failed = count("fail");
-  process.stdout.write(
+  writeStdout(
     `verify on ${device.deviceName} (${device.kind}), ${new Date().toISOString()}, ${((Date.now() - t0) / 1e3).toFixed(1)} s: ` +
       `${count("pass")} passed, ${failed} failed, ${count("skip")} skipped — ${failed ? "FAIL" : "PASS"}\n`,
   );

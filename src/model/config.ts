@@ -1,7 +1,8 @@
 /** GPT-2 model description: the one typed config every other layer sizes itself from. */
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { basename, join, resolve } from "node:path";
 import { UserError } from "../errors.ts";
+import { readSmallTextFile } from "./files.ts";
 
 export interface GPT2Config {
   name: string;
@@ -54,10 +55,14 @@ export function readHFConfig(dir: string): GPT2Config {
   return cfg;
 }
 
+/** A config.json is a few hundred bytes; anything above this is not one. */
+const MAX_CONFIG_BYTES = 1 << 20;
+
 function parseJsonObject(path: string): Record<string, unknown> {
+  const text = readSmallTextFile(path, MAX_CONFIG_BYTES); // says what went wrong: a directory, a FIFO, no permission
   let value: unknown;
   try {
-    value = JSON.parse(readFileSync(path, "utf8"));
+    value = JSON.parse(text);
   } catch (e) {
     throw new UserError(`${path}: not valid JSON (${(e as Error).message})`);
   }

@@ -1,81 +1,73 @@
-/** GPT-2 weights in float32: loaded from a Hugging Face checkpoint or GPT-2-initialised from a seed. */
+/**
+ * GPT-2 weights, streamed: loaded from a Hugging Face checkpoint or GPT-2-initialised from a seed. Neither
+ * holds the model in JS memory: `stream` hands out each parameter in float32 chunks through one reusable
+ * buffer, to be uploaded to a backend as it comes. Only tests and verification references materialise
+ * the arrays (`materializeWeights`).
+ */
 import { existsSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { UserError } from "../errors.ts";
 import { readHFConfig, type GPT2Config } from "./config.ts";
-import { formatShape, numel, readSafetensors, tensorFloat32, type SafetensorsFile, type TensorInfo } from "./safetensors.ts";
+import {
+  CHUNK_ELEMENTS, formatShape, nameOf, numel, readChunk, readSafetensors, Staging, streamTensor, WEIGHT_DTYPES,
+  type ByteSource, type SafetensorsFile, type TensorInfo,
+} from "./safetensors.ts";
 
-/** y = x · weight + bias, Conv1D layout: weight (C, OC) input-first, bias (OC). */
-export interface Linear {
-  weight: Float32Array;
-  bias: Float32Array;
+type Init = "normal" | "zeros" | "ones";
+
+/** One parameter: its Hugging Face name (no prefix), shape, and how a fresh one starts. */
+export interface ParameterSpec {
+  name: string;
+  shape: number[];
+  init: Init;
 }
 
-/** LayerNorm affine parameters, each (C). */
-export interface Norm {
-  weight: Float32Array;
-  bias: Float32Array;
-}
-
-export interface Layer {
-  ln_1: Norm;
-  attn: { c_attn: Linear /* (C, 3C) */; c_proj: Linear /* (C, C) */ };
-  ln_2: Norm;
-  mlp: { c_fc: Linear /* (C, 4C) */; c_proj: Linear /* (4C, C) */ };
-}
+/** Receives elements [offset, offset + chunk.length) of parameter `spec`; the chunk is reused after it returns. */
+export type ChunkVisitor = (spec: ParameterSpec, chunk: Float32Array, offset: number) => void;
 
 export interface GPT2Weights {
   config: GPT2Config;
-  wte: Float32Array; // (V, C), also the tied output projection
-  wpe: Float32Array; // (n_positions, C)
-  layers: Layer[];
-  ln_f: Norm;
   source: string; // "random (seed N)" or the safetensors path
   skipped: { tensors: number; bytes: number; names: string[] }; // mask buffers and a tied lm_head, not loaded
+  /**
+   * Every parameter of `parameterSpecs(config)`, in that order, whole, as float32 chunks. A checkpoint's
+   * data is checked as it streams (finite values, a tied lm_head equal to wte): problems are UserErrors.
+   */
+  stream(visit: ChunkVisitor): void;
 }
 
-type Init = "normal" | "zeros" | "ones";
-/** Supplies the tensor called `name` (HF naming, no prefix) of `shape`; `init` says how a fresh one starts. */
-type TensorSource = (name: string, shape: number[], init: Init) => Float32Array;
-type Parameters = Pick<GPT2Weights, "wte" | "wpe" | "layers" | "ln_f">;
-
-/** Builds the parameter tree, asking `get` for each tensor in checkpoint order. */
-function assemble(cfg: GPT2Config, get: TensorSource): Parameters {
+/**
+ * Every parameter in checkpoint order; the tied output projection is wte and not repeated.
+ * Linear weights use the Conv1D layout (C, OC) input-first; LayerNorm weight and bias are (C).
+ */
+export function parameterSpecs(cfg: GPT2Config): ParameterSpec[] {
   const C = cfg.n_embd;
-  const norm = (p: string): Norm => ({ weight: get(`${p}.weight`, [C], "ones"), bias: get(`${p}.bias`, [C], "zeros") });
-  const linear = (p: string, inC: number, outC: number): Linear => ({
-    weight: get(`${p}.weight`, [inC, outC], "normal"),
-    bias: get(`${p}.bias`, [outC], "zeros"),
-  });
-  const wte = get("wte.weight", [cfg.vocab_size, C], "normal");
-  const wpe = get("wpe.weight", [cfg.n_positions, C], "normal");
-  const layers = Array.from({ length: cfg.n_layer }, (_, i): Layer => ({
-    ln_1: norm(`h.${i}.ln_1`),
-    attn: { c_attn: linear(`h.${i}.attn.c_attn`, C, 3 * C), c_proj: linear(`h.${i}.attn.c_proj`, C, C) },
-    ln_2: norm(`h.${i}.ln_2`),
-    mlp: { c_fc: linear(`h.${i}.mlp.c_fc`, C, 4 * C), c_proj: linear(`h.${i}.mlp.c_proj`, 4 * C, C) },
-  }));
-  return { wte, wpe, layers, ln_f: norm("ln_f") };
-}
-
-/** Every parameter as [HF name, data], in checkpoint order; the tied output projection is wte and not repeated. */
-export function* weightTensors(w: GPT2Weights): Generator<[string, Float32Array]> {
-  yield ["wte.weight", w.wte];
-  yield ["wpe.weight", w.wpe];
-  for (const [i, l] of w.layers.entries()) {
-    yield* affine(`h.${i}.ln_1`, l.ln_1);
-    yield* affine(`h.${i}.attn.c_attn`, l.attn.c_attn);
-    yield* affine(`h.${i}.attn.c_proj`, l.attn.c_proj);
-    yield* affine(`h.${i}.ln_2`, l.ln_2);
-    yield* affine(`h.${i}.mlp.c_fc`, l.mlp.c_fc);
-    yield* affine(`h.${i}.mlp.c_proj`, l.mlp.c_proj);
+  const specs: ParameterSpec[] = [];
+  const add = (name: string, shape: number[], init: Init) => specs.push({ name, shape, init });
+  const norm = (p: string) => (add(`${p}.weight`, [C], "ones"), add(`${p}.bias`, [C], "zeros"));
+  const linear = (p: string, inC: number, outC: number) => (add(`${p}.weight`, [inC, outC], "normal"), add(`${p}.bias`, [outC], "zeros"));
+  add("wte.weight", [cfg.vocab_size, C], "normal");
+  add("wpe.weight", [cfg.n_positions, C], "normal");
+  for (let i = 0; i < cfg.n_layer; i++) {
+    norm(`h.${i}.ln_1`);
+    linear(`h.${i}.attn.c_attn`, C, 3 * C);
+    linear(`h.${i}.attn.c_proj`, C, C);
+    norm(`h.${i}.ln_2`);
+    linear(`h.${i}.mlp.c_fc`, C, 4 * C);
+    linear(`h.${i}.mlp.c_proj`, 4 * C, C);
   }
-  yield* affine("ln_f", w.ln_f);
+  norm("ln_f");
+  return specs;
 }
 
-function* affine(prefix: string, p: Linear | Norm): Generator<[string, Float32Array]> {
-  yield [`${prefix}.weight`, p.weight];
-  yield [`${prefix}.bias`, p.bias];
+/**
+ * The parameters as JS arrays, keyed by name in checkpoint order: a full copy of the model, for float64
+ * references in tests and checks. The commands never call it.
+ */
+export function materializeWeights(w: GPT2Weights): Map<string, Float32Array> {
+  const arrays = new Map(parameterSpecs(w.config).map((s) => [s.name, new Float32Array(numel(s.shape))]));
+  w.stream((spec, chunk, offset) => arrays.get(spec.name)!.set(chunk, offset));
+  return arrays;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -87,7 +79,10 @@ const MASK_BUFFER = /^h\.\d+\.attn\.(bias|masked_bias)$/;
 /** Errors list at most this many tensors before "and N more". */
 const LIST_LIMIT = 4;
 
-/** Loads `dir/config.json` + `dir/model.safetensors`, checking every tensor against the config. */
+/**
+ * Opens `dir/config.json` + `dir/model.safetensors` and checks every tensor's name, shape and dtype against
+ * the config; the data is read (and checked) when the weights are streamed onto a backend.
+ */
 export function loadModel(dir: string): GPT2Weights {
   if (!existsSync(dir)) throw new UserError(`model directory not found: ${dir}`);
   if (!statSync(dir).isDirectory()) throw new UserError(`--model takes a directory (with config.json and model.safetensors), not a file: ${dir}`);
@@ -97,34 +92,55 @@ export function loadModel(dir: string): GPT2Weights {
   const file = readSafetensors(path);
   const tensors = unprefixed(file);
 
-  const used = new Set<string>();
+  const specs = parameterSpecs(config);
   const problems: string[] = [];
-  const params = assemble(config, (name, shape) => {
-    used.add(name);
+  for (const { name, shape } of specs) {
     const t = tensors.get(name);
     if (!t) problems.push(`${name} is missing (expected ${formatShape(shape)})`);
-    else if (!sameShape(t.shape, shape)) problems.push(`${name} has shape ${formatShape(t.shape)}, expected ${formatShape(shape)}`);
-    else return tensorFloat32(file, t);
-    return new Float32Array(0);
-  });
+    else if (!sameShape(t.shape, shape)) problems.push(`${nameOf(name)} has shape ${formatShape(t.shape)}, expected ${formatShape(shape)}`);
+  }
   if (problems.length) throw new UserError(`${path}: ${listSome(problems, "; ")} (config: ${join(dir, "config.json")})`);
 
+  const used = new Set(specs.map((s) => s.name));
   const skippedInfos = [...tensors.values()].filter((t) => isSkippable(t.name));
   const extras = [...tensors.keys()].filter((n) => !used.has(n) && !isSkippable(n));
-  if (extras.length) throw new UserError(`${path}: unexpected tensors ${listSome(extras, ", ")}`);
+  if (extras.length) throw new UserError(`${path}: unexpected tensors ${listSome(extras.map(nameOf), ", ")}`);
+  for (const { name } of specs) {
+    const t = tensors.get(name)!;
+    if (!WEIGHT_DTYPES.has(t.dtype)) throw new UserError(`${path}: tensor ${nameOf(name)} has dtype ${t.dtype}; weights must be F32, F16 or BF16`);
+  }
   const lmHead = tensors.get("lm_head.weight");
-  if (lmHead) checkTied(file, lmHead, params.wte, config);
+  if (lmHead) checkTiedShape(file, lmHead, config);
 
   return {
     config,
-    ...params,
     source: path,
     skipped: {
       tensors: skippedInfos.length,
       bytes: skippedInfos.reduce((sum, t) => sum + (t.end - t.begin), 0),
       names: skippedInfos.map((t) => t.name),
     },
+    stream: (visit) => streamCheckpoint(file, tensors, specs, lmHead, visit),
   };
+}
+
+/** Streams the parameters from the file in spec order; a separate lm_head is compared with wte as wte streams. */
+function streamCheckpoint(
+  file: SafetensorsFile, tensors: Map<string, TensorInfo>, specs: ParameterSpec[], lmHead: TensorInfo | undefined, visit: ChunkVisitor,
+): void {
+  const source = file.open();
+  const staging = new Staging();
+  const headStaging = lmHead ? new Staging() : null;
+  try {
+    for (const spec of specs) {
+      streamTensor(file, source, tensors.get(spec.name)!, staging, (chunk, offset) => {
+        if (spec.name === "wte.weight" && lmHead) checkTiedChunk(file, source, lmHead, headStaging!, chunk, offset);
+        visit(spec, chunk, offset);
+      });
+    }
+  } finally {
+    source.close();
+  }
 }
 
 /** Mask buffers and lm_head.weight (checked to equal wte) are present in checkpoints but not loaded. */
@@ -137,20 +153,27 @@ function unprefixed(file: SafetensorsFile): Map<string, TensorInfo> {
   const out = new Map<string, TensorInfo>();
   for (const t of file.tensors.values()) {
     const name = t.name.startsWith(PREFIX) ? t.name.slice(PREFIX.length) : t.name;
-    if (out.has(name)) throw new UserError(`${file.path}: tensor ${name} appears both with and without the "${PREFIX}" prefix`);
+    if (out.has(name)) throw new UserError(`${file.path}: tensor ${nameOf(name)} appears both with and without the "${PREFIX}" prefix`);
     out.set(name, { ...t, name });
   }
   return out;
 }
 
-/** A separate lm_head.weight is accepted only as an exact copy of wte (GPT-2 ties them). */
-function checkTied(file: SafetensorsFile, lmHead: TensorInfo, wte: Float32Array, config: GPT2Config): void {
+/** A separate lm_head.weight is accepted only as an exact copy of wte (GPT-2 ties them): first its shape and dtype. */
+function checkTiedShape(file: SafetensorsFile, lmHead: TensorInfo, config: GPT2Config): void {
   const expected = [config.vocab_size, config.n_embd];
   if (!sameShape(lmHead.shape, expected)) {
     throw new UserError(`${file.path}: lm_head.weight has shape ${formatShape(lmHead.shape)}, expected ${formatShape(expected)} (tied to wte)`);
   }
-  const head = tensorFloat32(file, lmHead);
-  for (let i = 0; i < head.length; i++) {
+  if (!WEIGHT_DTYPES.has(lmHead.dtype)) {
+    throw new UserError(`${file.path}: tensor lm_head.weight has dtype ${lmHead.dtype}; weights must be F32, F16 or BF16`);
+  }
+}
+
+/** …then its values, chunk by chunk beside wte's. */
+function checkTiedChunk(file: SafetensorsFile, source: ByteSource, lmHead: TensorInfo, staging: Staging, wte: Float32Array, offset: number): void {
+  const head = readChunk(file, source, lmHead, staging, offset, wte.length);
+  for (let i = 0; i < wte.length; i++) {
     if (head[i] !== wte[i]) {
       throw new UserError(`${file.path}: lm_head.weight differs from wte.weight; untied output embeddings are not supported`);
     }
@@ -169,17 +192,30 @@ function listSome(items: string[], sep: string): string {
 // ---------------------------------------------------------------------------------------------
 // Random initialisation
 
-/** GPT-2's initialisation, deterministic in `seed`: N(0, 0.02) weights and embeddings, zero biases, LayerNorm 1 / 0. */
+/**
+ * GPT-2's initialisation, deterministic in `seed`: N(0, 0.02) weights and embeddings, zero biases, LayerNorm 1 / 0.
+ * Generated chunk by chunk as it streams (the same values every time: one generator, in spec order).
+ */
 export function randomWeights(config: GPT2Config, seed = 0): GPT2Weights {
   if (!Number.isSafeInteger(seed) || seed < 0) throw new UserError(`seed must be a non-negative integer, got ${seed}`);
-  const rng = new Xoshiro128ss(seed);
-  const params = assemble(config, (_name, shape, init) => {
-    const a = new Float32Array(numel(shape));
-    if (init === "ones") a.fill(1);
-    else if (init === "normal") rng.fillNormal(a, 0.02);
-    return a;
-  });
-  return { config, ...params, source: `random (seed ${seed})`, skipped: { tensors: 0, bytes: 0, names: [] } };
+  return {
+    config,
+    source: `random (seed ${seed})`,
+    skipped: { tensors: 0, bytes: 0, names: [] },
+    stream(visit) {
+      const rng = new Xoshiro128ss(seed);
+      const staging = new Float32Array(CHUNK_ELEMENTS);
+      for (const spec of parameterSpecs(config)) {
+        const n = numel(spec.shape);
+        for (let offset = 0; offset < n; offset += CHUNK_ELEMENTS) {
+          const chunk = staging.subarray(0, Math.min(CHUNK_ELEMENTS, n - offset));
+          if (spec.init === "normal") rng.fillNormal(chunk, 0.02);
+          else chunk.fill(spec.init === "ones" ? 1 : 0);
+          visit(spec, chunk, offset);
+        }
+      }
+    },
+  };
 }
 
 /** xoshiro128** (Blackman & Vigna), seeded through splitmix32. */

@@ -57,6 +57,8 @@ function recipe(target: Target): Recipe {
   switch (target) {
     case "cpu": {
       const sources = [...cpuTwins(), plan, join(CUDA_DIR, "cpu_runtime.cpp")];
+      // No -z nodelete: dlclose() runs the library's destructors, which join its thread pool's workers first
+      // (libgomp's threads could not be joined, and unmapping the library under them crashed at exit).
       const flags = ["-O3", "-march=native", "-fopenmp-simd", "-fPIC", "-shared", "-std=c++17", "-Wall", "-Wextra", "-Werror", `-I${GENERATED_INCLUDE}`];
       return { sources, command: (out) => ["g++", ...flags, ...sources, "-o", out] };
     }

@@ -45,6 +45,7 @@ export const RUNTIME_SYMBOLS = {
 export const CPU_SYMBOLS = {
   cpu_now_ns: { args: [], returns: FFIType.i64_fast },
   cpu_threads: { args: [], returns: i32 },
+  cpu_resident_bytes: { args: [], returns: u64 },
   cpu_set_threads: { args: [i32], returns: v },
   cpu_measure_read_bandwidth: { args: [u64, i32], returns: f64 },
   cpu_measure_fp32_peak: { args: [i32], returns: f64 },

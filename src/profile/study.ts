@@ -23,6 +23,8 @@ export interface StudyOptions {
   e2e: { promptTokens: number; newTokens: number };
   seed: number;
   onProgress?: (done: number, total: number, what: string) => void;
+  /** a safe point between steps: the CLI yields to the event loop there and stops on a signal */
+  checkpoint?: () => Promise<void>;
 }
 
 export interface Measured {
@@ -70,34 +72,38 @@ export class Study {
    * Two passes: every point is timed first, with tracing never switched on (CUPTI attached to the driver
    * can slow launches); then every point is traced, its cache filled again. End-to-end runs come last.
    */
-  run(): StudyResult {
+  async run(): Promise<StudyResult> {
     const memory = this.measureMemory();
     const total = studyUnits(this.opts);
     let done = 0;
     const progress = (what: string) => this.opts.onProgress?.(done++, total, what);
     const points = this.opts.contexts.flatMap((context) => this.orderedModes().map((mode) => ({ mode, context })));
-    const measured = points.map(({ mode, context }) => {
+    const measured: Measured[] = [];
+    for (const { mode, context } of points) {
       progress(`timing ${mode} @ ${context}`);
-      return this.timePoint(mode, context);
-    });
+      measured.push(await this.timePoint(mode, context));
+    }
     const traces: StepTrace[] = [];
     let dropped = 0;
     let mismatched = 0;
     if (this.opts.kernels && this.instrument.canTrace) {
-      points.forEach(({ mode, context }, i) => {
+      for (const [i, { mode, context }] of points.entries()) {
         progress(`tracing ${mode} @ ${context}`);
-        const t = this.tracePoint(mode, context);
+        await this.checkpoint();
+        const t = await this.tracePoint(mode, context);
         // a step whose records do not line up one-to-one with the plan would mislabel every op after the gap
         traces.push(...t.steps.filter((_, k) => !t.mismatchedSteps.includes(k)).map((step) => ({ mode, context, ...step })));
         dropped += t.dropped;
         mismatched += t.mismatchedSteps.length;
         measured[i]!.tracing_overhead = t.overhead;
-      });
+      }
     }
-    const endToEnd = this.opts.modes.map((mode) => {
+    const endToEnd: EndToEnd[] = [];
+    for (const mode of this.opts.modes) {
       progress(`end to end, ${mode}`);
-      return this.endToEnd(mode);
-    });
+      await this.checkpoint();
+      endToEnd.push(this.endToEnd(mode));
+    }
     this.opts.onProgress?.(total, total, "done");
     return { measured, traces, dropped, mismatched, endToEnd, memory };
   }
@@ -108,7 +114,7 @@ export class Study {
   }
 
   /** How a step in `mode` at `context` is issued, and what must be reset before each so the context stays put. */
-  private stepAt(mode: StudyMode, context: number): { run: () => void; before: () => void; ops: PlanOp[] } {
+  private stepAt(mode: StudyMode, context: number): { run: () => void; before: () => void; ops: PlanOp[]; rows: number } {
     const s = this.session;
     // the cache really holds `context` tokens: prefill them; every step then decodes at position `context`
     s.prefill(promptOf(context, s.config.vocab_size, this.opts.seed));
@@ -116,23 +122,31 @@ export class Study {
     if (mode === "uncached") {
       // the whole sequence of context + 1 tokens recomputed from position 0
       const step = s.step(context + 1);
-      return { run: () => step.runEager(), before: () => s.setPosition(0), ops: step.ops };
+      return { run: () => step.runEager(), before: () => s.setPosition(0), ops: step.ops, rows: context + 1 };
     }
     const step = s.step(1);
     const launch = launchMode(mode);
-    return { run: () => launch.run(step, 1), before: () => s.setPosition(context), ops: step.ops };
+    return { run: () => launch.run(step, 1), before: () => s.setPosition(context), ops: step.ops, rows: 1 };
   }
 
-  private timePoint(mode: StudyMode, context: number): Measured {
+  private checkpoint(): Promise<void> {
+    return this.opts.checkpoint?.() ?? Promise.resolve();
+  }
+
+  private async timePoint(mode: StudyMode, context: number): Promise<Measured> {
     const { repeats, warmup } = this.opts;
-    const { run, before } = this.stepAt(mode, context);
-    const timeOne = (): TimedStep => {
+    const { run, before, rows } = this.stepAt(mode, context);
+    // a safe point between steps, outside the timed region
+    const timeOne = async (): Promise<TimedStep> => {
+      await this.checkpoint();
       before();
       this.backend.synchronize();
       return this.instrument.time(run);
     };
-    for (let i = 0; i < warmup; i++) timeOne();
-    const samples = Array.from({ length: repeats }, timeOne);
+    for (let i = 0; i < warmup; i++) await timeOne();
+    const samples: TimedStep[] = [];
+    for (let i = 0; i < repeats; i++) samples.push(await timeOne());
+    this.session.checkLogits(`of the ${mode} step at context ${context}`, rows, before);
     return {
       mode, context,
       device_ms: summarize(samples.map((x) => x.deviceMs)),
@@ -142,9 +156,10 @@ export class Study {
     };
   }
 
-  private tracePoint(mode: StudyMode, context: number) {
+  private async tracePoint(mode: StudyMode, context: number) {
     const { run, before, ops } = this.stepAt(mode, context);
     for (let i = 0; i < this.opts.warmup; i++) {
+      await this.checkpoint();
       before();
       run();
     }
@@ -177,6 +192,8 @@ export class Study {
     }
     s.backend.synchronize();
     const total_ms = nowMs() - t0;
+    const last = mode === "uncached" ? { rows: promptTokens + newTokens - 1, at: 0 } : newTokens > 1 ? { rows: 1, at: promptTokens + newTokens - 2 } : { rows: promptTokens, at: 0 };
+    s.checkLogits(`of the last ${mode} step end to end`, last.rows, () => s.setPosition(last.at));
     if (s.position() !== promptTokens + newTokens - 1) {
       throw new Error(`end-to-end ${mode}: the position ended at ${s.position()}, not ${promptTokens + newTokens - 1}`);
     }

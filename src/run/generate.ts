@@ -43,8 +43,16 @@ function generateCached(session: Session, { prompt, maxNewTokens, mode }: Genera
     tokenMs.push(nowMs() - t0);
     tokenKinds.push(kind);
   };
-  if (maxNewTokens > 0) timed("prefill", () => session.prefill(prompt));
-  for (let i = 1; i < maxNewTokens; i++) timed("decode", () => session.run(1, mode));
+  // the logits of every step are checked (outside the timing): argmax over NaN would pick token 0 silently
+  if (maxNewTokens > 0) {
+    timed("prefill", () => session.prefill(prompt));
+    session.checkLogits(`after the prompt (${prompt.length} tokens)`, prompt.length, () => session.setPosition(0));
+  }
+  for (let i = 1; i < maxNewTokens; i++) {
+    timed("decode", () => session.run(1, mode));
+    const position = prompt.length + i - 1;
+    session.checkLogits(`of generated token ${i + 1} (position ${position})`, 1, () => session.setPosition(position));
+  }
   const ids = session.readSequence(prompt.length + maxNewTokens);
   return { promptIds: prompt, generatedIds: ids.slice(prompt.length), tokenMs, tokenKinds };
 }
@@ -58,6 +66,7 @@ function generateUncached(session: Session, { prompt, maxNewTokens }: GenerateOp
     session.run(prompt.length + i);
     session.backend.synchronize();
     tokenMs.push(nowMs() - t0);
+    session.checkLogits(`of generated token ${i + 1} (${prompt.length + i} tokens recomputed)`, prompt.length + i, () => session.setPosition(0));
   }
   const ids = session.readSequence(prompt.length + maxNewTokens);
   return { promptIds: prompt, generatedIds: ids.slice(prompt.length), tokenMs, tokenKinds: tokenMs.map(() => "recompute") };

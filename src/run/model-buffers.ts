@@ -2,7 +2,8 @@
 // for up to `maxRows` rows, and the token sequence and position that the kernels read from memory.
 import type { Backend, DeviceBuffer } from "../backends/backend.ts";
 import type { GPT2Config } from "../model/config.ts";
-import type { GPT2Weights } from "../model/weights.ts";
+import { numel } from "../model/safetensors.ts";
+import { parameterSpecs, type GPT2Weights } from "../model/weights.ts";
 import { STATE_INTS } from "../ops.ts";
 import type { ModelBuffers } from "../plan.ts";
 
@@ -30,46 +31,36 @@ export interface ResidentModel {
   free(): void;
 }
 
-/** Uploads weights; allocates cache and activations for steps of up to maxRows rows (default: n_positions). */
+/**
+ * Streams the weights onto the backend (each chunk uploaded as it comes: no copy of the model is held on
+ * the host), then allocates cache and activations for steps of up to maxRows rows (default: n_positions).
+ */
 export function placeModel(backend: Backend, weights: GPT2Weights, maxRows = weights.config.n_positions): ResidentModel {
   const cfg = weights.config;
   const weightArena = new Arena();
-  const uploads: Array<[number, Float32Array]> = [];
-  const put = (data: Float32Array) => {
-    const at = weightArena.reserve(data.byteLength);
-    uploads.push([at, data]);
-    return at;
-  };
-  const norm = (n: { weight: Float32Array; bias: Float32Array }) => ({ weight: put(n.weight), bias: put(n.bias) });
-  const wte = put(weights.wte);
-  const wpe = put(weights.wpe);
-  const layerOffsets = weights.layers.map((l) => ({
-    ln_1: norm(l.ln_1),
-    c_attn: norm(l.attn.c_attn),
-    attn_c_proj: norm(l.attn.c_proj),
-    ln_2: norm(l.ln_2),
-    c_fc: norm(l.mlp.c_fc),
-    mlp_c_proj: norm(l.mlp.c_proj),
-  }));
-  const lnf = norm(weights.ln_f);
-
+  const offsets = new Map(parameterSpecs(cfg).map((s) => [s.name, weightArena.reserve(numel(s.shape) * FLOAT)]));
   const weightBuffer = backend.alloc(weightArena.size);
-  for (const [at, data] of uploads) backend.upload(weightBuffer, data, at);
-  const w = (at: number) => weightBuffer.ptr + at;
-  const pair = (p: { weight: number; bias: number }) => ({ weight: w(p.weight), bias: w(p.bias) });
+  try {
+    weights.stream((spec, chunk, offset) => backend.upload(weightBuffer, chunk, offsets.get(spec.name)! + offset * FLOAT));
+  } catch (e) {
+    backend.free(weightBuffer);
+    throw e;
+  }
+  const w = (name: string) => weightBuffer.ptr + offsets.get(name)!;
+  const pair = (prefix: string) => ({ weight: w(`${prefix}.weight`), bias: w(`${prefix}.bias`) });
 
   const cache = allocateCache(backend, cfg);
   const acts = allocateActivations(backend, cfg, maxRows);
 
   const buffers: ModelBuffers = {
     config: cfg,
-    wte: w(wte),
-    wpe: w(wpe),
-    layers: layerOffsets.map((l) => ({
-      ln_1: pair(l.ln_1), c_attn: pair(l.c_attn), attn_c_proj: pair(l.attn_c_proj),
-      ln_2: pair(l.ln_2), c_fc: pair(l.c_fc), mlp_c_proj: pair(l.mlp_c_proj),
+    wte: w("wte.weight"),
+    wpe: w("wpe.weight"),
+    layers: Array.from({ length: cfg.n_layer }, (_, i) => ({
+      ln_1: pair(`h.${i}.ln_1`), c_attn: pair(`h.${i}.attn.c_attn`), attn_c_proj: pair(`h.${i}.attn.c_proj`),
+      ln_2: pair(`h.${i}.ln_2`), c_fc: pair(`h.${i}.mlp.c_fc`), mlp_c_proj: pair(`h.${i}.mlp.c_proj`),
     })),
-    ln_f: pair(lnf),
+    ln_f: pair("ln_f"),
     kCache: cache.k,
     vCache: cache.v,
     ...acts.pointers,
@@ -93,8 +84,7 @@ export function cacheBytes(cfg: GPT2Config): number {
 
 function allocateCache(backend: Backend, cfg: GPT2Config) {
   const per = align(cfg.n_positions * cfg.n_embd * FLOAT);
-  const buffer = backend.alloc(cacheBytes(cfg));
-  backend.fill32(buffer, 0);
+  const buffer = backend.alloc(cacheBytes(cfg)); // zeroed by be_alloc's contract (cuda/runtime.h), not touched here
   const k = Array.from({ length: cfg.n_layer }, (_, l) => buffer.ptr + 2 * l * per);
   const v = Array.from({ length: cfg.n_layer }, (_, l) => buffer.ptr + (2 * l + 1) * per);
   return { buffer, k, v };
@@ -117,8 +107,7 @@ function allocateActivations(backend: Backend, cfg: GPT2Config, rows: number) {
     seq: arena.reserve((cfg.n_positions + 1) * INT32),
     state: arena.reserve(STATE_INTS * INT32),
   };
-  const buffer = backend.alloc(arena.size);
-  backend.fill32(buffer, 0);
+  const buffer = backend.alloc(arena.size); // zeroed, and on the CPU committed only where a step writes
   const pointers = Object.fromEntries(Object.entries(layout).map(([k, at]) => [k, buffer.ptr + at])) as Record<keyof typeof layout, number>;
   return { buffer, pointers, layout };
 }

@@ -6,6 +6,7 @@ import type { GPT2Weights } from "../model/weights.ts";
 import { STATE_INTS, STATE_POS } from "../ops.ts";
 import { decodeStep } from "../plan.ts";
 import { launchMode, type LaunchMode } from "./launch-modes.ts";
+import { firstNonFinite, firstNonFiniteOp, nonFiniteMessage } from "./finite.ts";
 import { placeModel, type ResidentModel } from "./model-buffers.ts";
 import { CompiledStep } from "./step.ts";
 
@@ -15,6 +16,7 @@ export class Session {
   readonly resident: ResidentModel;
   private readonly steps = new Map<number, CompiledStep>();
   private readonly stateWords = new Int32Array(STATE_INTS);
+  private logitsCheck: Float32Array<ArrayBuffer> | undefined;
 
   constructor(readonly backend: Backend, readonly weights: GPT2Weights, maxRows?: number) {
     this.resident = placeModel(backend, weights, maxRows);
@@ -74,6 +76,20 @@ export class Session {
   readLogits(into = new Float32Array(this.config.vocab_size)): Float32Array {
     this.backend.download(this.bufferOf("logits"), into);
     return into;
+  }
+
+  /**
+   * Throws a UserError if the logits left by the last step of T rows are not finite, naming the first op
+   * that produced a non-finite value: the step is re-run eagerly, op by op, after `reset` restores its
+   * position (the ops before it rewrite the same values, so the re-run reproduces the step).
+   */
+  checkLogits(what: string, T: number, reset: () => void): void {
+    const logits = this.readLogits(this.logitsCheck ??= new Float32Array(this.config.vocab_size));
+    const at = firstNonFinite(logits);
+    if (at < 0) return;
+    const step = this.step(T);
+    const origin = firstNonFiniteOp(this.backend, step, reset);
+    throw new UserError(nonFiniteMessage(what, logits, at, origin, step.ops.length));
   }
 
   /** Prefill: the whole prompt in one pass at position 0; leaves the first generated token at seq[prompt.length]. */
