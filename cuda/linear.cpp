@@ -3,9 +3,10 @@
 // Few rows (decode, T <= kFewRows): memory-bound. The weight rows are cut into bands; each band is streamed
 // once, contiguously, into its own partial output, and the partials are summed in band order afterwards, so
 // the result does not depend on which thread ran which band.
-// Many rows (prefill, the uncached step): compute-bound. A GEMM in the manner of BLIS: each chunk owns one
-// kTileCols-wide column panel of the output; it packs the weight's panel kDepthBlock rows at a time and runs
-// the register-blocked micro-kernel (cpu_math.h) down all T rows, the packed panel reused by every row tile.
+// Many rows (prefill, the uncached step): compute-bound. A GEMM in the manner of BLIS: each chunk owns a few
+// kTileCols-wide column panels of the output and a block of rows; it packs the weight's panels kDepthBlock
+// rows at a time and runs the register-blocked micro-kernel (cpu_math.h) down its rows, every packed panel
+// reused by every row tile.
 #include <string.h>
 
 #include <algorithm>
@@ -23,6 +24,9 @@ constexpr long kPartialFloats = 1L << 16;  // the partials of one call (256 KB) 
 constexpr int kMaxBands = 16;              // ~0.5 MB of weights per band for GPT-2 small's matvecs
 constexpr int kMinBands = 4;               // enough to share between threads when T × OC is large
 constexpr int kDepthBlock = 384;           // weight rows per packed panel: 96 KB at 64 columns (AVX-512), in L2
+constexpr int kMaxPanelsPerChunk = 4;      // a 6-row input tile feeds up to this many packed panels from L1
+constexpr int kRowsPerChunk = 512;         // T beyond this is cut into row blocks (each packs its panels again)
+constexpr int kChunksPerThread = 3;        // fewer panels per chunk until every thread has this many chunks
 
 int ceil_div(long a, long b) { return (int)((a + b - 1) / b); }
 
@@ -96,30 +100,47 @@ void edge_tile(float* out, int OC, const float* a, int C, const float* panel, in
   for (int r = 0; r < rows; r++) memcpy(out + (size_t)r * OC, tile + r * kTileCols, sizeof(float) * cols);
 }
 
-// out[:, j0:j0+cols] = inp @ weight[:, j0:j0+cols] + bias[j0:j0+cols]: one column panel, all T rows.
-void linear_column_panel(float* out, const float* inp, const float* weight, const float* bias, int T, int C, int OC, int j0) {
-  static thread_local std::vector<float> packed(kDepthBlock * kTileCols);  // 96 KB: off the stack of the caller's thread
-  float* panel = packed.data();
-  const int cols = std::min(kTileCols, OC - j0);
+// out[t0:t1, panels p0..p1) = inp[t0:t1] @ weight[:, those columns] + bias: a chunk of kTileCols-wide column
+// panels. Per depth block, the chunk's panels are packed, then each 6-row tile of the input (in L1 after its
+// first panel) runs against every panel.
+void linear_panel_group(float* out, const float* inp, const float* weight, const float* bias, int C, int OC, int t0, int t1,
+                        int p0, int p1) {
+  static thread_local std::vector<float> packed((size_t)kMaxPanelsPerChunk * kDepthBlock * kTileCols);  // 384 KB, per thread
+  const auto panel = [&](int p) { return packed.data() + (size_t)(p - p0) * kDepthBlock * kTileCols; };
   for (int k0 = 0; k0 < C; k0 += kDepthBlock) {
     const int kc = std::min(kDepthBlock, C - k0);
-    pack_panel(panel, weight + (size_t)k0 * OC + j0, OC, kc, cols);
+    for (int p = p0; p < p1; p++) pack_panel(panel(p), weight + (size_t)k0 * OC + p * kTileCols, OC, kc, std::min(kTileCols, OC - p * kTileCols));
     const TileOut op = k0 == 0 ? TileOut::kStoreBias : TileOut::kAdd;
-    for (int t0 = 0; t0 < T; t0 += kTileRows) {
-      const int rows = std::min(kTileRows, T - t0);
-      const float* a = inp + (size_t)t0 * C + k0;
-      float* c = out + (size_t)t0 * OC + j0;
-      if (cols == kTileCols)
-        tile_multiply_rows(rows, kc, {a, (size_t)C, 1}, panel, kTileCols, c, OC, op, bias + j0);
-      else
-        edge_tile(c, OC, a, C, panel, rows, kc, cols, op, bias + j0);
+    for (int t = t0; t < t1; t += kTileRows) {
+      const int rows = std::min(kTileRows, t1 - t);
+      const float* a = inp + (size_t)t * C + k0;
+      for (int p = p0; p < p1; p++) {
+        const int j0 = p * kTileCols, cols = std::min(kTileCols, OC - j0);
+        float* c = out + (size_t)t * OC + j0;
+        if (cols == kTileCols)
+          tile_multiply_rows(rows, kc, {a, (size_t)C, 1}, panel(p), kTileCols, c, OC, op, bias + j0);
+        else
+          edge_tile(c, OC, a, C, panel(p), rows, kc, cols, op, bias + j0);
+      }
     }
   }
 }
 
+// Chunks of (row block, group of panels): as many panels per chunk as still leaves kChunksPerThread chunks to
+// every thread. The grouping changes no sum: each output is the same micro-kernel sums over the same depth blocks.
 void linear_many_rows(float* out, const float* inp, const float* weight, const float* bias, int T, int C, int OC) {
-  parallel_range(ceil_div(OC, kTileCols), 1, (long)T * C * OC, [=](long p0, long p1) {
-    for (long p = p0; p < p1; p++) linear_column_panel(out, inp, weight, bias, T, C, OC, (int)p * kTileCols);
+  const int panels = ceil_div(OC, kTileCols);
+  const int row_blocks = ceil_div(T, kRowsPerChunk);
+  const int rows_per_block = ceil_div(ceil_div(T, row_blocks), kTileRows) * kTileRows;
+  int group = kMaxPanelsPerChunk;
+  while (group > 1 && (long)ceil_div(panels, group) * row_blocks < (long)kChunksPerThread * cpu_threads()) group--;
+  const int groups = ceil_div(panels, group);
+  parallel_range((long)groups * row_blocks, 1, (long)T * C * OC, [=](long c0, long c1) {
+    for (long c = c0; c < c1; c++) {
+      const int g = (int)(c % groups), b = (int)(c / groups);
+      const int t0 = b * rows_per_block, p0 = g * group;
+      linear_panel_group(out, inp, weight, bias, C, OC, t0, std::min(T, t0 + rows_per_block), p0, std::min(panels, p0 + group));
+    }
   });
 }
 
