@@ -6,7 +6,8 @@
 #   device:  run(command="bash scripts/device-check.sh run", carry=[".device"], timeout_s=420)
 #
 # `run` builds the CUDA and CUPTI libraries, runs `verify` on the GPU, a short `generate` in each mode,
-# then the full `profile`; everything lands in $OUT (at most 8 files): verify.log, generate.log,
+# then the full `profile` with the PyTorch peer beside the modes (python3's torch on the GPU: seed-style eager,
+# static cache + CUDA graph, torch.compile, Hugging Face); everything lands in $OUT (at most 8 files): verify.log, generate.log,
 # profile.log and the profile's summary.json, kernels.csv, trace.json.gz, report.md, latency.svg.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -40,7 +41,7 @@ run() {
     step "generate $mode" "$OUT/generate.log" bun $app/generate.js --backend cuda --mode "$mode" --max-new-tokens 64 --json
   done
   step "generate uncached" "$OUT/generate.log" bun $app/generate.js --backend cuda --cache off --max-new-tokens 64 --json
-  step profile "$OUT/profile.log" bun $app/profile.js --backend cuda --mode all --out "$OUT/profile"
+  step profile "$OUT/profile.log" bun $app/profile.js --backend cuda --mode all --peers torch --out "$OUT/profile"
   # at most 8 files come back: the three logs and five of the profile's (trace.json gzipped: Perfetto opens it)
   if [[ -d $OUT/profile ]]; then
     gzip -9 -f "$OUT/profile/trace.json" 2>/dev/null || true

@@ -14,6 +14,7 @@ const LAYERS: { name: string; paths: string[] }[] = [
   { name: "plan", paths: ["plan.ts"] },
   { name: "backends", paths: ["backends/"] },
   { name: "run", paths: ["run/"] },
+  { name: "peers", paths: ["peers/"] },
   { name: "profile and verify", paths: ["profile/", "verify/"] },
   { name: "report", paths: ["report/"] },
   { name: "cli", paths: ["cli/"] },

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import type { GPT2Config } from "../src/model/config.ts";
 import { printable } from "../src/errors.ts";
 import { firstDuplicateKey, MAX_HEADER_BYTES, parseSafetensors, readSafetensors, tensorFloat32 } from "../src/model/safetensors.ts";
-import { loadModel, materializeWeights, randomWeights } from "../src/model/weights.ts";
+import { loadModel, materializeWeights, randomWeights, saveModel } from "../src/model/weights.ts";
 import { expectUserError } from "./helpers/expect.ts";
 
 const tmp = mkdtempSync(join(tmpdir(), "safetensors-test-"));
@@ -325,6 +325,19 @@ describe("loadModel on broken checkpoints", () => {
       expect(materializeWeights(w)).toEqual(expected);
       expect(w.skipped).toEqual({ tensors: 2, bytes: 72, names: ["h.0.attn.bias", "h.1.attn.bias"] });
     }
+  });
+
+  test("saveModel writes a checkpoint (config.json + F32 safetensors, data 8-byte aligned) that loads back bit for bit", () => {
+    const dir = join(tmp, "saved");
+    const w = randomWeights(CFG, 7);
+    saveModel(w, dir);
+    const back = loadModel(dir);
+    expect({ ...back.config, name: "t" }).toEqual(CFG);
+    expect(materializeWeights(back)).toEqual(materializeWeights(w));
+    const file = readSafetensors(join(dir, "model.safetensors"));
+    expect(file.dataStart % 8).toBe(0);
+    expect([...file.tensors.values()].every((t) => t.dtype === "F32")).toBe(true);
+    expect(file.tensors.get("h.1.mlp.c_fc.weight")!.shape).toEqual([8, 32]);
   });
 
   test("a shape that disagrees with the config", () => {

@@ -10,8 +10,10 @@ import type { Backend } from "../backends/backend.ts";
 import type { Instrument } from "../backends/instrument.ts";
 import { BACKEND_CHOICES, openBackend, type BackendChoice } from "../backends/select.ts";
 import { runCli, UserError } from "../errors.ts";
+import type { GPT2Weights } from "../model/weights.ts";
 import { ROOT } from "../native/build.ts";
-import { Study, studyUnits, type StudyOptions } from "../profile/study.ts";
+import { parsePeers, PeerSet } from "../peers/peer-set.ts";
+import { AGREEMENT_PROMPT, AGREEMENT_TOKENS, Study, studyUnits, type StudyOptions } from "../profile/study.ts";
 import { buildSummary } from "../profile/summary.ts";
 import type { StudyMode } from "../profile/types.ts";
 import { createProgress } from "../report/progress.ts";
@@ -55,9 +57,22 @@ function contextsFor(flag: string | undefined, backend: Backend, nPositions: num
   return capped;
 }
 
-function defaultOutDir(backend: Backend, mode: string): string {
+function defaultOutDir(backend: Backend, mode: string, withPeers: boolean): string {
   const date = new Date().toISOString().slice(0, 10);
-  return join(ROOT, "profiles", `${date}-${backend.kind}-${mode}`);
+  return join(ROOT, "profiles", `${date}-${backend.kind}-${mode}${withPeers ? "-peers" : ""}`);
+}
+
+/** The peers, on the project's weights, with the project's threads, holding every context the study visits. */
+async function openPeers(names: ReturnType<typeof parsePeers>, backend: Backend, weights: GPT2Weights, modelDir: string | undefined, opts: StudyOptions, say: (l: string) => void) {
+  const threads = backend.describe().detail.threads;
+  const set = await PeerSet.open({
+    peers: names, weights, modelDir, device: backend.kind === "cuda" ? "cuda" : "cpu",
+    threads: typeof threads === "number" ? threads : cpus().length,
+    maxContext: Math.max(...opts.contexts, AGREEMENT_PROMPT + AGREEMENT_TOKENS),
+    fillSeed: opts.seed, say,
+  });
+  if (set.subjects.length) say(`peers: ${set.subjects.map((s) => s.short).join(", ")}, timed step by step beside the modes`);
+  return set;
 }
 
 await runCli(async () => {
@@ -80,17 +95,20 @@ await runCli(async () => {
       .option("json", { type: "boolean", default: false, describe: "print summary.json to stdout (tables and progress stay off stdout)" })
       .option("kernels", { type: "boolean", default: true, describe: "trace every op (CUPTI on the GPU, native timers on the CPU); --no-kernels skips it" })
       .option("seed", { type: "number", default: 0, describe: "seed of the random weights and prompts" })
-      .option("threads", { type: "number", describe: "CPU backend threads" }),
+      .option("threads", { type: "number", describe: "CPU backend threads" })
+      .option("peers", { type: "string", describe: "torch, llama.cpp (comma-separated) or all: PyTorch and llama.cpp on the same weights, timed beside the modes" }),
   );
 
   const say = (line: string) => process.stderr.write(`${line}\n`);
   if (argv.force && argv.out === undefined) throw new UserError("--force replaces what an explicit --out holds; the default output directory never replaces an earlier run");
   const threads = argv.threads === undefined ? undefined : intFlag("threads", argv.threads, 1, 1024);
+  const peerNames = parsePeers(argv.peers);
   let output = argv.out === undefined ? undefined : ProfileOutput.prepare(argv.out, { fresh: false, force: argv.force });
   const interrupt = watchSignals();
   let backend: Backend | undefined;
   let instrument: Instrument | undefined;
   let study: Study | undefined;
+  let peers: PeerSet | undefined;
   let progress: ReturnType<typeof createProgress> | undefined;
   try {
     const weights = loadWeights(argv.model, argv.preset ?? DEFAULT_PRESET, intFlag("seed", argv.seed, 0), say);
@@ -110,7 +128,7 @@ await runCli(async () => {
       seed: intFlag("seed", argv.seed, 0),
       checkpoint: () => interrupt.checkpoint(),
     };
-    output ??= ProfileOutput.prepare(defaultOutDir(backend, argv.mode), { fresh: true, force: false });
+    output ??= ProfileOutput.prepare(defaultOutDir(backend, argv.mode, peerNames.length > 0), { fresh: true, force: false });
     const [load] = loadavg();
     if (load! >= cpus().length - 0.5) {
       say(`warning: load average ${load!.toFixed(1)} on ${cpus().length} cores: other processes compete for the CPU, so times will be inflated`);
@@ -120,11 +138,14 @@ await runCli(async () => {
     const peaks = instrument.measurePeaks();
     await interrupt.checkpoint();
     const launch = instrument.measureLaunch();
+    peers = peerNames.length ? await openPeers(peerNames, backend, weights, argv.model, opts, say) : undefined;
     study = new Study(backend, instrument, weights, opts);
     await interrupt.checkpoint();
     progress = createProgress({ total: studyUnits(opts), label: "profile" });
     opts.onProgress = (done, _total, what) => progress!.update(done, what);
-    const result = await study.run();
+    const result = await study.run(peers);
+    await peers?.close();
+    peers = undefined;
     progress.stop();
     progress = undefined;
     const command = ["bun run profile", ...process.argv.slice(2)].join(" ");
@@ -147,6 +168,7 @@ await runCli(async () => {
     throw e;
   } finally {
     progress?.stop();
+    await peers?.close();
     study?.close();
     instrument?.close();
     backend?.close();

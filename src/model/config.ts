@@ -55,6 +55,15 @@ export function readHFConfig(dir: string): GPT2Config {
   return cfg;
 }
 
+/** The Hugging Face config.json of a GPT-2 config (what readHFConfig reads back). */
+export function hfConfigOf(cfg: GPT2Config): Record<string, unknown> {
+  return {
+    architectures: ["GPT2LMHeadModel"], model_type: "gpt2", n_layer: cfg.n_layer, n_head: cfg.n_head, n_embd: cfg.n_embd,
+    n_positions: cfg.n_positions, n_ctx: cfg.n_positions, vocab_size: cfg.vocab_size, layer_norm_epsilon: cfg.layer_norm_epsilon,
+    activation_function: "gelu_new", tie_word_embeddings: true,
+  };
+}
+
 /** A config.json is a few hundred bytes; anything above this is not one. */
 const MAX_CONFIG_BYTES = 1 << 20;
 

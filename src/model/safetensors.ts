@@ -4,6 +4,8 @@
  * data is then streamed tensor by tensor, in chunks, through a reusable staging buffer, widened to float32
  * and checked finite on the way, so no copy of the whole file is ever held.
  */
+import { closeSync, openSync, writeSync } from "node:fs";
+
 import { UserError, printable } from "../errors.ts";
 import { closeFile, openRegularFile, readExactly, type RegularFile } from "./files.ts";
 
@@ -312,6 +314,46 @@ function widen(dtype: string, src: Uint16Array, out: Float32Array): Float32Array
     for (let i = 0; i < src.length; i++) bits[i] = src[i]! << 16;
   }
   return out;
+}
+
+/** A float32 tensor to write: its name and shape (its elements come through the writer's stream). */
+export interface F32TensorSpec {
+  name: string;
+  shape: number[];
+}
+
+/**
+ * Writes F32 tensors as a safetensors file, back to back in the given order: the JSON header first (space-
+ * padded so the data section starts 8-byte aligned, as the reference writer does), then every element that
+ * `produce` emits, in order, chunk by chunk — the tensors are never held whole. Little-endian hosts.
+ */
+export function writeSafetensors(path: string, tensors: readonly F32TensorSpec[], produce: (emit: (chunk: Float32Array) => void) => void): void {
+  const header: Record<string, unknown> = { __metadata__: { format: "pt" } };
+  let offset = 0;
+  for (const t of tensors) {
+    const bytes = numel(t.shape) * 4;
+    header[t.name] = { dtype: "F32", shape: t.shape, data_offsets: [offset, offset + bytes] };
+    offset += bytes;
+  }
+  const text = new TextEncoder().encode(JSON.stringify(header));
+  const json = new Uint8Array(Math.ceil(text.length / 8) * 8).fill(0x20); // " " padding
+  json.set(text);
+  const prefix = new Uint8Array(8);
+  new DataView(prefix.buffer).setBigUint64(0, BigInt(json.length), true);
+  const fd = openSync(path, "w");
+  try {
+    writeSync(fd, prefix);
+    writeSync(fd, json);
+    let written = 0;
+    produce((chunk) => {
+      if (written + chunk.byteLength > offset) throw new RangeError(`safetensors: more data than the ${offset} bytes the header declares`);
+      writeSync(fd, new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength));
+      written += chunk.byteLength;
+    });
+    if (written !== offset) throw new RangeError(`safetensors: ${written} bytes of data, the header declares ${offset}`);
+  } finally {
+    closeSync(fd);
+  }
 }
 
 export function numel(shape: readonly number[]): number {

@@ -4,8 +4,9 @@ import { UserError } from "../errors.ts";
 
 /** The vocabulary the GPT-2 tokenizer is defined for; other sizes (test fixtures) have no text mapping. */
 export const GPT2_VOCAB = 50257;
-const END_OF_TEXT = "<|endoftext|>";
-const END_OF_TEXT_ID = 50256;
+export const END_OF_TEXT = "<|endoftext|>";
+/** r50k's one special token, after the 50,256 byte-level ones */
+export const END_OF_TEXT_ID = 50256;
 
 /** Text → token ids; `<|endoftext|>` becomes its special token, as in GPT-2. */
 export function encodeText(text: string, vocab = GPT2_VOCAB): number[] {

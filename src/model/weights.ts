@@ -4,12 +4,12 @@
  * buffer, to be uploaded to a backend as it comes. Only tests and verification references materialise
  * the arrays (`materializeWeights`).
  */
-import { existsSync, statSync } from "node:fs";
+import { existsSync, mkdirSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { UserError } from "../errors.ts";
-import { readHFConfig, type GPT2Config } from "./config.ts";
+import { hfConfigOf, readHFConfig, type GPT2Config } from "./config.ts";
 import {
-  CHUNK_ELEMENTS, formatShape, nameOf, numel, readChunk, readSafetensors, Staging, streamTensor, WEIGHT_DTYPES,
+  CHUNK_ELEMENTS, formatShape, nameOf, numel, readChunk, readSafetensors, Staging, streamTensor, WEIGHT_DTYPES, writeSafetensors,
   type ByteSource, type SafetensorsFile, type TensorInfo,
 } from "./safetensors.ts";
 
@@ -68,6 +68,16 @@ export function materializeWeights(w: GPT2Weights): Map<string, Float32Array> {
   const arrays = new Map(parameterSpecs(w.config).map((s) => [s.name, new Float32Array(numel(s.shape))]));
   w.stream((spec, chunk, offset) => arrays.get(spec.name)!.set(chunk, offset));
   return arrays;
+}
+
+/**
+ * Writes `w` as a Hugging Face checkpoint directory (config.json + model.safetensors, F32) that loadModel reads
+ * back: the parameters stream from `w` straight into the file.
+ */
+export function saveModel(w: GPT2Weights, dir: string): void {
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, "config.json"), `${JSON.stringify(hfConfigOf(w.config), null, 2)}\n`);
+  writeSafetensors(join(dir, "model.safetensors"), parameterSpecs(w.config), (emit) => w.stream((_spec, chunk) => emit(chunk)));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -4,12 +4,15 @@
 import type { Backend } from "../backends/backend.ts";
 import type { Instrument, TimedStep } from "../backends/instrument.ts";
 import type { GPT2Weights } from "../model/weights.ts";
+import type { PeerSet } from "../peers/peer-set.ts";
 import type { PlanOp } from "../plan.ts";
+import { generate } from "../run/generate.ts";
 import { launchMode } from "../run/launch-modes.ts";
 import { cacheBytes } from "../run/model-buffers.ts";
 import { Session } from "../run/session.ts";
 import { summarize, type Stats } from "../stats.ts";
-import type { EndToEnd, MemoryReport, StepTrace, StudyMode } from "./types.ts";
+import type { PeerMeasurements } from "./peers-summary.ts";
+import type { EndToEnd, MemoryReport, PeerDispatchSplit, StepTrace, StudyMode } from "./types.ts";
 
 export interface StudyOptions {
   modes: StudyMode[];
@@ -45,7 +48,13 @@ export interface StudyResult {
   mismatched: number;
   endToEnd: EndToEnd[];
   memory: MemoryReport;
+  /** the peers' measurements, when the study ran with peers */
+  peers?: PeerMeasurements & { prompt: number[]; reference: number[] };
 }
+
+/** Tokens of the greedy agreement check between the project and its peers, from an 8-token prompt. */
+export const AGREEMENT_TOKENS = 20;
+export const AGREEMENT_PROMPT = 8;
 
 const nowMs = () => Bun.nanoseconds() / 1e6;
 
@@ -70,18 +79,27 @@ export class Study {
 
   /**
    * Two passes: every point is timed first, with tracing never switched on (CUPTI attached to the driver
-   * can slow launches); then every point is traced, its cache filled again. End-to-end runs come last.
+   * can slow launches); then every point is traced, its cache filled again. The peers (if any) are timed
+   * in the first pass beside the modes and checked token for token after the second; end-to-end runs come last.
    */
-  async run(): Promise<StudyResult> {
+  async run(peers?: PeerSet): Promise<StudyResult> {
     const memory = this.measureMemory();
     const total = studyUnits(this.opts);
     let done = 0;
-    const progress = (what: string) => this.opts.onProgress?.(done++, total, what);
-    const points = this.opts.contexts.flatMap((context) => this.orderedModes().map((mode) => ({ mode, context })));
+    const progress = (what: string, units = 1) => {
+      this.opts.onProgress?.(done, total, what);
+      done += units;
+    };
+    const modes = this.orderedModes();
+    const points = this.opts.contexts.flatMap((context) => modes.map((mode) => ({ mode, context })));
+    const peerSamples = new Map<string, Map<number, number[]>>();
+    const peerTraces: PeerDispatchSplit[] = [];
     const measured: Measured[] = [];
-    for (const { mode, context } of points) {
-      progress(`timing ${mode} @ ${context}`);
-      measured.push(await this.timePoint(mode, context));
+    for (const context of this.opts.contexts) {
+      progress(`timing context ${context}: ${modes.join(", ")}${peers?.subjects.length ? ` and ${peers.subjects.length} peer subjects` : ""}`, modes.length);
+      measured.push(...(await this.timeContext(context, peers, peerSamples)));
+      const trace = this.opts.kernels && peers ? await peers.traceTorch() : null;
+      if (trace) peerTraces.push(trace);
     }
     const traces: StepTrace[] = [];
     let dropped = 0;
@@ -98,6 +116,7 @@ export class Study {
         measured[i]!.tracing_overhead = t.overhead;
       }
     }
+    const peerResult = peers ? await this.checkPeers(peers, peerSamples, peerTraces) : undefined;
     const endToEnd: EndToEnd[] = [];
     for (const mode of this.opts.modes) {
       progress(`end to end, ${mode}`);
@@ -105,7 +124,7 @@ export class Study {
       endToEnd.push(this.endToEnd(mode));
     }
     this.opts.onProgress?.(total, total, "done");
-    return { measured, traces, dropped, mismatched, endToEnd, memory };
+    return { measured, traces, dropped, mismatched, endToEnd, memory, ...(peerResult ? { peers: peerResult } : {}) };
   }
 
   /** cached launch modes first, then the uncached baseline */
@@ -133,27 +152,57 @@ export class Study {
     return this.opts.checkpoint?.() ?? Promise.resolve();
   }
 
-  private async timePoint(mode: StudyMode, context: number): Promise<Measured> {
+  /**
+   * Every mode at one context, interleaved step by step with the peers' subjects: warm-up steps for each,
+   * then `repeats` rounds of one step per mode and per subject (A B C A B C …), so that drift on a shared
+   * machine hits all of them alike. The cache holds `context` tokens of the same prompt for every mode.
+   */
+  private async timeContext(context: number, peers: PeerSet | undefined, peerSamples: Map<string, Map<number, number[]>>): Promise<Measured[]> {
     const { repeats, warmup } = this.opts;
-    const { run, before, rows } = this.stepAt(mode, context);
+    const modes = this.orderedModes();
+    const steps = modes.map((mode) => this.stepAt(mode, context));
     // a safe point between steps, outside the timed region
-    const timeOne = async (): Promise<TimedStep> => {
+    const timeOne = async (i: number): Promise<TimedStep> => {
+      const { run, before } = steps[i]!;
       await this.checkpoint();
       before();
       this.backend.synchronize();
       return this.instrument.time(run);
     };
-    for (let i = 0; i < warmup; i++) await timeOne();
-    const samples: TimedStep[] = [];
-    for (let i = 0; i < repeats; i++) samples.push(await timeOne());
-    this.session.checkLogits(`of the ${mode} step at context ${context}`, rows, before);
-    return {
+    await peers?.fill(context);
+    const subjects = [...(peers?.subjects ?? [])];
+    for (let i = 0; i < modes.length; i++) for (let w = 0; w < warmup; w++) await timeOne(i);
+    for (const s of subjects) await peers!.time(s, 0, warmup);
+    const samples = modes.map((): TimedStep[] => []);
+    const peerMs = new Map(subjects.map((s) => [s.id, [] as number[]]));
+    for (let r = 0; r < repeats; r++) {
+      for (let i = 0; i < modes.length; i++) {
+        samples[i]!.push(await timeOne(i));
+        // the logits this mode's last step left: every mode shares the buffer, so each is checked in its turn
+        if (r === repeats - 1) this.session.checkLogits(`of the ${modes[i]} step at context ${context}`, steps[i]!.rows, steps[i]!.before);
+      }
+      for (const s of subjects) peerMs.get(s.id)!.push(...((await peers!.time(s, 1)) ?? []));
+    }
+    for (const [id, ms] of peerMs) {
+      if (!ms.length) continue;
+      if (!peerSamples.has(id)) peerSamples.set(id, new Map());
+      peerSamples.get(id)!.set(context, ms);
+    }
+    return modes.map((mode, i) => ({
       mode, context,
-      device_ms: summarize(samples.map((x) => x.deviceMs)),
-      host_ms: summarize(samples.map((x) => x.hostMs)),
-      issue_ms: summarize(samples.map((x) => x.issueMs)),
+      device_ms: summarize(samples[i]!.map((x) => x.deviceMs)),
+      host_ms: summarize(samples[i]!.map((x) => x.hostMs)),
+      issue_ms: summarize(samples[i]!.map((x) => x.issueMs)),
       tracing_overhead: null,
-    };
+    }));
+  }
+
+  /** The project's greedy tokens for the agreement prompt, and every peer subject's. */
+  private async checkPeers(peers: PeerSet, samples: Map<string, Map<number, number[]>>, traces: PeerDispatchSplit[]): Promise<NonNullable<StudyResult["peers"]>> {
+    const prompt = promptOf(AGREEMENT_PROMPT, this.session.config.vocab_size, this.opts.seed);
+    const reference = generate(this.session, { prompt, maxNewTokens: AGREEMENT_TOKENS, cache: true, mode: launchMode("eager") }).generatedIds;
+    const generated = await peers.generate(prompt, AGREEMENT_TOKENS);
+    return { subjects: [...peers.subjects], samples, traces, generated, skipped: [...peers.skipped], prompt, reference };
   }
 
   private async tracePoint(mode: StudyMode, context: number) {

@@ -9,8 +9,9 @@ import type { OpFamily, Work } from "../ops.ts";
 import { launchMode, type LaunchModeName } from "../run/launch-modes.ts";
 import { summarize } from "../stats.ts";
 import { buildBreakdown, familyMsPerStep, medianSplit, stepsOf } from "./aggregate.ts";
+import { buildPeersSection } from "./peers-summary.ts";
 import type { Measured, StudyOptions, StudyResult } from "./study.ts";
-import { SCHEMA_VERSION, type KernelRegime, type ProfileSummary, type SeedRow, type StepTrace, type StudyMode, type StudyPoint } from "./types.ts";
+import { SCHEMA_VERSION, type KernelRegime, type PeersSection, type ProfileSummary, type SeedRow, type StepTrace, type StudyMode, type StudyPoint } from "./types.ts";
 import { launchVerdict, modeSplitOf, splitVerdicts, studyVerdicts, uncachedBaselineVerdict } from "./verdicts.ts";
 import { cachedStepWork, classifyRegime, flopReduction, sumWork, uncachedStepWork } from "./work-model.ts";
 
@@ -80,6 +81,23 @@ export function seedTable(cfg: GPT2Config, points: StudyPoint[], contexts: numbe
   });
 }
 
+/** The peers against the project's fastest cached mode at each context and the memory floor (bytes at the measured bandwidth). */
+function peersOf(cfg: GPT2Config, opts: StudyOptions, points: StudyPoint[], peaks: Peaks, result: StudyResult): PeersSection | undefined {
+  const p = result.peers;
+  if (!p) return undefined;
+  const bestAt = (context: number) => {
+    const cached = points.filter((q) => q.context === context && q.mode !== "uncached").sort((a, b) => a.device_ms.median - b.device_ms.median)[0];
+    return cached ? { mode: cached.mode, ms: cached.device_ms.median } : null;
+  };
+  const floorAt = (context: number) => (sumWork(cachedStepWork(cfg, context)).bytes / peaks.bytes_per_s) * 1e3;
+  const method =
+    `At each context the project's modes and every peer subject take one decode step in turn (A B C A B C …), ${opts.repeats} rounds after ` +
+    `${opts.warmup} warm-up steps each, so drift on a shared machine hits all alike. Each peer is its own process on the same weights and ` +
+    `fills its cache with the same prompt tokens; it times its own step (PyTorch: CUDA events on a GPU, perf_counter on the CPU; ` +
+    `llama.cpp: performance.now around one awaited evaluation). Greedy tokens are checked against the project's for ${p.reference.length} tokens.`;
+  return buildPeersSection(p, { prompt: p.prompt, reference: p.reference, bestAt, floorAt, method });
+}
+
 export function buildSummary(args: {
   command: string;
   backend: Backend;
@@ -138,5 +156,6 @@ export function buildSummary(args: {
       note: `${args.instrument.tracingNote}${result.mismatched ? `; ${result.mismatched} traced steps did not line up one-to-one with the plan` : ""}`,
     },
     verdicts: [...studyVerdicts(points, result.traces, seed), ...uncachedBaselineVerdict(points, peaks), ...launchVerdict(points, launch, opsOf)],
+    ...(result.peers ? { peers: peersOf(cfg, opts, points, peaks, result) } : {}),
   };
 }

@@ -127,4 +127,63 @@ export interface ProfileSummary {
   memory: MemoryReport;
   tracing: { available: boolean; overhead_pct: number | null; dropped_records: number; note: string };
   verdicts: string[];
+  /** PyTorch and llama.cpp at the same contexts on the same weights (profile --peers) */
+  peers?: PeersSection;
+}
+
+// ---- peers: PyTorch and llama.cpp on the same weights, in the same run -----------------------------
+
+import type { PeerDispatchSplit } from "../peers/process.ts";
+export type { PeerDispatchSplit };
+
+/** A peer's time per token at one context, against the project's fastest mode and the memory floor. */
+export interface PeerPoint {
+  context: number;
+  ms: Stats;
+  /** the project's fastest cached mode at this context (by untraced median) and its time */
+  best_mode: string | null;
+  best_mode_ms: number | null;
+  /** ms.median / best_mode_ms: above 1 the peer takes longer than the project */
+  ratio_to_best_mode: number | null;
+  /** the cached step's bytes (work model) at the measured read bandwidth */
+  floor_ms: number | null;
+  ratio_to_floor: number | null;
+}
+
+/** A peer's greedy tokens against the project's: tokens that agree before the first difference. */
+export interface PeerAgreement {
+  matched: number;
+  of: number;
+  agrees: boolean;
+  tokens: number[];
+}
+
+/** One way a peer runs the decode step, as a subject of the study. */
+export interface PeerResult {
+  /** "torch:seed", "llama.cpp:fa-on" */
+  id: string;
+  peer: string;
+  variant: string;
+  /** "PyTorch seed-style" */
+  short: string;
+  label: string;
+  version: string;
+  device: string;
+  settings: Record<string, string | number | boolean>;
+  points: PeerPoint[];
+  /** null when the peer could not generate */
+  agreement: PeerAgreement | null;
+}
+
+export interface PeersSection {
+  /** how the peers were timed beside the project's modes */
+  method: string;
+  prompt_ids: number[];
+  /** the project's greedy tokens for the prompt: what every peer is checked against */
+  reference_tokens: number[];
+  results: PeerResult[];
+  /** PyTorch's seed-style step traced once per context */
+  torch_dispatch: PeerDispatchSplit[];
+  /** peers and variants that did not run, each with its reason */
+  skipped: { name: string; reason: string }[];
 }

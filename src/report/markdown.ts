@@ -2,8 +2,8 @@
 import type { ProfileSummary } from "../profile/types.ts";
 import { OUTPUT_FILES } from "./output-files.ts";
 import {
-  breakdownPoints, endToEndTable, runLine, launchFloorSentence, memoryTable, modeLabel, questionSentence, regimeTable, seedTable, splitTable,
-  topOpsTable, withSplit, workTable, type TableData,
+  breakdownPoints, endToEndTable, runLine, launchFloorSentence, memoryTable, modeLabel, peerSentences, peersTable, questionSentence, regimeTable,
+  seedTable, splitTable, topOpsTable, withSplit, workTable, type TableData,
 } from "./sections.ts";
 import { formatDuration, formatRate, type Cell, type Column } from "./tables.ts";
 
@@ -66,6 +66,15 @@ export function renderReport(summary: ProfileSummary): string {
       markdownTable(seedTable(s)),
       `![Latency per token against context](${f.latency})`,
     ),
+    ...(s.peers
+      ? [section(
+        "Peers: PyTorch and llama.cpp on the same weights",
+        `${md(s.peers.method)} Memory floor = the cached step's bytes (work model) at the read bandwidth measured in this run.`,
+        markdownTable(peersTable(s)),
+        peerSentences(s).map((v) => `- ${md(v)}`).join("\n"),
+        s.peers.results.map((r) => `- **${md(r.short)}**: ${md(r.label)}; ${md(r.version)}; ${md(r.device)}; ${md(Object.entries(r.settings).map(([k, v]) => `${k} ${String(v)}`).join(", "))}`).join("\n"),
+      )]
+      : []),
     section("End-to-end generation", markdownTable(endToEndTable(s))),
     section(
       "Where a step's time goes",

@@ -131,6 +131,53 @@ const gpt2Config = object({
   layer_norm_epsilon: { type: "number", exclusiveMinimum: 0 },
 });
 
+const peerDispatchSplit = object({
+  context: count,
+  unit: text,
+  ops_per_step: count,
+  torch_calls: count,
+  step_ms: nonNegative,
+  host_issue_ms: number,
+  launch_api_ms: nonNegative,
+  busy_ms: nonNegative,
+  idle_ms: number,
+});
+
+const peerResult = object({
+  id: text,
+  peer: text,
+  variant: text,
+  short: text,
+  label: text,
+  version: text,
+  device: text,
+  settings: { type: "object", additionalProperties: { type: ["string", "number", "boolean"] } },
+  points: {
+    type: "array",
+    items: object({
+      context: count,
+      ms: { $ref: "#/$defs/stats" },
+      best_mode: { type: ["string", "null"] },
+      best_mode_ms: nullableNumber,
+      ratio_to_best_mode: nullableNumber,
+      floor_ms: nullableNumber,
+      ratio_to_floor: nullableNumber,
+    }),
+  },
+  agreement: {
+    oneOf: [{ type: "null" }, object({ matched: count, of: count, agrees: { type: "boolean" }, tokens: { type: "array", items: count } })],
+  },
+});
+
+const peers = object({
+  method: text,
+  prompt_ids: { type: "array", items: count },
+  reference_tokens: { type: "array", items: count },
+  results: { type: "array", items: peerResult },
+  torch_dispatch: { type: "array", items: peerDispatchSplit },
+  skipped: { type: "array", items: object({ name: text, reason: text }) },
+});
+
 export const PROFILE_SUMMARY_SCHEMA = {
   $schema: "https://json-schema.org/draft/2020-12/schema",
   $id: `urn:decode-floor:summary:${SCHEMA_VERSION}`,
@@ -163,7 +210,8 @@ export const PROFILE_SUMMARY_SCHEMA = {
     memory,
     tracing: object({ available: { type: "boolean" }, overhead_pct: nullableNumber, dropped_records: count, note: text }),
     verdicts: { type: "array", items: text },
-  }),
+    peers,
+  }, ["peers"]),
   $defs: { stats, opAggregate, timeSplit, work, studyPoint },
 };
 

@@ -1,6 +1,6 @@
 // What report.md and the terminal summary share: the tables' contents and the sentences, drawn from a
 // ProfileSummary alone. markdown.ts and terminal.ts lay them out.
-import type { OpAggregate, ProfileSummary, SeedRow, StudyMode, StudyPoint } from "../profile/types.ts";
+import type { OpAggregate, PeerResult, ProfileSummary, SeedRow, StudyMode, StudyPoint } from "../profile/types.ts";
 import { bestCachedMs } from "../profile/verdicts.ts";
 import type { LaunchModeName } from "../run/launch-modes.ts";
 import { formatBytes, formatDuration, formatRate, type Cell, type Column } from "./tables.ts";
@@ -200,4 +200,75 @@ export function memoryTable(s: ProfileSummary): TableData {
 export function runLine(s: ProfileSummary): string {
   const m = s.machine;
   return `${m.hostname} (${m.os}, ${m.cpu}, ${m.cpus} CPUs, ${formatBytes(m.memory_bytes)}, Bun ${m.bun}); device: ${s.device.name} (${s.device.backend}); ${s.date}`;
+}
+
+// ---- peers ---------------------------------------------------------------------------------------
+
+const ratio = (v: number | null) => (v === null ? null : `${v.toFixed(2)}×`);
+const agreement = (r: PeerResult) => (r.agreement === null ? "not generated" : `${r.agreement.matched}/${r.agreement.of}${r.agreement.agrees ? "" : " DISAGREES"}`);
+
+/** Per context: the project's fastest mode, then each peer subject, with its ratio to that mode and to the memory floor. */
+export function peersTable(s: ProfileSummary): TableData {
+  const results = s.peers?.results ?? [];
+  const contexts = [...new Set(results.flatMap((r) => r.points.map((p) => p.context)))].sort((a, b) => a - b);
+  const rows = contexts.flatMap((context) => {
+    const here = results.flatMap((r) => r.points.filter((p) => p.context === context).map((p) => ({ r, p })));
+    const best = here.find(({ p }) => p.best_mode !== null)?.p;
+    const own: Cell[][] = best?.best_mode_ms != null
+      ? [[`decode-floor ${best.best_mode} (fastest mode)`, context, best.best_mode_ms, null, null, "1.00×", ratio(best.floor_ms === null ? null : best.best_mode_ms / best.floor_ms), "reference"]]
+      : [];
+    return [...own, ...here.map(({ r, p }): Cell[] => [r.short, context, p.ms.median, p.ms.p10, p.ms.p90, ratio(p.ratio_to_best_mode), ratio(p.ratio_to_floor), agreement(r)])];
+  });
+  return {
+    columns: [
+      { header: "subject" },
+      { header: "context (tokens)" },
+      { header: "median (ms)", format: ms3 },
+      { header: "p10 (ms)", format: ms3 },
+      { header: "p90 (ms)", format: ms3 },
+      { header: "× project's fastest", align: "right" },
+      { header: "× memory floor", align: "right" },
+      { header: "greedy tokens agree" },
+    ],
+    rows,
+  };
+}
+
+const ms2 = (x: number) => formatDuration(x);
+
+/** The project's ratio to each peer at the largest context they share, agreement, PyTorch's dispatch split, what did not run. */
+export function peerSentences(s: ProfileSummary): string[] {
+  const p = s.peers;
+  if (!p) return [];
+  const out: string[] = [];
+  const withBest = p.results.flatMap((r) => r.points.filter((q) => q.ratio_to_best_mode !== null).map((q) => ({ r, q })));
+  if (withBest.length) {
+    const context = Math.max(...withBest.map(({ q }) => q.context));
+    const here = withBest.filter(({ q }) => q.context === context);
+    const best = here[0]!.q;
+    const each = here.map(({ r, q }) => `${r.short} ${ms2(q.ms.median)} (${q.ratio_to_best_mode!.toFixed(2)}× the project's time)`).join(", ");
+    const floor = best.floor_ms === null ? "" : `; the memory floor there is ${ms2(best.floor_ms)} (the project at ${(best.best_mode_ms! / best.floor_ms).toFixed(2)}× it)`;
+    out.push(`Peers at context ${context}, same weights, same run: the project's fastest mode (${best.best_mode}) takes ${ms2(best.best_mode_ms!)} per token; ${each}${floor}.`);
+  }
+  const checked = p.results.filter((r) => r.agreement !== null);
+  const disagree = checked.filter((r) => !r.agreement!.agrees);
+  if (checked.length) {
+    const n = p.reference_tokens.length;
+    out.push(
+      disagree.length === 0
+        ? `Greedy tokens: every peer agrees with the project on all ${n} tokens of the prompt.`
+        : `Greedy tokens: ${disagree.map((r) => `${r.short} DISAGREES (${r.agreement!.matched}/${n} before the first difference)`).join("; ")}; ` +
+            `${checked.length - disagree.length} of ${checked.length} peers agree on all ${n}.`,
+    );
+  }
+  const trace = [...p.torch_dispatch].sort((a, b) => b.context - a.context)[0];
+  if (trace) {
+    const gpu = trace.unit === "kernel launches";
+    const where = gpu
+      ? `the host spends ${ms2(trace.host_issue_ms)} issuing ${trace.ops_per_step} kernels (${trace.torch_calls} torch calls); the device is busy ${ms2(trace.busy_ms)} and idle ${ms2(trace.idle_ms)} (${Math.round((100 * trace.idle_ms) / trace.step_ms)}%)`
+      : `${trace.torch_calls} torch calls per token; the host spends ${ms2(trace.host_issue_ms)} between them (${Math.round((100 * trace.host_issue_ms) / trace.step_ms)}%, interpreter and dispatch) and ${ms2(trace.busy_ms)} inside them`;
+    out.push(`PyTorch seed-style at context ${trace.context}, one step under torch.profiler (${ms2(trace.step_ms)} traced): ${where}.`);
+  }
+  for (const k of p.skipped) out.push(`Not run: ${k.name}: ${k.reason}.`);
+  return out;
 }

@@ -11,6 +11,8 @@ export interface LineSeries {
   points: Point[];
   /** "right": drawn dashed against the second y axis */
   axis?: "left" | "right";
+  /** drawn dotted (another subject beside the main ones, e.g. a peer) */
+  dotted?: boolean;
 }
 
 export interface LineChartSpec {
@@ -89,13 +91,13 @@ function svgDocument(title: string, body: string[], caption: string): string {
   ].join("\n");
 }
 
-function legend(entries: { name: string; colour: string; dashed?: boolean; swatch: "line" | "box" }[]): string[] {
+function legend(entries: { name: string; colour: string; dash?: string; swatch: "line" | "box" }[]): string[] {
   return entries.flatMap((e, i) => {
     const y = PLOT.top + 10 + i * 22;
     const mark =
       e.swatch === "box"
         ? `<rect x="${LEGEND_X}" y="${coord(y - 9)}" width="18" height="12" fill="${e.colour}"/>`
-        : `<line x1="${LEGEND_X}" y1="${coord(y - 4)}" x2="${LEGEND_X + 18}" y2="${coord(y - 4)}" stroke="${e.colour}" stroke-width="2.5"${e.dashed ? ` stroke-dasharray="6 4"` : ""}/>`;
+        : `<line x1="${LEGEND_X}" y1="${coord(y - 4)}" x2="${LEGEND_X + 18}" y2="${coord(y - 4)}" stroke="${e.colour}" stroke-width="2.5"${e.dash ? ` stroke-dasharray="${e.dash}"` : ""}/>`;
     return [`<g class="legend-entry">`, mark, text(LEGEND_X + 26, y, e.name, `font-size="13"`), `</g>`];
   });
 }
@@ -167,7 +169,7 @@ export function lineChart(spec: LineChartSpec): string {
   const lines = spec.series.flatMap((s, i) => {
     const scale = s.axis === "right" ? rightScale : left;
     const xy = [...s.points].sort((a, b) => a.x - b.x).map((p) => ({ x: coord(toX(p.x)), y: coord(scale.toY(p.y)) }));
-    const dash = s.axis === "right" ? ` stroke-dasharray="6 4"` : "";
+    const dash = s.axis === "right" ? ` stroke-dasharray="6 4"` : s.dotted ? ` stroke-dasharray="2 3"` : "";
     return [
       `<g class="series">`,
       `<polyline points="${xy.map((p) => `${p.x},${p.y}`).join(" ")}" fill="none" stroke="${colour(i)}" stroke-width="2.5"${dash}/>`,
@@ -182,7 +184,7 @@ export function lineChart(spec: LineChartSpec): string {
     ...xTicks,
     text((PLOT.left + PLOT.right) / 2, PLOT.bottom + 44, spec.xTitle, `font-size="13" text-anchor="middle"`),
     ...lines,
-    ...legend(spec.series.map((s, i) => ({ name: s.name, colour: colour(i), dashed: s.axis === "right", swatch: "line" as const }))),
+    ...legend(spec.series.map((s, i) => ({ name: s.name, colour: colour(i), dash: s.axis === "right" ? "6 4" : s.dotted ? "2 3" : undefined, swatch: "line" as const }))),
   ];
   return svgDocument(spec.title, body, spec.caption);
 }

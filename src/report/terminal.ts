@@ -2,7 +2,9 @@
 import chalk from "chalk";
 
 import type { ProfileSummary } from "../profile/types.ts";
-import { breakdownPoints, modeLabel, questionSentence, runLine, seedTable, splitTable, topOpsTable, withSplit, type TableData } from "./sections.ts";
+import {
+  breakdownPoints, modeLabel, peerSentences, peersTable, questionSentence, runLine, seedTable, splitTable, topOpsTable, withSplit, type TableData,
+} from "./sections.ts";
 import { formatDuration, renderTable } from "./tables.ts";
 
 const terminalTable = ({ columns, rows }: TableData, footer: string[] = []) => renderTable(columns, rows, footer);
@@ -21,6 +23,7 @@ export function renderTerminalSummary(s: ProfileSummary): string {
     heading("Time per token"),
     terminalTable(seedTable(s)),
     "",
+    ...(s.peers ? [heading("Peers: PyTorch and llama.cpp on the same weights"), terminalTable(peersTable(s)), ...peerSentences(s).map((v) => `• ${v}`), ""] : []),
     ...(withSplit(s).length > 0 ? [heading("Where a step's time goes"), terminalTable(splitTable(s)), ""] : []),
     ...tops,
     heading("Verdicts"),

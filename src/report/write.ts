@@ -25,6 +25,11 @@ export function latencyChart(s: ProfileSummary): string {
       points: s.points.filter((p) => p.mode === mode && onAxis(p.context)).map((p) => ({ x: p.context, y: p.device_ms.median })),
     }))
     .filter((line) => line.points.length > 0);
+  // the peers beside them, dotted: the same contexts, the same weights, the same run
+  for (const r of s.peers?.results ?? []) {
+    const points = r.points.filter((p) => onAxis(p.context)).map((p) => ({ x: p.context, y: p.ms.median }));
+    if (points.length) series.push({ name: r.short, points, dotted: true });
+  }
   series.push({
     name: "FLOP ratio (right axis)",
     axis: "right",
