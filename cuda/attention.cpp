@@ -1,9 +1,19 @@
 // CPU twins of attention.cu: append to the KV cache, then causal attention over it (no stored mask).
+//
+// One query (decode): memory-bound, the cache is read once. The keys are cut into ranges; a range's chunk
+// reads its K rows, then its V rows, contiguously for all heads, and leaves each head's partial softmax
+// (max, sum, weighted sum of V) in a slot of its own. The slots are merged in range order afterwards, so the
+// result does not depend on which thread ran which range.
+// Many queries (prefill, the uncached step): compute-bound, flash-attention style. A chunk owns one head
+// and a block of queries; it walks the visible keys a block at a time, scores them with the micro-kernel
+// (cpu_math.h), folds them into a running softmax per query, and adds P @ V with the micro-kernel again.
 #include <math.h>
 #include <string.h>
 
+#include <algorithm>
 #include <vector>
 
+#include "cpu_math.h"
 #include "cpu_runtime.h"
 #include "ops.h"
 
@@ -22,29 +32,209 @@ extern "C" size_t op_attention_scratch_bytes(int, int, int, int) { return 0; }
 
 namespace {
 
-// out_head: (hs) = softmax(q · K[0..keys)^T / sqrt(hs)) @ V[0..keys)     scores: (keys) scratch
-void attend_one_head(float* out_head, float* scores, const float* q, const float* k_head, const float* v_head, int keys, int C, int hs) {
-  const float scale = 1.0f / sqrtf((float)hs);
-  float max_score = -INFINITY;
-  for (int j = 0; j < keys; j++) {
-    const float* k = k_head + (size_t)j * C;
-    float dot = 0.0f;
+constexpr int kKeysPerRange = 32;                 // one query: 192 KB of K and V rows per chunk at C = 768
+constexpr int kQueryBlock = 64;                   // many queries: queries per chunk (a multiple of kTileCols)
+constexpr int kKeyBlock = 64;                     // many queries: keys scored at a time
+static_assert(kQueryBlock % kTileCols == 0, "a query block is whole micro-tile panels");
+
+// Keys that query t (absolute position pos + t) attends to: cache rows [0, visible_keys).
+int visible_keys(int pos, int t, int max_ctx) {
+#ifdef PLANT_BUG_MASK
+  const int visible = pos + t + 2;  // planted for test/model-cpu.test.ts: one future key leaks through
+#else
+  const int visible = pos + t + 1;
+#endif
+  return visible < max_ctx ? visible : max_ctx;
+}
+
+// ---- One query: split over key ranges ---------------------------------------------------------------------
+
+// A head's softmax over one key range: slot = [max score, sum of e^(score - max), Σ e^(score - max) v (hs)].
+int slot_floats(int hs) { return hs + 2; }
+
+// slots: (n_head, hs + 2) for keys [j0, j1)     scores: (n_head, j1 - j0) scratch     q: (C)
+void attend_key_range(float* slots, float* scores, const float* q, const float* k_cache, const float* v_cache, int j0,
+                      int j1, int C, int n_head, float scale) {
+  const int hs = C / n_head, n = j1 - j0;
+  for (int j = 0; j < n; j++) {
+    const float* k = k_cache + (size_t)(j0 + j) * C;
+    for (int h = 0; h < n_head; h++) {
+      float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-    for (int d = 0; d < hs; d++) dot += q[d] * k[d];
-    scores[j] = dot * scale;
-    if (scores[j] > max_score) max_score = scores[j];
+      for (int d = 0; d < hs; d++) dot += q[h * hs + d] * k[h * hs + d];
+      scores[h * n + j] = dot * scale;
+    }
   }
-  float total = 0.0f;
-  for (int j = 0; j < keys; j++) {
-    scores[j] = expf(scores[j] - max_score);
-    total += scores[j];
+  for (int h = 0; h < n_head; h++) {
+    float* s = scores + h * n;
+    float* slot = slots + (size_t)h * slot_floats(hs);
+    float max_score = -INFINITY;
+    for (int j = 0; j < n; j++) max_score = max_of(max_score, s[j]);
+    float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+    for (int j = 0; j < n; j++) {
+      s[j] = exp_approx(s[j] - max_score);
+      total += s[j];
+    }
+    slot[0] = max_score;
+    slot[1] = total;
+    memset(slot + 2, 0, sizeof(float) * hs);
   }
-  for (int d = 0; d < hs; d++) out_head[d] = 0.0f;
-  for (int j = 0; j < keys; j++) {
-    const float p = scores[j] / total;
-    const float* v = v_head + (size_t)j * C;
+  for (int j = 0; j < n; j++) {
+    const float* v = v_cache + (size_t)(j0 + j) * C;
+    for (int h = 0; h < n_head; h++) {
+      const float p = scores[h * n + j];
+      float* acc = slots + (size_t)h * slot_floats(hs) + 2;
 #pragma omp simd
-    for (int d = 0; d < hs; d++) out_head[d] += p * v[d];
+      for (int d = 0; d < hs; d++) acc[d] += p * v[h * hs + d];
+    }
+  }
+}
+
+// out: (C) = the ranges' slots merged, range by range, with the usual rescaling to a common max.
+void merge_ranges(float* out, const float* slots, int ranges, int C, int n_head) {
+  const int hs = C / n_head;
+  const size_t range_floats = (size_t)n_head * slot_floats(hs);
+  for (int h = 0; h < n_head; h++) {
+    float max_score = -INFINITY;
+    for (int r = 0; r < ranges; r++) max_score = max_of(max_score, slots[r * range_floats + h * slot_floats(hs)]);
+    float* y = out + h * hs;
+    float total = 0.0f;
+    memset(y, 0, sizeof(float) * hs);
+    for (int r = 0; r < ranges; r++) {
+      const float* slot = slots + r * range_floats + h * slot_floats(hs);
+      const float weight = expf(slot[0] - max_score);
+      total += weight * slot[1];
+#pragma omp simd
+      for (int d = 0; d < hs; d++) y[d] += weight * slot[2 + d];
+    }
+    const float inv = 1.0f / total;
+#pragma omp simd
+    for (int d = 0; d < hs; d++) y[d] *= inv;
+  }
+}
+
+// out: (C) for one query q: (C) over cache rows [0, keys)
+void attend_one_query(float* out, const float* q, const float* k_cache, const float* v_cache, int keys, int C, int n_head) {
+  const int hs = C / n_head;
+  const float scale = 1.0f / sqrtf((float)hs);
+  const int ranges = (keys + kKeysPerRange - 1) / kKeysPerRange;
+  const size_t range_floats = (size_t)n_head * slot_floats(hs);
+  static thread_local std::vector<float> slots;  // (ranges, n_head, hs + 2), reused across calls
+  slots.resize(range_floats * ranges);
+  float* all = slots.data();
+  parallel_range(ranges, 1, (long)keys * C, [&](long r0, long r1) {
+    static thread_local std::vector<float> scores;  // (n_head, kKeysPerRange) per thread
+    scores.resize((size_t)n_head * kKeysPerRange);
+    for (long r = r0; r < r1; r++) {
+      const int j0 = (int)r * kKeysPerRange;
+      attend_key_range(all + range_floats * r, scores.data(), q, k_cache, v_cache, j0, std::min(keys, j0 + kKeysPerRange), C, n_head, scale);
+    }
+  });
+  merge_ranges(out, all, ranges, C, n_head);
+}
+
+// ---- Many queries: one head × a block of queries -----------------------------------------------------------
+//
+// Transposed, so that nothing is repacked per key block and the softmax runs along contiguous queries:
+//   scores^T (n keys, queries) = K[keys, head] (n, hs) @ q^T (hs, queries)    K rows as they lie in the cache
+//   acc^T (hs, queries)       += V[keys, head]^T (hs, n) @ p^T (n, queries)   V read down its columns
+
+// The per-thread buffers of one (head, query block) chunk.
+struct QueryBlockScratch {
+  std::vector<float> q_t;        // (hs, kQueryBlock): the block's queries, transposed; zero past the last
+  std::vector<float> scores_t;   // (kKeyBlock, kQueryBlock): scores, then probabilities, transposed
+  std::vector<float> acc_t;      // (hs, kQueryBlock): Σ p v, unnormalised, transposed
+  std::vector<float> max_score;  // (kQueryBlock) running max of each query's scaled scores
+  std::vector<float> total;      // (kQueryBlock) running Σ e^(score - max)
+  std::vector<float> rescale;    // (kQueryBlock) e^(old max - new max) of the current key block
+  std::vector<int> visible;      // (kQueryBlock) keys each query sees (0 past the block's last query)
+  void reset(int hs) {
+    q_t.assign((size_t)hs * kQueryBlock, 0.0f);
+    scores_t.resize((size_t)kKeyBlock * kQueryBlock);
+    acc_t.assign((size_t)hs * kQueryBlock, 0.0f);
+    max_score.assign(kQueryBlock, -INFINITY);
+    total.assign(kQueryBlock, 0.0f);
+    rescale.resize(kQueryBlock);
+    visible.assign(kQueryBlock, 0);
+  }
+};
+
+// Folds n keys' scores (starting at key kb0) into every query's running softmax: masked scores are -inf,
+// probabilities e^(s · scale - new max) (0 where masked) replace them, and total and acc_t are rescaled.
+void fold_scores(QueryBlockScratch& w, int n, int kb0, int hs, float scale) {
+  float* s = w.scores_t.data();
+  const int* visible = w.visible.data();
+  alignas(64) float block_max[kQueryBlock];
+  for (int q = 0; q < kQueryBlock; q++) block_max[q] = -INFINITY;
+  for (int j = 0; j < n; j++) {
+    float* row = s + (size_t)j * kQueryBlock;
+#pragma omp simd
+    for (int q = 0; q < kQueryBlock; q++) {
+      row[q] = kb0 + j < visible[q] ? row[q] * scale : -INFINITY;
+      block_max[q] = max_of(block_max[q], row[q]);
+    }
+  }
+  float* max_score = w.max_score.data();
+  float* rescale = w.rescale.data();
+#pragma omp simd
+  for (int q = 0; q < kQueryBlock; q++) {
+    const float new_max = max_of(max_score[q], block_max[q]);
+    rescale[q] = max_score[q] == new_max ? 1.0f : exp_approx(max_score[q] - new_max);  // e^-inf: 0 on the first keys
+    max_score[q] = new_max;
+  }
+  alignas(64) float block_total[kQueryBlock] = {};
+  for (int j = 0; j < n; j++) {
+    float* row = s + (size_t)j * kQueryBlock;
+#pragma omp simd
+    for (int q = 0; q < kQueryBlock; q++) {
+      row[q] = row[q] == -INFINITY ? 0.0f : exp_approx(row[q] - max_score[q]);
+      block_total[q] += row[q];
+    }
+  }
+  float* total = w.total.data();
+#pragma omp simd
+  for (int q = 0; q < kQueryBlock; q++) total[q] = total[q] * rescale[q] + block_total[q];
+  for (int d = 0; d < hs; d++) {
+    float* acc = w.acc_t.data() + (size_t)d * kQueryBlock;
+#pragma omp simd
+    for (int q = 0; q < kQueryBlock; q++) acc[q] *= rescale[q];
+  }
+}
+
+// out rows [t0, t1) (at most kQueryBlock), head h: queries from qkv (T, 3C) against cache rows [0, visible_keys(t1 - 1)).
+void attend_query_block(float* out, const float* qkv, const float* k_cache, const float* v_cache, int pos, int t0, int t1,
+                        int h, int C, int n_head, int max_ctx) {
+  const int hs = C / n_head, queries = t1 - t0;
+  const float scale = 1.0f / sqrtf((float)hs);
+  static thread_local QueryBlockScratch w;
+  w.reset(hs);
+  for (int q = 0; q < queries; q++) {
+    const float* row = qkv + (size_t)(t0 + q) * 3 * C + h * hs;
+    for (int d = 0; d < hs; d++) w.q_t[(size_t)d * kQueryBlock + q] = row[d];
+    w.visible[q] = visible_keys(pos, t0 + q, max_ctx);
+  }
+  const int keys = visible_keys(pos, t1 - 1, max_ctx);
+  const float* k_head = k_cache + h * hs;
+  const float* v_head = v_cache + h * hs;
+  for (int kb0 = 0; kb0 < keys; kb0 += kKeyBlock) {
+    const int n = std::min(kKeyBlock, keys - kb0);
+    const StridedA k_rows{k_head + (size_t)kb0 * C, (size_t)C, 1};  // (n, hs)
+    const StridedA v_cols{v_head + (size_t)kb0 * C, 1, (size_t)C};  // (hs, n)
+    for (int panel = 0; panel < kQueryBlock; panel += kTileCols)
+      for (int r0 = 0; r0 < n; r0 += kTileRows)
+        tile_multiply_rows(std::min(kTileRows, n - r0), hs, k_rows.rows_from(r0), w.q_t.data() + panel, kQueryBlock,
+                           w.scores_t.data() + (size_t)r0 * kQueryBlock + panel, kQueryBlock, TileOut::kStore, nullptr);
+    fold_scores(w, n, kb0, hs, scale);
+    for (int panel = 0; panel < kQueryBlock; panel += kTileCols)
+      for (int r0 = 0; r0 < hs; r0 += kTileRows)
+        tile_multiply_rows(std::min(kTileRows, hs - r0), n, v_cols.rows_from(r0), w.scores_t.data() + panel, kQueryBlock,
+                           w.acc_t.data() + (size_t)r0 * kQueryBlock + panel, kQueryBlock, TileOut::kAdd, nullptr);
+  }
+  for (int q = 0; q < queries; q++) {
+    float* y = out + (size_t)(t0 + q) * C + h * hs;
+    const float inv = 1.0f / w.total[q];
+    for (int d = 0; d < hs; d++) y[d] = w.acc_t[(size_t)d * kQueryBlock + q] * inv;
   }
 }
 
@@ -55,21 +245,19 @@ extern "C" void op_attention(float* out, float*, const float* qkv, const float* 
                              const int* state, int T, int C, int n_head, int max_ctx) {
   OpTimer timer(OP_ATTENTION);
   const int pos = state[STATE_POS];
-  const int hs = C / n_head;
-#pragma omp parallel if ((long)T * n_head * (pos + T) * (C / n_head) >= kParallelMinWork)
-  {
-    std::vector<float> scores(max_ctx);
-#pragma omp for collapse(2) schedule(static)
-    for (int t = 0; t < T; t++)
-      for (int h = 0; h < n_head; h++) {
-#ifdef PLANT_BUG_MASK
-        const int visible = pos + t + 2;  // planted for test/model-cpu.test.ts: one future key leaks through
-#else
-        const int visible = pos + t + 1;
-#endif
-        const int keys = visible < max_ctx ? visible : max_ctx;
-        attend_one_head(out + (size_t)t * C + h * hs, scores.data(), qkv + (size_t)t * 3 * C + h * hs,
-                        k_cache + h * hs, v_cache + h * hs, keys, C, hs);
-      }
+  if (T == 1) {
+    attend_one_query(out, qkv, k_cache, v_cache, visible_keys(pos, 0, max_ctx), C, n_head);
+    return;
   }
+  // chunks head by head, so that a head's K and V columns stay in L2 across its query blocks; within a
+  // head the last block (most keys) first, so that the op ends on the cheapest chunks
+  const int blocks = (T + kQueryBlock - 1) / kQueryBlock;
+  const long work = (long)C * ((long)T * pos + (long)T * T / 2);
+  parallel_range((long)blocks * n_head, 1, work, [&](long c0, long c1) {
+    for (long c = c0; c < c1; c++) {
+      const int h = (int)(c / blocks), block = blocks - 1 - (int)(c % blocks);
+      const int t0 = block * kQueryBlock;
+      attend_query_block(out, qkv, k_cache, v_cache, pos, t0, std::min(T, t0 + kQueryBlock), h, C, n_head, max_ctx);
+    }
+  });
 }

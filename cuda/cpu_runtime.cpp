@@ -1,16 +1,23 @@
-// runtime.h on host memory, plus the CPU library's threads and per-op timers.
+// runtime.h on host memory, plus the CPU library's threads, per-op timers and peak probes.
 #include "cpu_runtime.h"
 #include "runtime.h"
 
-#include <omp.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <thread>
 #include <vector>
+
+#include "cpu_math.h"
 
 namespace {
 
@@ -28,7 +35,7 @@ constexpr size_t kReservedMappings = 4096;
 std::vector<Mapping> g_mapped;
 
 constexpr int kProfCapacity = 1 << 20;
-constexpr int kPeakSteps = 1 << 20;  // FMA steps per chain in cpu_measure_fp32_peak
+constexpr int kPeakSteps = 1 << 18;  // FMA steps per chain and chunk in cpu_measure_fp32_peak: ~0.5 ms
 bool g_prof_on = false;
 std::vector<ProfRecord> g_prof;
 int g_prof_dropped = 0;
@@ -60,7 +67,196 @@ uint64_t meminfo_kib(const char* key) {
   return value;
 }
 
+// ---- The thread pool behind run_chunks ------------------------------------------------------------------
+
+constexpr int64_t kSpinNs = 20000;  // how long a waiting thread polls before it sleeps: a few chunks' time
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+void futex_wait(std::atomic<uint32_t>& word, uint32_t expected) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<uint32_t>& word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+
+// Polls `done()` for kSpinNs, then sleeps on `word` (announced through `sleepers`) until done() holds.
+// The waker changes `word` before it reads `sleepers` (both sequentially consistent), so no wake-up is lost.
+template <typename Done> void spin_then_sleep(std::atomic<uint32_t>& word, std::atomic<int>& sleepers, const Done& done) {
+  const int64_t give_up = now_ns() + kSpinNs;
+  for (int i = 0; !done(); i++) {
+    cpu_relax();
+    if ((i & 63) == 63 && now_ns() > give_up) {
+      sleepers.fetch_add(1);
+      for (uint32_t seen = word.load(); !done(); seen = word.load()) futex_wait(word, seen);
+      sleepers.fetch_sub(1);
+      return;
+    }
+  }
+}
+
+// data[begin:end] = a pattern the compiler cannot fold away
+void fill_pattern(float* data, size_t begin, size_t end) {
+  for (size_t i = begin; i < end; i++) data[i] = (float)(i & 1023);
+}
+
+float sum_floats(const float* data, size_t begin, size_t end) {
+  float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+  for (size_t i = begin; i < end; i++) total += data[i];
+  return total;
+}
+
+constexpr int kFmaChains = 12;  // independent vector accumulators: FMA latency (4 cycles) × 2 ports, and room
+
+// `steps` rounds of kFmaChains independent vector FMAs (2 · kFmaChains · kVecFloats FLOPs each); returns their sum.
+float fma_chains(int steps) {
+  vecf acc[kFmaChains];
+  for (int k = 0; k < kFmaChains; k++) acc[k] = splat(1.0f + k * 1e-3f);
+  const vecf a = splat(0.999999f), b = splat(1e-7f);
+  for (int step = 0; step < steps; step++)
+#pragma GCC unroll 16
+    for (int k = 0; k < kFmaChains; k++) acc[k] = acc[k] * a + b;
+  float result = 0.0f;
+  for (int k = 0; k < kFmaChains; k++)
+    for (int lane = 0; lane < kVecFloats; lane++) result += acc[k][lane];
+  return result;
+}
+
+int cpus_available() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  const int n = CPU_COUNT(&set);
+  return n > 0 ? n : 1;
+}
+
+// A job is published as a generation number; its chunks are claimed through `ticket_` = (generation << 32)
+// | next chunk, so a worker that wakes late can never claim a chunk of a newer job with an older job's
+// function. The job's fields change like a seqlock's data: the caller first closes the ticket (a chunk
+// index past any job's end), then writes the fields, then opens the new ticket; a claimer reads the fields
+// between loading the ticket and its compare-and-swap, so it either saw the fields its ticket goes with or
+// its swap fails.
+class Pool {
+  static constexpr uint32_t kClosed = 0xffffffffu;  // a ticket's chunk index while its job's fields change
+
+ public:
+  explicit Pool(int threads) : threads_(threads) {}
+  ~Pool() { stop_workers(); }
+
+  int threads() const { return threads_; }
+
+  void set_threads(int n) {
+    stop_workers();
+    threads_ = n;
+  }
+
+  void run(int chunks, ChunkFn fn, const void* body) {
+    if (threads_ <= 1 || chunks <= 1) {
+      for (int c = 0; c < chunks; c++) fn(body, c);
+      return;
+    }
+    start_workers();
+    const uint32_t generation = generation_.load(std::memory_order_relaxed) + 1;
+    ticket_.store(((uint64_t)generation << 32) | kClosed, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);  // the close is seen by whoever sees the new fields
+    fn_.store(fn, std::memory_order_relaxed);
+    body_.store(body, std::memory_order_relaxed);
+    chunks_.store(chunks, std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
+    ticket_.store((uint64_t)generation << 32, std::memory_order_release);
+    generation_.store(generation);
+    if (idle_sleepers_.load() > 0) futex_wake_all(generation_);
+    help(generation);
+    spin_then_sleep(done_, caller_sleeping_, [&] { return (int)done_.load() == chunks; });
+  }
+
+ private:
+  // Claims and runs chunks of `generation` until none is left.
+  void help(uint32_t generation) {
+    uint64_t ticket = ticket_.load(std::memory_order_acquire);
+    for (;;) {
+      if ((uint32_t)(ticket >> 32) != generation) return;
+      const uint32_t chunk = (uint32_t)ticket;
+      const int chunks = chunks_.load(std::memory_order_relaxed);
+      const ChunkFn fn = fn_.load(std::memory_order_relaxed);
+      const void* body = body_.load(std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_acquire);  // newer fields read above make the swap below fail
+      if (chunk >= (uint32_t)chunks) return;
+      // Success means the chunk was unclaimed, so the job (and the fields just read) was still this one.
+      if (!ticket_.compare_exchange_weak(ticket, ticket + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+      fn(body, (int)chunk);
+      if ((int)done_.fetch_add(1) + 1 == chunks && caller_sleeping_.load() > 0) futex_wake_all(done_);
+      ticket = ticket_.load(std::memory_order_acquire);
+    }
+  }
+
+  // `seen`: the generation before the worker was started (it helps with any job published since).
+  void worker_main(uint32_t seen) {
+    for (;;) {
+      spin_then_sleep(generation_, idle_sleepers_, [&] { return generation_.load() != seen; });
+      seen = generation_.load(std::memory_order_acquire);
+      if (stopping_.load(std::memory_order_acquire)) return;
+      help(seen);
+    }
+  }
+
+  void start_workers() {
+    if (!workers_.empty()) return;
+    stopping_.store(false);
+    const uint32_t seen = generation_.load();
+    for (int i = 1; i < threads_; i++) workers_.emplace_back([this, seen] { worker_main(seen); });
+  }
+
+  // Workers are joined before the library can be unloaded (dlclose runs this destructor) or the process ends.
+  void stop_workers() {
+    if (workers_.empty()) return;
+    stopping_.store(true, std::memory_order_release);
+    generation_.fetch_add(1);
+    futex_wake_all(generation_);
+    for (std::thread& w : workers_) w.join();
+    workers_.clear();
+  }
+
+  int threads_;
+  std::vector<std::thread> workers_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<ChunkFn> fn_{nullptr};
+  std::atomic<const void*> body_{nullptr};
+  std::atomic<int> chunks_{0};
+  alignas(64) std::atomic<uint64_t> ticket_{0};
+  alignas(64) std::atomic<uint32_t> generation_{0};
+  std::atomic<int> idle_sleepers_{0};
+  alignas(64) std::atomic<uint32_t> done_{0};
+  std::atomic<int> caller_sleeping_{0};
+};
+
+Pool g_pool(cpus_available());
+
 }  // namespace
+
+void run_chunks(int chunks, ChunkFn fn, const void* body) { g_pool.run(chunks, fn, body); }
+
+extern "C" int cpu_pool_check(int jobs) {
+  constexpr int kMaxChunks = 64;
+  std::atomic<int> runs[kMaxChunks];
+  int failures = 0;
+  for (int job = 0; job < jobs; job++) {
+    const int chunks = 1 + job % kMaxChunks;
+    for (int c = 0; c < chunks; c++) runs[c].store(0, std::memory_order_relaxed);
+    parallel_chunks(chunks, [&](int c) {
+      for (volatile int spin = 0; spin < 2000 + (job * 7 + c) % 2000; spin = spin + 1) {  // a few microseconds
+      }
+      runs[c].fetch_add(1, std::memory_order_relaxed);
+    });
+    for (int c = 0; c < chunks; c++) failures += runs[c].load(std::memory_order_relaxed) != 1;
+  }
+  return failures;
+}
 
 // A fused op's twin runs the unfused twins: only the outermost op of a call is timed.
 thread_local int g_open_timers = 0;
@@ -182,10 +378,10 @@ int be_mem_info(uint64_t* out) {
 
 int64_t cpu_now_ns(void) { return now_ns(); }
 
-int cpu_threads(void) { return omp_get_max_threads(); }
+int cpu_threads(void) { return g_pool.threads(); }
 
 void cpu_set_threads(int n) {
-  if (n > 0) omp_set_num_threads(n);
+  if (n > 0) g_pool.set_threads(n);
 }
 
 void prof_enable(int on) {
@@ -212,52 +408,48 @@ int prof_read(int64_t* out, int max) {
   return n;
 }
 
-// Read bandwidth: every thread sums its share of a buffer of `bytes`, best of `iters` passes (bytes/s).
+// Read bandwidth: the threads sum a buffer of `bytes` in 1 MB chunks, best of `iters` passes (bytes/s).
 double cpu_measure_read_bandwidth(uint64_t bytes, int iters) {
+  constexpr size_t kChunkFloats = 1 << 18;
   const size_t n = bytes / sizeof(float);
   float* data = static_cast<float*>(be_alloc(n * sizeof(float)));
   if (!data) return 0.0;
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; i++) data[i] = (float)(i & 1023);
+  const int chunks = (int)((n + kChunkFloats - 1) / kChunkFloats);
+  const auto chunk_end = [=](int c) { return (c + 1) * kChunkFloats < n ? (c + 1) * kChunkFloats : n; };
+  parallel_chunks(chunks, [=](int c) { fill_pattern(data, c * kChunkFloats, chunk_end(c)); });
+  std::vector<float> sums(chunks);
+  float* chunk_sums = sums.data();
   double best_s = 1e30;
-  volatile float sink = 0.0f;
   for (int it = 0; it < iters; it++) {
     const int64_t t0 = now_ns();
-    float total = 0.0f;
-#pragma omp parallel for simd schedule(static) reduction(+ : total)
-    for (size_t i = 0; i < n; i++) total += data[i];
+    parallel_chunks(chunks, [=](int c) { chunk_sums[c] = sum_floats(data, c * kChunkFloats, chunk_end(c)); });
     const double s = (now_ns() - t0) * 1e-9;
-    sink = sink + total;
     if (s < best_s) best_s = s;
   }
+  volatile float sink = 0.0f;
+  for (float x : sums) sink = sink + x;
   be_free(data);
   return (double)(n * sizeof(float)) / best_s;
 }
 
-// fp32 arithmetic peak: independent FMA chains per thread, kept in vector registers (FLOP/s).
+// fp32 arithmetic peak: chunks of independent FMA chains in the widest vector registers (those the
+// micro-kernel uses), a few per thread, all threads at once; best of `iters` passes (FLOP/s). On a shared
+// machine a pass only counts when every thread ran it undisturbed: take many short passes.
 double cpu_measure_fp32_peak(int iters) {
-  constexpr int kChains = 64;  // enough independent accumulators to cover FMA latency on 2 ports
+  constexpr int kChunksPerThread = 4;
+  const int chunks = kChunksPerThread * g_pool.threads();
+  std::vector<float> results(chunks);
   double best_s = 1e30;
-  volatile float sink = 0.0f;
-  const int threads = omp_get_max_threads();
   for (int it = 0; it < iters; it++) {
     const int64_t t0 = now_ns();
-    float result = 0.0f;
-#pragma omp parallel reduction(+ : result)
-    {
-      float acc[kChains];
-      for (int k = 0; k < kChains; k++) acc[k] = 1.0f + k * 1e-3f;
-      const float a = 0.999999f, b = 1e-7f;
-      for (int step = 0; step < kPeakSteps; step++)
-#pragma omp simd
-        for (int k = 0; k < kChains; k++) acc[k] = acc[k] * a + b;
-      for (int k = 0; k < kChains; k++) result += acc[k];
-    }
+    float* out = results.data();
+    parallel_chunks(chunks, [=](int c) { out[c] = fma_chains(kPeakSteps); });
     const double s = (now_ns() - t0) * 1e-9;
-    sink = sink + result;
     if (s < best_s) best_s = s;
   }
-  return 2.0 * kChains * (double)kPeakSteps * threads / best_s;
+  volatile float sink = 0.0f;
+  for (float x : results) sink = sink + x;
+  return 2.0 * kFmaChains * kVecFloats * (double)kPeakSteps * chunks / best_s;
 }
 
 }  // extern "C"

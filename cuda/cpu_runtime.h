@@ -1,4 +1,5 @@
-// The CPU library's own extras: thread count and per-op timers (the CPU's analogue of CUPTI kernel records).
+// The CPU library's own extras: its threads, per-op timers (the CPU's analogue of CUPTI kernel records)
+// and the machine's measured peaks.
 #pragma once
 #include <stdint.h>
 
@@ -26,6 +27,10 @@ typedef struct ProfRecord {
 double cpu_measure_read_bandwidth(uint64_t bytes, int iters);
 double cpu_measure_fp32_peak(int iters);
 
+// Runs `jobs` jobs of 1..64 chunks of uneven length through the thread pool; returns how many chunks did not
+// run exactly once by the time their job returned (0 when the pool is right).
+int cpu_pool_check(int jobs);
+
 void prof_enable(int on);
 void prof_reset(void);
 int prof_count(void);
@@ -36,11 +41,36 @@ int prof_read(int64_t* out, int max);
 #ifdef __cplusplus
 }
 
-// Below this many multiply-adds (or elements) an op runs on the calling thread. Waking the team costs
-// microseconds, and under load (other processes on the cores) a team waits at every barrier for a thread
-// the OS has not scheduled: a small op must not pay a scheduler quantum. (libgomp's dynamic teams were
-// tried: they size teams by the 1-minute load average, which lags, and halved the speed after any busy minute.)
+// Below this many multiply-adds (or elements) an op runs on the calling thread: handing out chunks costs
+// microseconds, more than such an op takes.
 constexpr long kParallelMinWork = 1L << 18;
+
+// The CPU library's threads: the calling thread plus cpu_threads() - 1 pool workers (cpu_runtime.cpp).
+// run_chunks(n, fn, body) runs fn(body, chunk) once for every chunk in [0, n) and returns when all have run.
+// Chunks are claimed one at a time, in order, by whichever thread comes first, the caller included: a
+// worker the OS has not scheduled holds up at most the one chunk it is running, never the ones it has not
+// claimed, and the caller alone can run them all. Waiting (idle workers, the caller for the last chunks)
+// spins for a few microseconds, then sleeps on a futex. One calling thread at a time; body must not nest.
+using ChunkFn = void (*)(const void* body, int chunk);
+void run_chunks(int chunks, ChunkFn fn, const void* body);
+
+// parallel_chunks(n, [&](int chunk) { ... }): run_chunks for a lambda.
+template <typename Body> void parallel_chunks(int chunks, const Body& body) {
+  run_chunks(chunks, [](const void* b, int chunk) { (*static_cast<const Body*>(b))(chunk); }, &body);
+}
+
+// Runs body(begin, end) over [0, n) in chunks of `grain` items, in parallel when work >= kParallelMinWork.
+template <typename Body> void parallel_range(long n, long grain, long work, const Body& body) {
+  if (work < kParallelMinWork || n <= grain) {
+    if (n > 0) body(0L, n);
+    return;
+  }
+  const int chunks = (int)((n + grain - 1) / grain);
+  parallel_chunks(chunks, [&](int chunk) {
+    const long begin = chunk * grain;
+    body(begin, begin + grain < n ? begin + grain : n);
+  });
+}
 
 // Times one op for the rest of the enclosing scope (a branch and nothing else when timers are off). Nested
 // timers (a fused op's twin calling other ops) record only the outermost.

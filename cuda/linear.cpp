@@ -1,27 +1,37 @@
 // CPU twin of linear.cu: out (T, OC) = inp (T, C) @ weight (C, OC) + bias (OC), weight in Conv1D layout.
 //
-// Few rows (decode): each thread streams a contiguous band of weight rows into its own partial
-// output, then the partials are summed — every weight byte is read once, sequentially.
-// Many rows (prefill, uncached): tiles of rows × columns, the weight tile reused across the rows.
+// Few rows (decode, T <= kFewRows): memory-bound. The weight rows are cut into bands; each band is streamed
+// once, contiguously, into its own partial output, and the partials are summed in band order afterwards, so
+// the result does not depend on which thread ran which band.
+// Many rows (prefill, the uncached step): compute-bound. A GEMM in the manner of BLIS: each chunk owns a few
+// kTileCols-wide column panels of the output and a block of rows; it packs the weight's panels kDepthBlock
+// rows at a time and runs the register-blocked micro-kernel (cpu_math.h) down its rows, every packed panel
+// reused by every row tile.
 #include <string.h>
 
 #include <algorithm>
 #include <vector>
 
-#include <omp.h>
-
+#include "cpu_math.h"
 #include "cpu_runtime.h"
 #include "ops.h"
 
 namespace {
 
-constexpr int kFewRows = 8;       // up to this many rows, split the reduction over C
-constexpr int kRowTile = 8;       // rows per tile in the many-rows path
-constexpr int kColumnTile = 256;  // output columns per tile in the many-rows path
-constexpr int kRowsPerPass = 8;   // weight rows folded into the partial per pass (few-rows path)
+constexpr int kFewRows = 8;                // up to this many rows, the few-rows path
+constexpr int kRowsPerPass = 8;            // weight rows folded into a partial per pass (few-rows path)
+constexpr long kPartialFloats = 1L << 16;  // the partials of one call (256 KB) stay in L2
+constexpr int kMaxBands = 16;              // ~0.5 MB of weights per band for GPT-2 small's matvecs
+constexpr int kMinBands = 4;               // enough to share between threads when T × OC is large
+constexpr int kDepthBlock = 384;           // weight rows per packed panel: 96 KB at 64 columns (AVX-512), in L2
+constexpr int kMaxPanelsPerChunk = 4;      // a 6-row input tile feeds up to this many packed panels from L1
+constexpr int kRowsPerChunk = 512;         // T beyond this is cut into row blocks (each packs its panels again)
+constexpr int kChunksPerThread = 3;        // fewer panels per chunk until every thread has this many chunks
+
+int ceil_div(long a, long b) { return (int)((a + b - 1) / b); }
 
 // partial: (T, OC) = inp[:, c0:c1] @ weight[c0:c1, :]
-// Four weight rows per pass over the partial row: one load and one store of it per four FMAs.
+// Eight weight rows per pass over the partial row: one load and one store of it per eight FMAs.
 void accumulate_band(float* partial, const float* inp, const float* weight, int T, int C, int OC, int c0, int c1) {
   memset(partial, 0, sizeof(float) * (size_t)T * OC);
   int c = c0;
@@ -48,54 +58,90 @@ void accumulate_band(float* partial, const float* inp, const float* weight, int 
   }
 }
 
+// Bands: as many as the partials' budget allows (kMinBands..kMaxBands), one for small work; each a whole
+// number of passes of kRowsPerPass rows.
+int band_rows(int T, int C, int OC) {
+  int bands = 1;
+  if ((long)T * C * OC >= kParallelMinWork) bands = (int)std::clamp(kPartialFloats / ((long)T * OC), (long)kMinBands, (long)kMaxBands);
+  return ceil_div(ceil_div(C, bands), kRowsPerPass) * kRowsPerPass;
+}
+
 void linear_few_rows(float* out, const float* inp, const float* weight, const float* bias, int T, int C, int OC) {
-  const int threads = (long)T * C * OC >= kParallelMinWork ? std::min(omp_get_max_threads(), C) : 1;
-  static thread_local std::vector<float> partials;  // (threads, T, OC), reused across calls
-  const size_t per_thread = (size_t)T * OC;
-  partials.resize(per_thread * threads);
+  const int rows = band_rows(T, C, OC);
+  const int bands = ceil_div(C, rows);
+  const size_t partial_floats = (size_t)T * OC;
+  static thread_local std::vector<float> partials;  // (bands, T, OC), reused across calls
+  partials.resize(partial_floats * bands);
   float* all = partials.data();
-#pragma omp parallel num_threads(threads)
-  {
-    const int id = omp_get_thread_num(), n = omp_get_num_threads();
-    const int c0 = (int)((long)C * id / n), c1 = (int)((long)C * (id + 1) / n);
-    accumulate_band(all + per_thread * id, inp, weight, T, C, OC, c0, c1);
-#pragma omp barrier
-#pragma omp for
-    for (int i = 0; i < T * OC; i++) {
-      float sum = bias[i % OC];
-      for (int k = 0; k < n; k++) sum += all[per_thread * k + i];
-      out[i] = sum;
-    }
-  }
-}
-
-// out[t0:t1, o0:o1] for one tile
-void linear_tile(float* out, const float* inp, const float* weight, const float* bias, int C, int OC, int t0, int t1, int o0, int o1) {
-  float acc[kRowTile][kColumnTile];
-  const int width = o1 - o0;
-  for (int t = t0; t < t1; t++)
-    for (int o = 0; o < width; o++) acc[t - t0][o] = bias[o0 + o];
-  for (int c = 0; c < C; c++) {
-    const float* w = weight + (size_t)c * OC + o0;
-    for (int t = t0; t < t1; t++) {
-      const float x = inp[(size_t)t * C + c];
-      float* a = acc[t - t0];
+  parallel_chunks(bands, [&](int band) {
+    accumulate_band(all + partial_floats * band, inp, weight, T, C, OC, band * rows, std::min(C, (band + 1) * rows));
+  });
+  for (int t = 0; t < T; t++) {
+    float* y = out + (size_t)t * OC;
+    memcpy(y, bias, sizeof(float) * OC);
+    for (int band = 0; band < bands; band++) {
+      const float* p = all + partial_floats * band + (size_t)t * OC;
 #pragma omp simd
-      for (int o = 0; o < width; o++) a[o] += x * w[o];
+      for (int o = 0; o < OC; o++) y[o] += p[o];
     }
   }
-  for (int t = t0; t < t1; t++) memcpy(out + (size_t)t * OC + o0, acc[t - t0], sizeof(float) * width);
 }
 
-void linear_many_rows(float* out, const float* inp, const float* weight, const float* bias, int T, int C, int OC) {
-  const int row_tiles = (T + kRowTile - 1) / kRowTile;
-  const int column_tiles = (OC + kColumnTile - 1) / kColumnTile;
-#pragma omp parallel for collapse(2) schedule(static) if ((long)T * C * OC >= kParallelMinWork)
-  for (int rt = 0; rt < row_tiles; rt++)
-    for (int ct = 0; ct < column_tiles; ct++) {
-      const int t0 = rt * kRowTile, o0 = ct * kColumnTile;
-      linear_tile(out, inp, weight, bias, C, OC, t0, std::min(T, t0 + kRowTile), o0, std::min(OC, o0 + kColumnTile));
+// out[t0:t0+rows, j0:j0+cols] (op)= inp[t0:t0+rows, k0:k0+kc] @ panel, for a panel narrower than kTileCols:
+// through a full-width tile so that the micro-kernel never touches columns past OC.
+void edge_tile(float* out, int OC, const float* a, int C, const float* panel, int rows, int kc, int cols, TileOut op,
+               const float* bias) {
+  alignas(64) float tile[kTileRows * kTileCols];
+  alignas(64) float bias_row[kTileCols] = {};
+  if (op == TileOut::kAdd)
+    for (int r = 0; r < rows; r++) memcpy(tile + r * kTileCols, out + (size_t)r * OC, sizeof(float) * cols);
+  if (op == TileOut::kStoreBias) memcpy(bias_row, bias, sizeof(float) * cols);
+  tile_multiply_rows(rows, kc, {a, (size_t)C, 1}, panel, kTileCols, tile, kTileCols, op, bias_row);
+  for (int r = 0; r < rows; r++) memcpy(out + (size_t)r * OC, tile + r * kTileCols, sizeof(float) * cols);
+}
+
+// out[t0:t1, panels p0..p1) = inp[t0:t1] @ weight[:, those columns] + bias: a chunk of kTileCols-wide column
+// panels. Per depth block, the chunk's panels are packed, then each 6-row tile of the input (in L1 after its
+// first panel) runs against every panel.
+void linear_panel_group(float* out, const float* inp, const float* weight, const float* bias, int C, int OC, int t0, int t1,
+                        int p0, int p1) {
+  static thread_local std::vector<float> packed((size_t)kMaxPanelsPerChunk * kDepthBlock * kTileCols);  // 384 KB, per thread
+  const auto panel = [&](int p) { return packed.data() + (size_t)(p - p0) * kDepthBlock * kTileCols; };
+  for (int k0 = 0; k0 < C; k0 += kDepthBlock) {
+    const int kc = std::min(kDepthBlock, C - k0);
+    for (int p = p0; p < p1; p++) pack_panel(panel(p), weight + (size_t)k0 * OC + p * kTileCols, OC, kc, std::min(kTileCols, OC - p * kTileCols));
+    const TileOut op = k0 == 0 ? TileOut::kStoreBias : TileOut::kAdd;
+    for (int t = t0; t < t1; t += kTileRows) {
+      const int rows = std::min(kTileRows, t1 - t);
+      const float* a = inp + (size_t)t * C + k0;
+      for (int p = p0; p < p1; p++) {
+        const int j0 = p * kTileCols, cols = std::min(kTileCols, OC - j0);
+        float* c = out + (size_t)t * OC + j0;
+        if (cols == kTileCols)
+          tile_multiply_rows(rows, kc, {a, (size_t)C, 1}, panel(p), kTileCols, c, OC, op, bias + j0);
+        else
+          edge_tile(c, OC, a, C, panel(p), rows, kc, cols, op, bias + j0);
+      }
     }
+  }
+}
+
+// Chunks of (row block, group of panels): as many panels per chunk as still leaves kChunksPerThread chunks to
+// every thread. The grouping changes no sum: each output is the same micro-kernel sums over the same depth blocks.
+void linear_many_rows(float* out, const float* inp, const float* weight, const float* bias, int T, int C, int OC) {
+  const int panels = ceil_div(OC, kTileCols);
+  const int row_blocks = ceil_div(T, kRowsPerChunk);
+  const int rows_per_block = ceil_div(ceil_div(T, row_blocks), kTileRows) * kTileRows;
+  int group = kMaxPanelsPerChunk;
+  while (group > 1 && (long)ceil_div(panels, group) * row_blocks < (long)kChunksPerThread * cpu_threads()) group--;
+  const int groups = ceil_div(panels, group);
+  parallel_range((long)groups * row_blocks, 1, (long)T * C * OC, [=](long c0, long c1) {
+    for (long c = c0; c < c1; c++) {
+      const int g = (int)(c % groups), b = (int)(c / groups);
+      const int t0 = b * rows_per_block, p0 = g * group;
+      linear_panel_group(out, inp, weight, bias, C, OC, t0, std::min(T, t0 + rows_per_block), p0, std::min(panels, p0 + group));
+    }
+  });
 }
 
 }  // namespace

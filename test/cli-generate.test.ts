@@ -50,9 +50,9 @@ describe("generate: output contract", () => {
   });
 });
 
-test("exits 0 after a run whose ops used the OpenMP team, 5 times out of 5 (the CPU library is never unmapped under its threads)", async () => {
-  // a 40-token recompute runs every linear on the thread team; before -z nodelete, closing the library at the end
-  // crashed 19 runs in 20 with SIGSEGV after printing correct output
+test("exits 0 after a run whose ops used the thread pool, 5 times out of 5 (the library's threads end before it is unmapped)", async () => {
+  // a 40-token recompute runs every linear on the pool; with OpenMP's threads, closing the library at the end
+  // crashed 19 runs in 20 with SIGSEGV after printing correct output (the pool's destructor joins its workers)
   const args = [process.execPath, join(ROOT, "src/cli/generate.ts"), "--backend", "cpu", "--model", FIXTURE,
     "--prompt-ids", Array.from({ length: 40 }, (_, i) => i + 1).join(","), "--max-new-tokens", "5", "--cache", "off", "--json"];
   for (let run = 0; run < 5; run++) {

@@ -78,6 +78,14 @@ describe("profile --backend cpu on gpt2-tiny", () => {
     expect(summary.verdicts.some((v) => v.startsWith("Launch floor at context 63: 12 ops ×"))).toBe(true);
   });
 
+  test("a verdict says how far the uncached baseline is from the measured fp32 peak", () => {
+    const p = summary.points.find((q) => q.mode === "uncached" && q.context === 63)!;
+    const share = `${Math.round(100 * p.achieved.flops_share)}% of the measured fp32 peak`;
+    const verdict = summary.verdicts.find((v) => v.startsWith("The uncached baseline at context 63 achieves"));
+    expect(verdict).toContain(`${(p.achieved.flops_per_s / 1e9).toFixed(1)} GFLOP/s, ${share}`);
+    expect(verdict).toContain(`(${(summary.device.peaks.flops_per_s / 1e9).toFixed(1)} GFLOP/s)`);
+  });
+
   test("KV cache memory: measured per token equals the formula (2 × n_layer × n_embd × 4), to the byte", () => {
     // the CPU backend counts the resident pages of its own allocations (mincore), so nothing else in the
     // process (the JS heap, which its own threads grow and shrink) moves the measurement

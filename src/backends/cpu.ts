@@ -1,11 +1,11 @@
-// The CPU backend: the CPU twins (cuda/*.cpp) in libgpt2_cpu.so, multi-threaded with OpenMP.
+// The CPU backend: the CPU twins (cuda/*.cpp) in libgpt2_cpu.so, multi-threaded by its own thread pool.
 import { cpus } from "node:os";
 
 import { ensureBuilt } from "../native/build.ts";
 import { CPU_SYMBOLS } from "../native/symbols.ts";
 import type { EncodedPlan } from "../plan.ts";
 import { HOST_STUDY_DEFAULTS, type BackendDescription, type MemoryInfo, type RecordedStep } from "./backend.ts";
-import { CpuInstrument, type CpuOpRecord, type CpuTimers } from "./cpu-instrument.ts";
+import { CpuInstrument, FP32_PEAK_PASSES, type CpuOpRecord, type CpuTimers } from "./cpu-instrument.ts";
 import type { Instrument } from "./instrument.ts";
 import { NativeBackend, openLibrary } from "./native.ts";
 
@@ -17,6 +17,7 @@ interface CpuSymbols {
   cpu_set_threads(n: number): void;
   cpu_measure_read_bandwidth(bytes: number, iters: number): number;
   cpu_measure_fp32_peak(iters: number): number;
+  cpu_pool_check(jobs: number): number;
   prof_enable(on: number): void;
   prof_reset(): void;
   prof_count(): number;
@@ -110,7 +111,7 @@ export class CpuBackend extends NativeBackend implements CpuTimers {
     return this.cpu.cpu_measure_read_bandwidth(bytes, iters);
   }
 
-  measureFp32Peak(iters: number): number {
-    return this.cpu.cpu_measure_fp32_peak(iters);
+  measureFp32Peak(passes = FP32_PEAK_PASSES): number {
+    return this.cpu.cpu_measure_fp32_peak(passes);
   }
 }

@@ -1,70 +1,247 @@
-// bun run bench cpu — how close the CPU backend's cached decode step is to the memory-bandwidth floor.
-// Reads this machine's memory-read bandwidth, times GPT-2 small's cached decode step, and prints
-// step time ÷ (weight bytes read per step ÷ read bandwidth). Goal: ≤ 1.3.
+// bun run bench cpu — the CPU backend against this machine's own limits, measured in one run:
+//   decode   the cached step at contexts 8, 128, 512, 1000 ÷ its memory floor, (weight bytes + KV bytes
+//            read) ÷ the read bandwidth measured in the same run                          goal ≤ 1.3
+//   contend  the cached step while another program runs N busy threads ÷ the quiet step   goal ≤ 3 (N = 2)
+//   prefill  the many-rows linear on GPT-2 small's four shapes (and the many-query attention), GFLOP/s
+//            against the measured FMA peak and OpenBLAS's sgemm when it is installed      goal ≤ 1.3× OpenBLAS
+// --decode, --contend N and --prefill each name a section; given any, only those run (none: all three).
+import { spawn, type Subprocess } from "bun";
+import { join } from "node:path";
+import { loadavg } from "node:os";
 import yargs from "yargs";
 import { hideBin } from "yargs/helpers";
 
 import { CpuBackend } from "../backends/cpu.ts";
-import { runCli } from "../errors.ts";
-import { PRESETS, parameterCount, type GPT2Config } from "../model/config.ts";
+import { FP32_PEAK_PASSES } from "../backends/cpu-instrument.ts";
+import { runCli, UserError } from "../errors.ts";
+import { PRESETS, type GPT2Config } from "../model/config.ts";
 import { randomWeights } from "../model/weights.ts";
-import { availableModes, replayMode } from "../run/launch-modes.ts";
+import { openOpenBlas } from "../native/openblas.ts";
+import { cachedStepWork, stepWork, sumWork } from "../profile/work-model.ts";
+import { availableModes, replayMode, type LaunchMode } from "../run/launch-modes.ts";
 import { Session } from "../run/session.ts";
 import { summarize } from "../stats.ts";
 import { intFlag, parseFlags } from "./common.ts";
 import { writeStdout } from "./outputs.ts";
 
-/** Weight bytes a cached step reads: every parameter once, except the position table (one row). */
-function weightBytesPerStep(cfg: GPT2Config): number {
-  return 4 * (parameterCount(cfg) - cfg.n_positions * cfg.n_embd + cfg.n_embd);
-}
-
-const nowMs = () => Bun.nanoseconds() / 1e6;
+const DEFAULT_CONTEXTS = [8, 128, 512, 1000];
+const DEFAULT_CONTEND_THREADS = 2;
+const CONTEND_CONTEXT = 128;
+const CONTEND_ROUNDS = 4;
+const PREFILL_ROWS = [128, 1000];
+const PREFILL_REPEATS = 7;
 const BANDWIDTH_BUFFER_BYTES = 512 * 2 ** 20;
 const BANDWIDTH_PASSES = 8;
+const WARMUP_STEPS = 3;
 
-async function benchCpu(steps: number, context: number): Promise<void> {
-  const cfg = PRESETS.gpt2!;
-  const backend = CpuBackend.open();
-  // best of passes over a buffer the size of the weights, before and after the timing: the VM's bandwidth wanders
+const nowMs = () => Bun.nanoseconds() / 1e6;
+/** One line of the report on stdout (a closed pipe or a full disk is one error line: cli/outputs.ts). */
+const line = (text: string) => writeStdout(`${text}\n`);
+const gflops = (flops: number, ms: number) => flops / ms / 1e6;
+const load = () => loadavg().map((x) => x.toFixed(2)).join(" ");
+
+interface Sections {
+  decode: boolean;
+  contend: number; // competing threads; 0 = no contention section
+  prefill: boolean;
+}
+
+/** (weight bytes + KV-cache bytes the attention reads) of the cached step at a context: the bytes that must cross memory. */
+function floorBytes(cfg: GPT2Config, context: number): { weights: number; kv: number } {
+  const ops = cachedStepWork(cfg, context);
+  return { weights: sumWork(ops).weight_bytes, kv: sumWork(ops.filter((o) => o.family === "attention")).kv_bytes };
+}
+
+/** ms of each of `steps` cached steps at `context` in a launch mode, after a warm-up. */
+function timeCachedSteps(session: Session, context: number, steps: number, mode: LaunchMode): number[] {
+  const step = session.step(1);
+  const ms: number[] = [];
+  for (let i = 0; i < steps + WARMUP_STEPS; i++) {
+    session.setPosition(context);
+    const t0 = nowMs();
+    mode.run(step, 1);
+    ms.push(nowMs() - t0);
+  }
+  return ms.slice(WARMUP_STEPS);
+}
+
+function benchDecode(backend: CpuBackend, session: Session, contexts: number[], steps: number): void {
+  const cfg = session.config;
+  const modes = availableModes(backend);
+  const replay = replayMode(backend);
   const measureBandwidth = () => backend.measureReadBandwidth(BANDWIDTH_BUFFER_BYTES, BANDWIDTH_PASSES);
   const bandwidthBefore = measureBandwidth();
-  const session = new Session(backend, randomWeights(cfg, 0), Math.max(context, 1));
-  session.prefill(Array.from({ length: context }, (_, i) => (i * 7919) % cfg.vocab_size));
-  const step = session.step(1);
-  const timeSteps = (run: () => void) => {
-    const ms: number[] = [];
-    for (let i = 0; i < steps + 3; i++) {
-      session.setPosition(context);
+  // contexts and modes in rounds, so that a drift of the shared machine spreads over all of them
+  const rounds = 3;
+  const perRound = Math.max(1, Math.ceil(steps / rounds));
+  const samples = new Map(contexts.map((c) => [c, new Map<LaunchMode, number[]>(modes.map((m) => [m, []]))]));
+  for (let r = 0; r < rounds; r++) {
+    for (const c of contexts) for (const m of modes) samples.get(c)!.get(m)!.push(...timeCachedSteps(session, c, perRound, m));
+  }
+  const bandwidth = Math.max(bandwidthBefore, measureBandwidth());
+  line(`\ndecode — the cached step ÷ its memory floor (goal ≤ 1.3)`);
+  line(`read bandwidth: ${(bandwidth / 1e9).toFixed(2)} GB/s (best of 2×${BANDWIDTH_PASSES} passes over ${BANDWIDTH_BUFFER_BYTES / 2 ** 20} MiB, ${backend.threads} threads, before and after)`);
+  line(`floor = (weight bytes + KV bytes read) ÷ read bandwidth; ${rounds} rounds of ${perRound} steps per context and mode, medians (p10–p90)`);
+  line(`÷ floor: ${replay.name}'s median step ÷ floor (its p10 ÷ floor, the undisturbed steps of a shared machine)`);
+  line(`context  weights MB  KV MB  floor ms   ${modes.map((m) => `${m.name} ms`.padEnd(22)).join("")}÷ floor`);
+  for (const c of contexts) {
+    const { weights, kv } = floorBytes(cfg, c);
+    const floorMs = ((weights + kv) / bandwidth) * 1e3;
+    const cell = (ms: number[]) => { const x = summarize(ms); return `${x.median.toFixed(2).padStart(7)} (${x.p10.toFixed(1)}–${x.p90.toFixed(1)})`.padEnd(22); };
+    const replayed = summarize(samples.get(c)!.get(replay)!);
+    const ratios = `${(replayed.median / floorMs).toFixed(2)} (${(replayed.p10 / floorMs).toFixed(2)})`;
+    line(`${String(c).padStart(7)}  ${(weights / 1e6).toFixed(1).padStart(10)}  ${(kv / 1e6).toFixed(1).padStart(5)}  ${floorMs.toFixed(2).padStart(8)}   ${modes.map((m) => cell(samples.get(c)!.get(m)!)).join("")}${ratios}`);
+  }
+}
+
+/** Starts the competing program and resolves once all its threads spin. */
+async function startLoad(threads: number): Promise<Subprocess<"ignore", "pipe", "inherit">> {
+  const child = spawn([process.execPath, join(import.meta.dir, "bench-load.ts"), String(threads)], { stdin: "ignore", stdout: "pipe", stderr: "inherit" });
+  const reader = child.stdout.getReader();
+  const { value } = await reader.read();
+  reader.releaseLock();
+  if (!value || !new TextDecoder().decode(value).includes("ready")) {
+    child.kill("SIGKILL");
+    throw new UserError(`the competing load (${threads} threads) did not start`);
+  }
+  return child;
+}
+
+async function benchContention(session: Session, threads: number, steps: number): Promise<void> {
+  const replay = replayMode(session.backend);
+  const child = await startLoad(threads);
+  const quiet: number[] = [];
+  const loaded: number[] = [];
+  const perRound = Math.max(1, Math.ceil(steps / CONTEND_ROUNDS));
+  try {
+    // quiet and loaded in alternation: the load is frozen (SIGSTOP) for the quiet steps, not restarted
+    for (let r = 0; r < CONTEND_ROUNDS; r++) {
+      child.kill("SIGSTOP");
+      await Bun.sleep(50);
+      quiet.push(...timeCachedSteps(session, CONTEND_CONTEXT, perRound, replay));
+      child.kill("SIGCONT");
+      await Bun.sleep(50);
+      loaded.push(...timeCachedSteps(session, CONTEND_CONTEXT, perRound, replay));
+    }
+  } finally {
+    child.kill("SIGCONT");
+    child.kill("SIGKILL");
+    await child.exited;
+  }
+  const q = summarize(quiet), l = summarize(loaded);
+  line(`\ncontention — the cached step at context ${CONTEND_CONTEXT} while another program runs ${threads} busy thread${threads === 1 ? "" : "s"} (goal ≤ 3× with 2)`);
+  line(`${CONTEND_ROUNDS} rounds of ${perRound} quiet steps (competitor frozen) and ${perRound} loaded steps, ${replay.name}; medians (p10–p90)`);
+  line(`quiet  ${q.median.toFixed(2)} ms (${q.p10.toFixed(1)}–${q.p90.toFixed(1)})`);
+  line(`loaded ${l.median.toFixed(2)} ms (${l.p10.toFixed(1)}–${l.p90.toFixed(1)})`);
+  line(`slowdown ${(l.median / q.median).toFixed(2)}× (median), ${(l.p90 / q.median).toFixed(2)}× (p90)`);
+}
+
+/** Best-of-`PREFILL_REPEATS` ms of each of `runs`, called in turn (so a drift of the machine hits all alike), after a warm-up call each. */
+function bestMs(...runs: Array<() => void>): number[] {
+  for (const run of runs) run();
+  const best = runs.map(() => Infinity);
+  for (let i = 0; i < PREFILL_REPEATS; i++) {
+    runs.forEach((run, k) => {
       const t0 = nowMs();
       run();
-      ms.push(nowMs() - t0);
-    }
-    return summarize(ms.slice(3)); // the first steps warm caches and threads
+      best[k] = Math.min(best[k]!, nowMs() - t0);
+    });
+  }
+  return best;
+}
+
+async function benchPrefill(backend: CpuBackend, cfg: GPT2Config): Promise<void> {
+  const peak = backend.measureFp32Peak();
+  const blas = openOpenBlas(backend.threads);
+  const C = cfg.n_embd;
+  const shapes: Array<[string, number, number]> = [["c_attn", C, 3 * C], ["attn.c_proj", C, C], ["c_fc", C, 4 * C], ["mlp.c_proj", 4 * C, C]];
+  const maxT = Math.max(...PREFILL_ROWS);
+  const floats = (n: number) => {
+    const buf = backend.alloc(n * 4);
+    backend.upload(buf, Float32Array.from({ length: n }, (_, i) => Math.sin(i) * 0.5));
+    return buf;
   };
-  const timed = availableModes(backend).map((mode) => ({ mode, stats: timeSteps(() => mode.run(step, 1)) }));
-  const replay = timed.find((t) => t.mode === replayMode(backend))!.stats;
-  const bandwidth = Math.max(bandwidthBefore, measureBandwidth());
-  const bytes = weightBytesPerStep(cfg);
-  const floorMs = (bytes / bandwidth) * 1e3;
-  const line = (name: string, s: { median: number; p10: number; p90: number }) =>
-    `${name.padEnd(13)} ${s.median.toFixed(2).padStart(8)} ms  (p10 ${s.p10.toFixed(2)}, p90 ${s.p90.toFixed(2)})  ratio ${(s.median / floorMs).toFixed(2)}`;
-  writeStdout(`machine: ${backend.deviceName}; date ${new Date().toISOString()}\n`);
-  writeStdout(`read bandwidth: ${(bandwidth / 1e9).toFixed(2)} GB/s (best of 2×${BANDWIDTH_PASSES} passes over ${BANDWIDTH_BUFFER_BYTES / 2 ** 20} MiB, ${backend.threads} threads)\n`);
-  writeStdout(`GPT-2 small cached decode step at context ${context}: ${(bytes / 1e6).toFixed(1)} MB of weights read per step → floor ${floorMs.toFixed(2)} ms\n`);
-  for (const t of timed) writeStdout(`${line(t.mode.name, t.stats)}\n`);
-  writeStdout(`step time ÷ (weight bytes ÷ read bandwidth) = ${(replay.median / floorMs).toFixed(2)} (goal ≤ 1.3)\n`);
-  session.close();
+  const inp = floats(maxT * 4 * C), weight = floats(4 * C * C), bias = floats(4 * C), out = floats(maxT * 4 * C);
+  line(`\nprefill — the many-rows linear (out = inp @ W + b, fp32) on GPT-2 small's shapes (goal ≤ 1.3× OpenBLAS sgemm)`);
+  line(`FMA peak: ${(peak / 1e9).toFixed(1)} GFLOP/s (${backend.threads} threads, best of ${FP32_PEAK_PASSES} passes); times are best of ${PREFILL_REPEATS}, ours and OpenBLAS's in turn, after a warm-up`);
+  line(`OpenBLAS: ${"missing" in blas ? `absent — ${blas.missing}` : blas.config}`);
+  line(`shape                   ours GFLOP/s  % peak  OpenBLAS GFLOP/s  ours ÷ OpenBLAS time`);
+  for (const T of PREFILL_ROWS) {
+    for (const [name, IC, OC] of shapes) {
+      const flops = 2 * T * IC * OC;
+      const runOurs = () => backend.ops.op_linear(out.ptr, 0, inp.ptr, weight.ptr, bias.ptr, T, IC, OC); // no partials on the CPU
+      const [ours, theirs] = "missing" in blas ? bestMs(runOurs) : bestMs(runOurs, () => blas.sgemm(out.ptr, inp.ptr, weight.ptr, T, OC, IC));
+      const blasCells = theirs === undefined ? `${"—".padStart(16)}  —` : `${gflops(flops, theirs).toFixed(1).padStart(16)}  ${(ours! / theirs).toFixed(2)}`;
+      const label = `${T}×${IC}→${OC} (${name})`.padEnd(24);
+      line(`${label}${gflops(flops, ours!).toFixed(1).padStart(12)}  ${((100 * gflops(flops, ours!) * 1e9) / peak).toFixed(0).padStart(5)}%  ${blasCells}`);
+    }
+  }
+  if (!("missing" in blas)) blas.close();
+  for (const buf of [inp, weight, bias, out]) backend.free(buf);
+  benchManyQueryAttention(backend, cfg, peak);
+}
+
+/** The uncached step's attention (T queries from position 0, causal), GFLOP/s by the work model's count. */
+function benchManyQueryAttention(backend: CpuBackend, cfg: GPT2Config, peak: number): void {
+  const { n_embd: C, n_head: H, n_positions: maxCtx } = cfg;
+  line(`many-query attention (the uncached step's, one layer, FLOPs as the work model counts them):`);
+  for (const T of PREFILL_ROWS) {
+    const flops = stepWork(cfg, T, 0).find((o) => o.family === "attention")!.flops;
+    const qkv = backend.alloc(T * 3 * C * 4), kCache = backend.alloc(maxCtx * C * 4), vCache = backend.alloc(maxCtx * C * 4), att = backend.alloc(T * C * 4);
+    const state = backend.alloc(16);
+    backend.upload(qkv, Float32Array.from({ length: T * 3 * C }, (_, i) => Math.sin(i)));
+    backend.upload(state, new Int32Array(4));
+    backend.ops.op_kv_append(kCache.ptr, vCache.ptr, qkv.ptr, state.ptr, T, C, maxCtx);
+    const [ms] = bestMs(() => backend.ops.op_attention(att.ptr, 0, qkv.ptr, kCache.ptr, vCache.ptr, state.ptr, T, C, H, maxCtx));
+    line(`  T = ${String(T).padEnd(5)} ${gflops(flops, ms!).toFixed(1).padStart(8)} GFLOP/s  ${((100 * gflops(flops, ms!) * 1e9) / peak).toFixed(0).padStart(3)}% of peak`);
+    for (const buf of [qkv, kCache, vCache, att, state]) backend.free(buf);
+  }
+}
+
+async function benchCpu(sections: Sections, steps: number, contexts: number[]): Promise<void> {
+  const cfg = PRESETS.gpt2!;
+  const backend = CpuBackend.open();
+  line(`machine: ${backend.deviceName}; date ${new Date().toISOString()}; load average ${load()} (1, 5, 15 min) at the start`);
+  if (sections.decode || sections.contend) {
+    const longest = Math.max(...(sections.decode ? contexts : []), sections.contend ? CONTEND_CONTEXT : 0);
+    line(`model: GPT-2 small shapes, seeded random weights; prefilling ${longest} tokens…`);
+    const session = new Session(backend, randomWeights(cfg, 0), cfg.n_positions);
+    session.prefill(Array.from({ length: longest }, (_, i) => (i * 7919) % cfg.vocab_size));
+    if (sections.decode) benchDecode(backend, session, contexts, steps);
+    if (sections.contend) await benchContention(session, sections.contend, steps);
+    session.close();
+  }
+  if (sections.prefill) await benchPrefill(backend, cfg);
+  line(`\nload average ${load()} at the end`);
   backend.close();
 }
 
+function parseContexts(text: string, max: number): number[] {
+  const contexts = text.split(",").map((s) => Number(s.trim()));
+  const bad = contexts.find((c) => !Number.isInteger(c) || c < 1 || c > max);
+  if (bad !== undefined || contexts.length === 0) throw new UserError(`--contexts must be integers in 1..${max}, comma-separated (got ${text})`);
+  return contexts;
+}
+
 await runCli(async () => {
+  const maxContext = PRESETS.gpt2!.n_positions - 1;
   await parseFlags(
     yargs(hideBin(process.argv))
       .scriptName("bun run bench")
-      .command("cpu", "CPU decode step vs the memory-bandwidth floor", (y) =>
-        y.option("steps", { type: "number", default: 30 }).option("context", { type: "number", default: 64 }),
-        (a) => benchCpu(intFlag("steps", a.steps, 1), intFlag("context", a.context, 1, 1023)))
+      .command("cpu", "the CPU backend against this machine's memory floor, under contention, and against OpenBLAS", (y) =>
+        y
+          .option("steps", { type: "number", default: 30, describe: "timed steps per context (decode) and per side (contend)" })
+          .option("contexts", { type: "string", default: DEFAULT_CONTEXTS.join(","), describe: `decode contexts, comma-separated (1..${maxContext})` })
+          .option("decode", { type: "boolean", describe: "run the decode section" })
+          .option("contend", { type: "number", describe: `run the contention section with N competing threads (all sections: ${DEFAULT_CONTEND_THREADS})` })
+          .option("prefill", { type: "boolean", describe: "run the prefill section" }),
+        async (a) => {
+          const named = a.decode !== undefined || a.contend !== undefined || a.prefill !== undefined;
+          const sections: Sections = named
+            ? { decode: a.decode === true, contend: a.contend === undefined ? 0 : intFlag("contend", a.contend, 1, 64), prefill: a.prefill === true }
+            : { decode: true, contend: DEFAULT_CONTEND_THREADS, prefill: true };
+          await benchCpu(sections, intFlag("steps", a.steps, 1), parseContexts(a.contexts, maxContext));
+        })
       .demandCommand(1, "name a benchmark: cpu"),
   );
 });

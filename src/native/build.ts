@@ -1,5 +1,5 @@
 // Builds the native libraries when missing or stale (a stamp holds a hash of sources, flags and compiler).
-//   cpu  — the CPU backend: the CPU twins cuda/*.cpp + the shared op table, g++ with OpenMP
+//   cpu  — the CPU backend: the CPU twins cuda/*.cpp + the shared op table, g++ (its own thread pool; OpenMP only for simd)
 //   cuda — the CUDA backend: cuda/*.cu kernels + runtime, nvcc for sm_90 plus PTX (other GPUs JIT)
 //   emu  — the same .cu sources compiled by g++ against cuda/emu/cuda_emu.h: the kernels' code on the CPU
 //   cupti — the CUPTI tracer, its own library so the CUDA one loads without CUPTI
@@ -57,13 +57,10 @@ function recipe(target: Target): Recipe {
   switch (target) {
     case "cpu": {
       const sources = [...cpuTwins(), plan, join(CUDA_DIR, "cpu_runtime.cpp")];
-      const flags = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c++17", "-Wall", "-Wextra", "-Werror", `-I${GENERATED_INCLUDE}`];
-      // -z nodelete: dlclose() (bun:ffi's close, a backend's close) must never unmap this library. libgomp's
-      // worker threads outlive every parallel region, parked in code that belongs to it (the outlined
-      // regions, and libgomp itself, which this library keeps loaded); unmapping it under them crashed the
-      // process at exit (SIGSEGV after correct output, 19 runs in 20). OpenMP threads cannot be joined from
-      // outside, so the library stays mapped until the process ends, whoever closes it.
-      return { sources, command: (out) => ["g++", ...flags, ...sources, "-o", out, "-Wl,-z,nodelete"] };
+      // No -z nodelete: dlclose() runs the library's destructors, which join its thread pool's workers first
+      // (libgomp's threads could not be joined, and unmapping the library under them crashed at exit).
+      const flags = ["-O3", "-march=native", "-fopenmp-simd", "-fPIC", "-shared", "-std=c++17", "-Wall", "-Wextra", "-Werror", `-I${GENERATED_INCLUDE}`];
+      return { sources, command: (out) => ["g++", ...flags, ...sources, "-o", out] };
     }
     case "emu": {
       const emuDir = join(CUDA_DIR, "emu");

@@ -50,6 +50,7 @@ export const CPU_SYMBOLS = {
   cpu_set_threads: { args: [i32], returns: v },
   cpu_measure_read_bandwidth: { args: [u64, i32], returns: f64 },
   cpu_measure_fp32_peak: { args: [i32], returns: f64 },
+  cpu_pool_check: { args: [i32], returns: i32 },
   prof_enable: { args: [i32], returns: v },
   prof_reset: { args: [], returns: v },
   prof_count: { args: [], returns: i32 },

@@ -13,7 +13,7 @@ import { buildBreakdown, familyMsPerStep, medianSplit, stepsOf } from "./aggrega
 import { buildPeersSection } from "./peers-summary.ts";
 import type { Measured, StudyOptions, StudyResult } from "./study.ts";
 import { SCHEMA_VERSION, type KernelRegime, type PeersSection, type ProfileSummary, type SeedRow, type StepTrace, type StudyMode, type StudyPoint } from "./types.ts";
-import { launchVerdict, modeSplitOf, splitVerdicts, studyVerdicts } from "./verdicts.ts";
+import { launchVerdict, modeSplitOf, splitVerdicts, studyVerdicts, uncachedBaselineVerdict } from "./verdicts.ts";
 import { cachedStepWork, classifyRegime, flopReduction, sumWork, uncachedStepWork } from "./work-model.ts";
 
 export const TOOL = { name: "decode-floor", version: "0.1.0" };
@@ -156,7 +156,7 @@ export function buildSummary(args: {
       dropped_records: result.dropped,
       note: `${args.instrument.tracingNote}${result.mismatched ? `; ${result.mismatched} traced steps did not line up one-to-one with the plan` : ""}`,
     },
-    verdicts: [...studyVerdicts(points, result.traces, seed), ...launchVerdict(points, launch, opsOf)],
+    verdicts: [...studyVerdicts(points, result.traces, seed), ...uncachedBaselineVerdict(points, peaks), ...launchVerdict(points, launch, opsOf)],
     ...(result.peers ? { peers: peersOf(cfg, opts, points, peaks, result) } : {}),
   };
 }

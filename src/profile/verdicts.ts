@@ -1,6 +1,6 @@
 // Verdicts computed from the study's numbers: one sentence per mode on where its step's time goes, the answer
 // to "is the per-token floor launch overhead?", the seed's question per context, and the launch floor.
-import type { LaunchFloor } from "../backends/instrument.ts";
+import type { LaunchFloor, Peaks } from "../backends/instrument.ts";
 import { launchMode, type LaunchModeName } from "../run/launch-modes.ts";
 import { stepsOf, type SplitNumbers } from "./aggregate.ts";
 import type { SeedRow, StepTrace, StudyMode, StudyPoint } from "./types.ts";
@@ -143,6 +143,23 @@ export function launchVerdict(points: StudyPoint[], launch: LaunchFloor, opsOf: 
   return [
     `Launch floor at context ${context}: ${ops} ops × ${launch.host_us.toFixed(2)} us per empty launch = ${hostMs.toFixed(3)} ms of host time per step${graph}, ` +
       `against a fastest cached step of ${step.toFixed(3)} ms (${((100 * hostMs) / step).toFixed(0)}%).`,
+  ];
+}
+
+/**
+ * How far the uncached baseline is from the compute peak, at the largest context it was measured: the cache's
+ * speed-up is only as meaningful as the baseline it is set against.
+ */
+export function uncachedBaselineVerdict(points: StudyPoint[], peaks: Peaks): string[] {
+  const uncached = points.filter((p) => p.mode === "uncached");
+  if (!uncached.length) return [];
+  const p = uncached.reduce((a, b) => (b.context > a.context ? b : a));
+  const cached = points.filter((q) => q.mode !== "uncached" && q.context === p.context).map((q) => q.device_ms.median);
+  const atPeakMs = (p.work.flops / peaks.flops_per_s) * 1e3;
+  const bound = cached.length ? `; at that peak it would take ${ms(atPeakMs)}, ${(atPeakMs / Math.min(...cached)).toFixed(1)}× the fastest cached step` : "";
+  return [
+    `The uncached baseline at context ${p.context} achieves ${(p.achieved.flops_per_s / 1e9).toFixed(1)} GFLOP/s, ` +
+      `${pct(p.achieved.flops_share)} of the measured fp32 peak (${(peaks.flops_per_s / 1e9).toFixed(1)} GFLOP/s)${bound}.`,
   ];
 }
 

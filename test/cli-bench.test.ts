@@ -1,0 +1,116 @@
+// `bun run bench cpu` as a user runs it: each section's output on GPT-2 small's shapes (structure and
+// numbers, never timing bounds), the competing load gone afterwards, and one clear line for bad flags.
+import { describe, expect, test } from "bun:test";
+import { join } from "node:path";
+
+import { CpuBackend } from "../src/backends/cpu.ts";
+import { openOpenBlas } from "../src/native/openblas.ts";
+import { DeviceArena } from "./helpers/device.ts";
+import { maxRelativeError, randomFloats } from "./helpers/reference.ts";
+
+const ROOT = join(import.meta.dir, "..");
+const LOAD_SCRIPT = join(ROOT, "src/cli/bench-load.ts");
+
+function bench(...args: string[]) {
+  const p = Bun.spawnSync([process.execPath, join(ROOT, "src/cli/bench.ts"), ...args], { cwd: ROOT, env: { ...process.env, NO_COLOR: "1" } });
+  return { code: p.exitCode, stdout: p.stdout.toString(), stderr: p.stderr.toString() };
+}
+
+/** Processes running this checkout's competing-load program. */
+function loadProcesses(): string[] {
+  const ps = Bun.spawnSync(["ps", "-eo", "pid=,args="]).stdout.toString();
+  return ps.split("\n").filter((line) => line.includes(LOAD_SCRIPT));
+}
+
+const number = String.raw`(\d+\.\d+)`;
+
+describe("bench cpu sections", () => {
+  test("--decode: a row per context with the floor's bytes and step ÷ floor", () => {
+    const r = bench("cpu", "--decode", "--contexts", "8,40", "--steps", "2");
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(new RegExp(`read bandwidth: ${number} GB/s`));
+    for (const context of [8, 40]) {
+      const row = r.stdout.split("\n").find((line) => line.trimStart().startsWith(`${context} `));
+      expect(row).toBeDefined();
+      // weights MB, KV MB, floor ms, eager ms (p10–p90), eager-native ms (p10–p90), median ratio (p10 ratio)
+      const cells = row!.trim().split(/\s+/);
+      expect(Number(cells[1])).toBeCloseTo(494.6, 0); // GPT-2 small's weights read per step
+      expect(Number(cells[2])).toBeCloseTo((2 * 12 * (context + 1) * 768 * 4) / 1e6, 1); // K and V rows read
+      const [median, p10] = [Number(cells.at(-2)), Number(cells.at(-1)!.replace(/[()]/g, ""))];
+      expect(median).toBeGreaterThan(0);
+      expect(p10).toBeGreaterThan(0);
+      expect(p10).toBeLessThanOrEqual(median);
+    }
+  });
+
+  test("--contend 1: quiet and loaded steps, a slowdown, and the competing program gone afterwards", () => {
+    const r = bench("cpu", "--contend", "1", "--steps", "4");
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain("while another program runs 1 busy thread (goal");
+    expect(r.stdout).toMatch(new RegExp(`quiet +${number} ms`));
+    expect(r.stdout).toMatch(new RegExp(`loaded ${number} ms`));
+    expect(r.stdout).toMatch(new RegExp(`slowdown ${number}× \\(median\\)`));
+    expect(r.stdout).not.toContain("decode —");
+    expect(loadProcesses()).toEqual([]);
+  });
+
+  test("--prefill: GFLOP/s for the four linear shapes at T = 128 and 1000, OpenBLAS compared or said to be absent", () => {
+    const r = bench("cpu", "--prefill");
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(new RegExp(`FMA peak: ${number} GFLOP/s`));
+    expect(r.stdout).toMatch(/OpenBLAS: (OpenBLAS \d|absent — OpenBLAS not found)/);
+    const blas = !r.stdout.includes("OpenBLAS: absent");
+    for (const T of [128, 1000]) {
+      for (const shape of ["768→2304", "768→768", "768→3072", "3072→768"]) {
+        const row = r.stdout.split("\n").find((line) => line.startsWith(`${T}×${shape} `));
+        expect(row).toBeDefined();
+        const rest = row!.slice(row!.indexOf(")") + 1).trim().split(/\s+/);
+        expect(Number(rest[0])).toBeGreaterThan(0); // ours, GFLOP/s
+        if (blas) expect(Number(rest[3])).toBeGreaterThan(0); // ours ÷ OpenBLAS time
+        else expect(rest.slice(2)).toEqual(["—", "—"]);
+      }
+      expect(r.stdout).toMatch(new RegExp(`T = ${T} +${number} GFLOP/s`));
+    }
+  });
+});
+
+describe("bench: bad flags, one line, exit ≠ 0", () => {
+  test.each([
+    [["cpu", "--contend", "0"], "--contend must be an integer in 1..64 (got 0)"],
+    [["cpu", "--contexts", "8,1024"], "--contexts must be integers in 1..1023, comma-separated (got 8,1024)"],
+    [["cpu", "--contexts", "eight"], "--contexts must be integers in 1..1023, comma-separated (got eight)"],
+    [["cpu", "--steps", "0"], "--steps must be an integer in 1..∞ (got 0)"],
+    [["cpu", "--fast"], "Unknown argument: fast"],
+    [["cpu", "--contend", "1", "--contend", "2"], "--contend is given 2 times; give it once"],
+    [[], "name a benchmark: cpu"],
+  ])("bench %p", (args, message) => {
+    const r = bench(...args);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toBe(`error: ${message}\n`);
+    expect(r.stdout).toBe("");
+  });
+});
+
+describe("OpenBLAS through bun:ffi (the prefill yardstick)", () => {
+  const blas = openOpenBlas(1);
+  test("a library that cannot be loaded is reported, not thrown", () => {
+    const missing = openOpenBlas(1, ["/nonexistent/libopenblas.so.0"]);
+    expect("missing" in missing && missing.missing).toMatch(/^OpenBLAS not found \(\/nonexistent\/libopenblas\.so\.0: .+\); apt-get install libopenblas0/);
+  });
+
+  test.skipIf("missing" in blas)("its sgemm computes the product op_linear computes (bias 0), so the two are timed on the same work (skipped where OpenBLAS is not installed)", () => {
+    if ("missing" in blas) return; // skipped above: OpenBLAS is not installed here
+    const backend = CpuBackend.open();
+    const arena = new DeviceArena(backend);
+    const [T, C, OC] = [37, 100, 70];
+    const inp = randomFloats(T * C, 1), w = randomFloats(C * OC, 2), zero = new Float32Array(OC);
+    const ours = arena.poisoned(T * OC), theirs = arena.poisoned(T * OC);
+    const a = arena.put(inp), b = arena.put(w);
+    backend.ops.op_linear(ours.ptr, 0, a.ptr, b.ptr, arena.put(zero).ptr, T, C, OC);
+    blas.sgemm(theirs.ptr, a.ptr, b.ptr, T, OC, C);
+    expect(maxRelativeError(arena.floats(theirs), arena.floats(ours))).toBeLessThan(1e-5);
+    arena.release();
+    backend.close();
+    blas.close();
+  });
+});
