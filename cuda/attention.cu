@@ -5,18 +5,27 @@
 // (positions are read from device memory), so one captured graph serves every context length.
 #include <math.h>
 
+#include "cols.h"
+#include "last_block.h"
 #include "launch.h"
 #include "ops.h"
 #include "warp.h"
 
 constexpr int kKvAppendThreads = 256;
 constexpr int kAttnKeysPerChunk = 64;
-constexpr int kAttnThreads = 128;
-constexpr int kAttnMaxHeadSize = kAttnThreads;  // the value pass and the merge give each head dimension a thread
-constexpr int kAttnLanesPerKey = kAttnThreads / kAttnKeysPerChunk;  // threads sharing one key's score
+constexpr int kAttnThreads = 256;
+constexpr int kAttnMaxHeadSize = 128;
+constexpr int kAttnLanesPerKey = kAttnThreads / kAttnKeysPerChunk;  // threads sharing one key's score: 4
+constexpr int kAttnMergeBatch = 8;                                  // chunks whose partials a merging thread loads at once
 static_assert(kAttnLanesPerKey >= 1 && kWarpSize % kAttnLanesPerKey == 0, "a key's threads sit in one warp");
-static_assert(kAttnMaxHeadSize % kVecWidth == 0, "q is staged as float4");
+static_assert(kAttnMaxHeadSize <= kAttnThreads, "the merge gives each head dimension a thread");
 constexpr size_t kScratchAlignment = 16;
+
+// Loads per thread, one per unit of kWidth floats: a key lane's share of a key row (hs / kWidth / 4 units), and
+// a value thread's keys (64 / (256 / (hs / kWidth)) of them); both at most 128 / 4 / kWidth for hs <= 128.
+template <int kWidth> struct AttnUnits {
+  static constexpr int value = kAttnMaxHeadSize / kAttnLanesPerKey / kWidth;
+};
 
 // ---- op_kv_append -------------------------------------------------------------------------------------------
 // k_cache, v_cache: (max_ctx, C)  qkv: (T, 3C) as [q | k | v]
@@ -24,19 +33,21 @@ constexpr size_t kScratchAlignment = 16;
 __global__ void __launch_bounds__(kKvAppendThreads)
     kv_append_kernel(float* __restrict__ k_cache, float* __restrict__ v_cache, const float* __restrict__ qkv,
                      const int* __restrict__ state, int C, int max_ctx, int n_vec4) {
-  const int row = state[STATE_POS] + blockIdx.x;
+  let_successor_start();
+  wait_for_predecessor();
+  const int row = __ldcg(state + STATE_POS) + blockIdx.x;
   if (row >= max_ctx) return;
   const float* k = qkv + (size_t)blockIdx.x * 3 * C + C;
   const float* v = k + C;
   float* k_dst = k_cache + (size_t)row * C;
   float* v_dst = v_cache + (size_t)row * C;
   for (int i = threadIdx.x; i < n_vec4; i += blockDim.x) {
-    reinterpret_cast<float4*>(k_dst)[i] = __ldg(reinterpret_cast<const float4*>(k) + i);
-    reinterpret_cast<float4*>(v_dst)[i] = __ldg(reinterpret_cast<const float4*>(v) + i);
+    reinterpret_cast<float4*>(k_dst)[i] = __ldcg(reinterpret_cast<const float4*>(k) + i);
+    reinterpret_cast<float4*>(v_dst)[i] = __ldcg(reinterpret_cast<const float4*>(v) + i);
   }
   for (int i = n_vec4 * kVecWidth + threadIdx.x; i < C; i += blockDim.x) {
-    k_dst[i] = __ldg(k + i);
-    v_dst[i] = __ldg(v + i);
+    k_dst[i] = __ldcg(k + i);
+    v_dst[i] = __ldcg(v + i);
   }
 }
 
@@ -89,30 +100,44 @@ __device__ __forceinline__ int visible_keys(int pos, int t, int max_ctx) {
 #endif
 }
 
+// The chunk's key and value rows this thread reads, one unit (kWidth floats) per load; rows outside [lo, hi)
+// keep their values. Key lane `sub` of key j takes units sub, sub + 4, ... of the row; value thread (part, g)
+// takes unit g of keys part, part + parts, ...
+template <int kWidth> struct ChunkRows {
+  Cols<kWidth> k[AttnUnits<kWidth>::value];
+  Cols<kWidth> v[AttnUnits<kWidth>::value];
+};
+
+template <int kWidth>
+__device__ __forceinline__ void load_chunk_rows(ChunkRows<kWidth>& r, const float* k, const float* v, int key0, int lo, int hi,
+                                                int C, int hs) {
+  const int units = hs / kWidth;
+  const int key = key0 + (int)threadIdx.x / kAttnLanesPerKey, sub = threadIdx.x % kAttnLanesPerKey;
+  const int parts = kAttnThreads / units, part = threadIdx.x / units, g = threadIdx.x % units;
+#pragma unroll
+  for (int u = 0; u < AttnUnits<kWidth>::value; u++) {
+    const int unit = sub + u * kAttnLanesPerKey;
+    if (key >= lo && key < hi && unit < units) r.k[u] = load_cols<kWidth>(k + (size_t)key * C + unit * kWidth);
+    const int vkey = key0 + part + u * parts;
+    if (part < parts && vkey >= lo && vkey < hi && vkey < key0 + kAttnKeysPerChunk)
+      r.v[u] = load_cols<kWidth>(v + (size_t)vkey * C + g * kWidth);
+  }
+}
+
 // One chunk of n_keys keys (>= 1) from key0 for one (query, head): scores into p, then the partial
-// (max, sum, acc) into stats/acc. q4: the head's query (hs floats) pre-scaled in shared memory; k, v: cache
-// columns of this head; vec: hs % 4 == 0 and the caches 16-byte aligned, so key rows go as float4.
-__device__ void attend_chunk(float* stats, float* acc, const float4* q4, float* p, float* value_partial,
-                             const float* __restrict__ k, const float* __restrict__ v, int key0, int n_keys, int C,
-                             int hs, bool vec) {
-  // scores: kAttnLanesPerKey adjacent threads per key, each taking every kAttnLanesPerKey-th element (float4)
-  // of the row, so all of a thread's loads are independent and in flight together
-  const int j = threadIdx.x / kAttnLanesPerKey;
-  const int sub = threadIdx.x % kAttnLanesPerKey;
+// (max, sum, acc) into stats/acc. q: the head's query (hs floats) pre-scaled in shared memory.
+template <int kWidth>
+__device__ __forceinline__ void attend_chunk(float* stats, float* acc, const ChunkRows<kWidth>& r, const float* q, float* p,
+                                             Cols<kWidth>* value_partial, int n_keys, int hs) {
+  const int units = hs / kWidth;
+  const int j = threadIdx.x / kAttnLanesPerKey, sub = threadIdx.x % kAttnLanesPerKey;
   float s = 0.0f;
-  if (j < n_keys) {
-    const float* key = k + (size_t)(key0 + j) * C;
-    if (vec) {
-#pragma unroll 4
-      for (int i = sub; i < hs / kVecWidth; i += kAttnLanesPerKey) {
-        const float4 a = q4[i], b = __ldg(reinterpret_cast<const float4*>(key) + i);
-        s += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
-      }
-    } else {
-      const float* q = reinterpret_cast<const float*>(q4);
-#pragma unroll 4
-      for (int d = sub; d < hs; d += kAttnLanesPerKey) s += q[d] * __ldg(key + d);
-    }
+#pragma unroll
+  for (int u = 0; u < AttnUnits<kWidth>::value; u++) {
+    const int unit = sub + u * kAttnLanesPerKey;
+    if (unit < units)
+#pragma unroll
+      for (int e = 0; e < kWidth; e++) s += q[unit * kWidth + e] * r.k[u].v[e];
   }
 #pragma unroll
   for (int offset = kAttnLanesPerKey / 2; offset > 0; offset /= 2) s += __shfl_xor_sync(kFullWarpMask, s, offset);
@@ -133,49 +158,56 @@ __device__ void attend_chunk(float* stats, float* acc, const float4* q4, float* 
     if (lane == 0) stats[kStatMax] = m, stats[kStatSum] = sum;
   }
   __syncthreads();
-  // values: thread (part, d) sums keys part, part + parts, ... of dimension d (coalesced over d)
-  const int parts = kAttnThreads / hs;
-  const int d = threadIdx.x % hs;
-  const int part = threadIdx.x / hs;
+  // values: thread (part, g) sums its keys' unit g, weighted; the parts meet in shared memory in order
+  const int parts = kAttnThreads / units, part = threadIdx.x / units, g = threadIdx.x % units;
   if (part < parts) {
-    float a = 0.0f;
-#pragma unroll 8
-    for (int i = part; i < n_keys; i += parts) a += p[i] * __ldg(v + (size_t)(key0 + i) * C + d);
+    Cols<kWidth> a = {};
+#pragma unroll
+    for (int u = 0; u < AttnUnits<kWidth>::value; u++) {
+      const int i = part + u * parts;
+      if (i < n_keys)
+#pragma unroll
+        for (int e = 0; e < kWidth; e++) a.v[e] += p[i] * r.v[u].v[e];
+    }
     value_partial[threadIdx.x] = a;
   }
   __syncthreads();
-  if (d == (int)threadIdx.x) {  // part 0
-    float a = 0.0f;
-    for (int i = 0; i < parts; i++) a += value_partial[i * hs + d];
-    acc[d] = a;
+  if (part == 0) {
+    Cols<kWidth> a = value_partial[g];
+    for (int i = 1; i < parts; i++) add_cols(a, value_partial[i * units + g]);
+    store_cols<kWidth>(acc + g * kWidth, a);
   }
 }
 
-// Counts this block in; true in the last block of its (t, head) to arrive, which then resets the counter.
-__device__ bool arrive_last(unsigned* counter, int n_chunks, bool* is_last) {
-  __threadfence();  // this thread's partials are visible device-wide before the block is counted
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    *is_last = atomicAdd(counter, 1u) + 1 == (unsigned)n_chunks;
-    if (*is_last) *counter = 0;  // every block of this launch has counted; the next launch starts from zero
-  }
-  __syncthreads();
-  if (*is_last) __threadfence();  // order the merge's reads after the other blocks' partials
-  return *is_last;
-}
-
-// out: (hs) = sum_c exp(m_c - M) acc_c / sum_c exp(m_c - M) sum_c over the n_used chunks with keys.
-// Partials are read with __ldcg (L2) since other blocks wrote them during this launch.
-__device__ void merge_chunks(float* out, const float* stats, const float* acc, int n_used, int hs) {
+// out: (hs) = sum_c exp(m_c - M) acc_c / sum_c exp(m_c - M) sum_c over the n_used chunks with keys, merged
+// kAttnMergeBatch chunks at a time (their loads in flight together) with a running max M.
+__device__ __forceinline__ void merge_chunks(float* out, const float* stats, const float* acc, int n_used, int hs) {
   const int d = threadIdx.x;
   if (d >= hs) return;
-  float m = -INFINITY;
-  for (int c = 0; c < n_used; c++) m = fmaxf(m, __ldcg(stats + c * kStatsPerChunk + kStatMax));
-  float sum = 0.0f, a = 0.0f;
-  for (int c = 0; c < n_used; c++) {
-    const float w = expf(__ldcg(stats + c * kStatsPerChunk + kStatMax) - m);
-    sum += w * __ldcg(stats + c * kStatsPerChunk + kStatSum);
-    a += w * __ldcg(acc + (size_t)c * hs + d);
+  float M = -INFINITY, sum = 0.0f, a = 0.0f;
+  for (int c0 = 0; c0 < n_used; c0 += kAttnMergeBatch) {
+    float m[kAttnMergeBatch], s[kAttnMergeBatch], x[kAttnMergeBatch];
+#pragma unroll
+    for (int i = 0; i < kAttnMergeBatch; i++) {
+      const int c = c0 + i;
+      const bool used = c < n_used;
+      m[i] = used ? __ldcg(stats + c * kStatsPerChunk + kStatMax) : -INFINITY;
+      s[i] = used ? __ldcg(stats + c * kStatsPerChunk + kStatSum) : 0.0f;
+      x[i] = used ? __ldcg(acc + (size_t)c * hs + d) : 0.0f;
+    }
+    float batch_max = M;
+#pragma unroll
+    for (int i = 0; i < kAttnMergeBatch; i++) batch_max = fmaxf(batch_max, m[i]);
+    const float rescale = expf(M - batch_max);  // 0 on the first batch (M = -inf)
+    sum *= rescale;
+    a *= rescale;
+#pragma unroll
+    for (int i = 0; i < kAttnMergeBatch; i++) {
+      const float w = expf(m[i] - batch_max);
+      sum += w * s[i];
+      a += w * x[i];
+    }
+    M = batch_max;
   }
   out[d] = a / sum;
 }
@@ -184,30 +216,39 @@ __device__ void merge_chunks(float* out, const float* stats, const float* acc, i
 // grid: (n_chunks, n_head, T)  block: (kAttnThreads); block (c, h, t) takes keys [c * 64, (c + 1) * 64) of
 // query t's visible keys, and does nothing but arrive when the chunk is past them (the merge reads only
 // the chunks that hold keys, so such a block writes no partial).
+// Every thread's key and value loads are issued before the first is used. Rows below pos were written by
+// earlier steps (no kernel of this step writes them, nor state), so they are loaded before the wait for the
+// predecessor; rows from pos on (this step's kv_append) and q after it.
+template <int kWidth>
 __global__ void __launch_bounds__(kAttnThreads)
     attention_kernel(float* __restrict__ out, AttnScratch scratch, const float* __restrict__ qkv,
                      const float* __restrict__ k_cache, const float* __restrict__ v_cache, const int* __restrict__ state,
-                     int C, int n_head, int max_ctx, bool vec) {
-  __shared__ float4 q4[kAttnMaxHeadSize / kVecWidth];
+                     int C, int n_head, int max_ctx, bool overlapped) {
+  __shared__ float q[kAttnMaxHeadSize];
   __shared__ float p[kAttnKeysPerChunk];
-  __shared__ float value_partial[kAttnThreads];
+  __shared__ Cols<kWidth> value_partial[kAttnThreads];
   __shared__ bool is_last;
+  let_successor_start();
   const int chunk = blockIdx.x, h = blockIdx.y, t = blockIdx.z;
   const int n_chunks = gridDim.x;
   const int hs = C / n_head;
   const int th = t * n_head + h;
-  const int n_keys = visible_keys(state[STATE_POS], t, max_ctx);
+  const int pos = __ldcg(state + STATE_POS);
+  const int n_keys = visible_keys(pos, t, max_ctx);
   const int key0 = chunk * kAttnKeysPerChunk;
-  float* stats = scratch.stats + ((size_t)th * n_chunks + chunk) * kStatsPerChunk;
-  float* acc = scratch.acc + ((size_t)th * n_chunks + chunk) * hs;
-
+  const float* k = k_cache + h * hs;
+  const float* v = v_cache + h * hs;
+  ChunkRows<kWidth> rows = {};
+  if (key0 < n_keys) load_chunk_rows<kWidth>(rows, k, v, key0, 0, min(pos, n_keys), C, hs);
+  wait_for_predecessor(overlapped);
   if (key0 < n_keys) {
+    load_chunk_rows<kWidth>(rows, k, v, key0, pos, n_keys, C, hs);
     const float scale = 1.0f / sqrtf((float)hs);
-    float* q = reinterpret_cast<float*>(q4);
-    for (int d = threadIdx.x; d < hs; d += blockDim.x) q[d] = qkv[(size_t)t * 3 * C + h * hs + d] * scale;
+    for (int d = threadIdx.x; d < hs; d += blockDim.x) q[d] = __ldcg(qkv + (size_t)t * 3 * C + h * hs + d) * scale;
     __syncthreads();
-    attend_chunk(stats, acc, q4, p, value_partial, k_cache + h * hs, v_cache + h * hs, key0,
-                 min(kAttnKeysPerChunk, n_keys - key0), C, hs, vec);
+    float* stats = scratch.stats + ((size_t)th * n_chunks + chunk) * kStatsPerChunk;
+    float* acc = scratch.acc + ((size_t)th * n_chunks + chunk) * hs;
+    attend_chunk<kWidth>(stats, acc, rows, q, p, value_partial, min(kAttnKeysPerChunk, n_keys - key0), hs);
   }
   if (!arrive_last(scratch.counters + th, n_chunks, &is_last)) return;
   merge_chunks(out + (size_t)t * C + h * hs, scratch.stats + (size_t)th * n_chunks * kStatsPerChunk,
@@ -227,7 +268,12 @@ extern "C" void op_attention(float* out, float* scratch, const float* qkv, const
     return;
   }
   const int hs = C / n_head;
-  const bool vec = hs % kVecWidth == 0 && aligned16(k_cache);
-  LAUNCH(attention_kernel, dim3(attention_chunks(max_ctx), n_head, T), kAttnThreads, out,
-         scratch_layout(scratch, T, C, n_head, max_ctx), qkv, k_cache, v_cache, state, C, n_head, max_ctx, vec);
+  const dim3 grid(attention_chunks(max_ctx), n_head, T);
+  const AttnScratch layout = scratch_layout(scratch, T, C, n_head, max_ctx);
+  if (hs % kVecWidth == 0 && aligned16(k_cache) && aligned16(v_cache))
+    LAUNCH(attention_kernel<kVecWidth>, grid, kAttnThreads, out, layout, qkv, k_cache, v_cache, state, C, n_head, max_ctx,
+           rt_overlapped());
+  else
+    LAUNCH(attention_kernel<1>, grid, kAttnThreads, out, layout, qkv, k_cache, v_cache, state, C, n_head, max_ctx,
+           rt_overlapped());
 }

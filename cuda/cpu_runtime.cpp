@@ -258,10 +258,13 @@ extern "C" int cpu_pool_check(int jobs) {
   return failures;
 }
 
-OpTimer::OpTimer(OpCode op) : op_(op), start_ns_(g_prof_on ? now_ns() : 0) {}
+// A fused op's twin runs the unfused twins: only the outermost op of a call is timed.
+thread_local int g_open_timers = 0;
+
+OpTimer::OpTimer(OpCode op) : op_(op), start_ns_(g_prof_on && g_open_timers == 0 ? now_ns() : 0) { g_open_timers++; }
 
 OpTimer::~OpTimer() {
-  if (!g_prof_on) return;
+  if (--g_open_timers > 0 || !g_prof_on) return;
   if ((int)g_prof.size() >= kProfCapacity) {
     g_prof_dropped++;
     return;

@@ -72,7 +72,8 @@ template <typename Body> void parallel_range(long n, long grain, long work, cons
   });
 }
 
-// Times one op for the rest of the enclosing scope (a branch and nothing else when timers are off).
+// Times one op for the rest of the enclosing scope (a branch and nothing else when timers are off). Nested
+// timers (a fused op's twin calling other ops) record only the outermost.
 class OpTimer {
  public:
   explicit OpTimer(OpCode op);

@@ -47,8 +47,17 @@ int cu_event_destroy(void* event);
 
 // Graphs: plan_run captured on the current stream and instantiated. The handle keeps both the graph
 // and its executable form.
-void* cu_graph_capture(const Plan* plan);
+// programmatic: every kernel launched with programmatic stream serialization (graph-pdl), so a kernel may
+// start while its predecessor runs and waits for it in-kernel (cuda/launch.h); the emulator runs it in order.
+void* cu_graph_capture(const Plan* plan, int programmatic);
 int cu_graph_launch(void* graph, int n);  // n back-to-back replays on the current stream, no host sync
+// The grid and block of every kernel the plan launches, in order, read by capturing the plan without running
+// it (its pointers are never dereferenced). Writes at most max shapes; returns the number of launches, or -error.
+typedef struct CuLaunchShape {
+  int32_t grid[3];
+  int32_t block[3];
+} CuLaunchShape;
+int cu_plan_launch_shapes(const Plan* plan, CuLaunchShape* out, int max);
 int cu_graph_kernel_nodes(void* graph);   // kernel nodes in the captured graph (negative: -error)
 int cu_graph_destroy(void* graph);
 

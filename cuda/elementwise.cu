@@ -1,18 +1,9 @@
 // op_gelu, op_residual: flat elementwise kernels, one float4 (or, for the tail, one float) per thread.
+#include "gelu.h"
 #include "launch.h"
 #include "ops.h"
 
 constexpr int kElementwiseThreads = 256;
-constexpr float kGeluSqrt2OverPi = 0.7978845608028654f;
-constexpr float kGeluCubic = 0.044715f;
-
-// 0.5 x (1 + tanh(u)) = x / (1 + e^(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3): the second form has no
-// cancellation where tanh(u) is near -1 (x below about -3), so it stays within float rounding of the
-// true value at every x (the first lost ~1e-3 relative there).
-__device__ __forceinline__ float gelu(float x) {
-  const float u = kGeluSqrt2OverPi * (x + kGeluCubic * x * x * x);
-  return x / (1.0f + expf(-2.0f * u));
-}
 
 // Threads [0, n_vec4) take float4 i; thread n_vec4 + k takes float 4 * n_vec4 + k of the tail.
 __device__ __forceinline__ int tail_index(int i, int n_vec4) { return n_vec4 * kVecWidth + (i - n_vec4); }
@@ -21,12 +12,14 @@ inline int elementwise_threads(int N, int n_vec4) { return n_vec4 + (N - n_vec4 
 // out, inp: (N)    grid: (ceil(threads / kElementwiseThreads))  block: (kElementwiseThreads)
 __global__ void __launch_bounds__(kElementwiseThreads)
     gelu_kernel(float* __restrict__ out, const float* __restrict__ inp, int N, int n_vec4) {
+  let_successor_start();
+  wait_for_predecessor();
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n_vec4) {
-    const float4 x = __ldg(reinterpret_cast<const float4*>(inp) + i);
+    const float4 x = __ldcg(reinterpret_cast<const float4*>(inp) + i);
     reinterpret_cast<float4*>(out)[i] = make_float4(gelu(x.x), gelu(x.y), gelu(x.z), gelu(x.w));
   } else if (tail_index(i, n_vec4) < N) {
-    out[tail_index(i, n_vec4)] = gelu(inp[tail_index(i, n_vec4)]);
+    out[tail_index(i, n_vec4)] = gelu(__ldcg(inp + tail_index(i, n_vec4)));
   }
 }
 
@@ -34,6 +27,8 @@ __global__ void __launch_bounds__(kElementwiseThreads)
 // grid: (ceil(threads / kElementwiseThreads))  block: (kElementwiseThreads)
 __global__ void __launch_bounds__(kElementwiseThreads)
     residual_kernel(float* out, const float* a, const float* b, int N, int n_vec4) {
+  let_successor_start();
+  wait_for_predecessor();
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n_vec4) {
     const float4 x = reinterpret_cast<const float4*>(a)[i];

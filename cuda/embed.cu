@@ -9,16 +9,18 @@ constexpr int kEmbedThreads = 256;
 __global__ void __launch_bounds__(kEmbedThreads)
     embed_kernel(float* __restrict__ out, const int* __restrict__ seq, const int* __restrict__ state,
                  const float* __restrict__ wte, const float* __restrict__ wpe, int C, int n_vec4) {
-  const int position = state[STATE_POS] + blockIdx.x;
-  const float* te = wte + (size_t)seq[position] * C;
+  let_successor_start();
+  wait_for_predecessor();
+  const int position = __ldcg(state + STATE_POS) + blockIdx.x;
+  const float* te = wte + (size_t)__ldcg(seq + position) * C;
   const float* pe = wpe + (size_t)position * C;
   float* o = out + (size_t)blockIdx.x * C;
   for (int i = threadIdx.x; i < n_vec4; i += blockDim.x) {
-    const float4 a = __ldg(reinterpret_cast<const float4*>(te) + i);
-    const float4 b = __ldg(reinterpret_cast<const float4*>(pe) + i);
+    const float4 a = __ldcg(reinterpret_cast<const float4*>(te) + i);
+    const float4 b = __ldcg(reinterpret_cast<const float4*>(pe) + i);
     reinterpret_cast<float4*>(o)[i] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
   }
-  for (int i = n_vec4 * kVecWidth + threadIdx.x; i < C; i += blockDim.x) o[i] = __ldg(te + i) + __ldg(pe + i);
+  for (int i = n_vec4 * kVecWidth + threadIdx.x; i < C; i += blockDim.x) o[i] = __ldcg(te + i) + __ldcg(pe + i);
 }
 
 extern "C" void op_embed(float* out, const int* seq, const int* state, const float* wte, const float* wpe, int T, int C) {

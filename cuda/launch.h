@@ -4,26 +4,70 @@
 // launches `kernel` on the runtime's current stream (cu_set_stream in cuda/cuda_api.h) with static shared
 // memory only, then folds cudaGetLastError() into the library's sticky error (be_last_error in
 // cuda/runtime.h). A templated kernel takes one template argument at most (the macro splits on commas).
+// While rt_overlapped() (the graph-pdl capture), the launch carries programmatic stream serialization.
 #pragma once
 #include <stdint.h>
+
+#include <utility>
 
 // Hooks implemented by cuda/runtime.cu.
 cudaStream_t rt_current_stream();
 void rt_note_launch();              // folds cudaGetLastError() into the sticky error
+void rt_note_shape(dim3 grid, dim3 block);  // the launch's shape, kept while cu_plan_launch_shapes asks
 void rt_fail(cudaError_t error);    // records an error found on the host (e.g. an unsupported shape)
 int rt_sm_count();                  // multiprocessors on the current device
+bool rt_overlapped();               // true while launching the graph-pdl step (below)
 
-// LAUNCH_ON: the bare launch on a given stream, leaving its error to cudaGetLastError().
+// LAUNCH_ON: the bare launch on a given stream, leaving its error to cudaGetLastError(). The emulator runs
+// kernels one after another, so a programmatic launch is plain stream order there.
 #ifdef __CUDACC__
-#define LAUNCH_ON(stream, kernel, grid, block, ...) kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
+template <typename... Params, typename... Args>
+void launch_on(cudaStream_t stream, void (*kernel)(Params...), dim3 grid, dim3 block, Args&&... args) {
+  if (!rt_overlapped()) {
+    kernel<<<grid, block, 0, stream>>>(std::forward<Args>(args)...);
+    return;
+  }
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+#define LAUNCH_ON(stream, kernel, grid, block, ...) launch_on((stream), (kernel), (grid), (block), __VA_ARGS__)
 #else
 #define LAUNCH_ON(stream, kernel, grid, block, ...) emu_launch(kernel, (grid), (block), 0, (stream), __VA_ARGS__)
 #endif
 #define LAUNCH(kernel, grid, block, ...)                                  \
   do {                                                                    \
+    rt_note_shape(dim3(grid), dim3(block));                               \
     LAUNCH_ON(rt_current_stream(), kernel, grid, block, __VA_ARGS__);     \
     rt_note_launch();                                                     \
   } while (0)
+
+// Programmatic dependent launch (sm_90). In the graph-pdl launch mode (cu_graph_capture with programmatic set)
+// a step's kernels are launched so that each may start while its predecessor is still running. Every kernel of the step therefore
+// calls wait_for_predecessor() before it touches anything an earlier kernel of the step writes (or reads),
+// and reads such data with coherent loads only (cuda/cols.h). A kernel may first issue loads of data that no
+// kernel of the step writes (weights); wait_for_predecessor(rt_overlapped()) then pins them before the wait with
+// a fence, so they overlap the predecessor (ptxas otherwise hoists the wait above them). The fence's branch
+// also keeps those loads issued together, before the first is used. Without the launch attribute the wait
+// returns at once. let_successor_start(): the next kernel's blocks may be scheduled now; they still wait for
+// this kernel to finish before reading its output.
+#if defined(__CUDACC__)
+__device__ __forceinline__ void wait_for_predecessor(bool pin_earlier_loads = false) {
+  if (pin_earlier_loads) asm volatile("fence.acq_rel.cta;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+__device__ __forceinline__ void let_successor_start() { asm volatile("griddepcontrol.launch_dependents;" :::); }
+#else
+inline void wait_for_predecessor(bool = false) {}
+inline void let_successor_start() {}
+#endif
 
 constexpr int kVecWidth = 4;           // floats per 16-byte access
 constexpr uintptr_t kVecAlignment = 16;

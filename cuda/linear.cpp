@@ -147,10 +147,40 @@ void linear_many_rows(float* out, const float* inp, const float* weight, const f
 }  // namespace
 
 // out: (T, OC) = inp (T, C) @ weight (C, OC) + bias (OC)
-extern "C" void op_linear(float* out, const float* inp, const float* weight, const float* bias, int T, int C, int OC) {
+extern "C" void op_linear(float* out, float*, const float* inp, const float* weight, const float* bias, int T, int C, int OC) {
   OpTimer timer(OP_LINEAR);
   if (T <= kFewRows)
     linear_few_rows(out, inp, weight, bias, T, C, OC);
   else
     linear_many_rows(out, inp, weight, bias, T, C, OC);
+}
+
+// ---- fused decode ops: the unfused twins in sequence (one row; the intermediate row in a reused buffer) ----------
+extern "C" void op_ln_qkv(float* qkv, float* k_cache, float* v_cache, float* partials, const float* x, const float* ln_weight,
+                          const float* ln_bias, const float* weight, const float* bias, const int* state, int C, int max_ctx,
+                          float eps) {
+  OpTimer timer(OP_LN_QKV);
+  static thread_local std::vector<float> normed;
+  normed.resize(C);
+  op_layernorm(normed.data(), x, ln_weight, ln_bias, 1, C, eps);
+  op_linear(qkv, partials, normed.data(), weight, bias, 1, C, 3 * C);
+  op_kv_append(k_cache, v_cache, qkv, state, 1, C, max_ctx);
+}
+
+extern "C" void op_ln_linear_gelu(float* out, float* partials, const float* x, const float* ln_weight, const float* ln_bias,
+                                  const float* weight, const float* bias, int C, int OC, float eps) {
+  OpTimer timer(OP_LN_LINEAR_GELU);
+  static thread_local std::vector<float> normed;
+  normed.resize(C);
+  op_layernorm(normed.data(), x, ln_weight, ln_bias, 1, C, eps);
+  op_linear(out, partials, normed.data(), weight, bias, 1, C, OC);
+  op_gelu(out, out, OC);
+}
+
+extern "C" void op_linear_residual(float* x, float* partials, const float* inp, const float* weight, const float* bias, int C, int OC) {
+  OpTimer timer(OP_LINEAR_RESIDUAL);
+  static thread_local std::vector<float> product;
+  product.resize(OC);
+  op_linear(product.data(), partials, inp, weight, bias, 1, C, OC);
+  op_residual(x, x, product.data(), OC);
 }

@@ -1,104 +1,232 @@
 // op_linear: out = inp @ weight + bias with weight in HF Conv1D layout (C, OC).
-//   T == 1 (decode): linear_matvec_kernel, memory-bound, streams the weight once with 16-byte loads.
+//   T == 1 (decode): linear_matvec_kernel, memory-bound, streams the weight once with 16-byte loads, split
+//                    over C across blocks with a fixed-order merge (cuda/last_block.h).
 //   T > 1 (prefill): linear_tiled_kernel, a shared-memory tiled matrix product.
+#include "cols.h"
+#include "gelu.h"
+#include "last_block.h"
 #include "launch.h"
 #include "ops.h"
+#include "row_stats.h"
 #include "warp.h"
 
-// ---- T == 1 ---------------------------------------------------------------------------------------------------
+// ---- T == 1: op_linear and the fused decode ops -------------------------------------------------------------
+// The weight (C, OC) is cut into blocks of 64 rows (a split of C) x 32 column groups (a tile of OC; a group is
+// kWidth columns). In block (tile, split), warp w, lane l reads column group tile * 32 + l of rows
+// split * 64 + w + 8 i, i < 8: every load instruction of a warp reads 32 x kWidth consecutive floats of one
+// weight row (512 bytes when kWidth = 4), and a thread issues all 8 of its loads before it uses the first
+// (and, launched to overlap its predecessor, before it waits for it). The 8 warps' sums meet in shared
+// memory; each block writes its partial (one value per column) to scratch, and the last block of a column
+// tile to arrive adds the tile's partials in a fixed order, then the bias, and applies the op's output step.
+// The fused ops differ only in their input step (the input row as is, or layer-normed in a prologue) and
+// their output step; each has its own kernel (named for its op) around one body.
 constexpr int kMatvecThreads = 256;
-constexpr int kMatvecMaxColLanes = 8;  // column groups per block: 8 float4 = one 128-byte line per weight row
-constexpr int kMatvecUnroll = 4;       // weight loads in flight per thread
+constexpr int kMatvecWarps = kMatvecThreads / kWarpSize;
+constexpr int kMatvecRowsPerThread = 8;                                    // weight loads in flight per thread
+constexpr int kMatvecRowsPerSplit = kMatvecWarps * kMatvecRowsPerThread;  // rows of C per block: 64
+constexpr int kMatvecTileGroups = kWarpSize;                               // column groups per block
+constexpr int kMatvecMergeLanes = kMatvecThreads / kMatvecTileGroups;      // threads adding up one group's partials
+constexpr int kMatvecMergeBatch = 8;  // partial loads each merging thread has in flight
+constexpr int kMatvecMaxLayernormC = 4096;  // the layer-normed input row is staged in 16 KB of shared memory
 
-// kWidth consecutive floats, loaded/stored as one access (a float4 when kWidth == 4).
-template <int kWidth> struct Cols { float v[kWidth]; };
-template <int kWidth> __device__ __forceinline__ Cols<kWidth> load_cols(const float* p);
-template <> __device__ __forceinline__ Cols<1> load_cols<1>(const float* p) { return {{__ldg(p)}}; }
-template <> __device__ __forceinline__ Cols<4> load_cols<4>(const float* p) {
-  const float4 f = __ldg(reinterpret_cast<const float4*>(p));
-  return {{f.x, f.y, f.z, f.w}};
-}
-template <int kWidth> __device__ __forceinline__ void store_cols(float* p, const Cols<kWidth>& c);
-template <> __device__ __forceinline__ void store_cols<1>(float* p, const Cols<1>& c) { *p = c.v[0]; }
-template <> __device__ __forceinline__ void store_cols<4>(float* p, const Cols<4>& c) {
-  *reinterpret_cast<float4*>(p) = make_float4(c.v[0], c.v[1], c.v[2], c.v[3]);
-}
+enum MatvecInput { kInputAsIs, kInputLayernorm };
+enum MatvecOutput { kStore, kStoreGelu, kAddTo, kStoreQkv };
 
-// Sums each of acc's kWidth values over the warp's lanes that share lane % col_lanes (col_lanes <= 32 / kWidth).
-// The first log2(kWidth) steps halve the values each lane carries (a lane keeps one half and trades the
-// other with its partner), so a float4 takes 2 + 1 + log2(8 / col_lanes) shuffles instead of 4 per step.
-// Afterwards lane l holds value index l / (32 / kWidth) of the sum; lanes with l % (32 / kWidth) < col_lanes
-// hold the totals.
-template <int kWidth> __device__ __forceinline__ float reduce_row_lanes(Cols<kWidth> acc, int col_lanes) {
-  const int lane = threadIdx.x % kWarpSize;
-  int offset = kWarpSize / 2;
-#pragma unroll
-  for (int half = kWidth / 2; half >= 1; half /= 2, offset /= 2) {
-    const bool upper = lane & offset;
-#pragma unroll
-    for (int i = 0; i < half; i++) {
-      const float send = upper ? acc.v[i] : acc.v[i + half];
-      const float keep = upper ? acc.v[i + half] : acc.v[i];
-      acc.v[i] = keep + __shfl_xor_sync(kFullWarpMask, send, offset);
-    }
+// One matvec's operands. out: (OC) (kAddTo: out += the product); inp: (C) (kInputLayernorm: normalised with
+// ln_weight, ln_bias, eps first); kStoreQkv also writes the k and v thirds of out to row state[STATE_POS] of
+// k_cache, v_cache (C = OC / 3 columns each) when that row is below max_ctx.
+struct MatvecArgs {
+  float* out;
+  OpScratch scratch;
+  const float* inp;
+  const float* weight;
+  const float* bias;
+  int C, OC;
+  const float* ln_weight;
+  const float* ln_bias;
+  float eps;
+  float* k_cache;
+  float* v_cache;
+  const int* state;
+  int max_ctx;
+};
+
+// The block's input step, after the wait for the predecessor: with a layer norm, the block stages the whole
+// input row (its statistics need it) and normalises its own 64 rows into `normed` (shared memory).
+template <MatvecInput kInput> __device__ __forceinline__ void matvec_prologue(const MatvecArgs& a, float* normed) {
+  if constexpr (kInput == kInputLayernorm) {
+    __shared__ float row_shared[kMatvecMaxLayernormC];
+    __shared__ float partial[kWarpSize];
+    // this block's rows of the layer norm's weight and bias, loaded before the statistics need the row
+    const int r = blockIdx.y * kMatvecRowsPerSplit + (int)threadIdx.x;
+    const bool mine = threadIdx.x < kMatvecRowsPerSplit && r < a.C;
+    const float g = mine ? __ldcg(a.ln_weight + r) : 0.0f, b = mine ? __ldcg(a.ln_bias + r) : 0.0f;
+    const RowStats st = stage_row_stats(row_shared, a.inp, a.C, a.eps, partial);
+    if (mine) normed[threadIdx.x] = (row_shared[r] - st.mean) * st.rstd * g + b;
+    __syncthreads();
   }
-  float v = acc.v[0];
-  for (; offset >= col_lanes; offset /= 2) v += __shfl_xor_sync(kFullWarpMask, v, offset);
-  return v;
+}
+
+// The input value of weight row `row` (zero past C): inp as is, or its layer-normed value from the prologue.
+template <MatvecInput kInput> __device__ __forceinline__ float matvec_input(const MatvecArgs& a, const float* normed, int row) {
+  if (row >= a.C) return 0.0f;
+  if constexpr (kInput == kInputAsIs) return __ldcg(a.inp + row);
+  return normed[row - blockIdx.y * kMatvecRowsPerSplit];
+}
+
+// A thread's share of one column group: rows row0 + 8 i of column `col`; loads predicated off past C or OC
+// read as zeros. The weight loads come first, then the wait for the predecessor, then the inputs.
+template <int kWidth, MatvecInput kInput>
+__device__ __forceinline__ Cols<kWidth> matvec_rows(const MatvecArgs& a, int row0, int col, bool overlapped) {
+  __shared__ float normed[kMatvecRowsPerSplit];
+  Cols<kWidth> acc = {};
+#ifndef PLANT_SERIAL_MATVEC
+  Cols<kWidth> w[kMatvecRowsPerThread];
+#pragma unroll
+  for (int i = 0; i < kMatvecRowsPerThread; i++) {
+    const int row = row0 + i * kMatvecWarps;
+    w[i] = row < a.C && col < a.OC ? load_cols<kWidth>(a.weight + ((unsigned)row * (unsigned)a.OC + (unsigned)col)) : Cols<kWidth>{};
+  }
+  wait_for_predecessor(overlapped);
+  matvec_prologue<kInput>(a, normed);
+  float x[kMatvecRowsPerThread];
+#pragma unroll
+  for (int i = 0; i < kMatvecRowsPerThread; i++) x[i] = matvec_input<kInput>(a, normed, row0 + i * kMatvecWarps);
+#pragma unroll
+  for (int i = 0; i < kMatvecRowsPerThread; i++)
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) acc.v[k] += x[i] * w[i].v[k];
+#else  // planted for test/sass.test.ts: each weight load is used before the next is issued
+  wait_for_predecessor(overlapped);
+  matvec_prologue<kInput>(a, normed);
+#pragma unroll 1
+  for (int i = 0; i < kMatvecRowsPerThread; i++) {
+    const int row = row0 + i * kMatvecWarps;
+    if (row >= a.C || col >= a.OC) continue;
+    const Cols<kWidth> w = load_cols<kWidth>(a.weight + ((unsigned)row * (unsigned)a.OC + (unsigned)col));
+    const float x = matvec_input<kInput>(a, normed, row);
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) acc.v[k] += x * w.v[k];
+  }
+#endif
+  return acc;
+}
+
+// The op's output step for the kWidth columns from col: value = bias + the product.
+template <int kWidth, MatvecOutput kOutput>
+__device__ __forceinline__ void matvec_output(const MatvecArgs& a, int col, Cols<kWidth> value) {
+  if constexpr (kOutput == kStoreGelu) {
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) value.v[k] = gelu(value.v[k]);
+  }
+  if constexpr (kOutput == kAddTo) {
+    Cols<kWidth> sum = load_cols<kWidth>(a.out + col);
+    add_cols(sum, value);
+    value = sum;
+  }
+  store_cols<kWidth>(a.out + col, value);
+  if constexpr (kOutput == kStoreQkv) {
+    const int C = a.OC / 3;
+    const int pos = __ldcg(a.state + STATE_POS);
+    if (col < C || pos >= a.max_ctx) return;
+    float* cache = col < 2 * C ? a.k_cache + (col - C) : a.v_cache + (col - 2 * C);  // a group never straddles
+    store_cols<kWidth>(cache + (size_t)pos * C, value);
+  }
+}
+
+// The last block of a column tile: bias[col] + sum over splits of partials[split][col], added as 8
+// interleaved runs (merge lane j takes splits j, j + 8, ...) whose sums meet in shared memory in lane order.
+// sums: the block's shared memory, free again after arrive_last's barrier.
+template <int kWidth, MatvecOutput kOutput>
+__device__ __forceinline__ void matvec_merge(const MatvecArgs& a, Cols<kWidth> (*sums)[kMatvecTileGroups], int splits) {
+  const int group_in_tile = threadIdx.x % kMatvecTileGroups;
+  const int lane = threadIdx.x / kMatvecTileGroups;
+  const int col = (blockIdx.x * kMatvecTileGroups + group_in_tile) * kWidth;
+  Cols<kWidth> sum = {};
+  for (int s0 = lane; s0 < splits; s0 += kMatvecMergeLanes * kMatvecMergeBatch) {
+    Cols<kWidth> p[kMatvecMergeBatch];
+#pragma unroll
+    for (int i = 0; i < kMatvecMergeBatch; i++) {
+      const int split = s0 + i * kMatvecMergeLanes;
+      p[i] = split < splits && col < a.OC ? load_cols<kWidth>(a.scratch.partials + (size_t)split * a.OC + col) : Cols<kWidth>{};
+    }
+#pragma unroll
+    for (int i = 0; i < kMatvecMergeBatch; i++) add_cols(sum, p[i]);
+  }
+  sums[lane][group_in_tile] = sum;
+  __syncthreads();
+  if (lane != 0 || col >= a.OC) return;
+  Cols<kWidth> total = load_cols<kWidth>(a.bias + col);
+#pragma unroll
+  for (int j = 0; j < kMatvecMergeLanes; j++) add_cols(total, sums[j][group_in_tile]);
+  matvec_output<kWidth, kOutput>(a, col, total);
+}
+
+// grid: (ceil(OC / (32 kWidth)) tiles, ceil(C / 64) splits)  block: (kMatvecThreads)
+// scratch: counters[tile], partials (splits, OC)
+template <int kWidth, MatvecInput kInput, MatvecOutput kOutput>
+__device__ __forceinline__ void matvec(const MatvecArgs& a, bool overlapped) {
+  __shared__ Cols<kWidth> sums[kMatvecWarps][kMatvecTileGroups];
+  static_assert(kMatvecMergeLanes == kMatvecWarps, "the merge reuses the warps' shared sums");
+  let_successor_start();
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const int col = (blockIdx.x * kMatvecTileGroups + lane) * kWidth;
+  sums[warp][lane] = matvec_rows<kWidth, kInput>(a, blockIdx.y * kMatvecRowsPerSplit + warp, col, overlapped);
+  __syncthreads();
+  if (warp == 0 && col < a.OC) {  // the block's partial: its 8 warps in order
+    Cols<kWidth> partial = sums[0][lane];
+#pragma unroll
+    for (int w = 1; w < kMatvecWarps; w++) add_cols(partial, sums[w][lane]);
+    store_cols<kWidth>(a.scratch.partials + (size_t)blockIdx.y * a.OC + col, partial);
+  }
+  const unsigned splits = gridDim.y;
+#ifdef PLANT_BLOCK_ORDER  // planted for test/kernels.emu.test.ts: assumes the highest split finishes last
+  __syncthreads();
+  if (blockIdx.y != splits - 1) return;
+  __threadfence();
+#else
+  __shared__ bool is_last;
+  if (!arrive_last(a.scratch.counters + blockIdx.x, splits, &is_last)) return;
+#endif
+  matvec_merge<kWidth, kOutput>(a, sums, (int)splits);
 }
 
 // out: (OC) = inp (C) @ weight (C, OC) + bias (OC)
-// grid: (ceil(OC / kWidth / col_lanes))  block: (kMatvecThreads), col_lanes = a power of two <= 8.
-// Thread tid owns column group g = blockIdx.x * col_lanes + tid % col_lanes (kWidth columns) and sums rows
-// tid / col_lanes + k * rows_per_pass; a warp reads 32 / col_lanes rows x col_lanes groups per step.
-// The row partials are summed by warp shuffles (reduce_row_lanes), then across warps in shared memory.
-template <int kWidth>
-__global__ void __launch_bounds__(kMatvecThreads)
-    linear_matvec_kernel(float* __restrict__ out, const float* __restrict__ inp, const float* __restrict__ weight,
-                         const float* __restrict__ bias, int C, int OC, int col_lanes) {
-  static_assert(kMatvecMaxColLanes <= kWarpSize / kWidth, "reduce_row_lanes needs its halving steps above col_lanes");
-  constexpr int kLanesPerValue = kWarpSize / kWidth;
-  __shared__ Cols<kWidth> warp_partial[kMatvecThreads / kWarpSize][kMatvecMaxColLanes];
-  const int col_lane = threadIdx.x % col_lanes;
-  const int rows_per_pass = kMatvecThreads / col_lanes;
-  const int col = (blockIdx.x * col_lanes + col_lane) * kWidth;  // first of this thread's kWidth columns
-  const bool active = col < OC;
+template <int kWidth> __global__ void __launch_bounds__(kMatvecThreads) linear_matvec_kernel(MatvecArgs a, bool overlapped) {
+  matvec<kWidth, kInputAsIs, kStore>(a, overlapped);
+}
+// qkv: (3C) = layernorm(x) @ weight + bias, k and v also to the caches' row pos
+template <int kWidth> __global__ void __launch_bounds__(kMatvecThreads) ln_qkv_kernel(MatvecArgs a, bool overlapped) {
+  matvec<kWidth, kInputLayernorm, kStoreQkv>(a, overlapped);
+}
+// out: (OC) = gelu(layernorm(x) @ weight + bias)
+template <int kWidth> __global__ void __launch_bounds__(kMatvecThreads) ln_linear_gelu_kernel(MatvecArgs a, bool overlapped) {
+  matvec<kWidth, kInputLayernorm, kStoreGelu>(a, overlapped);
+}
+// x: (OC) += inp @ weight + bias
+template <int kWidth> __global__ void __launch_bounds__(kMatvecThreads) linear_residual_kernel(MatvecArgs a, bool overlapped) {
+  matvec<kWidth, kInputAsIs, kAddTo>(a, overlapped);
+}
 
-  Cols<kWidth> acc = {};
-  if (active) {
-#pragma unroll kMatvecUnroll
-    for (int c = threadIdx.x / col_lanes; c < C; c += rows_per_pass) {
-      const float x = __ldg(inp + c);
-      const Cols<kWidth> w = load_cols<kWidth>(weight + (size_t)c * OC + col);
-#pragma unroll
-      for (int k = 0; k < kWidth; k++) acc.v[k] += x * w.v[k];
-    }
+using MatvecKernel = void (*)(MatvecArgs, bool);
+
+// Launches vec4 when every row of weight, bias and out starts 16-byte aligned (OC % 4 == 0) and the op's own
+// outputs allow it (also_vec4), else scalar.
+static void launch_matvec(MatvecKernel vec4, MatvecKernel scalar, const MatvecArgs& a, bool also_vec4 = true) {
+  const bool vec = also_vec4 && row_vec4_count(a.OC, a.out, a.weight, a.bias) > 0;
+  const int width = vec ? kVecWidth : 1;
+  const dim3 grid(ceil_div(a.OC, kMatvecTileGroups * width), ceil_div(a.C, kMatvecRowsPerSplit));
+  if ((int)grid.x > kMaxGridCounters || (a.ln_weight && a.C > kMatvecMaxLayernormC)) {
+    rt_fail(cudaErrorInvalidValue);
+    return;
   }
-  const float total = reduce_row_lanes<kWidth>(acc, col_lanes);
-  const int lane = threadIdx.x % kWarpSize;
-  if (lane % kLanesPerValue < col_lanes) warp_partial[threadIdx.x / kWarpSize][col_lane].v[lane / kLanesPerValue] = total;
-  __syncthreads();
-  if ((int)threadIdx.x >= col_lanes || !active) return;
-  Cols<kWidth> sum = load_cols<kWidth>(bias + col);
-  for (int w = 0; w < kMatvecThreads / kWarpSize; w++)
-#pragma unroll
-    for (int k = 0; k < kWidth; k++) sum.v[k] += warp_partial[w][col_lane].v[k];
-  store_cols<kWidth>(out + col, sum);
+  const MatvecKernel kernel = vec ? vec4 : scalar;
+  LAUNCH(kernel, grid, kMatvecThreads, a, rt_overlapped());
 }
 
-// Column lanes per block: the widest (best coalescing) that still gives every SM a block.
-static int matvec_col_lanes(int col_groups) {
-  const int sms = rt_sm_count();
-  for (int lanes = kMatvecMaxColLanes; lanes > 1; lanes /= 2)
-    if (ceil_div(col_groups, lanes) >= sms) return lanes;
-  return 1;
-}
-
-template <int kWidth> static void launch_matvec(float* out, const float* inp, const float* weight, const float* bias, int C, int OC) {
-  const int col_groups = OC / kWidth;
-  const int col_lanes = matvec_col_lanes(col_groups);
-  LAUNCH(linear_matvec_kernel<kWidth>, ceil_div(col_groups, col_lanes), kMatvecThreads, out, inp, weight, bias, C, OC,
-         col_lanes);
+size_t matvec_partials_bytes(int max_in, int max_out) {
+  return (size_t)ceil_div(max_in, kMatvecRowsPerSplit) * max_out * sizeof(float);
 }
 
 // ---- T > 1 ----------------------------------------------------------------------------------------------------
@@ -126,17 +254,19 @@ __global__ void __launch_bounds__(kTiledThreads)
   const int row0 = blockIdx.y * kTileRows;
   const int col0 = blockIdx.x * kTileCols;
   float acc[kRowsPerThread][kColsPerThread] = {};
+  let_successor_start();
+  wait_for_predecessor();
 
   for (int k0 = 0; k0 < C; k0 += kTileK) {
 #pragma unroll
     for (int e = tid; e < kTileRows * kTileK; e += kTiledThreads) {
       const int r = row0 + e / kTileK, k = k0 + e % kTileK;
-      inp_tile[e / kTileK][e % kTileK] = r < T && k < C ? inp[(size_t)r * C + k] : 0.0f;
+      inp_tile[e / kTileK][e % kTileK] = r < T && k < C ? __ldcg(inp + (size_t)r * C + k) : 0.0f;
     }
 #pragma unroll
     for (int e = tid; e < kTileK * kTileCols; e += kTiledThreads) {
       const int k = k0 + e / kTileCols, n = col0 + e % kTileCols;
-      weight_tile[e / kTileCols][e % kTileCols] = k < C && n < OC ? __ldg(weight + (size_t)k * OC + n) : 0.0f;
+      weight_tile[e / kTileCols][e % kTileCols] = k < C && n < OC ? __ldcg(weight + (size_t)k * OC + n) : 0.0f;
     }
     __syncthreads();
 #pragma unroll
@@ -159,18 +289,43 @@ __global__ void __launch_bounds__(kTiledThreads)
 #pragma unroll
     for (int j = 0; j < kColsPerThread; j++) {
       const int n = col0 + threadIdx.x + j * kTiledThreadsX;
-      if (r < T && n < OC) out[(size_t)r * OC + n] = acc[i][j] + __ldg(bias + n);
+      if (r < T && n < OC) out[(size_t)r * OC + n] = acc[i][j] + __ldcg(bias + n);
     }
   }
 }
 
-extern "C" void op_linear(float* out, const float* inp, const float* weight, const float* bias, int T, int C, int OC) {
+extern "C" void op_linear(float* out, float* partials, const float* inp, const float* weight, const float* bias, int T, int C, int OC) {
   if (T > 1) {
     LAUNCH(linear_tiled_kernel, dim3(ceil_div(OC, kTileCols), ceil_div(T, kTileRows)), dim3(kTiledThreadsX, kTiledThreadsY),
            out, inp, weight, bias, T, C, OC);
-  } else if (row_vec4_count(OC, out, weight, bias) > 0) {
-    launch_matvec<kVecWidth>(out, inp, weight, bias, C, OC);
-  } else {
-    launch_matvec<1>(out, inp, weight, bias, C, OC);
+    return;
   }
+  MatvecArgs a = {};
+  a.out = out, a.scratch = op_scratch(partials), a.inp = inp, a.weight = weight, a.bias = bias, a.C = C, a.OC = OC;
+  launch_matvec(linear_matvec_kernel<kVecWidth>, linear_matvec_kernel<1>, a);
+}
+
+extern "C" void op_ln_qkv(float* qkv, float* k_cache, float* v_cache, float* partials, const float* x, const float* ln_weight,
+                          const float* ln_bias, const float* weight, const float* bias, const int* state, int C, int max_ctx,
+                          float eps) {
+  MatvecArgs a = {};
+  a.out = qkv, a.scratch = op_scratch(partials), a.inp = x, a.weight = weight, a.bias = bias, a.C = C, a.OC = 3 * C;
+  a.ln_weight = ln_weight, a.ln_bias = ln_bias, a.eps = eps;
+  a.k_cache = k_cache, a.v_cache = v_cache, a.state = state, a.max_ctx = max_ctx;
+  // float4 groups of k and v land in the caches' rows: they must start 16-byte aligned too
+  launch_matvec(ln_qkv_kernel<kVecWidth>, ln_qkv_kernel<1>, a, aligned16(k_cache) && aligned16(v_cache));
+}
+
+extern "C" void op_ln_linear_gelu(float* out, float* partials, const float* x, const float* ln_weight, const float* ln_bias,
+                                  const float* weight, const float* bias, int C, int OC, float eps) {
+  MatvecArgs a = {};
+  a.out = out, a.scratch = op_scratch(partials), a.inp = x, a.weight = weight, a.bias = bias, a.C = C, a.OC = OC;
+  a.ln_weight = ln_weight, a.ln_bias = ln_bias, a.eps = eps;
+  launch_matvec(ln_linear_gelu_kernel<kVecWidth>, ln_linear_gelu_kernel<1>, a);
+}
+
+extern "C" void op_linear_residual(float* x, float* partials, const float* inp, const float* weight, const float* bias, int C, int OC) {
+  MatvecArgs a = {};
+  a.out = x, a.scratch = op_scratch(partials), a.inp = inp, a.weight = weight, a.bias = bias, a.C = C, a.OC = OC;
+  launch_matvec(linear_residual_kernel<kVecWidth>, linear_residual_kernel<1>, a);
 }

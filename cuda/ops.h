@@ -32,8 +32,14 @@ void op_embed(float* out, const int* seq, const int* state, const float* wte, co
 // out: (T, C) = (inp - mean) / sqrt(var + eps) * weight + bias      inp: (T, C)  weight, bias: (C)
 void op_layernorm(float* out, const float* inp, const float* weight, const float* bias, int T, int C, float eps);
 
+// partials: op_partials_bytes(max_in, max_out, V) bytes of backend memory, zeroed before its first use, for the
+// ops whose blocks merge per-block partial results in one launch (linear at T = 1, argmax, the fused decode ops
+// below) with C <= max_in, OC <= max_out and vocabularies <= V. Those ops share one such buffer in stream order;
+// each leaves it ready for the next. The CPU library ignores it (and asks for 0 bytes).
+size_t op_partials_bytes(int max_in, int max_out, int V);
+
 // out: (T, OC) = inp (T, C) @ weight (C, OC) + bias (OC)    weight in HF Conv1D layout (input dim first)
-void op_linear(float* out, const float* inp, const float* weight, const float* bias, int T, int C, int OC);
+void op_linear(float* out, float* partials, const float* inp, const float* weight, const float* bias, int T, int C, int OC);
 
 // Append this step's keys and values to the caches at rows [pos, pos + T).
 // k_cache, v_cache: (max_ctx, C)   qkv: (T, 3C) as [q | k | v]
@@ -55,9 +61,31 @@ void op_residual(float* out, const float* a, const float* b, int N);
 // logits: (V) = inp[T - 1] (C) @ wte (V, C)^T    (LM head, tied embedding, last row only)
 void op_lm_head(float* logits, const float* inp, const float* wte, int T, int C, int V);
 
-// seq[pos + T] = argmax(logits) (lowest index on ties; written only if pos + T <= max_ctx); state[STATE_POS] += T
-// logits: (V)
-void op_argmax(int* seq, int* state, const float* logits, int V, int T, int max_ctx);
+// seq[pos + T] = argmax(logits) (written only if pos + T <= max_ctx); state[STATE_POS] += T
+// logits: (V). The lowest index wins a tie; a NaN logit is never chosen (it compares false with everything), and
+// the token is 0 when every logit is NaN.
+void op_argmax(int* seq, int* state, float* partials, const float* logits, int V, int T, int max_ctx);
+
+// ---- fused decode ops: one row (T = 1); each is a chain of the ops above in one launch ------------------------
+// Layer norms here use C <= 4096 (float rows) on CUDA.
+
+// qkv: (3C) = layernorm(x) @ weight (C, 3C) + bias; then the k and v thirds to row pos of k_cache, v_cache
+// (if pos < max_ctx): op_layernorm, op_linear, op_kv_append.                   x, ln_weight, ln_bias: (C)
+void op_ln_qkv(float* qkv, float* k_cache, float* v_cache, float* partials, const float* x, const float* ln_weight,
+               const float* ln_bias, const float* weight, const float* bias, const int* state, int C, int max_ctx,
+               float eps);
+
+// out: (OC) = gelu(layernorm(x) @ weight (C, OC) + bias): op_layernorm, op_linear, op_gelu.
+void op_ln_linear_gelu(float* out, float* partials, const float* x, const float* ln_weight, const float* ln_bias,
+                       const float* weight, const float* bias, int C, int OC, float eps);
+
+// x: (OC) = x + (inp (C) @ weight (C, OC) + bias): op_linear, op_residual.
+void op_linear_residual(float* x, float* partials, const float* inp, const float* weight, const float* bias, int C, int OC);
+
+// logits: (V) = layernorm(x) @ wte (V, C)^T, then the next token as op_argmax with T = 1: op_layernorm,
+// op_lm_head, op_argmax.
+void op_ln_lm_head_argmax(float* logits, int* seq, int* state, float* partials, const float* x, const float* ln_weight,
+                          const float* ln_bias, const float* wte, int C, int V, int max_ctx, float eps);
 
 #ifdef __cplusplus
 }

@@ -14,7 +14,11 @@ constexpr int kFillMaxBlocks = 4096;  // grid-stride beyond this
 constexpr int kPeakThreads = 256;
 constexpr int kPeakBlocksPerSm = 8;
 constexpr int kPeakChains = 8;  // independent FMA chains per thread, enough to hide the FMA latency
+#ifdef __CUDACC__
 constexpr int kPeakIters = 4096;
+#else
+constexpr int kPeakIters = 16;  // the emulator's "peak" means nothing; 4096 rounds cost half a minute on the CPU
+#endif
 constexpr int kFlopsPerFma = 2;
 
 namespace {
@@ -23,6 +27,10 @@ int g_sm_count = 0;
 cudaStream_t g_own_stream = nullptr;  // created by be_init
 cudaStream_t g_stream = nullptr;      // current stream; the legacy stream until be_init
 int g_sticky = cudaSuccess;
+bool g_overlapped = false;  // while capturing the graph-pdl step: launches allow programmatic overlap
+// while cu_plan_launch_shapes runs: where LAUNCH writes each launch's grid and block
+CuLaunchShape* g_shapes = nullptr;
+int g_shapes_max = 0, g_shapes_count = 0;
 
 int note(cudaError_t error) {
   if (error != cudaSuccess && g_sticky == cudaSuccess) g_sticky = error;
@@ -65,6 +73,16 @@ int rt_sm_count() {
   if (g_sm_count == 0 && cudaDeviceGetAttribute(&g_sm_count, cudaDevAttrMultiProcessorCount, g_device) != cudaSuccess)
     g_sm_count = 1;
   return g_sm_count;
+}
+
+bool rt_overlapped() { return g_overlapped; }
+void rt_note_shape(dim3 grid, dim3 block) {
+  if (!g_shapes) return;
+  if (g_shapes_count < g_shapes_max) {
+    CuLaunchShape& s = g_shapes[g_shapes_count];
+    s = {{(int32_t)grid.x, (int32_t)grid.y, (int32_t)grid.z}, {(int32_t)block.x, (int32_t)block.y, (int32_t)block.z}};
+  }
+  g_shapes_count++;
 }
 
 // ---- kernels of the runtime itself --------------------------------------------------------------------------
@@ -241,10 +259,12 @@ extern "C" int cu_event_elapsed_ms(void* start, void* end, float* out) {
 extern "C" int cu_event_destroy(void* event) { return cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
 
 // ---- graphs and eager replay --------------------------------------------------------------------------------------
-extern "C" void* cu_graph_capture(const Plan* plan) {
+extern "C" void* cu_graph_capture(const Plan* plan, int programmatic) {
   cudaError_t e = cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal);
   if (e != cudaSuccess) return note(e), nullptr;
+  g_overlapped = programmatic != 0;
   const int run_error = plan_run(plan);  // launches are recorded, not run
+  g_overlapped = false;
   cudaGraph_t graph = nullptr;
   e = cudaStreamEndCapture(g_stream, &graph);
   if (run_error != cudaSuccess && e == cudaSuccess) e = static_cast<cudaError_t>(run_error);
@@ -255,6 +275,19 @@ extern "C" void* cu_graph_capture(const Plan* plan) {
     return note(e), nullptr;
   }
   return new CuGraph{graph, exec};
+}
+
+extern "C" int cu_plan_launch_shapes(const Plan* plan, CuLaunchShape* out, int max) {
+  cudaError_t e = cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal);
+  if (e != cudaSuccess) return -e;
+  g_shapes = out, g_shapes_max = max, g_shapes_count = 0;
+  const int run_error = plan_run(plan);  // recorded into a graph that is never instantiated
+  g_shapes = nullptr;
+  cudaGraph_t graph = nullptr;
+  e = cudaStreamEndCapture(g_stream, &graph);
+  if (graph) cudaGraphDestroy(graph);
+  if (e == cudaSuccess && run_error != cudaSuccess) e = static_cast<cudaError_t>(run_error);
+  return e == cudaSuccess ? g_shapes_count : -e;
 }
 
 extern "C" int cu_graph_launch(void* graph, int n) {

@@ -2,53 +2,127 @@
 # The one prepared script for a lent GPU (an H200 here): the device has CUDA and Python but no Bun,
 # Node.js or registry, so the CLIs travel bundled with Bun xz-compressed (../shared/device/pack-bun.sh).
 #
-#   here:    scripts/device-check.sh pack      # → .device/ (git-ignored): bun.xz, unpack-bun.sh, app/*.js, fixtures/gpt2-mini
+#   here:    scripts/device-check.sh pack      # → .device/ (git-ignored, at most 50 MiB): bun.xz, unpack-bun.sh,
+#                                              #   app/*.js, fixtures/gpt2-mini, build/ (CUDA + CUPTI libraries built here)
 #   device:  run(command="bash scripts/device-check.sh run", carry=[".device"], timeout_s=420)
+#   here:    REHEARSE=1 OUT=/tmp/out scripts/device-check.sh run   # the same steps on the CPU emulator, gpt2-tiny
 #
-# `run` builds the CUDA and CUPTI libraries, runs `verify` on the GPU, a short `generate` in each mode,
-# then the full `profile` with the PyTorch peer beside the modes (python3's torch on the GPU: seed-style eager,
-# static cache + CUDA graph, torch.compile, Hugging Face); everything lands in $OUT (at most 8 files): verify.log, generate.log,
-# profile.log and the profile's summary.json, kernels.csv, trace.json.gz, report.md, latency.svg.
+# `run` ends by itself within DEADLINE_S (290 s on an H200 by estimate, leaving a rerun inside the lease): every
+# step runs under `timeout` with what is left of its budget, and a failed or timed-out step is logged and the
+# rest still runs. Without nvcc there, the libraries built here are used when their sources stamp matches
+# (src/native/build.ts). It builds, dumps the hot kernels' SASS, verifies (SASS checks, every kernel against the
+# CPU twins, the model in both plans and all four launch modes, the kernel model's predictions), generates in
+# every mode, and profiles the fused plan (contexts 8, 128, 512, 1023), then graph mode beside the PyTorch peer
+# (python3's torch on the GPU: seed-style eager, static cache + CUDA graph, torch.compile, Hugging Face), then the
+# unfused plan. At most 8 files come back: device.log, verify.log, generate.log, profile.log, sass.txt.gz,
+# profile-fused.tgz, profile-peers.tgz, profile-unfused.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ENTRIES=(build verify generate profile)
+MAX_CARRY_MIB=50
+DEADLINE_S=${DEADLINE_S:-290}
+HOT_KERNELS='linear_matvec|ln_qkv|ln_linear_gelu|linear_residual|lm_head|attention_kernel|argmax_kernel|layernorm_kernel'
+CONTEXTS=8,128,512,1023
 
 pack() {
   set -e
   [[ -x node_modules/.bin/bun ]] || npm ci --no-audit --no-fund
   export PATH="$PWD/node_modules/.bin:$PATH"
   ../shared/device/pack-bun.sh .device
-  rm -rf .device/app && mkdir -p .device/app .device/fixtures
+  rm -rf .device/app .device/build && mkdir -p .device/app .device/fixtures .device/build
   bun build $(printf 'src/cli/%s.ts ' "${ENTRIES[@]}") --target=bun --outdir .device/app
   rm -rf .device/fixtures/gpt2-mini && cp -r ../shared/fixtures/gpt2-mini .device/fixtures/ && chmod -R u+w .device/fixtures
-  grep -qx '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >> .git/info/exclude
-  du -sh .device
+  # the GPU libraries built here travel with their stamps, for a device without nvcc (the CPU library is built
+  # there: -march=native here may not run on its processor)
+  bun src/cli/build.ts cuda cupti
+  cp build/libgpt2_cuda.so build/libgpt2_cuda.so.stamp build/libgpt2_cupti.so build/libgpt2_cupti.so.stamp build/resource-usage.txt .device/build/
+  local exclude
+  exclude=$(git rev-parse --git-path info/exclude)  # .git is a file in a worktree
+  mkdir -p "$(dirname "$exclude")"
+  grep -qx '/.device/' "$exclude" 2>/dev/null || echo '/.device/' >> "$exclude"
+  local mib
+  mib=$(du -sm .device | cut -f1)
+  echo ".device: ${mib} MiB (at most ${MAX_CARRY_MIB})"
+  (( mib <= MAX_CARRY_MIB )) || { echo "error: .device is ${mib} MiB, over ${MAX_CARRY_MIB}" >&2; exit 1; }
 }
 
-# Each step runs whatever the one before it did: a failure is logged and the rest still runs.
+# The hot kernels' SASS, as the device's own cuobjdump reads the library there.
+dump_sass() {
+  local tool=${CUDA_HOME}/bin/cuobjdump
+  [[ -x $tool ]] || tool=$(command -v cuobjdump) || tool=../shared/cuda-binutils/cuobjdump
+  [[ -x $tool ]] || { echo "no cuobjdump"; return 1; }
+  "$tool" -sass build/libgpt2_cuda.so | awk -v re="$HOT_KERNELS" '/Function :/ { keep = ($0 ~ re) } keep' | gzip -9 > "$OUT/sass.txt.gz"
+  echo "hot kernels' SASS: $(gzip -dc "$OUT/sass.txt.gz" | grep -c 'Function :') functions → sass.txt.gz"
+}
+
 run() {
-  : "${OUT:?run this on the device machine, where \$OUT is set}"
-  source .device/unpack-bun.sh
-  export DECODE_FLOOR_ROOT="$PWD" GPT2_MINI="$PWD/.device/fixtures/gpt2-mini" NO_COLOR=1
-  local log="$OUT/verify.log" app=.device/app
-  step() { local name=$1 file=$2; shift 2; "$@" 2>&1 | tee -a "$file" || echo "$name FAILED (exit ${PIPESTATUS[0]})" | tee -a "$file"; }
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv | tee "$log" || true
-  date -u +"date: %Y-%m-%dT%H:%M:%SZ" | tee -a "$log"
-  step "build cuda" "$log" bun $app/build.js cuda
-  step "build cupti+cpu" "$log" bun $app/build.js cupti cpu
-  step verify "$log" bun $app/verify.js --backend cuda
-  for mode in eager eager-native graph; do
-    step "generate $mode" "$OUT/generate.log" bun $app/generate.js --backend cuda --mode "$mode" --max-new-tokens 64 --json
-  done
-  step "generate uncached" "$OUT/generate.log" bun $app/generate.js --backend cuda --cache off --max-new-tokens 64 --json
-  step profile "$OUT/profile.log" bun $app/profile.js --backend cuda --mode all --peers torch --out "$OUT/profile"
-  # at most 8 files come back: the three logs and five of the profile's (trace.json gzipped: Perfetto opens it)
-  if [[ -d $OUT/profile ]]; then
-    gzip -9 -f "$OUT/profile/trace.json" 2>/dev/null || true
-    for f in summary.json kernels.csv trace.json.gz report.md latency.svg; do mv -f "$OUT/profile/$f" "$OUT/" 2>/dev/null || true; done
-    rm -rf "$OUT/profile"
+  : "${OUT:?run this on the device machine, where \$OUT is set (or REHEARSE=1 OUT=dir here)}"
+  local start=$SECONDS
+  # step NAME LOG BUDGET_S COMMAND...: COMMAND under `timeout`, its budget or what is left before the deadline
+  step() {
+    local name=$1 log=$2 budget=$3
+    shift 3
+    local left=$((DEADLINE_S - (SECONDS - start)))
+    local t=$((left < budget ? left : budget))
+    if ((t < 5)); then echo "$name SKIPPED: no time left before the ${DEADLINE_S} s deadline" | tee -a "$log"; return; fi
+    echo "== $name (at $((SECONDS - start)) s, timeout ${t} s)" | tee -a "$log"
+    timeout -k 5 "$t" "$@" 2>&1 | tee -a "$log"
+    local rc=${PIPESTATUS[0]}
+    ((rc == 0)) || echo "$name FAILED (exit $rc$( ((rc == 124)) && echo ", timed out after ${t} s"))" | tee -a "$log"
+  }
+  local log="$OUT/device.log" app=.device/app bun=bun
+  export NO_COLOR=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+  local backend=(--backend cuda) model=() prompt=() tokens=64 ext=js
+  # name: what that profile adds to the sizes; the fused plan first, the peers then, the unfused plan last
+  local profiles=("fused:--mode all --plan fused" "peers:--mode graph --plan fused --peers torch" "unfused:--mode all --plan unfused")
+  local profile_sizes=(--contexts "$CONTEXTS" --repeats 20 --warmup 5 --e2e-tokens 128)
+  if [[ ${REHEARSE:-} ]]; then
+    # here, on the CPU: the same steps through the emulator on the smallest model (one profile), with the
+    # bundled CLIs if packed
+    [[ -f $app/verify.js ]] || app=src/cli ext=ts
+    bun=node_modules/.bin/bun
+    backend=(--backend emu) model=(--model test/fixtures/gpt2-tiny) prompt=(--prompt-ids 1,2,3) tokens=3
+    profiles=("fused:--mode all --plan fused")
+    profile_sizes=(--contexts 8 --repeats 2 --warmup 0 --e2e-tokens 2 --traced-steps 1)
+  else
+    source .device/unpack-bun.sh || return 1
+    export DECODE_FLOOR_ROOT="$PWD" GPT2_MINI="$PWD/.device/fixtures/gpt2-mini"
   fi
-  grep -E "FAILED|PASS|FAIL|verify on" "$log" "$OUT"/*.log | tail -n 20 || true
+  { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>&1 || echo "no nvidia-smi"; } | tee "$log"
+  date -u +"date: %Y-%m-%dT%H:%M:%SZ" | tee -a "$log"
+  if ! command -v nvcc >/dev/null && [[ ! -x $CUDA_HOME/bin/nvcc ]]; then
+    mkdir -p build && cp -n .device/build/* build/ 2>/dev/null
+    echo "no nvcc here: the CUDA and CUPTI libraries built where this was packed, if their sources stamp matches" | tee -a "$log"
+  fi
+  if [[ ${REHEARSE:-} ]]; then
+    step "build" "$log" 150 "$bun" "$app/build.$ext" emu cpu
+  else
+    step "build" "$log" 150 "$bun" "$app/build.$ext" cuda cupti cpu
+  fi
+  export -f dump_sass
+  export HOT_KERNELS OUT CUDA_HOME
+  [[ -f build/libgpt2_cuda.so ]] && step "sass" "$log" 30 bash -c dump_sass
+  if [[ ${REHEARSE:-} ]]; then
+    step "verify" "$OUT/verify.log" 5 echo "verify: not rehearsed (minutes on the emulator: bun run verify --backend emu runs it)"
+  else
+    step "verify" "$OUT/verify.log" 120 "$bun" "$app/verify.$ext" --backend cuda
+  fi
+  for mode in eager eager-native graph graph-pdl; do
+    step "generate $mode" "$OUT/generate.log" 20 "$bun" "$app/generate.$ext" "${backend[@]}" "${model[@]}" "${prompt[@]}" --mode "$mode" --max-new-tokens "$tokens" --json
+  done
+  step "generate uncached" "$OUT/generate.log" 20 "$bun" "$app/generate.$ext" "${backend[@]}" "${model[@]}" "${prompt[@]}" --cache off --max-new-tokens "$tokens" --json
+  for p in "${profiles[@]}"; do
+    local name=${p%%:*} budget=100
+    [[ $name == unfused ]] && budget=60
+    # shellcheck disable=SC2086 # the profile's own flags, split on purpose
+    step "profile $name" "$OUT/profile.log" "$budget" "$bun" "$app/profile.$ext" "${backend[@]}" "${model[@]}" ${p#*:} \
+      "${profile_sizes[@]}" --out "$OUT/profile-$name"
+    # one file per profile comes back (at most 8 in all): the whole output folder, trace included
+    [[ -d $OUT/profile-$name ]] && tar -czf "$OUT/profile-$name.tgz" -C "$OUT" "profile-$name" && rm -rf "${OUT:?}/profile-$name"
+  done
+  echo "== done in $((SECONDS - start)) s; files: $(cd "$OUT" && ls | tr '\n' ' ')" | tee -a "$log"
+  # last, the short table: failures, verify's verdict, the predicted steps, the measured time per token
+  grep -hE "FAILED|SKIPPED|^verify on|^NVIDIA H200 |^ +[0-9]+ +[0-9.]+ +[0-9.]+ " "$log" "$OUT"/verify.log "$OUT"/profile.log 2>/dev/null | tail -n 30
 }
 
 case "${1:-}" in

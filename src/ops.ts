@@ -95,7 +95,7 @@ export const OPS = {
     ({ out, T, C }) => ({ ptr: out, floats: T * C }),
     ({ T, C }) => ({ flops: LAYERNORM_FLOPS_PER_ELEMENT * T * C, activations: 2 * T * C, weights: 2 * C })),
   // out: (T, OC) = inp (T, C) @ weight (C, OC) + bias (OC)
-  linear: op(3, [["out", "float*"], ["inp", "const float*"], ["weight", "const float*"], ["bias", "const float*"], ["T", "int"], ["C", "int"], ["OC", "int"]],
+  linear: op(3, [["out", "float*"], ["partials", "float*"], ["inp", "const float*"], ["weight", "const float*"], ["bias", "const float*"], ["T", "int"], ["C", "int"], ["OC", "int"]],
     ({ out, T, OC }) => ({ ptr: out, floats: T * OC }),
     ({ T, C, OC }) => ({ flops: 2 * T * C * OC + T * OC, activations: T * C + T * OC, weights: C * OC + OC })),
   // k_cache, v_cache rows [pos, pos + T) = the k and v parts of qkv (T, 3C)
@@ -123,9 +123,26 @@ export const OPS = {
     ({ logits, V }) => ({ ptr: logits, floats: V }),
     ({ C, V }) => ({ flops: 2 * C * V, activations: C + V, weights: V * C })),
   // seq[pos + T] = argmax(logits); state[STATE_POS] += T
-  argmax: op(9, [["seq", "int*"], ["state", "int*"], ["logits", "const float*"], ["V", "int"], ["T", "int"], ["max_ctx", "int"]],
+  argmax: op(9, [["seq", "int*"], ["state", "int*"], ["partials", "float*"], ["logits", "const float*"], ["V", "int"], ["T", "int"], ["max_ctx", "int"]],
     () => null,
     ({ V }) => ({ flops: V, activations: V, token_ids: 1 })),
+  // ---- fused decode ops (one row): each is a chain of the ops above in one launch
+  // qkv: (3C) = layernorm(x) @ weight + bias, and its k, v thirds to the caches' row pos: layernorm, linear, kv_append
+  ln_qkv: op(10, [["qkv", "float*"], ["k_cache", "float*"], ["v_cache", "float*"], ["partials", "float*"], ["x", "const float*"], ["ln_weight", "const float*"], ["ln_bias", "const float*"], ["weight", "const float*"], ["bias", "const float*"], ["state", "const int*"], ["C", "int"], ["max_ctx", "int"], ["eps", "float"]],
+    ({ qkv, C }) => ({ ptr: qkv, floats: 3 * C }),
+    ({ C }) => ({ flops: LAYERNORM_FLOPS_PER_ELEMENT * C + 2 * C * 3 * C + 3 * C, activations: C + 3 * C, weights: 2 * C + 3 * C * C + 3 * C, kv: 2 * C })),
+  // out: (OC) = gelu(layernorm(x) @ weight + bias): layernorm, linear, gelu
+  ln_linear_gelu: op(11, [["out", "float*"], ["partials", "float*"], ["x", "const float*"], ["ln_weight", "const float*"], ["ln_bias", "const float*"], ["weight", "const float*"], ["bias", "const float*"], ["C", "int"], ["OC", "int"], ["eps", "float"]],
+    ({ out, OC }) => ({ ptr: out, floats: OC }),
+    ({ C, OC }) => ({ flops: LAYERNORM_FLOPS_PER_ELEMENT * C + 2 * C * OC + OC + GELU_FLOPS_PER_ELEMENT * OC, activations: C + OC, weights: 2 * C + C * OC + OC })),
+  // x: (OC) = x + inp (C) @ weight + bias: linear, residual
+  linear_residual: op(12, [["x", "float*"], ["partials", "float*"], ["inp", "const float*"], ["weight", "const float*"], ["bias", "const float*"], ["C", "int"], ["OC", "int"]],
+    ({ x, OC }) => ({ ptr: x, floats: OC }),
+    ({ C, OC }) => ({ flops: 2 * C * OC + 2 * OC, activations: C + 2 * OC, weights: C * OC + OC })),
+  // logits: (V) = layernorm(x) @ wte^T, then the next token: layernorm, lm_head, argmax
+  ln_lm_head_argmax: op(13, [["logits", "float*"], ["seq", "int*"], ["state", "int*"], ["partials", "float*"], ["x", "const float*"], ["ln_weight", "const float*"], ["ln_bias", "const float*"], ["wte", "const float*"], ["C", "int"], ["V", "int"], ["max_ctx", "int"], ["eps", "float"]],
+    ({ logits, V }) => ({ ptr: logits, floats: V }),
+    ({ C, V }) => ({ flops: LAYERNORM_FLOPS_PER_ELEMENT * C + 2 * C * V + V, activations: C + V, weights: 2 * C + V * C, token_ids: 1 })),
 } as const;
 
 export type OpFamily = keyof typeof OPS;

@@ -55,8 +55,18 @@ export interface ModelBuffers {
   act: number; // gelu output (rows, 4C)
   logits: number; // (V)
   scratch: number; // attention partials
+  partials: number; // per-block partials of the ops that merge across blocks (cuda/ops.h op_partials_bytes)
   maxRows: number;
 }
+
+/**
+ * Which ops a step is made of. "unfused": one op per step of GPT-2's math, 11 per layer (136 launches for
+ * GPT-2 small). "fused": a decode step of one row runs the fused decode ops instead — layer norm in the next
+ * matvec, bias + GELU and the residual adds in the matvecs' epilogues, kv_append in c_attn's, argmax in the LM
+ * head — 5 per layer (62 for GPT-2 small); steps of several rows (prefill, the uncached baseline) stay unfused.
+ */
+export type PlanKind = "fused" | "unfused";
+export const PLAN_KINDS: readonly PlanKind[] = ["fused", "unfused"];
 
 /** One op of the plan, its work bound to its arguments. */
 export function planOp<F extends OpFamily>(family: F, label: string, layer: number | null, args: OpArgs<F>): PlanOp {
@@ -65,15 +75,20 @@ export function planOp<F extends OpFamily>(family: F, label: string, layer: numb
 }
 
 /** Builds the step for T new rows at the position held in `state`. */
-export function decodeStep(m: ModelBuffers, T: number): PlanOp[] {
+export function decodeStep(m: ModelBuffers, T: number, kind: PlanKind = "fused"): PlanOp[] {
   if (!Number.isInteger(T) || T < 1 || T > m.maxRows) throw new Error(`decodeStep: T=${T} outside 1..${m.maxRows}`);
+  return kind === "fused" && T === 1 ? fusedDecodeStep(m) : unfusedStep(m, T);
+}
+
+/** One launch per op, for T rows. */
+function unfusedStep(m: ModelBuffers, T: number): PlanOp[] {
   const { n_embd: C, n_head, n_positions: max_ctx, vocab_size: V, layer_norm_epsilon: eps } = m.config;
   const plan: PlanOp[] = [];
   const op = <F extends OpFamily>(family: F, label: string, layer: number | null, args: OpArgs<F>) => plan.push(planOp(family, label, layer, args));
   const layernorm = (label: string, layer: number | null, norm: { weight: number; bias: number }) =>
     op("layernorm", label, layer, { out: m.ln, inp: m.x, ...norm, T, C, eps });
   const linear = (label: string, layer: number, out: number, inp: number, w: { weight: number; bias: number }, inC: number, OC: number) =>
-    op("linear", label, layer, { out, inp, ...w, T, C: inC, OC });
+    op("linear", label, layer, { out, partials: m.partials, inp, ...w, T, C: inC, OC });
 
   op("embed", "embed", null, { out: m.x, seq: m.seq, state: m.state, wte: m.wte, wpe: m.wpe, T, C }); //   x = wte[tokens] + wpe[positions]
   m.layers.forEach((w, l) => {
@@ -94,7 +109,33 @@ export function decodeStep(m: ModelBuffers, T: number): PlanOp[] {
   });
   layernorm("ln_f", null, m.ln_f); //                                                        a = ln_f(x)
   op("lm_head", "lm_head", null, { logits: m.logits, inp: m.ln, wte: m.wte, T, C, V }); //   logits = a[-1] @ wte^T
-  op("argmax", "argmax", null, { seq: m.seq, state: m.state, logits: m.logits, V, T, max_ctx }); // next = argmax(logits); pos += T
+  op("argmax", "argmax", null, { seq: m.seq, state: m.state, partials: m.partials, logits: m.logits, V, T, max_ctx }); // next = argmax(logits); pos += T
+  return plan;
+}
+
+/** The same math for one row, the fused decode ops in five launches per layer. */
+function fusedDecodeStep(m: ModelBuffers): PlanOp[] {
+  const { n_embd: C, n_head, n_positions: max_ctx, vocab_size: V, layer_norm_epsilon: eps } = m.config;
+  const plan: PlanOp[] = [];
+  const op = <F extends OpFamily>(family: F, label: string, layer: number | null, args: OpArgs<F>) => plan.push(planOp(family, label, layer, args));
+  const { partials, state, x } = m;
+  const ln = (norm: { weight: number; bias: number }) => ({ ln_weight: norm.weight, ln_bias: norm.bias, eps });
+
+  op("embed", "embed", null, { out: x, seq: m.seq, state, wte: m.wte, wpe: m.wpe, T: 1, C }); //         x = wte[token] + wpe[pos]
+  m.layers.forEach((w, l) => {
+    const h = `h${l}`;
+    const [k_cache, v_cache] = [m.kCache[l]!, m.vCache[l]!];
+    op("ln_qkv", `${h}.attn.ln_qkv`, l, //                                                  q, k, v = ln_1(x) @ W_attn; cache ← k, v
+      { qkv: m.qkv, k_cache, v_cache, partials, x, ...ln(w.ln_1), ...w.c_attn, state, C, max_ctx });
+    op("attention", `${h}.attn.attend`, l, //                                                y = softmax(q K^T / √d) V (causal)
+      { out: m.att, scratch: m.scratch, qkv: m.qkv, k_cache, v_cache, state, T: 1, C, n_head, max_ctx });
+    op("linear_residual", `${h}.attn.c_proj`, l, { x, partials, inp: m.att, ...w.attn_c_proj, C, OC: C }); //  x = x + y @ W_proj
+    op("ln_linear_gelu", `${h}.mlp.ln_c_fc`, l, //                                          g = gelu(ln_2(x) @ W_fc)
+      { out: m.act, partials, x, ...ln(w.ln_2), ...w.c_fc, C, OC: 4 * C });
+    op("linear_residual", `${h}.mlp.c_proj`, l, { x, partials, inp: m.act, ...w.mlp_c_proj, C: 4 * C, OC: C }); // x = x + g @ W_proj
+  });
+  op("ln_lm_head_argmax", "ln_f.lm_head.argmax", null, //                                    logits = ln_f(x) @ wte^T; next = argmax; pos += 1
+    { logits: m.logits, seq: m.seq, state, partials, x, ...ln(m.ln_f), wte: m.wte, C, V, max_ctx });
   return plan;
 }
 
@@ -102,12 +143,12 @@ export function decodeStep(m: ModelBuffers, T: number): PlanOp[] {
  * The plan's shape without a backend: every pointer 0. Its ops have the real families, labels, sizes and
  * work — what the work model counts — and must never run.
  */
-export function planShape(config: GPT2Config, T: number): PlanOp[] {
+export function planShape(config: GPT2Config, T: number, kind: PlanKind = "fused"): PlanOp[] {
   const pair = { weight: 0, bias: 0 };
   const layer: LayerBuffers = { ln_1: pair, c_attn: pair, attn_c_proj: pair, ln_2: pair, c_fc: pair, mlp_c_proj: pair };
-  const nowhere = { wte: 0, wpe: 0, seq: 0, state: 0, x: 0, ln: 0, qkv: 0, att: 0, proj: 0, fc: 0, act: 0, logits: 0, scratch: 0 };
+  const nowhere = { wte: 0, wpe: 0, seq: 0, state: 0, x: 0, ln: 0, qkv: 0, att: 0, proj: 0, fc: 0, act: 0, logits: 0, scratch: 0, partials: 0 };
   const zeros = Array.from({ length: config.n_layer }, () => 0);
-  return decodeStep({ config, ...nowhere, layers: zeros.map(() => layer), ln_f: pair, kCache: zeros, vCache: zeros, maxRows: T }, T);
+  return decodeStep({ config, ...nowhere, layers: zeros.map(() => layer), ln_f: pair, kCache: zeros, vCache: zeros, maxRows: T }, T, kind);
 }
 
 /** Encodes ops as plan records: int64 slots, a float as its bit pattern in the low 32 bits. */
@@ -136,7 +177,7 @@ type Call = (...args: number[]) => void;
 
 /** A closure making exactly one call with fixed arguments: no spread, no allocation per call. */
 function bindCall(fn: Call, a: readonly number[]): () => void {
-  const [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11] = a as number[] as [number, number, number, number, number, number, number, number, number, number, number, number];
+  const [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12] = a as number[] as [number, number, number, number, number, number, number, number, number, number, number, number, number];
   switch (a.length) {
     case 3: return () => fn(a0, a1, a2);
     case 4: return () => fn(a0, a1, a2, a3);
@@ -148,6 +189,7 @@ function bindCall(fn: Call, a: readonly number[]): () => void {
     case 10: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
     case 11: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10);
     case 12: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11);
+    case 13: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12);
     default: throw new Error(`no eager call for ${a.length} arguments`);
   }
 }

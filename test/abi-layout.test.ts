@@ -6,12 +6,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { writeGeneratedHeaders } from "../src/native/build.ts";
-import { CU_DEVICE_INFO } from "../src/native/cuda-symbols.ts";
+import { CU_DEVICE_INFO, CU_LAUNCH_SHAPE } from "../src/native/cuda-symbols.ts";
 import { TRACE_API, TRACE_KERNEL } from "../src/native/cupti.ts";
 import { fieldBytes, type StructLayout } from "../src/native/struct-layout.ts";
 
 const ROOT = join(import.meta.dir, "..");
-const LAYOUTS: StructLayout[] = [CU_DEVICE_INFO, TRACE_KERNEL, TRACE_API];
+const LAYOUTS: StructLayout[] = [CU_DEVICE_INFO, CU_LAUNCH_SHAPE, TRACE_KERNEL, TRACE_API];
 
 /** "<struct> <field|sizeof> <bytes>" lines printed by a program compiled from the C headers. */
 function measuredLayouts(): Map<string, number> {

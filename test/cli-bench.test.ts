@@ -106,7 +106,7 @@ describe("OpenBLAS through bun:ffi (the prefill yardstick)", () => {
     const inp = randomFloats(T * C, 1), w = randomFloats(C * OC, 2), zero = new Float32Array(OC);
     const ours = arena.poisoned(T * OC), theirs = arena.poisoned(T * OC);
     const a = arena.put(inp), b = arena.put(w);
-    backend.ops.op_linear(ours.ptr, a.ptr, b.ptr, arena.put(zero).ptr, T, C, OC);
+    backend.ops.op_linear(ours.ptr, 0, a.ptr, b.ptr, arena.put(zero).ptr, T, C, OC);
     blas.sgemm(theirs.ptr, a.ptr, b.ptr, T, OC, C);
     expect(maxRelativeError(arena.floats(theirs), arena.floats(ours))).toBeLessThan(1e-5);
     arena.release();

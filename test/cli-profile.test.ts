@@ -36,7 +36,8 @@ describe("profile --backend cpu on gpt2-tiny", () => {
 
   test("exits 0 and prints only the summary JSON on stdout", () => {
     expect(run.code).toBe(0);
-    expect(summary.schema_version).toBe(2);
+    expect(summary.schema_version).toBe(3);
+    expect(summary.settings.plan).toBe("fused");
   });
 
   test("writes every file; summary.json matches its schema and equals stdout", () => {
@@ -65,15 +66,16 @@ describe("profile --backend cpu on gpt2-tiny", () => {
     expect(summary.points).toHaveLength(9);
     for (const p of summary.points) {
       expect(p.device_ms.median).toBeGreaterThan(0);
-      expect(p.breakdown!.families.map((f) => f.key)).toContain("linear");
+      // the cached steps run the fused plan (the default), the uncached baseline the one-op-per-launch plan
+      expect(p.breakdown!.families.map((f) => f.key)).toContain(p.mode === "uncached" ? "linear" : "linear_residual");
       expect(p.split!.verdict.length).toBeGreaterThan(0);
     }
     expect(summary.seed_table.map((r) => r.context)).toEqual([8, 32, 63]);
     expect(summary.end_to_end.map((e) => e.mode)).toEqual(["uncached", "eager", "eager-native"]);
     expect(summary.verdicts.some((v) => v.startsWith("Is the floor launch overhead?"))).toBe(true);
-    // the launch floor is measured with empty ops and set against the step
+    // the launch floor is measured with empty ops and set against the step (the fused step: 12 ops for 2 layers)
     expect(summary.device.launch.host_us).toBeGreaterThan(0);
-    expect(summary.verdicts.some((v) => v.startsWith("Launch floor at context 63: 26 ops ×"))).toBe(true);
+    expect(summary.verdicts.some((v) => v.startsWith("Launch floor at context 63: 12 ops ×"))).toBe(true);
   });
 
   test("a verdict says how far the uncached baseline is from the measured fp32 peak", () => {
@@ -104,7 +106,8 @@ describe("profile --backend cpu on gpt2-tiny", () => {
 // stretch), only what holds by construction: every op of every traced step is timed, busy + idle = step, and
 // the per-step op time cannot exceed the step it lies inside (the ops run one after another within the step's
 // window, and with an odd number of traced steps both figures are order statistics of the same steps).
-// A narrow model with GPT-2 small's 12 layers (its 136 ops per step) keeps this quick on busy cores.
+// A narrow model with GPT-2 small's 12 layers (62 ops per fused cached step, 136 per unfused uncached one)
+// keeps this quick on busy cores.
 test("12 layers on the CPU: every op traced, busy + idle = step, op time within the step", () => {
   const config: GPT2Config = { name: "narrow12", n_layer: 12, n_head: 2, n_embd: 32, n_positions: 32, vocab_size: 97, layer_norm_epsilon: 1e-5 };
   const model = modelDir(out, { config: hfConfigJson(config), model: encode(seededTensors(config)).bytes });
@@ -114,11 +117,13 @@ test("12 layers on the CPU: every op traced, busy + idle = step, op time within 
   expect(r.code).toBe(0);
   const points = (JSON.parse(r.stdout) as ProfileSummary).points;
   expect(points.map((p) => p.mode)).toEqual(["eager", "eager-native", "uncached"]);
-  const opsPerStep = 1 + 12 * 11 + 3; // embed; 11 ops per block; ln_f, lm_head, argmax
   for (const p of points) {
+    // the cached steps: embed, 5 fused ops per block, the fused LM head; uncached: embed, 11 per block, ln_f, lm_head, argmax
+    const perBlock = p.mode === "uncached" ? 11 : 5;
+    const opsPerStep = p.mode === "uncached" ? 1 + 12 * perBlock + 3 : 1 + 12 * perBlock + 1;
     const split = p.split!;
     expect(p.breakdown!.families.reduce((n, f) => n + f.calls, 0)).toBe(opsPerStep * tracedSteps);
-    expect(p.breakdown!.layers.find((l) => l.key === "h11")!.calls).toBe(11 * tracedSteps);
+    expect(p.breakdown!.layers.find((l) => l.key === "h11")!.calls).toBe(perBlock * tracedSteps);
     expect(split.busy_ms + split.idle_ms).toBeCloseTo(split.step_ms, 9);
     expect(split.busy_ms).toBeGreaterThan(0);
     expect(split.busy_ms).toBeLessThanOrEqual(split.step_ms);

@@ -26,7 +26,7 @@ const state = (pos: number) => arena.put(Int32Array.of(pos, 0, 0, 0));
 function checkLinear(b: CpuBackend, on: DeviceArena, T: number, C: number, OC: number): void {
   const inp = randomFloats(T * C, seed + 3 + T), w = randomFloats(C * OC, seed + 4 + C, 0.1), bias = randomFloats(OC, seed + 5 + OC);
   const out = on.poisoned(T * OC);
-  b.ops.op_linear(out.ptr, on.put(inp).ptr, on.put(w).ptr, on.put(bias).ptr, T, C, OC);
+  b.ops.op_linear(out.ptr, 0, on.put(inp).ptr, on.put(w).ptr, on.put(bias).ptr, T, C, OC);
   expect(maxRelativeError(on.floats(out), linearRef(inp, w, bias, T, C, OC))).toBeLessThan(TOLERANCE);
 }
 
@@ -71,8 +71,8 @@ describe("results do not depend on which thread ran which chunk", () => {
     const w = arena.put(randomFloats(C * 3 * C, seed + 22, 0.1)), bias = arena.put(randomFloats(3 * C, seed + 23));
     const inp = arena.put(randomFloats(100 * 3 * C, seed + 24));
     const runs: Array<[number, (out: number) => void]> = [
-      [3 * C, (out) => ops.op_linear(out, inp.ptr, w.ptr, bias.ptr, 1, C, 3 * C)],
-      [64 * 3 * C, (out) => ops.op_linear(out, inp.ptr, w.ptr, bias.ptr, 64, C, 3 * C)],
+      [3 * C, (out) => ops.op_linear(out, 0, inp.ptr, w.ptr, bias.ptr, 1, C, 3 * C)],
+      [64 * 3 * C, (out) => ops.op_linear(out, 0, inp.ptr, w.ptr, bias.ptr, 64, C, 3 * C)],
       [C, (out) => ops.op_attention(out, 0, inp.ptr, k.ptr, v.ptr, state(999).ptr, 1, C, H, maxCtx)],
       [100 * C, (out) => ops.op_attention(out, 0, inp.ptr, k.ptr, v.ptr, state(0).ptr, 100, C, H, maxCtx)],
       [3 * C, (out) => ops.op_lm_head(out, inp.ptr, w.ptr, 1, C, 3 * C)],
@@ -137,7 +137,7 @@ describe("CPU ops vs TypeScript reference", () => {
     const maxCtx = 64, pos = 10;
     const seq = arena.put(new Int32Array(maxCtx + 1).fill(-1));
     const st = state(pos);
-    ops.op_argmax(seq.ptr, st.ptr, logits.ptr, V, T, maxCtx);
+    ops.op_argmax(seq.ptr, st.ptr, 0, logits.ptr, V, T, maxCtx);
     expect(arena.ints(seq)[pos + T]).toBe(argmaxRef(got));
     expect(arena.ints(st)[0]).toBe(pos + T);
   });
@@ -146,10 +146,10 @@ describe("CPU ops vs TypeScript reference", () => {
     const logits = arena.put(Float32Array.of(1, 5, 3, 5, 2));
     const seq = arena.put(new Int32Array(9).fill(-1));
     const st = state(2);
-    ops.op_argmax(seq.ptr, st.ptr, logits.ptr, 5, 1, 8);
+    ops.op_argmax(seq.ptr, st.ptr, 0, logits.ptr, 5, 1, 8);
     expect(arena.ints(seq)[3]).toBe(1);
     const full = state(8);
-    ops.op_argmax(seq.ptr, full.ptr, logits.ptr, 5, 1, 8);
+    ops.op_argmax(seq.ptr, full.ptr, 0, logits.ptr, 5, 1, 8);
     expect(Array.from(arena.ints(seq)).filter((x) => x !== -1)).toEqual([1]);
     expect(arena.ints(full)[0]).toBe(9);
   });

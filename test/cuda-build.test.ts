@@ -3,7 +3,7 @@
 import { describe, expect, test } from "bun:test";
 import { existsSync, rmSync } from "node:fs";
 
-import { ensureBuilt, hasNvcc, libraryPath } from "../src/native/build.ts";
+import { ensureBuilt, hasNvcc, libraryPath, ROOT } from "../src/native/build.ts";
 import { kernelName, missingFamilies, parseResourceUsage, readResourceUsage, RESOURCE_USAGE_PATH } from "../src/native/resource-usage.ts";
 
 const SAMPLE = `ptxas info    : Compiling entry function '_Z20linear_matvec_kernelILi4EEvPfPKfS2_S2_iii' for 'sm_90'
@@ -38,5 +38,13 @@ describe.skipIf(!hasNvcc())("nvcc build of libgpt2_cuda.so", () => {
     expect(missingFamilies(rows!)).toEqual([]);
     expect(rows!.filter((r) => r.spillStores + r.spillLoads > 0).map((r) => r.kernel)).toEqual([]);
     expect(rows!.every((r) => r.arch === "sm_90")).toBe(true);
+  }, 600_000);
+
+  test("without nvcc (a GPU machine that has none) the library built here is used: its sources stamp matches", () => {
+    ensureBuilt("cuda", { quiet: true });
+    const noNvcc = { ...process.env, NVCC: "/nonexistent/nvcc" };
+    const build = Bun.spawnSync(["bun", "src/cli/build.ts", "cuda"], { cwd: ROOT, env: noNvcc, stderr: "pipe" });
+    expect(build.exitCode).toBe(0);
+    expect(build.stderr.toString()).toContain("up to date");
   }, 600_000);
 });

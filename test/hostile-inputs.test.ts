@@ -210,8 +210,10 @@ gen("weights of 3e38 that overflow, cached", ["--model", overflowDir], overflowM
 gen("weights of 3e38 that overflow, uncached", ["--model", overflowDir, "--cache", "off"], overflowMessage);
 gen("weights of 3e38 that overflow, replayed natively", ["--model", overflowDir, "--mode", "replay"], overflowMessage);
 const overflowOut = join(base, "overflow-profile");
+// the profile's cached step runs the fused plan: 7 ops for the one layer, attention the third
+const fusedOverflowMessage = /the logits .* are not finite \(NaN for token id \d+\): the first op with a non-finite output is h0\.attn\.attend \(layer 0, op 3 of 7 in the step\)/;
 add({
-  name: "profile of weights that overflow", command: "profile", message: overflowMessage,
+  name: "profile of weights that overflow", command: "profile", message: fusedOverflowMessage,
   args: ["--backend", "cpu", "--model", overflowDir, "--contexts", "4", "--repeats", "1", "--out", overflowOut],
   absent: [overflowOut], clean: [base],
 });

@@ -3,33 +3,48 @@
 // output poisoned with NaN first so that an element the kernel never writes fails. The cases are
 // src/verify/kernel-checks.ts, the same ones `bun run verify` runs on a GPU.
 //
-// Planted bug: libgpt2_emu_planted.so is built with -DPLANT_BUG_ATTENTION, under which attention.cu drops
-// each query's own key from its causal range; the last test asserts that this comparison FAILS, so the
-// harness is shown able to catch an indexing bug in a kernel.
-import { afterAll, describe, expect, test } from "bun:test";
+// Every case runs twice, the emulator's blocks and threads in two different seeded random orders
+// (emu_set_schedule), and the two runs' device outputs must agree bit for bit: the merges across blocks are
+// in a fixed order, whichever block arrives last.
+//
+// Planted bugs, each in a variant library built with a macro, and each shown to FAIL here:
+//   libgpt2_emu_planted.so, -DPLANT_BUG_ATTENTION: attention.cu drops each query's own key from its causal
+//     range (an indexing bug);
+//   libgpt2_emu_planted_order.so, -DPLANT_MISSING_BARRIER (arrive_last's barrier after thread 0 learns whether
+//     its block is the last: attention's merge) and -DPLANT_BLOCK_ORDER (the matvec lets its highest split merge,
+//     assuming that block finishes last). Both pass with blocks and threads in index order and fail in a random
+//     order: the random schedule is what catches them.
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { dlopen, FFIType } from "bun:ffi";
 
 import { CpuBackend } from "../src/backends/cpu.ts";
 import { CudaBackend } from "../src/backends/cuda.ts";
 import { ensureBuilt } from "../src/native/build.ts";
+import { emuSchedule } from "../src/native/emu-schedule.ts";
 import { encodePlan, planOp, type PlanOp } from "../src/plan.ts";
 import { attentionCase, KERNEL_CASES, KERNEL_TOLERANCE, runKernelCases } from "../src/verify/kernel-checks.ts";
 import { DeviceArena, freshSeed } from "./helpers/device.ts";
 import { maxRelativeError, randomFloats } from "./helpers/reference.ts";
 
 const seed = freshSeed();
-console.log(`kernels.emu: SEED=${seed}`);
+// the two schedules: nonzero and different (0 would be index order)
+const [order1, order2] = [(seed % 0x7fffffff) + 1, ((seed * 7 + 3) % 0x7fffffff) + 1];
+console.log(`kernels.emu: SEED=${seed}, schedules ${order1} and ${order2}`);
 const emu = CudaBackend.open({ emulated: true });
 const cpu = CpuBackend.open();
+const schedule = emuSchedule(ensureBuilt("emu", { quiet: true }).path);
 afterAll(() => {
+  schedule.close();
   emu.close();
   cpu.close();
 });
 
-describe("emulated kernels vs CPU twins", () => {
+describe("emulated kernels vs CPU twins, in two random schedules", () => {
   test.each(KERNEL_CASES.map((c) => [`${c.kernel} ${c.shape}`, c] as const))("%s", (_, c) => {
-    const [row] = runKernelCases(emu, cpu, seed, [c]);
+    schedule.set(order1);
+    const [row] = runKernelCases(emu, cpu, seed, [c], () => schedule.set(order2));
     expect(row!.error).toBeLessThanOrEqual(KERNEL_TOLERANCE);
+    expect(row!.repeatable).toBe(true);
   });
 });
 
@@ -132,3 +147,30 @@ test("planted attention bug (-DPLANT_BUG_ATTENTION) is caught", () => {
     planted.close();
   }
 }, 300_000); // builds the variant library first
+
+describe("planted schedule bugs pass in index order and are caught in a random order", () => {
+  let planted: CudaBackend, plantedSchedule: ReturnType<typeof emuSchedule>;
+  beforeAll(() => {
+    const flags = ["-DPLANT_MISSING_BARRIER", "-DPLANT_BLOCK_ORDER"];
+    const path = ensureBuilt("emu", { quiet: true, extraFlags: flags, variant: "planted_order" }).path;
+    planted = CudaBackend.open({ emulated: true, path });
+    plantedSchedule = emuSchedule(path);
+  }, 300_000); // builds the variant library first
+  afterAll(() => {
+    plantedSchedule?.close();
+    planted?.close();
+  });
+  const errorIn = (order: number, c: (typeof KERNEL_CASES)[number]) => {
+    plantedSchedule.set(order);
+    return runKernelCases(planted, cpu, seed, [c])[0]!.error;
+  };
+  const byName = (kernel: string, shape: string) => KERNEL_CASES.find((c) => c.kernel === kernel && c.shape === shape)!;
+
+  test.each([
+    ["block order (-DPLANT_BLOCK_ORDER): the matvec's highest split merges", byName("linear", "T=1 C=768 OC=768")],
+    ["missing barrier (-DPLANT_MISSING_BARRIER): attention's merge", attentionCase(1, 700, 768, 12, 1024)],
+  ] as const)("%s", (_, c) => {
+    expect(errorIn(0, c)).toBeLessThanOrEqual(KERNEL_TOLERANCE);
+    expect(errorIn(order1, c)).toBeGreaterThan(KERNEL_TOLERANCE);
+  });
+});

@@ -1,11 +1,17 @@
 // The whole model through the CUDA library's own code on the CPU emulator (libgpt2_emu.so): kernels,
-// host runtime, graph capture and replay. Same checks as `bun run verify` runs without a GPU.
+// host runtime, graph capture (plain and programmatic) and replay, in both plans. Same checks as
+// `bun run verify` runs without a GPU.
 import { afterAll, expect, test } from "bun:test";
 import { join } from "node:path";
 
 import { CudaBackend } from "../src/backends/cuda.ts";
 import { loadModel } from "../src/model/weights.ts";
-import { cachedEqualsUncached, fixtureChecks, graphMemoryStable, modesBitIdentical, readFixture } from "../src/verify/model-checks.ts";
+import { PLAN_KINDS } from "../src/plan.ts";
+import { availableModes } from "../src/run/launch-modes.ts";
+import { Session } from "../src/run/session.ts";
+import {
+  cachedEqualsUncached, fixtureChecks, graphMemoryStable, modesBitIdentical, plansAgree, readFixture,
+} from "../src/verify/model-checks.ts";
 
 const FIXTURE = join(import.meta.dir, "fixtures/gpt2-tiny");
 /** The emulator runs every CUDA thread as a fiber: ~20 s per test alone, several times that on busy cores. */
@@ -15,17 +21,39 @@ const weights = loadModel(FIXTURE);
 const fixture = readFixture(FIXTURE);
 afterAll(() => emu.close());
 
-test("gpt2-tiny logits and greedy continuation in eager, eager-native, graph and uncached", () => {
-  const rows = fixtureChecks(emu, weights, fixture);
+test("the emulator has every launch mode, graph-pdl included", () => {
+  expect(availableModes(emu).map((m) => m.name)).toEqual(["eager", "eager-native", "graph", "graph-pdl"]);
+});
+
+test.each(PLAN_KINDS.map((p) => [p]))("gpt2-tiny logits and greedy continuation in every launch mode and uncached, %s plan", (plan) => {
+  const rows = fixtureChecks(emu, weights, fixture, plan);
   expect(rows.map((r) => `${r.check} ${r.detail}: ${r.status}`)).toEqual(rows.map((r) => `${r.check} ${r.detail}: pass`));
-  expect(rows).toHaveLength(5);
+  expect(rows).toHaveLength(6);
 }, EMU_TIMEOUT_MS);
 
-test("the launch modes agree bit for bit, and the cache is exact, over every position", () => {
+test.each(PLAN_KINDS.map((p) => [p]))("the launch modes agree bit for bit, and the cache is exact, over every position, %s plan", (plan) => {
   const n = weights.config.n_positions - fixture.prompt.length;
-  expect(modesBitIdentical(emu, weights, fixture.prompt, n).status).toBe("pass");
-  expect(cachedEqualsUncached(emu, weights, fixture.prompt, n).status).toBe("pass");
+  expect(modesBitIdentical(emu, weights, fixture.prompt, n, plan).status).toBe("pass");
+  expect(cachedEqualsUncached(emu, weights, fixture.prompt, n, plan).status).toBe("pass");
 }, EMU_TIMEOUT_MS);
+
+test("the fused and unfused plans agree", () => {
+  expect(plansAgree(emu, weights, fixture.prompt, weights.config.n_positions - fixture.prompt.length).status).toBe("pass");
+}, EMU_TIMEOUT_MS);
+
+test("a fused decode step is 5 kernels per layer plus 2 in both graphs; the unfused one 11 plus 4", () => {
+  for (const [plan, perLayer, outside] of [["fused", 5, 2], ["unfused", 11, 4]] as const) {
+    const s = new Session(emu, weights, undefined, plan);
+    try {
+      const native = s.step(1).native();
+      const kernels = weights.config.n_layer * perLayer + outside;
+      expect(native.graphKernelNodes!(false)).toBe(kernels);
+      expect(native.graphKernelNodes!(true)).toBe(kernels);
+    } finally {
+      s.close();
+    }
+  }
+});
 
 test("graph replays allocate nothing", () => {
   expect(graphMemoryStable(emu, weights, 20).status).toBe("pass");

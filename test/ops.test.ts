@@ -37,16 +37,16 @@ describe("the op table", () => {
   test("bun:ffi signatures come from the table: a pointer is ptr, an int i32, a float f32", () => {
     const { ptr, i32, f32 } = FFIType;
     expect(OP_SYMBOLS.op_layernorm.args).toEqual([ptr, ptr, ptr, ptr, i32, i32, f32]);
-    expect(OP_SYMBOLS.op_argmax.args).toEqual([ptr, ptr, ptr, i32, i32, i32]);
+    expect(OP_SYMBOLS.op_argmax.args).toEqual([ptr, ptr, ptr, ptr, i32, i32, i32]);
     for (const f of OP_FAMILIES) expect(OP_SYMBOLS[`op_${f}`].args.length).toBe(OPS[f].params.length);
     expect(floatParams("layernorm")).toEqual([6]);
     expect(floatParams("linear")).toEqual([]);
   });
 
   test("named arguments go to signature order and back; a missing or extra name is an error", () => {
-    const args = { out: 1, inp: 2, weight: 3, bias: 4, T: 5, C: 6, OC: 7 };
-    expect(positionalArgs("linear", args)).toEqual([1, 2, 3, 4, 5, 6, 7]);
-    expect(namedArgs("linear", [1, 2, 3, 4, 5, 6, 7])).toEqual(args);
+    const args = { out: 1, partials: 9, inp: 2, weight: 3, bias: 4, T: 5, C: 6, OC: 7 };
+    expect(positionalArgs("linear", args)).toEqual([1, 9, 2, 3, 4, 5, 6, 7]);
+    expect(namedArgs("linear", [1, 9, 2, 3, 4, 5, 6, 7])).toEqual(args);
     const { OC: _, ...missing } = args;
     expect(() => positionalArgs("linear", missing as typeof args)).toThrow(/do not match/);
     expect(() => positionalArgs("linear", { ...args, extra: 8 } as typeof args)).toThrow(/do not match/);
@@ -56,7 +56,7 @@ describe("the op table", () => {
     const op = planOp("layernorm", "ln", null, { out: 16, inp: 32, weight: 48, bias: 64, T: 2, C: 8, eps: 0.5 });
     expect(op.work(0)).toEqual(workOf({ flops: 8 * 16, activations: 32, weights: 16, kv: 0, token_ids: 0 }));
     expect(op.output).toEqual({ ptr: 16, floats: 2 * 8 });
-    expect(planOp("argmax", "argmax", null, { seq: 1, state: 2, logits: 3, V: 10, T: 1, max_ctx: 8 }).output).toBeNull();
+    expect(planOp("argmax", "argmax", null, { seq: 1, state: 2, partials: 4, logits: 3, V: 10, T: 1, max_ctx: 8 }).output).toBeNull();
     const { records } = encodePlan([op]);
     expect(Number(records[0])).toBe(OPS.layernorm.code);
     expect(Array.from(records.slice(1, 7), Number)).toEqual([16, 32, 48, 64, 2, 8]);

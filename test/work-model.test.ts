@@ -29,7 +29,7 @@ const familyFlops = (ops: OpWork[], family: OpWork["family"]) =>
 
 describe("stepWork", () => {
   test("lists the plan in order with layer labels", () => {
-    const ops = stepWork(gpt2, 1, 10);
+    const ops = stepWork(gpt2, 1, 10, "unfused");
     expect(ops.length).toBe(1 + 12 * 11 + 3);
     expect(ops[0]!.label).toBe("embed");
     expect(ops.slice(1, 12).map((o) => o.label)).toEqual([
@@ -49,13 +49,31 @@ describe("stepWork", () => {
     expect(ops.slice(-3).map((o) => o.label)).toEqual(["ln_f", "lm_head", "argmax"]);
   });
 
+  test("the fused decode step: five launches per layer, 62 for GPT-2 small; several rows stay unfused", () => {
+    const ops = stepWork(gpt2, 1, 10);
+    expect(ops.length).toBe(1 + 12 * 5 + 1);
+    expect(ops.slice(0, 6).map((o) => o.family)).toEqual(["embed", "ln_qkv", "attention", "linear_residual", "ln_linear_gelu", "linear_residual"]);
+    expect(ops.at(-1)!.family).toBe("ln_lm_head_argmax");
+    expect(stepWork(gpt2, 2, 0)).toEqual(stepWork(gpt2, 2, 0, "unfused"));
+  });
+
+  test("fusing keeps the FLOPs, the weights and the cache rows, and moves fewer activation bytes", () => {
+    const fused = sumWork(stepWork(gpt2, 1, 500)), unfused = sumWork(stepWork(gpt2, 1, 500, "unfused"));
+    expect(fused.flops).toBe(unfused.flops);
+    expect(fused.weight_bytes).toBe(unfused.weight_bytes);
+    expect(fused.kv_bytes).toBe(unfused.kv_bytes);
+    expect(fused.bytes).toBeLessThan(unfused.bytes);
+  });
+
   test("is the decode plan's own ops and their work, whatever the buffers", () => {
     const tiny: GPT2Config = { ...gpt2, n_layer: 2, n_embd: 8, n_head: 2, vocab_size: 11, n_positions: 16 };
     const pair = { weight: 1, bias: 1 };
     const layer: LayerBuffers = { ln_1: pair, c_attn: pair, attn_c_proj: pair, ln_2: pair, c_fc: pair, mlp_c_proj: pair };
-    const pointers = { wte: 1, wpe: 1, seq: 1, state: 1, x: 1, ln: 1, qkv: 1, att: 1, proj: 1, fc: 1, act: 1, logits: 1, scratch: 1 };
+    const pointers = { wte: 1, wpe: 1, seq: 1, state: 1, x: 1, ln: 1, qkv: 1, att: 1, proj: 1, fc: 1, act: 1, logits: 1, scratch: 1, partials: 1 };
     const buffers: ModelBuffers = { config: tiny, ...pointers, layers: [layer, layer], ln_f: pair, kCache: [1, 1], vCache: [1, 1], maxRows: 4 };
     expect(stepWork(tiny, 3, 5)).toEqual(opsWork(decodeStep(buffers, 3), 5));
+    expect(stepWork(tiny, 1, 5)).toEqual(opsWork(decodeStep(buffers, 1), 5));
+    expect(stepWork(tiny, 1, 5, "unfused")).toEqual(opsWork(decodeStep(buffers, 1, "unfused"), 5));
   });
 
   test("rejects steps outside the model's positions", () => {
@@ -114,7 +132,7 @@ describe("cached step of GPT-2 small at 1,000 tokens of context", () => {
 describe("uncached vs cached", () => {
   const ctx = 255;
   const T = ctx + 1;
-  const cached = cachedStepWork(gpt2, ctx);
+  const cached = cachedStepWork(gpt2, ctx, "unfused"); // families compared op for op
   const uncached = uncachedStepWork(gpt2, ctx);
 
   test("recomputes T = context + 1 rows from position 0", () => {

@@ -4,7 +4,9 @@
 // Execution model (cuda/emu/emu_exec.cpp): a launch runs its blocks one after another; a block's threads
 // are cooperative fibers on small reused stacks. A fiber runs until it reaches __syncthreads() (block
 // barrier) or a warp collective (__shfl_*_sync, __syncwarp: a barrier among the warp's lanes); the last
-// thread to arrive releases the others. __shared__ is `static`: correct because blocks never overlap.
+// thread to arrive releases the others. Blocks, and a block's threads between barriers, run in a seeded
+// random order (emu_set_schedule(seed); 0 = index order), so code that needs a missing barrier or assumes
+// which block arrives last fails here. __shared__ is `static`: correct because blocks never overlap.
 // Atomics are plain read-modify-writes and __threadfence() is a no-op for the same reason. A launch whose
 // block is not a valid shape, or whose threads can no longer make progress (a barrier some threads never
 // reach), fails with cudaErrorInvalidConfiguration / cudaErrorLaunchFailure instead of hanging.

@@ -1,6 +1,11 @@
 // The emulator's execution model: blocks run one after another; a block's threads are fibers that
 // meet at block barriers and warp collectives (see cuda_emu.h).
 //
+// Schedule: with a nonzero seed (emu_set_schedule; the default is kDefaultScheduleSeed) the blocks of a grid
+// run in a seeded random order, and a block's threads run in a seeded random order, reshuffled whenever a
+// block barrier releases them; seed 0 runs blocks and threads in index order. A missing barrier, or code that
+// assumes which block finishes last, then gives a wrong result on the CPU instead of passing by luck.
+//
 // Fibers switch with a hand-written x86-64 context switch (callee-saved registers + stack pointer),
 // about a hundred times cheaper than swapcontext, which makes a system call per switch; other
 // architectures fall back to ucontext. Stacks are kStackBytes each with a guard page below, allocated
@@ -32,6 +37,29 @@ constexpr int kMaxThreadsPerBlock = 1024;
 constexpr unsigned kMaxBlockDimZ = 64;
 constexpr unsigned kMaxGridDimYZ = 65535;
 constexpr size_t kStackBytes = 64 * 1024;
+constexpr uint64_t kDefaultScheduleSeed = 0x9e3779b97f4a7c15ull;
+
+// ---- the schedule's random order ---------------------------------------------------------------------------
+bool g_shuffle = true;  // false: index order
+uint64_t g_schedule_rng = kDefaultScheduleSeed;
+
+uint64_t next_random() {  // splitmix64
+  uint64_t z = (g_schedule_rng += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// A permutation of 0..n-1: identity in index order, else a seeded Fisher-Yates shuffle.
+template <typename T> void shuffle_order(T* items, int n) {
+  if (!g_shuffle) return;
+  for (int i = n - 1; i > 0; i--) {
+    const int j = (int)(next_random() % (uint64_t)(i + 1));
+    const T tmp = items[i];
+    items[i] = items[j];
+    items[j] = tmp;
+  }
+}
 
 // ---- context switch --------------------------------------------------------------------------------------
 #if defined(__x86_64__)
@@ -139,35 +167,40 @@ struct StackPool {
 struct Block {
   const KernelBody* body = nullptr;
   int n_threads = 0;
-  int current = -1;
+  int current = -1;      // the running fiber
+  int current_pos = -1;  // its position in `order`
   int done = 0;
   int at_block_barrier = 0;
   bool failed = false;
   Context scheduler;
   Fiber fibers[kMaxThreadsPerBlock];
+  int order[kMaxThreadsPerBlock];  // the order a pass over the block runs its ready fibers in
   WarpCollective warps[kMaxThreadsPerBlock / kWarpSize];
 };
 
 Block g_block;
 StackPool g_stacks;
 
-// Leaves the running fiber (or the scheduler, from == -1) for the next ready fiber after `from`, or for the
-// scheduler when there is none: fibers hand over to each other directly, one switch per yield.
-void switch_from(Context* self, int from) {
-  for (int t = from + 1; t < g_block.n_threads; t++) {
+// Leaves the running fiber (or the scheduler, from_pos == -1) for the next ready fiber after position
+// `from_pos` of the block's order, or for the scheduler when there is none: fibers hand over to each other
+// directly, one switch per yield.
+void switch_from(Context* self, int from_pos, bool from_scheduler) {
+  for (int p = from_pos + 1; p < g_block.n_threads; p++) {
+    const int t = g_block.order[p];
     if (g_block.fibers[t].state != FiberState::kReady) continue;
     g_block.current = t;
+    g_block.current_pos = p;
     g_thread_idx = g_block.fibers[t].idx;
     context_switch(self, &g_block.fibers[t].ctx);
     return;
   }
-  if (from >= 0) context_switch(self, &g_block.scheduler);
+  if (!from_scheduler) context_switch(self, &g_block.scheduler);
 }
 
 void yield(FiberState state) {
   Fiber& self = g_block.fibers[g_block.current];
   self.state = state;
-  switch_from(&self.ctx, g_block.current);
+  switch_from(&self.ctx, g_block.current_pos, false);
 }
 
 bool any_ready() {
@@ -176,10 +209,13 @@ bool any_ready() {
   return false;
 }
 
+// Every thread is at the barrier: all go on, in a fresh order (the releasing thread runs on first).
 void release_block_barrier() {
   for (int t = 0; t < g_block.n_threads; t++)
     if (g_block.fibers[t].state == FiberState::kAtBlockBarrier) g_block.fibers[t].state = FiberState::kReady;
   g_block.at_block_barrier = 0;
+  shuffle_order(g_block.order, g_block.n_threads);
+  g_block.current_pos = -1;  // its next yield hands over to the first ready fiber of the new order
 }
 
 unsigned lanes_present(int warp) {
@@ -194,12 +230,14 @@ bool run_block() {
   for (int t = 0; t < g_block.n_threads; t++) {
     g_block.fibers[t].state = FiberState::kReady;
     context_init(&g_block.fibers[t].ctx, g_stacks.top(t));
+    g_block.order[t] = t;
   }
+  shuffle_order(g_block.order, g_block.n_threads);
   for (auto& w : g_block.warps) w.arrived = 0, w.mask_mismatch = false;
-  // each pass runs fibers in index order until none after the last one is ready
+  // each pass runs the ready fibers in the block's order until none after the last one is ready
   while (g_block.done < g_block.n_threads) {
     if (g_block.failed || !any_ready()) return false;  // every live thread waits on a barrier that cannot complete
-    switch_from(&g_block.scheduler, -1);
+    switch_from(&g_block.scheduler, -1, true);
   }
   return !g_block.failed;
 }
@@ -225,7 +263,7 @@ extern "C" __attribute__((visibility("hidden"))) void emu_fiber_main() {
   g_block.fibers[g_block.current].state = FiberState::kDone;
   g_block.done++;
   Context dead;
-  switch_from(&dead, g_block.current);  // never resumed
+  switch_from(&dead, g_block.current_pos, false);  // never resumed
 }
 
 void block_barrier() {
@@ -280,15 +318,26 @@ void run_launch(dim3 grid, dim3 block, const KernelBody& body) {
   g_block_dim = block;
   g_grid_dim = grid;
   set_fiber_indices(block);
+  std::vector<uint3> blocks;
+  blocks.reserve((size_t)grid.x * grid.y * grid.z);
   for (unsigned z = 0; z < grid.z; z++)
     for (unsigned y = 0; y < grid.y; y++)
-      for (unsigned x = 0; x < grid.x; x++) {
-        g_block_idx = uint3{x, y, z};
-        if (!run_block()) {
-          set_launch_error(cudaErrorLaunchFailure);
-          return;
-        }
-      }
+      for (unsigned x = 0; x < grid.x; x++) blocks.push_back(uint3{x, y, z});
+  shuffle_order(blocks.data(), (int)blocks.size());
+  for (const uint3& b : blocks) {
+    g_block_idx = b;
+    if (!run_block()) {
+      set_launch_error(cudaErrorLaunchFailure);
+      return;
+    }
+  }
 }
 
 }  // namespace emu
+
+// The schedule of every later launch: 0 runs blocks and threads in index order, any other seed in that seed's
+// random order.
+extern "C" void emu_set_schedule(uint64_t seed) {
+  emu::g_shuffle = seed != 0;
+  emu::g_schedule_rng = seed;
+}

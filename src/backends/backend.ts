@@ -20,8 +20,13 @@ export interface RecordedStep {
   runNative(n?: number): void;
   /** CUDA graph replay, `n` back to back with no host sync; undefined where graphs don't exist */
   readonly runGraph?: (n?: number) => void;
-  /** kernel nodes in the captured graph (CUDA; captures it if needed) */
-  readonly graphKernelNodes?: () => number;
+  /**
+   * the step captured with programmatic dependent launch (each kernel may start while its predecessor runs and
+   * waits for it in-kernel), replayed `n` times; undefined where the backend has no such launches
+   */
+  readonly runGraphPdl?: (n?: number) => void;
+  /** kernel nodes in the captured graph (CUDA; captures it if needed; programmatic: the graph-pdl capture) */
+  readonly graphKernelNodes?: (programmatic?: boolean) => number;
   destroy(): void;
 }
 
@@ -55,6 +60,8 @@ export interface Backend {
   readonly deviceName: string;
   /** whether a recorded step can be captured and replayed as a CUDA graph */
   readonly graphs: boolean;
+  /** whether kernels can be launched with programmatic dependent launch (a GPU of compute capability 9.0 or later, or the emulator) */
+  readonly programmaticLaunch: boolean;
   /**
    * whether issuing a step returns before the device has run it (CUDA): the host's issue time is then the
    * launch path alone; on the CPU the host runs the ops while it issues them
@@ -78,6 +85,8 @@ export interface Backend {
   synchronize(): void;
   memInfo(): MemoryInfo;
   attentionScratchBytes(T: number, C: number, nHead: number, maxCtx: number): number;
+  /** bytes of the partials buffer of the ops that merge across blocks (cuda/ops.h op_partials_bytes) */
+  partialsBytes(maxIn: number, maxOut: number, V: number): number;
   record(plan: EncodedPlan): RecordedStep;
   close(): void;
 }

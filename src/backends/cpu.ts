@@ -34,6 +34,7 @@ export class CpuBackend extends NativeBackend implements CpuTimers {
   readonly kind = "cpu" as const;
   readonly deviceName: string;
   readonly graphs = false;
+  readonly programmaticLaunch = false;
   readonly issueIsAsync = false;
   readonly memInfoSource = "host memory not held resident by the CPU library's allocations (MemTotal − their resident pages, mincore)";
   readonly studyDefaults = HOST_STUDY_DEFAULTS;

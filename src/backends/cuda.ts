@@ -2,8 +2,8 @@
 // eagerly from C++ (one FFI call per step), or replayed as a CUDA graph. `emulated` loads the same .cu
 // sources compiled for the CPU (libgpt2_emu.so): every code path runs, slowly, without a GPU.
 import { UserError } from "../errors.ts";
-import { ensureBuilt, hasNvcc } from "../native/build.ts";
-import { CUDA_SYMBOLS, CU_DEVICE_INFO, decodeDeviceInfo, type CuDeviceInfo } from "../native/cuda-symbols.ts";
+import { ensureBuilt, hasNvcc, hasPrebuilt } from "../native/build.ts";
+import { CUDA_SYMBOLS, CU_DEVICE_INFO, CU_LAUNCH_SHAPE, decodeDeviceInfo, type CuDeviceInfo } from "../native/cuda-symbols.ts";
 import { probeDriver } from "../native/driver.ts";
 import type { EncodedPlan } from "../plan.ts";
 import { HOST_STUDY_DEFAULTS, type BackendDescription, type RecordedStep, type StudyDefaults } from "./backend.ts";
@@ -24,8 +24,9 @@ interface CudaSymbols {
   cu_event_synchronize(event: number): number;
   cu_event_elapsed_ms(start: number, end: number, out: Float32Array): number;
   cu_event_destroy(event: number): number;
-  cu_graph_capture(plan: number): number | null;
+  cu_graph_capture(plan: number, programmatic: number): number | null;
   cu_graph_launch(graph: number, n: number): number;
+  cu_plan_launch_shapes(plan: number, out: Int32Array, max: number): number;
   cu_graph_kernel_nodes(graph: number): number;
   cu_graph_destroy(graph: number): number;
   cu_plan_run_n(plan: number, n: number): number;
@@ -35,13 +36,21 @@ interface CudaSymbols {
 }
 
 const CUDA_ERROR_UNKNOWN = 999; // cudaErrorUnknown, when a failed call left no code behind
+
+/** A kernel launch's grid and block. */
+export interface LaunchShape {
+  grid: [number, number, number];
+  block: [number, number, number];
+}
 const unavailable = (why: string) => new UserError(`CUDA backend unavailable: ${why}`);
 
 function libraryFor(emulated: boolean): string {
   if (emulated) return ensureBuilt("emu", { quiet: true }).path;
   const probe = probeDriver();
   if (!probe.ok) throw unavailable(probe.reason);
-  if (!hasNvcc()) throw unavailable("nvcc not found, so the kernel library cannot be built (set NVCC or CUDA_HOME)");
+  if (!hasNvcc() && !hasPrebuilt("cuda")) {
+    throw unavailable("nvcc not found, so the kernel library cannot be built (set NVCC or CUDA_HOME), and none built from these sources is here");
+  }
   try {
     return ensureBuilt("cuda").path;
   } catch (e) {
@@ -84,6 +93,7 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
   readonly deviceName: string;
   readonly device: CuDeviceInfo;
   readonly graphs = true;
+  readonly programmaticLaunch: boolean;
   readonly issueIsAsync = true;
   readonly memInfoSource = "cudaMemGetInfo free bytes";
   /** the emulator runs on the host CPU: the CPU's shorter sweep */
@@ -103,6 +113,7 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
     this.check(this.cu.cu_device_info(0, info), "device query");
     this.device = decodeDeviceInfo(info);
     this.deviceName = this.device.name;
+    this.programmaticLaunch = emulated || this.device.ccMajor >= 9;
     this.studyDefaults = emulated ? HOST_STUDY_DEFAULTS : GPU_STUDY;
   }
 
@@ -129,24 +140,48 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
 
   record(plan: EncodedPlan): RecordedStep {
     const native = this.recordPlan(plan);
-    let graph: number | null = null;
+    const graphs: [number | null, number | null] = [null, null]; // plain, programmatic
     /** captured on first use: stream capture records the launches without running them */
-    const captured = (): number => {
-      if (graph) return graph;
-      graph = this.cu.cu_graph_capture(native.handle);
-      if (!graph) this.check(this.sym.be_last_error() || CUDA_ERROR_UNKNOWN, "graph capture");
-      return graph!;
+    const captured = (programmatic: boolean): number => {
+      const k = programmatic ? 1 : 0;
+      if (graphs[k]) return graphs[k]!;
+      graphs[k] = this.cu.cu_graph_capture(native.handle, k);
+      if (!graphs[k]) this.check(this.sym.be_last_error() || CUDA_ERROR_UNKNOWN, programmatic ? "graph-pdl capture" : "graph capture");
+      return graphs[k]!;
     };
     return {
       ops: plan.ops.length,
       runNative: (n = 1) => this.check(this.cu.cu_plan_run_n(native.handle, n), "eager-native step"),
-      runGraph: (n = 1) => this.check(this.cu.cu_graph_launch(captured(), n), "graph launch"),
-      graphKernelNodes: () => this.cu.cu_graph_kernel_nodes(captured()),
+      runGraph: (n = 1) => this.check(this.cu.cu_graph_launch(captured(false), n), "graph launch"),
+      runGraphPdl: this.programmaticLaunch ? (n = 1) => this.check(this.cu.cu_graph_launch(captured(true), n), "graph-pdl launch") : undefined,
+      graphKernelNodes: (programmatic = false) => this.cu.cu_graph_kernel_nodes(captured(programmatic)),
       destroy: () => {
-        if (graph) this.cu.cu_graph_destroy(graph);
+        for (const g of graphs) if (g) this.cu.cu_graph_destroy(g);
         native.destroy();
       },
     };
+  }
+
+  /**
+   * The grid and block of each kernel a plan launches, in order, read by capturing the plan without running it:
+   * the plan's pointers may be anything (planShape's zeros).
+   */
+  launchShapes(plan: EncodedPlan): LaunchShape[] {
+    const native = this.recordPlan(plan);
+    try {
+      const ints = CU_LAUNCH_SHAPE.bytes / 4;
+      const out = new Int32Array(plan.ops.length * ints);
+      const n = this.cu.cu_plan_launch_shapes(native.handle, out, plan.ops.length);
+      if (n < 0) this.check(-n, "launch shapes");
+      if (n !== plan.ops.length) throw new Error(`launch shapes: ${n} launches for ${plan.ops.length} ops`);
+      const { grid, block } = CU_LAUNCH_SHAPE.fields;
+      return Array.from({ length: n }, (_, i) => {
+        const at = (offset: number, k: number) => out[i * ints + offset / 4 + k]!;
+        return { grid: [at(grid, 0), at(grid, 1), at(grid, 2)], block: [at(block, 0), at(block, 1), at(block, 2)] };
+      });
+    } finally {
+      native.destroy();
+    }
   }
 
   eventTimer(): EventTimer {

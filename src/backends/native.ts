@@ -34,6 +34,7 @@ export interface BaseSymbols {
   be_synchronize(): number;
   be_mem_info(out: BigUint64Array): number;
   op_attention_scratch_bytes(T: number, C: number, nHead: number, maxCtx: number): number | bigint;
+  op_partials_bytes(maxIn: number, maxOut: number, V: number): number | bigint;
 }
 
 /** Opens a backend library, turning a missing or broken file into one clear line. `S` types the extra symbols. */
@@ -50,6 +51,7 @@ export abstract class NativeBackend implements Backend {
   abstract readonly kind: BackendKind;
   abstract readonly deviceName: string;
   abstract readonly graphs: boolean;
+  abstract readonly programmaticLaunch: boolean;
   abstract readonly issueIsAsync: boolean;
   abstract readonly memInfoSource: string;
   abstract readonly studyDefaults: StudyDefaults;
@@ -115,6 +117,10 @@ export abstract class NativeBackend implements Backend {
 
   attentionScratchBytes(T: number, C: number, nHead: number, maxCtx: number): number {
     return Number(this.sym.op_attention_scratch_bytes(T, C, nHead, maxCtx));
+  }
+
+  partialsBytes(maxIn: number, maxOut: number, V: number): number {
+    return Number(this.sym.op_partials_bytes(maxIn, maxOut, V));
   }
 
   /** Records the plan natively; subclasses add graphs. */

@@ -4,7 +4,7 @@ import yargs from "yargs";
 import { hideBin } from "yargs/helpers";
 
 import { runCli, UserError } from "../errors.ts";
-import { ensureBuilt, hasNvcc, TARGETS, type Target } from "../native/build.ts";
+import { ensureBuilt, hasNvcc, hasPrebuilt, TARGETS, type Target } from "../native/build.ts";
 import { parseFlags } from "./common.ts";
 
 const needsNvcc = (t: Target) => t === "cuda" || t === "cupti";
@@ -21,7 +21,7 @@ await runCli(async () => {
   const wanted = [...new Set((argv.targets ?? []) as Target[])];
   const targets = wanted.length ? wanted : TARGETS;
   for (const target of targets) {
-    if (needsNvcc(target) && !hasNvcc()) {
+    if (needsNvcc(target) && !hasNvcc() && !hasPrebuilt(target)) {
       if (wanted.length) throw new UserError(`cannot build ${target}: nvcc not found (set NVCC or CUDA_HOME)`);
       if (!argv.quiet) process.stderr.write(`skipping ${target}: nvcc not found\n`);
       continue;

@@ -5,6 +5,7 @@ import { hideBin } from "yargs/helpers";
 import { BACKEND_CHOICES, openBackend, type BackendChoice } from "../backends/select.ts";
 import { runCli, UserError } from "../errors.ts";
 import { decodeTokens, encodeText, parsePromptIds } from "../model/tokenizer.ts";
+import { PLAN_KINDS, type PlanKind } from "../plan.ts";
 import { generate } from "../run/generate.ts";
 import { availableModes, LAUNCH_MODE_NAMES, launchMode, replayMode, type LaunchModeName } from "../run/launch-modes.ts";
 import { Session } from "../run/session.ts";
@@ -30,6 +31,7 @@ await runCli(async () => {
       .option("backend", { choices: BACKEND_CHOICES, default: "auto" as BackendChoice, describe: "cpu, cuda, auto (cuda if available, else cpu), emu (the CUDA kernels' sources run on the CPU: slow, for verification)" })
       .option("cache", { choices: ["on", "off"] as const, default: "on" as const, describe: "KV cache, or recompute the whole sequence every token" })
       .option("mode", { choices: MODES, default: "eager" as const, describe: "launch mode of cached decode steps (replay = graph on CUDA, eager-native on the CPU)" })
+      .option("plan", { choices: PLAN_KINDS, default: "fused" as PlanKind, describe: "ops of cached decode steps: fused (5 launches per layer) or unfused (one per op)" })
       .option("seed", { type: "number", default: 0, describe: "seed of the random weights when no --model is given" })
       .option("threads", { type: "number", describe: "CPU backend threads (default: all cores)" })
       .option("json", { type: "boolean", default: false, describe: "print one JSON object on stdout" })
@@ -55,7 +57,7 @@ await runCli(async () => {
   if (!mode.available(backend)) {
     throw new UserError(`launch mode ${mode.name} is not available on the ${backend.kind} backend (available: ${availableModes(backend).map((m) => m.name).join(", ")})`);
   }
-  const session = new Session(backend, weights);
+  const session = new Session(backend, weights, undefined, argv.plan);
   const cache = argv.cache === "on";
   if (!cache && mode.name !== "eager") say(`note: --cache off recomputes eagerly; --mode ${argv.mode} applies to cached steps only`);
   const result = generate(session, { prompt, maxNewTokens: maxNew, cache, mode });
@@ -74,6 +76,7 @@ await runCli(async () => {
     device: backend.deviceName,
     cache: argv.cache,
     mode: cache ? mode.name : "eager",
+    plan: cache ? argv.plan : "unfused",
     model: { name: cfg.name, source: weights.source },
     token_ms: result.tokenMs,
     token_kinds: result.tokenKinds,
@@ -85,7 +88,7 @@ await runCli(async () => {
   } else {
     writeStdout(`${decodeTokens(result.promptIds, cfg.vocab_size)}${summary.text}\n`);
     const perToken = summary.median_step_ms === null ? "" : `, median ${summary.median_step_ms.toFixed(3)} ms per ${cache ? "cached" : "recomputed"} token after the first`;
-    say(`${backend.kind} (${backend.deviceName}), cache ${argv.cache}, mode ${summary.mode}: ${maxNew} tokens${perToken}`);
+    say(`${backend.kind} (${backend.deviceName}), cache ${argv.cache}, mode ${summary.mode}, plan ${summary.plan}: ${maxNew} tokens${perToken}`);
   }
   session.close();
   backend.close();

@@ -19,6 +19,7 @@ import type { StudyMode } from "../profile/types.ts";
 import { createProgress } from "../report/progress.ts";
 import { renderTerminalSummary } from "../report/terminal.ts";
 import { writeProfileOutputs, type WrittenOutputs } from "../report/write.ts";
+import { PLAN_KINDS, type PlanKind } from "../plan.ts";
 import { availableModes, LAUNCH_MODE_NAMES, launchMode, type LaunchModeName } from "../run/launch-modes.ts";
 import { DEFAULT_PRESET, intFlag, loadWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
 import { watchSignals } from "./interrupt.ts";
@@ -57,9 +58,9 @@ function contextsFor(flag: string | undefined, backend: Backend, nPositions: num
   return capped;
 }
 
-function defaultOutDir(backend: Backend, mode: string, withPeers: boolean): string {
+function defaultOutDir(backend: Backend, mode: string, withPeers: boolean, plan: PlanKind): string {
   const date = new Date().toISOString().slice(0, 10);
-  return join(ROOT, "profiles", `${date}-${backend.kind}-${mode}${withPeers ? "-peers" : ""}`);
+  return join(ROOT, "profiles", `${date}-${backend.kind}-${mode}${plan === "fused" ? "" : `-${plan}`}${withPeers ? "-peers" : ""}`);
 }
 
 /** The peers, on the project's weights, with the project's threads, holding every context the study visits. */
@@ -81,6 +82,7 @@ await runCli(async () => {
       .scriptName("bun run profile")
       .usage("$0 [options]: where the time of a generated token goes, eager vs graph, over a context sweep")
       .option("mode", { choices: MODE_CHOICES, default: "all" as const, describe: "launch mode of the cached step; all = every mode plus the uncached baseline" })
+      .option("plan", { choices: PLAN_KINDS, default: "fused" as PlanKind, describe: "ops of the cached step: fused (5 launches per layer) or unfused (one launch per op, 11 per layer)" })
       .option("backend", { choices: BACKEND_CHOICES, default: "auto" as BackendChoice, describe: "cuda, cpu, auto (cuda if available), emu (the CUDA sources on the CPU)" })
       .option("model", { type: "string", describe: "Hugging Face GPT-2 directory; default: GPT-2 small shapes, seeded random weights" })
       .option("preset", { choices: PRESET_CHOICES, describe: `without --model: whose exact shapes the seeded random weights take (default ${DEFAULT_PRESET})` })
@@ -119,6 +121,7 @@ await runCli(async () => {
     const e2eMax = cfg.n_positions - E2E_PROMPT;
     const opts: StudyOptions = {
       modes,
+      plan: argv.plan,
       contexts: contextsFor(argv.contexts, backend, cfg.n_positions, say),
       repeats: intFlag("repeats", argv.repeats ?? defaults.repeats, 1, MAX_REPEATS),
       warmup: intFlag("warmup", argv.warmup ?? defaults.warmup, 0, MAX_REPEATS),
@@ -128,7 +131,7 @@ await runCli(async () => {
       seed: intFlag("seed", argv.seed, 0),
       checkpoint: () => interrupt.checkpoint(),
     };
-    output ??= ProfileOutput.prepare(defaultOutDir(backend, argv.mode, peerNames.length > 0), { fresh: true, force: false });
+    output ??= ProfileOutput.prepare(defaultOutDir(backend, argv.mode, peerNames.length > 0, argv.plan), { fresh: true, force: false });
     const [load] = loadavg();
     if (load! >= cpus().length - 0.5) {
       say(`warning: load average ${load!.toFixed(1)} on ${cpus().length} cores: other processes compete for the CPU, so times will be inflated`);

@@ -1,7 +1,9 @@
-// bun run verify — the CUDA path's checks. On a GPU: every kernel against the CPU backend, the whole model
-// against the fixtures and the CPU backend, the launch modes bit for bit, cache exactness, graph memory.
-// Without one: the nvcc build and its resource report, and the same checks on the kernels' sources
-// emulated on the CPU. Prints a table and ends with a pass/fail line; exit 1 on any failure.
+// bun run verify — the CUDA path's checks. On a GPU: every kernel against the CPU backend (twice, bit for bit),
+// the whole model against the fixtures and the CPU backend in both plans, the launch modes bit for bit, cache
+// exactness, graph memory. Without one: the nvcc build, its resource report and its SASS (loads in flight,
+// registers, local memory), and the same checks on the kernels' sources emulated on the CPU (each kernel in two
+// random schedules). Then the kernel model's predictions per kernel and per step (labelled as predictions).
+// Prints a table and ends with a pass/fail line; exit 1 on any failure.
 import chalk from "chalk";
 import { join } from "node:path";
 
@@ -14,14 +16,21 @@ import { CudaBackend } from "../backends/cuda.ts";
 import { runCli, UserError } from "../errors.ts";
 import { PRESETS } from "../model/config.ts";
 import { loadModel, randomWeights } from "../model/weights.ts";
-import { ensureBuilt, hasNvcc, ROOT } from "../native/build.ts";
+import { ensureBuilt, hasNvcc, hasPrebuilt, libraryPath, ROOT } from "../native/build.ts";
+import { emuSchedule } from "../native/emu-schedule.ts";
+import { disassemble, findCuobjdump } from "../native/sass.ts";
 import { missingFamilies, readResourceUsage, type KernelResources } from "../native/resource-usage.ts";
+import { encodePlan, PLAN_KINDS, type PlanOp } from "../plan.ts";
+import { GPU_MODELS } from "../profile/kernel-model.ts";
+import { kernelPredictionTable, parameterTable, stepPredictionTable, type StepCase } from "../report/prediction-tables.ts";
 import { renderTable } from "../report/tables.ts";
 import { freshSeed } from "../verify/arena.ts";
 import { KERNEL_CASES, runKernelCases } from "../verify/kernel-checks.ts";
 import {
-  againstCpu, cachedEqualsUncached, fixtureChecks, findFixture, graphMemoryStable, modesBitIdentical, readFixture, type CheckRow,
+  againstCpu, cachedEqualsUncached, fixtureChecks, findFixture, graphMemoryStable, modesBitIdentical, plansAgree, readFixture, type CheckRow,
 } from "../verify/model-checks.ts";
+import { predictDecodeStep } from "../verify/prediction.ts";
+import { sassChecks, sassFacts, type SassFacts } from "../verify/sass-checks.ts";
 import { parseFlags } from "./common.ts";
 import { writeStdout } from "./outputs.ts";
 
@@ -34,7 +43,10 @@ function formatResourceTable(rows: KernelResources[]): string {
 }
 
 function buildChecks(): CheckRow[] {
-  if (!hasNvcc()) return [skip("nvcc build", "nvcc not found (set NVCC or CUDA_HOME)")];
+  if (!hasNvcc()) {
+    const why = hasPrebuilt("cuda") ? "nvcc not found here; a library built elsewhere from these sources is used" : "nvcc not found (set NVCC or CUDA_HOME)";
+    return [skip("nvcc build", why)];
+  }
   ensureBuilt("cuda");
   const rows = readResourceUsage() ?? [];
   say(formatResourceTable(rows));
@@ -45,6 +57,15 @@ function buildChecks(): CheckRow[] {
     { check: "spills", detail: spills.length ? `spilling: ${spills.join(", ")}` : "no kernel spills registers", error: null, status: spills.length ? "fail" : "pass" },
     { check: "op families", detail: missing.length ? `no kernel for ${missing.join(", ")}` : "a kernel for every op family", error: null, status: missing.length ? "fail" : "pass" },
   ];
+}
+
+/** The SASS checks of the built library, and its facts for the kernel model (null where it cannot be read). */
+function sassRows(): { rows: CheckRow[]; facts: SassFacts[] | null } {
+  const cuobjdump = findCuobjdump();
+  if (!hasNvcc() && !hasPrebuilt("cuda")) return { rows: [skip("sass", "no CUDA library here (no nvcc)")], facts: null };
+  if (!cuobjdump) return { rows: [skip("sass", "no cuobjdump in $CUDA_HOME/bin or ../shared/cuda-binutils")], facts: null };
+  const functions = disassemble(libraryPath("cuda"), cuobjdump);
+  return { rows: sassChecks(functions), facts: functions.map(sassFacts) };
 }
 
 /** The device under test: the GPU, or (auto, without one) the kernels' sources on the CPU emulator. */
@@ -64,17 +85,18 @@ type Check = [name: string, run: () => CheckRow | CheckRow[]];
 function modelChecks(device: CudaBackend, cpu: Backend): Check[] {
   const tiny = join(ROOT, "test/fixtures/gpt2-tiny");
   const miniDir = findFixture([process.env.GPT2_MINI ?? "", join(ROOT, "../shared/fixtures/gpt2-mini")]);
-  const checks: Check[] = [
-    ["gpt2-tiny", () => fixtureChecks(device, loadModel(tiny), readFixture(tiny))],
-    ["gpt2-mini", () => (miniDir ? fixtureChecks(device, loadModel(miniDir), readFixture(miniDir)) : skip("gpt2-mini", "fixture not found (set GPT2_MINI)"))],
-  ];
+  const checks: Check[] = PLAN_KINDS.flatMap((plan): Check[] => [
+    ["gpt2-tiny", () => fixtureChecks(device, loadModel(tiny), readFixture(tiny), plan)],
+    ["gpt2-mini", () => (miniDir ? fixtureChecks(device, loadModel(miniDir), readFixture(miniDir), plan) : skip("gpt2-mini", "fixture not found (set GPT2_MINI)"))],
+  ]);
   if (device.kind === "cuda") {
     const small = randomWeights(PRESETS.gpt2!, 0);
     const prompt = Array.from({ length: 16 }, (_, i) => (i * 7919) % small.config.vocab_size);
     return [
       ...checks,
       ["gpt2 vs CPU", () => againstCpu(device, cpu, small, prompt)],
-      ["launch modes", () => modesBitIdentical(device, small, prompt.slice(0, 8), 200)],
+      ...PLAN_KINDS.map((plan): Check => ["launch modes", () => modesBitIdentical(device, small, prompt.slice(0, 8), 200, plan)]),
+      ["plans", () => plansAgree(device, small, prompt.slice(0, 8), 200)],
       ["cache exactness", () => cachedEqualsUncached(device, small, prompt.slice(0, 8), 200)],
       ["graph memory", () => graphMemoryStable(device, small, 1000)],
     ];
@@ -86,10 +108,30 @@ function modelChecks(device: CudaBackend, cpu: Backend): Check[] {
   return [
     ...checks,
     ["gpt2 vs CPU", () => skip("gpt2 vs CPU", "GPT-2 small runs on a GPU only (the emulator is too slow); gpt2-tiny and gpt2-mini above cover the model")],
-    ["launch modes", () => modesBitIdentical(device, w, prompt, n)],
+    ...PLAN_KINDS.map((plan): Check => ["launch modes", () => modesBitIdentical(device, w, prompt, n, plan)]),
+    ["plans", () => plansAgree(device, w, prompt, n)],
     ["cache exactness", () => cachedEqualsUncached(device, w, prompt, n)],
     ["graph memory", () => graphMemoryStable(device, w, 50)],
   ];
+}
+
+/** The kernel model's predictions for GPT-2 small's decode step, launch shapes captured on the device under test. */
+function printPredictions(device: CudaBackend, sass: SassFacts[] | null): void {
+  const config = PRESETS.gpt2!;
+  const context = config.n_positions - 1; // the last position a decode step can fill
+  const shapesOf = (ops: PlanOp[]) => device.launchShapes(encodePlan(ops));
+  const cases: StepCase[] = (["h200", "a40"] as const).flatMap((gpu) => PLAN_KINDS.flatMap((plan) => [8, context].map((ctx): StepCase => ({
+    gpu, plan, context: ctx, predict: (model) => predictDecodeStep(config, plan, ctx, model, shapesOf, sass),
+  }))));
+  const out = (line: string) => process.stdout.write(`${line}\n`);
+  const source = sass ? "loads in flight and registers from the SASS" : "SASS not read here: the design's loads and 64 registers assumed";
+  out(`\nPREDICTED (kernel model, src/profile/kernel-model.ts; not measured) — GPT-2 small decode step, fused plan, context ${context}, ${GPU_MODELS.h200.name};`);
+  out(`launch shapes from ${device.deviceName}'s launchers, ${source}:`);
+  out(kernelPredictionTable(predictDecodeStep(config, "fused", context, GPU_MODELS.h200, shapesOf, sass)));
+  out("\nPREDICTED step time per launch mode, ms at the working estimates (optimistic-pessimistic ends of their ranges):");
+  out(stepPredictionTable(cases));
+  out("\nThe model's parameters (leads, to be calibrated by the first GPU run):");
+  out(`${parameterTable()}\n`);
 }
 
 await runCli(async () => {
@@ -102,16 +144,23 @@ await runCli(async () => {
   const t0 = Date.now();
   const seed = argv.seed ?? freshSeed();
   const rows: CheckRow[] = buildChecks();
+  const sass = sassRows();
+  rows.push(...sass.rows);
   const { device, noGpuLine } = openDevice(argv.backend);
   const cpu = CpuBackend.open();
   say(`device: ${device.deviceName} (${device.kind}); reference: CPU backend (${cpu.deviceName}); seed ${seed}`);
   if (noGpuLine !== null) {
     rows.push({ check: "no GPU", detail: `--backend cuda fails with one line: "${noGpuLine}"`, error: null, status: noGpuLine.includes("\n") ? "fail" : "pass" });
   }
+  // every kernel case twice, its device outputs bit for bit: on the emulator in two random schedules
+  const schedule = device.kind === "emu" ? emuSchedule(ensureBuilt("emu", { quiet: true }).path) : null;
+  const orders = [seed % 0x7fffffff + 1, (seed * 7 + 3) % 0x7fffffff + 1];
   // one check that throws becomes a FAIL row; the others still run
   const kernels: Check[] = KERNEL_CASES.map((c) => [`kernel ${c.kernel}`, () => {
-    const [k] = runKernelCases(device, cpu, seed, [c]);
-    return { check: `kernel ${k!.kernel}`, detail: k!.shape, error: k!.error, status: k!.ok ? "pass" : "fail" };
+    schedule?.set(orders[0]!);
+    const [k] = runKernelCases(device, cpu, seed, [c], () => schedule?.set(orders[1]!));
+    const detail = `${k!.shape}${k!.repeatable ? "" : "; a second run differed"}`;
+    return { check: `kernel ${k!.kernel}`, detail, error: k!.error, status: k!.ok ? "pass" : "fail" };
   }]);
   for (const [check, run] of [...kernels, ...modelChecks(device, cpu)]) {
     try {
@@ -120,6 +169,9 @@ await runCli(async () => {
       rows.push({ check, detail: `threw: ${(e as Error).message.split("\n")[0]}`, error: null, status: "fail" });
     }
   }
+
+  schedule?.close();
+  printPredictions(device, sass.facts);
 
   const status = (s: CheckRow["status"]) => (s === "pass" ? chalk.green("pass") : s === "fail" ? chalk.red.bold("FAIL") : chalk.yellow("skip"));
   const columns = [{ header: "check" }, { header: "detail" }, { header: "max rel. error", format: (x: number) => x.toExponential(2) }, { header: "status" }];

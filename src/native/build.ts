@@ -81,27 +81,55 @@ function recipe(target: Target): Recipe {
       return { sources, command: (out) => [NVCC, ...flags, ...sources, "-o", out] };
     }
     case "cupti": {
+      // CUPTI sits beside the toolkit's own headers and libraries, or (some installs) under extras/CUPTI
       const sources = filesIn(join(CUDA_DIR, "cupti"), ".cpp");
-      const lib = join(CUDA_HOME, "lib64");
-      const flags = ["-O2", "-fPIC", "-shared", "-std=c++17", "-Wall", "-Werror", `-I${join(CUDA_HOME, "include")}`];
-      return { sources, command: (out) => ["g++", ...flags, ...sources, "-o", out, `-L${lib}`, "-lcupti", `-Wl,-rpath,${lib}`] };
+      const homes = [CUDA_HOME, join(CUDA_HOME, "extras/CUPTI")];
+      const includes = homes.map((h) => join(h, "include")).filter((d) => existsSync(d)).map((d) => `-I${d}`);
+      const libs = homes.map((h) => join(h, "lib64")).filter((d) => existsSync(d)).flatMap((d) => [`-L${d}`, `-Wl,-rpath,${d}`]);
+      const flags = ["-O2", "-fPIC", "-shared", "-std=c++17", "-Wall", "-Werror", ...includes];
+      return { sources, command: (out) => ["g++", ...flags, ...sources, "-o", out, ...libs, "-lcupti"] };
     }
   }
 }
 
-function stampOf(r: Recipe, compilerVersion: string): string {
+/**
+ * A library's stamp: the hash of its sources, headers and flags (paths relative to the project and the
+ * toolkit, so a copy of the project elsewhere hashes the same), then that with the compiler's version. A
+ * library is up to date when both match; where the compiler is missing (a GPU machine without nvcc), a
+ * library built elsewhere is used when its sources hash matches.
+ */
+function stampOf(r: Recipe, compilerVersion: string): { full: string; sources: string } {
+  const portable = (s: string) => s.split(ROOT).join("<root>").split(CUDA_HOME).join("<cuda>");
   const h = createHash("sha256");
-  h.update(compilerVersion);
-  h.update(r.command("OUT").join(" "));
-  for (const f of [...r.sources, ...headers()]) h.update(f).update(readFileSync(f));
+  h.update(portable(r.command("OUT").slice(1).join(" "))); // the flags, not where the compiler is
+  for (const f of [...r.sources, ...headers()]) h.update(portable(f)).update(readFileSync(f));
   h.update(opTableHeader());
-  return h.digest("hex");
+  const sources = h.digest("hex");
+  return { full: createHash("sha256").update(compilerVersion).update(sources).digest("hex"), sources };
 }
 
+function readStamp(file: string): { full: string; sources: string } | null {
+  if (!existsSync(file)) return null;
+  const [full = "", sources = ""] = readFileSync(file, "utf8").split("\n");
+  return { full, sources };
+}
+
+/** The compiler's version text, or "" where it does not run. */
 function compilerVersion(target: Target): string {
   const exe = target === "cuda" ? NVCC : "g++";
-  const p = Bun.spawnSync([exe, "--version"]);
-  return p.success ? p.stdout.toString() : "";
+  try {
+    const p = Bun.spawnSync([exe, "--version"]);
+    return p.success ? p.stdout.toString() : "";
+  } catch {
+    return ""; // not there at all
+  }
+}
+
+/** Whether a library of `target` built from these sources is in place (built elsewhere, say, and carried here). */
+export function hasPrebuilt(target: Target): boolean {
+  const r = recipe(target);
+  const out = libraryPath(target);
+  return r.sources.length > 0 && existsSync(out) && readStamp(`${out}.stamp`)?.sources === stampOf(r, "").sources;
 }
 
 export function hasNvcc(): boolean {
@@ -135,12 +163,14 @@ export function ensureBuilt(target: Target, opts: BuildOptions = {}): BuildResul
   if (r.sources.length === 0) throw new Error(`build ${target}: no sources found under ${CUDA_DIR}`);
   writeGeneratedHeaders();
   const version = compilerVersion(target);
-  if (!version) throw new Error(`build ${target}: compiler not found (${target === "cuda" ? NVCC : "g++"})`);
   const stamp = stampOf(r, version);
   const stampFile = `${out}.stamp`;
-  if (existsSync(out) && existsSync(stampFile) && readFileSync(stampFile, "utf8") === stamp) {
-    return { target, path: out, rebuilt: false, log: "" };
+  const built = existsSync(out) ? readStamp(stampFile) : null;
+  if (!version) {
+    if (built?.sources === stamp.sources) return { target, path: out, rebuilt: false, log: "" }; // built elsewhere
+    throw new Error(`build ${target}: compiler not found (${target === "cuda" ? NVCC : "g++"}), and no library built from these sources`);
   }
+  if (built?.full === stamp.full) return { target, path: out, rebuilt: false, log: "" };
   mkdirSync(BUILD_DIR, { recursive: true });
   if (!opts.quiet) process.stderr.write(`building ${target} library…\n`);
   const tmp = `${out}.tmp`;
@@ -149,7 +179,7 @@ export function ensureBuilt(target: Target, opts: BuildOptions = {}): BuildResul
   if (!p.success) throw new Error(`build ${target} failed (exit ${p.exitCode}):\n${log}`);
   // rename atomically so a concurrent loader never sees a half-written library
   Bun.spawnSync(["mv", "-f", tmp, out]);
-  writeFileSync(stampFile, stamp);
+  writeFileSync(stampFile, `${stamp.full}\n${stamp.sources}\n`);
   if (target === "cuda" && !opts.variant) writeFileSync(join(BUILD_DIR, "resource-usage.txt"), log);
   return { target, path: out, rebuilt: true, log };
 }

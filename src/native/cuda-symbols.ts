@@ -19,7 +19,8 @@ export const CUDA_SYMBOLS = {
   cu_event_synchronize: { args: [ptr], returns: i32 },
   cu_event_elapsed_ms: { args: [ptr, ptr, ptr], returns: i32 },
   cu_event_destroy: { args: [ptr], returns: i32 },
-  cu_graph_capture: { args: [ptr], returns: ptr },
+  cu_graph_capture: { args: [ptr, i32], returns: ptr },
+  cu_plan_launch_shapes: { args: [ptr, ptr, i32], returns: i32 },
   cu_graph_launch: { args: [ptr, i32], returns: i32 },
   cu_graph_kernel_nodes: { args: [ptr], returns: i32 },
   cu_graph_destroy: { args: [ptr], returns: i32 },
@@ -30,6 +31,9 @@ export const CUDA_SYMBOLS = {
 } as const satisfies Record<string, { args: readonly FFIType[]; returns: FFIType }>;
 
 /** CuDeviceInfo (cuda/cuda_api.h): its size and the byte offsets of its fields. */
+/** cuda_api.h CuLaunchShape: a kernel launch's grid and block, int32 each. */
+export const CU_LAUNCH_SHAPE: StructLayout<"grid" | "block"> = { struct: "CuLaunchShape", header: "cuda_api.h", bytes: 24, fields: { grid: 0, block: 12 } };
+
 export const CU_DEVICE_INFO: StructLayout<
   | "name" | "cc_major" | "cc_minor" | "sm_count" | "sm_clock_khz" | "total_mem_bytes" | "mem_clock_khz" | "mem_bus_width_bits"
   | "l2_bytes" | "max_smem_per_block_optin" | "driver_version" | "runtime_version"

@@ -11,10 +11,11 @@ const FFI_TYPE = { "float*": ptr, "const float*": ptr, "int*": ptr, "const int*"
 type FfiArgs<P extends readonly Param[]> = { readonly [I in keyof P]: (typeof FFI_TYPE)[P[I][1]] };
 type OpFfi = { [F in OpFamily as `op_${F}`]: { readonly args: FfiArgs<(typeof OPS)[F]["params"]>; readonly returns: FFIType.void } };
 
-/** The decode step's operations (from the op table, src/ops.ts), identical in every backend library, and the attention scratch size. */
+/** The decode step's operations (from the op table, src/ops.ts), identical in every backend library, and their scratch sizes. */
 export const OP_SYMBOLS = {
   ...(Object.fromEntries(OP_FAMILIES.map((f) => [cFunction(f), { args: OPS[f].params.map(([, type]) => FFI_TYPE[type]), returns: v }])) as unknown as OpFfi),
   op_attention_scratch_bytes: { args: [i32, i32, i32, i32], returns: u64 },
+  op_partials_bytes: { args: [i32, i32, i32], returns: u64 },
 } as const satisfies Record<string, FFIFunction>;
 
 /** Recorded plans (cuda/plan.h). */

@@ -5,7 +5,7 @@ import type { Backend } from "../backends/backend.ts";
 import type { Instrument, TimedStep } from "../backends/instrument.ts";
 import type { GPT2Weights } from "../model/weights.ts";
 import type { PeerSet } from "../peers/peer-set.ts";
-import type { PlanOp } from "../plan.ts";
+import type { PlanKind, PlanOp } from "../plan.ts";
 import { generate } from "../run/generate.ts";
 import { launchMode } from "../run/launch-modes.ts";
 import { cacheBytes } from "../run/model-buffers.ts";
@@ -16,6 +16,8 @@ import type { EndToEnd, MemoryReport, PeerDispatchSplit, StepTrace, StudyMode } 
 
 export interface StudyOptions {
   modes: StudyMode[];
+  /** the ops of the cached decode step */
+  plan: PlanKind;
   contexts: number[];
   repeats: number;
   warmup: number;
@@ -74,7 +76,7 @@ export class Study {
 
   constructor(readonly backend: Backend, readonly instrument: Instrument, readonly weights: GPT2Weights, readonly opts: StudyOptions) {
     this.memoryBefore = backend.memInfo().free;
-    this.session = new Session(backend, weights);
+    this.session = new Session(backend, weights, undefined, opts.plan);
   }
 
   /**

@@ -6,6 +6,7 @@ import type { Instrument, LaunchFloor, Peaks } from "../backends/instrument.ts";
 import { parameterCount, type GPT2Config } from "../model/config.ts";
 import type { GPT2Weights } from "../model/weights.ts";
 import type { OpFamily, Work } from "../ops.ts";
+import type { PlanKind } from "../plan.ts";
 import { launchMode, type LaunchModeName } from "../run/launch-modes.ts";
 import { summarize } from "../stats.ts";
 import { buildBreakdown, familyMsPerStep, medianSplit, stepsOf } from "./aggregate.ts";
@@ -17,8 +18,8 @@ import { cachedStepWork, classifyRegime, flopReduction, sumWork, uncachedStepWor
 
 export const TOOL = { name: "decode-floor", version: "0.1.0" };
 
-function stepWorkOf(cfg: GPT2Config, mode: StudyMode, context: number) {
-  return mode === "uncached" ? uncachedStepWork(cfg, context) : cachedStepWork(cfg, context);
+function stepWorkOf(cfg: GPT2Config, plan: PlanKind, mode: StudyMode, context: number) {
+  return mode === "uncached" ? uncachedStepWork(cfg, context) : cachedStepWork(cfg, context, plan);
 }
 
 /**
@@ -49,9 +50,9 @@ function achieved(work: Work, ms: number, peaks: Peaks, floorUs: number, opsPerS
  * Each op family's regime at a traced point: its work per step over its median time per step (calls of
  * different shapes — c_attn, c_proj, c_fc — are summed, not averaged); launch-bound judged per call.
  */
-function regimesOf(cfg: GPT2Config, point: StudyPoint, steps: readonly StepTrace[], peaks: Peaks, floorUs: number): KernelRegime[] {
+function regimesOf(cfg: GPT2Config, plan: PlanKind, point: StudyPoint, steps: readonly StepTrace[], peaks: Peaks, floorUs: number): KernelRegime[] {
   if (!point.breakdown || steps.length === 0) return [];
-  const ops = stepWorkOf(cfg, point.mode, point.context);
+  const ops = stepWorkOf(cfg, plan, point.mode, point.context);
   return [...familyMsPerStep(steps)].map(([key, ms]) => {
     const family = key as OpFamily;
     const mine = ops.filter((o) => o.family === family);
@@ -110,11 +111,11 @@ export function buildSummary(args: {
 }): ProfileSummary {
   const { backend, weights, opts, peaks, launch, result } = args;
   const cfg = weights.config;
-  const opsOf = (mode: StudyMode, context: number) => stepWorkOf(cfg, mode, context).length;
+  const opsOf = (mode: StudyMode, context: number) => stepWorkOf(cfg, opts.plan, mode, context).length;
   const floorUs = (mode: StudyMode, context: number) => floorFor(mode, backend, launch, result.measured, opsOf(mode, context));
   const points: StudyPoint[] = result.measured.map((m) => {
     const steps = stepsOf(result.traces, m.mode, m.context);
-    const work = sumWork(stepWorkOf(cfg, m.mode, m.context));
+    const work = sumWork(stepWorkOf(cfg, opts.plan, m.mode, m.context));
     const point: StudyPoint = {
       mode: m.mode, context: m.context, device_ms: m.device_ms, host_ms: m.host_ms, work,
       achieved: achieved(work, m.device_ms.median, peaks, floorUs(m.mode, m.context), opsOf(m.mode, m.context)),
@@ -143,9 +144,9 @@ export function buildSummary(args: {
     },
     device: { ...backend.describe(), peaks, launch },
     model: { config: cfg, source: weights.source, parameters: parameterCount(cfg), weight_bytes: parameterCount(cfg) * 4 },
-    settings: { modes: opts.modes, contexts: opts.contexts, repeats: opts.repeats, warmup: opts.warmup, kernels: opts.kernels },
+    settings: { modes: opts.modes, plan: opts.plan, contexts: opts.contexts, repeats: opts.repeats, warmup: opts.warmup, kernels: opts.kernels },
     points,
-    regimes: points.flatMap((p) => regimesOf(cfg, p, stepsOf(result.traces, p.mode, p.context), peaks, floorUs(p.mode, p.context))),
+    regimes: points.flatMap((p) => regimesOf(cfg, opts.plan, p, stepsOf(result.traces, p.mode, p.context), peaks, floorUs(p.mode, p.context))),
     seed_table: seed,
     end_to_end: result.endToEnd,
     memory: result.memory,

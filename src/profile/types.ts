@@ -4,6 +4,7 @@ import type { BackendDescription } from "../backends/backend.ts";
 import type { LaunchFloor, Peaks, TracedStep } from "../backends/instrument.ts";
 import type { GPT2Config } from "../model/config.ts";
 import type { OpFamily, Work } from "../ops.ts";
+import type { PlanKind } from "../plan.ts";
 import type { LaunchModeName } from "../run/launch-modes.ts";
 import type { Stats } from "../stats.ts";
 
@@ -109,7 +110,7 @@ export interface DeviceDescription extends BackendDescription {
 }
 
 /** summary.json's layout version (2: per-mode results keyed by launch mode name). */
-export const SCHEMA_VERSION = 2;
+export const SCHEMA_VERSION = 3;
 
 export interface ProfileSummary {
   schema_version: typeof SCHEMA_VERSION;
@@ -119,7 +120,8 @@ export interface ProfileSummary {
   machine: { hostname: string; os: string; cpu: string; cpus: number; memory_bytes: number; bun: string };
   device: DeviceDescription;
   model: { config: GPT2Config; source: string; parameters: number; weight_bytes: number };
-  settings: { modes: StudyMode[]; contexts: number[]; repeats: number; warmup: number; kernels: boolean };
+  /** plan: which ops the cached decode step runs (src/plan.ts PlanKind) */
+  settings: { modes: StudyMode[]; plan: PlanKind; contexts: number[]; repeats: number; warmup: number; kernels: boolean };
   points: StudyPoint[];
   regimes: KernelRegime[];
   seed_table: SeedRow[];

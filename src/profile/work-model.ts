@@ -3,7 +3,7 @@
 import type { Peaks } from "../backends/instrument.ts";
 import type { GPT2Config } from "../model/config.ts";
 import type { OpFamily, Work } from "../ops.ts";
-import { planShape, type PlanOp } from "../plan.ts";
+import { planShape, type PlanKind, type PlanOp } from "../plan.ts";
 
 export interface OpWork extends Work {
   family: OpFamily;
@@ -17,13 +17,13 @@ export function opsWork(ops: readonly PlanOp[], pos: number): OpWork[] {
 }
 
 /** The work of every op of one step of T new rows starting at position `pos`, in plan order. */
-export function stepWork(cfg: GPT2Config, T: number, pos: number): OpWork[] {
+export function stepWork(cfg: GPT2Config, T: number, pos: number, kind: PlanKind = "fused"): OpWork[] {
   if (!Number.isInteger(T) || T < 1) throw new RangeError(`step rows T must be a positive integer, got ${T}`);
   if (!Number.isInteger(pos) || pos < 0) throw new RangeError(`step position must be a non-negative integer, got ${pos}`);
   if (pos + T > cfg.n_positions) {
     throw new RangeError(`rows [${pos}, ${pos + T}) exceed ${cfg.name}'s ${cfg.n_positions} positions`);
   }
-  return opsWork(planShape(cfg, T), pos);
+  return opsWork(planShape(cfg, T, kind), pos);
 }
 
 export function sumWork(ops: readonly Work[]): Work {
@@ -38,8 +38,8 @@ export function sumWork(ops: readonly Work[]): Work {
 }
 
 /** One decode step with a KV cache holding `context` tokens: T = 1 at position `context`. */
-export function cachedStepWork(cfg: GPT2Config, context: number): OpWork[] {
-  return stepWork(cfg, 1, context);
+export function cachedStepWork(cfg: GPT2Config, context: number, kind: PlanKind = "fused"): OpWork[] {
+  return stepWork(cfg, 1, context, kind);
 }
 
 /** The same token without a cache: the whole sequence of context + 1 rows recomputed from position 0. */
@@ -47,7 +47,7 @@ export function uncachedStepWork(cfg: GPT2Config, context: number): OpWork[] {
   return stepWork(cfg, context + 1, 0);
 }
 
-/** Uncached FLOPs / cached FLOPs for the token after `context` tokens. */
+/** Uncached FLOPs / cached FLOPs for the token after `context` tokens (the same in either plan). */
 export function flopReduction(cfg: GPT2Config, context: number): number {
   return sumWork(uncachedStepWork(cfg, context)).flops / sumWork(cachedStepWork(cfg, context)).flops;
 }

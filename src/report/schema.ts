@@ -3,6 +3,7 @@
 import Ajv2020 from "ajv/dist/2020.js";
 
 import { OP_FAMILIES } from "../ops.ts";
+import { PLAN_KINDS } from "../plan.ts";
 import { SCHEMA_VERSION } from "../profile/types.ts";
 import { LAUNCH_MODE_NAMES } from "../run/launch-modes.ts";
 
@@ -198,6 +199,7 @@ export const PROFILE_SUMMARY_SCHEMA = {
     model: object({ config: gpt2Config, source: text, parameters: count, weight_bytes: nonNegative }),
     settings: object({
       modes: { type: "array", items: studyMode },
+      plan: { enum: [...PLAN_KINDS] },
       contexts: { type: "array", items: count },
       repeats: count,
       warmup: count,

@@ -47,6 +47,15 @@ export const LAUNCH_MODES = [
     run: (step, n) => step.native().runGraph!(n),
     floorUs: (launch) => launch.graph_node_us ?? launch.host_us,
   },
+  {
+    name: "graph-pdl",
+    issuedBy: "the same graph captured with programmatic dependent launch: each kernel may start while its predecessor finishes (loading its weights) and waits for its output in-kernel",
+    phrase: "graph replay with programmatic dependent launch",
+    available: (backend) => backend.graphs && backend.programmaticLaunch,
+    run: (step, n) => step.native().runGraphPdl!(n),
+    // the empty-kernel floor is measured for plain graph nodes; a programmatic node costs no more
+    floorUs: (launch) => launch.graph_node_us ?? launch.host_us,
+  },
 ] as const satisfies readonly LaunchMode[];
 
 export type LaunchModeName = (typeof LAUNCH_MODES)[number]["name"];

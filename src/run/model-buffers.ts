@@ -104,6 +104,8 @@ function allocateActivations(backend: Backend, cfg: GPT2Config, rows: number) {
     logits: arena.reserve(cfg.vocab_size * FLOAT),
     scratch: arena.reserve(Math.max(FLOAT, backend.attentionScratchBytes(rows, C, cfg.n_head, cfg.n_positions),
       backend.attentionScratchBytes(1, C, cfg.n_head, cfg.n_positions))),
+    // every linear reads at most 4C and writes at most 4C (the MLP); the LM head and argmax span the vocabulary
+    partials: arena.reserve(Math.max(FLOAT, backend.partialsBytes(4 * C, 4 * C, cfg.vocab_size))),
     seq: arena.reserve((cfg.n_positions + 1) * INT32),
     state: arena.reserve(STATE_INTS * INT32),
   };

@@ -4,7 +4,7 @@ import type { Backend } from "../backends/backend.ts";
 import { UserError } from "../errors.ts";
 import type { GPT2Weights } from "../model/weights.ts";
 import { STATE_INTS, STATE_POS } from "../ops.ts";
-import { decodeStep } from "../plan.ts";
+import { decodeStep, type PlanKind } from "../plan.ts";
 import { launchMode, type LaunchMode } from "./launch-modes.ts";
 import { firstNonFinite, firstNonFiniteOp, nonFiniteMessage } from "./finite.ts";
 import { placeModel, type ResidentModel } from "./model-buffers.ts";
@@ -18,7 +18,8 @@ export class Session {
   private readonly stateWords = new Int32Array(STATE_INTS);
   private logitsCheck: Float32Array<ArrayBuffer> | undefined;
 
-  constructor(readonly backend: Backend, readonly weights: GPT2Weights, maxRows?: number) {
+  /** `plan`: the ops of its decode steps (src/plan.ts PlanKind; several-row steps are unfused either way) */
+  constructor(readonly backend: Backend, readonly weights: GPT2Weights, maxRows?: number, readonly plan: PlanKind = "fused") {
     this.resident = placeModel(backend, weights, maxRows);
   }
 
@@ -30,7 +31,7 @@ export class Session {
   step(T: number): CompiledStep {
     let s = this.steps.get(T);
     if (!s) {
-      s = new CompiledStep(this.backend, decodeStep(this.resident.buffers, T));
+      s = new CompiledStep(this.backend, decodeStep(this.resident.buffers, T, this.plan));
       this.steps.set(T, s);
     }
     return s;

@@ -1,6 +1,8 @@
 // Every op of a device backend (the CUDA kernels, or their sources emulated on the CPU) against its CPU
 // twin, on fresh random inputs, with outputs poisoned (NaN) first so that an unwritten element fails.
 // Tolerance: max |device − cpu| / max |cpu| over each output ≤ 1e-4; argmax's seq and state exactly.
+// Every case also keeps the device's outputs, so that a second run (the emulator in another schedule) can be
+// compared with the first bit for bit.
 import type { Backend } from "../backends/backend.ts";
 import { DeviceArena } from "./arena.ts";
 import { maxRelativeError, randomFloats } from "./compare.ts";
@@ -12,35 +14,60 @@ export interface KernelRow {
   shape: string;
   /** the largest relative error over the case's outputs */
   error: number;
+  /** whether a second run gave the device's outputs bit for bit (null: the case ran once) */
+  repeatable: boolean | null;
   ok: boolean;
 }
 
 type Input = Float32Array | Int32Array;
 type Pointers = Record<string, number>;
 
-/** The same op on two backends: inputs uploaded, outputs (name → words) poisoned, results downloaded. */
+/** Room for the partials of every case's shapes (cuda/ops.h op_partials_bytes). */
+const CASE_PARTIALS = { maxIn: 8192, maxOut: 8192, V: 65536 };
+
+/**
+ * The same op on two backends: inputs uploaded, outputs (name → words) poisoned, results downloaded. Every run
+ * gets a zeroed partials buffer (`partials` among its pointers).
+ */
 class Pair {
   readonly device: DeviceArena;
   readonly cpu: DeviceArena;
+  /** the device's outputs of this case, by name, in the order produced */
+  readonly deviceOutputs: Array<[string, Float32Array | Int32Array]> = [];
   constructor(device: Backend, cpu: Backend) {
     this.device = new DeviceArena(device);
     this.cpu = new DeviceArena(cpu);
   }
 
-  private runOn(arena: DeviceArena, inputs: Record<string, Input>, outputs: Record<string, number>, run: (b: Backend, p: Pointers) => void) {
-    const p: Pointers = {};
-    for (const [name, data] of Object.entries(inputs)) p[name] = arena.put(data).ptr;
+  /** A zeroed partials buffer on `arena`'s backend. */
+  partials(arena: DeviceArena): number {
+    const { maxIn, maxOut, V } = CASE_PARTIALS;
+    return arena.zeroed(Math.max(1, arena.backend.partialsBytes(maxIn, maxOut, V) / 4)).ptr;
+  }
+
+  /** Keeps a device result for the bit-for-bit comparison of two runs. */
+  note(name: string, data: Float32Array | Int32Array): void {
+    this.deviceOutputs.push([name, data]);
+  }
+
+  private runOn(arena: DeviceArena, inputs: Record<string, Input>, outputs: Record<string, number>, inOut: string[],
+                run: (b: Backend, p: Pointers) => void) {
+    const p: Pointers = { partials: this.partials(arena) };
+    const given = Object.fromEntries(Object.entries(inputs).map(([name, data]) => [name, arena.put(data)]));
+    for (const [name, b] of Object.entries(given)) p[name] = b.ptr;
     const out = Object.fromEntries(Object.entries(outputs).map(([name, words]) => [name, arena.poisoned(words)]));
     for (const [name, b] of Object.entries(out)) p[name] = b.ptr;
     run(arena.backend, p);
-    return Object.fromEntries(Object.entries(out).map(([name, b]) => [name, arena.floats(b)]));
+    const read = { ...out, ...Object.fromEntries(inOut.map((name) => [name, given[name]!])) };
+    return Object.fromEntries(Object.entries(read).map(([name, b]) => [name, arena.floats(b)]));
   }
 
-  /** max relative error of the device's outputs against the CPU's */
-  compare(inputs: Record<string, Input>, outputs: Record<string, number>, run: (b: Backend, p: Pointers) => void): number {
-    const got = this.runOn(this.device, inputs, outputs, run);
-    const want = this.runOn(this.cpu, inputs, outputs, run);
-    return Math.max(...Object.keys(outputs).map((name) => maxRelativeError(got[name]!, want[name]!)));
+  /** max relative error of the device's outputs (and the inputs named in inOut, which the op updates) against the CPU's */
+  compare(inputs: Record<string, Input>, outputs: Record<string, number>, run: (b: Backend, p: Pointers) => void, inOut: string[] = []): number {
+    const got = this.runOn(this.device, inputs, outputs, inOut, run);
+    for (const [name, data] of Object.entries(got)) this.note(name, data);
+    const want = this.runOn(this.cpu, inputs, outputs, inOut, run);
+    return Math.max(...Object.keys(got).map((name) => maxRelativeError(got[name]!, want[name]!)));
   }
 
   release(): void {
@@ -56,6 +83,7 @@ export interface KernelCase {
   shape: string;
   run(pair: Pair, seed: number): number;
 }
+export type { Pair };
 
 const embedCases = ([[1, 768], [4, 128], [3, 1600], [2, 130]] as const).map(([T, C]): KernelCase => ({
   kernel: "embed", shape: `T=${T} C=${C}`,
@@ -81,7 +109,7 @@ const LINEAR_SHAPES = [
 const linearCases = LINEAR_SHAPES.map(([T, C, OC]): KernelCase => ({
   kernel: "linear", shape: `T=${T} C=${C} OC=${OC}`,
   run: (pair, seed) => pair.compare({ inp: randomFloats(T * C, seed + 5), w: randomFloats(C * OC, seed + 6, 0.1), b: randomFloats(OC, seed + 7) }, { out: T * OC },
-    (b, p) => b.ops.op_linear(p.out!, p.inp!, p.w!, p.b!, T, C, OC)),
+    (b, p) => b.ops.op_linear(p.out!, p.partials!, p.inp!, p.w!, p.b!, T, C, OC)),
 }));
 
 const elementwiseCases = [1, 1000, 100_003, 768 * 4 * 5].flatMap((N): KernelCase[] => [
@@ -108,7 +136,9 @@ const residualInPlace: KernelCase = {
       arena.backend.ops.op_residual(pa.ptr, pa.ptr, arena.put(bIn).ptr, N);
       return arena.floats(pa);
     };
-    return maxRelativeError(on(pair.device), on(pair.cpu));
+    const got = on(pair.device);
+    pair.note("out", got);
+    return maxRelativeError(got, on(pair.cpu));
   },
 };
 
@@ -118,26 +148,47 @@ const lmHeadCases = ([[1, 768, 50257], [3, 128, 1001], [1, 1600, 5003], [2, 130,
     (b, p) => b.ops.op_lm_head(p.logits!, p.inp!, p.wte!, T, C, V)),
 }));
 
-/** argmax with a tie at the maximum (the lower index must win): seq and state must match exactly (error 0 or ∞). */
-const argmaxCases = ([[50257, 1, 5, 1024], [1001, 1, 63, 64], [1001, 1, 64, 64], [999, 4, 60, 64], [3, 2, 10, 64]] as const).map(
-  ([V, T, pos, maxCtx]): KernelCase => ({
-    kernel: "argmax", shape: `V=${V} T=${T} pos=${pos} max_ctx=${maxCtx}`,
-    run: (pair, seed) => {
-      const logits = randomFloats(V, seed + 15 + pos);
-      const top = logits.reduce((m, x) => Math.max(m, x), -Infinity) + 1;
-      logits[Math.floor(V / 2)] = top;
-      logits[V - 1] = top;
-      const on = (arena: DeviceArena) => {
-        const seq = arena.put(Int32Array.from({ length: maxCtx + 1 }, (_, i) => -1 - i));
-        const state = arena.put(stateAt(pos));
-        arena.backend.ops.op_argmax(seq.ptr, state.ptr, arena.put(logits).ptr, V, T, maxCtx);
-        return [...arena.ints(seq), ...arena.ints(state)];
-      };
-      const got = on(pair.device), want = on(pair.cpu);
-      const expectedNext = pos + T <= maxCtx ? want[pos + T] === Math.floor(V / 2) : true;
-      return got.every((x, i) => x === want[i]) && want[maxCtx + 1] === pos + T && expectedNext ? 0 : Infinity;
-    },
-  }));
+/** The logits an argmax case scans: random, with a pattern that makes the rule matter. */
+type ArgmaxPattern = "tie" | "nan" | "all-nan";
+function argmaxLogits(V: number, seed: number, pattern: ArgmaxPattern): Float32Array {
+  const logits = randomFloats(V, seed);
+  const top = logits.reduce((m, x) => Math.max(m, x), -Infinity) + 1;
+  if (pattern === "tie") logits[Math.floor(V / 2)] = logits[V - 1] = top; // the lower index must win
+  if (pattern === "nan") {
+    for (let i = 0; i < V; i += 7) logits[i] = NaN; // index 0 among them: NaN is never chosen
+    logits[V - 2] = top;
+  }
+  if (pattern === "all-nan") logits.fill(NaN); // the token is 0
+  return logits;
+}
+
+/** The next token cuda/ops.h specifies: the lowest index of the largest non-NaN logit, 0 when all are NaN. */
+export function expectedArgmax(logits: ArrayLike<number>): number {
+  let best = -1;
+  for (let v = 0; v < logits.length; v++) if (best < 0 ? logits[v]! >= -Infinity : logits[v]! > logits[best]!) best = v;
+  return Math.max(best, 0);
+}
+
+/** argmax: seq and state must match the CPU's and the rule exactly (error 0 or ∞). */
+const argmaxCases = ([
+  [50257, 1, 5, 1024, "tie"], [1001, 1, 63, 64, "tie"], [1001, 1, 64, 64, "tie"], [999, 4, 60, 64, "tie"], [3, 2, 10, 64, "tie"],
+  [50257, 1, 5, 1024, "nan"], [5003, 1, 5, 64, "all-nan"],
+] as const).map(([V, T, pos, maxCtx, pattern]): KernelCase => ({
+  kernel: "argmax", shape: `V=${V} T=${T} pos=${pos} max_ctx=${maxCtx} ${pattern}`,
+  run: (pair, seed) => {
+    const logits = argmaxLogits(V, seed + 15 + pos, pattern);
+    const on = (arena: DeviceArena) => {
+      const seq = arena.put(Int32Array.from({ length: maxCtx + 1 }, (_, i) => -1 - i));
+      const state = arena.put(stateAt(pos));
+      arena.backend.ops.op_argmax(seq.ptr, state.ptr, pair.partials(arena), arena.put(logits).ptr, V, T, maxCtx);
+      return Int32Array.of(...arena.ints(seq), ...arena.ints(state));
+    };
+    const got = on(pair.device), want = on(pair.cpu);
+    pair.note("seq+state", got);
+    const next = pos + T <= maxCtx ? want[pos + T] === expectedArgmax(logits) : true;
+    return got.every((x, i) => x === want[i]) && want[maxCtx + 1] === pos + T && next ? 0 : Infinity;
+  },
+}));
 
 /** kv_append then attention for T new rows at pos: the cache rows exactly, the output within tolerance. */
 export function attentionCase(T: number, pos: number, C: number, nHead: number, maxCtx: number): KernelCase {
@@ -157,6 +208,7 @@ export function attentionCase(T: number, pos: number, C: number, nHead: number, 
         return { out: arena.floats(out), k: arena.floats(pk), v: arena.floats(pv) };
       };
       const got = on(pair.device), want = on(pair.cpu);
+      pair.note("out", got.out);
       const cacheExact = maxRelativeError(got.k, want.k) === 0 && maxRelativeError(got.v, want.v) === 0;
       return cacheExact ? maxRelativeError(got.out, want.out) : Infinity;
     },
@@ -171,21 +223,93 @@ const ATTENTION_SHAPES = [
   [2, 20, 90, 3, 64], // head size 30: scalar key reads
 ] as const;
 
+// ---- the fused decode ops (one row) -------------------------------------------------------------------------
+const EPS = 1e-5;
+const layerNormInputs = (C: number, seed: number) =>
+  ({ x: randomFloats(C, seed, 3), lnW: randomFloats(C, seed + 1), lnB: randomFloats(C, seed + 2) });
+
+/** qkv, and the caches: row pos written (when below max_ctx), every other row as it was. */
+const lnQkvCases = ([[768, 5, 1024], [128, 63, 64], [128, 64, 64], [90, 7, 16], [1600, 3, 16]] as const).map(([C, pos, maxCtx]): KernelCase => ({
+  kernel: "ln_qkv", shape: `C=${C} pos=${pos} max_ctx=${maxCtx}${C % 4 ? " (scalar)" : ""}`,
+  run: (pair, seed) => pair.compare({
+    ...layerNormInputs(C, seed + 40), w: randomFloats(C * 3 * C, seed + 43, 0.1), b: randomFloats(3 * C, seed + 44), state: stateAt(pos),
+    k: randomFloats(maxCtx * C, seed + 45), v: randomFloats(maxCtx * C, seed + 46),
+  }, { qkv: 3 * C }, (b, p) => b.ops.op_ln_qkv(p.qkv!, p.k!, p.v!, p.partials!, p.x!, p.lnW!, p.lnB!, p.w!, p.b!, p.state!, C, maxCtx, EPS), ["k", "v"]),
+}));
+
+const lnLinearGeluCases = ([[768, 3072], [128, 512], [90, 70], [1600, 6400]] as const).map(([C, OC]): KernelCase => ({
+  kernel: "ln_linear_gelu", shape: `C=${C} OC=${OC}`,
+  run: (pair, seed) => pair.compare({ ...layerNormInputs(C, seed + 50), w: randomFloats(C * OC, seed + 53, 0.1), b: randomFloats(OC, seed + 54) },
+    { out: OC }, (b, p) => b.ops.op_ln_linear_gelu(p.out!, p.partials!, p.x!, p.lnW!, p.lnB!, p.w!, p.b!, C, OC, EPS)),
+}));
+
+const linearResidualCases = ([[768, 768], [3072, 768], [96, 101], [6400, 1600]] as const).map(([C, OC]): KernelCase => ({
+  kernel: "linear_residual", shape: `C=${C} OC=${OC}`,
+  run: (pair, seed) => pair.compare({ x: randomFloats(OC, seed + 60), inp: randomFloats(C, seed + 61), w: randomFloats(C * OC, seed + 62, 0.1), b: randomFloats(OC, seed + 63) },
+    {}, (b, p) => b.ops.op_linear_residual(p.x!, p.partials!, p.inp!, p.w!, p.b!, C, OC), ["x"]),
+}));
+
+/**
+ * The logits against the CPU's within tolerance; the token exactly the rule applied to the device's own logits
+ * (a near-tie may break either way between two summation orders), written only below max_ctx; pos + 1.
+ */
+const lnLmHeadArgmaxCases = ([[768, 50257, 5, 1024], [128, 1001, 63, 64], [130, 999, 64, 64], [1600, 5003, 3, 16]] as const).map(
+  ([C, V, pos, maxCtx]): KernelCase => ({
+    kernel: "ln_lm_head_argmax", shape: `C=${C} V=${V} pos=${pos} max_ctx=${maxCtx}`,
+    run: (pair, seed) => {
+      const { x, lnW, lnB } = layerNormInputs(C, seed + 70);
+      const wte = randomFloats(V * C, seed + 73, 0.1);
+      const on = (arena: DeviceArena) => {
+        const logits = arena.poisoned(V);
+        const seq = arena.put(Int32Array.from({ length: maxCtx + 1 }, (_, i) => -1 - i)), state = arena.put(stateAt(pos));
+        arena.backend.ops.op_ln_lm_head_argmax(logits.ptr, seq.ptr, state.ptr, pair.partials(arena), arena.put(x).ptr, arena.put(lnW).ptr,
+          arena.put(lnB).ptr, arena.put(wte).ptr, C, V, maxCtx, EPS);
+        return { logits: arena.floats(logits), seq: arena.ints(seq), pos: arena.ints(state)[0]! };
+      };
+      const got = on(pair.device), want = on(pair.cpu);
+      pair.note("logits", got.logits);
+      pair.note("seq", got.seq);
+      const next = pos + 1 <= maxCtx ? got.seq[pos + 1] === expectedArgmax(got.logits) : got.seq.every((t, i) => t === -1 - i);
+      return next && got.pos === pos + 1 && want.pos === pos + 1 ? maxRelativeError(got.logits, want.logits) : Infinity;
+    },
+  }));
+
 export const KERNEL_CASES: KernelCase[] = [
   ...embedCases, ...layernormCases, ...linearCases, ...elementwiseCases, geluTail, residualInPlace, ...lmHeadCases, ...argmaxCases,
   ...ATTENTION_SHAPES.map(([T, pos, C, H, maxCtx]) => attentionCase(T, pos, C, H, maxCtx)),
+  ...lnQkvCases, ...lnLinearGeluCases, ...linearResidualCases, ...lnLmHeadArgmaxCases,
 ];
 
-/** Runs cases on `device` against `cpu`; the device's sticky error is checked after each. */
-export function runKernelCases(device: Backend, cpu: Backend, seed: number, cases = KERNEL_CASES): KernelRow[] {
-  return cases.map((c) => {
+const sameBits = (a: Array<[string, Float32Array | Int32Array]>, b: Array<[string, Float32Array | Int32Array]>) =>
+  a.length === b.length && a.every(([name, x], i) => {
+    const [otherName, y] = b[i]!;
+    const xs = new Uint32Array(x.buffer, x.byteOffset, x.length), ys = new Uint32Array(y.buffer, y.byteOffset, y.length);
+    return name === otherName && xs.length === ys.length && xs.every((w, k) => w === ys[k]);
+  });
+
+/**
+ * Runs cases on `device` against `cpu`; the device's sticky error is checked after each. With `rerun`, each
+ * case runs a second time after rerun() (the emulator switching to another schedule) and its device outputs
+ * must repeat bit for bit.
+ */
+export function runKernelCases(device: Backend, cpu: Backend, seed: number, cases = KERNEL_CASES, rerun?: () => void): KernelRow[] {
+  const once = (c: KernelCase) => {
     const pair = new Pair(device, cpu);
     try {
       const error = c.run(pair, seed);
       device.synchronize();
-      return { kernel: c.kernel, shape: c.shape, error, ok: error <= KERNEL_TOLERANCE };
+      return { error, outputs: pair.deviceOutputs };
     } finally {
       pair.release();
     }
+  };
+  return cases.map((c) => {
+    const first = once(c);
+    let repeatable: boolean | null = null;
+    if (rerun) {
+      rerun();
+      repeatable = sameBits(first.outputs, once(c).outputs);
+    }
+    return { kernel: c.kernel, shape: c.shape, error: first.error, repeatable, ok: first.error <= KERNEL_TOLERANCE && repeatable !== false };
   });
 }

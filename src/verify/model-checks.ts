@@ -6,6 +6,7 @@ import { join } from "node:path";
 
 import type { Backend } from "../backends/backend.ts";
 import type { GPT2Weights } from "../model/weights.ts";
+import { PLAN_KINDS, type PlanKind } from "../plan.ts";
 import { generate } from "../run/generate.ts";
 import { availableModes, launchMode, type LaunchMode } from "../run/launch-modes.ts";
 import { Session } from "../run/session.ts";
@@ -49,8 +50,8 @@ export function readFixture(dir: string): Fixture {
 }
 
 /** The fixture's logits at every position and its greedy continuation in every launch mode, cached and not. */
-export function fixtureChecks(device: Backend, weights: GPT2Weights, f: Fixture): CheckRow[] {
-  const s = new Session(device, weights);
+export function fixtureChecks(device: Backend, weights: GPT2Weights, f: Fixture, plan: PlanKind = "fused"): CheckRow[] {
+  const s = new Session(device, weights, undefined, plan);
   try {
     const err = maxRelativeError(s.logitsAtEveryPosition(f.sequence), f.logits);
     const rows = [row(`${f.name} logits`, `${f.sequence.length} positions vs numpy float64`, err <= LOGIT_TOLERANCE, err)];
@@ -58,7 +59,7 @@ export function fixtureChecks(device: Backend, weights: GPT2Weights, f: Fixture)
     for (const [cache, mode] of runs) {
       const ids = generate(s, { prompt: f.prompt, maxNewTokens: f.generated.length, cache, mode }).generatedIds;
       const same = ids.every((id, i) => id === f.generated[i]);
-      rows.push(row(`${f.name} greedy`, `${f.generated.length} tokens, ${cache ? `cached, ${mode.name}` : "uncached"}`, same));
+      rows.push(row(`${f.name} greedy`, `${f.generated.length} tokens, ${cache ? `cached, ${mode.name}, ${plan}` : "uncached"}`, same));
     }
     return rows;
   } finally {
@@ -81,8 +82,8 @@ export function againstCpu(device: Backend, cpu: Backend, weights: GPT2Weights, 
 }
 
 /** Every launch mode generates the same tokens, and leaves bit-identical logits. */
-export function modesBitIdentical(device: Backend, weights: GPT2Weights, prompt: number[], n: number): CheckRow {
-  const s = new Session(device, weights);
+export function modesBitIdentical(device: Backend, weights: GPT2Weights, prompt: number[], n: number, plan: PlanKind = "fused"): CheckRow {
+  const s = new Session(device, weights, undefined, plan);
   try {
     const modes = availableModes(device);
     const runs = modes.map((mode) => {
@@ -91,7 +92,7 @@ export function modesBitIdentical(device: Backend, weights: GPT2Weights, prompt:
     });
     const [first, ...rest] = runs;
     const same = rest.every((r) => r.ids.every((id, i) => id === first!.ids[i]) && r.logits.every((w, i) => w === first!.logits[i]));
-    return row("launch modes", `${modes.map((m) => m.name).join(" == ")} bit for bit over ${n} tokens`, same);
+    return row("launch modes", `${modes.map((m) => m.name).join(" == ")} bit for bit over ${n} tokens, ${plan} plan`, same);
   } finally {
     s.close();
   }
@@ -102,14 +103,14 @@ export function modesBitIdentical(device: Backend, weights: GPT2Weights, prompt:
  * orders, so where they part the two choices must be a near-tie of the full-recompute logits (≤ 1e-5 of the
  * largest |logit|); anything wider is a failure.
  */
-export function cachedEqualsUncached(device: Backend, weights: GPT2Weights, prompt: number[], n: number): CheckRow {
-  const s = new Session(device, weights);
+export function cachedEqualsUncached(device: Backend, weights: GPT2Weights, prompt: number[], n: number, plan: PlanKind = "fused"): CheckRow {
+  const s = new Session(device, weights, undefined, plan);
   try {
     const eager = launchMode("eager");
     const cached = generate(s, { prompt, maxNewTokens: n, cache: true, mode: eager }).generatedIds;
     const uncached = generate(s, { prompt, maxNewTokens: n, cache: false, mode: eager }).generatedIds;
     const at = cached.findIndex((id, i) => id !== uncached[i]);
-    if (at < 0) return row("cache exactness", `cached == uncached greedy tokens over ${n} tokens`, true);
+    if (at < 0) return row("cache exactness", `cached (${plan}) == uncached greedy tokens over ${n} tokens`, true);
     const V = weights.config.vocab_size;
     const prefix = [...prompt, ...cached.slice(0, at)];
     const logits = s.logitsAtEveryPosition(prefix).subarray((prefix.length - 1) * V);
@@ -119,6 +120,40 @@ export function cachedEqualsUncached(device: Backend, weights: GPT2Weights, prom
     return row("cache exactness", detail, gap <= NEAR_TIE, gap);
   } finally {
     s.close();
+  }
+}
+
+/**
+ * The fused and unfused plans generate the same tokens and, where they do, end on logits within tolerance of
+ * each other. They sum in different orders, so where their tokens part the two choices must be a near-tie of
+ * the full-recompute logits (as for cached and uncached).
+ */
+export function plansAgree(device: Backend, weights: GPT2Weights, prompt: number[], n: number): CheckRow {
+  const runs = PLAN_KINDS.map((plan) => {
+    const s = new Session(device, weights, undefined, plan);
+    try {
+      const ids = generate(s, { prompt, maxNewTokens: n, cache: true, mode: launchMode("eager") }).generatedIds;
+      return { plan, ids, logits: s.readLogits(), session: s };
+    } catch (e) {
+      s.close();
+      throw e;
+    }
+  });
+  try {
+    const [fused, unfused] = runs as [typeof runs[0], typeof runs[0]];
+    const at = fused.ids.findIndex((id, i) => id !== unfused.ids[i]);
+    if (at < 0) {
+      const err = maxRelativeError(fused.logits, unfused.logits);
+      return row("plans", `fused == unfused greedy tokens over ${n} tokens; last logits within ${err.toExponential(1)}`, err <= LOGIT_TOLERANCE, err);
+    }
+    const prefix = [...prompt, ...fused.ids.slice(0, at)];
+    const V = weights.config.vocab_size;
+    const logits = fused.session.logitsAtEveryPosition(prefix).subarray((prefix.length - 1) * V);
+    const scale = logits.reduce((m, x) => Math.max(m, Math.abs(x)), 0);
+    const gap = Math.abs(logits[fused.ids[at]!]! - logits[unfused.ids[at]!]!) / scale;
+    return row("plans", `fused and unfused part at token ${at} of ${n}, a gap of ${gap.toExponential(1)} of the largest logit`, gap <= NEAR_TIE, gap);
+  } finally {
+    for (const r of runs) r.session.close();
   }
 }
 

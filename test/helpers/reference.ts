@@ -81,10 +81,11 @@ export function lmHeadRef(inp: Float32Array, wte: Float32Array, T: number, C: nu
   return out;
 }
 
+/** cuda/ops.h: the lowest index wins a tie, NaN is never chosen, 0 when every logit is NaN. */
 export function argmaxRef(logits: Float32Array): number {
-  let best = 0;
-  for (let v = 1; v < logits.length; v++) if (logits[v]! > logits[best]!) best = v;
-  return best;
+  let best = -1;
+  for (let v = 0; v < logits.length; v++) if (best < 0 ? logits[v]! >= -Infinity : logits[v]! > logits[best]!) best = v;
+  return Math.max(best, 0);
 }
 
 export { maxRelativeError, NAN_WORD, randomFloats } from "../../src/verify/compare.ts";

@@ -48,7 +48,7 @@ function kernelName(family: OpInterval["family"]): string {
 
 /** Eager (or uncached): one launch per op; each kernel starts when its launch returns or the previous kernel ends. */
 function eagerStep(cfg: GPT2Config, shape: StepShape, T: number, pos: number): StepTrace {
-  const plan = stepWork(cfg, T, pos);
+  const plan = stepWork(cfg, T, pos, "unfused");
   const host: HostInterval[] = [];
   const ops: OpInterval[] = [];
   let hostAt = shape.start_us + shape.gap_us;
@@ -72,7 +72,7 @@ function syntheticOp(w: OpWork, index: number, start_us: number, kernel_us: numb
 
 /** Graph: one launch call; the kernels then run back to back, all under the launch's correlation id. */
 function graphStep(cfg: GPT2Config, shape: StepShape): StepTrace {
-  const plan = stepWork(cfg, 1, shape.context);
+  const plan = stepWork(cfg, 1, shape.context, "unfused");
   const launchStart = shape.start_us + shape.gap_us;
   const launchEnd = launchStart + shape.launch_us;
   const host: HostInterval[] = [
@@ -127,7 +127,7 @@ function studyPoint(cfg: GPT2Config, steps: StepTrace[], mode: StudyMode, contex
   const mine = stepsOf(steps, mode, context);
   const split = medianSplit(mine);
   const device_ms = summarize(mine.map((s) => stepSplit(s).step_ms));
-  const work = sumWork(mode === "uncached" ? uncachedStepWork(cfg, context) : cachedStepWork(cfg, context));
+  const work = sumWork(mode === "uncached" ? uncachedStepWork(cfg, context) : cachedStepWork(cfg, context, "unfused"));
   const seconds = device_ms.median / 1000;
   const flops_per_s = work.flops / seconds;
   const bytes_per_s = work.bytes / seconds;
@@ -175,7 +175,7 @@ export function syntheticSummary(steps: StepTrace[] = syntheticSteps(), cfg: GPT
       launch: { host_us: 2.5, device_us: 1.2, graph_node_us: 0.8, how_measured: "synthetic" },
     },
     model: { config: cfg, source: "synthetic", parameters: parameterCount(cfg), weight_bytes },
-    settings: { modes: syntheticModes, contexts: syntheticContexts, repeats: stepsPerPoint, warmup: 1, kernels: true },
+    settings: { modes: syntheticModes, plan: "unfused", contexts: syntheticContexts, repeats: stepsPerPoint, warmup: 1, kernels: true },
     points,
     regimes: atLast.flatMap((p) =>
       p.breakdown!.families.map((f) => ({

@@ -1,0 +1,215 @@
+// A latency-and-bandwidth model of the decode step's kernels on a GPU, and of the step in each launch mode.
+// EVERY NUMBER IT GIVES IS A PREDICTION: the parameters below are leads with ranges and sources, not
+// measurements of this code, and the first GPU run calibrates them (the launch floor's graph node cost, the
+// achieved bandwidth per kernel).
+//
+// A kernel moves `bytes` (its fewest bytes, the op table's work) with `blocks x threads` threads of which
+// the GPU holds `resident` at once (threads and registers per SM), each with `loadsInFlight` 16-byte loads
+// outstanding (read from the SASS, at most what the shape gives a thread). Then
+//   stream  = max(bytes / bandwidth, flops / fp32 rate, latency x bytes / bytes in flight)
+//   kernel  = stream + chain x L2 latency       (the dependent steps after the data arrive: merges, reductions)
+// where latency is a DRAM round trip for kernels that stream weights or the KV cache, an L2 round trip for
+// those that only touch activations. A step sums its kernels with each mode's per-launch cost:
+//   eager, eager-native: the host issues launch i at (i + 1) x host cost; kernel i starts at the later of
+//                        that and kernel i-1's end plus the device's gap between kernels
+//   graph:               sum of (kernel + graph node gap)
+//   graph-pdl:           sum of (kernel - hidden + programmatic node gap), hidden = the first DRAM round trip
+//                        of a kernel that issues its loads before waiting for its predecessor, as far as the
+//                        predecessor's own non-streaming time covers it
+import type { OpFamily } from "../ops.ts";
+
+/** A parameter's working value, its plausible range, and where it comes from. */
+export interface Estimate {
+  value: number;
+  low: number;
+  high: number;
+  source: string;
+}
+
+export interface GpuModel {
+  name: string;
+  sms: number;
+  maxThreadsPerSm: number;
+  maxBlocksPerSm: number;
+  registersPerSm: number;
+  /** streaming reads from device memory, bytes/s */
+  bandwidth: Estimate;
+  /** fp32 FMA throughput, FLOP/s */
+  flops: Estimate;
+  /** a device-memory round trip under load, µs */
+  dramLatencyUs: Estimate;
+  /** an L2 hit round trip, µs */
+  l2LatencyUs: Estimate;
+  /** host time to issue one launch from TypeScript through bun:ffi, and from C++ */
+  eagerHostUs: Estimate;
+  nativeHostUs: Estimate;
+  /** the device's gap between two dependent kernels: back to back in a stream or in a graph */
+  graphNodeUs: Estimate;
+  /** the same with programmatic dependent launch; null where the GPU has none (before sm_90) */
+  pdlNodeUs: Estimate | null;
+}
+
+const LAUNCH_FLOOR = "calibrated by the launch floor `profile` measures on the device (empty kernels)";
+
+/** The two GPUs of the study: the H200 lent here, and the A40 of the seed's experiment. */
+export const GPU_MODELS = {
+  h200: {
+    name: "NVIDIA H200 (SXM)",
+    sms: 132, maxThreadsPerSm: 2048, maxBlocksPerSm: 32, registersPerSm: 65536,
+    bandwidth: { value: 4.3e12, low: 4.0e12, high: 4.8e12, source: "device-to-device copy measured at ~4.3 TB/s on this workplace's H200 (KINDS.md, 2026-10-28 and 11-04); 4.8 TB/s datasheet" },
+    flops: { value: 67e12, low: 50e12, high: 67e12, source: "datasheet fp32 (H200.md)" },
+    dramLatencyUs: { value: 0.5, low: 0.3, high: 0.7, source: "lead: HBM round trips of several hundred ns unloaded in published Hopper microbenchmarks, more under load (issue 9: 0.3-0.6 µs)" },
+    l2LatencyUs: { value: 0.15, low: 0.1, high: 0.3, source: "lead: ~200-300 cycles at 1.5-2 GHz in published Hopper figures" },
+    eagerHostUs: { value: 4, low: 2.5, high: 6, source: `lead: cudaLaunchKernel ~2-3 µs plus one bun:ffi call (an empty op costs 1.6 µs through bun:ffi on this VM, README); ${LAUNCH_FLOOR}` },
+    nativeHostUs: { value: 2.5, low: 1.5, high: 4, source: `lead: cudaLaunchKernel from C++; ${LAUNCH_FLOOR}` },
+    graphNodeUs: { value: 1.0, low: 0.6, high: 2.0, source: `lead: ~1 µs between dependent kernel nodes; ${LAUNCH_FLOOR}` },
+    pdlNodeUs: { value: 0.4, low: 0.2, high: 0.8, source: "guess: the dependent grid is already resident and waiting; what remains is the predecessor's completion reaching it" },
+  },
+  a40: {
+    name: "NVIDIA A40",
+    sms: 84, maxThreadsPerSm: 1536, maxBlocksPerSm: 16, registersPerSm: 65536,
+    bandwidth: { value: 0.6e12, low: 0.55e12, high: 0.696e12, source: "datasheet 696 GB/s (GDDR6, 384-bit); streaming reads typically reach ~85-90% of it" },
+    flops: { value: 37.4e12, low: 30e12, high: 37.4e12, source: "datasheet fp32" },
+    dramLatencyUs: { value: 0.6, low: 0.4, high: 0.8, source: "lead: GDDR6 round trips are somewhat longer than HBM's" },
+    l2LatencyUs: { value: 0.2, low: 0.15, high: 0.3, source: "lead: Ampere L2 hits of ~200-300 cycles at ~1.7 GHz" },
+    eagerHostUs: { value: 4, low: 2.5, high: 6, source: `as for the H200 (a host cost); ${LAUNCH_FLOOR}` },
+    nativeHostUs: { value: 2.5, low: 1.5, high: 4, source: `as for the H200; ${LAUNCH_FLOOR}` },
+    graphNodeUs: { value: 1.2, low: 0.8, high: 2.0, source: `lead; ${LAUNCH_FLOOR}` },
+    pdlNodeUs: null,
+  },
+} as const satisfies Record<string, GpuModel>;
+export type GpuName = keyof typeof GPU_MODELS;
+
+/**
+ * Dependent L2 round trips a kernel spends after (or before) its data stream, from its code: reading the
+ * position before the rows it selects, a layer norm's row, and the merge across blocks (a partial stored and
+ * fenced, the arrival counter, the partials read back) — estimates, to be calibrated.
+ */
+export const CHAIN_L2_TRIPS: Record<OpFamily, number> = {
+  embed: 2, // state, then the token id, before the two rows
+  layernorm: 1, // the row in, two block reductions, the row out
+  linear: 3, // the inputs arrive under the weights; the merge: partial + fence, counter, partials back
+  kv_append: 1, // state before the rows
+  attention: 4, // state before the keys; the merge as a matvec's
+  gelu: 0,
+  residual: 0,
+  lm_head: 1, // x staged after the wait (the weights already in flight)
+  argmax: 3, // the merge
+  ln_qkv: 3, // the layer norm's row arrives under the weights; the merge
+  ln_linear_gelu: 3,
+  linear_residual: 3,
+  ln_lm_head_argmax: 4, // the layer norm, then the argmax merge
+};
+
+/** Families whose data come from device memory (weights, the KV cache); the rest touch activations in L2. */
+const STREAMS_FROM_DRAM: ReadonlySet<OpFamily> = new Set<OpFamily>(["embed", "linear", "attention", "lm_head", "ln_qkv", "ln_linear_gelu", "linear_residual", "ln_lm_head_argmax"]);
+
+/** One kernel launch as the model sees it. */
+export interface KernelInput {
+  label: string;
+  family: OpFamily;
+  bytes: number;
+  flops: number;
+  blocks: number;
+  threads: number;
+  registers: number;
+  /** 16-byte loads each thread has outstanding at once */
+  loadsInFlight: number;
+  /** whether it issues loads before waiting for its predecessor (programmatic launch hides their latency) */
+  prefetches: boolean;
+}
+
+export interface KernelPrediction extends KernelInput {
+  residentBlocks: number;
+  bytesInFlight: number;
+  bandwidthUs: number;
+  latencyUs: number;
+  streamUs: number;
+  chainUs: number;
+  /** predicted device time of the kernel alone */
+  kernelUs: number;
+}
+
+const LOAD_BYTES = 16;
+
+export function residentBlocks(k: Pick<KernelInput, "blocks" | "threads" | "registers">, gpu: GpuModel): number {
+  const perSm = Math.min(gpu.maxBlocksPerSm, Math.floor(gpu.maxThreadsPerSm / k.threads), Math.floor(gpu.registersPerSm / (k.registers * k.threads)));
+  return Math.min(k.blocks, gpu.sms * Math.max(perSm, 1));
+}
+
+export function predictKernel(k: KernelInput, gpu: GpuModel): KernelPrediction {
+  const resident = residentBlocks(k, gpu);
+  const bytesInFlight = Math.max(resident * k.threads * k.loadsInFlight * LOAD_BYTES, 1);
+  const roundTripUs = STREAMS_FROM_DRAM.has(k.family) ? gpu.dramLatencyUs.value : gpu.l2LatencyUs.value;
+  const bandwidthUs = (k.bytes / gpu.bandwidth.value) * 1e6;
+  const latencyUs = roundTripUs * Math.max(1, k.bytes / bytesInFlight);
+  const streamUs = Math.max(bandwidthUs, (k.flops / gpu.flops.value) * 1e6, latencyUs);
+  const chainUs = CHAIN_L2_TRIPS[k.family] * gpu.l2LatencyUs.value;
+  return { ...k, residentBlocks: resident, bytesInFlight, bandwidthUs, latencyUs, streamUs, chainUs, kernelUs: streamUs + chainUs };
+}
+
+/** The GPU with every estimate at the end of its range that makes a step faster, or slower. */
+export function gpuAt(gpu: GpuModel, end: "optimistic" | "pessimistic"): GpuModel {
+  const fast = end === "optimistic";
+  const pick = (e: Estimate, higherIsFaster: boolean): Estimate => ({ ...e, value: fast === higherIsFaster ? e.high : e.low });
+  return {
+    ...gpu,
+    bandwidth: pick(gpu.bandwidth, true),
+    flops: pick(gpu.flops, true),
+    dramLatencyUs: pick(gpu.dramLatencyUs, false),
+    l2LatencyUs: pick(gpu.l2LatencyUs, false),
+    eagerHostUs: pick(gpu.eagerHostUs, false),
+    nativeHostUs: pick(gpu.nativeHostUs, false),
+    graphNodeUs: pick(gpu.graphNodeUs, false),
+    pdlNodeUs: gpu.pdlNodeUs && pick(gpu.pdlNodeUs, false),
+  };
+}
+
+/** The modes a step is predicted in (src/run/launch-modes.ts names). */
+export type ModelMode = "eager" | "eager-native" | "graph" | "graph-pdl";
+export const MODEL_MODES: readonly ModelMode[] = ["eager", "eager-native", "graph", "graph-pdl"];
+
+export interface StepPrediction {
+  kernels: KernelPrediction[];
+  /** sum of the kernels alone */
+  kernelSumUs: number;
+  /** every byte once at the bandwidth: no version runs much faster */
+  bytesFloorUs: number;
+  /** the step in each mode (null: the GPU has no such launches) */
+  modes: Record<ModelMode, number | null>;
+}
+
+/** Issued from the host at hostUs per launch; the device runs kernels in order with gapUs between them. */
+function hostIssued(kernels: readonly KernelPrediction[], hostUs: number, gapUs: number): number {
+  let end = 0;
+  kernels.forEach((k, i) => {
+    end = Math.max((i + 1) * hostUs, end + gapUs) + k.kernelUs;
+  });
+  return end;
+}
+
+function programmatic(kernels: readonly KernelPrediction[], gpu: GpuModel, nodeUs: number): number {
+  return kernels.reduce((sum, k, i) => {
+    const prev = kernels[i - 1];
+    const cover = prev ? prev.kernelUs - prev.bandwidthUs : 0; // the predecessor's time not spent streaming
+    const hidden = k.prefetches ? Math.min(gpu.dramLatencyUs.value, k.latencyUs, Math.max(cover, 0)) : 0;
+    return sum + k.kernelUs - hidden + nodeUs;
+  }, 0);
+}
+
+export function predictStep(kernels: readonly KernelInput[], gpu: GpuModel): StepPrediction {
+  const predicted = kernels.map((k) => predictKernel(k, gpu));
+  const kernelSumUs = predicted.reduce((s, k) => s + k.kernelUs, 0);
+  const bytesFloorUs = (predicted.reduce((s, k) => s + k.bytes, 0) / gpu.bandwidth.value) * 1e6;
+  return {
+    kernels: predicted,
+    kernelSumUs,
+    bytesFloorUs,
+    modes: {
+      eager: hostIssued(predicted, gpu.eagerHostUs.value, gpu.graphNodeUs.value),
+      "eager-native": hostIssued(predicted, gpu.nativeHostUs.value, gpu.graphNodeUs.value),
+      graph: kernelSumUs + predicted.length * gpu.graphNodeUs.value,
+      "graph-pdl": gpu.pdlNodeUs ? programmatic(predicted, gpu, gpu.pdlNodeUs.value) : null,
+    },
+  };
+}

@@ -1,0 +1,107 @@
+// The kernel model (src/profile/kernel-model.ts) and its inputs (src/verify/prediction.ts): the relations its
+// predictions must keep, and the launch shapes it reads from the C launchers through the emulator. No timing
+// is measured or asserted here: the model's numbers are predictions.
+import { afterAll, describe, expect, test } from "bun:test";
+
+import { CudaBackend } from "../src/backends/cuda.ts";
+import { PRESETS } from "../src/model/config.ts";
+import { encodePlan, planShape, type PlanOp } from "../src/plan.ts";
+import { GPU_MODELS, gpuAt, MODEL_MODES, predictKernel, predictStep, type KernelInput } from "../src/profile/kernel-model.ts";
+import { activeLoads, kernelInputs, predictDecodeStep } from "../src/verify/prediction.ts";
+
+const h200 = GPU_MODELS.h200;
+const gpt2 = PRESETS.gpt2!;
+const emu = CudaBackend.open({ emulated: true });
+afterAll(() => emu.close());
+const shapesOf = (ops: PlanOp[]) => emu.launchShapes(encodePlan(ops));
+
+const matvec: KernelInput = {
+  label: "m", family: "linear_residual", bytes: 9.4e6, flops: 4.7e6, blocks: 288, threads: 256, registers: 62, loadsInFlight: 8, prefetches: true,
+};
+
+describe("one kernel", () => {
+  test("time = max(bytes / bandwidth, flops / rate, latency x bytes / bytes in flight) + the chain's L2 round trips", () => {
+    const k = predictKernel(matvec, h200);
+    expect(k.residentBlocks).toBe(288); // 4 blocks of 256 threads at 62 registers per SM
+    expect(k.bytesInFlight).toBe(288 * 256 * 8 * 16);
+    expect(k.bandwidthUs).toBeCloseTo((9.4e6 / 4.3e12) * 1e6, 9);
+    expect(k.kernelUs).toBeCloseTo(Math.max(k.bandwidthUs, k.latencyUs) + 3 * 0.15, 9);
+  });
+
+  test("fewer loads in flight (a serialised loop) is slower; enough of them makes the kernel bandwidth-bound", () => {
+    const serial = predictKernel({ ...matvec, loadsInFlight: 1 }, h200);
+    const batched = predictKernel(matvec, h200);
+    expect(serial.latencyUs).toBeGreaterThan(batched.latencyUs);
+    expect(serial.kernelUs).toBeGreaterThan(batched.kernelUs);
+    expect(batched.streamUs).toBe(batched.bandwidthUs);
+  });
+
+  test("registers limit residency: 128 registers leave 2 blocks of 256 threads per SM", () => {
+    expect(predictKernel({ ...matvec, registers: 128, blocks: 1000 }, h200).residentBlocks).toBe(2 * h200.sms);
+  });
+});
+
+describe("GPT-2 small's decode step", () => {
+  const fused = predictDecodeStep(gpt2, "fused", 1023, h200, shapesOf, null);
+  const unfused = predictDecodeStep(gpt2, "unfused", 1023, h200, shapesOf, null);
+
+  test("the bytes floor is every byte once at the bandwidth; the kernels add to at least it", () => {
+    const bytes = planShape(gpt2, 1).reduce((s, op) => s + op.work(1023).bytes, 0);
+    expect(fused.bytesFloorUs).toBeCloseTo((bytes / h200.bandwidth.value) * 1e6, 6);
+    expect(fused.kernelSumUs).toBeGreaterThan(fused.bytesFloorUs);
+  });
+
+  test("per mode: graph adds a gap per kernel, graph-pdl hides some, eager is issued by the host", () => {
+    expect(fused.modes.graph).toBeCloseTo(fused.kernelSumUs + 62 * h200.graphNodeUs.value, 6);
+    expect(fused.modes["graph-pdl"]!).toBeLessThan(fused.modes.graph!);
+    expect(fused.modes["eager-native"]!).toBeGreaterThanOrEqual(62 * h200.nativeHostUs.value);
+    expect(fused.modes.eager!).toBeGreaterThan(fused.modes["eager-native"]!);
+  });
+
+  test("fusing: 62 launches instead of 136, and every mode predicted faster", () => {
+    expect(fused.kernels).toHaveLength(62);
+    expect(unfused.kernels).toHaveLength(136);
+    for (const m of MODEL_MODES) expect(fused.modes[m]!).toBeLessThan(unfused.modes[m]!);
+  });
+
+  test("the optimistic and pessimistic ends bracket the working estimate in every mode; the A40 has no graph-pdl", () => {
+    const [fast, slow] = (["optimistic", "pessimistic"] as const).map((end) => predictDecodeStep(gpt2, "fused", 1023, gpuAt(h200, end), shapesOf, null));
+    for (const m of MODEL_MODES) {
+      expect(fast!.modes[m]!).toBeLessThanOrEqual(fused.modes[m]!);
+      expect(slow!.modes[m]!).toBeGreaterThanOrEqual(fused.modes[m]!);
+    }
+    expect(predictDecodeStep(gpt2, "fused", 1023, GPU_MODELS.a40, shapesOf, null).modes["graph-pdl"]).toBeNull();
+  });
+});
+
+describe("inputs read from the code", () => {
+  test("launch shapes come from the C launchers: matvecs (OC/128, C/64), attention (chunks, heads), the LM head filling the SMs", () => {
+    const ops = planShape(gpt2, 1);
+    const inputs = kernelInputs(ops, 100, shapesOf(ops), null);
+    const by = (label: string) => inputs.find((k) => k.label === label)!;
+    expect(by("h0.attn.ln_qkv").blocks).toBe((3 * 768 / 128) * (768 / 64));
+    expect(by("h0.mlp.c_proj").blocks).toBe((768 / 128) * (3072 / 64));
+    expect(by("h0.attn.attend").blocks).toBe((1024 / 64) * 12);
+    expect(by("ln_f.lm_head.argmax").blocks).toBe(emu.device.smCount * 4);
+    expect(inputs.every((k) => k.threads === 256)).toBe(true);
+  });
+
+  test("a thread's loads for GPT-2 small's shapes: 8 weight rows per matvec thread, 6 float4 of a vocabulary row, 4 keys and 4 values", () => {
+    const loads = Object.fromEntries(planShape(gpt2, 1).map((op) => [op.family, activeLoads(op)]));
+    expect(loads).toMatchObject({ ln_qkv: 8, linear_residual: 8, ln_linear_gelu: 8, ln_lm_head_argmax: 6, attention: 8 });
+  });
+
+  test("without the SASS the model assumes the design's loads; with it, at most what the SASS holds", () => {
+    const ops = planShape(gpt2, 1);
+    const facts = [{ kernel: "linear_residual_kernel<4>", registers: 40, wideLoadsInFlight: 2, wideLoadsBeforeWait: 0, localAccesses: 0, waits: true, nonCoherentLoads: 0 }];
+    const [, , , withSass] = kernelInputs(ops, 8, shapesOf(ops), facts);
+    expect(withSass).toMatchObject({ family: "linear_residual", loadsInFlight: 2, registers: 40, prefetches: false });
+    const [, , , without] = kernelInputs(ops, 8, shapesOf(ops), null);
+    expect(without).toMatchObject({ loadsInFlight: 8, registers: 64, prefetches: false });
+  });
+});
+
+test("predictStep sums what predictKernel gives", () => {
+  const step = predictStep([matvec, { ...matvec, label: "n" }], h200);
+  expect(step.kernelSumUs).toBeCloseTo(2 * predictKernel(matvec, h200).kernelUs, 9);
+});
