@@ -17,14 +17,20 @@
 #include "cpu_runtime.h"
 #include "ops.h"
 
-// k_cache, v_cache: (max_ctx, C) rows [pos, pos + T) = the k and v parts of qkv: (T, 3C)
-extern "C" void op_kv_append(float* k_cache, float* v_cache, const float* qkv, const int* state, int T, int C, int max_ctx) {
+// k_cache_b, v_cache_b: (max_ctx, C) rows [pos_b, pos_b + T) = the k and v parts of qkv: (B·T, 3C)
+extern "C" void op_kv_append(void* k_cache, void* v_cache, const float* qkv, const int* state, int B, int T, int C, int max_ctx,
+                             int kvdtype) {
   OpTimer timer(OP_KV_APPEND);
-  const int pos = state[STATE_POS];
-  for (int t = 0; t < T && pos + t < max_ctx; t++) {
-    const float* row = qkv + (size_t)t * 3 * C;
-    memcpy(k_cache + (size_t)(pos + t) * C, row + C, sizeof(float) * C);
-    memcpy(v_cache + (size_t)(pos + t) * C, row + 2 * C, sizeof(float) * C);
+  if (cpu_reject_unless(kvdtype == DTYPE_F32)) return;
+  for (int b = 0; b < B; b++) {
+    const int pos = state[b * STATE_INTS + STATE_POS];
+    float* k = static_cast<float*>(k_cache) + (size_t)b * max_ctx * C;
+    float* v = static_cast<float*>(v_cache) + (size_t)b * max_ctx * C;
+    for (int t = 0; t < T && pos + t < max_ctx; t++) {
+      const float* row = qkv + ((size_t)b * T + t) * 3 * C;
+      memcpy(k + (size_t)(pos + t) * C, row + C, sizeof(float) * C);
+      memcpy(v + (size_t)(pos + t) * C, row + 2 * C, sizeof(float) * C);
+    }
   }
 }
 
@@ -238,13 +244,9 @@ void attend_query_block(float* out, const float* qkv, const float* k_cache, cons
   }
 }
 
-}  // namespace
-
-// out: (T, C); query t (absolute position pos + t) attends to cache rows [0, pos + t]
-extern "C" void op_attention(float* out, float*, const float* qkv, const float* k_cache, const float* v_cache,
-                             const int* state, int T, int C, int n_head, int max_ctx) {
-  OpTimer timer(OP_ATTENTION);
-  const int pos = state[STATE_POS];
+// One sequence: out (T, C); query t (absolute position pos + t) attends to cache rows [0, pos + t]
+void attend_sequence(float* out, const float* qkv, const float* k_cache, const float* v_cache, int pos, int T, int C,
+                     int n_head, int max_ctx) {
   if (T == 1) {
     attend_one_query(out, qkv, k_cache, v_cache, visible_keys(pos, 0, max_ctx), C, n_head);
     return;
@@ -260,4 +262,18 @@ extern "C" void op_attention(float* out, float*, const float* qkv, const float* 
       attend_query_block(out, qkv, k_cache, v_cache, pos, t0, std::min(T, t0 + kQueryBlock), h, C, n_head, max_ctx);
     }
   });
+}
+
+}  // namespace
+
+// out: (B·T, C); sequence b's query t (absolute position pos_b + t) attends to its cache rows [0, pos_b + t]
+extern "C" void op_attention(float* out, float*, const float* qkv, const void* k_cache, const void* v_cache,
+                             const int* state, int B, int T, int C, int n_head, int max_ctx, int kvdtype) {
+  OpTimer timer(OP_ATTENTION);
+  if (cpu_reject_unless(kvdtype == DTYPE_F32)) return;
+  for (int b = 0; b < B; b++) {
+    const size_t cache_offset = (size_t)b * max_ctx * C, row0 = (size_t)b * T;
+    attend_sequence(out + row0 * C, qkv + row0 * 3 * C, static_cast<const float*>(k_cache) + cache_offset,
+                    static_cast<const float*>(v_cache) + cache_offset, state[b * STATE_INTS + STATE_POS], T, C, n_head, max_ctx);
+  }
 }

@@ -51,7 +51,11 @@ __global__ void __launch_bounds__(kKvAppendThreads)
   }
 }
 
-extern "C" void op_kv_append(float* k_cache, float* v_cache, const float* qkv, const int* state, int T, int C, int max_ctx) {
+extern "C" void op_kv_append(void* k_any, void* v_any, const float* qkv, const int* state, int B, int T, int C, int max_ctx,
+                             int kvdtype) {
+  if (rt_reject_unless(B == 1 && kvdtype == DTYPE_F32)) return;
+  float* k_cache = static_cast<float*>(k_any);
+  float* v_cache = static_cast<float*>(v_any);
   const int n_vec4 = row_vec4_count(C, k_cache, v_cache, qkv);
   LAUNCH(kv_append_kernel, T, kKvAppendThreads, k_cache, v_cache, qkv, state, C, max_ctx, n_vec4);
 }
@@ -261,12 +265,11 @@ extern "C" size_t op_attention_scratch_bytes(int T, int C, int n_head, int max_c
   return s.counters + s.stats + s.acc;
 }
 
-extern "C" void op_attention(float* out, float* scratch, const float* qkv, const float* k_cache, const float* v_cache,
-                             const int* state, int T, int C, int n_head, int max_ctx) {
-  if (n_head <= 0 || C % n_head != 0 || C / n_head > kAttnMaxHeadSize) {
-    rt_fail(cudaErrorInvalidValue);
-    return;
-  }
+extern "C" void op_attention(float* out, float* scratch, const float* qkv, const void* k_any, const void* v_any,
+                             const int* state, int B, int T, int C, int n_head, int max_ctx, int kvdtype) {
+  if (rt_reject_unless(B == 1 && kvdtype == DTYPE_F32 && n_head > 0 && C % n_head == 0 && C / n_head <= kAttnMaxHeadSize)) return;
+  const float* k_cache = static_cast<const float*>(k_any);
+  const float* v_cache = static_cast<const float*>(v_any);
   const int hs = C / n_head;
   const dim3 grid(attention_chunks(max_ctx), n_head, T);
   const AttnScratch layout = scratch_layout(scratch, T, C, n_head, max_ctx);

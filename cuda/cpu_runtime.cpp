@@ -276,6 +276,15 @@ extern "C" {
 
 int be_init(int device) { return device == 0 ? kOk : fail(kInvalidValue); }
 
+}  // extern "C"
+
+bool cpu_reject_unless(bool supported) {
+  if (!supported) fail(kInvalidValue);
+  return !supported;
+}
+
+extern "C" {
+
 int be_last_error(void) {
   int e = g_last_error;
   g_last_error = kOk;

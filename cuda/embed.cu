@@ -23,7 +23,11 @@ __global__ void __launch_bounds__(kEmbedThreads)
   for (int i = n_vec4 * kVecWidth + threadIdx.x; i < C; i += blockDim.x) o[i] = __ldcg(te + i) + __ldcg(pe + i);
 }
 
-extern "C" void op_embed(float* out, const int* seq, const int* state, const float* wte, const float* wpe, int T, int C) {
+extern "C" void op_embed(float* out, const int* seq, const int* state, const void* wte_any, const void* wpe_any, int B, int T, int C,
+                         int, int wdtype) {
+  if (rt_reject_unless(B == 1 && wdtype == DTYPE_F32)) return;
+  const float* wte = static_cast<const float*>(wte_any);
+  const float* wpe = static_cast<const float*>(wpe_any);
   const int n_vec4 = row_vec4_count(C, out, wte, wpe);
   LAUNCH(embed_kernel, T, kEmbedThreads, out, seq, state, wte, wpe, C, n_vec4);
 }

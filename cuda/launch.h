@@ -69,6 +69,13 @@ inline void wait_for_predecessor(bool = false) {}
 inline void let_successor_start() {}
 #endif
 
+// Records cudaErrorInvalidValue for an op asked for what this library does not run (a storage type, a batch
+// shape); true when it did, so the launcher returns without launching anything.
+inline bool rt_reject_unless(bool supported) {
+  if (!supported) rt_fail(cudaErrorInvalidValue);
+  return !supported;
+}
+
 constexpr int kVecWidth = 4;           // floats per 16-byte access
 constexpr uintptr_t kVecAlignment = 16;
 

@@ -146,41 +146,45 @@ void linear_many_rows(float* out, const float* inp, const float* weight, const f
 
 }  // namespace
 
-// out: (T, OC) = inp (T, C) @ weight (C, OC) + bias (OC)
-extern "C" void op_linear(float* out, float*, const float* inp, const float* weight, const float* bias, int T, int C, int OC) {
+// out: (rows, OC) = inp (rows, C) @ weight (C, OC) + bias (OC)
+extern "C" void op_linear(float* out, float*, const float* inp, const void* weight, const float* bias, int rows, int C, int OC,
+                          int wdtype) {
   OpTimer timer(OP_LINEAR);
-  if (T <= kFewRows)
-    linear_few_rows(out, inp, weight, bias, T, C, OC);
+  if (cpu_reject_unless(wdtype == DTYPE_F32)) return;
+  const float* w = static_cast<const float*>(weight);
+  if (rows <= kFewRows)
+    linear_few_rows(out, inp, w, bias, rows, C, OC);
   else
-    linear_many_rows(out, inp, weight, bias, T, C, OC);
+    linear_many_rows(out, inp, w, bias, rows, C, OC);
 }
 
-// ---- fused decode ops: the unfused twins in sequence (one row; the intermediate row in a reused buffer) ----------
-extern "C" void op_ln_qkv(float* qkv, float* k_cache, float* v_cache, float* partials, const float* x, const float* ln_weight,
-                          const float* ln_bias, const float* weight, const float* bias, const int* state, int C, int max_ctx,
-                          float eps) {
+// ---- fused decode ops: the unfused twins in sequence (one row per sequence; the intermediate rows in a reused buffer)
+extern "C" void op_ln_qkv(float* qkv, void* k_cache, void* v_cache, float* partials, const float* x, const float* ln_weight,
+                          const float* ln_bias, const void* weight, const float* bias, const int* state, int B, int C, int max_ctx,
+                          float eps, int wdtype, int kvdtype) {
   OpTimer timer(OP_LN_QKV);
   static thread_local std::vector<float> normed;
-  normed.resize(C);
-  op_layernorm(normed.data(), x, ln_weight, ln_bias, 1, C, eps);
-  op_linear(qkv, partials, normed.data(), weight, bias, 1, C, 3 * C);
-  op_kv_append(k_cache, v_cache, qkv, state, 1, C, max_ctx);
+  normed.resize((size_t)B * C);
+  op_layernorm(normed.data(), x, ln_weight, ln_bias, B, C, eps);
+  op_linear(qkv, partials, normed.data(), weight, bias, B, C, 3 * C, wdtype);
+  op_kv_append(k_cache, v_cache, qkv, state, B, 1, C, max_ctx, kvdtype);
 }
 
 extern "C" void op_ln_linear_gelu(float* out, float* partials, const float* x, const float* ln_weight, const float* ln_bias,
-                                  const float* weight, const float* bias, int C, int OC, float eps) {
+                                  const void* weight, const float* bias, int B, int C, int OC, float eps, int wdtype) {
   OpTimer timer(OP_LN_LINEAR_GELU);
   static thread_local std::vector<float> normed;
-  normed.resize(C);
-  op_layernorm(normed.data(), x, ln_weight, ln_bias, 1, C, eps);
-  op_linear(out, partials, normed.data(), weight, bias, 1, C, OC);
-  op_gelu(out, out, OC);
+  normed.resize((size_t)B * C);
+  op_layernorm(normed.data(), x, ln_weight, ln_bias, B, C, eps);
+  op_linear(out, partials, normed.data(), weight, bias, B, C, OC, wdtype);
+  op_gelu(out, out, B * OC);
 }
 
-extern "C" void op_linear_residual(float* x, float* partials, const float* inp, const float* weight, const float* bias, int C, int OC) {
+extern "C" void op_linear_residual(float* x, float* partials, const float* inp, const void* weight, const float* bias, int B, int C,
+                                   int OC, int wdtype) {
   OpTimer timer(OP_LINEAR_RESIDUAL);
   static thread_local std::vector<float> product;
-  product.resize(OC);
-  op_linear(product.data(), partials, inp, weight, bias, 1, C, OC);
-  op_residual(x, x, product.data(), OC);
+  product.resize((size_t)B * OC);
+  op_linear(product.data(), partials, inp, weight, bias, B, C, OC, wdtype);
+  op_residual(x, x, product.data(), B * OC);
 }

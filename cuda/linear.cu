@@ -294,7 +294,10 @@ __global__ void __launch_bounds__(kTiledThreads)
   }
 }
 
-extern "C" void op_linear(float* out, float* partials, const float* inp, const float* weight, const float* bias, int T, int C, int OC) {
+extern "C" void op_linear(float* out, float* partials, const float* inp, const void* weight_any, const float* bias, int T, int C, int OC,
+                          int wdtype) {
+  if (rt_reject_unless(wdtype == DTYPE_F32)) return;
+  const float* weight = static_cast<const float*>(weight_any);
   if (T > 1) {
     LAUNCH(linear_tiled_kernel, dim3(ceil_div(OC, kTileCols), ceil_div(T, kTileRows)), dim3(kTiledThreadsX, kTiledThreadsY),
            out, inp, weight, bias, T, C, OC);
@@ -305,11 +308,14 @@ extern "C" void op_linear(float* out, float* partials, const float* inp, const f
   launch_matvec(linear_matvec_kernel<kVecWidth>, linear_matvec_kernel<1>, a);
 }
 
-extern "C" void op_ln_qkv(float* qkv, float* k_cache, float* v_cache, float* partials, const float* x, const float* ln_weight,
-                          const float* ln_bias, const float* weight, const float* bias, const int* state, int C, int max_ctx,
-                          float eps) {
+extern "C" void op_ln_qkv(float* qkv, void* k_any, void* v_any, float* partials, const float* x, const float* ln_weight,
+                          const float* ln_bias, const void* weight, const float* bias, const int* state, int B, int C, int max_ctx,
+                          float eps, int wdtype, int kvdtype) {
+  if (rt_reject_unless(B == 1 && wdtype == DTYPE_F32 && kvdtype == DTYPE_F32)) return;
+  float* k_cache = static_cast<float*>(k_any);
+  float* v_cache = static_cast<float*>(v_any);
   MatvecArgs a = {};
-  a.out = qkv, a.scratch = op_scratch(partials), a.inp = x, a.weight = weight, a.bias = bias, a.C = C, a.OC = 3 * C;
+  a.out = qkv, a.scratch = op_scratch(partials), a.inp = x, a.weight = static_cast<const float*>(weight), a.bias = bias, a.C = C, a.OC = 3 * C;
   a.ln_weight = ln_weight, a.ln_bias = ln_bias, a.eps = eps;
   a.k_cache = k_cache, a.v_cache = v_cache, a.state = state, a.max_ctx = max_ctx;
   // float4 groups of k and v land in the caches' rows: they must start 16-byte aligned too
@@ -317,15 +323,18 @@ extern "C" void op_ln_qkv(float* qkv, float* k_cache, float* v_cache, float* par
 }
 
 extern "C" void op_ln_linear_gelu(float* out, float* partials, const float* x, const float* ln_weight, const float* ln_bias,
-                                  const float* weight, const float* bias, int C, int OC, float eps) {
+                                  const void* weight, const float* bias, int B, int C, int OC, float eps, int wdtype) {
+  if (rt_reject_unless(B == 1 && wdtype == DTYPE_F32)) return;
   MatvecArgs a = {};
-  a.out = out, a.scratch = op_scratch(partials), a.inp = x, a.weight = weight, a.bias = bias, a.C = C, a.OC = OC;
+  a.out = out, a.scratch = op_scratch(partials), a.inp = x, a.weight = static_cast<const float*>(weight), a.bias = bias, a.C = C, a.OC = OC;
   a.ln_weight = ln_weight, a.ln_bias = ln_bias, a.eps = eps;
   launch_matvec(ln_linear_gelu_kernel<kVecWidth>, ln_linear_gelu_kernel<1>, a);
 }
 
-extern "C" void op_linear_residual(float* x, float* partials, const float* inp, const float* weight, const float* bias, int C, int OC) {
+extern "C" void op_linear_residual(float* x, float* partials, const float* inp, const void* weight, const float* bias, int B, int C,
+                                   int OC, int wdtype) {
+  if (rt_reject_unless(B == 1 && wdtype == DTYPE_F32)) return;
   MatvecArgs a = {};
-  a.out = x, a.scratch = op_scratch(partials), a.inp = inp, a.weight = weight, a.bias = bias, a.C = C, a.OC = OC;
+  a.out = x, a.scratch = op_scratch(partials), a.inp = inp, a.weight = static_cast<const float*>(weight), a.bias = bias, a.C = C, a.OC = OC;
   launch_matvec(linear_residual_kernel<kVecWidth>, linear_residual_kernel<1>, a);
 }

@@ -21,35 +21,44 @@ void score_vocab_rows(float* logits, const float* x, const float* wte, long v0, 
 }
 }  // namespace
 
-// logits: (V) = inp[T - 1] (C) @ wte (V, C)^T
-extern "C" void op_lm_head(float* logits, const float* inp, const float* wte, int T, int C, int V) {
+// logits: (B, V) = each sequence's last row inp[b·T + T - 1] (C) @ wte (V, C)^T
+extern "C" void op_lm_head(float* logits, const float* inp, const void* wte, int B, int T, int C, int V, int wdtype) {
   OpTimer timer(OP_LM_HEAD);
-  const float* x = inp + (size_t)(T - 1) * C;
-  parallel_range(V, kVocabRowsPerChunk, (long)V * C, [=](long v0, long v1) { score_vocab_rows(logits, x, wte, v0, v1, C); });
+  if (cpu_reject_unless(wdtype == DTYPE_F32)) return;
+  const float* table = static_cast<const float*>(wte);
+  for (int b = 0; b < B; b++) {
+    const float* x = inp + ((size_t)b * T + T - 1) * C;
+    float* row_logits = logits + (size_t)b * V;
+    parallel_range(V, kVocabRowsPerChunk, (long)V * C, [=](long v0, long v1) { score_vocab_rows(row_logits, x, table, v0, v1, C); });
+  }
 }
 
-// seq[pos + T] = argmax(logits), written only if pos + T <= max_ctx; state[STATE_POS] += T (ops.h: lowest index
-// on ties, NaN never chosen, 0 when every logit is NaN)
-extern "C" void op_argmax(int* seq, int* state, float*, const float* logits, int V, int T, int max_ctx) {
+// For each sequence b: seq_b[pos_b + T] = argmax(logits_b), written only if pos_b + T <= max_ctx; state_b[STATE_POS] += T
+// (ops.h: lowest index on ties, NaN never chosen, 0 when every logit is NaN)
+extern "C" void op_argmax(int* seq, int* state, float*, const float* logits, int B, int V, int T, int max_ctx) {
   OpTimer timer(OP_ARGMAX);
-  int best = -1;  // no non-NaN logit yet
-  for (int v = 0; v < V; v++)
-    if (best < 0 ? logits[v] >= -INFINITY : logits[v] > logits[best]) best = v;
-  const int next = state[STATE_POS] + T;
-  if (next <= max_ctx) seq[next] = best < 0 ? 0 : best;
-  state[STATE_POS] = next;
+  for (int b = 0; b < B; b++) {
+    const float* row = logits + (size_t)b * V;
+    int best = -1;  // no non-NaN logit yet
+    for (int v = 0; v < V; v++)
+      if (best < 0 ? row[v] >= -INFINITY : row[v] > row[best]) best = v;
+    int* pos = state + b * STATE_INTS + STATE_POS;
+    const int next = *pos + T;
+    if (next <= max_ctx) seq[(size_t)b * (max_ctx + 1) + next] = best < 0 ? 0 : best;
+    *pos = next;
+  }
 }
 
 // Partial results are a GPU matter: the CPU ops merge nothing across blocks.
-extern "C" size_t op_partials_bytes(int, int, int) { return 0; }
+extern "C" size_t op_partials_bytes(int, int, int, int) { return 0; }
 
-// logits: (V) = layernorm(x) @ wte^T, then the next token: op_layernorm, op_lm_head, op_argmax (T = 1)
+// logits: (B, V) = layernorm(x) @ wte^T, then each sequence's next token: op_layernorm, op_lm_head, op_argmax (T = 1)
 extern "C" void op_ln_lm_head_argmax(float* logits, int* seq, int* state, float* partials, const float* x, const float* ln_weight,
-                                     const float* ln_bias, const float* wte, int C, int V, int max_ctx, float eps) {
+                                     const float* ln_bias, const void* wte, int B, int C, int V, int max_ctx, float eps, int wdtype) {
   OpTimer timer(OP_LN_LM_HEAD_ARGMAX);
   static thread_local std::vector<float> normed;
-  normed.resize(C);
-  op_layernorm(normed.data(), x, ln_weight, ln_bias, 1, C, eps);
-  op_lm_head(logits, normed.data(), wte, 1, C, V);
-  op_argmax(seq, state, partials, logits, V, 1, max_ctx);
+  normed.resize((size_t)B * C);
+  op_layernorm(normed.data(), x, ln_weight, ln_bias, B, C, eps);
+  op_lm_head(logits, normed.data(), wte, B, 1, C, V, wdtype);
+  op_argmax(seq, state, partials, logits, B, V, 1, max_ctx);
 }

@@ -236,35 +236,30 @@ __global__ void __launch_bounds__(kArgmaxThreads)
 
 static int argmax_blocks(int V) { return max(1, ceil_div(V / kVecWidth, kArgmaxVecPerBlock)); }
 
-extern "C" size_t op_partials_bytes(int max_in, int max_out, int V) {
+extern "C" size_t op_partials_bytes(int, int max_in, int max_out, int V) {
   const size_t argmax_bytes = (size_t)max(argmax_blocks(V), lm_head_blocks(V)) * sizeof(ArgmaxPartial);
   return op_scratch_bytes(std::max(matvec_partials_bytes(max_in, max_out), argmax_bytes));
 }
 
-extern "C" void op_lm_head(float* logits, const float* inp, const float* wte, int T, int C, int V) {
-  if (C > kLmHeadMaxC) {
-    rt_fail(cudaErrorInvalidValue);
-    return;
-  }
+extern "C" void op_lm_head(float* logits, const float* inp, const void* wte, int B, int T, int C, int V, int wdtype) {
+  if (rt_reject_unless(B == 1 && wdtype == DTYPE_F32 && C <= kLmHeadMaxC)) return;
   LmHeadArgs a = {};
-  a.logits = logits, a.x = inp + (size_t)(T - 1) * C, a.wte = wte, a.C = C, a.V = V, a.n_vec4 = row_vec4_count(C, wte);
+  a.logits = logits, a.x = inp + (size_t)(T - 1) * C, a.wte = static_cast<const float*>(wte), a.C = C, a.V = V, a.n_vec4 = row_vec4_count(C, wte);
   LAUNCH(lm_head_kernel, lm_head_blocks(V), kLmHeadThreads, a, rt_overlapped());
 }
 
 extern "C" void op_ln_lm_head_argmax(float* logits, int* seq, int* state, float* partials, const float* x, const float* ln_weight,
-                                     const float* ln_bias, const float* wte, int C, int V, int max_ctx, float eps) {
-  if (C > kLmHeadMaxC) {
-    rt_fail(cudaErrorInvalidValue);
-    return;
-  }
+                                     const float* ln_bias, const void* wte, int B, int C, int V, int max_ctx, float eps, int wdtype) {
+  if (rt_reject_unless(B == 1 && wdtype == DTYPE_F32 && C <= kLmHeadMaxC)) return;
   LmHeadArgs a = {};
-  a.logits = logits, a.x = x, a.wte = wte, a.C = C, a.V = V, a.n_vec4 = row_vec4_count(C, wte);
+  a.logits = logits, a.x = x, a.wte = static_cast<const float*>(wte), a.C = C, a.V = V, a.n_vec4 = row_vec4_count(C, wte);
   a.ln_weight = ln_weight, a.ln_bias = ln_bias, a.eps = eps, a.seq = seq, a.state = state, a.scratch = op_scratch(partials);
   a.max_ctx = max_ctx;
   LAUNCH(ln_lm_head_argmax_kernel, lm_head_blocks(V), kLmHeadThreads, a, rt_overlapped());
 }
 
-extern "C" void op_argmax(int* seq, int* state, float* partials, const float* logits, int V, int T, int max_ctx) {
+extern "C" void op_argmax(int* seq, int* state, float* partials, const float* logits, int B, int V, int T, int max_ctx) {
+  if (rt_reject_unless(B == 1)) return;
   const int n_vec4 = vec4_count(V, logits);
   LAUNCH(argmax_kernel, argmax_blocks(V), kArgmaxThreads, seq, state, op_scratch(partials), logits, V, T, max_ctx, n_vec4);
 }

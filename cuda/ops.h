@@ -5,17 +5,28 @@
 // (cuda/<family>.cu); libgpt2_emu.so is the same .cu sources compiled with g++ against
 // cuda/emu/cuda_emu.h, so the kernels' code runs on the CPU.
 //
-// Conventions (llm.c style): outputs first, then inputs, then sizes. Every tensor is fp32,
-// row-major, with its shape in the comment. T is the number of new rows in this step, C = n_embd,
-// OC = output channels, V = vocab size, max_ctx = n_positions (rows in each KV cache).
+// Conventions (llm.c style): outputs first, then inputs, then sizes, every tensor row-major with its shape in
+// the comment. C = n_embd, OC = output channels, V = vocab size, max_ctx = n_positions (rows in each KV cache).
+//
+// Batches: a step runs B independent sequences of T new rows each (decode: T = 1; prefill and the uncached
+// baseline: B = 1), their rows sequence-major (row b * T + t); `rows` = B * T where only the count matters.
+// Every op computes each row exactly as it would for that row alone (for linear with rows <= 8, summed in the
+// same order), so a batch gives each sequence the bits it gets on its own.
+//
+// Storage types (DTYPE_F32, DTYPE_BF16, DTYPE_F16 in op_table.h): weight matrices and embedding tables are
+// stored in `wdtype`, the KV cache in `kvdtype`; activations, biases and layer-norm parameters are fp32, and
+// every sum is taken in fp32. A value stored as bf16/f16 is the fp32 result rounded to nearest even; a load
+// widens it exactly. A backend that cannot run a dtype or batch records cudaErrorInvalidValue (the CPU's
+// cpuErrorInvalidValue) and writes nothing.
 //
 // Position and tokens live in memory the kernels read, never in launch arguments, so one captured
-// CUDA graph serves every context length:
-//   state: int32[STATE_INTS]; state[STATE_POS] = position of this step's first row.
-//   seq:   int32[max_ctx + 1]; the token at every position of the sequence (prompt, then generated).
+// CUDA graph serves every context length. For sequence b:
+//   state: int32[B][STATE_INTS]; state[b][STATE_POS] = position of the sequence's first row in this step.
+//   seq:   int32[B][max_ctx + 1]; the token at every position of the sequence (prompt, then generated).
+//   k_cache, v_cache: [B][max_ctx][C] in kvdtype (one pair per layer).
 //
 // The op list itself is src/ops.ts: build/include/op_table.h is generated from it (STATE_POS, STATE_INTS, the
-// opcodes), and cuda/plan.cpp checks at compile time that every prototype below matches its row there.
+// dtypes, the opcodes), and cuda/plan.cpp checks at compile time that every prototype below matches its row.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -26,31 +37,37 @@
 extern "C" {
 #endif
 
-// out: (T, C) = wte[seq[pos + t]] + wpe[pos + t]       wte: (V, C)  wpe: (max_ctx, C)
-void op_embed(float* out, const int* seq, const int* state, const float* wte, const float* wpe, int T, int C);
+// out: (B·T, C) = wte[seq_b[pos_b + t]] + wpe[pos_b + t]       wte: (V, C)  wpe: (max_ctx, C), both in wdtype
+void op_embed(float* out, const int* seq, const int* state, const void* wte, const void* wpe, int B, int T, int C,
+              int max_ctx, int wdtype);
 
-// out: (T, C) = (inp - mean) / sqrt(var + eps) * weight + bias      inp: (T, C)  weight, bias: (C)
-void op_layernorm(float* out, const float* inp, const float* weight, const float* bias, int T, int C, float eps);
+// out: (rows, C) = (inp - mean) / sqrt(var + eps) * weight + bias      inp: (rows, C)  weight, bias: (C)
+void op_layernorm(float* out, const float* inp, const float* weight, const float* bias, int rows, int C, float eps);
 
-// partials: op_partials_bytes(max_in, max_out, V) bytes of backend memory, zeroed before its first use, for the
-// ops whose blocks merge per-block partial results in one launch (linear at T = 1, argmax, the fused decode ops
-// below) with C <= max_in, OC <= max_out and vocabularies <= V. Those ops share one such buffer in stream order;
-// each leaves it ready for the next. The CPU library ignores it (and asks for 0 bytes).
-size_t op_partials_bytes(int max_in, int max_out, int V);
+// partials: op_partials_bytes(max_rows, max_in, max_out, V) bytes of backend memory, zeroed before its first use,
+// for the ops whose blocks merge per-block partial results in one launch (linear with few rows, argmax, the fused
+// decode ops below) with at most max_rows rows (sequences), C <= max_in, OC <= max_out and vocabularies <= V.
+// Those ops share one such buffer in stream order; each leaves it ready for the next. The CPU library ignores it
+// (and asks for 0 bytes).
+size_t op_partials_bytes(int max_rows, int max_in, int max_out, int V);
 
-// out: (T, OC) = inp (T, C) @ weight (C, OC) + bias (OC)    weight in HF Conv1D layout (input dim first)
-void op_linear(float* out, float* partials, const float* inp, const float* weight, const float* bias, int T, int C, int OC);
+// out: (rows, OC) = inp (rows, C) @ weight (C, OC) + bias (OC)    weight in HF Conv1D layout (input dim first), wdtype
+void op_linear(float* out, float* partials, const float* inp, const void* weight, const float* bias, int rows, int C, int OC,
+               int wdtype);
 
-// Append this step's keys and values to the caches at rows [pos, pos + T).
-// k_cache, v_cache: (max_ctx, C)   qkv: (T, 3C) as [q | k | v]
-void op_kv_append(float* k_cache, float* v_cache, const float* qkv, const int* state, int T, int C, int max_ctx);
+// Append each sequence's new keys and values to its caches at rows [pos_b, pos_b + T) (those below max_ctx).
+// k_cache, v_cache: (B, max_ctx, C) in kvdtype   qkv: (B·T, 3C) as [q | k | v]
+void op_kv_append(void* k_cache, void* v_cache, const float* qkv, const int* state, int B, int T, int C, int max_ctx,
+                  int kvdtype);
 
-// Causal attention of the T new queries against cache rows [0, pos + t] (no stored mask).
-// out: (T, C)   qkv: (T, 3C) (only q is read)   k_cache, v_cache: (max_ctx, C), head h in columns [h*hs, (h+1)*hs)
-// scratch: op_attention_scratch_bytes(...) bytes of backend memory for split-key partials (may be unused).
-void op_attention(float* out, float* scratch, const float* qkv, const float* k_cache, const float* v_cache,
-                  const int* state, int T, int C, int n_head, int max_ctx);
-size_t op_attention_scratch_bytes(int T, int C, int n_head, int max_ctx);
+// Causal attention of each sequence's T new queries against its own cache rows [0, pos_b + t] (no stored mask).
+// out: (B·T, C)   qkv: (B·T, 3C) (only q is read)   k_cache, v_cache: (B, max_ctx, C) in kvdtype, head h in
+// columns [h*hs, (h+1)*hs)
+// scratch: op_attention_scratch_bytes(rows, ...) bytes of backend memory for split-key partials (may be unused),
+// for steps of at most `rows` = B·T rows.
+void op_attention(float* out, float* scratch, const float* qkv, const void* k_cache, const void* v_cache,
+                  const int* state, int B, int T, int C, int n_head, int max_ctx, int kvdtype);
+size_t op_attention_scratch_bytes(int rows, int C, int n_head, int max_ctx);
 
 // out: (N) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))   (GPT-2's gelu_new)
 void op_gelu(float* out, const float* inp, int N);
@@ -58,34 +75,35 @@ void op_gelu(float* out, const float* inp, int N);
 // out: (N) = a + b   (out may alias a or b)
 void op_residual(float* out, const float* a, const float* b, int N);
 
-// logits: (V) = inp[T - 1] (C) @ wte (V, C)^T    (LM head, tied embedding, last row only)
-void op_lm_head(float* logits, const float* inp, const float* wte, int T, int C, int V);
+// logits: (B, V) = each sequence's last row inp[b·T + T - 1] (C) @ wte (V, C)^T    (LM head, tied embedding in wdtype)
+void op_lm_head(float* logits, const float* inp, const void* wte, int B, int T, int C, int V, int wdtype);
 
-// seq[pos + T] = argmax(logits) (written only if pos + T <= max_ctx); state[STATE_POS] += T
-// logits: (V). The lowest index wins a tie; a NaN logit is never chosen (it compares false with everything), and
-// the token is 0 when every logit is NaN.
-void op_argmax(int* seq, int* state, float* partials, const float* logits, int V, int T, int max_ctx);
+// For each sequence b: seq_b[pos_b + T] = argmax(logits_b) (written only if pos_b + T <= max_ctx); state_b[STATE_POS] += T.
+// logits: (B, V). The lowest index wins a tie; a NaN logit is never chosen (it compares false with everything),
+// and the token is 0 when every logit is NaN.
+void op_argmax(int* seq, int* state, float* partials, const float* logits, int B, int V, int T, int max_ctx);
 
-// ---- fused decode ops: one row (T = 1); each is a chain of the ops above in one launch ------------------------
+// ---- fused decode ops: one row per sequence (T = 1); each is a chain of the ops above in one launch ---------
 // Layer norms here use C <= 4096 (float rows) on CUDA.
 
-// qkv: (3C) = layernorm(x) @ weight (C, 3C) + bias; then the k and v thirds to row pos of k_cache, v_cache
-// (if pos < max_ctx): op_layernorm, op_linear, op_kv_append.                   x, ln_weight, ln_bias: (C)
-void op_ln_qkv(float* qkv, float* k_cache, float* v_cache, float* partials, const float* x, const float* ln_weight,
-               const float* ln_bias, const float* weight, const float* bias, const int* state, int C, int max_ctx,
-               float eps);
+// qkv: (B, 3C) = layernorm(x) @ weight (C, 3C) + bias; then the k and v thirds to row pos_b of sequence b's
+// k_cache, v_cache (if pos_b < max_ctx): op_layernorm, op_linear, op_kv_append.     x: (B, C)  ln_weight, ln_bias: (C)
+void op_ln_qkv(float* qkv, void* k_cache, void* v_cache, float* partials, const float* x, const float* ln_weight,
+               const float* ln_bias, const void* weight, const float* bias, const int* state, int B, int C, int max_ctx,
+               float eps, int wdtype, int kvdtype);
 
-// out: (OC) = gelu(layernorm(x) @ weight (C, OC) + bias): op_layernorm, op_linear, op_gelu.
+// out: (B, OC) = gelu(layernorm(x) @ weight (C, OC) + bias): op_layernorm, op_linear, op_gelu.
 void op_ln_linear_gelu(float* out, float* partials, const float* x, const float* ln_weight, const float* ln_bias,
-                       const float* weight, const float* bias, int C, int OC, float eps);
+                       const void* weight, const float* bias, int B, int C, int OC, float eps, int wdtype);
 
-// x: (OC) = x + (inp (C) @ weight (C, OC) + bias): op_linear, op_residual.
-void op_linear_residual(float* x, float* partials, const float* inp, const float* weight, const float* bias, int C, int OC);
+// x: (B, OC) = x + (inp (B, C) @ weight (C, OC) + bias): op_linear, op_residual.
+void op_linear_residual(float* x, float* partials, const float* inp, const void* weight, const float* bias, int B, int C,
+                        int OC, int wdtype);
 
-// logits: (V) = layernorm(x) @ wte (V, C)^T, then the next token as op_argmax with T = 1: op_layernorm,
-// op_lm_head, op_argmax.
+// logits: (B, V) = layernorm(x) @ wte (V, C)^T, then each sequence's next token as op_argmax with T = 1:
+// op_layernorm, op_lm_head, op_argmax.
 void op_ln_lm_head_argmax(float* logits, int* seq, int* state, float* partials, const float* x, const float* ln_weight,
-                          const float* ln_bias, const float* wte, int C, int V, int max_ctx, float eps);
+                          const float* ln_bias, const void* wte, int B, int C, int V, int max_ctx, float eps, int wdtype);
 
 #ifdef __cplusplus
 }

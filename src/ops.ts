@@ -10,30 +10,49 @@
 // Adding an op: its kernel (cuda/<family>.cu), its CPU twin (cuda/<family>.cpp), its prototype in
 // cuda/ops.h, one row below, and its kernel check (src/verify/kernel-checks.ts).
 
-/** Words of the state every kernel reads its position from (cuda/ops.h): state[STATE_POS] = the step's first row. */
+/** Words of each sequence's state (cuda/ops.h): state[b * STATE_INTS + STATE_POS] = position of sequence b's first row. */
 export const STATE_POS = 0;
 export const STATE_INTS = 4;
 /** int64 slots per op in a plan record: the opcode, then the op_* arguments (cuda/plan.h). */
-export const PLAN_SLOTS = 16;
+export const PLAN_SLOTS = 20;
+
+/**
+ * Storage types of the weight matrices and embedding tables (`wdtype`) and of the KV cache (`kvdtype`); every
+ * op computes and accumulates in fp32, activations are fp32, and biases and layer-norm parameters stay fp32.
+ * A stored bf16/f16 value is the fp32 result rounded to nearest even; a load widens it exactly.
+ */
+export const DTYPES = { f32: 0, bf16: 1, f16: 2 } as const;
+export type DtypeName = keyof typeof DTYPES;
+export const DTYPE_NAMES = Object.keys(DTYPES) as DtypeName[];
+export const DTYPE_BYTES: Readonly<Record<DtypeName, number>> = { f32: 4, bf16: 2, f16: 2 };
+/** The dtype of a DTYPES code. */
+export function dtypeOf(code: number): DtypeName {
+  const name = DTYPE_NAMES.find((n) => DTYPES[n] === code);
+  if (!name) throw new RangeError(`no dtype has code ${code}`);
+  return name;
+}
+const dtypeBytesOf = (code: number) => DTYPE_BYTES[dtypeOf(code)];
 
 /** C parameter types of the op ABI; every pointer goes through bun:ffi as `ptr`, ints as `i32`, floats as `f32`. */
-export type CType = "float*" | "const float*" | "int*" | "const int*" | "int" | "float";
+export type CType = "float*" | "const float*" | "int*" | "const int*" | "void*" | "const void*" | "int" | "float";
 export type Param = readonly [name: string, type: CType];
 
 /**
  * What one op does and moves, by kind. Counting rules: a multiply-add is 2 FLOPs; an add, multiply, compare,
  * exp or tanh is 1; layernorm is 8 FLOPs per element (mean 1, variance 3, normalise 2, scale and shift 2);
  * gelu_new is 8 per element (tanh counted as one); softmax is 5 per score (scale, max, exp, sum, divide).
- * Elements are the fewest that must cross memory: each weight read once, each activation read once and
- * written once, each KV cache row read once; the 16-byte position state is ignored.
+ * Elements are the fewest that must cross memory: each weight read once (whatever the batch), each activation
+ * read once and written once, each KV cache row read once; the sequences' position state is ignored.
  */
 export interface Counts {
   flops: number;
-  /** activation elements read or written (not weights, not KV cache) */
+  /** fp32 activation elements read or written (not weights, not KV cache) */
   activations: number;
-  /** parameter elements read (weights, biases, the embedding rows used) */
+  /** weight-matrix and embedding-table elements read, stored in the op's `wdtype` */
   weights: number;
-  /** KV cache elements read or written */
+  /** fp32 parameter elements read: biases, layer-norm weights */
+  vectors: number;
+  /** KV cache elements read or written, stored in the op's `kvdtype` */
   kv: number;
   /** token ids read or written */
   token_ids: number;
@@ -63,16 +82,16 @@ export interface OpOutput {
 export interface OpSpec<P extends readonly Param[] = readonly Param[]> {
   readonly code: number;
   readonly params: P;
-  /** elements and FLOPs of one call with these arguments when the step's first row is at position `pos` */
+  /** elements and FLOPs of one call with these arguments when every sequence's first row is at position `pos` */
   readonly counts: (args: ArgsOf<P>, pos: number) => Counts;
-  /** the float activation it writes, or null where its output is not one (cache rows, token ids) */
+  /** the fp32 activation it writes, or null where its output is not one (cache rows, token ids) */
   readonly output: (args: ArgsOf<P>) => OpOutput | null;
 }
 
 const LAYERNORM_FLOPS_PER_ELEMENT = 8;
 const GELU_FLOPS_PER_ELEMENT = 8;
 const SOFTMAX_FLOPS_PER_SCORE = 5;
-const none = { flops: 0, activations: 0, weights: 0, kv: 0, token_ids: 0 };
+const none = { flops: 0, activations: 0, weights: 0, vectors: 0, kv: 0, token_ids: 0 };
 
 function op<const P extends readonly Param[]>(
   code: number, params: P, output: (args: ArgsOf<P>) => OpOutput | null, counts: (args: ArgsOf<P>, pos: number) => Partial<Counts>,
@@ -85,30 +104,33 @@ export function attendedKeys(T: number, pos: number): number {
   return T * pos + (T * (T + 1)) / 2;
 }
 
+// Batched layout: B sequences of T new rows each, rows sequence-major (row b * T + t); sequence b has its own
+// state (state + b * STATE_INTS), token sequence (seq + b * (max_ctx + 1)) and cache rows (k_cache + b * max_ctx * C
+// elements). `rows` = B * T where only the row count matters. Fused decode ops take one row per sequence (T = 1).
 export const OPS = {
-  // out: (T, C) = wte[seq[pos + t]] + wpe[pos + t]       wte: (V, C)  wpe: (max_ctx, C)
-  embed: op(1, [["out", "float*"], ["seq", "const int*"], ["state", "const int*"], ["wte", "const float*"], ["wpe", "const float*"], ["T", "int"], ["C", "int"]],
-    ({ out, T, C }) => ({ ptr: out, floats: T * C }),
-    ({ T, C }) => ({ flops: T * C, activations: T * C, weights: 2 * T * C, token_ids: T })),
-  // out: (T, C) = (inp - mean) / sqrt(var + eps) * weight + bias
-  layernorm: op(2, [["out", "float*"], ["inp", "const float*"], ["weight", "const float*"], ["bias", "const float*"], ["T", "int"], ["C", "int"], ["eps", "float"]],
-    ({ out, T, C }) => ({ ptr: out, floats: T * C }),
-    ({ T, C }) => ({ flops: LAYERNORM_FLOPS_PER_ELEMENT * T * C, activations: 2 * T * C, weights: 2 * C })),
-  // out: (T, OC) = inp (T, C) @ weight (C, OC) + bias (OC)
-  linear: op(3, [["out", "float*"], ["partials", "float*"], ["inp", "const float*"], ["weight", "const float*"], ["bias", "const float*"], ["T", "int"], ["C", "int"], ["OC", "int"]],
-    ({ out, T, OC }) => ({ ptr: out, floats: T * OC }),
-    ({ T, C, OC }) => ({ flops: 2 * T * C * OC + T * OC, activations: T * C + T * OC, weights: C * OC + OC })),
-  // k_cache, v_cache rows [pos, pos + T) = the k and v parts of qkv (T, 3C)
-  kv_append: op(4, [["k_cache", "float*"], ["v_cache", "float*"], ["qkv", "const float*"], ["state", "const int*"], ["T", "int"], ["C", "int"], ["max_ctx", "int"]],
+  // out: (B·T, C) = wte[seq_b[pos_b + t]] + wpe[pos_b + t]       wte: (V, C)  wpe: (max_ctx, C)
+  embed: op(1, [["out", "float*"], ["seq", "const int*"], ["state", "const int*"], ["wte", "const void*"], ["wpe", "const void*"], ["B", "int"], ["T", "int"], ["C", "int"], ["max_ctx", "int"], ["wdtype", "int"]],
+    ({ out, B, T, C }) => ({ ptr: out, floats: B * T * C }),
+    ({ B, T, C }) => ({ flops: B * T * C, activations: B * T * C, weights: 2 * B * T * C, token_ids: B * T })),
+  // out: (rows, C) = (inp - mean) / sqrt(var + eps) * weight + bias
+  layernorm: op(2, [["out", "float*"], ["inp", "const float*"], ["weight", "const float*"], ["bias", "const float*"], ["rows", "int"], ["C", "int"], ["eps", "float"]],
+    ({ out, rows, C }) => ({ ptr: out, floats: rows * C }),
+    ({ rows, C }) => ({ flops: LAYERNORM_FLOPS_PER_ELEMENT * rows * C, activations: 2 * rows * C, vectors: 2 * C })),
+  // out: (rows, OC) = inp (rows, C) @ weight (C, OC) + bias (OC)
+  linear: op(3, [["out", "float*"], ["partials", "float*"], ["inp", "const float*"], ["weight", "const void*"], ["bias", "const float*"], ["rows", "int"], ["C", "int"], ["OC", "int"], ["wdtype", "int"]],
+    ({ out, rows, OC }) => ({ ptr: out, floats: rows * OC }),
+    ({ rows, C, OC }) => ({ flops: 2 * rows * C * OC + rows * OC, activations: rows * C + rows * OC, weights: C * OC, vectors: OC })),
+  // k_cache_b, v_cache_b rows [pos_b, pos_b + T) = the k and v parts of qkv (B·T, 3C)
+  kv_append: op(4, [["k_cache", "void*"], ["v_cache", "void*"], ["qkv", "const float*"], ["state", "const int*"], ["B", "int"], ["T", "int"], ["C", "int"], ["max_ctx", "int"], ["kvdtype", "int"]],
     () => null,
-    ({ T, C }) => ({ activations: 2 * T * C, kv: 2 * T * C })),
-  // out: (T, C) = softmax(q K^T / sqrt(hs)) V over cache rows [0, pos + t], every head: QK^T and AV are
-  // 2 multiply-adds per key per channel, plus the softmax; reads q and cache rows [0, pos + T)
-  attention: op(5, [["out", "float*"], ["scratch", "float*"], ["qkv", "const float*"], ["k_cache", "const float*"], ["v_cache", "const float*"], ["state", "const int*"], ["T", "int"], ["C", "int"], ["n_head", "int"], ["max_ctx", "int"]],
-    ({ out, T, C }) => ({ ptr: out, floats: T * C }),
-    ({ T, C, n_head }, pos) => {
-      const keys = attendedKeys(T, pos);
-      return { flops: 2 * 2 * C * keys + SOFTMAX_FLOPS_PER_SCORE * n_head * keys, activations: 2 * T * C, kv: 2 * (pos + T) * C };
+    ({ B, T, C }) => ({ activations: 2 * B * T * C, kv: 2 * B * T * C })),
+  // out: (B·T, C) = softmax(q K_b^T / sqrt(hs)) V_b over sequence b's cache rows [0, pos_b + t], every head: QK^T
+  // and AV are 2 multiply-adds per key per channel, plus the softmax; reads q and each sequence's rows [0, pos + T)
+  attention: op(5, [["out", "float*"], ["scratch", "float*"], ["qkv", "const float*"], ["k_cache", "const void*"], ["v_cache", "const void*"], ["state", "const int*"], ["B", "int"], ["T", "int"], ["C", "int"], ["n_head", "int"], ["max_ctx", "int"], ["kvdtype", "int"]],
+    ({ out, B, T, C }) => ({ ptr: out, floats: B * T * C }),
+    ({ B, T, C, n_head }, pos) => {
+      const keys = B * attendedKeys(T, pos);
+      return { flops: 2 * 2 * C * keys + SOFTMAX_FLOPS_PER_SCORE * n_head * keys, activations: 2 * B * T * C, kv: 2 * B * (pos + T) * C };
     }),
   // out: (N) = gelu_new(inp)
   gelu: op(6, [["out", "float*"], ["inp", "const float*"], ["N", "int"]],
@@ -118,31 +140,31 @@ export const OPS = {
   residual: op(7, [["out", "float*"], ["a", "const float*"], ["b", "const float*"], ["N", "int"]],
     ({ out, N }) => ({ ptr: out, floats: N }),
     ({ N }) => ({ flops: N, activations: 3 * N })),
-  // logits: (V) = inp[T - 1] (C) @ wte (V, C)^T: the whole tied embedding read once
-  lm_head: op(8, [["logits", "float*"], ["inp", "const float*"], ["wte", "const float*"], ["T", "int"], ["C", "int"], ["V", "int"]],
-    ({ logits, V }) => ({ ptr: logits, floats: V }),
-    ({ C, V }) => ({ flops: 2 * C * V, activations: C + V, weights: V * C })),
-  // seq[pos + T] = argmax(logits); state[STATE_POS] += T
-  argmax: op(9, [["seq", "int*"], ["state", "int*"], ["partials", "float*"], ["logits", "const float*"], ["V", "int"], ["T", "int"], ["max_ctx", "int"]],
+  // logits: (B, V) = each sequence's last row inp[b * T + T - 1] (C) @ wte (V, C)^T: the tied embedding read once
+  lm_head: op(8, [["logits", "float*"], ["inp", "const float*"], ["wte", "const void*"], ["B", "int"], ["T", "int"], ["C", "int"], ["V", "int"], ["wdtype", "int"]],
+    ({ logits, B, V }) => ({ ptr: logits, floats: B * V }),
+    ({ B, C, V }) => ({ flops: 2 * B * C * V, activations: B * (C + V), weights: V * C })),
+  // seq_b[pos_b + T] = argmax(logits_b); state_b[STATE_POS] += T, for each sequence b
+  argmax: op(9, [["seq", "int*"], ["state", "int*"], ["partials", "float*"], ["logits", "const float*"], ["B", "int"], ["V", "int"], ["T", "int"], ["max_ctx", "int"]],
     () => null,
-    ({ V }) => ({ flops: V, activations: V, token_ids: 1 })),
-  // ---- fused decode ops (one row): each is a chain of the ops above in one launch
-  // qkv: (3C) = layernorm(x) @ weight + bias, and its k, v thirds to the caches' row pos: layernorm, linear, kv_append
-  ln_qkv: op(10, [["qkv", "float*"], ["k_cache", "float*"], ["v_cache", "float*"], ["partials", "float*"], ["x", "const float*"], ["ln_weight", "const float*"], ["ln_bias", "const float*"], ["weight", "const float*"], ["bias", "const float*"], ["state", "const int*"], ["C", "int"], ["max_ctx", "int"], ["eps", "float"]],
-    ({ qkv, C }) => ({ ptr: qkv, floats: 3 * C }),
-    ({ C }) => ({ flops: LAYERNORM_FLOPS_PER_ELEMENT * C + 2 * C * 3 * C + 3 * C, activations: C + 3 * C, weights: 2 * C + 3 * C * C + 3 * C, kv: 2 * C })),
-  // out: (OC) = gelu(layernorm(x) @ weight + bias): layernorm, linear, gelu
-  ln_linear_gelu: op(11, [["out", "float*"], ["partials", "float*"], ["x", "const float*"], ["ln_weight", "const float*"], ["ln_bias", "const float*"], ["weight", "const float*"], ["bias", "const float*"], ["C", "int"], ["OC", "int"], ["eps", "float"]],
-    ({ out, OC }) => ({ ptr: out, floats: OC }),
-    ({ C, OC }) => ({ flops: LAYERNORM_FLOPS_PER_ELEMENT * C + 2 * C * OC + OC + GELU_FLOPS_PER_ELEMENT * OC, activations: C + OC, weights: 2 * C + C * OC + OC })),
-  // x: (OC) = x + inp (C) @ weight + bias: linear, residual
-  linear_residual: op(12, [["x", "float*"], ["partials", "float*"], ["inp", "const float*"], ["weight", "const float*"], ["bias", "const float*"], ["C", "int"], ["OC", "int"]],
-    ({ x, OC }) => ({ ptr: x, floats: OC }),
-    ({ C, OC }) => ({ flops: 2 * C * OC + 2 * OC, activations: C + 2 * OC, weights: C * OC + OC })),
-  // logits: (V) = layernorm(x) @ wte^T, then the next token: layernorm, lm_head, argmax
-  ln_lm_head_argmax: op(13, [["logits", "float*"], ["seq", "int*"], ["state", "int*"], ["partials", "float*"], ["x", "const float*"], ["ln_weight", "const float*"], ["ln_bias", "const float*"], ["wte", "const float*"], ["C", "int"], ["V", "int"], ["max_ctx", "int"], ["eps", "float"]],
-    ({ logits, V }) => ({ ptr: logits, floats: V }),
-    ({ C, V }) => ({ flops: LAYERNORM_FLOPS_PER_ELEMENT * C + 2 * C * V + V, activations: C + V, weights: 2 * C + V * C, token_ids: 1 })),
+    ({ B, V }) => ({ flops: B * V, activations: B * V, token_ids: B })),
+  // ---- fused decode ops (one row per sequence): each is a chain of the ops above in one launch
+  // qkv: (B, 3C) = layernorm(x) @ weight + bias, and its k, v thirds to each sequence's cache row pos_b: layernorm, linear, kv_append
+  ln_qkv: op(10, [["qkv", "float*"], ["k_cache", "void*"], ["v_cache", "void*"], ["partials", "float*"], ["x", "const float*"], ["ln_weight", "const float*"], ["ln_bias", "const float*"], ["weight", "const void*"], ["bias", "const float*"], ["state", "const int*"], ["B", "int"], ["C", "int"], ["max_ctx", "int"], ["eps", "float"], ["wdtype", "int"], ["kvdtype", "int"]],
+    ({ qkv, B, C }) => ({ ptr: qkv, floats: B * 3 * C }),
+    ({ B, C }) => ({ flops: B * (LAYERNORM_FLOPS_PER_ELEMENT * C + 2 * C * 3 * C + 3 * C), activations: B * (C + 3 * C), weights: 3 * C * C, vectors: 2 * C + 3 * C, kv: 2 * B * C })),
+  // out: (B, OC) = gelu(layernorm(x) @ weight + bias): layernorm, linear, gelu
+  ln_linear_gelu: op(11, [["out", "float*"], ["partials", "float*"], ["x", "const float*"], ["ln_weight", "const float*"], ["ln_bias", "const float*"], ["weight", "const void*"], ["bias", "const float*"], ["B", "int"], ["C", "int"], ["OC", "int"], ["eps", "float"], ["wdtype", "int"]],
+    ({ out, B, OC }) => ({ ptr: out, floats: B * OC }),
+    ({ B, C, OC }) => ({ flops: B * (LAYERNORM_FLOPS_PER_ELEMENT * C + 2 * C * OC + OC + GELU_FLOPS_PER_ELEMENT * OC), activations: B * (C + OC), weights: C * OC, vectors: 2 * C + OC })),
+  // x: (B, OC) = x + inp (B, C) @ weight + bias: linear, residual
+  linear_residual: op(12, [["x", "float*"], ["partials", "float*"], ["inp", "const float*"], ["weight", "const void*"], ["bias", "const float*"], ["B", "int"], ["C", "int"], ["OC", "int"], ["wdtype", "int"]],
+    ({ x, B, OC }) => ({ ptr: x, floats: B * OC }),
+    ({ B, C, OC }) => ({ flops: B * (2 * C * OC + 2 * OC), activations: B * (C + 2 * OC), weights: C * OC, vectors: OC })),
+  // logits: (B, V) = layernorm(x) @ wte^T, then each sequence's next token: layernorm, lm_head, argmax
+  ln_lm_head_argmax: op(13, [["logits", "float*"], ["seq", "int*"], ["state", "int*"], ["partials", "float*"], ["x", "const float*"], ["ln_weight", "const float*"], ["ln_bias", "const float*"], ["wte", "const void*"], ["B", "int"], ["C", "int"], ["V", "int"], ["max_ctx", "int"], ["eps", "float"], ["wdtype", "int"]],
+    ({ logits, B, V }) => ({ ptr: logits, floats: B * V }),
+    ({ B, C, V }) => ({ flops: B * (LAYERNORM_FLOPS_PER_ELEMENT * C + 2 * C * V + V), activations: B * (C + V), weights: V * C, vectors: 2 * C, token_ids: B })),
 } as const;
 
 export type OpFamily = keyof typeof OPS;
@@ -186,11 +208,16 @@ export function namedArgs<F extends OpFamily>(family: F, args: readonly number[]
 const BYTES_PER_FLOAT = 4;
 const BYTES_PER_TOKEN_ID = 4;
 
-/** Counts in bytes: fp32 activations, weights and cache, int32 token ids. */
-export function workOf(c: Counts): Work {
-  const weight_bytes = c.weights * BYTES_PER_FLOAT;
-  const kv_bytes = c.kv * BYTES_PER_FLOAT;
+/** Counts in bytes: fp32 activations and vectors, weights in `wdtype`, the cache in `kvdtype`, int32 token ids. */
+export function workOf(c: Counts, wdtype: number = DTYPES.f32, kvdtype: number = DTYPES.f32): Work {
+  const weight_bytes = c.weights * dtypeBytesOf(wdtype) + c.vectors * BYTES_PER_FLOAT;
+  const kv_bytes = c.kv * dtypeBytesOf(kvdtype);
   return { flops: c.flops, bytes: c.activations * BYTES_PER_FLOAT + weight_bytes + kv_bytes + c.token_ids * BYTES_PER_TOKEN_ID, weight_bytes, kv_bytes };
+}
+
+/** The work of one call: its counts in bytes at the dtypes its own arguments name. */
+export function opWork(spec: OpSpec, args: Readonly<Record<string, number>>, pos: number): Work {
+  return workOf(spec.counts(args, pos), args.wdtype ?? DTYPES.f32, args.kvdtype ?? DTYPES.f32);
 }
 
 /**
@@ -214,6 +241,7 @@ export function opTableHeader(table: Readonly<Record<string, OpSpec>> = OPS): st
     "#pragma once",
     "",
     `enum { STATE_POS = ${STATE_POS}, STATE_INTS = ${STATE_INTS}, PLAN_SLOTS = ${PLAN_SLOTS} };`,
+    `enum { ${DTYPE_NAMES.map((n) => `DTYPE_${n.toUpperCase()} = ${DTYPES[n]}`).join(", ")} };`,
     "",
     "// X(enum name, C function, opcode, C function type), in opcode order",
     `#define DECODE_OPS(X) \\\n${rows.join(" \\\n")}`,

@@ -3,7 +3,7 @@
 // op table (cuda/plan.h) to run in one call or to be captured as a CUDA graph. Each op carries its work.
 import type { GPT2Config } from "./model/config.ts";
 import {
-  cFunction, floatParams, OPS, PLAN_SLOTS, positionalArgs, workOf, type OpArgs, type OpFamily, type OpOutput, type OpSpec, type OpSymbols, type Param,
+  cFunction, DTYPES, floatParams, opWork, OPS, PLAN_SLOTS, positionalArgs, type OpArgs, type OpFamily, type OpOutput, type OpSpec, type OpSymbols, type Param,
   type Work,
 } from "./ops.ts";
 
@@ -13,7 +13,7 @@ export interface PlanOp {
   label: string;
   layer: number | null;
   args: number[];
-  /** FLOPs and bytes of this op when the step's first row is at position `pos` */
+  /** FLOPs and bytes of this op when every sequence's first row is at position `pos` */
   work(pos: number): Work;
   /** the float activation it writes (null: cache rows or token ids) */
   output: OpOutput | null;
@@ -35,17 +35,23 @@ export interface LayerBuffers {
   mlp_c_proj: { weight: number; bias: number };
 }
 
-/** Everything a step touches, as device pointers. Activations hold up to `maxRows` rows. */
+/**
+ * Everything a step touches, as device pointers, for `batch` sequences (cuda/ops.h's batched layout).
+ * Weights are stored in dtypes.weights, the KV cache in dtypes.kv (DTYPES codes). Activations hold up to
+ * `maxRows` rows (batch × T of a step).
+ */
 export interface ModelBuffers {
   config: GPT2Config;
+  batch: number;
+  dtypes: { weights: number; kv: number };
   wte: number; // (V, C)
   wpe: number; // (max_ctx, C)
   layers: LayerBuffers[];
   ln_f: { weight: number; bias: number };
-  kCache: number[]; // per layer (max_ctx, C)
+  kCache: number[]; // per layer (batch, max_ctx, C)
   vCache: number[];
-  seq: number; // int32 (max_ctx + 1)
-  state: number; // int32 STATE_INTS
+  seq: number; // int32 (batch, max_ctx + 1)
+  state: number; // int32 (batch, STATE_INTS)
   x: number; // residual stream (rows, C)
   ln: number; // layernorm output (rows, C)
   qkv: number; // (rows, 3C)
@@ -53,7 +59,7 @@ export interface ModelBuffers {
   proj: number; // projection output (rows, C)
   fc: number; // (rows, 4C)
   act: number; // gelu output (rows, 4C)
-  logits: number; // (V)
+  logits: number; // (batch, V)
   scratch: number; // attention partials
   partials: number; // per-block partials of the ops that merge across blocks (cuda/ops.h op_partials_bytes)
   maxRows: number;
@@ -68,74 +74,82 @@ export interface ModelBuffers {
 export type PlanKind = "fused" | "unfused";
 export const PLAN_KINDS: readonly PlanKind[] = ["fused", "unfused"];
 
+/** How many sequences a step runs and how its weights and cache are stored (DTYPES codes). */
+export type StepLayout = Pick<ModelBuffers, "batch" | "dtypes">;
+export const F32_SINGLE: StepLayout = { batch: 1, dtypes: { weights: DTYPES.f32, kv: DTYPES.f32 } };
+
 /** One op of the plan, its work bound to its arguments. */
 export function planOp<F extends OpFamily>(family: F, label: string, layer: number | null, args: OpArgs<F>): PlanOp {
   const spec = OPS[family] as unknown as OpSpec<readonly Param[]>;
-  return { family, label, layer, args: positionalArgs(family, args), work: (pos) => workOf(spec.counts(args, pos)), output: spec.output(args) };
+  return { family, label, layer, args: positionalArgs(family, args), work: (pos) => opWork(spec, args, pos), output: spec.output(args) };
 }
 
-/** Builds the step for T new rows at the position held in `state`. */
+/** Builds the step for T new rows of each of the buffers' sequences, at the positions held in `state`. */
 export function decodeStep(m: ModelBuffers, T: number, kind: PlanKind = "fused"): PlanOp[] {
-  if (!Number.isInteger(T) || T < 1 || T > m.maxRows) throw new Error(`decodeStep: T=${T} outside 1..${m.maxRows}`);
+  const rows = m.batch * T;
+  if (!Number.isInteger(T) || T < 1 || rows > m.maxRows) throw new Error(`decodeStep: ${m.batch} × T=${T} rows outside 1..${m.maxRows}`);
   return kind === "fused" && T === 1 ? fusedDecodeStep(m) : unfusedStep(m, T);
 }
 
-/** One launch per op, for T rows. */
+/** One launch per op, for T rows of each sequence. */
 function unfusedStep(m: ModelBuffers, T: number): PlanOp[] {
   const { n_embd: C, n_head, n_positions: max_ctx, vocab_size: V, layer_norm_epsilon: eps } = m.config;
+  const { batch: B, dtypes: { weights: wdtype, kv: kvdtype } } = m;
+  const rows = B * T;
   const plan: PlanOp[] = [];
   const op = <F extends OpFamily>(family: F, label: string, layer: number | null, args: OpArgs<F>) => plan.push(planOp(family, label, layer, args));
   const layernorm = (label: string, layer: number | null, norm: { weight: number; bias: number }) =>
-    op("layernorm", label, layer, { out: m.ln, inp: m.x, ...norm, T, C, eps });
+    op("layernorm", label, layer, { out: m.ln, inp: m.x, ...norm, rows, C, eps });
   const linear = (label: string, layer: number, out: number, inp: number, w: { weight: number; bias: number }, inC: number, OC: number) =>
-    op("linear", label, layer, { out, partials: m.partials, inp, ...w, T, C: inC, OC });
+    op("linear", label, layer, { out, partials: m.partials, inp, ...w, rows, C: inC, OC, wdtype });
 
-  op("embed", "embed", null, { out: m.x, seq: m.seq, state: m.state, wte: m.wte, wpe: m.wpe, T, C }); //   x = wte[tokens] + wpe[positions]
+  op("embed", "embed", null, { out: m.x, seq: m.seq, state: m.state, wte: m.wte, wpe: m.wpe, B, T, C, max_ctx, wdtype }); // x = wte[tokens] + wpe[positions]
   m.layers.forEach((w, l) => {
     const h = `h${l}`;
     const [k_cache, v_cache] = [m.kCache[l]!, m.vCache[l]!];
     layernorm(`${h}.ln_1`, l, w.ln_1); //                                                   a = ln_1(x)
     linear(`${h}.attn.c_attn`, l, m.qkv, m.ln, w.c_attn, C, 3 * C); //                      q, k, v = a @ W_attn
-    op("kv_append", `${h}.attn.kv_append`, l, { k_cache, v_cache, qkv: m.qkv, state: m.state, T, C, max_ctx }); // cache ← k, v
+    op("kv_append", `${h}.attn.kv_append`, l, { k_cache, v_cache, qkv: m.qkv, state: m.state, B, T, C, max_ctx, kvdtype }); // cache ← k, v
     op("attention", `${h}.attn.attend`, l, //                                                y = softmax(q K^T / √d) V (causal)
-      { out: m.att, scratch: m.scratch, qkv: m.qkv, k_cache, v_cache, state: m.state, T, C, n_head, max_ctx });
+      { out: m.att, scratch: m.scratch, qkv: m.qkv, k_cache, v_cache, state: m.state, B, T, C, n_head, max_ctx, kvdtype });
     linear(`${h}.attn.c_proj`, l, m.proj, m.att, w.attn_c_proj, C, C); //                   y @ W_proj
-    op("residual", `${h}.attn.residual`, l, { out: m.x, a: m.x, b: m.proj, N: T * C }); //   x = x + attn
+    op("residual", `${h}.attn.residual`, l, { out: m.x, a: m.x, b: m.proj, N: rows * C }); // x = x + attn
     layernorm(`${h}.ln_2`, l, w.ln_2); //                                                   a = ln_2(x)
     linear(`${h}.mlp.c_fc`, l, m.fc, m.ln, w.c_fc, C, 4 * C); //                             f = a @ W_fc
-    op("gelu", `${h}.mlp.gelu`, l, { out: m.act, inp: m.fc, N: T * 4 * C }); //              g = gelu(f)
+    op("gelu", `${h}.mlp.gelu`, l, { out: m.act, inp: m.fc, N: rows * 4 * C }); //           g = gelu(f)
     linear(`${h}.mlp.c_proj`, l, m.proj, m.act, w.mlp_c_proj, 4 * C, C); //                  g @ W_proj
-    op("residual", `${h}.mlp.residual`, l, { out: m.x, a: m.x, b: m.proj, N: T * C }); //    x = x + mlp
+    op("residual", `${h}.mlp.residual`, l, { out: m.x, a: m.x, b: m.proj, N: rows * C }); // x = x + mlp
   });
   layernorm("ln_f", null, m.ln_f); //                                                        a = ln_f(x)
-  op("lm_head", "lm_head", null, { logits: m.logits, inp: m.ln, wte: m.wte, T, C, V }); //   logits = a[-1] @ wte^T
-  op("argmax", "argmax", null, { seq: m.seq, state: m.state, partials: m.partials, logits: m.logits, V, T, max_ctx }); // next = argmax(logits); pos += T
+  op("lm_head", "lm_head", null, { logits: m.logits, inp: m.ln, wte: m.wte, B, T, C, V, wdtype }); // logits = a[-1] @ wte^T per sequence
+  op("argmax", "argmax", null, { seq: m.seq, state: m.state, partials: m.partials, logits: m.logits, B, V, T, max_ctx }); // next = argmax(logits); pos += T
   return plan;
 }
 
-/** The same math for one row, the fused decode ops in five launches per layer. */
+/** The same math for one row per sequence, the fused decode ops in five launches per layer. */
 function fusedDecodeStep(m: ModelBuffers): PlanOp[] {
   const { n_embd: C, n_head, n_positions: max_ctx, vocab_size: V, layer_norm_epsilon: eps } = m.config;
+  const { batch: B, dtypes: { weights: wdtype, kv: kvdtype } } = m;
   const plan: PlanOp[] = [];
   const op = <F extends OpFamily>(family: F, label: string, layer: number | null, args: OpArgs<F>) => plan.push(planOp(family, label, layer, args));
   const { partials, state, x } = m;
   const ln = (norm: { weight: number; bias: number }) => ({ ln_weight: norm.weight, ln_bias: norm.bias, eps });
 
-  op("embed", "embed", null, { out: x, seq: m.seq, state, wte: m.wte, wpe: m.wpe, T: 1, C }); //         x = wte[token] + wpe[pos]
+  op("embed", "embed", null, { out: x, seq: m.seq, state, wte: m.wte, wpe: m.wpe, B, T: 1, C, max_ctx, wdtype }); // x = wte[token] + wpe[pos]
   m.layers.forEach((w, l) => {
     const h = `h${l}`;
     const [k_cache, v_cache] = [m.kCache[l]!, m.vCache[l]!];
     op("ln_qkv", `${h}.attn.ln_qkv`, l, //                                                  q, k, v = ln_1(x) @ W_attn; cache ← k, v
-      { qkv: m.qkv, k_cache, v_cache, partials, x, ...ln(w.ln_1), ...w.c_attn, state, C, max_ctx });
+      { qkv: m.qkv, k_cache, v_cache, partials, x, ...ln(w.ln_1), ...w.c_attn, state, B, C, max_ctx, wdtype, kvdtype });
     op("attention", `${h}.attn.attend`, l, //                                                y = softmax(q K^T / √d) V (causal)
-      { out: m.att, scratch: m.scratch, qkv: m.qkv, k_cache, v_cache, state, T: 1, C, n_head, max_ctx });
-    op("linear_residual", `${h}.attn.c_proj`, l, { x, partials, inp: m.att, ...w.attn_c_proj, C, OC: C }); //  x = x + y @ W_proj
+      { out: m.att, scratch: m.scratch, qkv: m.qkv, k_cache, v_cache, state, B, T: 1, C, n_head, max_ctx, kvdtype });
+    op("linear_residual", `${h}.attn.c_proj`, l, { x, partials, inp: m.att, ...w.attn_c_proj, B, C, OC: C, wdtype }); //  x = x + y @ W_proj
     op("ln_linear_gelu", `${h}.mlp.ln_c_fc`, l, //                                          g = gelu(ln_2(x) @ W_fc)
-      { out: m.act, partials, x, ...ln(w.ln_2), ...w.c_fc, C, OC: 4 * C });
-    op("linear_residual", `${h}.mlp.c_proj`, l, { x, partials, inp: m.act, ...w.mlp_c_proj, C: 4 * C, OC: C }); // x = x + g @ W_proj
+      { out: m.act, partials, x, ...ln(w.ln_2), ...w.c_fc, B, C, OC: 4 * C, wdtype });
+    op("linear_residual", `${h}.mlp.c_proj`, l, { x, partials, inp: m.act, ...w.mlp_c_proj, B, C: 4 * C, OC: C, wdtype }); // x = x + g @ W_proj
   });
   op("ln_lm_head_argmax", "ln_f.lm_head.argmax", null, //                                    logits = ln_f(x) @ wte^T; next = argmax; pos += 1
-    { logits: m.logits, seq: m.seq, state, partials, x, ...ln(m.ln_f), wte: m.wte, C, V, max_ctx });
+    { logits: m.logits, seq: m.seq, state, partials, x, ...ln(m.ln_f), wte: m.wte, B, C, V, max_ctx, wdtype });
   return plan;
 }
 
@@ -143,12 +157,13 @@ function fusedDecodeStep(m: ModelBuffers): PlanOp[] {
  * The plan's shape without a backend: every pointer 0. Its ops have the real families, labels, sizes and
  * work — what the work model counts — and must never run.
  */
-export function planShape(config: GPT2Config, T: number, kind: PlanKind = "fused"): PlanOp[] {
+export function planShape(config: GPT2Config, T: number, kind: PlanKind = "fused", layout: StepLayout = F32_SINGLE): PlanOp[] {
   const pair = { weight: 0, bias: 0 };
   const layer: LayerBuffers = { ln_1: pair, c_attn: pair, attn_c_proj: pair, ln_2: pair, c_fc: pair, mlp_c_proj: pair };
   const nowhere = { wte: 0, wpe: 0, seq: 0, state: 0, x: 0, ln: 0, qkv: 0, att: 0, proj: 0, fc: 0, act: 0, logits: 0, scratch: 0, partials: 0 };
   const zeros = Array.from({ length: config.n_layer }, () => 0);
-  return decodeStep({ config, ...nowhere, layers: zeros.map(() => layer), ln_f: pair, kCache: zeros, vCache: zeros, maxRows: T }, T, kind);
+  const buffers = { config, ...layout, ...nowhere, layers: zeros.map(() => layer), ln_f: pair, kCache: zeros, vCache: zeros, maxRows: layout.batch * T };
+  return decodeStep(buffers, T, kind);
 }
 
 /** Encodes ops as plan records: int64 slots, a float as its bit pattern in the low 32 bits. */
@@ -177,7 +192,9 @@ type Call = (...args: number[]) => void;
 
 /** A closure making exactly one call with fixed arguments: no spread, no allocation per call. */
 function bindCall(fn: Call, a: readonly number[]): () => void {
-  const [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12] = a as number[] as [number, number, number, number, number, number, number, number, number, number, number, number, number];
+  const [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18] = a as number[] as number[] & { length: 19 } as [
+    number, number, number, number, number, number, number, number, number, number, number, number, number, number, number, number, number, number, number,
+  ];
   switch (a.length) {
     case 3: return () => fn(a0, a1, a2);
     case 4: return () => fn(a0, a1, a2, a3);
@@ -190,7 +207,13 @@ function bindCall(fn: Call, a: readonly number[]): () => void {
     case 11: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10);
     case 12: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11);
     case 13: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12);
-    default: throw new Error(`no eager call for ${a.length} arguments`);
+    case 14: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13);
+    case 15: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14);
+    case 16: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15);
+    case 17: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16);
+    case 18: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17);
+    case 19: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18);
+    default: throw new Error(`no eager call for ${a.length} arguments (a plan record holds ${PLAN_SLOTS - 1})`);
   }
 }
 

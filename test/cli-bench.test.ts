@@ -5,6 +5,7 @@ import { join } from "node:path";
 
 import { CpuBackend } from "../src/backends/cpu.ts";
 import { openOpenBlas } from "../src/native/openblas.ts";
+import { DTYPES } from "../src/ops.ts";
 import { DeviceArena } from "./helpers/device.ts";
 import { maxRelativeError, randomFloats } from "./helpers/reference.ts";
 
@@ -106,7 +107,7 @@ describe("OpenBLAS through bun:ffi (the prefill yardstick)", () => {
     const inp = randomFloats(T * C, 1), w = randomFloats(C * OC, 2), zero = new Float32Array(OC);
     const ours = arena.poisoned(T * OC), theirs = arena.poisoned(T * OC);
     const a = arena.put(inp), b = arena.put(w);
-    backend.ops.op_linear(ours.ptr, 0, a.ptr, b.ptr, arena.put(zero).ptr, T, C, OC);
+    backend.ops.op_linear(ours.ptr, 0, a.ptr, b.ptr, arena.put(zero).ptr, T, C, OC, DTYPES.f32);
     blas.sgemm(theirs.ptr, a.ptr, b.ptr, T, OC, C);
     expect(maxRelativeError(arena.floats(theirs), arena.floats(ours))).toBeLessThan(1e-5);
     arena.release();

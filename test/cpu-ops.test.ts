@@ -4,12 +4,14 @@ import { afterAll, describe, expect, test } from "bun:test";
 
 import { CpuBackend } from "../src/backends/cpu.ts";
 import { ensureBuilt } from "../src/native/build.ts";
+import { DTYPES } from "../src/ops.ts";
 import { DeviceArena, freshSeed } from "./helpers/device.ts";
 import {
   argmaxRef, attentionRef, embedRef, geluRef, layernormRef, linearRef, lmHeadRef, maxRelativeError, randomFloats, residualRef,
 } from "./helpers/reference.ts";
 
 const TOLERANCE = 1e-4; // fp32, relative to the largest reference magnitude
+const F32 = DTYPES.f32;
 const backend = CpuBackend.open();
 const arena = new DeviceArena(backend);
 const seed = freshSeed();
@@ -26,7 +28,7 @@ const state = (pos: number) => arena.put(Int32Array.of(pos, 0, 0, 0));
 function checkLinear(b: CpuBackend, on: DeviceArena, T: number, C: number, OC: number): void {
   const inp = randomFloats(T * C, seed + 3 + T), w = randomFloats(C * OC, seed + 4 + C, 0.1), bias = randomFloats(OC, seed + 5 + OC);
   const out = on.poisoned(T * OC);
-  b.ops.op_linear(out.ptr, 0, on.put(inp).ptr, on.put(w).ptr, on.put(bias).ptr, T, C, OC);
+  b.ops.op_linear(out.ptr, 0, on.put(inp).ptr, on.put(w).ptr, on.put(bias).ptr, T, C, OC, F32);
   expect(maxRelativeError(on.floats(out), linearRef(inp, w, bias, T, C, OC))).toBeLessThan(TOLERANCE);
 }
 
@@ -36,7 +38,7 @@ function checkAttention(b: CpuBackend, on: DeviceArena, T: number, pos: number, 
   const history = randomFloats(maxCtx * C * 2, seed + 7 + C);
   const k = on.put(history.subarray(0, maxCtx * C)), v = on.put(history.subarray(maxCtx * C));
   const st = on.put(Int32Array.of(pos, 0, 0, 0));
-  b.ops.op_kv_append(k.ptr, v.ptr, on.put(qkv).ptr, st.ptr, T, C, maxCtx);
+  b.ops.op_kv_append(k.ptr, v.ptr, on.put(qkv).ptr, st.ptr, 1, T, C, maxCtx, F32);
   const kHost = on.floats(k), vHost = on.floats(v);
   if (opts.checkAppend) {
     for (let t = 0; t < T; t++) {
@@ -45,7 +47,7 @@ function checkAttention(b: CpuBackend, on: DeviceArena, T: number, pos: number, 
     }
   }
   const out = on.poisoned(T * C);
-  b.ops.op_attention(out.ptr, 0, on.put(qkv).ptr, k.ptr, v.ptr, st.ptr, T, C, H, maxCtx);
+  b.ops.op_attention(out.ptr, 0, on.put(qkv).ptr, k.ptr, v.ptr, st.ptr, 1, T, C, H, maxCtx, F32);
   expect(maxRelativeError(on.floats(out), attentionRef(qkv, 3 * C, kHost, vHost, pos, T, C, H))).toBeLessThan(TOLERANCE);
 }
 
@@ -71,11 +73,11 @@ describe("results do not depend on which thread ran which chunk", () => {
     const w = arena.put(randomFloats(C * 3 * C, seed + 22, 0.1)), bias = arena.put(randomFloats(3 * C, seed + 23));
     const inp = arena.put(randomFloats(100 * 3 * C, seed + 24));
     const runs: Array<[number, (out: number) => void]> = [
-      [3 * C, (out) => ops.op_linear(out, 0, inp.ptr, w.ptr, bias.ptr, 1, C, 3 * C)],
-      [64 * 3 * C, (out) => ops.op_linear(out, 0, inp.ptr, w.ptr, bias.ptr, 64, C, 3 * C)],
-      [C, (out) => ops.op_attention(out, 0, inp.ptr, k.ptr, v.ptr, state(999).ptr, 1, C, H, maxCtx)],
-      [100 * C, (out) => ops.op_attention(out, 0, inp.ptr, k.ptr, v.ptr, state(0).ptr, 100, C, H, maxCtx)],
-      [3 * C, (out) => ops.op_lm_head(out, inp.ptr, w.ptr, 1, C, 3 * C)],
+      [3 * C, (out) => ops.op_linear(out, 0, inp.ptr, w.ptr, bias.ptr, 1, C, 3 * C, F32)],
+      [64 * 3 * C, (out) => ops.op_linear(out, 0, inp.ptr, w.ptr, bias.ptr, 64, C, 3 * C, F32)],
+      [C, (out) => ops.op_attention(out, 0, inp.ptr, k.ptr, v.ptr, state(999).ptr, 1, 1, C, H, maxCtx, F32)],
+      [100 * C, (out) => ops.op_attention(out, 0, inp.ptr, k.ptr, v.ptr, state(0).ptr, 1, 100, C, H, maxCtx, F32)],
+      [3 * C, (out) => ops.op_lm_head(out, inp.ptr, w.ptr, 1, 1, C, 3 * C, F32)],
     ];
     const threads = backend.threads;
     const outputs = (n: number) => {
@@ -113,7 +115,7 @@ describe("CPU ops vs TypeScript reference", () => {
     const wte = randomFloats(V * C, seed + 8), wpe = randomFloats(16 * C, seed + 9);
     const seq = Int32Array.from({ length: 17 }, (_, i) => (i * 7 + seed) % V);
     const out = arena.poisoned(T * C);
-    ops.op_embed(out.ptr, arena.put(seq).ptr, state(pos).ptr, arena.put(wte).ptr, arena.put(wpe).ptr, T, C);
+    ops.op_embed(out.ptr, arena.put(seq).ptr, state(pos).ptr, arena.put(wte).ptr, arena.put(wpe).ptr, 1, T, C, 16, F32);
     expect(maxRelativeError(arena.floats(out), embedRef(seq, pos, wte, wpe, T, C))).toBeLessThan(TOLERANCE);
   });
 
@@ -130,14 +132,14 @@ describe("CPU ops vs TypeScript reference", () => {
   test.each([[1, 768, 50257], [3, 128, 1001]])("lm_head on the last row T=%d C=%d V=%d, then argmax", (T, C, V) => {
     const inp = randomFloats(T * C, seed + 12), wte = randomFloats(V * C, seed + 13, 0.1);
     const logits = arena.poisoned(V);
-    ops.op_lm_head(logits.ptr, arena.put(inp).ptr, arena.put(wte).ptr, T, C, V);
+    ops.op_lm_head(logits.ptr, arena.put(inp).ptr, arena.put(wte).ptr, 1, T, C, V, F32);
     const got = arena.floats(logits);
     expect(maxRelativeError(got, lmHeadRef(inp, wte, T, C, V))).toBeLessThan(TOLERANCE);
 
     const maxCtx = 64, pos = 10;
     const seq = arena.put(new Int32Array(maxCtx + 1).fill(-1));
     const st = state(pos);
-    ops.op_argmax(seq.ptr, st.ptr, 0, logits.ptr, V, T, maxCtx);
+    ops.op_argmax(seq.ptr, st.ptr, 0, logits.ptr, 1, V, T, maxCtx);
     expect(arena.ints(seq)[pos + T]).toBe(argmaxRef(got));
     expect(arena.ints(st)[0]).toBe(pos + T);
   });
@@ -146,10 +148,10 @@ describe("CPU ops vs TypeScript reference", () => {
     const logits = arena.put(Float32Array.of(1, 5, 3, 5, 2));
     const seq = arena.put(new Int32Array(9).fill(-1));
     const st = state(2);
-    ops.op_argmax(seq.ptr, st.ptr, 0, logits.ptr, 5, 1, 8);
+    ops.op_argmax(seq.ptr, st.ptr, 0, logits.ptr, 1, 5, 1, 8);
     expect(arena.ints(seq)[3]).toBe(1);
     const full = state(8);
-    ops.op_argmax(seq.ptr, full.ptr, 0, logits.ptr, 5, 1, 8);
+    ops.op_argmax(seq.ptr, full.ptr, 0, logits.ptr, 1, 5, 1, 8);
     expect(Array.from(arena.ints(seq)).filter((x) => x !== -1)).toEqual([1]);
     expect(arena.ints(full)[0]).toBe(9);
   });

@@ -21,6 +21,7 @@ import { CpuBackend } from "../src/backends/cpu.ts";
 import { CudaBackend } from "../src/backends/cuda.ts";
 import { ensureBuilt } from "../src/native/build.ts";
 import { emuSchedule } from "../src/native/emu-schedule.ts";
+import { DTYPES } from "../src/ops.ts";
 import { encodePlan, planOp, type PlanOp } from "../src/plan.ts";
 import { attentionCase, KERNEL_CASES, KERNEL_TOLERANCE, runKernelCases } from "../src/verify/kernel-checks.ts";
 import { DeviceArena, freshSeed } from "./helpers/device.ts";
@@ -65,8 +66,8 @@ describe("split-key attention's scratch", () => {
       const qkv = randomFloats(3 * C, seed + 32 + pos);
       const step = (a: DeviceArena, [kc, vc]: typeof caches.emu, scratchPtr: number) => {
         const out = a.poisoned(C), state = a.put(Int32Array.of(pos, 0, 0, 0)), q = a.put(qkv);
-        a.backend.ops.op_kv_append(kc!.ptr, vc!.ptr, q.ptr, state.ptr, 1, C, maxCtx);
-        a.backend.ops.op_attention(out.ptr, scratchPtr, q.ptr, kc!.ptr, vc!.ptr, state.ptr, 1, C, nHead, maxCtx);
+        a.backend.ops.op_kv_append(kc!.ptr, vc!.ptr, q.ptr, state.ptr, 1, 1, C, maxCtx, DTYPES.f32);
+        a.backend.ops.op_attention(out.ptr, scratchPtr, q.ptr, kc!.ptr, vc!.ptr, state.ptr, 1, 1, C, nHead, maxCtx, DTYPES.f32);
         return a.floats(out);
       };
       expect(maxRelativeError(step(arena, caches.emu, scratch.ptr), step(reference, caches.cpu, 0))).toBeLessThanOrEqual(KERNEL_TOLERANCE);
@@ -82,8 +83,8 @@ describe("split-key attention's scratch", () => {
       const qkv = randomFloats(T * 3 * C, seed + 35 + T + pos);
       const step = (a: DeviceArena, [kc, vc]: typeof caches.emu, scratchPtr: number) => {
         const out = a.poisoned(T * C), state = a.put(Int32Array.of(pos, 0, 0, 0)), q = a.put(qkv);
-        a.backend.ops.op_kv_append(kc!.ptr, vc!.ptr, q.ptr, state.ptr, T, C, maxCtx);
-        a.backend.ops.op_attention(out.ptr, scratchPtr, q.ptr, kc!.ptr, vc!.ptr, state.ptr, T, C, nHead, maxCtx);
+        a.backend.ops.op_kv_append(kc!.ptr, vc!.ptr, q.ptr, state.ptr, 1, T, C, maxCtx, DTYPES.f32);
+        a.backend.ops.op_attention(out.ptr, scratchPtr, q.ptr, kc!.ptr, vc!.ptr, state.ptr, 1, T, C, nHead, maxCtx, DTYPES.f32);
         return a.floats(out);
       };
       expect(maxRelativeError(step(arena, caches.emu, scratch.ptr), step(reference, caches.cpu, 0))).toBeLessThanOrEqual(KERNEL_TOLERANCE);

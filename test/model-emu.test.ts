@@ -43,7 +43,7 @@ test("the fused and unfused plans agree", () => {
 
 test("a fused decode step is 5 kernels per layer plus 2 in both graphs; the unfused one 11 plus 4", () => {
   for (const [plan, perLayer, outside] of [["fused", 5, 2], ["unfused", 11, 4]] as const) {
-    const s = new Session(emu, weights, undefined, plan);
+    const s = new Session(emu, weights, { plan });
     try {
       const native = s.step(1).native();
       const kernels = weights.config.n_layer * perLayer + outside;

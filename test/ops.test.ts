@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { OP_SYMBOLS } from "../src/native/symbols.ts";
 import { writeGeneratedHeaders } from "../src/native/build.ts";
 import {
-  attendedKeys, floatParams, kernelFamily, namedArgs, OP_FAMILIES, opTableHeader, OPS, PLAN_SLOTS, positionalArgs, workOf,
+  attendedKeys, DTYPES, floatParams, kernelFamily, namedArgs, OP_FAMILIES, opTableHeader, OPS, PLAN_SLOTS, positionalArgs, workOf,
 } from "../src/ops.ts";
 import { encodePlan, planOp } from "../src/plan.ts";
 
@@ -37,26 +37,27 @@ describe("the op table", () => {
   test("bun:ffi signatures come from the table: a pointer is ptr, an int i32, a float f32", () => {
     const { ptr, i32, f32 } = FFIType;
     expect(OP_SYMBOLS.op_layernorm.args).toEqual([ptr, ptr, ptr, ptr, i32, i32, f32]);
-    expect(OP_SYMBOLS.op_argmax.args).toEqual([ptr, ptr, ptr, ptr, i32, i32, i32]);
+    expect(OP_SYMBOLS.op_argmax.args).toEqual([ptr, ptr, ptr, ptr, i32, i32, i32, i32]);
+    expect(OP_SYMBOLS.op_linear.args).toEqual([ptr, ptr, ptr, ptr, ptr, i32, i32, i32, i32]);
     for (const f of OP_FAMILIES) expect(OP_SYMBOLS[`op_${f}`].args.length).toBe(OPS[f].params.length);
     expect(floatParams("layernorm")).toEqual([6]);
     expect(floatParams("linear")).toEqual([]);
   });
 
   test("named arguments go to signature order and back; a missing or extra name is an error", () => {
-    const args = { out: 1, partials: 9, inp: 2, weight: 3, bias: 4, T: 5, C: 6, OC: 7 };
-    expect(positionalArgs("linear", args)).toEqual([1, 9, 2, 3, 4, 5, 6, 7]);
-    expect(namedArgs("linear", [1, 9, 2, 3, 4, 5, 6, 7])).toEqual(args);
+    const args = { out: 1, partials: 9, inp: 2, weight: 3, bias: 4, rows: 5, C: 6, OC: 7, wdtype: 0 };
+    expect(positionalArgs("linear", args)).toEqual([1, 9, 2, 3, 4, 5, 6, 7, 0]);
+    expect(namedArgs("linear", [1, 9, 2, 3, 4, 5, 6, 7, 0])).toEqual(args);
     const { OC: _, ...missing } = args;
     expect(() => positionalArgs("linear", missing as typeof args)).toThrow(/do not match/);
     expect(() => positionalArgs("linear", { ...args, extra: 8 } as typeof args)).toThrow(/do not match/);
   });
 
   test("a plan op carries its work and its output, and encodes with its opcode and the float's bit pattern", () => {
-    const op = planOp("layernorm", "ln", null, { out: 16, inp: 32, weight: 48, bias: 64, T: 2, C: 8, eps: 0.5 });
-    expect(op.work(0)).toEqual(workOf({ flops: 8 * 16, activations: 32, weights: 16, kv: 0, token_ids: 0 }));
+    const op = planOp("layernorm", "ln", null, { out: 16, inp: 32, weight: 48, bias: 64, rows: 2, C: 8, eps: 0.5 });
+    expect(op.work(0)).toEqual(workOf({ flops: 8 * 16, activations: 32, weights: 0, vectors: 16, kv: 0, token_ids: 0 }));
     expect(op.output).toEqual({ ptr: 16, floats: 2 * 8 });
-    expect(planOp("argmax", "argmax", null, { seq: 1, state: 2, partials: 4, logits: 3, V: 10, T: 1, max_ctx: 8 }).output).toBeNull();
+    expect(planOp("argmax", "argmax", null, { seq: 1, state: 2, partials: 4, logits: 3, B: 1, V: 10, T: 1, max_ctx: 8 }).output).toBeNull();
     const { records } = encodePlan([op]);
     expect(Number(records[0])).toBe(OPS.layernorm.code);
     expect(Array.from(records.slice(1, 7), Number)).toEqual([16, 32, 48, 64, 2, 8]);
@@ -64,11 +65,13 @@ describe("the op table", () => {
   });
 
   test("attention's work grows with the keys attended", () => {
-    const args = { out: 0, scratch: 0, qkv: 0, k_cache: 0, v_cache: 0, state: 0, T: 1, C: 768, n_head: 12, max_ctx: 1024 };
-    const at = (pos: number) => planOp("attention", "a", 0, args).work(pos);
+    const args = { out: 0, scratch: 0, qkv: 0, k_cache: 0, v_cache: 0, state: 0, B: 1, T: 1, C: 768, n_head: 12, max_ctx: 1024, kvdtype: DTYPES.f32 as number };
+    const at = (pos: number, more: Partial<typeof args> = {}) => planOp("attention", "a", 0, { ...args, ...more }).work(pos);
     expect(attendedKeys(1, 99)).toBe(100);
     expect(at(99).kv_bytes).toBe(4 * 2 * 100 * 768);
     expect(at(999).flops).toBeGreaterThan(at(99).flops);
+    expect(at(99, { kvdtype: DTYPES.bf16 }).kv_bytes).toBe(2 * 2 * 100 * 768); // a bf16 cache moves half the bytes
+    expect(at(99, { B: 4 }).kv_bytes).toBe(4 * 4 * 2 * 100 * 768); // each sequence reads its own rows
   });
 });
 

@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { kvCacheBytesPerToken, parameterCount, type GPT2Config } from "../src/model/config.ts";
 
-import { decodeStep, type LayerBuffers, type ModelBuffers } from "../src/plan.ts";
+import { decodeStep, F32_SINGLE, type LayerBuffers, type ModelBuffers } from "../src/plan.ts";
 import { attendedKeys } from "../src/ops.ts";
 import {
   cachedStepWork,
@@ -70,7 +70,7 @@ describe("stepWork", () => {
     const pair = { weight: 1, bias: 1 };
     const layer: LayerBuffers = { ln_1: pair, c_attn: pair, attn_c_proj: pair, ln_2: pair, c_fc: pair, mlp_c_proj: pair };
     const pointers = { wte: 1, wpe: 1, seq: 1, state: 1, x: 1, ln: 1, qkv: 1, att: 1, proj: 1, fc: 1, act: 1, logits: 1, scratch: 1, partials: 1 };
-    const buffers: ModelBuffers = { config: tiny, ...pointers, layers: [layer, layer], ln_f: pair, kCache: [1, 1], vCache: [1, 1], maxRows: 4 };
+    const buffers: ModelBuffers = { config: tiny, ...F32_SINGLE, ...pointers, layers: [layer, layer], ln_f: pair, kCache: [1, 1], vCache: [1, 1], maxRows: 4 };
     expect(stepWork(tiny, 3, 5)).toEqual(opsWork(decodeStep(buffers, 3), 5));
     expect(stepWork(tiny, 1, 5)).toEqual(opsWork(decodeStep(buffers, 1), 5));
     expect(stepWork(tiny, 1, 5, "unfused")).toEqual(opsWork(decodeStep(buffers, 1, "unfused"), 5));

@@ -86,7 +86,7 @@ export interface Backend {
   memInfo(): MemoryInfo;
   attentionScratchBytes(T: number, C: number, nHead: number, maxCtx: number): number;
   /** bytes of the partials buffer of the ops that merge across blocks (cuda/ops.h op_partials_bytes) */
-  partialsBytes(maxIn: number, maxOut: number, V: number): number;
+  partialsBytes(maxRows: number, maxIn: number, maxOut: number, V: number): number;
   record(plan: EncodedPlan): RecordedStep;
   close(): void;
 }

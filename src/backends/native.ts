@@ -34,7 +34,7 @@ export interface BaseSymbols {
   be_synchronize(): number;
   be_mem_info(out: BigUint64Array): number;
   op_attention_scratch_bytes(T: number, C: number, nHead: number, maxCtx: number): number | bigint;
-  op_partials_bytes(maxIn: number, maxOut: number, V: number): number | bigint;
+  op_partials_bytes(maxRows: number, maxIn: number, maxOut: number, V: number): number | bigint;
 }
 
 /** Opens a backend library, turning a missing or broken file into one clear line. `S` types the extra symbols. */
@@ -115,12 +115,12 @@ export abstract class NativeBackend implements Backend {
     return { free: Number(this.memWords[0]), total: Number(this.memWords[1]) };
   }
 
-  attentionScratchBytes(T: number, C: number, nHead: number, maxCtx: number): number {
-    return Number(this.sym.op_attention_scratch_bytes(T, C, nHead, maxCtx));
+  attentionScratchBytes(rows: number, C: number, nHead: number, maxCtx: number): number {
+    return Number(this.sym.op_attention_scratch_bytes(rows, C, nHead, maxCtx));
   }
 
-  partialsBytes(maxIn: number, maxOut: number, V: number): number {
-    return Number(this.sym.op_partials_bytes(maxIn, maxOut, V));
+  partialsBytes(maxRows: number, maxIn: number, maxOut: number, V: number): number {
+    return Number(this.sym.op_partials_bytes(maxRows, maxIn, maxOut, V));
   }
 
   /** Records the plan natively; subclasses add graphs. */

@@ -17,6 +17,7 @@ import { runCli, UserError } from "../errors.ts";
 import { PRESETS, type GPT2Config } from "../model/config.ts";
 import { randomWeights } from "../model/weights.ts";
 import { openOpenBlas } from "../native/openblas.ts";
+import { DTYPES } from "../ops.ts";
 import { cachedStepWork, stepWork, sumWork } from "../profile/work-model.ts";
 import { availableModes, replayMode, type LaunchMode } from "../run/launch-modes.ts";
 import { Session } from "../run/session.ts";
@@ -169,7 +170,7 @@ async function benchPrefill(backend: CpuBackend, cfg: GPT2Config): Promise<void>
   for (const T of PREFILL_ROWS) {
     for (const [name, IC, OC] of shapes) {
       const flops = 2 * T * IC * OC;
-      const runOurs = () => backend.ops.op_linear(out.ptr, 0, inp.ptr, weight.ptr, bias.ptr, T, IC, OC); // no partials on the CPU
+      const runOurs = () => backend.ops.op_linear(out.ptr, 0, inp.ptr, weight.ptr, bias.ptr, T, IC, OC, DTYPES.f32); // no partials on the CPU
       const [ours, theirs] = "missing" in blas ? bestMs(runOurs) : bestMs(runOurs, () => blas.sgemm(out.ptr, inp.ptr, weight.ptr, T, OC, IC));
       const blasCells = theirs === undefined ? `${"—".padStart(16)}  —` : `${gflops(flops, theirs).toFixed(1).padStart(16)}  ${(ours! / theirs).toFixed(2)}`;
       const label = `${T}×${IC}→${OC} (${name})`.padEnd(24);
@@ -191,8 +192,8 @@ function benchManyQueryAttention(backend: CpuBackend, cfg: GPT2Config, peak: num
     const state = backend.alloc(16);
     backend.upload(qkv, Float32Array.from({ length: T * 3 * C }, (_, i) => Math.sin(i)));
     backend.upload(state, new Int32Array(4));
-    backend.ops.op_kv_append(kCache.ptr, vCache.ptr, qkv.ptr, state.ptr, T, C, maxCtx);
-    const [ms] = bestMs(() => backend.ops.op_attention(att.ptr, 0, qkv.ptr, kCache.ptr, vCache.ptr, state.ptr, T, C, H, maxCtx));
+    backend.ops.op_kv_append(kCache.ptr, vCache.ptr, qkv.ptr, state.ptr, 1, T, C, maxCtx, DTYPES.f32);
+    const [ms] = bestMs(() => backend.ops.op_attention(att.ptr, 0, qkv.ptr, kCache.ptr, vCache.ptr, state.ptr, 1, T, C, H, maxCtx, DTYPES.f32));
     line(`  T = ${String(T).padEnd(5)} ${gflops(flops, ms!).toFixed(1).padStart(8)} GFLOP/s  ${((100 * gflops(flops, ms!) * 1e9) / peak).toFixed(0).padStart(3)}% of peak`);
     for (const buf of [qkv, kCache, vCache, att, state]) backend.free(buf);
   }
@@ -205,7 +206,7 @@ async function benchCpu(sections: Sections, steps: number, contexts: number[]): 
   if (sections.decode || sections.contend) {
     const longest = Math.max(...(sections.decode ? contexts : []), sections.contend ? CONTEND_CONTEXT : 0);
     line(`model: GPT-2 small shapes, seeded random weights; prefilling ${longest} tokens…`);
-    const session = new Session(backend, randomWeights(cfg, 0), cfg.n_positions);
+    const session = new Session(backend, randomWeights(cfg, 0), { maxRows: cfg.n_positions });
     session.prefill(Array.from({ length: longest }, (_, i) => (i * 7919) % cfg.vocab_size));
     if (sections.decode) benchDecode(backend, session, contexts, steps);
     if (sections.contend) await benchContention(session, sections.contend, steps);

@@ -57,7 +57,7 @@ await runCli(async () => {
   if (!mode.available(backend)) {
     throw new UserError(`launch mode ${mode.name} is not available on the ${backend.kind} backend (available: ${availableModes(backend).map((m) => m.name).join(", ")})`);
   }
-  const session = new Session(backend, weights, undefined, argv.plan);
+  const session = new Session(backend, weights, { plan: argv.plan });
   const cache = argv.cache === "on";
   if (!cache && mode.name !== "eager") say(`note: --cache off recomputes eagerly; --mode ${argv.mode} applies to cached steps only`);
   const result = generate(session, { prompt, maxNewTokens: maxNew, cache, mode });

@@ -76,7 +76,7 @@ export class Study {
 
   constructor(readonly backend: Backend, readonly instrument: Instrument, readonly weights: GPT2Weights, readonly opts: StudyOptions) {
     this.memoryBefore = backend.memInfo().free;
-    this.session = new Session(backend, weights, undefined, opts.plan);
+    this.session = new Session(backend, weights, { plan: opts.plan });
   }
 
   /**

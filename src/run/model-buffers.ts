@@ -1,10 +1,12 @@
-// Puts a model on a backend: every weight in one arena, a preallocated KV cache per layer, the activations
-// for up to `maxRows` rows, and the token sequence and position that the kernels read from memory.
+// Puts a model on a backend for `batch` sequences: every weight in one arena (matrices and embedding tables in
+// the weight dtype, vectors in fp32), a preallocated KV cache per layer and sequence in the cache dtype, the
+// activations for up to `maxRows` rows, and each sequence's tokens and position that the kernels read from memory.
 import type { Backend, DeviceBuffer } from "../backends/backend.ts";
 import type { GPT2Config } from "../model/config.ts";
-import { numel } from "../model/safetensors.ts";
-import { parameterSpecs, type GPT2Weights } from "../model/weights.ts";
-import { STATE_INTS } from "../ops.ts";
+import { StorageConverter } from "../model/dtypes.ts";
+import { nameOf, numel } from "../model/safetensors.ts";
+import { parameterSpecs, type GPT2Weights, type ParameterSpec } from "../model/weights.ts";
+import { DTYPE_BYTES, DTYPES, dtypeOf, STATE_INTS, type DtypeName } from "../ops.ts";
 import type { ModelBuffers } from "../plan.ts";
 
 const ALIGN = 256; // bytes: every tensor starts on a 256-byte boundary (16-byte vector loads, coalescing)
@@ -24,24 +26,44 @@ class Arena {
   }
 }
 
+/** How a model is laid out on a backend: sequences per step and storage types. */
+export interface Placement {
+  batch: number;
+  weights: DtypeName;
+  kv: DtypeName;
+}
+export const SINGLE_F32: Placement = { batch: 1, weights: "f32", kv: "f32" };
+
+/** Matrices and embedding tables are stored in the weight dtype; biases and layer-norm parameters stay fp32. */
+export const storedInWeightDtype = (spec: ParameterSpec) => spec.shape.length === 2;
+
 export interface ResidentModel {
   buffers: ModelBuffers;
+  placement: Placement;
   /** what was allocated, for memory accounting */
   allocations: { weights: DeviceBuffer; cache: DeviceBuffer; activations: DeviceBuffer };
   free(): void;
 }
 
 /**
- * Streams the weights onto the backend (each chunk uploaded as it comes: no copy of the model is held on
- * the host), then allocates cache and activations for steps of up to maxRows rows (default: n_positions).
+ * Streams the weights onto the backend (each chunk converted to its storage type and uploaded as it comes: no
+ * copy of the model is held on the host), then allocates cache and activations for steps of up to maxRows rows
+ * (default: n_positions, or the batch if larger).
  */
-export function placeModel(backend: Backend, weights: GPT2Weights, maxRows = weights.config.n_positions): ResidentModel {
+export function placeModel(backend: Backend, weights: GPT2Weights, placement: Placement = SINGLE_F32, maxRows?: number): ResidentModel {
   const cfg = weights.config;
+  const rows = maxRows ?? Math.max(cfg.n_positions, placement.batch);
+  const narrow = new StorageConverter(placement.weights);
+  const bytesPer = (spec: ParameterSpec) => (storedInWeightDtype(spec) ? narrow.bytesPerElement : FLOAT);
   const weightArena = new Arena();
-  const offsets = new Map(parameterSpecs(cfg).map((s) => [s.name, weightArena.reserve(numel(s.shape) * FLOAT)]));
+  const specs = parameterSpecs(cfg);
+  const offsets = new Map(specs.map((s) => [s.name, weightArena.reserve(numel(s.shape) * bytesPer(s))]));
   const weightBuffer = backend.alloc(weightArena.size);
   try {
-    weights.stream((spec, chunk, offset) => backend.upload(weightBuffer, chunk, offsets.get(spec.name)! + offset * FLOAT));
+    weights.stream((spec, chunk, offset) => {
+      const stored = storedInWeightDtype(spec) ? narrow.convert(chunk, () => `weight ${nameOf(spec.name)}`) : chunk;
+      backend.upload(weightBuffer, stored, offsets.get(spec.name)! + offset * bytesPer(spec));
+    });
   } catch (e) {
     backend.free(weightBuffer);
     throw e;
@@ -49,11 +71,13 @@ export function placeModel(backend: Backend, weights: GPT2Weights, maxRows = wei
   const w = (name: string) => weightBuffer.ptr + offsets.get(name)!;
   const pair = (prefix: string) => ({ weight: w(`${prefix}.weight`), bias: w(`${prefix}.bias`) });
 
-  const cache = allocateCache(backend, cfg);
-  const acts = allocateActivations(backend, cfg, maxRows);
+  const cache = allocateCache(backend, cfg, placement);
+  const acts = allocateActivations(backend, cfg, rows, placement.batch);
 
   const buffers: ModelBuffers = {
     config: cfg,
+    batch: placement.batch,
+    dtypes: { weights: DTYPES[placement.weights], kv: DTYPES[placement.kv] },
     wte: w("wte.weight"),
     wpe: w("wpe.weight"),
     layers: Array.from({ length: cfg.n_layer }, (_, i) => ({
@@ -64,10 +88,11 @@ export function placeModel(backend: Backend, weights: GPT2Weights, maxRows = wei
     kCache: cache.k,
     vCache: cache.v,
     ...acts.pointers,
-    maxRows,
+    maxRows: rows,
   };
   return {
     buffers,
+    placement,
     allocations: { weights: weightBuffer, cache: cache.buffer, activations: acts.buffer },
     free() {
       backend.free(weightBuffer);
@@ -77,20 +102,23 @@ export function placeModel(backend: Backend, weights: GPT2Weights, maxRows = wei
   };
 }
 
-/** KV cache bytes as allocated: 2 × n_layer × n_positions × n_embd × 4 (each layer's K and V aligned). */
-export function cacheBytes(cfg: GPT2Config): number {
-  return 2 * cfg.n_layer * align(cfg.n_positions * cfg.n_embd * FLOAT);
+/** One layer's K (or V) cache: every sequence's n_positions rows of n_embd values in the cache dtype. */
+const layerCacheBytes = (cfg: GPT2Config, p: Placement) => align(p.batch * cfg.n_positions * cfg.n_embd * DTYPE_BYTES[p.kv]);
+
+/** KV cache bytes as allocated: 2 × n_layer × batch × n_positions × n_embd × cache dtype bytes (each layer's K and V aligned). */
+export function cacheBytes(cfg: GPT2Config, placement: Placement = SINGLE_F32): number {
+  return 2 * cfg.n_layer * layerCacheBytes(cfg, placement);
 }
 
-function allocateCache(backend: Backend, cfg: GPT2Config) {
-  const per = align(cfg.n_positions * cfg.n_embd * FLOAT);
-  const buffer = backend.alloc(cacheBytes(cfg)); // zeroed by be_alloc's contract (cuda/runtime.h), not touched here
+function allocateCache(backend: Backend, cfg: GPT2Config, placement: Placement) {
+  const per = layerCacheBytes(cfg, placement);
+  const buffer = backend.alloc(cacheBytes(cfg, placement)); // zeroed by be_alloc's contract (cuda/runtime.h), not touched here
   const k = Array.from({ length: cfg.n_layer }, (_, l) => buffer.ptr + 2 * l * per);
   const v = Array.from({ length: cfg.n_layer }, (_, l) => buffer.ptr + (2 * l + 1) * per);
   return { buffer, k, v };
 }
 
-function allocateActivations(backend: Backend, cfg: GPT2Config, rows: number) {
+function allocateActivations(backend: Backend, cfg: GPT2Config, rows: number, batch: number) {
   const C = cfg.n_embd;
   const arena = new Arena();
   const layout = {
@@ -101,15 +129,34 @@ function allocateActivations(backend: Backend, cfg: GPT2Config, rows: number) {
     proj: arena.reserve(rows * C * FLOAT),
     fc: arena.reserve(rows * 4 * C * FLOAT),
     act: arena.reserve(rows * 4 * C * FLOAT),
-    logits: arena.reserve(cfg.vocab_size * FLOAT),
+    logits: arena.reserve(batch * cfg.vocab_size * FLOAT),
     scratch: arena.reserve(Math.max(FLOAT, backend.attentionScratchBytes(rows, C, cfg.n_head, cfg.n_positions),
       backend.attentionScratchBytes(1, C, cfg.n_head, cfg.n_positions))),
     // every linear reads at most 4C and writes at most 4C (the MLP); the LM head and argmax span the vocabulary
-    partials: arena.reserve(Math.max(FLOAT, backend.partialsBytes(4 * C, 4 * C, cfg.vocab_size))),
-    seq: arena.reserve((cfg.n_positions + 1) * INT32),
-    state: arena.reserve(STATE_INTS * INT32),
+    partials: arena.reserve(Math.max(FLOAT, backend.partialsBytes(batch, 4 * C, 4 * C, cfg.vocab_size))),
+    seq: arena.reserve(batch * (cfg.n_positions + 1) * INT32),
+    state: arena.reserve(batch * STATE_INTS * INT32),
   };
   const buffer = backend.alloc(arena.size); // zeroed, and on the CPU committed only where a step writes
   const pointers = Object.fromEntries(Object.entries(layout).map(([k, at]) => [k, buffer.ptr + at])) as Record<keyof typeof layout, number>;
   return { buffer, pointers, layout };
+}
+
+/**
+ * The buffers as sequence b alone sees them: its state, tokens, logits and cache rows, as a batch of one.
+ * A prefill runs one sequence at a time through such a view (its T rows use the shared activations).
+ */
+export function sequenceView(m: ModelBuffers, b: number): ModelBuffers {
+  if (!Number.isInteger(b) || b < 0 || b >= m.batch) throw new RangeError(`sequence ${b} outside 0..${m.batch - 1}`);
+  const cfg = m.config;
+  const cacheRowsBytes = cfg.n_positions * cfg.n_embd * DTYPE_BYTES[dtypeOf(m.dtypes.kv)];
+  return {
+    ...m,
+    batch: 1,
+    state: m.state + b * STATE_INTS * INT32,
+    seq: m.seq + b * (cfg.n_positions + 1) * INT32,
+    logits: m.logits + b * cfg.vocab_size * FLOAT,
+    kCache: m.kCache.map((p) => p + b * cacheRowsBytes),
+    vCache: m.vCache.map((p) => p + b * cacheRowsBytes),
+  };
 }

@@ -1,5 +1,6 @@
-// A model resident on a backend, and the ways to run it: prefill, cached decode steps in each launch
-// mode, the uncached baseline, and full-sequence logits.
+// A model resident on a backend for one or more sequences, and the ways to run it: prefill (a sequence at a
+// time), cached decode steps of every sequence at once in each launch mode, the uncached baseline, and
+// full-sequence logits.
 import type { Backend } from "../backends/backend.ts";
 import { UserError } from "../errors.ts";
 import type { GPT2Weights } from "../model/weights.ts";
@@ -7,37 +8,65 @@ import { STATE_INTS, STATE_POS } from "../ops.ts";
 import { decodeStep, type PlanKind } from "../plan.ts";
 import { launchMode, type LaunchMode } from "./launch-modes.ts";
 import { firstNonFinite, firstNonFiniteOp, nonFiniteMessage } from "./finite.ts";
-import { placeModel, type ResidentModel } from "./model-buffers.ts";
+import { placeModel, SINGLE_F32, sequenceView, type Placement, type ResidentModel } from "./model-buffers.ts";
 import { CompiledStep } from "./step.ts";
 
 const INT32_BYTES = 4;
+const FLOAT_BYTES = 4;
+
+export interface SessionOptions {
+  /** sequences and storage types (default: one sequence, fp32) */
+  placement?: Placement;
+  /** the most rows a step may have (default: n_positions, or the batch if larger) */
+  maxRows?: number;
+  /** the ops of its decode steps (src/plan.ts PlanKind; several-row steps are unfused either way) */
+  plan?: PlanKind;
+}
 
 export class Session {
   readonly resident: ResidentModel;
-  private readonly steps = new Map<number, CompiledStep>();
-  private readonly stateWords = new Int32Array(STATE_INTS);
+  readonly plan: PlanKind;
+  /** compiled steps by "<sequence or all>:<T>" */
+  private readonly steps = new Map<string, CompiledStep>();
+  private readonly stateWords: Int32Array;
   private logitsCheck: Float32Array<ArrayBuffer> | undefined;
 
-  /** `plan`: the ops of its decode steps (src/plan.ts PlanKind; several-row steps are unfused either way) */
-  constructor(readonly backend: Backend, readonly weights: GPT2Weights, maxRows?: number, readonly plan: PlanKind = "fused") {
-    this.resident = placeModel(backend, weights, maxRows);
+  constructor(readonly backend: Backend, readonly weights: GPT2Weights, opts: SessionOptions = {}) {
+    this.plan = opts.plan ?? "fused";
+    this.resident = placeModel(backend, weights, opts.placement ?? SINGLE_F32, opts.maxRows);
+    this.stateWords = new Int32Array(this.batch * STATE_INTS);
   }
 
   get config() {
     return this.weights.config;
   }
 
-  /** The step for T new rows, compiled once and kept (T = 1 is the decode step). */
+  /** sequences decoded together */
+  get batch(): number {
+    return this.resident.placement.batch;
+  }
+
+  /** The step for T new rows of every sequence, compiled once and kept (T = 1 is the decode step). */
   step(T: number): CompiledStep {
-    let s = this.steps.get(T);
+    return this.compiled(`all:${T}`, () => decodeStep(this.resident.buffers, T, this.plan));
+  }
+
+  /** The step for T new rows of sequence b alone (a prefill, a recompute). */
+  sequenceStep(b: number, T: number): CompiledStep {
+    if (this.batch === 1) return this.step(T);
+    return this.compiled(`${b}:${T}`, () => decodeStep(sequenceView(this.resident.buffers, b), T, this.plan));
+  }
+
+  private compiled(key: string, build: () => ReturnType<typeof decodeStep>): CompiledStep {
+    let s = this.steps.get(key);
     if (!s) {
-      s = new CompiledStep(this.backend, decodeStep(this.resident.buffers, T, this.plan));
-      this.steps.set(T, s);
+      s = new CompiledStep(this.backend, build());
+      this.steps.set(key, s);
     }
     return s;
   }
 
-  /** Runs a step of T rows in a launch mode (asynchronous on CUDA). */
+  /** Runs a step of T rows of every sequence in a launch mode (asynchronous on CUDA). */
   run(T: number, mode: LaunchMode = launchMode("eager")): void {
     if (!mode.available(this.backend)) throw new UserError(`launch mode ${mode.name} is not available on the ${this.backend.kind} backend`);
     mode.run(this.step(T), 1);
@@ -50,74 +79,97 @@ export class Session {
     }
   }
 
-  /** Writes tokens into the device sequence at [0, ids.length). */
-  setSequence(ids: ArrayLike<number>): void {
+  /** Writes tokens into sequence b's device tokens at [0, ids.length). */
+  setSequence(ids: ArrayLike<number>, b = 0): void {
     this.checkContext(ids.length);
-    const words = Int32Array.from(ids as ArrayLike<number>);
-    this.backend.upload(this.bufferOf("seq"), words);
+    this.backend.upload(this.region("seq"), Int32Array.from(ids as ArrayLike<number>), this.offset("seq", b));
   }
 
-  setPosition(pos: number): void {
+  /** Sets sequence b's position, or every sequence's when b is omitted. */
+  setPosition(pos: number, b?: number): void {
     this.stateWords.fill(0);
-    this.stateWords[STATE_POS] = pos;
-    this.backend.upload(this.bufferOf("state"), this.stateWords);
+    for (let s = 0; s < this.batch; s++) this.stateWords[s * STATE_INTS + STATE_POS] = pos;
+    if (b === undefined) {
+      this.backend.upload(this.region("state"), this.stateWords);
+      return;
+    }
+    this.backend.upload(this.region("state"), this.stateWords.subarray(0, STATE_INTS), this.offset("state", b));
   }
 
-  position(): number {
-    this.backend.download(this.bufferOf("state"), this.stateWords);
-    return this.stateWords[STATE_POS]!;
+  position(b = 0): number {
+    this.backend.download(this.region("state"), this.stateWords);
+    return this.stateWords[b * STATE_INTS + STATE_POS]!;
   }
 
-  readSequence(length: number): number[] {
+  readSequence(length: number, b = 0): number[] {
     const out = new Int32Array(length);
-    this.backend.download(this.bufferOf("seq"), out);
+    this.backend.download(this.region("seq"), out, this.offset("seq", b));
     return Array.from(out);
   }
 
-  readLogits(into = new Float32Array(this.config.vocab_size)): Float32Array {
-    this.backend.download(this.bufferOf("logits"), into);
+  /** Sequence b's logits from the last step. */
+  readLogits(into = new Float32Array(this.config.vocab_size), b = 0): Float32Array {
+    this.backend.download(this.region("logits"), into, this.offset("logits", b));
     return into;
   }
 
   /**
-   * Throws a UserError if the logits left by the last step of T rows are not finite, naming the first op
-   * that produced a non-finite value: the step is re-run eagerly, op by op, after `reset` restores its
-   * position (the ops before it rewrite the same values, so the re-run reproduces the step).
+   * Throws a UserError if the logits left by the last step of T rows (of every sequence, or of sequence
+   * `only`) are not finite, naming the first op that produced a non-finite value: the step is re-run eagerly,
+   * op by op, after `reset` restores its positions (the ops before it rewrite the same values, so the re-run
+   * reproduces the step).
    */
-  checkLogits(what: string, T: number, reset: () => void): void {
-    const logits = this.readLogits(this.logitsCheck ??= new Float32Array(this.config.vocab_size));
-    const at = firstNonFinite(logits);
-    if (at < 0) return;
-    const step = this.step(T);
-    const origin = firstNonFiniteOp(this.backend, step, reset);
-    throw new UserError(nonFiniteMessage(what, logits, at, origin, step.ops.length));
+  checkLogits(what: string, T: number, reset: () => void, only?: number): void {
+    const logits = (this.logitsCheck ??= new Float32Array(this.config.vocab_size));
+    for (let b = 0; b < this.batch; b++) {
+      if (only !== undefined && b !== only) continue;
+      const at = firstNonFinite(this.readLogits(logits, b));
+      if (at < 0) continue;
+      const step = only === undefined ? this.step(T) : this.sequenceStep(only, T);
+      const origin = firstNonFiniteOp(this.backend, step, reset);
+      throw new UserError(nonFiniteMessage(this.batch > 1 ? `${what} (sequence ${b})` : what, logits, at, origin, step.ops.length));
+    }
   }
 
-  /** Prefill: the whole prompt in one pass at position 0; leaves the first generated token at seq[prompt.length]. */
-  prefill(prompt: number[], mode?: LaunchMode): void {
-    this.setSequence(prompt);
-    this.setPosition(0);
-    this.run(prompt.length, mode);
+  /**
+   * Prefill of sequence b: its whole prompt in one pass at position 0; leaves its first generated token at
+   * seq_b[prompt.length] and its position there.
+   */
+  prefill(prompt: number[], mode?: LaunchMode, b = 0): void {
+    this.setSequence(prompt, b);
+    this.setPosition(0, b);
+    const step = this.sequenceStep(b, prompt.length);
+    if (mode && !mode.available(this.backend)) throw new UserError(`launch mode ${mode.name} is not available on the ${this.backend.kind} backend`);
+    (mode ?? launchMode("eager")).run(step, 1);
   }
 
-  /** Logits (len, V) at every position of `ids`, from one uncached forward pass. */
+  /** Logits (len, V) at every position of `ids`, from one uncached forward pass of sequence 0. */
   logitsAtEveryPosition(ids: number[]): Float32Array {
     const { vocab_size: V, n_embd: C } = this.config;
     const b = this.resident.buffers;
     this.prefill(ids);
     const out = new Float32Array(ids.length * V);
     for (let t = 0; t < ids.length; t++) {
-      this.backend.ops.op_lm_head(b.logits, b.ln, b.wte, t + 1, C, V);
+      this.backend.ops.op_lm_head(b.logits, b.ln, b.wte, 1, t + 1, C, V, b.dtypes.weights);
       this.readLogits(out.subarray(t * V, (t + 1) * V));
     }
     return out;
   }
 
-  /** A view of one activation region as a buffer (for uploads/downloads of seq, state, logits). */
-  private bufferOf(name: "seq" | "state" | "logits") {
-    const b = this.resident.buffers;
-    const bytes = { seq: (this.config.n_positions + 1) * INT32_BYTES, state: STATE_INTS * INT32_BYTES, logits: this.config.vocab_size * 4 }[name];
-    return { ptr: b[name], bytes };
+  /** One of the per-sequence regions (tokens, state, logits) as a buffer over every sequence. */
+  private region(name: "seq" | "state" | "logits") {
+    return { ptr: this.resident.buffers[name], bytes: this.batch * this.rowBytes(name) };
+  }
+
+  /** Byte offset of sequence b's part of a per-sequence region. */
+  private offset(name: "seq" | "state" | "logits", b: number): number {
+    if (!Number.isInteger(b) || b < 0 || b >= this.batch) throw new RangeError(`sequence ${b} outside 0..${this.batch - 1}`);
+    return b * this.rowBytes(name);
+  }
+
+  private rowBytes(name: "seq" | "state" | "logits"): number {
+    const cfg = this.config;
+    return { seq: (cfg.n_positions + 1) * INT32_BYTES, state: STATE_INTS * INT32_BYTES, logits: cfg.vocab_size * FLOAT_BYTES }[name];
   }
 
   close(): void {

@@ -4,8 +4,12 @@
 // Every case also keeps the device's outputs, so that a second run (the emulator in another schedule) can be
 // compared with the first bit for bit.
 import type { Backend } from "../backends/backend.ts";
+import { DTYPES } from "../ops.ts";
 import { DeviceArena } from "./arena.ts";
 import { maxRelativeError, randomFloats } from "./compare.ts";
+
+/** fp32 weights and cache (cuda/ops.h storage types) */
+const F32 = DTYPES.f32;
 
 export const KERNEL_TOLERANCE = 1e-4;
 
@@ -42,7 +46,7 @@ class Pair {
   /** A zeroed partials buffer on `arena`'s backend. */
   partials(arena: DeviceArena): number {
     const { maxIn, maxOut, V } = CASE_PARTIALS;
-    return arena.zeroed(Math.max(1, arena.backend.partialsBytes(maxIn, maxOut, V) / 4)).ptr;
+    return arena.zeroed(Math.max(1, arena.backend.partialsBytes(1, maxIn, maxOut, V) / 4)).ptr;
   }
 
   /** Keeps a device result for the bit-for-bit comparison of two runs. */
@@ -91,7 +95,7 @@ const embedCases = ([[1, 768], [4, 128], [3, 1600], [2, 130]] as const).map(([T,
     const V = 1001, maxCtx = 64, pos = 9;
     const seq = Int32Array.from({ length: maxCtx + 1 }, (_, i) => (i * 7919 + seed) % V);
     return pair.compare({ seq, state: stateAt(pos), wte: randomFloats(V * C, seed + 1), wpe: randomFloats(maxCtx * C, seed + 2) }, { out: T * C },
-      (b, p) => b.ops.op_embed(p.out!, p.seq!, p.state!, p.wte!, p.wpe!, T, C));
+      (b, p) => b.ops.op_embed(p.out!, p.seq!, p.state!, p.wte!, p.wpe!, 1, T, C, maxCtx, F32));
   },
 }));
 
@@ -109,7 +113,7 @@ const LINEAR_SHAPES = [
 const linearCases = LINEAR_SHAPES.map(([T, C, OC]): KernelCase => ({
   kernel: "linear", shape: `T=${T} C=${C} OC=${OC}`,
   run: (pair, seed) => pair.compare({ inp: randomFloats(T * C, seed + 5), w: randomFloats(C * OC, seed + 6, 0.1), b: randomFloats(OC, seed + 7) }, { out: T * OC },
-    (b, p) => b.ops.op_linear(p.out!, p.partials!, p.inp!, p.w!, p.b!, T, C, OC)),
+    (b, p) => b.ops.op_linear(p.out!, p.partials!, p.inp!, p.w!, p.b!, T, C, OC, F32)),
 }));
 
 const elementwiseCases = [1, 1000, 100_003, 768 * 4 * 5].flatMap((N): KernelCase[] => [
@@ -120,10 +124,20 @@ const elementwiseCases = [1, 1000, 100_003, 768 * 4 * 5].flatMap((N): KernelCase
   },
 ]);
 
-/** GELU's negative tail one element at a time, where 0.5 x (1 + tanh u) cancels: each error is relative to that element. */
+/** GELU's negative tail, where 0.5 x (1 + tanh u) cancels: each element's error relative to that element. */
 const geluTail: KernelCase = {
-  kernel: "gelu", shape: "N=1 at each x in -10..-2 (the negative tail)",
-  run: (pair) => Math.max(...Array.from({ length: 81 }, (_, i) => pair.compare({ a: Float32Array.of(-10 + i / 10) }, { out: 1 }, (b, p) => b.ops.op_gelu(p.out!, p.a!, 1)))),
+  kernel: "gelu", shape: "N=81, x in -10..-2 (the negative tail), each element against itself",
+  run: (pair) => {
+    const x = Float32Array.from({ length: 81 }, (_, i) => -10 + i / 10);
+    const on = (arena: DeviceArena) => {
+      const out = arena.poisoned(x.length);
+      arena.backend.ops.op_gelu(out.ptr, arena.put(x).ptr, x.length);
+      return arena.floats(out);
+    };
+    const got = on(pair.device), want = on(pair.cpu);
+    pair.note("out", got);
+    return Math.max(...Array.from(got, (g, i) => maxRelativeError(Float32Array.of(g), Float32Array.of(want[i]!))));
+  },
 };
 
 const residualInPlace: KernelCase = {
@@ -145,7 +159,7 @@ const residualInPlace: KernelCase = {
 const lmHeadCases = ([[1, 768, 50257], [3, 128, 1001], [1, 1600, 5003], [2, 130, 999]] as const).map(([T, C, V]): KernelCase => ({
   kernel: "lm_head", shape: `T=${T} C=${C} V=${V}`,
   run: (pair, seed) => pair.compare({ inp: randomFloats(T * C, seed + 13), wte: randomFloats(V * C, seed + 14, 0.1) }, { logits: V },
-    (b, p) => b.ops.op_lm_head(p.logits!, p.inp!, p.wte!, T, C, V)),
+    (b, p) => b.ops.op_lm_head(p.logits!, p.inp!, p.wte!, 1, T, C, V, F32)),
 }));
 
 /** The logits an argmax case scans: random, with a pattern that makes the rule matter. */
@@ -180,7 +194,7 @@ const argmaxCases = ([
     const on = (arena: DeviceArena) => {
       const seq = arena.put(Int32Array.from({ length: maxCtx + 1 }, (_, i) => -1 - i));
       const state = arena.put(stateAt(pos));
-      arena.backend.ops.op_argmax(seq.ptr, state.ptr, pair.partials(arena), arena.put(logits).ptr, V, T, maxCtx);
+      arena.backend.ops.op_argmax(seq.ptr, state.ptr, pair.partials(arena), arena.put(logits).ptr, 1, V, T, maxCtx);
       return Int32Array.of(...arena.ints(seq), ...arena.ints(state));
     };
     const got = on(pair.device), want = on(pair.cpu);
@@ -203,8 +217,8 @@ export function attentionCase(T: number, pos: number, C: number, nHead: number, 
         const scratchBytes = b.attentionScratchBytes(T, C, nHead, maxCtx);
         const scratch = scratchBytes > 0 ? arena.zeroed(scratchBytes / 4).ptr : 0;
         const out = arena.poisoned(T * C);
-        b.ops.op_kv_append(pk.ptr, pv.ptr, pq.ptr, st.ptr, T, C, maxCtx);
-        b.ops.op_attention(out.ptr, scratch, pq.ptr, pk.ptr, pv.ptr, st.ptr, T, C, nHead, maxCtx);
+        b.ops.op_kv_append(pk.ptr, pv.ptr, pq.ptr, st.ptr, 1, T, C, maxCtx, F32);
+        b.ops.op_attention(out.ptr, scratch, pq.ptr, pk.ptr, pv.ptr, st.ptr, 1, T, C, nHead, maxCtx, F32);
         return { out: arena.floats(out), k: arena.floats(pk), v: arena.floats(pv) };
       };
       const got = on(pair.device), want = on(pair.cpu);
@@ -234,19 +248,19 @@ const lnQkvCases = ([[768, 5, 1024], [128, 63, 64], [128, 64, 64], [90, 7, 16], 
   run: (pair, seed) => pair.compare({
     ...layerNormInputs(C, seed + 40), w: randomFloats(C * 3 * C, seed + 43, 0.1), b: randomFloats(3 * C, seed + 44), state: stateAt(pos),
     k: randomFloats(maxCtx * C, seed + 45), v: randomFloats(maxCtx * C, seed + 46),
-  }, { qkv: 3 * C }, (b, p) => b.ops.op_ln_qkv(p.qkv!, p.k!, p.v!, p.partials!, p.x!, p.lnW!, p.lnB!, p.w!, p.b!, p.state!, C, maxCtx, EPS), ["k", "v"]),
+  }, { qkv: 3 * C }, (b, p) => b.ops.op_ln_qkv(p.qkv!, p.k!, p.v!, p.partials!, p.x!, p.lnW!, p.lnB!, p.w!, p.b!, p.state!, 1, C, maxCtx, EPS, F32, F32), ["k", "v"]),
 }));
 
 const lnLinearGeluCases = ([[768, 3072], [128, 512], [90, 70], [1600, 6400]] as const).map(([C, OC]): KernelCase => ({
   kernel: "ln_linear_gelu", shape: `C=${C} OC=${OC}`,
   run: (pair, seed) => pair.compare({ ...layerNormInputs(C, seed + 50), w: randomFloats(C * OC, seed + 53, 0.1), b: randomFloats(OC, seed + 54) },
-    { out: OC }, (b, p) => b.ops.op_ln_linear_gelu(p.out!, p.partials!, p.x!, p.lnW!, p.lnB!, p.w!, p.b!, C, OC, EPS)),
+    { out: OC }, (b, p) => b.ops.op_ln_linear_gelu(p.out!, p.partials!, p.x!, p.lnW!, p.lnB!, p.w!, p.b!, 1, C, OC, EPS, F32)),
 }));
 
 const linearResidualCases = ([[768, 768], [3072, 768], [96, 101], [6400, 1600]] as const).map(([C, OC]): KernelCase => ({
   kernel: "linear_residual", shape: `C=${C} OC=${OC}`,
   run: (pair, seed) => pair.compare({ x: randomFloats(OC, seed + 60), inp: randomFloats(C, seed + 61), w: randomFloats(C * OC, seed + 62, 0.1), b: randomFloats(OC, seed + 63) },
-    {}, (b, p) => b.ops.op_linear_residual(p.x!, p.partials!, p.inp!, p.w!, p.b!, C, OC), ["x"]),
+    {}, (b, p) => b.ops.op_linear_residual(p.x!, p.partials!, p.inp!, p.w!, p.b!, 1, C, OC, F32), ["x"]),
 }));
 
 /**
@@ -263,7 +277,7 @@ const lnLmHeadArgmaxCases = ([[768, 50257, 5, 1024], [128, 1001, 63, 64], [130, 
         const logits = arena.poisoned(V);
         const seq = arena.put(Int32Array.from({ length: maxCtx + 1 }, (_, i) => -1 - i)), state = arena.put(stateAt(pos));
         arena.backend.ops.op_ln_lm_head_argmax(logits.ptr, seq.ptr, state.ptr, pair.partials(arena), arena.put(x).ptr, arena.put(lnW).ptr,
-          arena.put(lnB).ptr, arena.put(wte).ptr, C, V, maxCtx, EPS);
+          arena.put(lnB).ptr, arena.put(wte).ptr, 1, C, V, maxCtx, EPS, F32);
         return { logits: arena.floats(logits), seq: arena.ints(seq), pos: arena.ints(state)[0]! };
       };
       const got = on(pair.device), want = on(pair.cpu);
