@@ -1,4 +1,6 @@
-// CPU twins of attention.cu: append to the KV cache, then causal attention over it (no stored mask).
+// CPU twins of attention.cu: append to the KV cache, then causal attention over it (no stored mask). The
+// cache is stored as fp32, bf16 or f16: rows are rounded to nearest even as they are appended and widened to
+// fp32 as they are read (one row, or one key block of a head, at a time, into a small buffer in L1).
 //
 // One query (decode): memory-bound, the cache is read once. The keys are cut into ranges; a range's chunk
 // reads its K rows, then its V rows, contiguously for all heads, and leaves each head's partial softmax
@@ -11,27 +13,43 @@
 #include <string.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "cpu_math.h"
 #include "cpu_runtime.h"
 #include "ops.h"
 
+namespace {
+// dst[0:n] = src[0:n] in the cache's storage type (rounded to nearest even; cpu_math.h `narrow` says what
+// becomes of values f16 cannot hold: ±Inf from 65520 up, NaN stays NaN)
+template <typename S> void store_row(S* dst, const float* src, int n) {
+  if constexpr (std::is_same_v<S, float>) {
+    memcpy(dst, src, sizeof(float) * n);
+  } else {
+    for (int i = 0; i < n; i++) dst[i] = narrow_to<S>(src[i]);
+  }
+}
+}  // namespace
+
 // k_cache_b, v_cache_b: (max_ctx, C) rows [pos_b, pos_b + T) = the k and v parts of qkv: (B·T, 3C)
 extern "C" void op_kv_append(void* k_cache, void* v_cache, const float* qkv, const int* state, int B, int T, int C, int max_ctx,
                              int kvdtype) {
   OpTimer timer(OP_KV_APPEND);
-  if (cpu_reject_unless(kvdtype == DTYPE_F32)) return;
-  for (int b = 0; b < B; b++) {
-    const int pos = state[b * STATE_INTS + STATE_POS];
-    float* k = static_cast<float*>(k_cache) + (size_t)b * max_ctx * C;
-    float* v = static_cast<float*>(v_cache) + (size_t)b * max_ctx * C;
-    for (int t = 0; t < T && pos + t < max_ctx; t++) {
-      const float* row = qkv + ((size_t)b * T + t) * 3 * C;
-      memcpy(k + (size_t)(pos + t) * C, row + C, sizeof(float) * C);
-      memcpy(v + (size_t)(pos + t) * C, row + 2 * C, sizeof(float) * C);
+  if (cpu_reject_unless(is_storage_type(kvdtype))) return;
+  with_storage(kvdtype, [&](auto storage) {
+    using S = typename decltype(storage)::type;
+    for (int b = 0; b < B; b++) {
+      const int pos = state[b * STATE_INTS + STATE_POS];
+      S* k = static_cast<S*>(k_cache) + (size_t)b * max_ctx * C;
+      S* v = static_cast<S*>(v_cache) + (size_t)b * max_ctx * C;
+      for (int t = 0; t < T && pos + t < max_ctx; t++) {
+        const float* row = qkv + ((size_t)b * T + t) * 3 * C;
+        store_row(k + (size_t)(pos + t) * C, row + C, C);
+        store_row(v + (size_t)(pos + t) * C, row + 2 * C, C);
+      }
     }
-  }
+  });
 }
 
 extern "C" size_t op_attention_scratch_bytes(int, int, int, int) { return 0; }
@@ -59,11 +77,13 @@ int visible_keys(int pos, int t, int max_ctx) {
 int slot_floats(int hs) { return hs + 2; }
 
 // slots: (n_head, hs + 2) for keys [j0, j1)     scores: (n_head, j1 - j0) scratch     q: (C)
-void attend_key_range(float* slots, float* scores, const float* q, const float* k_cache, const float* v_cache, int j0,
+// row: (C) scratch for a widened cache row
+template <typename S>
+void attend_key_range(float* slots, float* scores, float* row, const float* q, const S* k_cache, const S* v_cache, int j0,
                       int j1, int C, int n_head, float scale) {
   const int hs = C / n_head, n = j1 - j0;
   for (int j = 0; j < n; j++) {
-    const float* k = k_cache + (size_t)(j0 + j) * C;
+    const float* k = as_floats(k_cache + (size_t)(j0 + j) * C, row, C);
     for (int h = 0; h < n_head; h++) {
       float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
@@ -87,7 +107,7 @@ void attend_key_range(float* slots, float* scores, const float* q, const float* 
     memset(slot + 2, 0, sizeof(float) * hs);
   }
   for (int j = 0; j < n; j++) {
-    const float* v = v_cache + (size_t)(j0 + j) * C;
+    const float* v = as_floats(v_cache + (size_t)(j0 + j) * C, row, C);
     for (int h = 0; h < n_head; h++) {
       const float p = scores[h * n + j];
       float* acc = slots + (size_t)h * slot_floats(hs) + 2;
@@ -121,7 +141,8 @@ void merge_ranges(float* out, const float* slots, int ranges, int C, int n_head)
 }
 
 // out: (C) for one query q: (C) over cache rows [0, keys)
-void attend_one_query(float* out, const float* q, const float* k_cache, const float* v_cache, int keys, int C, int n_head) {
+template <typename S>
+void attend_one_query(float* out, const float* q, const S* k_cache, const S* v_cache, int keys, int C, int n_head) {
   const int hs = C / n_head;
   const float scale = 1.0f / sqrtf((float)hs);
   const int ranges = (keys + kKeysPerRange - 1) / kKeysPerRange;
@@ -130,11 +151,13 @@ void attend_one_query(float* out, const float* q, const float* k_cache, const fl
   slots.resize(range_floats * ranges);
   float* all = slots.data();
   parallel_range(ranges, 1, (long)keys * C, [&](long r0, long r1) {
-    static thread_local std::vector<float> scores;  // (n_head, kKeysPerRange) per thread
+    static thread_local std::vector<float> scores, row;  // (n_head, kKeysPerRange) and (C) per thread
     scores.resize((size_t)n_head * kKeysPerRange);
+    row.resize(C);
     for (long r = r0; r < r1; r++) {
       const int j0 = (int)r * kKeysPerRange;
-      attend_key_range(all + range_floats * r, scores.data(), q, k_cache, v_cache, j0, std::min(keys, j0 + kKeysPerRange), C, n_head, scale);
+      attend_key_range(all + range_floats * r, scores.data(), row.data(), q, k_cache, v_cache, j0, std::min(keys, j0 + kKeysPerRange),
+                       C, n_head, scale);
     }
   });
   merge_ranges(out, all, ranges, C, n_head);
@@ -155,6 +178,8 @@ struct QueryBlockScratch {
   std::vector<float> total;      // (kQueryBlock) running Σ e^(score - max)
   std::vector<float> rescale;    // (kQueryBlock) e^(old max - new max) of the current key block
   std::vector<int> visible;      // (kQueryBlock) keys each query sees (0 past the block's last query)
+  std::vector<float> k_block;    // (kKeyBlock, hs): a key block of the head's K columns, widened (bf16/f16 caches)
+  std::vector<float> v_block;    // (kKeyBlock, hs): the same of V
   void reset(int hs) {
     q_t.assign((size_t)hs * kQueryBlock, 0.0f);
     scores_t.resize((size_t)kKeyBlock * kQueryBlock);
@@ -163,8 +188,22 @@ struct QueryBlockScratch {
     total.assign(kQueryBlock, 0.0f);
     rescale.resize(kQueryBlock);
     visible.assign(kQueryBlock, 0);
+    k_block.resize((size_t)kKeyBlock * hs);
+    v_block.resize((size_t)kKeyBlock * hs);
   }
 };
+
+// n rows of one head's hs columns (row stride C in the cache) as fp32 rows: the cache itself when it is fp32,
+// else widened into block (row stride hs).
+struct HeadRows {
+  const float* data;
+  size_t row_stride;
+};
+HeadRows head_rows(const float* rows, int, int C, int, float*) { return {rows, (size_t)C}; }
+template <typename S> HeadRows head_rows(const S* rows, int n, int C, int hs, float* block) {
+  for (int j = 0; j < n; j++) widen_into(block + (size_t)j * hs, rows + (size_t)j * C, hs);
+  return {block, (size_t)hs};
+}
 
 // Folds n keys' scores (starting at key kb0) into every query's running softmax: masked scores are -inf,
 // probabilities e^(s · scale - new max) (0 where masked) replace them, and total and acc_t are rescaled.
@@ -209,7 +248,8 @@ void fold_scores(QueryBlockScratch& w, int n, int kb0, int hs, float scale) {
 }
 
 // out rows [t0, t1) (at most kQueryBlock), head h: queries from qkv (T, 3C) against cache rows [0, visible_keys(t1 - 1)).
-void attend_query_block(float* out, const float* qkv, const float* k_cache, const float* v_cache, int pos, int t0, int t1,
+template <typename S>
+void attend_query_block(float* out, const float* qkv, const S* k_cache, const S* v_cache, int pos, int t0, int t1,
                         int h, int C, int n_head, int max_ctx) {
   const int hs = C / n_head, queries = t1 - t0;
   const float scale = 1.0f / sqrtf((float)hs);
@@ -221,12 +261,14 @@ void attend_query_block(float* out, const float* qkv, const float* k_cache, cons
     w.visible[q] = visible_keys(pos, t0 + q, max_ctx);
   }
   const int keys = visible_keys(pos, t1 - 1, max_ctx);
-  const float* k_head = k_cache + h * hs;
-  const float* v_head = v_cache + h * hs;
+  const S* k_head = k_cache + h * hs;
+  const S* v_head = v_cache + h * hs;
   for (int kb0 = 0; kb0 < keys; kb0 += kKeyBlock) {
     const int n = std::min(kKeyBlock, keys - kb0);
-    const StridedA k_rows{k_head + (size_t)kb0 * C, (size_t)C, 1};  // (n, hs)
-    const StridedA v_cols{v_head + (size_t)kb0 * C, 1, (size_t)C};  // (hs, n)
+    const HeadRows k = head_rows(k_head + (size_t)kb0 * C, n, C, hs, w.k_block.data());
+    const HeadRows v = head_rows(v_head + (size_t)kb0 * C, n, C, hs, w.v_block.data());
+    const StridedA k_rows{k.data, k.row_stride, 1};  // (n, hs)
+    const StridedA v_cols{v.data, 1, v.row_stride};  // (hs, n)
     for (int panel = 0; panel < kQueryBlock; panel += kTileCols)
       for (int r0 = 0; r0 < n; r0 += kTileRows)
         tile_multiply_rows(std::min(kTileRows, n - r0), hs, k_rows.rows_from(r0), w.q_t.data() + panel, kQueryBlock,
@@ -245,7 +287,8 @@ void attend_query_block(float* out, const float* qkv, const float* k_cache, cons
 }
 
 // One sequence: out (T, C); query t (absolute position pos + t) attends to cache rows [0, pos + t]
-void attend_sequence(float* out, const float* qkv, const float* k_cache, const float* v_cache, int pos, int T, int C,
+template <typename S>
+void attend_sequence(float* out, const float* qkv, const S* k_cache, const S* v_cache, int pos, int T, int C,
                      int n_head, int max_ctx) {
   if (T == 1) {
     attend_one_query(out, qkv, k_cache, v_cache, visible_keys(pos, 0, max_ctx), C, n_head);
@@ -270,10 +313,13 @@ void attend_sequence(float* out, const float* qkv, const float* k_cache, const f
 extern "C" void op_attention(float* out, float*, const float* qkv, const void* k_cache, const void* v_cache,
                              const int* state, int B, int T, int C, int n_head, int max_ctx, int kvdtype) {
   OpTimer timer(OP_ATTENTION);
-  if (cpu_reject_unless(kvdtype == DTYPE_F32)) return;
-  for (int b = 0; b < B; b++) {
-    const size_t cache_offset = (size_t)b * max_ctx * C, row0 = (size_t)b * T;
-    attend_sequence(out + row0 * C, qkv + row0 * 3 * C, static_cast<const float*>(k_cache) + cache_offset,
-                    static_cast<const float*>(v_cache) + cache_offset, state[b * STATE_INTS + STATE_POS], T, C, n_head, max_ctx);
-  }
+  if (cpu_reject_unless(is_storage_type(kvdtype))) return;
+  with_storage(kvdtype, [&](auto storage) {
+    using S = typename decltype(storage)::type;
+    for (int b = 0; b < B; b++) {
+      const size_t cache_offset = (size_t)b * max_ctx * C, row0 = (size_t)b * T;
+      attend_sequence(out + row0 * C, qkv + row0 * 3 * C, static_cast<const S*>(k_cache) + cache_offset,
+                      static_cast<const S*>(v_cache) + cache_offset, state[b * STATE_INTS + STATE_POS], T, C, n_head, max_ctx);
+    }
+  });
 }
