@@ -1,11 +1,13 @@
 // CPU twins of attention.cu: append to the KV cache, then causal attention over it (no stored mask). The
 // cache is stored as fp32, bf16 or f16: rows are rounded to nearest even as they are appended and widened to
-// fp32 as they are read (one row, or one key block of a head, at a time, into a small buffer in L1).
+// fp32 as they are read (decode: in the dot products' loads; many queries: a head's key block at a time, into
+// a small buffer in L1).
 //
-// One query (decode): memory-bound, the cache is read once. The keys are cut into ranges; a range's chunk
-// reads its K rows, then its V rows, contiguously for all heads, and leaves each head's partial softmax
-// (max, sum, weighted sum of V) in a slot of its own. The slots are merged in range order afterwards, so the
-// result does not depend on which thread ran which range.
+// One query per sequence (decode): memory-bound, each cache is read once. Every sequence's keys are cut into
+// ranges, all of them chunks of one parallel pass; a range's chunk reads its K rows, then its V rows,
+// contiguously for all heads, and leaves each head's partial softmax (max, sum, weighted sum of V) in a slot of
+// its own. Each sequence's slots are merged in range order afterwards, so its result does not depend on which
+// thread ran which range, nor on the batch.
 // Many queries (prefill, the uncached step): compute-bound, flash-attention style. A chunk owns one head
 // and a block of queries; it walks the visible keys a block at a time, scores them with the micro-kernel
 // (cpu_math.h), folds them into a running softmax per query, and adds P @ V with the micro-kernel again.
@@ -71,25 +73,36 @@ int visible_keys(int pos, int t, int max_ctx) {
   return visible < max_ctx ? visible : max_ctx;
 }
 
-// ---- One query: split over key ranges ---------------------------------------------------------------------
+// ---- One query per sequence (decode): split over key ranges --------------------------------------------------
 
 // A head's softmax over one key range: slot = [max score, sum of e^(score - max), Σ e^(score - max) v (hs)].
 int slot_floats(int hs) { return hs + 2; }
 
+// q (n) · k (n), k widened as it is loaded
+template <typename S> float dot_widened(const float* q, const S* k, int n) {
+  vecf acc = {};
+  int d = 0;
+  for (; d + kVecFloats <= n; d += kVecFloats) acc += load_vec(q + d) * load_widened(k + d);
+  float dot = sum_lanes(acc);
+  for (; d < n; d++) dot += q[d] * widen(k[d]);
+  return dot;
+}
+
+// acc (n) += p · v (n), v widened as it is loaded
+template <typename S> void add_scaled_widened(float* acc, float p, const S* v, int n) {
+  int d = 0;
+  for (; d + kVecFloats <= n; d += kVecFloats) store_vec(acc + d, load_vec(acc + d) + splat(p) * load_widened(v + d));
+  for (; d < n; d++) acc[d] += p * widen(v[d]);
+}
+
 // slots: (n_head, hs + 2) for keys [j0, j1)     scores: (n_head, j1 - j0) scratch     q: (C)
-// row: (C) scratch for a widened cache row
 template <typename S>
-void attend_key_range(float* slots, float* scores, float* row, const float* q, const S* k_cache, const S* v_cache, int j0,
-                      int j1, int C, int n_head, float scale) {
+void attend_key_range(float* slots, float* scores, const float* q, const S* k_cache, const S* v_cache, int j0, int j1, int C,
+                      int n_head, float scale) {
   const int hs = C / n_head, n = j1 - j0;
   for (int j = 0; j < n; j++) {
-    const float* k = as_floats(k_cache + (size_t)(j0 + j) * C, row, C);
-    for (int h = 0; h < n_head; h++) {
-      float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-      for (int d = 0; d < hs; d++) dot += q[h * hs + d] * k[h * hs + d];
-      scores[h * n + j] = dot * scale;
-    }
+    const S* k = k_cache + (size_t)(j0 + j) * C;
+    for (int h = 0; h < n_head; h++) scores[h * n + j] = dot_widened(q + h * hs, k + h * hs, hs) * scale;
   }
   for (int h = 0; h < n_head; h++) {
     float* s = scores + h * n;
@@ -107,13 +120,8 @@ void attend_key_range(float* slots, float* scores, float* row, const float* q, c
     memset(slot + 2, 0, sizeof(float) * hs);
   }
   for (int j = 0; j < n; j++) {
-    const float* v = as_floats(v_cache + (size_t)(j0 + j) * C, row, C);
-    for (int h = 0; h < n_head; h++) {
-      const float p = scores[h * n + j];
-      float* acc = slots + (size_t)h * slot_floats(hs) + 2;
-#pragma omp simd
-      for (int d = 0; d < hs; d++) acc[d] += p * v[h * hs + d];
-    }
+    const S* v = v_cache + (size_t)(j0 + j) * C;
+    for (int h = 0; h < n_head; h++) add_scaled_widened(slots + (size_t)h * slot_floats(hs) + 2, scores[h * n + j], v + h * hs, hs);
   }
 }
 
@@ -140,27 +148,41 @@ void merge_ranges(float* out, const float* slots, int ranges, int C, int n_head)
   }
 }
 
-// out: (C) for one query q: (C) over cache rows [0, keys)
+// out: (B, C); sequence b's one query (row b of qkv: (B, 3C)) over its cache rows [0, pos_b]. The key ranges of
+// every sequence are one list of chunks, shared by the threads; each sequence's slots are merged in range
+// order afterwards, so a sequence's result depends neither on the threads nor on the other sequences.
 template <typename S>
-void attend_one_query(float* out, const float* q, const S* k_cache, const S* v_cache, int keys, int C, int n_head) {
+void attend_one_query_each(float* out, const float* qkv, const S* k_cache, const S* v_cache, const int* state, int B, int C,
+                           int n_head, int max_ctx) {
   const int hs = C / n_head;
   const float scale = 1.0f / sqrtf((float)hs);
-  const int ranges = (keys + kKeysPerRange - 1) / kKeysPerRange;
   const size_t range_floats = (size_t)n_head * slot_floats(hs);
-  static thread_local std::vector<float> slots;  // (ranges, n_head, hs + 2), reused across calls
-  slots.resize(range_floats * ranges);
+  static thread_local std::vector<int> first_range, keys;  // (B + 1) and (B)
+  first_range.assign(B + 1, 0);
+  keys.resize(B);
+  long work = 0;
+  for (int b = 0; b < B; b++) {
+    keys[b] = visible_keys(state[b * STATE_INTS + STATE_POS], 0, max_ctx);
+    first_range[b + 1] = first_range[b] + (keys[b] + kKeysPerRange - 1) / kKeysPerRange;
+    work += (long)keys[b] * C;
+  }
+  static thread_local std::vector<float> slots;  // (ranges of every sequence, n_head, hs + 2), reused across calls
+  slots.resize(range_floats * first_range[B]);
   float* all = slots.data();
-  parallel_range(ranges, 1, (long)keys * C, [&](long r0, long r1) {
-    static thread_local std::vector<float> scores, row;  // (n_head, kKeysPerRange) and (C) per thread
+  const int* firsts = first_range.data();
+  const int* visible = keys.data();
+  parallel_range(first_range[B], 1, work, [&](long r0, long r1) {
+    static thread_local std::vector<float> scores;  // (n_head, kKeysPerRange) per thread
     scores.resize((size_t)n_head * kKeysPerRange);
-    row.resize(C);
     for (long r = r0; r < r1; r++) {
-      const int j0 = (int)r * kKeysPerRange;
-      attend_key_range(all + range_floats * r, scores.data(), row.data(), q, k_cache, v_cache, j0, std::min(keys, j0 + kKeysPerRange),
-                       C, n_head, scale);
+      const int b = (int)(std::upper_bound(firsts, firsts + B + 1, (int)r) - firsts) - 1;
+      const int j0 = ((int)r - firsts[b]) * kKeysPerRange;
+      const size_t cache_offset = (size_t)b * max_ctx * C;
+      attend_key_range(all + range_floats * r, scores.data(), qkv + (size_t)b * 3 * C, k_cache + cache_offset, v_cache + cache_offset, j0,
+                       std::min(visible[b], j0 + kKeysPerRange), C, n_head, scale);
     }
   });
-  merge_ranges(out, all, ranges, C, n_head);
+  for (int b = 0; b < B; b++) merge_ranges(out + (size_t)b * C, all + range_floats * firsts[b], firsts[b + 1] - firsts[b], C, n_head);
 }
 
 // ---- Many queries: one head × a block of queries -----------------------------------------------------------
@@ -290,10 +312,6 @@ void attend_query_block(float* out, const float* qkv, const S* k_cache, const S*
 template <typename S>
 void attend_sequence(float* out, const float* qkv, const S* k_cache, const S* v_cache, int pos, int T, int C,
                      int n_head, int max_ctx) {
-  if (T == 1) {
-    attend_one_query(out, qkv, k_cache, v_cache, visible_keys(pos, 0, max_ctx), C, n_head);
-    return;
-  }
   // chunks head by head, so that a head's K and V columns stay in L2 across its query blocks; within a
   // head the last block (most keys) first, so that the op ends on the cheapest chunks
   const int blocks = (T + kQueryBlock - 1) / kQueryBlock;
@@ -316,10 +334,13 @@ extern "C" void op_attention(float* out, float*, const float* qkv, const void* k
   if (cpu_reject_unless(is_storage_type(kvdtype))) return;
   with_storage(kvdtype, [&](auto storage) {
     using S = typename decltype(storage)::type;
+    const S* k = static_cast<const S*>(k_cache);
+    const S* v = static_cast<const S*>(v_cache);
+    if (T == 1) return attend_one_query_each(out, qkv, k, v, state, B, C, n_head, max_ctx);
     for (int b = 0; b < B; b++) {
       const size_t cache_offset = (size_t)b * max_ctx * C, row0 = (size_t)b * T;
-      attend_sequence(out + row0 * C, qkv + row0 * 3 * C, static_cast<const S*>(k_cache) + cache_offset,
-                      static_cast<const S*>(v_cache) + cache_offset, state[b * STATE_INTS + STATE_POS], T, C, n_head, max_ctx);
+      attend_sequence(out + row0 * C, qkv + row0 * 3 * C, k + cache_offset, v + cache_offset, state[b * STATE_INTS + STATE_POS], T, C,
+                      n_head, max_ctx);
     }
   });
 }

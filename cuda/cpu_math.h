@@ -10,7 +10,7 @@
 
 #include <math.h>
 
-#if defined(__F16C__)
+#if defined(__AVX512F__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
 
@@ -45,12 +45,14 @@ inline vecf load_vec(const float* p) {
 inline void store_vec(float* p, vecf v) { memcpy(p, &v, sizeof v); }
 inline vecf splat(float x) { return x - vecf{}; }  // x - 0 is x exactly (x + 0 is not, for -0): one broadcast
 
-// lane 0 + lane 1 + … in lane order: the same sum wherever it is taken
+// The lanes' sum as a tree (each half added to the other, until one lane is left): the same sum wherever it
+// is taken, in log2(kVecFloats) dependent adds.
 inline float sum_lanes(vecf v) {
-  float total = v[0];
-#pragma GCC unroll 16
-  for (int lane = 1; lane < kVecFloats; lane++) total += v[lane];
-  return total;
+#pragma GCC unroll 8
+  for (int width = kVecFloats / 2; width >= 1; width /= 2)
+#pragma GCC unroll 8
+    for (int lane = 0; lane < width; lane++) v[lane] += v[lane + width];
+  return v[0];
 }
 
 // ---- Storage types (cuda/ops.h) ---------------------------------------------------------------------------
@@ -112,10 +114,15 @@ inline float widen(F16 x) {
 
 // kVecFloats stored values from p (unaligned), widened.
 inline vecf load_widened(const float* p) { return load_vec(p); }
-inline vecf load_widened(const Bf16* p) {  // vpmovzxwd, vpslld
+inline vecf load_widened(const Bf16* p) {  // vpmovzxwd, vpslld (GCC splits the generic conversion at 512 bits)
   vec_u16 bits;
   memcpy(&bits, p, sizeof bits);
+#if defined(__AVX512F__)
+  constexpr __mmask16 kAll = 0xffff;  // zero-masking forms that keep every lane (see F16 below)
+  return __builtin_bit_cast(vecf, _mm512_maskz_slli_epi32(kAll, _mm512_maskz_cvtepu16_epi32(kAll, __builtin_bit_cast(__m256i, bits)), 16));
+#else
   return __builtin_bit_cast(vecf, __builtin_convertvector(bits, vec_u32) << 16);
+#endif
 }
 inline vecf load_widened(const F16* p) {
   vec_u16 bits;
@@ -137,12 +144,6 @@ template <typename S> inline void widen_into(float* dst, const S* src, int n) {
   for (; i < n; i++) dst[i] = widen(src[i]);
 }
 
-// src as fp32 floats: src itself when it is stored so, else widened into scratch (n floats).
-inline const float* as_floats(const float* src, float*, int) { return src; }
-template <typename S> inline const float* as_floats(const S* src, float* scratch, int n) {
-  widen_into(scratch, src, n);
-  return scratch;
-}
 
 // x rounded to the storage type: nearest, ties to even. bf16: the top half of the bits, rounded; NaN stays
 // a (quiet) NaN. f16: magnitudes from 65520 up (and Inf) become ±Inf as IEEE 754 rounds them, those below

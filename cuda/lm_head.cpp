@@ -3,8 +3,8 @@
 //
 // The LM head reads the embedding table once whatever the batch: each vocab row, widened a vector at a time,
 // is scored against kRowsPerVocabPass sequences at once and stays in L1 for the next ones. Every (sequence,
-// vocab row) dot product is summed in the same order (kDotChains vector chains, then their lanes, then the
-// columns past the last whole step), so a sequence gets the bits it gets alone.
+// vocab row) dot product is summed in the same order (kDotChains vector chains, the columns past the last
+// whole step in chain 0, then the chains' lanes as a tree), so a sequence gets the bits it gets alone.
 #include <math.h>
 
 #include <algorithm>
@@ -19,7 +19,9 @@ constexpr long kVocabRowsPerChunk = 128;  // 384 KB of fp32 wte per chunk at C =
 constexpr int kDotChains = 2;             // independent vector accumulators per dot product
 constexpr int kRowsPerVocabPass = 4;      // sequences scored per pass over a vocab row (2 × 4 accumulators)
 
-// logits[r · V] = x[r] (C) · row (C) for r < Rows
+// logits[r · V] = x[r] (C) · row (C) for r < Rows. Only vector arithmetic, so that the compiler has no scalar
+// loop to vectorise (or not) differently for different Rows: the columns past the last whole step go through
+// chain 0 a vector at a time, the last partial vector zero-padded.
 template <int Rows, typename S> void score_vocab_row(float* logits, size_t V, const float* const* x, const S* row, int C) {
   constexpr int kStep = kDotChains * kVecFloats;
   vecf acc[Rows][kDotChains] = {};
@@ -31,12 +33,23 @@ template <int Rows, typename S> void score_vocab_row(float* logits, size_t V, co
 #pragma GCC unroll 8
       for (int r = 0; r < Rows; r++) acc[r][k] += load_vec(x[r] + c + k * kVecFloats) * w;
     }
+  for (; c + kVecFloats <= C; c += kVecFloats) {
+    const vecf w = load_widened(row + c);
+    for (int r = 0; r < Rows; r++) acc[r][0] += load_vec(x[r] + c) * w;
+  }
+  if (c < C) {
+    vecf w = {};
+    for (int i = c; i < C; i++) w[i - c] = widen(row[i]);
+    for (int r = 0; r < Rows; r++) {
+      vecf xv = {};
+      for (int i = c; i < C; i++) xv[i - c] = x[r][i];
+      acc[r][0] += xv * w;
+    }
+  }
   for (int r = 0; r < Rows; r++) {
     vecf lanes = acc[r][0];
     for (int k = 1; k < kDotChains; k++) lanes += acc[r][k];
-    float dot = sum_lanes(lanes);
-    for (int i = c; i < C; i++) dot += x[r][i] * widen(row[i]);
-    logits[r * V] = dot;
+    logits[r * V] = sum_lanes(lanes);
   }
 }
 

@@ -522,7 +522,7 @@ describe.each(VARIANTS)("CPU library %s: threaded paths and micro-kernel edges",
   // the LM head's dot products (vector chains, lanes, columns past the last whole step) and the bands of linear
   // follow this build's vector width; each row must still get the bits it gets alone
   test.each(NARROW)("%s: linear with up to 8 rows and the LM head with 1..8 sequences give each row the bits it gets alone", (dtype) => {
-    const C = 300, OC = 1000, V = 77;
+    const C = 301, OC = 1000, V = 77; // C: a partial vector at every width
     const w = storedWords(dtype, randomFloats(C * OC, seed + 112, 0.1)), bias = randomFloats(OC, seed + 113);
     for (const B of [2, 3, 5, 8]) {
       const inp = randomFloats(B * C, seed + 114 + B);
