@@ -10,6 +10,8 @@
 
 #include <math.h>
 
+#include <utility>
+
 #if defined(__AVX512F__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
@@ -45,15 +47,23 @@ inline vecf load_vec(const float* p) {
 inline void store_vec(float* p, vecf v) { memcpy(p, &v, sizeof v); }
 inline vecf splat(float x) { return x - vecf{}; }  // x - 0 is x exactly (x + 0 is not, for -0): one broadcast
 
-// The lanes' sum as a tree (each half added to the other, until one lane is left): the same sum wherever it
-// is taken, in log2(kVecFloats) dependent adds.
-inline float sum_lanes(vecf v) {
-#pragma GCC unroll 8
-  for (int width = kVecFloats / 2; width >= 1; width /= 2)
-#pragma GCC unroll 8
-    for (int lane = 0; lane < width; lane++) v[lane] += v[lane + width];
-  return v[0];
+namespace cpu_math_detail {
+template <int N> struct Floats {
+  typedef float type __attribute__((vector_size(N * sizeof(float))));
+};
+template <int N, size_t... I> inline float sum_halves(typename Floats<N>::type v, std::index_sequence<I...>) {
+  if constexpr (N == 1) {
+    return v[0];
+  } else {  // one vextract (or shuffle) and one add per level
+    const typename Floats<N / 2>::type low = __builtin_shufflevector(v, v, I...), high = __builtin_shufflevector(v, v, (I + N / 2)...);
+    return sum_halves<N / 2>(low + high, std::make_index_sequence<N / 4 ? N / 4 : 1>{});
+  }
 }
+}  // namespace cpu_math_detail
+
+// The lanes' sum as a tree (the high half added to the low half, until one lane is left): the same sum
+// wherever it is taken, in log2(kVecFloats) dependent adds.
+inline float sum_lanes(vecf v) { return cpu_math_detail::sum_halves<kVecFloats>(v, std::make_index_sequence<kVecFloats / 2>{}); }
 
 // ---- Storage types (cuda/ops.h) ---------------------------------------------------------------------------
 //

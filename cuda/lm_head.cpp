@@ -22,7 +22,8 @@ constexpr int kRowsPerVocabPass = 4;      // sequences scored per pass over a vo
 // logits[r · V] = x[r] (C) · row (C) for r < Rows. Only vector arithmetic, so that the compiler has no scalar
 // loop to vectorise (or not) differently for different Rows: the columns past the last whole step go through
 // chain 0 a vector at a time, the last partial vector zero-padded.
-template <int Rows, typename S> void score_vocab_row(float* logits, size_t V, const float* const* x, const S* row, int C) {
+template <int Rows, typename S>
+__attribute__((always_inline)) inline void score_vocab_row(float* logits, size_t V, const float* const* x, const S* row, int C) {
   constexpr int kStep = kDotChains * kVecFloats;
   vecf acc[Rows][kDotChains] = {};
   int c = 0;
@@ -35,19 +36,23 @@ template <int Rows, typename S> void score_vocab_row(float* logits, size_t V, co
     }
   for (; c + kVecFloats <= C; c += kVecFloats) {
     const vecf w = load_widened(row + c);
+#pragma GCC unroll 8
     for (int r = 0; r < Rows; r++) acc[r][0] += load_vec(x[r] + c) * w;
   }
   if (c < C) {
     vecf w = {};
     for (int i = c; i < C; i++) w[i - c] = widen(row[i]);
+#pragma GCC unroll 8
     for (int r = 0; r < Rows; r++) {
       vecf xv = {};
       for (int i = c; i < C; i++) xv[i - c] = x[r][i];
       acc[r][0] += xv * w;
     }
   }
+#pragma GCC unroll 8
   for (int r = 0; r < Rows; r++) {
     vecf lanes = acc[r][0];
+#pragma GCC unroll 4
     for (int k = 1; k < kDotChains; k++) lanes += acc[r][k];
     logits[r * V] = sum_lanes(lanes);
   }
