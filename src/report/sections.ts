@@ -272,3 +272,29 @@ export function peerSentences(s: ProfileSummary): string[] {
   for (const k of p.skipped) out.push(`Not run: ${k.name}: ${k.reason}.`);
   return out;
 }
+
+// ---- interventions ---------------------------------------------------------------------------------
+
+/** Per configuration (storage types, batch) and context: time per step and per token against bytes per token. */
+export function interventionsTable(s: ProfileSummary): TableData {
+  const points = s.interventions?.points ?? [];
+  return {
+    columns: [
+      { header: "weights" },
+      { header: "KV cache" },
+      { header: "batch" },
+      { header: "context (tokens)" },
+      { header: "step (ms)", format: ms3 },
+      { header: "per token (ms)", format: ms3 },
+      { header: "bytes per token", align: "right" },
+      { header: "FLOP per byte", format: fixed(2) },
+      { header: "achieved B/s", align: "right" },
+      { header: "of peak B/s (%)", align: "right" },
+      { header: "regime (work model)" },
+    ],
+    rows: points.map((p) => [
+      p.dtype, p.kv_dtype, p.batch, p.context, p.step_ms.median, p.token_ms, formatBytes(p.bytes_per_token), p.intensity,
+      formatRate(p.achieved.bytes_per_s, "B"), percent(p.achieved.bytes_share), p.achieved.regime,
+    ]),
+  };
+}
