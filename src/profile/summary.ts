@@ -7,15 +7,16 @@ import { parameterCount, type GPT2Config } from "../model/config.ts";
 import type { GPT2Weights } from "../model/weights.ts";
 import type { OpFamily, Work } from "../ops.ts";
 import { DTYPES } from "../ops.ts";
-import type { PlanKind, StepLayout } from "../plan.ts";
+import { encodePlan, type PlanKind, type StepLayout } from "../plan.ts";
 import { storedWeightBytes } from "../run/model-buffers.ts";
 import { launchMode, type LaunchModeName } from "../run/launch-modes.ts";
 import { summarize } from "../stats.ts";
 import { buildBreakdown, familyMsPerStep, medianSplit, stepsOf } from "./aggregate.ts";
 import { buildInterventions } from "./interventions-summary.ts";
 import { buildPeersSection } from "./peers-summary.ts";
+import { buildPredictions, gpuModelFor, librarySass } from "./predictions.ts";
 import type { Measured, StudyOptions, StudyResult } from "./study.ts";
-import { SCHEMA_VERSION, type KernelRegime, type PeersSection, type ProfileSummary, type SeedRow, type StepTrace, type StudyMode, type StudyPoint } from "./types.ts";
+import { SCHEMA_VERSION, type KernelRegime, type PeersSection, type PredictionsSection, type ProfileSummary, type SeedRow, type StepTrace, type StudyMode, type StudyPoint } from "./types.ts";
 import { launchVerdict, modeSplitOf, splitVerdicts, studyVerdicts, uncachedBaselineVerdict } from "./verdicts.ts";
 import { cachedStepWork, classifyRegime, flopReduction, sumWork, uncachedStepWork } from "./work-model.ts";
 
@@ -86,6 +87,14 @@ export function seedTable(cfg: GPT2Config, points: StudyPoint[], contexts: numbe
 }
 
 /** The peers against the project's fastest cached mode at each context and the memory floor (bytes at the measured bandwidth). */
+/** On a GPU the kernel model has parameters for, its prediction beside every cached point (fp32 weights: what the model covers). */
+function predictionsOf(backend: Backend, cfg: GPT2Config, opts: StudyOptions, points: StudyPoint[]): PredictionsSection | undefined {
+  const gpu = gpuModelFor(backend.deviceName);
+  const kernels = backend.kernels;
+  if (!gpu || !kernels || opts.placement.weights !== "f32" || opts.placement.kv !== "f32") return undefined;
+  return buildPredictions(gpu, cfg, opts.plan, points, (ops) => kernels.launchShapes(encodePlan(ops)), librarySass(kernels.libraryPath));
+}
+
 function interventionsMethod(opts: StudyOptions): string {
   return (
     `Every configuration (storage types × batch) decodes one step of each of its sequences in ${opts.interventions!.mode.name} mode, at every ` +
@@ -145,6 +154,7 @@ export function buildSummary(args: {
     for (const s of v.sentences) here.find((p) => p.mode === s.mode)!.split!.verdict = s.sentence;
   }
   const seed = seedTable(cfg, points, opts.contexts);
+  const predictions = predictionsOf(backend, cfg, opts, points);
   const interventions = result.interventions && opts.interventions
     ? buildInterventions(cfg, opts.plan, result.interventions, opts.interventions.mode.name, peaks, points, interventionsMethod(opts), { dtype, kv: kv_dtype })
     : undefined;
@@ -180,5 +190,6 @@ export function buildSummary(args: {
     ],
     ...(result.peers ? { peers: peersOf(cfg, opts, points, peaks, result) } : {}),
     ...(interventions ? { interventions } : {}),
+    ...(predictions ? { predictions } : {}),
   };
 }

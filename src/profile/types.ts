@@ -139,6 +139,24 @@ export interface ProfileSummary {
   peers?: PeersSection;
   /** the cached step with its bytes and its batch changed (profile --dtypes, --batches) */
   interventions?: InterventionsSection;
+  /** on a GPU the kernel model has parameters for: its predicted step beside each measured one */
+  predictions?: PredictionsSection;
+}
+
+/** The kernel model's step time beside the measured one: PREDICTIONS, for the first GPU run to calibrate. */
+export interface PredictionsSection {
+  gpu: string;
+  how: string;
+  points: {
+    mode: string;
+    context: number;
+    measured_ms: number;
+    /** at the working estimates, and at the optimistic and pessimistic ends of their ranges */
+    predicted_ms: number;
+    optimistic_ms: number;
+    pessimistic_ms: number;
+    measured_over_predicted: number;
+  }[];
 }
 
 // ---- interventions: bytes (storage types) and batch, the floor attributed by experiment -----------

@@ -248,7 +248,18 @@ export const PROFILE_SUMMARY_SCHEMA = {
     verdicts: { type: "array", items: text },
     peers,
     interventions,
-  }, ["peers", "interventions"]),
+    predictions: object({
+      gpu: text,
+      how: text,
+      points: {
+        type: "array",
+        items: object({
+          mode: text, context: count, measured_ms: nonNegative, predicted_ms: nonNegative, optimistic_ms: nonNegative, pessimistic_ms: nonNegative,
+          measured_over_predicted: nonNegative,
+        }),
+      },
+    }),
+  }, ["peers", "interventions", "predictions"]),
   $defs: { stats, opAggregate, timeSplit, work, studyPoint },
 };
 

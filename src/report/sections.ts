@@ -298,3 +298,22 @@ export function interventionsTable(s: ProfileSummary): TableData {
     ]),
   };
 }
+
+// ---- the kernel model's predictions beside the measurements -----------------------------------------
+
+/** Per measured cached point: the kernel model's PREDICTED step (working estimate and range) and the measured one. */
+export function predictionsTable(s: ProfileSummary): TableData {
+  return {
+    columns: [
+      { header: "mode" },
+      { header: "context (tokens)" },
+      { header: "measured (ms)", format: ms3 },
+      { header: "PREDICTED (ms)", format: ms3 },
+      { header: "predicted range (ms)", align: "right" },
+      { header: "measured ÷ predicted", format: fixed(2) },
+    ],
+    rows: (s.predictions?.points ?? []).map((p) => [
+      p.mode, p.context, p.measured_ms, p.predicted_ms, `${p.optimistic_ms.toFixed(3)}–${p.pessimistic_ms.toFixed(3)}`, p.measured_over_predicted,
+    ]),
+  };
+}
