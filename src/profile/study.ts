@@ -7,6 +7,7 @@ import { kvCacheBytesPerToken } from "../model/config.ts";
 import type { GPT2Weights } from "../model/weights.ts";
 import { DTYPE_BYTES } from "../ops.ts";
 import type { PeerSet } from "../peers/peer-set.ts";
+import type { PeerDispatchSplit } from "../peers/process.ts";
 import type { PlanKind, PlanOp } from "../plan.ts";
 import { generate } from "../run/generate.ts";
 import { launchMode, type LaunchMode } from "../run/launch-modes.ts";
@@ -16,7 +17,7 @@ import { summarize, type Stats } from "../stats.ts";
 import { measureInterventions, type InterventionSample } from "./interventions.ts";
 import type { PeerMeasurements } from "./peers-summary.ts";
 import { promptOf } from "./prompts.ts";
-import type { EndToEnd, MemoryReport, PeerDispatchSplit, StepTrace, StudyMode } from "./types.ts";
+import type { EndToEnd, MemoryReport, StepTrace, StudyMode } from "./types.ts";
 
 export interface StudyOptions {
   modes: StudyMode[];

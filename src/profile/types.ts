@@ -3,6 +3,8 @@
 import type { BackendDescription } from "../backends/backend.ts";
 import type { LaunchFloor, Peaks, TracedStep } from "../backends/instrument.ts";
 import type { GPT2Config } from "../model/config.ts";
+import type { PeerSubject } from "../peers/peer-set.ts";
+import type { PeerDispatchSplit } from "../peers/process.ts";
 import type { DtypeName, OpFamily, Work } from "../ops.ts";
 import type { PlanKind } from "../plan.ts";
 import type { LaunchModeName } from "../run/launch-modes.ts";
@@ -208,9 +210,6 @@ export interface InterventionsSection {
 
 // ---- peers: PyTorch and llama.cpp on the same weights, in the same run -----------------------------
 
-import type { PeerDispatchSplit } from "../peers/process.ts";
-export type { PeerDispatchSplit };
-
 /** A peer's time per token at one context, against the project's fastest mode and the memory floor. */
 export interface PeerPoint {
   context: number;
@@ -233,18 +232,8 @@ export interface PeerAgreement {
   tokens: number[];
 }
 
-/** One way a peer runs the decode step, as a subject of the study. */
-export interface PeerResult {
-  /** "torch:seed", "llama.cpp:fa-on" */
-  id: string;
-  peer: string;
-  variant: string;
-  /** "PyTorch seed-style" */
-  short: string;
-  label: string;
-  version: string;
-  device: string;
-  settings: Record<string, string | number | boolean>;
+/** One way a peer runs the decode step, as a subject of the study: the subject and what it measured. */
+export interface PeerResult extends PeerSubject {
   points: PeerPoint[];
   /** null when the peer could not generate */
   agreement: PeerAgreement | null;
