@@ -2,7 +2,7 @@
 // work (src/ops.ts), each launch's grid and block as the C launchers choose them (captured, not run), and the
 // SASS facts of each kernel (loads in flight, registers, loads issued before the wait). Everything built from
 // them is a prediction (src/profile/kernel-model.ts).
-import type { LaunchShape } from "../backends/cuda.ts";
+import type { LaunchShape } from "../backends/backend.ts";
 import type { GPT2Config } from "../model/config.ts";
 import { kernelFamily, namedArgs, type OpFamily } from "../ops.ts";
 import { planShape, type PlanKind, type PlanOp } from "../plan.ts";
