@@ -20,7 +20,7 @@
 
 namespace {
 
-constexpr int kFewRows = 8;                // up to this many rows, the few-rows path
+constexpr int kFewRows = MAX_BATCH;        // up to this many rows, the few-rows path: a row's sums as alone (ops.h)
 constexpr int kRowsPerPass = 8;            // weight rows folded into a partial per pass (few-rows path)
 constexpr long kPartialFloats = 1L << 16;  // one row's partials across the bands (256 KB) stay in L2
 constexpr int kMaxBands = 16;              // ~0.5 MB of fp32 weights per band for GPT-2 small's matvecs

@@ -8,7 +8,7 @@ import type { DeviceBuffer } from "../src/backends/backend.ts";
 import { CpuBackend } from "../src/backends/cpu.ts";
 import { bf16Bits, bf16Value, roundInPlace, StorageConverter } from "../src/model/dtypes.ts";
 import { ensureBuilt } from "../src/native/build.ts";
-import { DTYPE_BYTES, DTYPES, STATE_INTS, type DtypeName } from "../src/ops.ts";
+import { DTYPE_BYTES, DTYPES, MAX_BATCH, STATE_INTS, type DtypeName } from "../src/ops.ts";
 import { DeviceArena, freshSeed } from "./helpers/device.ts";
 import {
   argmaxRef, attentionRef, embedRef, geluRef, layernormRef, linearRef, lmHeadRef, maxRelativeError, randomFloats, residualRef,
@@ -348,7 +348,7 @@ describe("kv_append's rounding, bit for bit against src/model/dtypes.ts", () => 
   });
 });
 
-const BATCHES = [2, 3, 4, 8];
+const BATCHES = [2, 3, 4, MAX_BATCH];
 const DTYPE_NAMES: DtypeName[] = ["f32", "bf16", "f16"];
 
 describe.each(DTYPE_NAMES)("a batch computes every sequence as it would alone, bit for bit (%s weights and cache)", (dtype) => {
@@ -521,10 +521,10 @@ describe.each(VARIANTS)("CPU library %s: threaded paths and micro-kernel edges",
 
   // the LM head's dot products (vector chains, lanes, columns past the last whole step) and the bands of linear
   // follow this build's vector width; each row must still get the bits it gets alone
-  test.each(NARROW)("%s: linear with up to 8 rows and the LM head with 1..8 sequences give each row the bits it gets alone", (dtype) => {
+  test.each(NARROW)(`%s: linear with up to ${MAX_BATCH} rows and the LM head with as many sequences give each row the bits it gets alone`, (dtype) => {
     const C = 301, OC = 1000, V = 77; // C: a partial vector at every width
     const w = storedWords(dtype, randomFloats(C * OC, seed + 112, 0.1)), bias = randomFloats(OC, seed + 113);
-    for (const B of [2, 3, 5, 8]) {
+    for (const B of [2, 3, 5, MAX_BATCH]) {
       const inp = randomFloats(B * C, seed + 114 + B);
       expectBatchEqualsSingles(lib, on, B, {
         out: { init: poison(B * OC), perSequence: 4 * OC }, inp: { init: inp, perSequence: 4 * C }, w: { init: w, perSequence: 0 }, b: { init: bias, perSequence: 0 },
