@@ -22,6 +22,7 @@ namespace {
 
 constexpr int kFewRows = MAX_BATCH;        // up to this many rows, the few-rows path: a row's sums as alone (ops.h)
 constexpr int kRowsPerPass = 8;            // weight rows folded into a partial per pass (few-rows path)
+constexpr size_t kShortRowBytes = 2048;    // weight rows up to this long are prefetched a pass ahead (few-rows path)
 constexpr long kPartialFloats = 1L << 16;  // one row's partials across the bands (256 KB) stay in L2
 constexpr int kMaxBands = 16;              // ~0.5 MB of fp32 weights per band for GPT-2 small's matvecs
 constexpr int kMinBands = 4;               // enough to share between threads when OC is large
@@ -40,15 +41,24 @@ template <typename V> inline V fold8(const float* x, const V (&w)[kRowsPerPass])
 
 // partial: (T, OC) = inp[:, c0:c1] @ weight[c0:c1, :]
 // Eight weight rows per pass: each vector of them is loaded and widened once, then folded into every row's
-// partial (one load and one store of the partial per eight FMAs).
+// partial (one load and one store of the partial per eight FMAs). A pass reads its eight rows side by side;
+// where they are short (bf16 and f16 rows of 768 columns: 1.5 KB, several to a 4 KB page) the hardware
+// prefetcher falls behind, so the next pass's rows are prefetched as this one reads (measured: the 768-column
+// bf16 matvecs 15–23% faster, the longer rows of fp32 or wider matrices slower with it, so they go without).
 template <typename S>
 void accumulate_band(float* partial, const float* inp, const S* weight, int T, int C, int OC, int c0, int c1) {
   memset(partial, 0, sizeof(float) * (size_t)T * OC);
   const int vector_cols = OC - OC % kVecFloats;
+  const bool prefetch = OC * sizeof(S) <= kShortRowBytes;
+  constexpr int kPassBytesPerVector = kRowsPerPass * kVecFloats * (int)sizeof(S);  // of a pass, per column vector
   int c = c0;
   for (; c + kRowsPerPass <= c1; c += kRowsPerPass) {
     const S* w = weight + (size_t)c * OC;
+    const char* next_pass = reinterpret_cast<const char*>(w + (size_t)kRowsPerPass * OC);
     for (int o = 0; o < vector_cols; o += kVecFloats) {
+      if (prefetch)
+#pragma GCC unroll 8
+        for (int b = 0; b < kPassBytesPerVector; b += 64) __builtin_prefetch(next_pass + (size_t)o * kRowsPerPass * sizeof(S) + b);
       vecf wv[kRowsPerPass];
 #pragma GCC unroll 8
       for (int k = 0; k < kRowsPerPass; k++) wv[k] = load_widened(w + (size_t)k * OC + o);
