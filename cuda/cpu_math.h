@@ -80,7 +80,6 @@ struct F16 {
 
 typedef uint16_t vec_u16 __attribute__((vector_size(kVecFloats * sizeof(uint16_t))));
 typedef uint32_t vec_u32 __attribute__((vector_size(kVecFloats * sizeof(uint32_t))));
-typedef int32_t vec_i32 __attribute__((vector_size(kVecFloats * sizeof(int32_t))));
 
 inline bool is_storage_type(int dtype) { return dtype == DTYPE_F32 || dtype == DTYPE_BF16 || dtype == DTYPE_F16; }
 
@@ -153,7 +152,6 @@ template <typename S> inline void widen_into(float* dst, const S* src, int n) {
   for (; i + kVecFloats <= n; i += kVecFloats) store_vec(dst + i, load_widened(src + i));
   for (; i < n; i++) dst[i] = widen(src[i]);
 }
-
 
 // x rounded to the storage type: nearest, ties to even. bf16: the top half of the bits, rounded; NaN stays
 // a (quiet) NaN. f16: magnitudes from 65520 up (and Inf) become ±Inf as IEEE 754 rounds them, those below
