@@ -90,3 +90,30 @@ export function argmaxRef(logits: Float32Array): number {
 }
 
 export { maxRelativeError, NAN_WORD, randomFloats } from "../../src/verify/compare.ts";
+
+/**
+ * GPT-2 in float64 on the given weights (by Hugging Face name, as the model stores them: bf16/f16 weights given
+ * as the values they hold): logits (len, V) at every position of `ids`. `storeKv` is what the KV cache does to a
+ * key or value it stores (identity for fp32; rounding for bf16/f16), since attention reads them from the cache.
+ */
+export function gpt2Ref(w: ReadonlyMap<string, ArrayLike<number>>, cfg: { n_layer: number; n_head: number; n_embd: number; vocab_size: number; layer_norm_epsilon: number },
+  ids: readonly number[], storeKv: (x: number) => number = (x) => x): Float64Array {
+  const T = ids.length, C = cfg.n_embd, V = cfg.vocab_size, eps = cfg.layer_norm_epsilon;
+  const p = (name: string) => w.get(name)!;
+  const norm = (x: ArrayLike<number>, name: string) => layernormRef(x, p(`${name}.weight`), p(`${name}.bias`), T, C, eps);
+  const linear = (x: ArrayLike<number>, name: string, inC: number, outC: number) => linearRef(x, p(`${name}.weight`), p(`${name}.bias`), T, inC, outC);
+  let x: Float64Array = embedRef(Int32Array.from(ids), 0, p("wte.weight"), p("wpe.weight"), T, C);
+  for (let l = 0; l < cfg.n_layer; l++) {
+    const h = `h.${l}`;
+    const qkv = linear(norm(x, `${h}.ln_1`), `${h}.attn.c_attn`, C, 3 * C);
+    const cached = (third: number) => Float64Array.from({ length: T * C }, (_, i) => storeKv(qkv[Math.floor(i / C) * 3 * C + third * C + (i % C)]!));
+    const att = attentionRef(qkv, 3 * C, cached(1), cached(2), 0, T, C, cfg.n_head);
+    x = residualRef(x, linear(att, `${h}.attn.c_proj`, C, C));
+    const act = geluRef(linear(norm(x, `${h}.ln_2`), `${h}.mlp.c_fc`, C, 4 * C));
+    x = residualRef(x, linear(act, `${h}.mlp.c_proj`, 4 * C, C));
+  }
+  const f = norm(x, "ln_f");
+  const logits = new Float64Array(T * V);
+  for (let t = 0; t < T; t++) logits.set(lmHeadRef(f.subarray(t * C, (t + 1) * C), p("wte.weight"), 1, C, V), t * V);
+  return logits;
+}
