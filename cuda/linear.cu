@@ -81,8 +81,9 @@ template <int kWidth, int kRows, MatvecInput kInput> struct MatvecShape {
   static constexpr int kSumFloats = kUnits * kMergeWidth * kMatvecThreads;
   static constexpr int kLayernormFloats = kRows == 1 ? kMatvecMaxLayernormC : 2 * kMatvecMaxLayernormC;
   static constexpr int kStageFloats = kInput == kInputLayernorm && kLayernormFloats > kSumFloats ? kLayernormFloats : kSumFloats;
-  // 256 threads of at most 64 registers: 4 blocks per SM for one or two rows, else 2 (at most 128 registers)
-  static constexpr int kMinBlocksPerSm = kRows <= 2 ? 4 : 2;
+  // blocks of 256 threads per SM the registers allow: 3 (at most 80 registers) up to 32 accumulators (kRows x kWidth:
+  // 8 rows of floats, 4 of halves), else 2 (at most 128 registers)
+  static constexpr int kMinBlocksPerSm = kRows * kWidth <= 32 ? 3 : 2;
   static_assert(kStageFloats <= kMatvecStageFloats, "the staging area fits static shared memory");
 };
 
