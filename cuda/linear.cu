@@ -32,7 +32,7 @@ constexpr int kMatvecSubRows = kWarpSize / kMatvecTileGroups;         // weight 
 constexpr int kMatvecSlots = kMatvecWarps * kMatvecSubRows;           // threads sharing a column group: 32
 constexpr int kMatvecLoads = 8;                                       // weight loads in flight per thread
 constexpr int kMatvecRowsPerSplit = kMatvecSlots * kMatvecLoads;      // rows of C per block: 256
-constexpr int kMatvecMaxRows = 8;                                     // input rows (sequences) per launch
+constexpr int kMatvecMaxRows = MAX_BATCH;                             // input rows per launch (op_table.h)
 constexpr int kMatvecMergeLanes = 4;                                  // lanes adding up one output, then a shuffle tree
 constexpr int kMatvecOutputsPerPass = kMatvecThreads / kMatvecMergeLanes;  // 64
 constexpr int kMatvecMergeLoads = 8;                                  // partial loads each merging lane has in flight
@@ -341,7 +341,7 @@ template <MatvecOp kOp, typename W, int kWidth, int kRows> MatvecKernel matvec_k
   else return linear_residual_kernel<W, kWidth, kRows>;
 }
 
-// The instantiation for `rows` rows: 16-byte accesses with 1, 2, 4 or 8 accumulated rows (the fewest that hold
+// The instantiation for `rows` rows: 16-byte accesses with 1, 2, 4 or MAX_BATCH accumulated rows (the fewest that hold
 // them; the rest predicated off), or the scalar variant (any rows up to 8).
 template <MatvecOp kOp, typename W> MatvecKernel pick_matvec(int rows, bool vec) {
   constexpr int V = kVecOf<W>;
@@ -349,7 +349,7 @@ template <MatvecOp kOp, typename W> MatvecKernel pick_matvec(int rows, bool vec)
   if (rows <= 1) return matvec_kernel<kOp, W, V, 1>();
   if (rows <= 2) return matvec_kernel<kOp, W, V, 2>();
   if (rows <= 4) return matvec_kernel<kOp, W, V, 4>();
-  return matvec_kernel<kOp, W, V, 8>();
+  return matvec_kernel<kOp, W, V, kMatvecMaxRows>();
 }
 
 // Launches the 16-byte variant when every row of weight, bias and out starts 16-byte aligned (OC a multiple of

@@ -18,7 +18,8 @@ constexpr int kLmHeadWarps = kLmHeadThreads / kWarpSize;
 constexpr int kLmHeadRowsPerWarp = 4;      // vocabulary rows a warp works on at once
 constexpr int kLmHeadChunksPerBatch = 2;   // 16-byte chunks of each of those rows per lane and batch: 8 loads in flight
 constexpr int kLmHeadBatchChunks = kLmHeadChunksPerBatch * kWarpSize;      // chunks of a row per batch
-constexpr int kLmHeadMaxRows = 8;          // sequences per launch
+constexpr int kLmHeadMaxRows = MAX_BATCH;  // sequences per launch (op_table.h)
+static_assert(kLmHeadRowsPerWarp * kLmHeadMaxRows <= kWarpSize, "a warp's sums spread over its lanes");
 constexpr int kLmHeadMaxFloats = 8192;     // the sequences' rows x staged in 32 KB of shared memory
 constexpr int kArgmaxThreads = 256;
 constexpr int kArgmaxVecPerThread = 4;     // 16-byte loads in flight per thread
@@ -288,12 +289,12 @@ template <bool kFused, typename W, int kRows> LmHeadKernel lm_head_kernel_of() {
   if constexpr (kFused) return ln_lm_head_argmax_kernel<W, kVecOf<W>, kRows>;
   else return lm_head_kernel<W, kVecOf<W>, kRows>;
 }
-// The instantiation for `rows` sequences: 1, 2, 4 or 8 accumulated (the fewest that hold them).
+// The instantiation for `rows` sequences: 1, 2, 4 or MAX_BATCH accumulated (the fewest that hold them).
 template <bool kFused, typename W> LmHeadKernel pick_lm_head(int rows) {
   if (rows <= 1) return lm_head_kernel_of<kFused, W, 1>();
   if (rows <= 2) return lm_head_kernel_of<kFused, W, 2>();
   if (rows <= 4) return lm_head_kernel_of<kFused, W, 4>();
-  return lm_head_kernel_of<kFused, W, 8>();
+  return lm_head_kernel_of<kFused, W, kLmHeadMaxRows>();
 }
 
 // Enough blocks to fill every SM as deep as the instantiation's registers allow, but at least one group of 4 rows

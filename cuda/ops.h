@@ -10,8 +10,8 @@
 //
 // Batches: a step runs B independent sequences of T new rows each (decode: T = 1; prefill and the uncached
 // baseline: B = 1), their rows sequence-major (row b * T + t); `rows` = B * T where only the count matters.
-// Every op computes each row exactly as it would for that row alone (for linear with rows <= 8, summed in the
-// same order), so a batch gives each sequence the bits it gets on its own.
+// Every op computes each row exactly as it would for that row alone (for linear with rows <= MAX_BATCH, summed
+// in the same order), so a batch of up to MAX_BATCH sequences gives each the bits it gets on its own.
 //
 // Storage types (DTYPE_F32, DTYPE_BF16, DTYPE_F16 in op_table.h): weight matrices and embedding tables are
 // stored in `wdtype`, the KV cache in `kvdtype`; activations, biases and layer-norm parameters are fp32, and

@@ -15,6 +15,11 @@ export const STATE_POS = 0;
 export const STATE_INTS = 4;
 /** int64 slots per op in a plan record: the opcode, then the op_* arguments (cuda/plan.h). */
 export const PLAN_SLOTS = 20;
+/**
+ * The most sequences a step decodes together: every op gives each of up to MAX_BATCH rows the bits it gets
+ * alone (cuda/ops.h), and the matvec paths read each weight once for all of them.
+ */
+export const MAX_BATCH = 8;
 
 /**
  * Storage types of the weight matrices and embedding tables (`wdtype`) and of the KV cache (`kvdtype`); every
@@ -240,7 +245,7 @@ export function opTableHeader(table: Readonly<Record<string, OpSpec>> = OPS): st
     "// Generated from src/ops.ts by src/native/build.ts: edit the op table there, not this file.",
     "#pragma once",
     "",
-    `enum { STATE_POS = ${STATE_POS}, STATE_INTS = ${STATE_INTS}, PLAN_SLOTS = ${PLAN_SLOTS} };`,
+    `enum { STATE_POS = ${STATE_POS}, STATE_INTS = ${STATE_INTS}, PLAN_SLOTS = ${PLAN_SLOTS}, MAX_BATCH = ${MAX_BATCH} };`,
     `enum { ${DTYPE_NAMES.map((n) => `DTYPE_${n.toUpperCase()} = ${DTYPES[n]}`).join(", ")} };`,
     "",
     "// X(enum name, C function, opcode, C function type), in opcode order",

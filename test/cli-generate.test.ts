@@ -121,6 +121,40 @@ const badInputs: Array<[string, string[], RegExp]> = [
   }))], /h\.1\.mlp\.c_fc\.bias is missing/],
 ];
 
+describe("generate --batch: several sequences in one step", () => {
+  const tiny = ["--model", FIXTURE, "--backend", "cpu", "--max-new-tokens", "10", "--json"];
+  const ids = (r: ReturnType<typeof generate>) => JSON.parse(r.stdout).generated_ids as number[][];
+
+  test("B prompts give a list per sequence, each the tokens it gets alone", () => {
+    const prompts = [expected.prompt.join(","), "5,9,2"];
+    const r = generate(...tiny, ...prompts.flatMap((p) => ["--prompt-ids", p]));
+    expect(r.code).toBe(0);
+    const out = JSON.parse(r.stdout);
+    expect(out.batch).toBe(2);
+    expect(out.prompt_ids).toEqual([expected.prompt, [5, 9, 2]]);
+    expect(ids(r)).toEqual(prompts.map((p) => JSON.parse(generate(...tiny, "--prompt-ids", p).stdout).generated_ids));
+  });
+
+  test("one prompt with --batch 3 is repeated: three equal sequences", () => {
+    const r = generate(...tiny, "--prompt-ids", "5,9,2", "--batch", "3");
+    expect(ids(r)).toHaveLength(3);
+    expect(new Set(ids(r).map((x) => x.join(","))).size).toBe(1);
+  });
+
+  test.each([
+    ["a batch that disagrees with the prompts", ["--prompt-ids", "1,2", "--prompt-ids", "3", "--batch", "3"], /--batch 3 takes one prompt \(repeated\) or 3 prompts, not 2/],
+    ["a batch above the most a step decodes", ["--prompt-ids", "1,2", "--batch", "9"], /--batch must be an integer in 1\.\.8/],
+    ["--dump-logits with several sequences", ["--prompt-ids", "1,2", "--batch", "2", "--dump-logits", join(tmpdir(), "never.f32")], /--dump-logits writes one sequence's logits/],
+    ["an unknown storage type", ["--prompt-ids", "1,2", "--dtype", "fp8"], /fp8/],
+  ])("%s is one line", (_, args, message) => {
+    const r = generate("--model", FIXTURE, "--backend", "cpu", ...args);
+    expect(r.code).not.toBe(0);
+    const lines = r.stderr.split("\n").filter((l) => l.startsWith("error:"));
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(message);
+  });
+});
+
 describe("generate: bad input is one clear line and exit ≠ 0", () => {
   test.each(badInputs)("%s", (_, args, message) => {
     const r = generate(...args);

@@ -9,7 +9,7 @@ import { XMLValidator } from "fast-xml-parser";
 
 import type { GPT2Config } from "../src/model/config.ts";
 import { probeDriver } from "../src/native/driver.ts";
-import type { ProfileSummary } from "../src/profile/types.ts";
+import { SCHEMA_VERSION, type ProfileSummary } from "../src/profile/types.ts";
 import { OUTPUT_FILES } from "../src/report/output-files.ts";
 import { validateSummary } from "../src/report/schema.ts";
 import { validateTrace } from "../src/report/trace.ts";
@@ -36,7 +36,7 @@ describe("profile --backend cpu on gpt2-tiny", () => {
 
   test("exits 0 and prints only the summary JSON on stdout", () => {
     expect(run.code).toBe(0);
-    expect(summary.schema_version).toBe(3);
+    expect(summary.schema_version).toBe(SCHEMA_VERSION);
     expect(summary.settings.plan).toBe("fused");
   });
 
@@ -131,6 +131,31 @@ test("12 layers on the CPU: every op traced, busy + idle = step, op time within 
   }
 }, 300_000);
 
+// The interventions: every batch (fp32 here; storage types are the CPU library's to run) at every context,
+// interleaved with the study's own configuration, and an attribution sentence drawn from them.
+test("--batches 1,2: every configuration at every context, the schema, the table and the attribution", () => {
+  const dir = join(out, "batches");
+  const r = profile("--backend", "cpu", "--model", FIXTURE, "--contexts", "8,16", "--repeats", "2", "--warmup", "1", "--e2e-tokens", "4",
+    "--no-kernels", "--batches", "1,2", "--out", dir, "--json");
+  expect(r.code).toBe(0);
+  const s = JSON.parse(r.stdout) as ProfileSummary;
+  expect(validateSummary(s)).toEqual([]);
+  const iv = s.interventions!;
+  expect(iv.mode).toBe("eager-native");
+  expect(iv.configs).toEqual([{ dtype: "f32", kv_dtype: "f32", batch: 1 }, { dtype: "f32", kv_dtype: "f32", batch: 2 }]);
+  expect(iv.points.map((p) => [p.batch, p.context])).toEqual([[1, 8], [2, 8], [1, 16], [2, 16]]);
+  for (const p of iv.points) {
+    expect(p.token_ms).toBeCloseTo(p.step_ms.median / p.batch, 12);
+    expect(p.bytes_per_token).toBeCloseTo(p.work.bytes / p.batch, 6);
+  }
+  // a batch of two reads the weights once: fewer bytes per token than one sequence (work model)
+  expect(iv.points[1]!.bytes_per_token).toBeLessThan(iv.points[0]!.bytes_per_token);
+  expect(iv.attribution.context).toBe(16);
+  expect(iv.attribution.batch!.batch).toBe(2);
+  expect(s.verdicts).toContain(iv.attribution.verdict);
+  expect(readFileSync(join(dir, OUTPUT_FILES.report), "utf8")).toContain("## Interventions: the bytes and the batch");
+}, 300_000);
+
 describe("bad flags: one line, exit ≠ 0", () => {
   test.each([
     ["an unknown mode", ["--mode", "turbo"], /turbo/],
@@ -138,6 +163,8 @@ describe("bad flags: one line, exit ≠ 0", () => {
     ["an impossible context", ["--model", FIXTURE, "--backend", "cpu", "--contexts", "8,64"], /64.*impossible|impossible.*64/],
     ["a context that is not a number", ["--model", FIXTURE, "--backend", "cpu", "--contexts", "8,x"], /"x"/],
     ["graph on the CPU backend", ["--backend", "cpu", "--mode", "graph"], /graph.*not available/],
+    ["an unknown storage type", ["--model", FIXTURE, "--backend", "cpu", "--dtypes", "f32,fp8"], /--dtypes: "fp8" is not one of f32, bf16, f16/],
+    ["a batch of none", ["--model", FIXTURE, "--backend", "cpu", "--batches", "0,2"], /--batches: "0" is not one of 1, 2/],
     ["zero repeats", ["--model", FIXTURE, "--backend", "cpu", "--repeats", "0"], /--repeats/],
     ["--out naming a file", ["--model", FIXTURE, "--backend", "cpu", "--out", join(FIXTURE, "config.json")], /is a file, not a directory/],
   ])("%s", (_, args, message) => {

@@ -2,7 +2,7 @@ import { describe, expect, test } from "bun:test";
 import { kvCacheBytesPerToken, parameterCount, type GPT2Config } from "../src/model/config.ts";
 
 import { decodeStep, F32_SINGLE, type LayerBuffers, type ModelBuffers } from "../src/plan.ts";
-import { attendedKeys } from "../src/ops.ts";
+import { attendedKeys, DTYPES } from "../src/ops.ts";
 import {
   cachedStepWork,
   classifyRegime,
@@ -180,5 +180,29 @@ describe("classifyRegime", () => {
     const tiny = { flops: 1e3, bytes: 4e3, weight_bytes: 0, kv_bytes: 0 };
     expect(Math.max(tiny.flops / peaks.flops_per_s, tiny.bytes / peaks.bytes_per_s) * 1e6).toBeLessThan(4); // its roofline time is under the floor
     expect(classifyRegime(100, tiny, peaks, 4)).toBe("memory-bound");
+  });
+});
+
+describe("storage types and batches in the work model", () => {
+  const layout = (batch: number, weights: number, kv: number) => ({ batch, dtypes: { weights, kv } });
+  const step = (batch: number, weights: number, kv: number, context = 500) => sumWork(cachedStepWork(gpt2, context, "fused", layout(batch, weights, kv)));
+  const { f32, bf16, f16 } = DTYPES;
+  const matrices = 12 * (768 * 3 * 768 + 768 * 768 + 2 * 768 * 3072) + 50257 * 768; // c_attn, c_proj, c_fc, mlp c_proj; wte
+
+  test("bf16 or f16 weights halve the matrices' bytes; biases and norms stay fp32", () => {
+    expect(step(1, f32, f32).weight_bytes - step(1, bf16, f32).weight_bytes).toBe(2 * (matrices + 2 * 768)); // + the wte and wpe rows embedded
+    expect(step(1, bf16, f32).weight_bytes).toBe(step(1, f16, f32).weight_bytes);
+  });
+
+  test("a bf16 cache halves the cache's bytes and nothing else", () => {
+    expect(step(1, f32, bf16).kv_bytes * 2).toBe(step(1, f32, f32).kv_bytes);
+    expect(step(1, f32, bf16).weight_bytes).toBe(step(1, f32, f32).weight_bytes);
+  });
+
+  test("a batch reads every weight matrix once, and each sequence's cache rows and activations", () => {
+    const one = step(1, f32, f32), four = step(4, f32, f32);
+    expect(four.weight_bytes - one.weight_bytes).toBe(3 * 4 * 2 * 768); // only the embedded rows (wte and wpe) are per sequence
+    expect(four.kv_bytes).toBe(4 * one.kv_bytes);
+    expect(four.flops).toBeCloseTo(4 * one.flops, -3);
   });
 });

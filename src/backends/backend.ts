@@ -30,6 +30,18 @@ export interface RecordedStep {
   destroy(): void;
 }
 
+/** A kernel launch's grid and block. */
+export interface LaunchShape {
+  grid: [number, number, number];
+  block: [number, number, number];
+}
+
+/** A backend whose ops are GPU kernels: each op's launch shape (captured from the launchers, not run) and the library holding them. */
+export interface KernelLaunches {
+  launchShapes(plan: EncodedPlan): LaunchShape[];
+  readonly libraryPath: string;
+}
+
 export interface MemoryInfo {
   free: number;
   total: number;
@@ -70,6 +82,8 @@ export interface Backend {
   /** what memInfo's free bytes are, in words */
   readonly memInfoSource: string;
   readonly studyDefaults: StudyDefaults;
+  /** GPU kernels' launch shapes and library (what the kernel model predicts from); undefined on the CPU */
+  readonly kernels?: KernelLaunches;
   /** bun:ffi symbols for the op_* functions (one FFI call each = one kernel launch on CUDA) */
   readonly ops: OpSymbols;
 

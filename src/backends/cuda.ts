@@ -6,7 +6,7 @@ import { ensureBuilt, hasNvcc, hasPrebuilt } from "../native/build.ts";
 import { CUDA_SYMBOLS, CU_DEVICE_INFO, CU_LAUNCH_SHAPE, decodeDeviceInfo, type CuDeviceInfo } from "../native/cuda-symbols.ts";
 import { probeDriver } from "../native/driver.ts";
 import type { EncodedPlan } from "../plan.ts";
-import { HOST_STUDY_DEFAULTS, type BackendDescription, type RecordedStep, type StudyDefaults } from "./backend.ts";
+import { HOST_STUDY_DEFAULTS, type BackendDescription, type KernelLaunches, type LaunchShape, type RecordedStep, type StudyDefaults } from "./backend.ts";
 import { CudaInstrument, type CudaTimers, type StepEvents } from "./cuda-instrument.ts";
 import type { Instrument } from "./instrument.ts";
 import { NativeBackend, openLibrary } from "./native.ts";
@@ -37,11 +37,6 @@ interface CudaSymbols {
 
 const CUDA_ERROR_UNKNOWN = 999; // cudaErrorUnknown, when a failed call left no code behind
 
-/** A kernel launch's grid and block. */
-export interface LaunchShape {
-  grid: [number, number, number];
-  block: [number, number, number];
-}
 const unavailable = (why: string) => new UserError(`CUDA backend unavailable: ${why}`);
 
 function libraryFor(emulated: boolean): string {
@@ -100,7 +95,9 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
   readonly studyDefaults: StudyDefaults;
   private readonly cu: CudaSymbols;
 
-  private constructor(lib: ReturnType<typeof openLibrary<CudaSymbols>>, emulated: boolean) {
+  readonly kernels: KernelLaunches;
+
+  private constructor(lib: ReturnType<typeof openLibrary<CudaSymbols>>, emulated: boolean, libraryPath: string) {
     super(lib.symbols, () => lib.close());
     this.cu = lib.symbols;
     this.kind = emulated ? "emu" : "cuda";
@@ -115,6 +112,7 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
     this.deviceName = this.device.name;
     this.programmaticLaunch = emulated || this.device.ccMajor >= 9;
     this.studyDefaults = emulated ? HOST_STUDY_DEFAULTS : GPU_STUDY;
+    this.kernels = { launchShapes: (plan) => this.launchShapes(plan), libraryPath };
   }
 
   describe(): BackendDescription {
@@ -135,7 +133,8 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
   /** `path` loads a given build of the library (a test's planted-bug variant of the emulator). */
   static open(opts: { emulated?: boolean; path?: string } = {}): CudaBackend {
     const emulated = opts.emulated ?? false;
-    return new CudaBackend(openLibrary<CudaSymbols>(opts.path ?? libraryFor(emulated), CUDA_SYMBOLS), emulated);
+    const path = opts.path ?? libraryFor(emulated);
+    return new CudaBackend(openLibrary<CudaSymbols>(path, CUDA_SYMBOLS), emulated, path);
   }
 
   record(plan: EncodedPlan): RecordedStep {

@@ -31,7 +31,9 @@ export function loadWeights(modelDir: string | undefined, preset: string, seed: 
 
 /** yargs .check(): every flag at most once (yargs would make a repeated flag an array); `lists` are meant to be arrays. */
 export function noRepeatedFlags(argv: Record<string, unknown>, lists: readonly string[] = []): true {
-  const repeated = Object.entries(argv).find(([key, value]) => key !== "_" && !lists.includes(key) && Array.isArray(value));
+  const camel = (flag: string) => flag.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
+  const listed = new Set([...lists, ...lists.map(camel)]);
+  const repeated = Object.entries(argv).find(([key, value]) => key !== "_" && !listed.has(key) && Array.isArray(value));
   if (repeated) throw new UserError(`--${repeated[0]} is given ${(repeated[1] as unknown[]).length} times; give it once`);
   return true;
 }

@@ -5,8 +5,9 @@ import { hideBin } from "yargs/helpers";
 import { BACKEND_CHOICES, openBackend, type BackendChoice } from "../backends/select.ts";
 import { runCli, UserError } from "../errors.ts";
 import { decodeTokens, encodeText, parsePromptIds } from "../model/tokenizer.ts";
+import { DTYPE_NAMES, MAX_BATCH, type DtypeName } from "../ops.ts";
 import { PLAN_KINDS, type PlanKind } from "../plan.ts";
-import { generate } from "../run/generate.ts";
+import { generateBatch } from "../run/generate.ts";
 import { availableModes, LAUNCH_MODE_NAMES, launchMode, replayMode, type LaunchModeName } from "../run/launch-modes.ts";
 import { Session } from "../run/session.ts";
 import { summarize } from "../stats.ts";
@@ -25,9 +26,12 @@ await runCli(async () => {
       .option("model", { type: "string", describe: "Hugging Face GPT-2 directory (config.json + model.safetensors); default: GPT-2 small shapes, seeded random weights" })
       .option("preset", { choices: PRESET_CHOICES, describe: `without --model: whose exact shapes the seeded random weights take (default ${DEFAULT_PRESET})` })
       .conflicts("model", "preset")
-      .option("prompt", { type: "string", describe: `prompt text (GPT-2 BPE); default ${JSON.stringify(DEFAULT_PROMPT)}` })
-      .option("prompt-ids", { type: "string", describe: "prompt as token ids, e.g. 464,3290,318" })
-      .option("max-new-tokens", { type: "number", default: 20, describe: "tokens to generate" })
+      .option("prompt", { type: "string", describe: `prompt text (GPT-2 BPE), once per sequence or once for all; default ${JSON.stringify(DEFAULT_PROMPT)}` })
+      .option("prompt-ids", { type: "string", describe: "prompt as token ids, e.g. 464,3290,318; once per sequence or once for all" })
+      .option("max-new-tokens", { type: "number", default: 20, describe: "tokens to generate (per sequence)" })
+      .option("batch", { type: "number", describe: "sequences decoded together in one step (default: one per prompt given); one prompt is repeated" })
+      .option("dtype", { choices: DTYPE_NAMES, describe: "storage type of the weight matrices and embeddings (default: the checkpoint's; f32 for seeded weights); sums stay fp32" })
+      .option("kv-dtype", { choices: DTYPE_NAMES, describe: "storage type of the KV cache (default: --dtype's)" })
       .option("backend", { choices: BACKEND_CHOICES, default: "auto" as BackendChoice, describe: "cpu, cuda, auto (cuda if available, else cpu), emu (the CUDA kernels' sources run on the CPU: slow, for verification)" })
       .option("cache", { choices: ["on", "off"] as const, default: "on" as const, describe: "KV cache, or recompute the whole sequence every token" })
       .option("mode", { choices: MODES, default: "eager" as const, describe: "launch mode of cached decode steps (replay = graph on CUDA, eager-native on the CPU)" })
@@ -37,6 +41,7 @@ await runCli(async () => {
       .option("json", { type: "boolean", default: false, describe: "print one JSON object on stdout" })
       .option("dump-logits", { type: "string", describe: "write float32 LE logits (len(prompt)+generated, vocab) from one uncached pass" })
       .conflicts("prompt", "prompt-ids"),
+    ["prompt", "prompt-ids"],
   );
 
   const say = (line: string) => process.stderr.write(`${line}\n`);
@@ -48,30 +53,44 @@ await runCli(async () => {
   const modelLines: string[] = [];
   const weights = loadWeights(argv.model, argv.preset ?? DEFAULT_PRESET, intFlag("seed", argv.seed, 0), (line) => modelLines.push(line));
   const cfg = weights.config;
-  const prompt = argv["prompt-ids"] !== undefined
-    ? parsePromptIds(argv["prompt-ids"], cfg.vocab_size)
-    : encodeText(argv.prompt ?? DEFAULT_PROMPT, cfg.vocab_size);
+  const given = argv["prompt-ids"] !== undefined
+    ? [argv["prompt-ids"]].flat().map((ids) => parsePromptIds(ids, cfg.vocab_size))
+    : [argv.prompt ?? DEFAULT_PROMPT].flat().map((text) => encodeText(text, cfg.vocab_size));
+  const batch = argv.batch === undefined ? given.length : intFlag("batch", argv.batch, 1, MAX_BATCH);
+  if (given.length !== 1 && given.length !== batch) {
+    throw new UserError(`--batch ${batch} takes one prompt (repeated) or ${batch} prompts, not ${given.length}`);
+  }
+  const prompts = given.length === batch ? given : Array.from({ length: batch }, () => given[0]!);
+  if (dumpLogits && batch > 1) throw new UserError("--dump-logits writes one sequence's logits: use it with one prompt and --batch 1");
+  const dtype: DtypeName = argv.dtype ?? weights.storedAs;
+  const placement = { batch, weights: dtype, kv: argv["kv-dtype"] ?? dtype };
   modelLines.forEach(say);
   const backend = await openBackend(argv.backend, { threads, note: say });
   const mode = argv.mode === "replay" ? replayMode(backend) : launchMode(argv.mode as LaunchModeName);
   if (!mode.available(backend)) {
     throw new UserError(`launch mode ${mode.name} is not available on the ${backend.kind} backend (available: ${availableModes(backend).map((m) => m.name).join(", ")})`);
   }
-  const session = new Session(backend, weights, { plan: argv.plan });
+  const session = new Session(backend, weights, { plan: argv.plan, placement });
   const cache = argv.cache === "on";
   if (!cache && mode.name !== "eager") say(`note: --cache off recomputes eagerly; --mode ${argv.mode} applies to cached steps only`);
-  const result = generate(session, { prompt, maxNewTokens: maxNew, cache, mode });
+  const result = generateBatch(session, { prompts, maxNewTokens: maxNew, cache, mode });
 
   if (dumpLogits) {
-    const logits = session.logitsAtEveryPosition([...result.promptIds, ...result.generatedIds]);
+    const logits = session.logitsAtEveryPosition([...result.promptIds[0]!, ...result.generatedIds[0]!]);
     writeFileAtomic(dumpLogits, new Uint8Array(logits.buffer, logits.byteOffset, logits.byteLength));
   }
   // the first decode step also captures the graph (or warms caches): reported on its own, not in the median
   const [firstStepMs, ...steadyMs] = result.tokenMs.filter((_, i) => result.tokenKinds[i] !== "prefill");
+  // one sequence: flat lists, as before batches; several: a list per sequence
+  const perSequence = <T>(values: T[]) => (batch === 1 ? values[0]! : values);
+  const texts = result.generatedIds.map((ids) => decodeTokens(ids, cfg.vocab_size));
   const summary = {
-    prompt_ids: result.promptIds,
-    generated_ids: result.generatedIds,
-    text: decodeTokens(result.generatedIds, cfg.vocab_size),
+    prompt_ids: perSequence(result.promptIds),
+    generated_ids: perSequence(result.generatedIds),
+    text: perSequence(texts),
+    batch,
+    dtype: placement.weights,
+    kv_dtype: placement.kv,
     backend: backend.kind,
     device: backend.deviceName,
     cache: argv.cache,
@@ -86,9 +105,11 @@ await runCli(async () => {
   if (argv.json) {
     writeStdout(`${JSON.stringify(summary)}\n`);
   } else {
-    writeStdout(`${decodeTokens(result.promptIds, cfg.vocab_size)}${summary.text}\n`);
-    const perToken = summary.median_step_ms === null ? "" : `, median ${summary.median_step_ms.toFixed(3)} ms per ${cache ? "cached" : "recomputed"} token after the first`;
-    say(`${backend.kind} (${backend.deviceName}), cache ${argv.cache}, mode ${summary.mode}, plan ${summary.plan}: ${maxNew} tokens${perToken}`);
+    writeStdout(result.promptIds.map((ids, b) => `${decodeTokens(ids, cfg.vocab_size)}${texts[b]}\n`).join(""));
+    const step = batch === 1 ? "token" : `step of ${batch} tokens`;
+    const perToken = summary.median_step_ms === null ? "" : `, median ${summary.median_step_ms.toFixed(3)} ms per ${cache ? "cached" : "recomputed"} ${step} after the first`;
+    const storage = `weights ${placement.weights}, cache ${placement.kv}`;
+    say(`${backend.kind} (${backend.deviceName}), cache ${argv.cache}, mode ${summary.mode}, plan ${summary.plan}, ${storage}: ${maxNew} tokens${batch > 1 ? ` × ${batch} sequences` : ""}${perToken}`);
   }
   session.close();
   backend.close();

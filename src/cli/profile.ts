@@ -20,7 +20,9 @@ import { createProgress } from "../report/progress.ts";
 import { renderTerminalSummary } from "../report/terminal.ts";
 import { writeProfileOutputs, type WrittenOutputs } from "../report/write.ts";
 import { PLAN_KINDS, type PlanKind } from "../plan.ts";
-import { availableModes, LAUNCH_MODE_NAMES, launchMode, type LaunchModeName } from "../run/launch-modes.ts";
+import { availableModes, LAUNCH_MODE_NAMES, launchMode, replayMode, type LaunchModeName } from "../run/launch-modes.ts";
+import type { Placement } from "../run/model-buffers.ts";
+import { DTYPE_NAMES, MAX_BATCH, type DtypeName } from "../ops.ts";
 import { DEFAULT_PRESET, intFlag, loadWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
 import { watchSignals } from "./interrupt.ts";
 import { ProfileOutput, writeStdout } from "./outputs.ts";
@@ -57,6 +59,20 @@ function contextsFor(flag: string | undefined, backend: Backend, nPositions: num
   if (defaults.some((c) => c > max)) note(`note: contexts capped at ${max} (n_positions ${nPositions} minus the new token)`);
   return capped;
 }
+
+const BATCH_CHOICES = Array.from({ length: MAX_BATCH }, (_, i) => String(i + 1));
+
+/** A comma-separated flag of distinct values from `choices`, or `fallback` when not given. */
+function listFlag<T extends string>(flag: string, value: string | undefined, choices: readonly T[], fallback: T[]): T[] {
+  if (value === undefined) return fallback;
+  const items = value.split(",").map((s) => s.trim());
+  const bad = items.find((s) => !(choices as readonly string[]).includes(s));
+  if (bad !== undefined) throw new UserError(`--${flag}: ${JSON.stringify(bad)} is not one of ${choices.join(", ")}`);
+  return [...new Set(items as T[])];
+}
+
+/** The interventions run in the launch mode that issues a step fastest: captured where there are graphs, natively elsewhere. */
+const fastestMode = (backend: Backend) => replayMode(backend);
 
 function defaultOutDir(backend: Backend, mode: string, withPeers: boolean, plan: PlanKind): string {
   const date = new Date().toISOString().slice(0, 10);
@@ -98,7 +114,10 @@ await runCli(async () => {
       .option("kernels", { type: "boolean", default: true, describe: "trace every op (CUPTI on the GPU, native timers on the CPU); --no-kernels skips it" })
       .option("seed", { type: "number", default: 0, describe: "seed of the random weights and prompts" })
       .option("threads", { type: "number", describe: "CPU backend threads" })
-      .option("peers", { type: "string", describe: "torch, llama.cpp (comma-separated) or all: PyTorch and llama.cpp on the same weights, timed beside the modes" }),
+      .option("peers", { type: "string", describe: "torch, llama.cpp (comma-separated) or all: PyTorch and llama.cpp on the same weights, timed beside the modes" })
+      .option("dtypes", { type: "string", describe: `storage types of the weights to compare (${DTYPE_NAMES.join(", ")}; comma-separated); the first is the study's own (default: the checkpoint's, f32 for seeded weights)` })
+      .option("kv-dtype", { choices: DTYPE_NAMES, describe: "storage type of the KV cache in every configuration (default: each configuration's weight type)" })
+      .option("batches", { type: "string", describe: `sequences per step to compare (1..${MAX_BATCH}, comma-separated, e.g. 1,4): every storage type × batch is timed in the fastest launch mode` }),
   );
 
   const say = (line: string) => process.stderr.write(`${line}\n`);
@@ -119,9 +138,15 @@ await runCli(async () => {
     const defaults = backend.studyDefaults;
     const modes = modesFor(argv.mode, backend);
     const e2eMax = cfg.n_positions - E2E_PROMPT;
+    const dtypes = listFlag("dtypes", argv.dtypes, DTYPE_NAMES, [weights.storedAs]);
+    const batches = listFlag("batches", argv.batches, BATCH_CHOICES, ["1"]).map(Number);
+    const placementOf = (dtype: DtypeName, batch: number): Placement => ({ batch, weights: dtype, kv: argv["kv-dtype"] ?? dtype });
+    const placements = dtypes.flatMap((dtype) => batches.map((batch) => placementOf(dtype, batch)));
     const opts: StudyOptions = {
       modes,
       plan: argv.plan,
+      placement: placementOf(dtypes[0]!, 1),
+      ...(placements.length > 1 ? { interventions: { placements, mode: fastestMode(backend) } } : {}),
       contexts: contextsFor(argv.contexts, backend, cfg.n_positions, say),
       repeats: intFlag("repeats", argv.repeats ?? defaults.repeats, 1, MAX_REPEATS),
       warmup: intFlag("warmup", argv.warmup ?? defaults.warmup, 0, MAX_REPEATS),

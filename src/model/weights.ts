@@ -7,6 +7,7 @@
 import { existsSync, mkdirSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { UserError } from "../errors.ts";
+import type { DtypeName } from "../ops.ts";
 import { hfConfigOf, readHFConfig, type GPT2Config } from "./config.ts";
 import {
   CHUNK_ELEMENTS, formatShape, nameOf, numel, readChunk, readSafetensors, Staging, streamTensor, WEIGHT_DTYPES, writeSafetensors,
@@ -28,6 +29,8 @@ export type ChunkVisitor = (spec: ParameterSpec, chunk: Float32Array, offset: nu
 export interface GPT2Weights {
   config: GPT2Config;
   source: string; // "random (seed N)" or the safetensors path
+  /** the storage type of the source's matrices: a BF16 or F16 checkpoint's, else f32 (the default --dtype) */
+  storedAs: DtypeName;
   skipped: { tensors: number; bytes: number; names: string[] }; // mask buffers and a tied lm_head, not loaded
   /**
    * Every parameter of `parameterSpecs(config)`, in that order, whole, as float32 chunks. A checkpoint's
@@ -125,6 +128,7 @@ export function loadModel(dir: string): GPT2Weights {
   return {
     config,
     source: path,
+    storedAs: checkpointDtype(specs.filter((s) => s.shape.length === 2).map((s) => tensors.get(s.name)!.dtype)),
     skipped: {
       tensors: skippedInfos.length,
       bytes: skippedInfos.reduce((sum, t) => sum + (t.end - t.begin), 0),
@@ -151,6 +155,14 @@ function streamCheckpoint(
   } finally {
     source.close();
   }
+}
+
+/** The checkpoint's matrices' storage type when they all share BF16 or F16 (weights then load without widening), else f32. */
+function checkpointDtype(dtypes: string[]): DtypeName {
+  const one = new Set(dtypes);
+  if (one.size !== 1) return "f32";
+  const only = [...one][0];
+  return only === "BF16" ? "bf16" : only === "F16" ? "f16" : "f32";
 }
 
 /** Mask buffers and lm_head.weight (checked to equal wte) are present in checkpoints but not loaded. */
@@ -211,6 +223,7 @@ export function randomWeights(config: GPT2Config, seed = 0): GPT2Weights {
   return {
     config,
     source: `random (seed ${seed})`,
+    storedAs: "f32",
     skipped: { tensors: 0, bytes: 0, names: [] },
     stream(visit) {
       const rng = new Xoshiro128ss(seed);

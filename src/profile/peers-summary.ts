@@ -2,8 +2,9 @@
 // token, set against the project's fastest mode and the memory floor measured in the same run, and each
 // subject's greedy tokens against the project's.
 import type { PeerSubject } from "../peers/peer-set.ts";
+import type { PeerDispatchSplit } from "../peers/process.ts";
 import { summarize } from "../stats.ts";
-import type { PeerAgreement, PeerDispatchSplit, PeerResult, PeersSection } from "./types.ts";
+import type { PeerAgreement, PeerResult, PeersSection } from "./types.ts";
 
 /** What the study collected from its peers. */
 export interface PeerMeasurements {

@@ -3,21 +3,30 @@
 // them, generate end to end, and measure the cache's memory.
 import type { Backend } from "../backends/backend.ts";
 import type { Instrument, TimedStep } from "../backends/instrument.ts";
+import { kvCacheBytesPerToken } from "../model/config.ts";
 import type { GPT2Weights } from "../model/weights.ts";
+import { DTYPE_BYTES } from "../ops.ts";
 import type { PeerSet } from "../peers/peer-set.ts";
+import type { PeerDispatchSplit } from "../peers/process.ts";
 import type { PlanKind, PlanOp } from "../plan.ts";
 import { generate } from "../run/generate.ts";
-import { launchMode } from "../run/launch-modes.ts";
-import { cacheBytes } from "../run/model-buffers.ts";
+import { launchMode, type LaunchMode } from "../run/launch-modes.ts";
+import { cacheBytes, type Placement } from "../run/model-buffers.ts";
 import { Session } from "../run/session.ts";
 import { summarize, type Stats } from "../stats.ts";
+import { measureInterventions, type InterventionSample } from "./interventions.ts";
 import type { PeerMeasurements } from "./peers-summary.ts";
-import type { EndToEnd, MemoryReport, PeerDispatchSplit, StepTrace, StudyMode } from "./types.ts";
+import { promptOf } from "./prompts.ts";
+import type { EndToEnd, MemoryReport, StepTrace, StudyMode } from "./types.ts";
 
 export interface StudyOptions {
   modes: StudyMode[];
   /** the ops of the cached decode step */
   plan: PlanKind;
+  /** how the study's model is stored (one sequence) */
+  placement: Placement;
+  /** the cached step again with other storage types and batches, in one launch mode (profile --dtypes, --batches) */
+  interventions?: { placements: Placement[]; mode: LaunchMode };
   contexts: number[];
   repeats: number;
   warmup: number;
@@ -52,6 +61,7 @@ export interface StudyResult {
   memory: MemoryReport;
   /** the peers' measurements, when the study ran with peers */
   peers?: PeerMeasurements & { prompt: number[]; reference: number[] };
+  interventions?: InterventionSample[];
 }
 
 /** Tokens of the greedy agreement check between the project and its peers, from an 8-token prompt. */
@@ -60,14 +70,13 @@ export const AGREEMENT_PROMPT = 8;
 
 const nowMs = () => Bun.nanoseconds() / 1e6;
 
-/** Units of progress in a study: every (context, mode) point timed, then traced, then one end-to-end run per mode. */
-export function studyUnits(opts: Pick<StudyOptions, "contexts" | "modes" | "kernels">): number {
-  return opts.contexts.length * opts.modes.length * (opts.kernels ? 2 : 1) + opts.modes.length;
-}
-
-/** A deterministic prompt of n token ids. */
-function promptOf(n: number, vocab: number, seed: number): number[] {
-  return Array.from({ length: n }, (_, i) => (Math.imul(i + 1 + seed, 2654435761) >>> 0) % vocab);
+/**
+ * Units of progress in a study: every (context, mode) point timed, then traced, then one end-to-end run per
+ * mode, then every intervention configuration at every context.
+ */
+export function studyUnits(opts: Pick<StudyOptions, "contexts" | "modes" | "kernels" | "interventions">): number {
+  const interventions = opts.contexts.length * (opts.interventions?.placements.length ?? 0);
+  return opts.contexts.length * opts.modes.length * (opts.kernels ? 2 : 1) + opts.modes.length + interventions;
 }
 
 export class Study {
@@ -76,7 +85,7 @@ export class Study {
 
   constructor(readonly backend: Backend, readonly instrument: Instrument, readonly weights: GPT2Weights, readonly opts: StudyOptions) {
     this.memoryBefore = backend.memInfo().free;
-    this.session = new Session(backend, weights, { plan: opts.plan });
+    this.session = new Session(backend, weights, { plan: opts.plan, placement: opts.placement });
   }
 
   /**
@@ -125,8 +134,13 @@ export class Study {
       await this.checkpoint();
       endToEnd.push(this.endToEnd(mode));
     }
+    const interventions = this.opts.interventions;
+    const samples = interventions && await measureInterventions(this.backend, this.instrument, this.weights, interventions.placements, interventions.mode, this.session, {
+      ...this.opts, checkpoint: () => this.checkpoint(),
+      onContext: (context) => progress(`interventions at context ${context}: ${interventions.placements.length} configurations`, interventions.placements.length),
+    });
     this.opts.onProgress?.(total, total, "done");
-    return { measured, traces, dropped, mismatched, endToEnd, memory, ...(peerResult ? { peers: peerResult } : {}) };
+    return { measured, traces, dropped, mismatched, endToEnd, memory, ...(peerResult ? { peers: peerResult } : {}), ...(samples ? { interventions: samples } : {}) };
   }
 
   /** cached launch modes first, then the uncached baseline */
@@ -263,13 +277,14 @@ export class Study {
     s.run(1);
     s.backend.synchronize();
     const afterWarmup = this.backend.memInfo().free;
-    const extra = this.backend.alloc(cacheBytes(cfg));
+    const placement = s.resident.placement;
+    const extra = this.backend.alloc(cacheBytes(cfg, placement));
     this.backend.fill32(extra, 0); // touch every page: host memory is committed on first write
     this.backend.synchronize();
     const afterCache = this.backend.memInfo().free;
     this.backend.free(extra);
     const a = s.resident.allocations;
-    const perTokenFormula = 2 * cfg.n_layer * cfg.n_embd * 4;
+    const perTokenFormula = kvCacheBytesPerToken(cfg, DTYPE_BYTES[placement.kv]);
     const measuredCache = this.memoryBefore === 0 ? 0 : afterWarmup - afterCache;
     const weightBytes = a.weights.bytes;
     const ownBytes = a.weights.bytes + a.cache.bytes + a.activations.bytes;

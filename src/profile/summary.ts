@@ -6,20 +6,24 @@ import type { Instrument, LaunchFloor, Peaks } from "../backends/instrument.ts";
 import { parameterCount, type GPT2Config } from "../model/config.ts";
 import type { GPT2Weights } from "../model/weights.ts";
 import type { OpFamily, Work } from "../ops.ts";
-import type { PlanKind } from "../plan.ts";
+import { DTYPES } from "../ops.ts";
+import { encodePlan, type PlanKind, type StepLayout } from "../plan.ts";
+import { storedWeightBytes } from "../run/model-buffers.ts";
 import { launchMode, type LaunchModeName } from "../run/launch-modes.ts";
 import { summarize } from "../stats.ts";
 import { buildBreakdown, familyMsPerStep, medianSplit, stepsOf } from "./aggregate.ts";
+import { buildInterventions } from "./interventions-summary.ts";
 import { buildPeersSection } from "./peers-summary.ts";
+import { buildPredictions, gpuModelFor, librarySass } from "./predictions.ts";
 import type { Measured, StudyOptions, StudyResult } from "./study.ts";
-import { SCHEMA_VERSION, type KernelRegime, type PeersSection, type ProfileSummary, type SeedRow, type StepTrace, type StudyMode, type StudyPoint } from "./types.ts";
+import { SCHEMA_VERSION, type KernelRegime, type PeersSection, type PredictionsSection, type ProfileSummary, type SeedRow, type StepTrace, type StudyMode, type StudyPoint } from "./types.ts";
 import { launchVerdict, modeSplitOf, splitVerdicts, studyVerdicts, uncachedBaselineVerdict } from "./verdicts.ts";
 import { cachedStepWork, classifyRegime, flopReduction, sumWork, uncachedStepWork } from "./work-model.ts";
 
 export const TOOL = { name: "decode-floor", version: "0.1.0" };
 
-function stepWorkOf(cfg: GPT2Config, plan: PlanKind, mode: StudyMode, context: number) {
-  return mode === "uncached" ? uncachedStepWork(cfg, context) : cachedStepWork(cfg, context, plan);
+function stepWorkOf(cfg: GPT2Config, plan: PlanKind, layout: StepLayout, mode: StudyMode, context: number) {
+  return mode === "uncached" ? uncachedStepWork(cfg, context, layout) : cachedStepWork(cfg, context, plan, layout);
 }
 
 /**
@@ -50,9 +54,9 @@ function achieved(work: Work, ms: number, peaks: Peaks, floorUs: number, opsPerS
  * Each op family's regime at a traced point: its work per step over its median time per step (calls of
  * different shapes — c_attn, c_proj, c_fc — are summed, not averaged); launch-bound judged per call.
  */
-function regimesOf(cfg: GPT2Config, plan: PlanKind, point: StudyPoint, steps: readonly StepTrace[], peaks: Peaks, floorUs: number): KernelRegime[] {
+function regimesOf(cfg: GPT2Config, plan: PlanKind, layout: StepLayout, point: StudyPoint, steps: readonly StepTrace[], peaks: Peaks, floorUs: number): KernelRegime[] {
   if (!point.breakdown || steps.length === 0) return [];
-  const ops = stepWorkOf(cfg, plan, point.mode, point.context);
+  const ops = stepWorkOf(cfg, plan, layout, point.mode, point.context);
   return [...familyMsPerStep(steps)].map(([key, ms]) => {
     const family = key as OpFamily;
     const mine = ops.filter((o) => o.family === family);
@@ -83,6 +87,22 @@ export function seedTable(cfg: GPT2Config, points: StudyPoint[], contexts: numbe
 }
 
 /** The peers against the project's fastest cached mode at each context and the memory floor (bytes at the measured bandwidth). */
+/** On a GPU the kernel model has parameters for, its prediction beside every cached point (fp32 weights: what the model covers). */
+function predictionsOf(backend: Backend, cfg: GPT2Config, opts: StudyOptions, points: StudyPoint[]): PredictionsSection | undefined {
+  const gpu = gpuModelFor(backend.deviceName);
+  const kernels = backend.kernels;
+  if (!gpu || !kernels || opts.placement.weights !== "f32" || opts.placement.kv !== "f32") return undefined;
+  return buildPredictions(gpu, cfg, opts.plan, points, (ops) => kernels.launchShapes(encodePlan(ops)), librarySass(kernels.libraryPath));
+}
+
+function interventionsMethod(opts: StudyOptions): string {
+  return (
+    `Every configuration (storage types × batch) decodes one step of each of its sequences in ${opts.interventions!.mode.name} mode, at every ` +
+    `context, the configurations in turn (A B C A B C …), ${opts.repeats} rounds after ${opts.warmup} warm-up steps each; each sequence's cache ` +
+    `holds \`context\` tokens of its own prompt. Bytes and FLOPs are the work model's for that configuration.`
+  );
+}
+
 function peersOf(cfg: GPT2Config, opts: StudyOptions, points: StudyPoint[], peaks: Peaks, result: StudyResult): PeersSection | undefined {
   const p = result.peers;
   if (!p) return undefined;
@@ -111,11 +131,13 @@ export function buildSummary(args: {
 }): ProfileSummary {
   const { backend, weights, opts, peaks, launch, result } = args;
   const cfg = weights.config;
-  const opsOf = (mode: StudyMode, context: number) => stepWorkOf(cfg, opts.plan, mode, context).length;
+  const { weights: dtype, kv: kv_dtype } = opts.placement;
+  const layout: StepLayout = { batch: 1, dtypes: { weights: DTYPES[dtype], kv: DTYPES[kv_dtype] } };
+  const opsOf = (mode: StudyMode, context: number) => stepWorkOf(cfg, opts.plan, layout, mode, context).length;
   const floorUs = (mode: StudyMode, context: number) => floorFor(mode, backend, launch, result.measured, opsOf(mode, context));
   const points: StudyPoint[] = result.measured.map((m) => {
     const steps = stepsOf(result.traces, m.mode, m.context);
-    const work = sumWork(stepWorkOf(cfg, opts.plan, m.mode, m.context));
+    const work = sumWork(stepWorkOf(cfg, opts.plan, layout, m.mode, m.context));
     const point: StudyPoint = {
       mode: m.mode, context: m.context, device_ms: m.device_ms, host_ms: m.host_ms, work,
       achieved: achieved(work, m.device_ms.median, peaks, floorUs(m.mode, m.context), opsOf(m.mode, m.context)),
@@ -132,6 +154,10 @@ export function buildSummary(args: {
     for (const s of v.sentences) here.find((p) => p.mode === s.mode)!.split!.verdict = s.sentence;
   }
   const seed = seedTable(cfg, points, opts.contexts);
+  const predictions = predictionsOf(backend, cfg, opts, points);
+  const interventions = result.interventions && opts.interventions
+    ? buildInterventions(cfg, opts.plan, result.interventions, opts.interventions.mode.name, peaks, points, interventionsMethod(opts), { dtype, kv: kv_dtype })
+    : undefined;
   const overheads = result.measured.flatMap((m) => (m.tracing_overhead === null ? [] : [m.tracing_overhead]));
   return {
     schema_version: SCHEMA_VERSION,
@@ -143,10 +169,12 @@ export function buildSummary(args: {
       memory_bytes: totalmem(), bun: Bun.version,
     },
     device: { ...backend.describe(), peaks, launch },
-    model: { config: cfg, source: weights.source, parameters: parameterCount(cfg), weight_bytes: parameterCount(cfg) * 4 },
-    settings: { modes: opts.modes, plan: opts.plan, contexts: opts.contexts, repeats: opts.repeats, warmup: opts.warmup, kernels: opts.kernels },
+    model: { config: cfg, source: weights.source, parameters: parameterCount(cfg), dtype, weight_bytes: storedWeightBytes(cfg, dtype) },
+    settings: {
+      modes: opts.modes, plan: opts.plan, contexts: opts.contexts, repeats: opts.repeats, warmup: opts.warmup, kernels: opts.kernels, dtype, kv_dtype,
+    },
     points,
-    regimes: points.flatMap((p) => regimesOf(cfg, opts.plan, p, stepsOf(result.traces, p.mode, p.context), peaks, floorUs(p.mode, p.context))),
+    regimes: points.flatMap((p) => regimesOf(cfg, opts.plan, layout, p, stepsOf(result.traces, p.mode, p.context), peaks, floorUs(p.mode, p.context))),
     seed_table: seed,
     end_to_end: result.endToEnd,
     memory: result.memory,
@@ -156,7 +184,12 @@ export function buildSummary(args: {
       dropped_records: result.dropped,
       note: `${args.instrument.tracingNote}${result.mismatched ? `; ${result.mismatched} traced steps did not line up one-to-one with the plan` : ""}`,
     },
-    verdicts: [...studyVerdicts(points, result.traces, seed), ...uncachedBaselineVerdict(points, peaks), ...launchVerdict(points, launch, opsOf)],
+    verdicts: [
+      ...studyVerdicts(points, result.traces, seed), ...uncachedBaselineVerdict(points, peaks), ...launchVerdict(points, launch, opsOf),
+      ...(interventions ? [interventions.attribution.verdict] : []),
+    ],
     ...(result.peers ? { peers: peersOf(cfg, opts, points, peaks, result) } : {}),
+    ...(interventions ? { interventions } : {}),
+    ...(predictions ? { predictions } : {}),
   };
 }

@@ -3,7 +3,9 @@
 import type { BackendDescription } from "../backends/backend.ts";
 import type { LaunchFloor, Peaks, TracedStep } from "../backends/instrument.ts";
 import type { GPT2Config } from "../model/config.ts";
-import type { OpFamily, Work } from "../ops.ts";
+import type { PeerSubject } from "../peers/peer-set.ts";
+import type { PeerDispatchSplit } from "../peers/process.ts";
+import type { DtypeName, OpFamily, Work } from "../ops.ts";
 import type { PlanKind } from "../plan.ts";
 import type { LaunchModeName } from "../run/launch-modes.ts";
 import type { Stats } from "../stats.ts";
@@ -109,8 +111,11 @@ export interface DeviceDescription extends BackendDescription {
   launch: LaunchFloor;
 }
 
-/** summary.json's layout version (2: per-mode results keyed by launch mode name). */
-export const SCHEMA_VERSION = 3;
+/**
+ * summary.json's layout version (2: per-mode results keyed by launch mode name; 3: settings.plan;
+ * 4: storage types and batches — settings.dtype/kv_dtype, model.dtype, interventions).
+ */
+export const SCHEMA_VERSION = 4;
 
 export interface ProfileSummary {
   schema_version: typeof SCHEMA_VERSION;
@@ -119,9 +124,12 @@ export interface ProfileSummary {
   date: string;
   machine: { hostname: string; os: string; cpu: string; cpus: number; memory_bytes: number; bun: string };
   device: DeviceDescription;
-  model: { config: GPT2Config; source: string; parameters: number; weight_bytes: number };
-  /** plan: which ops the cached decode step runs (src/plan.ts PlanKind) */
-  settings: { modes: StudyMode[]; plan: PlanKind; contexts: number[]; repeats: number; warmup: number; kernels: boolean };
+  /** weight_bytes: as stored (matrices and embeddings in `dtype`, vectors in fp32) */
+  model: { config: GPT2Config; source: string; parameters: number; dtype: DtypeName; weight_bytes: number };
+  /** plan: which ops the cached decode step runs (src/plan.ts PlanKind); dtype, kv_dtype: how the study's model is stored */
+  settings: {
+    modes: StudyMode[]; plan: PlanKind; contexts: number[]; repeats: number; warmup: number; kernels: boolean; dtype: DtypeName; kv_dtype: DtypeName;
+  };
   points: StudyPoint[];
   regimes: KernelRegime[];
   seed_table: SeedRow[];
@@ -131,12 +139,76 @@ export interface ProfileSummary {
   verdicts: string[];
   /** PyTorch and llama.cpp at the same contexts on the same weights (profile --peers) */
   peers?: PeersSection;
+  /** the cached step with its bytes and its batch changed (profile --dtypes, --batches) */
+  interventions?: InterventionsSection;
+  /** on a GPU the kernel model has parameters for: its predicted step beside each measured one */
+  predictions?: PredictionsSection;
+}
+
+/** The kernel model's step time beside the measured one: PREDICTIONS, for the first GPU run to calibrate. */
+export interface PredictionsSection {
+  gpu: string;
+  how: string;
+  points: {
+    mode: string;
+    context: number;
+    measured_ms: number;
+    /** at the working estimates, and at the optimistic and pessimistic ends of their ranges */
+    predicted_ms: number;
+    optimistic_ms: number;
+    pessimistic_ms: number;
+    measured_over_predicted: number;
+  }[];
+}
+
+// ---- interventions: bytes (storage types) and batch, the floor attributed by experiment -----------
+
+/** How the model was stored and how many sequences one step decoded. */
+export interface InterventionConfig {
+  dtype: DtypeName;
+  kv_dtype: DtypeName;
+  batch: number;
+}
+
+export interface InterventionPoint extends InterventionConfig {
+  context: number;
+  /** device time per step: one token of every sequence */
+  step_ms: Stats;
+  /** median step time ÷ batch */
+  token_ms: number;
+  /** one step's work (work model at this configuration's storage types and batch) */
+  work: Work;
+  bytes_per_token: number;
+  /** the step's FLOPs per byte (work model) */
+  intensity: number;
+  /** achieved rates over the median step time, as shares of the measured peaks, and the step's regime */
+  achieved: { flops_per_s: number; bytes_per_s: number; flops_share: number; bytes_share: number; regime: string };
+}
+
+/** What moved the cached step's time, measured: launch mode, bytes, batch. */
+export interface Attribution {
+  context: number;
+  /** eager against the fastest launch mode of the study's own configuration */
+  launch: { fastest_mode: string; eager_ms: number; fastest_ms: number; change: number } | null;
+  /** the study's storage type against the one that moves fewest bytes, at batch 1 */
+  bytes: { from: DtypeName; to: DtypeName; bytes_ratio: number; time_ratio: number } | null;
+  /** the largest batch against batch 1, the study's storage type */
+  batch: { batch: number; step_ratio: number; token_ratio: number; compute_bound_from: number | null } | null;
+  verdict: string;
+}
+
+export interface InterventionsSection {
+  /** the launch mode every configuration ran in, and how they were timed */
+  mode: string;
+  method: string;
+  configs: InterventionConfig[];
+  points: InterventionPoint[];
+  /** the machine's measured peak FLOP/s ÷ peak B/s: a step of higher intensity is compute-bound by the work model */
+  balance_flop_per_byte: number;
+  attribution: Attribution;
 }
 
 // ---- peers: PyTorch and llama.cpp on the same weights, in the same run -----------------------------
-
-import type { PeerDispatchSplit } from "../peers/process.ts";
-export type { PeerDispatchSplit };
 
 /** A peer's time per token at one context, against the project's fastest mode and the memory floor. */
 export interface PeerPoint {
@@ -160,18 +232,8 @@ export interface PeerAgreement {
   tokens: number[];
 }
 
-/** One way a peer runs the decode step, as a subject of the study. */
-export interface PeerResult {
-  /** "torch:seed", "llama.cpp:fa-on" */
-  id: string;
-  peer: string;
-  variant: string;
-  /** "PyTorch seed-style" */
-  short: string;
-  label: string;
-  version: string;
-  device: string;
-  settings: Record<string, string | number | boolean>;
+/** One way a peer runs the decode step, as a subject of the study: the subject and what it measured. */
+export interface PeerResult extends PeerSubject {
   points: PeerPoint[];
   /** null when the peer could not generate */
   agreement: PeerAgreement | null;

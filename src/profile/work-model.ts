@@ -3,7 +3,7 @@
 import type { Peaks } from "../backends/instrument.ts";
 import type { GPT2Config } from "../model/config.ts";
 import type { OpFamily, Work } from "../ops.ts";
-import { planShape, type PlanKind, type PlanOp } from "../plan.ts";
+import { F32_SINGLE, planShape, type PlanKind, type PlanOp, type StepLayout } from "../plan.ts";
 
 export interface OpWork extends Work {
   family: OpFamily;
@@ -16,14 +16,17 @@ export function opsWork(ops: readonly PlanOp[], pos: number): OpWork[] {
   return ops.map((o) => ({ family: o.family, label: o.label, layer: o.layer, ...o.work(pos) }));
 }
 
-/** The work of every op of one step of T new rows starting at position `pos`, in plan order. */
-export function stepWork(cfg: GPT2Config, T: number, pos: number, kind: PlanKind = "fused"): OpWork[] {
+/**
+ * The work of every op of one step of T new rows of each sequence, every sequence's first row at position
+ * `pos`, in plan order; `layout`: sequences and storage types (default one sequence, fp32).
+ */
+export function stepWork(cfg: GPT2Config, T: number, pos: number, kind: PlanKind = "fused", layout: StepLayout = F32_SINGLE): OpWork[] {
   if (!Number.isInteger(T) || T < 1) throw new RangeError(`step rows T must be a positive integer, got ${T}`);
   if (!Number.isInteger(pos) || pos < 0) throw new RangeError(`step position must be a non-negative integer, got ${pos}`);
   if (pos + T > cfg.n_positions) {
     throw new RangeError(`rows [${pos}, ${pos + T}) exceed ${cfg.name}'s ${cfg.n_positions} positions`);
   }
-  return opsWork(planShape(cfg, T, kind), pos);
+  return opsWork(planShape(cfg, T, kind, layout), pos);
 }
 
 export function sumWork(ops: readonly Work[]): Work {
@@ -38,13 +41,13 @@ export function sumWork(ops: readonly Work[]): Work {
 }
 
 /** One decode step with a KV cache holding `context` tokens: T = 1 at position `context`. */
-export function cachedStepWork(cfg: GPT2Config, context: number, kind: PlanKind = "fused"): OpWork[] {
-  return stepWork(cfg, 1, context, kind);
+export function cachedStepWork(cfg: GPT2Config, context: number, kind: PlanKind = "fused", layout: StepLayout = F32_SINGLE): OpWork[] {
+  return stepWork(cfg, 1, context, kind, layout);
 }
 
 /** The same token without a cache: the whole sequence of context + 1 rows recomputed from position 0. */
-export function uncachedStepWork(cfg: GPT2Config, context: number): OpWork[] {
-  return stepWork(cfg, context + 1, 0);
+export function uncachedStepWork(cfg: GPT2Config, context: number, layout: StepLayout = F32_SINGLE): OpWork[] {
+  return stepWork(cfg, context + 1, 0, "fused", layout);
 }
 
 /** Uncached FLOPs / cached FLOPs for the token after `context` tokens (the same in either plan). */

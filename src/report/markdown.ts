@@ -2,7 +2,7 @@
 import type { ProfileSummary } from "../profile/types.ts";
 import { OUTPUT_FILES } from "./output-files.ts";
 import {
-  breakdownPoints, endToEndTable, runLine, launchFloorSentence, memoryTable, modeLabel, peerSentences, peersTable, questionSentence, regimeTable,
+  breakdownPoints, endToEndTable, interventionsTable, predictionsTable, runLine, launchFloorSentence, memoryTable, modeLabel, peerSentences, peersTable, questionSentence, regimeTable,
   seedTable, splitTable, topOpsTable, withSplit, workTable, type TableData,
 } from "./sections.ts";
 import { formatDuration, formatRate, type Cell, type Column } from "./tables.ts";
@@ -73,6 +73,22 @@ export function renderReport(summary: ProfileSummary): string {
         markdownTable(peersTable(s)),
         peerSentences(s).map((v) => `- ${md(v)}`).join("\n"),
         s.peers.results.map((r) => `- **${md(r.short)}**: ${md(r.label)}; ${md(r.version)}; ${md(r.device)}; ${md(Object.entries(r.settings).map(([k, v]) => `${k} ${String(v)}`).join(", "))}`).join("\n"),
+      )]
+      : []),
+    ...(s.interventions
+      ? [section(
+        "Interventions: the bytes and the batch",
+        `${md(s.interventions.method)} Regime by the work model: a step whose FLOPs per byte exceed the machine's measured balance ` +
+          `(${s.interventions.balance_flop_per_byte.toFixed(1)} FLOP/B: peak FLOP/s ÷ peak B/s) is compute-bound.`,
+        markdownTable(interventionsTable(s)),
+        `- ${md(s.interventions.attribution.verdict)}`,
+      )]
+      : []),
+    ...(s.predictions
+      ? [section(
+        `The kernel model beside the measurements (${md(s.predictions.gpu)})`,
+        `PREDICTED figures, not measurements: ${md(s.predictions.how)}. Measured ÷ predicted is what the first run on this GPU calibrates the model by.`,
+        markdownTable(predictionsTable(s)),
       )]
       : []),
     section("End-to-end generation", markdownTable(endToEndTable(s))),

@@ -2,11 +2,12 @@
 // Keep the two in step: the tests validate a synthetic ProfileSummary against this schema.
 import Ajv2020 from "ajv/dist/2020.js";
 
-import { OP_FAMILIES } from "../ops.ts";
+import { DTYPE_NAMES, MAX_BATCH, OP_FAMILIES } from "../ops.ts";
 import { PLAN_KINDS } from "../plan.ts";
 import { SCHEMA_VERSION } from "../profile/types.ts";
 import { LAUNCH_MODE_NAMES } from "../run/launch-modes.ts";
 
+const dtype = { enum: DTYPE_NAMES };
 const number = { type: "number" } as const;
 const nonNegative = { type: "number", minimum: 0 } as const;
 const count = { type: "integer", minimum: 0 } as const;
@@ -179,6 +180,37 @@ const peers = object({
   skipped: { type: "array", items: object({ name: text, reason: text }) },
 });
 
+const interventionConfig = { dtype, kv_dtype: dtype, batch: { type: "integer", minimum: 1, maximum: MAX_BATCH } };
+
+const interventions = object({
+  mode: text,
+  method: text,
+  configs: { type: "array", items: object(interventionConfig) },
+  points: {
+    type: "array",
+    items: object({
+      ...interventionConfig,
+      context: count,
+      step_ms: { $ref: "#/$defs/stats" },
+      token_ms: nonNegative,
+      work: { $ref: "#/$defs/work" },
+      bytes_per_token: nonNegative,
+      intensity: nonNegative,
+      achieved: object({ flops_per_s: nonNegative, bytes_per_s: nonNegative, flops_share: nonNegative, bytes_share: nonNegative, regime: text }),
+    }),
+  },
+  balance_flop_per_byte: nonNegative,
+  attribution: object({
+    context: count,
+    launch: { oneOf: [{ type: "null" }, object({ fastest_mode: text, eager_ms: nonNegative, fastest_ms: nonNegative, change: number })] },
+    bytes: { oneOf: [{ type: "null" }, object({ from: dtype, to: dtype, bytes_ratio: nonNegative, time_ratio: nonNegative })] },
+    batch: {
+      oneOf: [{ type: "null" }, object({ batch: count, step_ratio: nonNegative, token_ratio: nonNegative, compute_bound_from: { type: ["integer", "null"] } })],
+    },
+    verdict: text,
+  }),
+});
+
 export const PROFILE_SUMMARY_SCHEMA = {
   $schema: "https://json-schema.org/draft/2020-12/schema",
   $id: `urn:decode-floor:summary:${SCHEMA_VERSION}`,
@@ -196,7 +228,7 @@ export const PROFILE_SUMMARY_SCHEMA = {
       peaks: object({ bytes_per_s: nonNegative, flops_per_s: nonNegative, how_measured: text }),
       launch: object({ host_us: nonNegative, device_us: nullableNumber, graph_node_us: nullableNumber, how_measured: text }),
     }),
-    model: object({ config: gpt2Config, source: text, parameters: count, weight_bytes: nonNegative }),
+    model: object({ config: gpt2Config, source: text, parameters: count, dtype, weight_bytes: nonNegative }),
     settings: object({
       modes: { type: "array", items: studyMode },
       plan: { enum: [...PLAN_KINDS] },
@@ -204,6 +236,8 @@ export const PROFILE_SUMMARY_SCHEMA = {
       repeats: count,
       warmup: count,
       kernels: { type: "boolean" },
+      dtype,
+      kv_dtype: dtype,
     }),
     points: { type: "array", items: { $ref: "#/$defs/studyPoint" } },
     regimes: { type: "array", items: kernelRegime },
@@ -213,7 +247,19 @@ export const PROFILE_SUMMARY_SCHEMA = {
     tracing: object({ available: { type: "boolean" }, overhead_pct: nullableNumber, dropped_records: count, note: text }),
     verdicts: { type: "array", items: text },
     peers,
-  }, ["peers"]),
+    interventions,
+    predictions: object({
+      gpu: text,
+      how: text,
+      points: {
+        type: "array",
+        items: object({
+          mode: text, context: count, measured_ms: nonNegative, predicted_ms: nonNegative, optimistic_ms: nonNegative, pessimistic_ms: nonNegative,
+          measured_over_predicted: nonNegative,
+        }),
+      },
+    }),
+  }, ["peers", "interventions", "predictions"]),
   $defs: { stats, opAggregate, timeSplit, work, studyPoint },
 };
 

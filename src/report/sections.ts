@@ -272,3 +272,48 @@ export function peerSentences(s: ProfileSummary): string[] {
   for (const k of p.skipped) out.push(`Not run: ${k.name}: ${k.reason}.`);
   return out;
 }
+
+// ---- interventions ---------------------------------------------------------------------------------
+
+/** Per configuration (storage types, batch) and context: time per step and per token against bytes per token. */
+export function interventionsTable(s: ProfileSummary): TableData {
+  const points = s.interventions?.points ?? [];
+  return {
+    columns: [
+      { header: "weights" },
+      { header: "KV cache" },
+      { header: "batch" },
+      { header: "context (tokens)" },
+      { header: "step (ms)", format: ms3 },
+      { header: "per token (ms)", format: ms3 },
+      { header: "bytes per token", align: "right" },
+      { header: "FLOP per byte", format: fixed(2) },
+      { header: "achieved B/s", align: "right" },
+      { header: "of peak B/s (%)", align: "right" },
+      { header: "regime (work model)" },
+    ],
+    rows: points.map((p) => [
+      p.dtype, p.kv_dtype, p.batch, p.context, p.step_ms.median, p.token_ms, formatBytes(p.bytes_per_token), p.intensity,
+      formatRate(p.achieved.bytes_per_s, "B"), percent(p.achieved.bytes_share), p.achieved.regime,
+    ]),
+  };
+}
+
+// ---- the kernel model's predictions beside the measurements -----------------------------------------
+
+/** Per measured cached point: the kernel model's PREDICTED step (working estimate and range) and the measured one. */
+export function predictionsTable(s: ProfileSummary): TableData {
+  return {
+    columns: [
+      { header: "mode" },
+      { header: "context (tokens)" },
+      { header: "measured (ms)", format: ms3 },
+      { header: "PREDICTED (ms)", format: ms3 },
+      { header: "predicted range (ms)", align: "right" },
+      { header: "measured ÷ predicted", format: fixed(2) },
+    ],
+    rows: (s.predictions?.points ?? []).map((p) => [
+      p.mode, p.context, p.measured_ms, p.predicted_ms, `${p.optimistic_ms.toFixed(3)}–${p.pessimistic_ms.toFixed(3)}`, p.measured_over_predicted,
+    ]),
+  };
+}

@@ -3,7 +3,7 @@ import chalk from "chalk";
 
 import type { ProfileSummary } from "../profile/types.ts";
 import {
-  breakdownPoints, modeLabel, peerSentences, peersTable, questionSentence, runLine, seedTable, splitTable, topOpsTable, withSplit, type TableData,
+  breakdownPoints, interventionsTable, predictionsTable, modeLabel, peerSentences, peersTable, questionSentence, runLine, seedTable, splitTable, topOpsTable, withSplit, type TableData,
 } from "./sections.ts";
 import { formatDuration, renderTable } from "./tables.ts";
 
@@ -24,6 +24,8 @@ export function renderTerminalSummary(s: ProfileSummary): string {
     terminalTable(seedTable(s)),
     "",
     ...(s.peers ? [heading("Peers: PyTorch and llama.cpp on the same weights"), terminalTable(peersTable(s)), ...peerSentences(s).map((v) => `• ${v}`), ""] : []),
+    ...(s.predictions ? [heading(`The kernel model's PREDICTIONS beside the measurements (${s.predictions.gpu})`), terminalTable(predictionsTable(s)), ""] : []),
+    ...(s.interventions ? [heading(`Interventions: bytes and batch (${s.interventions.mode} mode)`), terminalTable(interventionsTable(s)), ""] : []),
     ...(withSplit(s).length > 0 ? [heading("Where a step's time goes"), terminalTable(splitTable(s)), ""] : []),
     ...tops,
     heading("Verdicts"),

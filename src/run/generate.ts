@@ -1,11 +1,12 @@
-// Greedy generation: prefill then one token at a time with the KV cache, or the uncached baseline that
-// recomputes the whole sequence every step.
+// Greedy generation: prefill then one token at a time with the KV cache (every sequence of the session in one
+// step), or the uncached baseline that recomputes each whole sequence every step.
 import { UserError } from "../errors.ts";
-import type { LaunchMode } from "./launch-modes.ts";
+import { launchMode, type LaunchMode } from "./launch-modes.ts";
 import type { Session } from "./session.ts";
 
 export interface GenerateOptions {
-  prompt: number[];
+  /** one prompt per sequence of the session */
+  prompts: number[][];
   maxNewTokens: number;
   cache: boolean;
   /** launch mode of the cached decode steps (prefill and the uncached baseline run eagerly) */
@@ -13,9 +14,10 @@ export interface GenerateOptions {
 }
 
 export interface GenerateResult {
-  promptIds: number[];
-  generatedIds: number[];
-  /** wall time of each generated token (ms), the backend synchronised after each */
+  promptIds: number[][];
+  /** per sequence */
+  generatedIds: number[][];
+  /** wall time of each step (ms) — every sequence's token — the backend synchronised after each */
   tokenMs: number[];
   /** which step produced each token: "prefill", "decode" or "recompute" */
   tokenKinds: string[];
@@ -23,17 +25,31 @@ export interface GenerateResult {
 
 const nowMs = () => Bun.nanoseconds() / 1e6;
 
-export function generate(session: Session, opts: GenerateOptions): GenerateResult {
-  const { prompt, maxNewTokens } = opts;
-  if (prompt.length === 0) throw new Error("generate: empty prompt");
-  const total = prompt.length + maxNewTokens;
-  if (total > session.config.n_positions) {
-    throw new UserError(`context overflow: prompt (${prompt.length} tokens) + new tokens (${maxNewTokens}) = ${total} exceeds n_positions (${session.config.n_positions})`);
+/** Generates for every sequence of `session` at once. */
+export function generateBatch(session: Session, opts: GenerateOptions): GenerateResult {
+  const { prompts, maxNewTokens } = opts;
+  if (prompts.length !== session.batch) throw new Error(`generate: ${prompts.length} prompts for ${session.batch} sequences`);
+  for (const [b, prompt] of prompts.entries()) {
+    if (prompt.length === 0) throw new Error("generate: empty prompt");
+    const total = prompt.length + maxNewTokens;
+    if (total > session.config.n_positions) {
+      const which = prompts.length > 1 ? `prompt ${b + 1}` : "prompt";
+      throw new UserError(`context overflow: ${which} (${prompt.length} tokens) + new tokens (${maxNewTokens}) = ${total} exceeds n_positions (${session.config.n_positions})`);
+    }
   }
   return opts.cache ? generateCached(session, opts) : generateUncached(session, opts);
 }
 
-function generateCached(session: Session, { prompt, maxNewTokens, mode }: GenerateOptions): GenerateResult {
+/** One sequence (a session of batch 1). */
+export function generate(session: Session, opts: Omit<GenerateOptions, "prompts"> & { prompt: number[] }): Omit<GenerateResult, "promptIds" | "generatedIds"> & {
+  promptIds: number[];
+  generatedIds: number[];
+} {
+  const r = generateBatch(session, { ...opts, prompts: [opts.prompt] });
+  return { ...r, promptIds: r.promptIds[0]!, generatedIds: r.generatedIds[0]! };
+}
+
+function generateCached(session: Session, { prompts, maxNewTokens, mode }: GenerateOptions): GenerateResult {
   const tokenMs: number[] = [];
   const tokenKinds: string[] = [];
   const timed = (kind: string, work: () => void) => {
@@ -43,31 +59,42 @@ function generateCached(session: Session, { prompt, maxNewTokens, mode }: Genera
     tokenMs.push(nowMs() - t0);
     tokenKinds.push(kind);
   };
+  const where = (b: number) => (prompts.length > 1 ? ` of sequence ${b + 1}` : "");
   // the logits of every step are checked (outside the timing): argmax over NaN would pick token 0 silently
   if (maxNewTokens > 0) {
-    timed("prefill", () => session.prefill(prompt));
-    session.checkLogits(`after the prompt (${prompt.length} tokens)`, prompt.length, () => session.setPosition(0));
+    timed("prefill", () => prompts.forEach((prompt, b) => session.prefill(prompt, undefined, b)));
+    prompts.forEach((prompt, b) =>
+      session.checkLogits(`after the prompt${where(b)} (${prompt.length} tokens)`, prompt.length, () => session.setPosition(0, b), b));
   }
   for (let i = 1; i < maxNewTokens; i++) {
     timed("decode", () => session.run(1, mode));
-    const position = prompt.length + i - 1;
-    session.checkLogits(`of generated token ${i + 1} (position ${position})`, 1, () => session.setPosition(position));
+    const reset = () => prompts.forEach((prompt, b) => session.setPosition(prompt.length + i - 1, b));
+    session.checkLogits(`of generated token ${i + 1} (position ${prompts[0]!.length + i - 1}${prompts.length > 1 ? " in sequence 1" : ""})`, 1, reset);
   }
-  const ids = session.readSequence(prompt.length + maxNewTokens);
-  return { promptIds: prompt, generatedIds: ids.slice(prompt.length), tokenMs, tokenKinds };
+  return collect(session, prompts, maxNewTokens, tokenMs, tokenKinds);
 }
 
-function generateUncached(session: Session, { prompt, maxNewTokens }: GenerateOptions): GenerateResult {
+function generateUncached(session: Session, { prompts, maxNewTokens }: GenerateOptions): GenerateResult {
   const tokenMs: number[] = [];
-  session.setSequence(prompt);
+  prompts.forEach((prompt, b) => session.setSequence(prompt, b));
+  const eager = launchMode("eager");
   for (let i = 0; i < maxNewTokens; i++) {
     const t0 = nowMs();
-    session.setPosition(0);
-    session.run(prompt.length + i);
+    prompts.forEach((prompt, b) => {
+      session.setPosition(0, b);
+      eager.run(session.sequenceStep(b, prompt.length + i), 1);
+    });
     session.backend.synchronize();
     tokenMs.push(nowMs() - t0);
-    session.checkLogits(`of generated token ${i + 1} (${prompt.length + i} tokens recomputed)`, prompt.length + i, () => session.setPosition(0));
+    prompts.forEach((prompt, b) => {
+      const what = `of generated token ${i + 1}${prompts.length > 1 ? ` of sequence ${b + 1}` : ""} (${prompt.length + i} tokens recomputed)`;
+      session.checkLogits(what, prompt.length + i, () => session.setPosition(0, b), b);
+    });
   }
-  const ids = session.readSequence(prompt.length + maxNewTokens);
-  return { promptIds: prompt, generatedIds: ids.slice(prompt.length), tokenMs, tokenKinds: tokenMs.map(() => "recompute") };
+  return collect(session, prompts, maxNewTokens, tokenMs, tokenMs.map(() => "recompute"));
+}
+
+function collect(session: Session, prompts: number[][], maxNewTokens: number, tokenMs: number[], tokenKinds: string[]): GenerateResult {
+  const generatedIds = prompts.map((prompt, b) => session.readSequence(prompt.length + maxNewTokens, b).slice(prompt.length));
+  return { promptIds: prompts, generatedIds, tokenMs, tokenKinds };
 }

@@ -37,6 +37,11 @@ export const SINGLE_F32: Placement = { batch: 1, weights: "f32", kv: "f32" };
 /** Matrices and embedding tables are stored in the weight dtype; biases and layer-norm parameters stay fp32. */
 export const storedInWeightDtype = (spec: ParameterSpec) => spec.shape.length === 2;
 
+/** The weights' bytes as stored in `dtype` (without the arena's alignment). */
+export function storedWeightBytes(cfg: GPT2Config, dtype: DtypeName): number {
+  return parameterSpecs(cfg).reduce((sum, s) => sum + numel(s.shape) * (storedInWeightDtype(s) ? DTYPE_BYTES[dtype] : FLOAT), 0);
+}
+
 export interface ResidentModel {
   buffers: ModelBuffers;
   placement: Placement;

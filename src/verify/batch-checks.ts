@@ -8,7 +8,7 @@
 // a kernel writes must be the fp32 value rounded to nearest even exactly as src/model/dtypes.ts rounds it.
 import type { Backend } from "../backends/backend.ts";
 import { bf16Bits, bf16Value, roundInPlace } from "../model/dtypes.ts";
-import { DTYPE_BYTES, DTYPES, STATE_INTS, type DtypeName } from "../ops.ts";
+import { DTYPE_BYTES, DTYPES, MAX_BATCH, STATE_INTS, type DtypeName } from "../ops.ts";
 import type { DeviceArena } from "./arena.ts";
 import { maxRelativeError, randomFloats } from "./compare.ts";
 import { expectedArgmax, stateAt, type KernelCase, type Pair, type Pointers } from "./kernel-case.ts";
@@ -19,7 +19,7 @@ import { expectedArgmax, stateAt, type KernelCase, type Pair, type Pointers } fr
  */
 export const CPU_TWIN_DTYPES: readonly DtypeName[] = ["f32"];
 
-export const BATCHES = [1, 2, 3, 4, 8] as const;
+export const BATCHES = [1, 2, 3, 4, MAX_BATCH] as const;
 
 /** Values held in a storage type, already rounded to it: widening gives them back exactly. */
 interface Stored {

@@ -3,12 +3,12 @@
 // them (captured, not run), and the SASS facts of the instantiation each op launches (loads in flight, registers,
 // loads issued before the wait, FFMA's share of the instructions). Everything built from them is a prediction
 // (src/profile/kernel-model.ts).
-import type { LaunchShape } from "../backends/cuda.ts";
+import type { LaunchShape } from "../backends/backend.ts";
 import type { GPT2Config } from "../model/config.ts";
-import { dtypeOf, kernelFamily, namedArgs, type DtypeName } from "../ops.ts";
+import { dtypeOf, kernelFamily, MAX_BATCH, namedArgs, type DtypeName } from "../ops.ts";
 import { F32_SINGLE, planShape, type PlanKind, type PlanOp, type StepLayout } from "../plan.ts";
 import { predictStep, type GpuModel, type KernelInput, type StepPrediction } from "../profile/kernel-model.ts";
-import { elementType, MAX_MATVEC_ROWS, storageKernel, weightKernel, type SassFacts } from "./sass-checks.ts";
+import { elementType, storageKernel, weightKernel, type SassFacts } from "./sass-checks.ts";
 
 /** cuda/linear.cu kMatvecLoads: weight rows (16-byte loads) per matvec thread. */
 const MATVEC_LOADS = 8;
@@ -49,7 +49,7 @@ export function kernelOf(op: PlanOp): string | null {
   switch (op.family) {
     case "linear": {
       const { rows, wdtype } = namedArgs("linear", op.args);
-      return rows > MAX_MATVEC_ROWS ? `linear_tiled_kernel<${elementType(dtypeOf(wdtype))}>` : weightKernel("linear", dtypeOf(wdtype), rows);
+      return rows > MAX_BATCH ? `linear_tiled_kernel<${elementType(dtypeOf(wdtype))}>` : weightKernel("linear", dtypeOf(wdtype), rows);
     }
     case "ln_qkv": case "ln_linear_gelu": case "linear_residual": case "lm_head": case "ln_lm_head_argmax": {
       const { B, wdtype } = namedArgs(op.family, op.args) as { B: number; wdtype: number };

@@ -3,7 +3,7 @@
 // within the budget the launch shapes assume, and every kernel of the step waits for its predecessor and reads
 // through coherent loads only (what programmatic dependent launch needs: cuda/launch.h).
 import { fmaShare, isGlobalLoad, isWideLoad, loadFacts, type SassFunction } from "../native/sass.ts";
-import { DTYPE_NAMES, type DtypeName } from "../ops.ts";
+import { DTYPE_NAMES, MAX_BATCH, type DtypeName } from "../ops.ts";
 import type { CheckRow } from "./model-checks.ts";
 
 /** A hot kernel's design, as the SASS must show it. */
@@ -21,9 +21,8 @@ const ELEMENT_TYPES: Record<DtypeName, { type: string; vector: number }> = {
   f32: { type: "float", vector: 4 }, bf16: { type: "__nv_bfloat16", vector: 8 }, f16: { type: "__half", vector: 8 },
 };
 /** Rows (sequences) a matvec or LM head instantiation accumulates at once: a launch takes the fewest that hold its rows. */
-export const ROW_BUCKETS = [1, 2, 4, 8] as const;
-export const MAX_MATVEC_ROWS = 8;
-export const rowBucket = (rows: number) => ROW_BUCKETS.find((b) => b >= rows) ?? MAX_MATVEC_ROWS;
+export const ROW_BUCKETS = [1, 2, 4, MAX_BATCH] as const;
+export const rowBucket = (rows: number) => ROW_BUCKETS.find((b) => b >= rows) ?? MAX_BATCH;
 
 const MATVEC_KERNELS = { linear: "linear_matvec_kernel", ln_qkv: "ln_qkv_kernel", ln_linear_gelu: "ln_linear_gelu_kernel", linear_residual: "linear_residual_kernel" } as const;
 const LM_HEAD_KERNELS = { lm_head: "lm_head_kernel", ln_lm_head_argmax: "ln_lm_head_argmax_kernel" } as const;

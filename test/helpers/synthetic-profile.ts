@@ -174,8 +174,8 @@ export function syntheticSummary(steps: StepTrace[] = syntheticSteps(), cfg: GPT
       peaks,
       launch: { host_us: 2.5, device_us: 1.2, graph_node_us: 0.8, how_measured: "synthetic" },
     },
-    model: { config: cfg, source: "synthetic", parameters: parameterCount(cfg), weight_bytes },
-    settings: { modes: syntheticModes, plan: "unfused", contexts: syntheticContexts, repeats: stepsPerPoint, warmup: 1, kernels: true },
+    model: { config: cfg, source: "synthetic", parameters: parameterCount(cfg), dtype: "f32", weight_bytes },
+    settings: { modes: syntheticModes, plan: "unfused", contexts: syntheticContexts, repeats: stepsPerPoint, warmup: 1, kernels: true, dtype: "f32", kv_dtype: "f32" },
     points,
     regimes: atLast.flatMap((p) =>
       p.breakdown!.families.map((f) => ({
