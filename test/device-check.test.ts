@@ -1,5 +1,5 @@
 // scripts/device-check.sh, rehearsed on the CPU: `run` with REHEARSE=1 takes the same steps (build, the hot
-// kernels' SASS, generate in every launch mode, a profile packed into one file) through the emulator on
+// kernels' SASS, generate in every launch mode, a profile with the interventions packed into one file) through the emulator on
 // gpt2-tiny, under the same per-step timeouts, and leaves at most 8 files in $OUT as the device returns them.
 // With a packed .device/ (scripts/device-check.sh pack: Bun xz-compressed takes ~90 s the first time, so
 // this test only repacks where .device/bun.xz is already there) the rehearsal runs the bundled CLIs.
@@ -42,6 +42,9 @@ describe("scripts/device-check.sh", () => {
       expect(generated.map((g) => `${g.cache} ${g.mode}`)).toEqual(["on eager", "on eager-native", "on graph", "on graph-pdl", "off eager"]);
       const listing = Bun.spawnSync(["tar", "-tzf", join(out, "profile-fused.tgz")]).stdout.toString();
       for (const f of ["summary.json", "trace.json", "report.md", "kernels.csv"]) expect(listing).toContain(`profile-fused/${f}`);
+      // the fused profile times the interventions too: fp32 and bf16, one and four sequences per step
+      const summary = JSON.parse(Bun.spawnSync(["tar", "-xzOf", join(out, "profile-fused.tgz"), "profile-fused/summary.json"]).stdout.toString());
+      expect(summary.interventions.configs.map((c: { dtype: string; batch: number }) => `${c.dtype} ${c.batch}`)).toEqual(["f32 1", "f32 4", "bf16 1", "bf16 4"]);
     } finally {
       rmSync(out, { recursive: true, force: true });
     }
