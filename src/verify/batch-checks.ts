@@ -343,8 +343,9 @@ export const BATCH_DTYPE_CASES: KernelCase[] = [
   ...weightCases([[320, 136], [96, 101]], linearSpec),
   ...weightCases([[320, 264], [90, 70]], lnLinearGeluSpec),
   ...weightCases([[520, 96], [96, 101]], linearResidualSpec),
-  ...weightCases([[2, 136, 1001], [1, 130, 517]], lmHeadSpec),
-  ...weightCases([[136, 1001]], lnLmHeadArgmaxSpec),
+  // C = 1600: the staged rows of 5 sequences fill the LM head's shared memory, so 8 take two launches
+  ...weightCases([[2, 136, 1001], [1, 130, 517], [1, 1600, 517]], lmHeadSpec),
+  ...weightCases([[136, 1001], [1600, 517]], lnLmHeadArgmaxSpec),
   ...[[1001, 1], [4096, 2]].flatMap((shape) => BATCHES.map((B) => batchCase(argmaxSpec(shape), B, "fp32 logits"))),
   ...[[1, 128, 2, 80], [2, 96, 3, 40], [1, 90, 3, 24]].flatMap((shape) =>
     KV_DTYPES.flatMap((kv) => BATCHES.map((B) => batchCase(attentionSpec(shape, kv), B, `cache ${kv}`)))),
