@@ -165,18 +165,17 @@ __device__ __forceinline__ void matvec_products(Cols<kWidth> (&acc)[kRows], cons
       for (int b = 0; b < kRows; b++) acc[b].v[k] += xs[b][i * kMatvecSlots + slot] * widen(w, k);
   }
 #endif
-  (void)row0;
 }
 
 // One merged output: kMergeWidth floats of row b from column col.
-template <int kMergeWidth> struct MergedOutput {
+struct MergedOutput {
   int b, col;
   bool valid;
 };
 
 // Output o of a tile (o < kOutputs): row, group and chunk, g fastest; rows past a.rows or columns past OC invalid.
 template <int kWidth, int kRows, MatvecInput kInput>
-__device__ __forceinline__ MergedOutput<MatvecShape<kWidth, kRows, kInput>::kMergeWidth> merged_output(const MatvecArgs& a, int o) {
+__device__ __forceinline__ MergedOutput merged_output(const MatvecArgs& a, int o) {
   using Shape = MatvecShape<kWidth, kRows, kInput>;
   const int g = o % kMatvecTileGroups, chunk = o / kMatvecTileGroups % Shape::kChunks, b = o / kMatvecTileGroups / Shape::kChunks;
   const int col = (blockIdx.x * kMatvecTileGroups + g) * kWidth + chunk * Shape::kMergeWidth;
@@ -258,7 +257,7 @@ __device__ __forceinline__ void matvec_merge(const MatvecArgs& a, int splits) {
   using Shape = MatvecShape<kWidth, kRows, kInput>;
   constexpr int M = Shape::kMergeWidth, P = Shape::kMergePasses, kBatch = Shape::kMergeBatch;
   const int p = threadIdx.x % kMatvecMergeLanes;
-  MergedOutput<M> out[P];
+  MergedOutput out[P];
 #pragma unroll
   for (int pass = 0; pass < P; pass++) out[pass] = merged_output<kWidth, kRows, kInput>(a, pass * kMatvecOutputsPerPass + threadIdx.x / kMatvecMergeLanes);
   Cols<M> sum[P] = {};

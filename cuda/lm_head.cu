@@ -177,7 +177,8 @@ template <int n> __device__ __forceinline__ float warp_sum_spread(float (&v)[n])
 
 template <int n> __host__ __device__ constexpr int log2_of() { return n <= 1 ? 0 : 1 + log2_of<n / 2>(); }
 
-// Stages the sequences' rows in xs (xs + b * C, zero for b >= a.rows), layer-normed when kFused.
+// Stages the sequences' rows in xs (xs + b * C for b < a.rows; the sums of the rest are never stored), layer-normed
+// when kFused.
 template <int kRows, bool kFused> __device__ __forceinline__ void stage_x(float* xs, const LmHeadArgs& a) {
   if constexpr (kFused) {
     __shared__ float partial[kRows][kWarpSize];
