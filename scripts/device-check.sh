@@ -3,7 +3,8 @@
 # Node.js or registry, so the CLIs travel bundled with Bun xz-compressed (../shared/device/pack-bun.sh).
 #
 #   here:    scripts/device-check.sh pack      # → .device/ (git-ignored, at most 50 MiB): bun.xz, unpack-bun.sh,
-#                                              #   app/*.js, fixtures/gpt2-mini, build/ (CUDA + CUPTI libraries built here)
+#                                              #   app/*.js, fixtures/gpt2-mini, build/ (CUDA library xz-compressed +
+#                                              #   CUPTI library, built here)
 #   device:  run(command="bash scripts/device-check.sh run", carry=[".device"], timeout_s=420)
 #   here:    REHEARSE=1 OUT=/tmp/out scripts/device-check.sh run   # the same steps on the CPU emulator, gpt2-tiny
 #
@@ -37,7 +38,9 @@ pack() {
   # the GPU libraries built here travel with their stamps, for a device without nvcc (the CPU library is built
   # there: -march=native here may not run on its processor)
   bun src/cli/build.ts cuda cupti
-  cp build/libgpt2_cuda.so build/libgpt2_cuda.so.stamp build/libgpt2_cupti.so build/libgpt2_cupti.so.stamp build/resource-usage.txt .device/build/
+  cp build/libgpt2_cuda.so.stamp build/libgpt2_cupti.so build/libgpt2_cupti.so.stamp build/resource-usage.txt .device/build/
+  # every storage type x batch instantiation makes the CUDA library ~11 MB: it travels xz-compressed (~2 MB)
+  xz -T1 -9 -c build/libgpt2_cuda.so > .device/build/libgpt2_cuda.so.xz
   local exclude
   exclude=$(git rev-parse --git-path info/exclude)  # .git is a file in a worktree
   mkdir -p "$(dirname "$exclude")"
@@ -95,6 +98,8 @@ run() {
   date -u +"date: %Y-%m-%dT%H:%M:%SZ" | tee -a "$log"
   if ! command -v nvcc >/dev/null && [[ ! -x $CUDA_HOME/bin/nvcc ]]; then
     mkdir -p build && cp -n .device/build/* build/ 2>/dev/null
+    cp .device/build/libgpt2_cuda.so.stamp build/ && python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" \
+      .device/build/libgpt2_cuda.so.xz build/libgpt2_cuda.so
     echo "no nvcc here: the CUDA and CUPTI libraries built where this was packed, if their sources stamp matches" | tee -a "$log"
   fi
   if [[ ${REHEARSE:-} ]]; then

@@ -16,11 +16,11 @@ const canPack = existsSync(join(ROOT, ".device/bun.xz")) && existsSync(join(ROOT
 if (!canPack) console.log("device-check.test.ts: not repacking: no .device/bun.xz yet (run scripts/device-check.sh pack once) or no ../shared/device");
 
 describe("scripts/device-check.sh", () => {
-  test.skipIf(!canPack)("pack: the bundled CLIs, gpt2-mini and the GPU libraries with their stamps, in at most 50 MiB", () => {
+  test.skipIf(!canPack)("pack: the bundled CLIs, gpt2-mini and the GPU libraries (CUDA's xz-compressed) with their stamps, in at most 50 MiB", () => {
     const p = script(["pack"]);
     expect(p.exitCode).toBe(0);
     for (const entry of ["build", "verify", "generate", "profile"]) expect(existsSync(join(ROOT, `.device/app/${entry}.js`))).toBe(true);
-    for (const lib of ["libgpt2_cuda.so", "libgpt2_cuda.so.stamp", "libgpt2_cupti.so"]) expect(existsSync(join(ROOT, ".device/build", lib))).toBe(true);
+    for (const lib of ["libgpt2_cuda.so.xz", "libgpt2_cuda.so.stamp", "libgpt2_cupti.so"]) expect(existsSync(join(ROOT, ".device/build", lib))).toBe(true);
     expect(p.stdout.toString()).toMatch(/\.device: \d+ MiB \(at most 50\)/);
   }, 600_000);
 
