@@ -5,7 +5,7 @@
 import { describe, expect, test } from "bun:test";
 
 import { ensureBuilt, hasNvcc } from "../src/native/build.ts";
-import { disassemble, findCuobjdump, loadBatches, loadFacts, loops, parseRegisterCounts, parseSass, type SassFunction } from "../src/native/sass.ts";
+import { disassemble, findCuobjdump, fmaShare, loadBatches, loadFacts, loops, parseRegisterCounts, parseSass, type SassFunction } from "../src/native/sass.ts";
 import { PRESETS } from "../src/model/config.ts";
 import { planShape } from "../src/plan.ts";
 import { DTYPES } from "../src/ops.ts";
@@ -59,6 +59,20 @@ describe("SASS reader", () => {
     const [f] = parseSass(serial);
     expect(loops(f!).map((l) => [l.start, l.end])).toEqual([[1, 4]]);
     expect(loadFacts(f!)).toEqual({ wideLoadsInFlight: 1, localAccesses: 1 });
+  });
+
+  test("FFMA's share of the instructions, in the region (a loop, or the code outside loops) that holds the most of them", () => {
+    const mixed = listing("_Z5mixedv", [
+      "FFMA R1, R2, R3, R1", // outside: 1 of 4 (the exit and the branch included)
+      "FFMA R4, R2, R3, R4", // loop from here: 2 FFMA of 4
+      "FFMA R5, R2, R3, R5",
+      "IADD3 R6, R6, 0x1, RZ",
+      "@P0 BRA 0x10",
+      "EXIT",
+    ]);
+    expect(fmaShare(parseSass(mixed)[0]!)).toBe(0.5);
+    expect(fmaShare(parseSass(listing("_Z4nonev", ["MOV R1, RZ", "EXIT"]))[0]!)).toBeNull();
+    expect(sassFacts(parseSass(mixed)[0]!).fmaShare).toBe(0.5);
   });
 
   test("registers per kernel from the ELF listing", () => {
