@@ -1,9 +1,13 @@
-// CPU twins of attention.cu: append to the KV cache, then causal attention over it (no stored mask).
+// CPU twins of attention.cu: append to the KV cache, then causal attention over it (no stored mask). The
+// cache is stored as fp32, bf16 or f16: rows are rounded to nearest even as they are appended and widened to
+// fp32 as they are read (decode: in the dot products' loads; many queries: a head's key block at a time, into
+// a small buffer in L1).
 //
-// One query (decode): memory-bound, the cache is read once. The keys are cut into ranges; a range's chunk
-// reads its K rows, then its V rows, contiguously for all heads, and leaves each head's partial softmax
-// (max, sum, weighted sum of V) in a slot of its own. The slots are merged in range order afterwards, so the
-// result does not depend on which thread ran which range.
+// One query per sequence (decode): memory-bound, each cache is read once. Every sequence's keys are cut into
+// ranges, all of them chunks of one parallel pass; a range's chunk reads its K rows, then its V rows,
+// contiguously for all heads, and leaves each head's partial softmax (max, sum, weighted sum of V) in a slot of
+// its own. Each sequence's slots are merged in range order afterwards, so its result does not depend on which
+// thread ran which range, nor on the batch.
 // Many queries (prefill, the uncached step): compute-bound, flash-attention style. A chunk owns one head
 // and a block of queries; it walks the visible keys a block at a time, scores them with the micro-kernel
 // (cpu_math.h), folds them into a running softmax per query, and adds P @ V with the micro-kernel again.
@@ -11,27 +15,43 @@
 #include <string.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "cpu_math.h"
 #include "cpu_runtime.h"
 #include "ops.h"
 
+namespace {
+// dst[0:n] = src[0:n] in the cache's storage type (rounded to nearest even; cpu_math.h `narrow` says what
+// becomes of values f16 cannot hold: ±Inf from 65520 up, NaN stays NaN)
+template <typename S> void store_row(S* dst, const float* src, int n) {
+  if constexpr (std::is_same_v<S, float>) {
+    memcpy(dst, src, sizeof(float) * n);
+  } else {
+    for (int i = 0; i < n; i++) dst[i] = narrow_to<S>(src[i]);
+  }
+}
+}  // namespace
+
 // k_cache_b, v_cache_b: (max_ctx, C) rows [pos_b, pos_b + T) = the k and v parts of qkv: (B·T, 3C)
 extern "C" void op_kv_append(void* k_cache, void* v_cache, const float* qkv, const int* state, int B, int T, int C, int max_ctx,
                              int kvdtype) {
   OpTimer timer(OP_KV_APPEND);
-  if (cpu_reject_unless(kvdtype == DTYPE_F32)) return;
-  for (int b = 0; b < B; b++) {
-    const int pos = state[b * STATE_INTS + STATE_POS];
-    float* k = static_cast<float*>(k_cache) + (size_t)b * max_ctx * C;
-    float* v = static_cast<float*>(v_cache) + (size_t)b * max_ctx * C;
-    for (int t = 0; t < T && pos + t < max_ctx; t++) {
-      const float* row = qkv + ((size_t)b * T + t) * 3 * C;
-      memcpy(k + (size_t)(pos + t) * C, row + C, sizeof(float) * C);
-      memcpy(v + (size_t)(pos + t) * C, row + 2 * C, sizeof(float) * C);
+  if (cpu_reject_unless(is_storage_type(kvdtype))) return;
+  with_storage(kvdtype, [&](auto storage) {
+    using S = typename decltype(storage)::type;
+    for (int b = 0; b < B; b++) {
+      const int pos = state[b * STATE_INTS + STATE_POS];
+      S* k = static_cast<S*>(k_cache) + (size_t)b * max_ctx * C;
+      S* v = static_cast<S*>(v_cache) + (size_t)b * max_ctx * C;
+      for (int t = 0; t < T && pos + t < max_ctx; t++) {
+        const float* row = qkv + ((size_t)b * T + t) * 3 * C;
+        store_row(k + (size_t)(pos + t) * C, row + C, C);
+        store_row(v + (size_t)(pos + t) * C, row + 2 * C, C);
+      }
     }
-  }
+  });
 }
 
 extern "C" size_t op_attention_scratch_bytes(int, int, int, int) { return 0; }
@@ -53,23 +73,36 @@ int visible_keys(int pos, int t, int max_ctx) {
   return visible < max_ctx ? visible : max_ctx;
 }
 
-// ---- One query: split over key ranges ---------------------------------------------------------------------
+// ---- One query per sequence (decode): split over key ranges --------------------------------------------------
 
 // A head's softmax over one key range: slot = [max score, sum of e^(score - max), Σ e^(score - max) v (hs)].
 int slot_floats(int hs) { return hs + 2; }
 
+// q (n) · k (n), k widened as it is loaded
+template <typename S> float dot_widened(const float* q, const S* k, int n) {
+  vecf acc = {};
+  int d = 0;
+  for (; d + kVecFloats <= n; d += kVecFloats) acc += load_vec(q + d) * load_widened(k + d);
+  float dot = sum_lanes(acc);
+  for (; d < n; d++) dot += q[d] * widen(k[d]);
+  return dot;
+}
+
+// acc (n) += p · v (n), v widened as it is loaded
+template <typename S> void add_scaled_widened(float* acc, float p, const S* v, int n) {
+  int d = 0;
+  for (; d + kVecFloats <= n; d += kVecFloats) store_vec(acc + d, load_vec(acc + d) + splat(p) * load_widened(v + d));
+  for (; d < n; d++) acc[d] += p * widen(v[d]);
+}
+
 // slots: (n_head, hs + 2) for keys [j0, j1)     scores: (n_head, j1 - j0) scratch     q: (C)
-void attend_key_range(float* slots, float* scores, const float* q, const float* k_cache, const float* v_cache, int j0,
-                      int j1, int C, int n_head, float scale) {
+template <typename S>
+void attend_key_range(float* slots, float* scores, const float* q, const S* k_cache, const S* v_cache, int j0, int j1, int C,
+                      int n_head, float scale) {
   const int hs = C / n_head, n = j1 - j0;
   for (int j = 0; j < n; j++) {
-    const float* k = k_cache + (size_t)(j0 + j) * C;
-    for (int h = 0; h < n_head; h++) {
-      float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-      for (int d = 0; d < hs; d++) dot += q[h * hs + d] * k[h * hs + d];
-      scores[h * n + j] = dot * scale;
-    }
+    const S* k = k_cache + (size_t)(j0 + j) * C;
+    for (int h = 0; h < n_head; h++) scores[h * n + j] = dot_widened(q + h * hs, k + h * hs, hs) * scale;
   }
   for (int h = 0; h < n_head; h++) {
     float* s = scores + h * n;
@@ -87,13 +120,8 @@ void attend_key_range(float* slots, float* scores, const float* q, const float* 
     memset(slot + 2, 0, sizeof(float) * hs);
   }
   for (int j = 0; j < n; j++) {
-    const float* v = v_cache + (size_t)(j0 + j) * C;
-    for (int h = 0; h < n_head; h++) {
-      const float p = scores[h * n + j];
-      float* acc = slots + (size_t)h * slot_floats(hs) + 2;
-#pragma omp simd
-      for (int d = 0; d < hs; d++) acc[d] += p * v[h * hs + d];
-    }
+    const S* v = v_cache + (size_t)(j0 + j) * C;
+    for (int h = 0; h < n_head; h++) add_scaled_widened(slots + (size_t)h * slot_floats(hs) + 2, scores[h * n + j], v + h * hs, hs);
   }
 }
 
@@ -120,24 +148,41 @@ void merge_ranges(float* out, const float* slots, int ranges, int C, int n_head)
   }
 }
 
-// out: (C) for one query q: (C) over cache rows [0, keys)
-void attend_one_query(float* out, const float* q, const float* k_cache, const float* v_cache, int keys, int C, int n_head) {
+// out: (B, C); sequence b's one query (row b of qkv: (B, 3C)) over its cache rows [0, pos_b]. The key ranges of
+// every sequence are one list of chunks, shared by the threads; each sequence's slots are merged in range
+// order afterwards, so a sequence's result depends neither on the threads nor on the other sequences.
+template <typename S>
+void attend_one_query_each(float* out, const float* qkv, const S* k_cache, const S* v_cache, const int* state, int B, int C,
+                           int n_head, int max_ctx) {
   const int hs = C / n_head;
   const float scale = 1.0f / sqrtf((float)hs);
-  const int ranges = (keys + kKeysPerRange - 1) / kKeysPerRange;
   const size_t range_floats = (size_t)n_head * slot_floats(hs);
-  static thread_local std::vector<float> slots;  // (ranges, n_head, hs + 2), reused across calls
-  slots.resize(range_floats * ranges);
+  static thread_local std::vector<int> first_range, keys;  // (B + 1) and (B)
+  first_range.assign(B + 1, 0);
+  keys.resize(B);
+  long work = 0;
+  for (int b = 0; b < B; b++) {
+    keys[b] = visible_keys(state[b * STATE_INTS + STATE_POS], 0, max_ctx);
+    first_range[b + 1] = first_range[b] + (keys[b] + kKeysPerRange - 1) / kKeysPerRange;
+    work += (long)keys[b] * C;
+  }
+  static thread_local std::vector<float> slots;  // (ranges of every sequence, n_head, hs + 2), reused across calls
+  slots.resize(range_floats * first_range[B]);
   float* all = slots.data();
-  parallel_range(ranges, 1, (long)keys * C, [&](long r0, long r1) {
+  const int* firsts = first_range.data();
+  const int* visible = keys.data();
+  parallel_range(first_range[B], 1, work, [&](long r0, long r1) {
     static thread_local std::vector<float> scores;  // (n_head, kKeysPerRange) per thread
     scores.resize((size_t)n_head * kKeysPerRange);
     for (long r = r0; r < r1; r++) {
-      const int j0 = (int)r * kKeysPerRange;
-      attend_key_range(all + range_floats * r, scores.data(), q, k_cache, v_cache, j0, std::min(keys, j0 + kKeysPerRange), C, n_head, scale);
+      const int b = (int)(std::upper_bound(firsts, firsts + B + 1, (int)r) - firsts) - 1;
+      const int j0 = ((int)r - firsts[b]) * kKeysPerRange;
+      const size_t cache_offset = (size_t)b * max_ctx * C;
+      attend_key_range(all + range_floats * r, scores.data(), qkv + (size_t)b * 3 * C, k_cache + cache_offset, v_cache + cache_offset, j0,
+                       std::min(visible[b], j0 + kKeysPerRange), C, n_head, scale);
     }
   });
-  merge_ranges(out, all, ranges, C, n_head);
+  for (int b = 0; b < B; b++) merge_ranges(out + (size_t)b * C, all + range_floats * firsts[b], firsts[b + 1] - firsts[b], C, n_head);
 }
 
 // ---- Many queries: one head × a block of queries -----------------------------------------------------------
@@ -155,6 +200,8 @@ struct QueryBlockScratch {
   std::vector<float> total;      // (kQueryBlock) running Σ e^(score - max)
   std::vector<float> rescale;    // (kQueryBlock) e^(old max - new max) of the current key block
   std::vector<int> visible;      // (kQueryBlock) keys each query sees (0 past the block's last query)
+  std::vector<float> k_block;    // (kKeyBlock, hs): a key block of the head's K columns, widened (bf16/f16 caches)
+  std::vector<float> v_block;    // (kKeyBlock, hs): the same of V
   void reset(int hs) {
     q_t.assign((size_t)hs * kQueryBlock, 0.0f);
     scores_t.resize((size_t)kKeyBlock * kQueryBlock);
@@ -163,8 +210,22 @@ struct QueryBlockScratch {
     total.assign(kQueryBlock, 0.0f);
     rescale.resize(kQueryBlock);
     visible.assign(kQueryBlock, 0);
+    k_block.resize((size_t)kKeyBlock * hs);
+    v_block.resize((size_t)kKeyBlock * hs);
   }
 };
+
+// n rows of one head's hs columns (row stride C in the cache) as fp32 rows: the cache itself when it is fp32,
+// else widened into block (row stride hs).
+struct HeadRows {
+  const float* data;
+  size_t row_stride;
+};
+HeadRows head_rows(const float* rows, int, int C, int, float*) { return {rows, (size_t)C}; }
+template <typename S> HeadRows head_rows(const S* rows, int n, int C, int hs, float* block) {
+  for (int j = 0; j < n; j++) widen_into(block + (size_t)j * hs, rows + (size_t)j * C, hs);
+  return {block, (size_t)hs};
+}
 
 // Folds n keys' scores (starting at key kb0) into every query's running softmax: masked scores are -inf,
 // probabilities e^(s · scale - new max) (0 where masked) replace them, and total and acc_t are rescaled.
@@ -209,7 +270,8 @@ void fold_scores(QueryBlockScratch& w, int n, int kb0, int hs, float scale) {
 }
 
 // out rows [t0, t1) (at most kQueryBlock), head h: queries from qkv (T, 3C) against cache rows [0, visible_keys(t1 - 1)).
-void attend_query_block(float* out, const float* qkv, const float* k_cache, const float* v_cache, int pos, int t0, int t1,
+template <typename S>
+void attend_query_block(float* out, const float* qkv, const S* k_cache, const S* v_cache, int pos, int t0, int t1,
                         int h, int C, int n_head, int max_ctx) {
   const int hs = C / n_head, queries = t1 - t0;
   const float scale = 1.0f / sqrtf((float)hs);
@@ -221,12 +283,14 @@ void attend_query_block(float* out, const float* qkv, const float* k_cache, cons
     w.visible[q] = visible_keys(pos, t0 + q, max_ctx);
   }
   const int keys = visible_keys(pos, t1 - 1, max_ctx);
-  const float* k_head = k_cache + h * hs;
-  const float* v_head = v_cache + h * hs;
+  const S* k_head = k_cache + h * hs;
+  const S* v_head = v_cache + h * hs;
   for (int kb0 = 0; kb0 < keys; kb0 += kKeyBlock) {
     const int n = std::min(kKeyBlock, keys - kb0);
-    const StridedA k_rows{k_head + (size_t)kb0 * C, (size_t)C, 1};  // (n, hs)
-    const StridedA v_cols{v_head + (size_t)kb0 * C, 1, (size_t)C};  // (hs, n)
+    const HeadRows k = head_rows(k_head + (size_t)kb0 * C, n, C, hs, w.k_block.data());
+    const HeadRows v = head_rows(v_head + (size_t)kb0 * C, n, C, hs, w.v_block.data());
+    const StridedA k_rows{k.data, k.row_stride, 1};  // (n, hs)
+    const StridedA v_cols{v.data, 1, v.row_stride};  // (hs, n)
     for (int panel = 0; panel < kQueryBlock; panel += kTileCols)
       for (int r0 = 0; r0 < n; r0 += kTileRows)
         tile_multiply_rows(std::min(kTileRows, n - r0), hs, k_rows.rows_from(r0), w.q_t.data() + panel, kQueryBlock,
@@ -245,12 +309,9 @@ void attend_query_block(float* out, const float* qkv, const float* k_cache, cons
 }
 
 // One sequence: out (T, C); query t (absolute position pos + t) attends to cache rows [0, pos + t]
-void attend_sequence(float* out, const float* qkv, const float* k_cache, const float* v_cache, int pos, int T, int C,
+template <typename S>
+void attend_sequence(float* out, const float* qkv, const S* k_cache, const S* v_cache, int pos, int T, int C,
                      int n_head, int max_ctx) {
-  if (T == 1) {
-    attend_one_query(out, qkv, k_cache, v_cache, visible_keys(pos, 0, max_ctx), C, n_head);
-    return;
-  }
   // chunks head by head, so that a head's K and V columns stay in L2 across its query blocks; within a
   // head the last block (most keys) first, so that the op ends on the cheapest chunks
   const int blocks = (T + kQueryBlock - 1) / kQueryBlock;
@@ -270,10 +331,16 @@ void attend_sequence(float* out, const float* qkv, const float* k_cache, const f
 extern "C" void op_attention(float* out, float*, const float* qkv, const void* k_cache, const void* v_cache,
                              const int* state, int B, int T, int C, int n_head, int max_ctx, int kvdtype) {
   OpTimer timer(OP_ATTENTION);
-  if (cpu_reject_unless(kvdtype == DTYPE_F32)) return;
-  for (int b = 0; b < B; b++) {
-    const size_t cache_offset = (size_t)b * max_ctx * C, row0 = (size_t)b * T;
-    attend_sequence(out + row0 * C, qkv + row0 * 3 * C, static_cast<const float*>(k_cache) + cache_offset,
-                    static_cast<const float*>(v_cache) + cache_offset, state[b * STATE_INTS + STATE_POS], T, C, n_head, max_ctx);
-  }
+  if (cpu_reject_unless(is_storage_type(kvdtype))) return;
+  with_storage(kvdtype, [&](auto storage) {
+    using S = typename decltype(storage)::type;
+    const S* k = static_cast<const S*>(k_cache);
+    const S* v = static_cast<const S*>(v_cache);
+    if (T == 1) return attend_one_query_each(out, qkv, k, v, state, B, C, n_head, max_ctx);
+    for (int b = 0; b < B; b++) {
+      const size_t cache_offset = (size_t)b * max_ctx * C, row0 = (size_t)b * T;
+      attend_sequence(out + row0 * C, qkv + row0 * 3 * C, k + cache_offset, v + cache_offset, state[b * STATE_INTS + STATE_POS], T, C,
+                      n_head, max_ctx);
+    }
+  });
 }

@@ -1,13 +1,22 @@
 // What the CPU twins share below the op level: the widest float vector the compiler targets (g++
-// -march=native), a polynomial e^x, and the register-blocked micro-kernel of the many-rows linear and the
-// many-query attention. The library is correct on any x86-64 or other GCC target; only the tile's shape
-// follows the vector registers the build machine has.
+// -march=native), the storage types (bf16, f16) and their conversions, a polynomial e^x, and the
+// register-blocked micro-kernel of the many-rows linear and the many-query attention. The library is correct
+// on any x86-64 or other GCC target; only the tile's shape and the conversion instructions follow what the
+// build machine has.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
 #include <math.h>
+
+#include <utility>
+
+#if defined(__AVX512F__) || defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+#include "op_table.h"
 
 // Internal linkage throughout: each CPU twin gets its own copies, called directly (not through the PLT,
 // as a shared library's template instantiations with default visibility would be).
@@ -37,6 +46,140 @@ inline vecf load_vec(const float* p) {
 }
 inline void store_vec(float* p, vecf v) { memcpy(p, &v, sizeof v); }
 inline vecf splat(float x) { return x - vecf{}; }  // x - 0 is x exactly (x + 0 is not, for -0): one broadcast
+
+namespace cpu_math_detail {
+template <int N> struct Floats {
+  typedef float type __attribute__((vector_size(N * sizeof(float))));
+};
+template <int N, size_t... I> inline float sum_halves(typename Floats<N>::type v, std::index_sequence<I...>) {
+  if constexpr (N == 1) {
+    return v[0];
+  } else {  // one vextract (or shuffle) and one add per level
+    const typename Floats<N / 2>::type low = __builtin_shufflevector(v, v, I...), high = __builtin_shufflevector(v, v, (I + N / 2)...);
+    return sum_halves<N / 2>(low + high, std::make_index_sequence<N / 4 ? N / 4 : 1>{});
+  }
+}
+}  // namespace cpu_math_detail
+
+// The lanes' sum as a tree (the high half added to the low half, until one lane is left): the same sum
+// wherever it is taken, in log2(kVecFloats) dependent adds.
+inline float sum_lanes(vecf v) { return cpu_math_detail::sum_halves<kVecFloats>(v, std::make_index_sequence<kVecFloats / 2>{}); }
+
+// ---- Storage types (cuda/ops.h) ---------------------------------------------------------------------------
+//
+// Weights and the KV cache may be stored as bf16 or f16: a load widens exactly to fp32 (every bf16 and f16
+// value is an fp32 value), a store rounds the fp32 result to nearest, ties to even, as src/model/dtypes.ts
+// does. Every op is a template over its storage type S (float, Bf16 or F16), instantiated by with_storage.
+
+struct Bf16 {
+  uint16_t bits;
+};
+struct F16 {
+  uint16_t bits;
+};
+
+typedef uint16_t vec_u16 __attribute__((vector_size(kVecFloats * sizeof(uint16_t))));
+typedef uint32_t vec_u32 __attribute__((vector_size(kVecFloats * sizeof(uint32_t))));
+
+inline bool is_storage_type(int dtype) { return dtype == DTYPE_F32 || dtype == DTYPE_BF16 || dtype == DTYPE_F16; }
+
+template <typename S> struct StorageTag {
+  using type = S;
+};
+
+// fn(StorageTag<S>{}) for the storage type of a DTYPE_* code (check it with is_storage_type first).
+template <typename Fn> void with_storage(int dtype, const Fn& fn) {
+  if (dtype == DTYPE_BF16) return fn(StorageTag<Bf16>{});
+  if (dtype == DTYPE_F16) return fn(StorageTag<F16>{});
+  return fn(StorageTag<float>{});
+}
+
+namespace cpu_math_detail {
+constexpr uint32_t kF16ExponentMask = 0x7c00u << 13;  // an f16's exponent field, shifted to fp32's place
+constexpr uint32_t kF16Rebias = (127 - 15) << 23;     // fp32 exponent bias minus f16's
+constexpr uint32_t kF16MinNormal = 113u << 23;        // 2^-14 as fp32 bits: the smallest normal f16
+
+// f16 bits (in 32-bit lanes) to fp32 bits, exactly, on integer lanes: normals rebiased, Inf/NaN to fp32's
+// all-ones exponent (a NaN quietened, as vcvtph2ps does), subnormals renormalised by an exact subtraction.
+template <typename U, typename F> inline U f16_to_f32_bits(U h) {
+  const U magnitude = (h & 0x7fffu) << 13, exponent = magnitude & kF16ExponentMask;
+  const U normal = magnitude + kF16Rebias;
+  const U special = (normal + kF16Rebias) | (magnitude != kF16ExponentMask ? U{} + 0x00400000u : U{});  // NaN quiet bit
+  const U subnormal = __builtin_bit_cast(U, __builtin_bit_cast(F, magnitude + kF16MinNormal) - __builtin_bit_cast(F, U{} + kF16MinNormal));
+  const U sign = (h & 0x8000u) << 16;
+  return sign | (exponent == kF16ExponentMask ? special : exponent == 0 ? subnormal : normal);
+}
+}  // namespace cpu_math_detail
+
+inline float widen(float x) { return x; }
+inline float widen(Bf16 x) { return __builtin_bit_cast(float, (uint32_t)x.bits << 16); }
+inline float widen(F16 x) {
+#if defined(__F16C__)
+  return _cvtsh_ss(x.bits);
+#else
+  return __builtin_bit_cast(float, cpu_math_detail::f16_to_f32_bits<uint32_t, float>(x.bits));
+#endif
+}
+
+// kVecFloats stored values from p (unaligned), widened.
+inline vecf load_widened(const float* p) { return load_vec(p); }
+inline vecf load_widened(const Bf16* p) {  // vpmovzxwd, vpslld (GCC splits the generic conversion at 512 bits)
+  vec_u16 bits;
+  memcpy(&bits, p, sizeof bits);
+#if defined(__AVX512F__)
+  constexpr __mmask16 kAll = 0xffff;  // zero-masking forms that keep every lane (see F16 below)
+  return __builtin_bit_cast(vecf, _mm512_maskz_slli_epi32(kAll, _mm512_maskz_cvtepu16_epi32(kAll, __builtin_bit_cast(__m256i, bits)), 16));
+#else
+  return __builtin_bit_cast(vecf, __builtin_convertvector(bits, vec_u32) << 16);
+#endif
+}
+inline vecf load_widened(const F16* p) {
+  vec_u16 bits;
+  memcpy(&bits, p, sizeof bits);
+#if defined(__F16C__) && defined(__AVX512F__)
+  // vcvtph2ps zmm (the zero-masking form with every lane kept: GCC 12 warns of _mm512_cvtph_ps's undefined operand)
+  return __builtin_bit_cast(vecf, _mm512_maskz_cvtph_ps((__mmask16)0xffff, __builtin_bit_cast(__m256i, bits)));
+#elif defined(__F16C__) && defined(__AVX__)
+  return __builtin_bit_cast(vecf, _mm256_cvtph_ps(__builtin_bit_cast(__m128i, bits)));  // vcvtph2ps ymm
+#else
+  return __builtin_bit_cast(vecf, cpu_math_detail::f16_to_f32_bits<vec_u32, vecf>(__builtin_convertvector(bits, vec_u32)));
+#endif
+}
+
+// dst[0:n] = src[0:n] widened
+template <typename S> inline void widen_into(float* dst, const S* src, int n) {
+  int i = 0;
+  for (; i + kVecFloats <= n; i += kVecFloats) store_vec(dst + i, load_widened(src + i));
+  for (; i < n; i++) dst[i] = widen(src[i]);
+}
+
+// x rounded to the storage type: nearest, ties to even. bf16: the top half of the bits, rounded; NaN stays
+// a (quiet) NaN. f16: magnitudes from 65520 up (and Inf) become ±Inf as IEEE 754 rounds them, those below
+// 2^-14 become subnormals or ±0, NaN a quiet NaN keeping the top of its payload.
+inline float narrow(float x, float*) { return x; }
+inline Bf16 narrow(float x, Bf16*) {
+  const uint32_t bits = __builtin_bit_cast(uint32_t, x);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return {(uint16_t)((bits >> 16) | 0x0040u)};
+  return {(uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16)};
+}
+inline F16 narrow(float x, F16*) {
+  const uint32_t bits = __builtin_bit_cast(uint32_t, x), magnitude = bits & 0x7fffffffu;
+  const uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
+  constexpr uint32_t kInfinity = 0x7f800000u, kOverflow = 0x477ff000u /* 65520 */, kMinNormal = 0x38800000u /* 2^-14 */;
+  constexpr uint32_t kHalfMinSubnormal = 0x33000000u;  // 2^-25: at or below it, the nearest even f16 is 0
+  if (magnitude > kInfinity) return {(uint16_t)(sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu))};
+  if (magnitude >= kOverflow) return {(uint16_t)(sign | 0x7c00u)};
+  if (magnitude >= kMinNormal) {
+    const uint32_t rebiased = magnitude - cpu_math_detail::kF16Rebias;
+    return {(uint16_t)(sign | ((rebiased + 0xfffu + ((rebiased >> 13) & 1u)) >> 13))};
+  }
+  if (magnitude <= kHalfMinSubnormal) return {sign};
+  // a subnormal f16 (or the smallest normal, when it rounds up): the significand in units of 2^-24
+  const uint32_t significand = (magnitude & 0x7fffffu) | 0x800000u, shift = 126 - (magnitude >> 23);
+  const uint32_t half = 1u << (shift - 1), odd = (significand >> shift) & 1u;
+  return {(uint16_t)(sign | ((significand + half - 1 + odd) >> shift))};
+}
+template <typename S> inline S narrow_to(float x) { return narrow(x, (S*)nullptr); }
 
 namespace cpu_math_detail {
 constexpr float kLog2e = 1.4426950408889634f;
@@ -120,15 +263,16 @@ inline void tile_multiply_rows(int rows, int k, StridedA a, const float* b, size
   tile_multiply<Rows>(k, a, b, ldb, c, ldc, out, bias);
 }
 
-// panel (k × kTileCols) = src[0:k, 0:cols] (row stride ld), columns past `cols` zero.
-inline void pack_panel(float* panel, const float* src, size_t ld, int k, int cols) {
+// panel (k × kTileCols) = src[0:k, 0:cols] (row stride ld) widened to fp32, columns past `cols` zero.
+template <typename S> inline void pack_panel(float* panel, const S* src, size_t ld, int k, int cols) {
   for (int p = 0; p < k; p++) {
     float* dst = panel + (size_t)p * kTileCols;
-    const float* row = src + (size_t)p * ld;
+    const S* row = src + (size_t)p * ld;
     if (cols == kTileCols) {
-      memcpy(dst, row, sizeof(float) * kTileCols);
+#pragma GCC unroll 8
+      for (int v = 0; v < kTileVecs; v++) store_vec(dst + v * kVecFloats, load_widened(row + v * kVecFloats));
     } else {
-      memcpy(dst, row, sizeof(float) * cols);
+      widen_into(dst, row, cols);
       memset(dst + cols, 0, sizeof(float) * (kTileCols - cols));
     }
   }

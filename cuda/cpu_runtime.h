@@ -72,8 +72,8 @@ template <typename Body> void parallel_range(long n, long grain, long work, cons
   });
 }
 
-// Records cpuErrorInvalidValue (be_last_error) for an op asked for what this library does not run, such as a
-// storage type; returns true when it did, so the op can return without writing anything.
+// Records cpuErrorInvalidValue (be_last_error) for an op asked for what this library does not run (an unknown
+// storage type code); returns true when it did, so the op can return without writing anything.
 bool cpu_reject_unless(bool supported);
 
 // Times one op for the rest of the enclosing scope (a branch and nothing else when timers are off). Nested

@@ -1,21 +1,30 @@
 // CPU twin of embed.cu.
+#include "cpu_math.h"
 #include "cpu_runtime.h"
 #include "ops.h"
 
-// out: (B·T, C) = wte[seq_b[pos_b + t]] + wpe[pos_b + t]     wte: (V, C)  wpe: (max_ctx, C)
+namespace {
+// out: (C) = token_row + position_row, both widened from their storage type
+template <typename S> void add_rows(float* out, const S* token_row, const S* position_row, int C) {
+  int c = 0;
+  for (; c + kVecFloats <= C; c += kVecFloats) store_vec(out + c, load_widened(token_row + c) + load_widened(position_row + c));
+  for (; c < C; c++) out[c] = widen(token_row[c]) + widen(position_row[c]);
+}
+}  // namespace
+
+// out: (B·T, C) = wte[seq_b[pos_b + t]] + wpe[pos_b + t]     wte: (V, C)  wpe: (max_ctx, C), both in wdtype
 extern "C" void op_embed(float* out, const int* seq, const int* state, const void* wte, const void* wpe, int B, int T, int C,
                          int max_ctx, int wdtype) {
   OpTimer timer(OP_EMBED);
-  if (cpu_reject_unless(wdtype == DTYPE_F32)) return;
-  for (int b = 0; b < B; b++) {
-    const int pos = state[b * STATE_INTS + STATE_POS];
-    const int* tokens = seq + (size_t)b * (max_ctx + 1);
-    for (int t = 0; t < T; t++) {
-      const float* token_row = static_cast<const float*>(wte) + (size_t)tokens[pos + t] * C;
-      const float* position_row = static_cast<const float*>(wpe) + (size_t)(pos + t) * C;
-      float* out_row = out + ((size_t)b * T + t) * C;
-#pragma omp simd
-      for (int c = 0; c < C; c++) out_row[c] = token_row[c] + position_row[c];
+  if (cpu_reject_unless(is_storage_type(wdtype))) return;
+  with_storage(wdtype, [&](auto storage) {
+    using S = typename decltype(storage)::type;
+    for (int b = 0; b < B; b++) {
+      const int pos = state[b * STATE_INTS + STATE_POS];
+      const int* tokens = seq + (size_t)b * (max_ctx + 1);
+      for (int t = 0; t < T; t++)
+        add_rows(out + ((size_t)b * T + t) * C, static_cast<const S*>(wte) + (size_t)tokens[pos + t] * C,
+                 static_cast<const S*>(wpe) + (size_t)(pos + t) * C, C);
     }
-  }
+  });
 }

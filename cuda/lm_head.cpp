@@ -1,22 +1,78 @@
-// CPU twins of lm_head.cu: the LM head on the last row (tied embedding) and the greedy argmax.
+// CPU twins of lm_head.cu: the LM head on each sequence's last row (tied embedding, stored as fp32, bf16 or
+// f16) and the greedy argmax.
+//
+// The LM head reads the embedding table once whatever the batch: each vocab row, widened a vector at a time,
+// is scored against kRowsPerVocabPass sequences at once and stays in L1 for the next ones. Every (sequence,
+// vocab row) dot product is summed in the same order (kDotChains vector chains, the columns past the last
+// whole step in chain 0, then the chains' lanes as a tree), so a sequence gets the bits it gets alone.
 #include <math.h>
 
+#include <algorithm>
 #include <vector>
 
+#include "cpu_math.h"
 #include "cpu_runtime.h"
 #include "ops.h"
 
 namespace {
-constexpr long kVocabRowsPerChunk = 128;  // 384 KB of wte per chunk at C = 768
+constexpr long kVocabRowsPerChunk = 128;  // 384 KB of fp32 wte per chunk at C = 768
+constexpr int kDotChains = 2;             // independent vector accumulators per dot product
+constexpr int kRowsPerVocabPass = 4;      // sequences scored per pass over a vocab row (2 × 4 accumulators)
 
-// logits[v0:v1] = x (C) @ wte[v0:v1]^T
-void score_vocab_rows(float* logits, const float* x, const float* wte, long v0, long v1, int C) {
+// logits[r · V] = x[r] (C) · row (C) for r < Rows. Only vector arithmetic, so that the compiler has no scalar
+// loop to vectorise (or not) differently for different Rows: the columns past the last whole step go through
+// chain 0 a vector at a time, the last partial vector zero-padded.
+template <int Rows, typename S>
+__attribute__((always_inline)) inline void score_vocab_row(float* logits, size_t V, const float* const* x, const S* row, int C) {
+  constexpr int kStep = kDotChains * kVecFloats;
+  vecf acc[Rows][kDotChains] = {};
+  int c = 0;
+  for (; c + kStep <= C; c += kStep)
+#pragma GCC unroll 4
+    for (int k = 0; k < kDotChains; k++) {
+      const vecf w = load_widened(row + c + k * kVecFloats);
+#pragma GCC unroll 8
+      for (int r = 0; r < Rows; r++) acc[r][k] += load_vec(x[r] + c + k * kVecFloats) * w;
+    }
+  for (; c + kVecFloats <= C; c += kVecFloats) {
+    const vecf w = load_widened(row + c);
+#pragma GCC unroll 8
+    for (int r = 0; r < Rows; r++) acc[r][0] += load_vec(x[r] + c) * w;
+  }
+  if (c < C) {
+    vecf w = {};
+    for (int i = c; i < C; i++) w[i - c] = widen(row[i]);
+#pragma GCC unroll 8
+    for (int r = 0; r < Rows; r++) {
+      vecf xv = {};
+      for (int i = c; i < C; i++) xv[i - c] = x[r][i];
+      acc[r][0] += xv * w;
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < Rows; r++) {
+    vecf lanes = acc[r][0];
+#pragma GCC unroll 4
+    for (int k = 1; k < kDotChains; k++) lanes += acc[r][k];
+    logits[r * V] = sum_lanes(lanes);
+  }
+}
+
+// score_vocab_row for any rows in 1..kRowsPerVocabPass
+template <int Rows = kRowsPerVocabPass, typename S>
+void score_vocab_row_for(int rows, float* logits, size_t V, const float* const* x, const S* row, int C) {
+  if constexpr (Rows > 1) {
+    if (rows < Rows) return score_vocab_row_for<Rows - 1>(rows, logits, V, x, row, C);
+  }
+  score_vocab_row<Rows>(logits, V, x, row, C);
+}
+
+// logits: (B, V) columns [v0, v1) = x[b] (C) @ wte[v0:v1]^T for every sequence b
+template <typename S> void score_vocab_rows(float* logits, const float* const* x, int B, const S* wte, long v0, long v1, int C, int V) {
   for (long v = v0; v < v1; v++) {
-    const float* row = wte + v * C;
-    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-    for (int c = 0; c < C; c++) dot += x[c] * row[c];
-    logits[v] = dot;
+    const S* row = wte + v * C;
+    for (int b = 0; b < B; b += kRowsPerVocabPass)
+      score_vocab_row_for(std::min(kRowsPerVocabPass, B - b), logits + (size_t)b * V + v, V, x + b, row, C);
   }
 }
 }  // namespace
@@ -24,13 +80,15 @@ void score_vocab_rows(float* logits, const float* x, const float* wte, long v0, 
 // logits: (B, V) = each sequence's last row inp[b·T + T - 1] (C) @ wte (V, C)^T
 extern "C" void op_lm_head(float* logits, const float* inp, const void* wte, int B, int T, int C, int V, int wdtype) {
   OpTimer timer(OP_LM_HEAD);
-  if (cpu_reject_unless(wdtype == DTYPE_F32)) return;
-  const float* table = static_cast<const float*>(wte);
-  for (int b = 0; b < B; b++) {
-    const float* x = inp + ((size_t)b * T + T - 1) * C;
-    float* row_logits = logits + (size_t)b * V;
-    parallel_range(V, kVocabRowsPerChunk, (long)V * C, [=](long v0, long v1) { score_vocab_rows(row_logits, x, table, v0, v1, C); });
-  }
+  if (cpu_reject_unless(is_storage_type(wdtype))) return;
+  static thread_local std::vector<const float*> last_rows;
+  last_rows.resize(B);
+  for (int b = 0; b < B; b++) last_rows[b] = inp + ((size_t)b * T + T - 1) * C;
+  const float* const* x = last_rows.data();
+  with_storage(wdtype, [&](auto storage) {
+    const auto* table = static_cast<const typename decltype(storage)::type*>(wte);
+    parallel_range(V, kVocabRowsPerChunk, (long)B * V * C, [=](long v0, long v1) { score_vocab_rows(logits, x, B, table, v0, v1, C, V); });
+  });
 }
 
 // For each sequence b: seq_b[pos_b + T] = argmax(logits_b), written only if pos_b + T <= max_ctx; state_b[STATE_POS] += T
@@ -56,6 +114,7 @@ extern "C" size_t op_partials_bytes(int, int, int, int) { return 0; }
 extern "C" void op_ln_lm_head_argmax(float* logits, int* seq, int* state, float* partials, const float* x, const float* ln_weight,
                                      const float* ln_bias, const void* wte, int B, int C, int V, int max_ctx, float eps, int wdtype) {
   OpTimer timer(OP_LN_LM_HEAD_ARGMAX);
+  if (cpu_reject_unless(is_storage_type(wdtype))) return;  // before anything is written
   static thread_local std::vector<float> normed;
   normed.resize((size_t)B * C);
   op_layernorm(normed.data(), x, ln_weight, ln_bias, B, C, eps);

@@ -131,28 +131,34 @@ test("12 layers on the CPU: every op traced, busy + idle = step, op time within 
   }
 }, 300_000);
 
-// The interventions: every batch (fp32 here; storage types are the CPU library's to run) at every context,
-// interleaved with the study's own configuration, and an attribution sentence drawn from them.
-test("--batches 1,2: every configuration at every context, the schema, the table and the attribution", () => {
-  const dir = join(out, "batches");
+// The interventions: every storage type × batch at every context, interleaved with the study's own
+// configuration, and an attribution sentence drawn from them.
+test("--dtypes f32,bf16 --batches 1,2: every configuration at every context, the schema, the table and the attribution", () => {
+  const dir = join(out, "interventions");
   const r = profile("--backend", "cpu", "--model", FIXTURE, "--contexts", "8,16", "--repeats", "2", "--warmup", "1", "--e2e-tokens", "4",
-    "--no-kernels", "--batches", "1,2", "--out", dir, "--json");
+    "--no-kernels", "--dtypes", "f32,bf16", "--batches", "1,2", "--out", dir, "--json");
   expect(r.code).toBe(0);
   const s = JSON.parse(r.stdout) as ProfileSummary;
   expect(validateSummary(s)).toEqual([]);
+  expect([s.settings.dtype, s.settings.kv_dtype, s.model.dtype]).toEqual(["f32", "f32", "f32"]);
   const iv = s.interventions!;
   expect(iv.mode).toBe("eager-native");
-  expect(iv.configs).toEqual([{ dtype: "f32", kv_dtype: "f32", batch: 1 }, { dtype: "f32", kv_dtype: "f32", batch: 2 }]);
-  expect(iv.points.map((p) => [p.batch, p.context])).toEqual([[1, 8], [2, 8], [1, 16], [2, 16]]);
+  const config = (dtype: string, batch: number) => ({ dtype, kv_dtype: dtype, batch });
+  expect(iv.configs).toEqual([config("f32", 1), config("f32", 2), config("bf16", 1), config("bf16", 2)]);
+  expect(iv.points.map((p) => [p.dtype, p.batch, p.context])).toEqual(
+    [8, 16].flatMap((c) => [["f32", 1, c], ["f32", 2, c], ["bf16", 1, c], ["bf16", 2, c]]));
   for (const p of iv.points) {
     expect(p.token_ms).toBeCloseTo(p.step_ms.median / p.batch, 12);
     expect(p.bytes_per_token).toBeCloseTo(p.work.bytes / p.batch, 6);
   }
-  // a batch of two reads the weights once: fewer bytes per token than one sequence (work model)
-  expect(iv.points[1]!.bytes_per_token).toBeLessThan(iv.points[0]!.bytes_per_token);
-  expect(iv.attribution.context).toBe(16);
-  expect(iv.attribution.batch!.batch).toBe(2);
-  expect(s.verdicts).toContain(iv.attribution.verdict);
+  const at = (dtype: string, batch: number) => iv.points.find((p) => p.context === 16 && p.dtype === dtype && p.batch === batch)!;
+  // the work model: bf16 moves fewer bytes; a batch of two reads the weights once, so fewer bytes per token
+  expect(at("bf16", 1).work.bytes).toBeLessThan(at("f32", 1).work.bytes);
+  expect(at("f32", 2).bytes_per_token).toBeLessThan(at("f32", 1).bytes_per_token);
+  const a = iv.attribution;
+  expect([a.context, a.bytes!.from, a.bytes!.to, a.batch!.batch]).toEqual([16, "f32", "bf16", 2]);
+  expect(a.bytes!.bytes_ratio).toBeCloseTo(at("f32", 1).work.bytes / at("bf16", 1).work.bytes, 12);
+  expect(s.verdicts).toContain(a.verdict);
   expect(readFileSync(join(dir, OUTPUT_FILES.report), "utf8")).toContain("## Interventions: the bytes and the batch");
 }, 300_000);
 
