@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { XMLValidator } from "fast-xml-parser";
 
 import type { GPT2Config } from "../src/model/config.ts";
+import type { DtypeName } from "../src/ops.ts";
 import { probeDriver } from "../src/native/driver.ts";
 import { SCHEMA_VERSION, type ProfileSummary } from "../src/profile/types.ts";
 import { OUTPUT_FILES } from "../src/report/output-files.ts";
@@ -143,7 +144,7 @@ test("--dtypes f32,bf16 --batches 1,2: every configuration at every context, the
   expect([s.settings.dtype, s.settings.kv_dtype, s.model.dtype]).toEqual(["f32", "f32", "f32"]);
   const iv = s.interventions!;
   expect(iv.mode).toBe("eager-native");
-  const config = (dtype: string, batch: number) => ({ dtype, kv_dtype: dtype, batch });
+  const config = (dtype: DtypeName, batch: number) => ({ dtype, kv_dtype: dtype, batch });
   expect(iv.configs).toEqual([config("f32", 1), config("f32", 2), config("bf16", 1), config("bf16", 2)]);
   expect(iv.points.map((p) => [p.dtype, p.batch, p.context])).toEqual(
     [8, 16].flatMap((c) => [["f32", 1, c], ["f32", 2, c], ["bf16", 1, c], ["bf16", 2, c]]));

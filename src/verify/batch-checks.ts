@@ -3,21 +3,21 @@
 // sequence the bits it gets alone).
 //
 // Weights, embedding tables and KV caches are drawn at random and rounded to their storage type first, so the
-// device and the CPU twin see the same values: the device in the storage type, the twin in it too where it runs
-// it (CPU_TWIN_DTYPES), else in fp32 — the same math on the same numbers, so the fp32 tolerance holds. A cache row
-// a kernel writes must be the fp32 value rounded to nearest even exactly as src/model/dtypes.ts rounds it.
+// device and the CPU twin see the same values in the same storage type (CPU_TWIN_DTYPES) — the same math on the same
+// numbers, so the fp32 tolerance holds. A cache row a kernel writes must be the fp32 value rounded to nearest even
+// exactly as src/model/dtypes.ts rounds it.
 import type { Backend } from "../backends/backend.ts";
 import { bf16Bits, bf16Value, roundInPlace } from "../model/dtypes.ts";
-import { DTYPE_BYTES, DTYPES, MAX_BATCH, STATE_INTS, type DtypeName } from "../ops.ts";
+import { DTYPE_BYTES, DTYPE_NAMES, DTYPES, MAX_BATCH, STATE_INTS, type DtypeName } from "../ops.ts";
 import type { DeviceArena } from "./arena.ts";
 import { maxRelativeError, randomFloats } from "./compare.ts";
 import { expectedArgmax, stateAt, type KernelCase, type Pair, type Pointers } from "./kernel-case.ts";
 
 /**
- * The storage types the CPU twins (cuda/*.cpp) run. A device op in another type is compared with its twin run in
- * fp32 on the widened (rounded) values.
+ * The storage types the CPU twins (cuda/*.cpp) run: all of them. (A device op in a type a twin did not run would be
+ * compared with the twin run in fp32 on the widened values, the same math.)
  */
-export const CPU_TWIN_DTYPES: readonly DtypeName[] = ["f32"];
+export const CPU_TWIN_DTYPES: readonly DtypeName[] = DTYPE_NAMES;
 
 export const BATCHES = [1, 2, 3, 4, MAX_BATCH] as const;
 
