@@ -338,7 +338,39 @@ const lnQkvSpec = ([C, maxCtx]: number[], w: DtypeName, kv: DtypeName): BatchSpe
   },
 });
 
+/** fp32 values where rounding is delicate: ties both ways, f16's subnormals and overflow, bf16's ties, -0. */
+export function roundingEdges(): Float32Array {
+  // half an ulp of 1 is 2^-11 in f16, 2^-8 in bf16: 1 + that ties down to even, 1 + 3 x that up
+  const edges = [
+    0, -0, 1, -1, 1 + 2 ** -11, 1 + 3 * 2 ** -11, 1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -8 + 2 ** -20, 1 - 2 ** -12,
+    2 ** -24, 1.5 * 2 ** -24, 2 ** -25, 1.0001 * 2 ** -25, 3 * 2 ** -26, 2 ** -14, 2 ** -14 - 2 ** -25, 1e-6, -3e-8,
+    65504, 65519, 65520, 70000, -1e5, 3.4e38, 1e-40, -1e-45, Math.PI, -Math.E,
+  ];
+  return Float32Array.from({ length: 64 }, (_, i) => edges[i % edges.length]! * (i < edges.length ? 1 : -1));
+}
+
+/** kv_append of edge values: every cache element exactly src/model/dtypes.ts's rounding, on both backends. */
+const roundingCases: KernelCase[] = KV_DTYPES.map((kv) => ({
+  kernel: "kv_append", shape: `C=64, ties, subnormals, overflow and -0 into a ${kv} cache, exactly as src/model/dtypes.ts rounds`,
+  run: (pair: Pair) => {
+    const C = 64, maxCtx = 2;
+    const qkv = new Float32Array(3 * C);
+    qkv.set(roundingEdges(), C);
+    qkv.set(roundingEdges().map((x) => -x), 2 * C);
+    const want = [encode(kv, qkv.slice(C, 2 * C)), encode(kv, qkv.slice(2 * C))].map((a) => new Uint8Array(a.buffer));
+    return [pair.device, pair.cpu].every((arena) => {
+      const k = arena.zeroed(maxCtx * C), v = arena.zeroed(maxCtx * C);
+      arena.backend.ops.op_kv_append(k.ptr, v.ptr, arena.put(qkv).ptr, arena.put(stateAt(1)).ptr, 1, 1, C, maxCtx, DTYPES[kv]);
+      const rowBytes = C * DTYPE_BYTES[kv];
+      const got = [k, v].map((b) => arena.bytes(b).subarray(rowBytes, 2 * rowBytes));
+      if (arena === pair.device) got.forEach((g, i) => pair.note(i ? "v" : "k", asWords(g)));
+      return got.every((g, i) => sameBytes(g, want[i]!));
+    }) ? 0 : Infinity;
+  },
+}));
+
 export const BATCH_DTYPE_CASES: KernelCase[] = [
+  ...roundingCases,
   ...weightCases([[1, 128], [2, 132]], embedSpec),
   ...weightCases([[320, 136], [96, 101]], linearSpec),
   ...weightCases([[320, 264], [90, 70]], lnLinearGeluSpec),
