@@ -1,11 +1,13 @@
-// op_kv_append: this step's keys and values into the caches.
-// op_attention: causal attention of the T new queries over the cache, split over the key dimension in one
-// launch: block (chunk, head, t) reduces one chunk of keys to partial (max, sum, acc) in scratch; the last
-// block of each (t, head) to arrive merges the partials. The number of chunks depends on max_ctx only
-// (positions are read from device memory), so one captured graph serves every context length.
+// op_kv_append: this step's keys and values into each sequence's caches, rounded to the cache's storage type.
+// op_attention: causal attention of each sequence's T new queries over its own cache, split over the key dimension
+// in one launch: block (chunk, head, row) reduces one chunk of keys to partial (max, sum, acc) in scratch; the last
+// block of each (row, head) to arrive merges the partials. The number of chunks depends on max_ctx only
+// (positions are read from device memory), so one captured graph serves every context length. The cache is read
+// in its storage type (cuda/dtypes.h): 16-byte loads of 4 floats or 8 halves, widened where they are used.
 #include <math.h>
 
 #include "cols.h"
+#include "dtypes.h"
 #include "last_block.h"
 #include "launch.h"
 #include "ops.h"
@@ -21,49 +23,57 @@ static_assert(kAttnLanesPerKey >= 1 && kWarpSize % kAttnLanesPerKey == 0, "a key
 static_assert(kAttnMaxHeadSize <= kAttnThreads, "the merge gives each head dimension a thread");
 constexpr size_t kScratchAlignment = 16;
 
-// Loads per thread, one per unit of kWidth floats: a key lane's share of a key row (hs / kWidth / 4 units), and
+// Loads per thread, one per unit of kWidth elements (16 bytes, or one element): a key lane's share of a key row (hs / kWidth / 4 units), and
 // a value thread's keys (64 / (256 / (hs / kWidth)) of them); both at most 128 / 4 / kWidth for hs <= 128.
 template <int kWidth> struct AttnUnits {
   static constexpr int value = kAttnMaxHeadSize / kAttnLanesPerKey / kWidth;
 };
 
 // ---- op_kv_append -------------------------------------------------------------------------------------------
-// k_cache, v_cache: (max_ctx, C)  qkv: (T, 3C) as [q | k | v]
-// grid: (T)  block: (kKvAppendThreads); row pos + t of each cache (skipped past max_ctx); n_vec4 float4, then floats.
+// k_cache, v_cache: (B, max_ctx, C) in K  qkv: (B·T, 3C) as [q | k | v]
+// grid: (T, B)  block: (kKvAppendThreads); row pos_b + t of sequence b's caches (skipped past max_ctx): n_units units of
+// kWidth values (16 bytes of K: kWidth = 4 floats or 8 halves; read as float4s), then the rest one by one.
+template <typename K, int kWidth>
 __global__ void __launch_bounds__(kKvAppendThreads)
-    kv_append_kernel(float* __restrict__ k_cache, float* __restrict__ v_cache, const float* __restrict__ qkv,
-                     const int* __restrict__ state, int C, int max_ctx, int n_vec4) {
+    kv_append_kernel(K* __restrict__ k_cache, K* __restrict__ v_cache, const float* __restrict__ qkv,
+                     const int* __restrict__ state, int T, int C, int max_ctx, int n_units) {
   let_successor_start();
   wait_for_predecessor();
-  const int row = __ldcg(state + STATE_POS) + blockIdx.x;
+  const int t = blockIdx.x, b = blockIdx.y;
+  const int row = __ldcg(state + b * STATE_INTS + STATE_POS) + t;
   if (row >= max_ctx) return;
-  const float* k = qkv + (size_t)blockIdx.x * 3 * C + C;
+  const float* k = qkv + ((size_t)b * T + t) * 3 * C + C;
   const float* v = k + C;
-  float* k_dst = k_cache + (size_t)row * C;
-  float* v_dst = v_cache + (size_t)row * C;
-  for (int i = threadIdx.x; i < n_vec4; i += blockDim.x) {
-    reinterpret_cast<float4*>(k_dst)[i] = __ldcg(reinterpret_cast<const float4*>(k) + i);
-    reinterpret_cast<float4*>(v_dst)[i] = __ldcg(reinterpret_cast<const float4*>(v) + i);
+  const size_t at = ((size_t)b * max_ctx + row) * C;
+  for (int i = threadIdx.x; i < n_units; i += blockDim.x) {
+    const Cols<kWidth> kv[2] = {load_cols<kWidth>(k + i * kWidth), load_cols<kWidth>(v + i * kWidth)};
+    store_rounded<K, kWidth>(k_cache + at + i * kWidth, kv[0].v);
+    store_rounded<K, kWidth>(v_cache + at + i * kWidth, kv[1].v);
   }
-  for (int i = n_vec4 * kVecWidth + threadIdx.x; i < C; i += blockDim.x) {
-    k_dst[i] = __ldcg(k + i);
-    v_dst[i] = __ldcg(v + i);
+  for (int i = n_units * kWidth + threadIdx.x; i < C; i += blockDim.x) {
+    const float kv[2][1] = {{__ldcg(k + i)}, {__ldcg(v + i)}};
+    store_rounded<K, 1>(k_cache + at + i, kv[0]);
+    store_rounded<K, 1>(v_cache + at + i, kv[1]);
   }
 }
 
-extern "C" void op_kv_append(void* k_any, void* v_any, const float* qkv, const int* state, int B, int T, int C, int max_ctx,
+extern "C" void op_kv_append(void* k_cache, void* v_cache, const float* qkv, const int* state, int B, int T, int C, int max_ctx,
                              int kvdtype) {
-  if (rt_reject_unless(B == 1 && kvdtype == DTYPE_F32)) return;
-  float* k_cache = static_cast<float*>(k_any);
-  float* v_cache = static_cast<float*>(v_any);
-  const int n_vec4 = row_vec4_count(C, k_cache, v_cache, qkv);
-  LAUNCH(kv_append_kernel, T, kKvAppendThreads, k_cache, v_cache, qkv, state, C, max_ctx, n_vec4);
+  if (rt_reject_unless(known_dtype(kvdtype) && B >= 1 && T >= 1)) return;
+  with_storage(kvdtype, [&](auto kind) {
+    using K = decltype(kind);
+    constexpr int V = kVecOf<K>;
+    const bool vec = C % V == 0 && aligned16(k_cache) && aligned16(v_cache) && aligned16(qkv);
+    const auto kernel = vec ? kv_append_kernel<K, V> : kv_append_kernel<K, 1>;
+    LAUNCH(kernel, dim3(T, B), kKvAppendThreads, static_cast<K*>(k_cache), static_cast<K*>(v_cache), qkv, state, T, C, max_ctx,
+           vec ? C / V : 0);
+  });
 }
 
 // ---- op_attention -------------------------------------------------------------------------------------------
-// Scratch, for (t, head) pair th = t * n_head + h and chunk c:
+// Scratch, for (row, head) pair th = row * n_head + h (row = b * T + t, at most max_ctx rows) and chunk c:
 //   counters[th]                      blocks of th that have finished (the merging block resets it to 0);
-//                                     max_ctx * n_head of them at the start, the same for every T
+//                                     max_ctx * n_head of them at the start, the same for every B and T
 //   stats[(th * n_chunks + c) * 2]    chunk max score m_c, then sum_j exp(s_j - m_c)
 //   acc[(th * n_chunks + c) * hs + d] sum_j exp(s_j - m_c) v_j[d]
 // The counters must be zero before the first launch (be_alloc returns zeroed memory); every launch leaves them zero.
@@ -80,16 +90,16 @@ static size_t align_scratch(size_t bytes) { return (bytes + kScratchAlignment - 
 struct ScratchSizes {
   size_t counters, stats, acc;
 };
-// The counters region is sized for the most rows a step can have (max_ctx), whatever this launch's T:
-// steps of different T share one scratch, and one step's partials must never land on another's counters.
-static ScratchSizes scratch_sizes(int T, int C, int n_head, int max_ctx) {
-  const size_t partials = (size_t)T * n_head * attention_chunks(max_ctx);
+// The counters region is sized for the most rows a step may have (max_ctx), whatever this launch's rows: steps
+// of different rows share one scratch, and one step's partials must never land on another's counters.
+static ScratchSizes scratch_sizes(int rows, int C, int n_head, int max_ctx) {
+  const size_t partials = (size_t)rows * n_head * attention_chunks(max_ctx);
   return {align_scratch((size_t)max_ctx * n_head * sizeof(unsigned)), align_scratch(partials * kStatsPerChunk * sizeof(float)),
           align_scratch(partials * (C / n_head) * sizeof(float))};
 }
 
-static AttnScratch scratch_layout(float* scratch, int T, int C, int n_head, int max_ctx) {
-  const ScratchSizes s = scratch_sizes(T, C, n_head, max_ctx);
+static AttnScratch scratch_layout(float* scratch, int rows, int C, int n_head, int max_ctx) {
+  const ScratchSizes s = scratch_sizes(rows, C, n_head, max_ctx);
   char* base = reinterpret_cast<char*>(scratch);
   return {reinterpret_cast<unsigned*>(base), reinterpret_cast<float*>(base + s.counters),
           reinterpret_cast<float*>(base + s.counters + s.stats)};
@@ -104,16 +114,16 @@ __device__ __forceinline__ int visible_keys(int pos, int t, int max_ctx) {
 #endif
 }
 
-// The chunk's key and value rows this thread reads, one unit (kWidth floats) per load; rows outside [lo, hi)
-// keep their values. Key lane `sub` of key j takes units sub, sub + 4, ... of the row; value thread (part, g)
-// takes unit g of keys part, part + parts, ...
-template <int kWidth> struct ChunkRows {
-  Cols<kWidth> k[AttnUnits<kWidth>::value];
-  Cols<kWidth> v[AttnUnits<kWidth>::value];
+// The chunk's key and value rows this thread reads, one unit (kWidth elements of K, kept packed) per load; rows
+// outside [lo, hi) keep their values. Key lane `sub` of key j takes units sub, sub + 4, ... of the row; value thread
+// (part, g) takes unit g of keys part, part + parts, ...
+template <typename K, int kWidth> struct ChunkRows {
+  Packed<K, kWidth> k[AttnUnits<kWidth>::value];
+  Packed<K, kWidth> v[AttnUnits<kWidth>::value];
 };
 
-template <int kWidth>
-__device__ __forceinline__ void load_chunk_rows(ChunkRows<kWidth>& r, const float* k, const float* v, int key0, int lo, int hi,
+template <typename K, int kWidth>
+__device__ __forceinline__ void load_chunk_rows(ChunkRows<K, kWidth>& r, const K* k, const K* v, int key0, int lo, int hi,
                                                 int C, int hs) {
   const int units = hs / kWidth;
   const int key = key0 + (int)threadIdx.x / kAttnLanesPerKey, sub = threadIdx.x % kAttnLanesPerKey;
@@ -121,17 +131,17 @@ __device__ __forceinline__ void load_chunk_rows(ChunkRows<kWidth>& r, const floa
 #pragma unroll
   for (int u = 0; u < AttnUnits<kWidth>::value; u++) {
     const int unit = sub + u * kAttnLanesPerKey;
-    if (key >= lo && key < hi && unit < units) r.k[u] = load_cols<kWidth>(k + (size_t)key * C + unit * kWidth);
+    if (key >= lo && key < hi && unit < units) r.k[u] = load_packed<K, kWidth>(k + (size_t)key * C + unit * kWidth);
     const int vkey = key0 + part + u * parts;
     if (part < parts && vkey >= lo && vkey < hi && vkey < key0 + kAttnKeysPerChunk)
-      r.v[u] = load_cols<kWidth>(v + (size_t)vkey * C + g * kWidth);
+      r.v[u] = load_packed<K, kWidth>(v + (size_t)vkey * C + g * kWidth);
   }
 }
 
 // One chunk of n_keys keys (>= 1) from key0 for one (query, head): scores into p, then the partial
 // (max, sum, acc) into stats/acc. q: the head's query (hs floats) pre-scaled in shared memory.
-template <int kWidth>
-__device__ __forceinline__ void attend_chunk(float* stats, float* acc, const ChunkRows<kWidth>& r, const float* q, float* p,
+template <typename K, int kWidth>
+__device__ __forceinline__ void attend_chunk(float* stats, float* acc, const ChunkRows<K, kWidth>& r, const float* q, float* p,
                                              Cols<kWidth>* value_partial, int n_keys, int hs) {
   const int units = hs / kWidth;
   const int j = threadIdx.x / kAttnLanesPerKey, sub = threadIdx.x % kAttnLanesPerKey;
@@ -141,7 +151,7 @@ __device__ __forceinline__ void attend_chunk(float* stats, float* acc, const Chu
     const int unit = sub + u * kAttnLanesPerKey;
     if (unit < units)
 #pragma unroll
-      for (int e = 0; e < kWidth; e++) s += q[unit * kWidth + e] * r.k[u].v[e];
+      for (int e = 0; e < kWidth; e++) s += q[unit * kWidth + e] * widen(r.k[u], e);
   }
 #pragma unroll
   for (int offset = kAttnLanesPerKey / 2; offset > 0; offset /= 2) s += __shfl_xor_sync(kFullWarpMask, s, offset);
@@ -171,7 +181,7 @@ __device__ __forceinline__ void attend_chunk(float* stats, float* acc, const Chu
       const int i = part + u * parts;
       if (i < n_keys)
 #pragma unroll
-        for (int e = 0; e < kWidth; e++) a.v[e] += p[i] * r.v[u].v[e];
+        for (int e = 0; e < kWidth; e++) a.v[e] += p[i] * widen(r.v[u], e);
     }
     value_partial[threadIdx.x] = a;
   }
@@ -216,67 +226,70 @@ __device__ __forceinline__ void merge_chunks(float* out, const float* stats, con
   out[d] = a / sum;
 }
 
-// out: (T, C)  qkv: (T, 3C) (q only)  k_cache, v_cache: (max_ctx, C); head h in columns [h * hs, (h + 1) * hs)
-// grid: (n_chunks, n_head, T)  block: (kAttnThreads); block (c, h, t) takes keys [c * 64, (c + 1) * 64) of
-// query t's visible keys, and does nothing but arrive when the chunk is past them (the merge reads only
-// the chunks that hold keys, so such a block writes no partial).
-// Every thread's key and value loads are issued before the first is used. Rows below pos were written by
+// out: (B·T, C)  qkv: (B·T, 3C) (q only)  k_cache, v_cache: (B, max_ctx, C) in K; head h in columns [h * hs, (h + 1) * hs)
+// grid: (n_chunks, n_head, B·T)  block: (kAttnThreads); block (c, h, row) takes keys [c * 64, (c + 1) * 64) of the
+// visible keys of query t of sequence b (row = b * T + t), and does nothing but arrive when the chunk is past them
+// (the merge reads only the chunks that hold keys, so such a block writes no partial).
+// Every thread's key and value loads are issued before the first is used. Rows below pos_b were written by
 // earlier steps (no kernel of this step writes them, nor state), so they are loaded before the wait for the
-// predecessor; rows from pos on (this step's kv_append) and q after it.
-template <int kWidth>
+// predecessor; rows from pos_b on (this step's kv_append) and q after it.
+template <typename K, int kWidth>
 __global__ void __launch_bounds__(kAttnThreads)
     attention_kernel(float* __restrict__ out, AttnScratch scratch, const float* __restrict__ qkv,
-                     const float* __restrict__ k_cache, const float* __restrict__ v_cache, const int* __restrict__ state,
-                     int C, int n_head, int max_ctx, bool overlapped) {
+                     const K* __restrict__ k_cache, const K* __restrict__ v_cache, const int* __restrict__ state,
+                     int T, int C, int n_head, int max_ctx, bool overlapped) {
   __shared__ float q[kAttnMaxHeadSize];
   __shared__ float p[kAttnKeysPerChunk];
   __shared__ Cols<kWidth> value_partial[kAttnThreads];
   __shared__ bool is_last;
   let_successor_start();
-  const int chunk = blockIdx.x, h = blockIdx.y, t = blockIdx.z;
+  const int chunk = blockIdx.x, h = blockIdx.y, row = blockIdx.z;
+  const int b = row / T, t = row % T;
   const int n_chunks = gridDim.x;
   const int hs = C / n_head;
-  const int th = t * n_head + h;
-  const int pos = __ldcg(state + STATE_POS);
+  const int th = row * n_head + h;
+  const int pos = __ldcg(state + b * STATE_INTS + STATE_POS);
   const int n_keys = visible_keys(pos, t, max_ctx);
   const int key0 = chunk * kAttnKeysPerChunk;
-  const float* k = k_cache + h * hs;
-  const float* v = v_cache + h * hs;
-  ChunkRows<kWidth> rows = {};
-  if (key0 < n_keys) load_chunk_rows<kWidth>(rows, k, v, key0, 0, min(pos, n_keys), C, hs);
+  const K* k = k_cache + (size_t)b * max_ctx * C + h * hs;
+  const K* v = v_cache + (size_t)b * max_ctx * C + h * hs;
+  ChunkRows<K, kWidth> rows = {};
+  if (key0 < n_keys) load_chunk_rows<K, kWidth>(rows, k, v, key0, 0, min(pos, n_keys), C, hs);
   wait_for_predecessor(overlapped);
   if (key0 < n_keys) {
-    load_chunk_rows<kWidth>(rows, k, v, key0, pos, n_keys, C, hs);
+    load_chunk_rows<K, kWidth>(rows, k, v, key0, pos, n_keys, C, hs);
     const float scale = 1.0f / sqrtf((float)hs);
-    for (int d = threadIdx.x; d < hs; d += blockDim.x) q[d] = __ldcg(qkv + (size_t)t * 3 * C + h * hs + d) * scale;
+    for (int d = threadIdx.x; d < hs; d += blockDim.x) q[d] = __ldcg(qkv + (size_t)row * 3 * C + h * hs + d) * scale;
     __syncthreads();
     float* stats = scratch.stats + ((size_t)th * n_chunks + chunk) * kStatsPerChunk;
     float* acc = scratch.acc + ((size_t)th * n_chunks + chunk) * hs;
-    attend_chunk<kWidth>(stats, acc, rows, q, p, value_partial, min(kAttnKeysPerChunk, n_keys - key0), hs);
+    attend_chunk<K, kWidth>(stats, acc, rows, q, p, value_partial, min(kAttnKeysPerChunk, n_keys - key0), hs);
   }
   if (!arrive_last(scratch.counters + th, n_chunks, &is_last)) return;
-  merge_chunks(out + (size_t)t * C + h * hs, scratch.stats + (size_t)th * n_chunks * kStatsPerChunk,
+  merge_chunks(out + (size_t)row * C + h * hs, scratch.stats + (size_t)th * n_chunks * kStatsPerChunk,
                scratch.acc + (size_t)th * n_chunks * hs, ceil_div(n_keys, kAttnKeysPerChunk), hs);
 }
 
-extern "C" size_t op_attention_scratch_bytes(int T, int C, int n_head, int max_ctx) {
+extern "C" size_t op_attention_scratch_bytes(int rows, int C, int n_head, int max_ctx) {
   if (n_head <= 0 || C % n_head != 0) return 0;
-  const ScratchSizes s = scratch_sizes(T, C, n_head, max_ctx);
+  const ScratchSizes s = scratch_sizes(rows, C, n_head, max_ctx);
   return s.counters + s.stats + s.acc;
 }
 
-extern "C" void op_attention(float* out, float* scratch, const float* qkv, const void* k_any, const void* v_any,
+extern "C" void op_attention(float* out, float* scratch, const float* qkv, const void* k_cache, const void* v_cache,
                              const int* state, int B, int T, int C, int n_head, int max_ctx, int kvdtype) {
-  if (rt_reject_unless(B == 1 && kvdtype == DTYPE_F32 && n_head > 0 && C % n_head == 0 && C / n_head <= kAttnMaxHeadSize)) return;
-  const float* k_cache = static_cast<const float*>(k_any);
-  const float* v_cache = static_cast<const float*>(v_any);
+  const bool heads_fit = n_head > 0 && C % n_head == 0 && C / n_head <= kAttnMaxHeadSize;
+  // B·T rows: each (row, head) pair has its arrival counter among the max_ctx * n_head the scratch holds
+  if (rt_reject_unless(known_dtype(kvdtype) && heads_fit && B >= 1 && T >= 1 && B * T <= max_ctx)) return;
   const int hs = C / n_head;
-  const dim3 grid(attention_chunks(max_ctx), n_head, T);
-  const AttnScratch layout = scratch_layout(scratch, T, C, n_head, max_ctx);
-  if (hs % kVecWidth == 0 && aligned16(k_cache) && aligned16(v_cache))
-    LAUNCH(attention_kernel<kVecWidth>, grid, kAttnThreads, out, layout, qkv, k_cache, v_cache, state, C, n_head, max_ctx,
-           rt_overlapped());
-  else
-    LAUNCH(attention_kernel<1>, grid, kAttnThreads, out, layout, qkv, k_cache, v_cache, state, C, n_head, max_ctx,
-           rt_overlapped());
+  const dim3 grid(attention_chunks(max_ctx), n_head, B * T);
+  const AttnScratch layout = scratch_layout(scratch, B * T, C, n_head, max_ctx);
+  with_storage(kvdtype, [&](auto kind) {
+    using K = decltype(kind);
+    constexpr int V = kVecOf<K>;
+    const bool vec = hs % V == 0 && aligned16(k_cache) && aligned16(v_cache);
+    const auto kernel = vec ? attention_kernel<K, V> : attention_kernel<K, 1>;
+    LAUNCH(kernel, grid, kAttnThreads, out, layout, qkv, static_cast<const K*>(k_cache), static_cast<const K*>(v_cache), state, T, C,
+           n_head, max_ctx, rt_overlapped());
+  });
 }

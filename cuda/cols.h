@@ -1,5 +1,5 @@
-// kWidth consecutive floats moved as one access: a 16-byte float4 when kWidth == 4, a float when 1.
-// The kernels pick kWidth = 4 when a row's length is a multiple of 4 and its pointers are 16-byte aligned
+// kWidth consecutive floats moved as 16-byte float4 accesses (kWidth a multiple of 4), or one float (kWidth 1).
+// The kernels pick the vector width when a row's length is a multiple of it and its pointers are 16-byte aligned
 // (row_vec4_count in cuda/launch.h), else 1.
 //
 // Loads go through L2 (__ldcg, coherent), never the non-coherent path (__ldg, or a const __restrict__
@@ -11,17 +11,28 @@ template <int kWidth> struct Cols {
   float v[kWidth];
 };
 
-template <int kWidth> __device__ __forceinline__ Cols<kWidth> load_cols(const float* p);
-template <> __device__ __forceinline__ Cols<1> load_cols<1>(const float* p) { return {{__ldcg(p)}}; }
-template <> __device__ __forceinline__ Cols<4> load_cols<4>(const float* p) {
-  const float4 f = __ldcg(reinterpret_cast<const float4*>(p));
-  return {{f.x, f.y, f.z, f.w}};
+template <int kWidth> __device__ __forceinline__ Cols<kWidth> load_cols(const float* p) {
+  static_assert(kWidth == 1 || kWidth % 4 == 0, "a float, or whole float4s");
+  Cols<kWidth> c;
+  if constexpr (kWidth == 1) {
+    c.v[0] = __ldcg(p);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kWidth; i += 4) {
+      const float4 f = __ldcg(reinterpret_cast<const float4*>(p + i));
+      c.v[i] = f.x, c.v[i + 1] = f.y, c.v[i + 2] = f.z, c.v[i + 3] = f.w;
+    }
+  }
+  return c;
 }
 
-template <int kWidth> __device__ __forceinline__ void store_cols(float* p, const Cols<kWidth>& c);
-template <> __device__ __forceinline__ void store_cols<1>(float* p, const Cols<1>& c) { *p = c.v[0]; }
-template <> __device__ __forceinline__ void store_cols<4>(float* p, const Cols<4>& c) {
-  *reinterpret_cast<float4*>(p) = make_float4(c.v[0], c.v[1], c.v[2], c.v[3]);
+template <int kWidth> __device__ __forceinline__ void store_cols(float* p, const Cols<kWidth>& c) {
+  if constexpr (kWidth == 1) {
+    *p = c.v[0];
+  } else {
+#pragma unroll
+    for (int i = 0; i < kWidth; i += 4) *reinterpret_cast<float4*>(p + i) = make_float4(c.v[i], c.v[i + 1], c.v[i + 2], c.v[i + 3]);
+  }
 }
 
 template <int kWidth> __device__ __forceinline__ void add_cols(Cols<kWidth>& acc, const Cols<kWidth>& x) {

@@ -16,9 +16,9 @@ inline OpScratch op_scratch(float* buffer) {
   return {reinterpret_cast<unsigned*>(buffer), buffer + kMaxGridCounters};
 }
 inline size_t op_scratch_bytes(size_t partial_bytes) { return kMaxGridCounters * sizeof(unsigned) + partial_bytes; }
-// Bytes of partial results a matvec with C <= max_in and OC <= max_out leaves (cuda/linear.cu); op_partials_bytes
-// (cuda/lm_head.cu) takes the largest of the merging ops'.
-size_t matvec_partials_bytes(int max_in, int max_out);
+// Bytes of partial results a matvec of at most max_rows rows with C <= max_in and OC <= max_out leaves
+// (cuda/linear.cu); op_partials_bytes (cuda/lm_head.cu) takes the largest of the merging ops'.
+size_t matvec_partials_bytes(int max_rows, int max_in, int max_out);
 
 // Counts this block in on `counter`, one of `group_blocks` blocks; true in the last block of the group to
 // arrive, which then also resets the counter. Every thread of the (one-dimensional) block calls it; is_last

@@ -1,8 +1,10 @@
-// op_linear: out = inp @ weight + bias with weight in HF Conv1D layout (C, OC).
-//   T == 1 (decode): linear_matvec_kernel, memory-bound, streams the weight once with 16-byte loads, split
-//                    over C across blocks with a fixed-order merge (cuda/last_block.h).
-//   T > 1 (prefill): linear_tiled_kernel, a shared-memory tiled matrix product.
+// op_linear: out = inp @ weight + bias with weight in HF Conv1D layout (C, OC), stored as wdtype (cuda/dtypes.h).
+//   rows <= 8 (decode, B sequences of one row): linear_matvec_kernel, memory-bound, streams the weight once for
+//                    all rows with 16-byte loads, split over C across blocks with a fixed-order merge
+//                    (cuda/last_block.h); the fused decode ops are the same body with another input and output step.
+//   rows > 8 (prefill, the uncached step): linear_tiled_kernel, a shared-memory tiled matrix product.
 #include "cols.h"
+#include "dtypes.h"
 #include "gelu.h"
 #include "last_block.h"
 #include "launch.h"
@@ -10,176 +12,296 @@
 #include "row_stats.h"
 #include "warp.h"
 
-// ---- T == 1: op_linear and the fused decode ops -------------------------------------------------------------
-// The weight (C, OC) is cut into blocks of 64 rows (a split of C) x 32 column groups (a tile of OC; a group is
-// kWidth columns). In block (tile, split), warp w, lane l reads column group tile * 32 + l of rows
-// split * 64 + w + 8 i, i < 8: every load instruction of a warp reads 32 x kWidth consecutive floats of one
-// weight row (512 bytes when kWidth = 4), and a thread issues all 8 of its loads before it uses the first
-// (and, launched to overlap its predecessor, before it waits for it). The 8 warps' sums meet in shared
-// memory; each block writes its partial (one value per column) to scratch, and the last block of a column
-// tile to arrive adds the tile's partials in a fixed order, then the bias, and applies the op's output step.
-// The fused ops differ only in their input step (the input row as is, or layer-normed in a prologue) and
-// their output step; each has its own kernel (named for its op) around one body.
+// ---- rows <= 8 (decode): op_linear and the fused decode ops ---------------------------------------------------
+// The weight (C, OC), in its storage type W, is cut into blocks of 256 rows (a split of C) x 8 column groups (a
+// tile of OC; a group is one 16-byte access: kWidth = 4 floats or 8 halves, or one element in the scalar
+// variant). In block (tile, split), thread (warp w, lane l) takes column group tile * 8 + l % 8 of rows
+// split * 256 + 32 i + slot, i < 8, slot = 4 w + l / 8: each load instruction of a warp reads 128 contiguous
+// bytes of each of 4 rows, and a thread issues all 8 of its loads before it uses the first (and, launched to
+// overlap its predecessor, before it waits for it). Every weight load feeds all kRows input rows: a thread keeps
+// kRows accumulators of its group, so the weight is read once for the whole batch. The block's input rows
+// (its 256 elements of each, layer-normed first by the fused ops) sit in shared memory. The 32 threads (slots)
+// of a group meet in shared memory, 4 lanes per output each adding 8 slots and then a fixed shuffle tree; each
+// block writes its partial (one value per row and column) to scratch, and the last block of a column tile to
+// arrive adds the tile's partials in the same fixed way, then the bias, and applies the op's output step.
+// Every sum is taken in an order that does not depend on the batch, so each row gets the bits it gets alone.
 constexpr int kMatvecThreads = 256;
 constexpr int kMatvecWarps = kMatvecThreads / kWarpSize;
-constexpr int kMatvecRowsPerThread = 8;                                    // weight loads in flight per thread
-constexpr int kMatvecRowsPerSplit = kMatvecWarps * kMatvecRowsPerThread;  // rows of C per block: 64
-constexpr int kMatvecTileGroups = kWarpSize;                               // column groups per block
-constexpr int kMatvecMergeLanes = kMatvecThreads / kMatvecTileGroups;      // threads adding up one group's partials
-constexpr int kMatvecMergeBatch = 8;  // partial loads each merging thread has in flight
-constexpr int kMatvecMaxLayernormC = 4096;  // the layer-normed input row is staged in 16 KB of shared memory
+constexpr int kMatvecTileGroups = 8;                                  // column groups per block: 128 bytes of a row
+constexpr int kMatvecSubRows = kWarpSize / kMatvecTileGroups;         // weight rows per warp load instruction: 4
+constexpr int kMatvecSlots = kMatvecWarps * kMatvecSubRows;           // threads sharing a column group: 32
+constexpr int kMatvecLoads = 8;                                       // weight loads in flight per thread
+constexpr int kMatvecRowsPerSplit = kMatvecSlots * kMatvecLoads;      // rows of C per block: 256
+constexpr int kMatvecMaxRows = MAX_BATCH;                             // input rows per launch (op_table.h)
+constexpr int kMatvecMergeLanes = 4;                                  // lanes adding up one output, then a shuffle tree
+constexpr int kMatvecOutputsPerPass = kMatvecThreads / kMatvecMergeLanes;  // 64
+constexpr int kMatvecMergeLoads = 8;                                  // partial loads each merging lane has in flight
+constexpr int kMatvecStageFloats = kMatvecSlots * kMatvecOutputsPerPass * 4;  // 32 KB: a round of the block's sums
+constexpr int kMatvecMaxLayernormC = 4096;
+static_assert(kMatvecSlots % kMatvecMergeLanes == 0 && kMatvecThreads % kWarpSize == 0, "whole warps merge");
 
 enum MatvecInput { kInputAsIs, kInputLayernorm };
 enum MatvecOutput { kStore, kStoreGelu, kAddTo, kStoreQkv };
+enum MatvecOp { kOpLinear, kOpLnQkv, kOpLnLinearGelu, kOpLinearResidual };
+__host__ __device__ constexpr MatvecInput input_of(MatvecOp op) { return op == kOpLnQkv || op == kOpLnLinearGelu ? kInputLayernorm : kInputAsIs; }
+__host__ __device__ constexpr MatvecOutput output_of(MatvecOp op) {
+  return op == kOpLnQkv ? kStoreQkv : op == kOpLnLinearGelu ? kStoreGelu : op == kOpLinearResidual ? kAddTo : kStore;
+}
 
-// One matvec's operands. out: (OC) (kAddTo: out += the product); inp: (C) (kInputLayernorm: normalised with
-// ln_weight, ln_bias, eps first); kStoreQkv also writes the k and v thirds of out to row state[STATE_POS] of
-// k_cache, v_cache (C = OC / 3 columns each) when that row is below max_ctx.
+// One matvec's operands, for `rows` input rows (sequences). out: (rows, OC) (kAddTo: out += the product);
+// inp: (rows, C) (kInputLayernorm: each row normalised with ln_weight, ln_bias, eps first); kStoreQkv also writes
+// the k and v thirds of row b of out to row state[b][STATE_POS] of sequence b's k_cache, v_cache ((max_ctx, C)
+// each, C = OC / 3 columns, in kvdtype) when that row is below max_ctx.
 struct MatvecArgs {
   float* out;
   OpScratch scratch;
   const float* inp;
-  const float* weight;
+  const void* weight;  // (C, OC) in the kernel's storage type
   const float* bias;
-  int C, OC;
+  int rows, C, OC;
   const float* ln_weight;
   const float* ln_bias;
   float eps;
-  float* k_cache;
-  float* v_cache;
+  void* k_cache;
+  void* v_cache;
+  int kvdtype;
   const int* state;
   int max_ctx;
 };
 
-// The block's input step, after the wait for the predecessor: with a layer norm, the block stages the whole
-// input row (its statistics need it) and normalises its own 64 rows into `normed` (shared memory).
-template <MatvecInput kInput> __device__ __forceinline__ void matvec_prologue(const MatvecArgs& a, float* normed) {
-  if constexpr (kInput == kInputLayernorm) {
-    __shared__ float row_shared[kMatvecMaxLayernormC];
-    __shared__ float partial[kWarpSize];
-    // this block's rows of the layer norm's weight and bias, loaded before the statistics need the row
-    const int r = blockIdx.y * kMatvecRowsPerSplit + (int)threadIdx.x;
-    const bool mine = threadIdx.x < kMatvecRowsPerSplit && r < a.C;
-    const float g = mine ? __ldcg(a.ln_weight + r) : 0.0f, b = mine ? __ldcg(a.ln_bias + r) : 0.0f;
-    const RowStats st = stage_row_stats(row_shared, a.inp, a.C, a.eps, partial);
-    if (mine) normed[threadIdx.x] = (row_shared[r] - st.mean) * st.rstd * g + b;
-    __syncthreads();
-  }
-}
+// The shapes a kernel instantiation works in: kWidth elements of W per access, kRows accumulated rows.
+template <int kWidth, int kRows, MatvecInput kInput> struct MatvecShape {
+  static constexpr int kMergeWidth = kWidth < 4 ? kWidth : 4;            // floats per merged output
+  static constexpr int kChunks = kWidth / kMergeWidth;                    // merged outputs per row and group
+  static constexpr int kRowsPerRound = (kWidth * kRows <= 32 ? kRows : 32 / kWidth);  // rows summed per round
+  static constexpr int kUnits = kRowsPerRound * kChunks;                  // a thread's outputs per round
+  static constexpr int kOutputs = kRows * kMatvecTileGroups * kChunks;    // a tile's merged outputs per row set
+  static constexpr int kMergePasses = (kOutputs + kMatvecOutputsPerPass - 1) / kMatvecOutputsPerPass;
+  static constexpr int kMergeBatch = kMatvecMergeLoads / kMergePasses;  // splits per lane and pass in one batch
+  static constexpr int kSumFloats = kUnits * kMergeWidth * kMatvecThreads;
+  static constexpr int kLayernormFloats = kRows == 1 ? kMatvecMaxLayernormC : 2 * kMatvecMaxLayernormC;
+  static constexpr int kStageFloats = kInput == kInputLayernorm && kLayernormFloats > kSumFloats ? kLayernormFloats : kSumFloats;
+  // blocks of 256 threads per SM the registers allow: 3 (at most 80 registers) up to 32 accumulators (kRows x kWidth:
+  // 8 rows of floats, 4 of halves), else 2 (at most 128 registers)
+  static constexpr int kMinBlocksPerSm = kRows * kWidth <= 32 ? 3 : 2;
+  static_assert(kStageFloats <= kMatvecStageFloats, "the staging area fits static shared memory");
+};
 
-// The input value of weight row `row` (zero past C): inp as is, or its layer-normed value from the prologue.
-template <MatvecInput kInput> __device__ __forceinline__ float matvec_input(const MatvecArgs& a, const float* normed, int row) {
-  if (row >= a.C) return 0.0f;
-  if constexpr (kInput == kInputAsIs) return __ldcg(a.inp + row);
-  return normed[row - blockIdx.y * kMatvecRowsPerSplit];
-}
-
-// A thread's share of one column group: rows row0 + 8 i of column `col`; loads predicated off past C or OC
-// read as zeros. The weight loads come first, then the wait for the predecessor, then the inputs.
-template <int kWidth, MatvecInput kInput>
-__device__ __forceinline__ Cols<kWidth> matvec_rows(const MatvecArgs& a, int row0, int col, bool overlapped) {
-  __shared__ float normed[kMatvecRowsPerSplit];
-  Cols<kWidth> acc = {};
-#ifndef PLANT_SERIAL_MATVEC
-  Cols<kWidth> w[kMatvecRowsPerThread];
+// The block's input rows after the wait for the predecessor: xs[b][j] = input row b's element split * 256 + j
+// (zero past C and for rows past a.rows), as is or layer-normed (the rows staged group by group in `stage`, as
+// many at a time as fit, for their statistics).
+template <int kRows, MatvecInput kInput, int kStageFloats>
+__device__ __forceinline__ void matvec_prologue(const MatvecArgs& a, float (*xs)[kMatvecRowsPerSplit], float* stage) {
+  const int r = blockIdx.y * kMatvecRowsPerSplit + (int)threadIdx.x;
+  const bool in_c = r < a.C;
+  if constexpr (kInput == kInputAsIs) {
+    float v[kRows];
 #pragma unroll
-  for (int i = 0; i < kMatvecRowsPerThread; i++) {
-    const int row = row0 + i * kMatvecWarps;
-    w[i] = row < a.C && col < a.OC ? load_cols<kWidth>(a.weight + ((unsigned)row * (unsigned)a.OC + (unsigned)col)) : Cols<kWidth>{};
+    for (int b = 0; b < kRows; b++) v[b] = in_c && b < a.rows ? __ldcg(a.inp + (size_t)b * a.C + r) : 0.0f;
+#pragma unroll
+    for (int b = 0; b < kRows; b++) xs[b][threadIdx.x] = v[b];
+  } else {
+    __shared__ float partial[kRows][kWarpSize];
+    const float g = in_c ? __ldcg(a.ln_weight + r) : 0.0f, beta = in_c ? __ldcg(a.ln_bias + r) : 0.0f;
+    const int group = kStageFloats / a.C < kRows ? kStageFloats / a.C : kRows;  // rows staged at once (>= 1)
+#pragma unroll
+    for (int b = 0; b < kRows; b++)
+      if (b >= a.rows) xs[b][threadIdx.x] = 0.0f;
+    for (int b0 = 0; b0 < a.rows; b0 += group) {
+      RowStats st[kRows];
+      const int n = a.rows - b0 < group ? a.rows - b0 : group;
+      stage_rows_stats<kRows>(st, stage, a.inp + (size_t)b0 * a.C, n, a.C, a.eps, partial);
+#pragma unroll
+      for (int b = 0; b < kRows; b++)
+        if (b < n) xs[b0 + b][threadIdx.x] = in_c ? (stage[b * a.C + r] - st[b].mean) * st[b].rstd * g + beta : 0.0f;
+      __syncthreads();  // the next group restages
+    }
+  }
+  __syncthreads();
+}
+
+// A thread's products: acc[b] (kWidth columns from col) = sum over its 8 rows of xs[b][row] * weight[row][col],
+// the rows in order. Weight loads predicated off past C or OC read as zeros. The weight loads come first, then the
+// wait for the predecessor, then the inputs.
+template <typename W, int kWidth, int kRows, MatvecInput kInput>
+__device__ __forceinline__ void matvec_products(Cols<kWidth> (&acc)[kRows], const MatvecArgs& a, int row0, int slot, int col,
+                                                float (*xs)[kMatvecRowsPerSplit], float* stage, bool overlapped) {
+  using Shape = MatvecShape<kWidth, kRows, kInput>;
+  const W* weight = static_cast<const W*>(a.weight);
+#pragma unroll
+  for (int b = 0; b < kRows; b++) acc[b] = Cols<kWidth>{};
+#ifndef PLANT_SERIAL_MATVEC
+  Packed<W, kWidth> w[kMatvecLoads];
+#pragma unroll
+  for (int i = 0; i < kMatvecLoads; i++) {
+    const int row = row0 + i * kMatvecSlots;
+    w[i] = row < a.C && col < a.OC ? load_packed<W, kWidth>(weight + ((unsigned)row * (unsigned)a.OC + (unsigned)col)) : Packed<W, kWidth>{};
   }
   wait_for_predecessor(overlapped);
-  matvec_prologue<kInput>(a, normed);
-  float x[kMatvecRowsPerThread];
+  matvec_prologue<kRows, kInput, Shape::kStageFloats>(a, xs, stage);
 #pragma unroll
-  for (int i = 0; i < kMatvecRowsPerThread; i++) x[i] = matvec_input<kInput>(a, normed, row0 + i * kMatvecWarps);
+  for (int i = 0; i < kMatvecLoads; i++) {
+    float x[kRows];
 #pragma unroll
-  for (int i = 0; i < kMatvecRowsPerThread; i++)
+    for (int b = 0; b < kRows; b++) x[b] = xs[b][i * kMatvecSlots + slot];
 #pragma unroll
-    for (int k = 0; k < kWidth; k++) acc.v[k] += x[i] * w[i].v[k];
+    for (int k = 0; k < kWidth; k++) {
+      const float wk = widen(w[i], k);
+#pragma unroll
+      for (int b = 0; b < kRows; b++) acc[b].v[k] += x[b] * wk;
+    }
+  }
 #else  // planted for test/sass.test.ts: each weight load is used before the next is issued
   wait_for_predecessor(overlapped);
-  matvec_prologue<kInput>(a, normed);
+  matvec_prologue<kRows, kInput, Shape::kStageFloats>(a, xs, stage);
 #pragma unroll 1
-  for (int i = 0; i < kMatvecRowsPerThread; i++) {
-    const int row = row0 + i * kMatvecWarps;
+  for (int i = 0; i < kMatvecLoads; i++) {
+    const int row = row0 + i * kMatvecSlots;
     if (row >= a.C || col >= a.OC) continue;
-    const Cols<kWidth> w = load_cols<kWidth>(a.weight + ((unsigned)row * (unsigned)a.OC + (unsigned)col));
-    const float x = matvec_input<kInput>(a, normed, row);
+    const Packed<W, kWidth> w = load_packed<W, kWidth>(weight + ((unsigned)row * (unsigned)a.OC + (unsigned)col));
 #pragma unroll
-    for (int k = 0; k < kWidth; k++) acc.v[k] += x * w.v[k];
+    for (int k = 0; k < kWidth; k++)
+#pragma unroll
+      for (int b = 0; b < kRows; b++) acc[b].v[k] += xs[b][i * kMatvecSlots + slot] * widen(w, k);
   }
 #endif
-  return acc;
 }
 
-// The op's output step for the kWidth columns from col: value = bias + the product.
-template <int kWidth, MatvecOutput kOutput>
-__device__ __forceinline__ void matvec_output(const MatvecArgs& a, int col, Cols<kWidth> value) {
+// One merged output: kMergeWidth floats of row b from column col.
+struct MergedOutput {
+  int b, col;
+  bool valid;
+};
+
+// Output o of a tile (o < kOutputs): row, group and chunk, g fastest; rows past a.rows or columns past OC invalid.
+template <int kWidth, int kRows, MatvecInput kInput>
+__device__ __forceinline__ MergedOutput merged_output(const MatvecArgs& a, int o) {
+  using Shape = MatvecShape<kWidth, kRows, kInput>;
+  const int g = o % kMatvecTileGroups, chunk = o / kMatvecTileGroups % Shape::kChunks, b = o / kMatvecTileGroups / Shape::kChunks;
+  const int col = (blockIdx.x * kMatvecTileGroups + g) * kWidth + chunk * Shape::kMergeWidth;
+  return {b, col, o < Shape::kOutputs && b < a.rows && col < a.OC};
+}
+
+// The sum of 4 consecutive lanes' values, the same bits in each: (l0 + l1) + (l2 + l3).
+template <int n> __device__ __forceinline__ void merge_lanes(Cols<n>& v) {
+#pragma unroll
+  for (int offset = 1; offset < kMatvecMergeLanes; offset *= 2)
+#pragma unroll
+    for (int k = 0; k < n; k++) v.v[k] += __shfl_xor_sync(kFullWarpMask, v.v[k], offset);
+}
+
+// The block's partial: for each row b and column of the tile, the sum over the 32 slots' acc, written to
+// partials[split][b][col]. Round by round (as many rows as fit the staging area): every thread stages its
+// accumulators, then output o is added up by lanes 4o..4o+3 (lane p: slots p, p + 4, ...), and lane 4o stores it.
+template <int kWidth, int kRows, MatvecInput kInput>
+__device__ __forceinline__ void matvec_block_partial(const MatvecArgs& a, const Cols<kWidth> (&acc)[kRows], float* stage_floats) {
+  using Shape = MatvecShape<kWidth, kRows, kInput>;
+  constexpr int M = Shape::kMergeWidth;
+  Cols<M>* stage = reinterpret_cast<Cols<M>*>(stage_floats);  // [unit][thread]
+  const int p = threadIdx.x % kMatvecMergeLanes, o_in_round = threadIdx.x / kMatvecMergeLanes;
+#pragma unroll
+  for (int r0 = 0; r0 < kRows; r0 += Shape::kRowsPerRound) {
+    if (r0 > 0) __syncthreads();  // the previous round's sums are read
+#pragma unroll
+    for (int rr = 0; rr < Shape::kRowsPerRound; rr++)
+#pragma unroll
+      for (int c = 0; c < Shape::kChunks; c++) {
+        Cols<M> v;
+#pragma unroll
+        for (int k = 0; k < M; k++) v.v[k] = acc[r0 + rr].v[c * M + k];
+        stage[(rr * Shape::kChunks + c) * kMatvecThreads + threadIdx.x] = v;
+      }
+    __syncthreads();
+    if (o_in_round >= Shape::kUnits * kMatvecTileGroups) continue;  // whole warps
+    const int g = o_in_round % kMatvecTileGroups, unit = o_in_round / kMatvecTileGroups;
+    Cols<M> sum = {};
+#pragma unroll
+    for (int k = 0; k < kMatvecSlots / kMatvecMergeLanes; k++) {
+      const int s = p + k * kMatvecMergeLanes;  // slot s is thread (warp s / 4, lane (s % 4) * 8 + g)
+      add_cols(sum, stage[unit * kMatvecThreads + (s / kMatvecSubRows) * kWarpSize + (s % kMatvecSubRows) * kMatvecTileGroups + g]);
+    }
+    merge_lanes(sum);
+    const int rr = unit / Shape::kChunks, chunk = unit % Shape::kChunks;
+    const int col = (blockIdx.x * kMatvecTileGroups + g) * kWidth + chunk * M;
+    if (p == 0 && r0 + rr < a.rows && col < a.OC)
+      store_cols<M>(a.scratch.partials + ((size_t)blockIdx.y * a.rows + r0 + rr) * a.OC + col, sum);
+  }
+}
+
+// The op's output step for row b, the kMergeWidth columns from col: value = bias + the product.
+template <int M, MatvecOutput kOutput> __device__ __forceinline__ void matvec_output(const MatvecArgs& a, int b, int col, Cols<M> value) {
+  float* out = a.out + (size_t)b * a.OC + col;
   if constexpr (kOutput == kStoreGelu) {
 #pragma unroll
-    for (int k = 0; k < kWidth; k++) value.v[k] = gelu(value.v[k]);
+    for (int k = 0; k < M; k++) value.v[k] = gelu(value.v[k]);
   }
   if constexpr (kOutput == kAddTo) {
-    Cols<kWidth> sum = load_cols<kWidth>(a.out + col);
+    Cols<M> sum = load_cols<M>(out);
     add_cols(sum, value);
     value = sum;
   }
-  store_cols<kWidth>(a.out + col, value);
+  store_cols<M>(out, value);
   if constexpr (kOutput == kStoreQkv) {
     const int C = a.OC / 3;
-    const int pos = __ldcg(a.state + STATE_POS);
+    const int pos = __ldcg(a.state + b * STATE_INTS + STATE_POS);
     if (col < C || pos >= a.max_ctx) return;
-    float* cache = col < 2 * C ? a.k_cache + (col - C) : a.v_cache + (col - 2 * C);  // a group never straddles
-    store_cols<kWidth>(cache + (size_t)pos * C, value);
+    const size_t at = ((size_t)b * a.max_ctx + pos) * C + (col < 2 * C ? col - C : col - 2 * C);  // a chunk never straddles
+    store_rounded_as<M>(a.kvdtype, col < 2 * C ? a.k_cache : a.v_cache, at, value.v);
   }
 }
 
-// The last block of a column tile: bias[col] + sum over splits of partials[split][col], added as 8
-// interleaved runs (merge lane j takes splits j, j + 8, ...) whose sums meet in shared memory in lane order.
-// sums: the block's shared memory, free again after arrive_last's barrier.
-template <int kWidth, MatvecOutput kOutput>
-__device__ __forceinline__ void matvec_merge(const MatvecArgs& a, Cols<kWidth> (*sums)[kMatvecTileGroups], int splits) {
-  const int group_in_tile = threadIdx.x % kMatvecTileGroups;
-  const int lane = threadIdx.x / kMatvecTileGroups;
-  const int col = (blockIdx.x * kMatvecTileGroups + group_in_tile) * kWidth;
-  Cols<kWidth> sum = {};
-  for (int s0 = lane; s0 < splits; s0 += kMatvecMergeLanes * kMatvecMergeBatch) {
-    Cols<kWidth> p[kMatvecMergeBatch];
+// The last block of a column tile: output (b, col) = bias[col] + sum over splits of partials[split][b][col], lane p
+// of the output's 4 adding splits p, p + 4, ... in order, then the shuffle tree. All passes' loads go out together.
+template <typename W, int kWidth, int kRows, MatvecInput kInput, MatvecOutput kOutput>
+__device__ __forceinline__ void matvec_merge(const MatvecArgs& a, int splits) {
+  using Shape = MatvecShape<kWidth, kRows, kInput>;
+  constexpr int M = Shape::kMergeWidth, P = Shape::kMergePasses, kBatch = Shape::kMergeBatch;
+  const int p = threadIdx.x % kMatvecMergeLanes;
+  MergedOutput out[P];
 #pragma unroll
-    for (int i = 0; i < kMatvecMergeBatch; i++) {
-      const int split = s0 + i * kMatvecMergeLanes;
-      p[i] = split < splits && col < a.OC ? load_cols<kWidth>(a.scratch.partials + (size_t)split * a.OC + col) : Cols<kWidth>{};
-    }
+  for (int pass = 0; pass < P; pass++) out[pass] = merged_output<kWidth, kRows, kInput>(a, pass * kMatvecOutputsPerPass + threadIdx.x / kMatvecMergeLanes);
+  Cols<M> sum[P] = {};
+  for (int s0 = p; s0 < splits; s0 += kMatvecMergeLanes * kBatch) {
+    Cols<M> v[P][kBatch];
 #pragma unroll
-    for (int i = 0; i < kMatvecMergeBatch; i++) add_cols(sum, p[i]);
+    for (int pass = 0; pass < P; pass++)
+#pragma unroll
+      for (int j = 0; j < kBatch; j++) {
+        const int split = s0 + j * kMatvecMergeLanes;
+        v[pass][j] = out[pass].valid && split < splits
+                         ? load_cols<M>(a.scratch.partials + ((size_t)split * a.rows + out[pass].b) * a.OC + out[pass].col)
+                         : Cols<M>{};
+      }
+#pragma unroll
+    for (int pass = 0; pass < P; pass++)
+#pragma unroll
+      for (int j = 0; j < kBatch; j++) add_cols(sum[pass], v[pass][j]);
   }
-  sums[lane][group_in_tile] = sum;
-  __syncthreads();
-  if (lane != 0 || col >= a.OC) return;
-  Cols<kWidth> total = load_cols<kWidth>(a.bias + col);
 #pragma unroll
-  for (int j = 0; j < kMatvecMergeLanes; j++) add_cols(total, sums[j][group_in_tile]);
-  matvec_output<kWidth, kOutput>(a, col, total);
+  for (int pass = 0; pass < P; pass++) {
+    merge_lanes(sum[pass]);
+    if (p != 0 || !out[pass].valid) continue;
+    Cols<M> total = load_cols<M>(a.bias + out[pass].col);
+    add_cols(total, sum[pass]);
+    matvec_output<M, kOutput>(a, out[pass].b, out[pass].col, total);
+  }
 }
 
-// grid: (ceil(OC / (32 kWidth)) tiles, ceil(C / 64) splits)  block: (kMatvecThreads)
-// scratch: counters[tile], partials (splits, OC)
-template <int kWidth, MatvecInput kInput, MatvecOutput kOutput>
-__device__ __forceinline__ void matvec(const MatvecArgs& a, bool overlapped) {
-  __shared__ Cols<kWidth> sums[kMatvecWarps][kMatvecTileGroups];
-  static_assert(kMatvecMergeLanes == kMatvecWarps, "the merge reuses the warps' shared sums");
+// grid: (ceil(OC / (8 kWidth)) tiles, ceil(C / 256) splits)  block: (kMatvecThreads)
+// scratch: counters[tile], partials (splits, rows, OC)
+template <typename W, int kWidth, int kRows, MatvecOp kOp> __device__ __forceinline__ void matvec(const MatvecArgs& a, bool overlapped) {
+  constexpr MatvecInput kInput = input_of(kOp);
+  using Shape = MatvecShape<kWidth, kRows, kInput>;
+  __shared__ float xs[kRows][kMatvecRowsPerSplit];           // the block's input rows
+  __shared__ float4 stage4[Shape::kStageFloats / kVecWidth];  // staged layer-norm rows, then the slots' sums
+  float* stage = reinterpret_cast<float*>(stage4);
   let_successor_start();
-  const int warp = threadIdx.x / kWarpSize;
-  const int lane = threadIdx.x % kWarpSize;
-  const int col = (blockIdx.x * kMatvecTileGroups + lane) * kWidth;
-  sums[warp][lane] = matvec_rows<kWidth, kInput>(a, blockIdx.y * kMatvecRowsPerSplit + warp, col, overlapped);
-  __syncthreads();
-  if (warp == 0 && col < a.OC) {  // the block's partial: its 8 warps in order
-    Cols<kWidth> partial = sums[0][lane];
-#pragma unroll
-    for (int w = 1; w < kMatvecWarps; w++) add_cols(partial, sums[w][lane]);
-    store_cols<kWidth>(a.scratch.partials + (size_t)blockIdx.y * a.OC + col, partial);
-  }
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int slot = warp * kMatvecSubRows + lane / kMatvecTileGroups;
+  const int col = (blockIdx.x * kMatvecTileGroups + lane % kMatvecTileGroups) * kWidth;
+  Cols<kWidth> acc[kRows];
+  matvec_products<W, kWidth, kRows, kInput>(acc, a, blockIdx.y * kMatvecRowsPerSplit + slot, slot, col, xs, stage, overlapped);
+  matvec_block_partial<kWidth, kRows, kInput>(a, acc, stage);
   const unsigned splits = gridDim.y;
 #ifdef PLANT_BLOCK_ORDER  // planted for test/kernels.emu.test.ts: assumes the highest split finishes last
   __syncthreads();
@@ -189,44 +311,67 @@ __device__ __forceinline__ void matvec(const MatvecArgs& a, bool overlapped) {
   __shared__ bool is_last;
   if (!arrive_last(a.scratch.counters + blockIdx.x, splits, &is_last)) return;
 #endif
-  matvec_merge<kWidth, kOutput>(a, sums, (int)splits);
+  matvec_merge<W, kWidth, kRows, kInput, output_of(kOp)>(a, (int)splits);
 }
 
-// out: (OC) = inp (C) @ weight (C, OC) + bias (OC)
-template <int kWidth> __global__ void __launch_bounds__(kMatvecThreads) linear_matvec_kernel(MatvecArgs a, bool overlapped) {
-  matvec<kWidth, kInputAsIs, kStore>(a, overlapped);
-}
-// qkv: (3C) = layernorm(x) @ weight + bias, k and v also to the caches' row pos
-template <int kWidth> __global__ void __launch_bounds__(kMatvecThreads) ln_qkv_kernel(MatvecArgs a, bool overlapped) {
-  matvec<kWidth, kInputLayernorm, kStoreQkv>(a, overlapped);
-}
-// out: (OC) = gelu(layernorm(x) @ weight + bias)
-template <int kWidth> __global__ void __launch_bounds__(kMatvecThreads) ln_linear_gelu_kernel(MatvecArgs a, bool overlapped) {
-  matvec<kWidth, kInputLayernorm, kStoreGelu>(a, overlapped);
-}
-// x: (OC) += inp @ weight + bias
-template <int kWidth> __global__ void __launch_bounds__(kMatvecThreads) linear_residual_kernel(MatvecArgs a, bool overlapped) {
-  matvec<kWidth, kInputAsIs, kAddTo>(a, overlapped);
-}
+// Each kernel: kWidth elements of W per weight access, kRows rows (sequences) accumulated at once.
+#define MATVEC_KERNEL(name, op)                                                                                  \
+  template <typename W, int kWidth, int kRows>                                                                   \
+  __global__ void __launch_bounds__(kMatvecThreads, MatvecShape<kWidth, kRows, input_of(op)>::kMinBlocksPerSm)   \
+      name(MatvecArgs a, bool overlapped) {                                                                      \
+    matvec<W, kWidth, kRows, op>(a, overlapped);                                                                 \
+  }
+// out: (rows, OC) = inp (rows, C) @ weight + bias
+MATVEC_KERNEL(linear_matvec_kernel, kOpLinear)
+// qkv: (B, 3C) = layernorm(x) @ weight + bias, k and v also to each sequence's cache row pos
+MATVEC_KERNEL(ln_qkv_kernel, kOpLnQkv)
+// out: (B, OC) = gelu(layernorm(x) @ weight + bias)
+MATVEC_KERNEL(ln_linear_gelu_kernel, kOpLnLinearGelu)
+// x: (B, OC) += inp @ weight + bias
+MATVEC_KERNEL(linear_residual_kernel, kOpLinearResidual)
+#undef MATVEC_KERNEL
 
 using MatvecKernel = void (*)(MatvecArgs, bool);
 
-// Launches vec4 when every row of weight, bias and out starts 16-byte aligned (OC % 4 == 0) and the op's own
-// outputs allow it (also_vec4), else scalar.
-static void launch_matvec(MatvecKernel vec4, MatvecKernel scalar, const MatvecArgs& a, bool also_vec4 = true) {
-  const bool vec = also_vec4 && row_vec4_count(a.OC, a.out, a.weight, a.bias) > 0;
-  const int width = vec ? kVecWidth : 1;
-  const dim3 grid(ceil_div(a.OC, kMatvecTileGroups * width), ceil_div(a.C, kMatvecRowsPerSplit));
-  if ((int)grid.x > kMaxGridCounters || (a.ln_weight && a.C > kMatvecMaxLayernormC)) {
-    rt_fail(cudaErrorInvalidValue);
-    return;
-  }
-  const MatvecKernel kernel = vec ? vec4 : scalar;
-  LAUNCH(kernel, grid, kMatvecThreads, a, rt_overlapped());
+template <MatvecOp kOp, typename W, int kWidth, int kRows> MatvecKernel matvec_kernel() {
+  if constexpr (kOp == kOpLinear) return linear_matvec_kernel<W, kWidth, kRows>;
+  else if constexpr (kOp == kOpLnQkv) return ln_qkv_kernel<W, kWidth, kRows>;
+  else if constexpr (kOp == kOpLnLinearGelu) return ln_linear_gelu_kernel<W, kWidth, kRows>;
+  else return linear_residual_kernel<W, kWidth, kRows>;
 }
 
-size_t matvec_partials_bytes(int max_in, int max_out) {
-  return (size_t)ceil_div(max_in, kMatvecRowsPerSplit) * max_out * sizeof(float);
+// The instantiation for `rows` rows: 16-byte accesses with 1, 2, 4 or MAX_BATCH accumulated rows (the fewest that hold
+// them; the rest predicated off), or the scalar variant (any rows up to 8).
+template <MatvecOp kOp, typename W> MatvecKernel pick_matvec(int rows, bool vec) {
+  constexpr int V = kVecOf<W>;
+  if (!vec) return matvec_kernel<kOp, W, 1, kMatvecMaxRows>();
+  if (rows <= 1) return matvec_kernel<kOp, W, V, 1>();
+  if (rows <= 2) return matvec_kernel<kOp, W, V, 2>();
+  if (rows <= 4) return matvec_kernel<kOp, W, V, 4>();
+  return matvec_kernel<kOp, W, V, kMatvecMaxRows>();
+}
+
+// Launches the 16-byte variant when every row of weight, bias and out starts 16-byte aligned (OC a multiple of
+// the vector) and the op's own outputs allow it (also_vec), else the scalar one.
+template <MatvecOp kOp> static void launch_matvec(const MatvecArgs& a, int wdtype, bool also_vec = true) {
+  if (rt_reject_unless(known_dtype(wdtype) && a.rows >= 1 && a.rows <= kMatvecMaxRows)) return;
+  with_storage(wdtype, [&](auto w) {
+    using W = decltype(w);
+    const bool vec = also_vec && a.OC % kVecOf<W> == 0 && aligned16(a.weight) && row_vec4_count(a.OC, a.out, a.bias) > 0;
+    const int width = vec ? kVecOf<W> : 1;
+    const dim3 grid(ceil_div(a.OC, kMatvecTileGroups * width), ceil_div(a.C, kMatvecRowsPerSplit));
+    if ((int)grid.x > kMaxGridCounters || (a.ln_weight && a.C > kMatvecMaxLayernormC)) {
+      rt_fail(cudaErrorInvalidValue);
+      return;
+    }
+    const MatvecKernel kernel = pick_matvec<kOp, W>(a.rows, vec);
+    LAUNCH(kernel, grid, kMatvecThreads, a, rt_overlapped());
+  });
+}
+
+size_t matvec_partials_bytes(int max_rows, int max_in, int max_out) {
+  const int rows = max_rows < kMatvecMaxRows ? max_rows : kMatvecMaxRows;
+  return (size_t)ceil_div(max_in, kMatvecRowsPerSplit) * rows * max_out * sizeof(float);
 }
 
 // ---- T > 1 ----------------------------------------------------------------------------------------------------
@@ -241,12 +386,13 @@ constexpr int kColsPerThread = kTileCols / kTiledThreadsX;
 static_assert(kTileRows * kTileK % kTiledThreads == 0 && kTileK * kTileCols % kTiledThreads == 0,
               "tile loads split evenly over the block");
 
-// out: (T, OC) = inp (T, C) @ weight (C, OC) + bias (OC)
+// out: (T, OC) = inp (T, C) @ weight (C, OC) + bias (OC), weight in W (widened as it is staged)
 // grid: (ceil(OC / kTileCols), ceil(T / kTileRows))  block: (kTiledThreadsX, kTiledThreadsY)
 // Thread (x, y) computes rows y + 16 i and columns x + 16 j of the block's tile (coalesced stores);
 // out-of-range tile elements are loaded as zeros.
+template <typename W>
 __global__ void __launch_bounds__(kTiledThreads)
-    linear_tiled_kernel(float* __restrict__ out, const float* __restrict__ inp, const float* __restrict__ weight,
+    linear_tiled_kernel(float* __restrict__ out, const float* __restrict__ inp, const W* __restrict__ weight,
                         const float* __restrict__ bias, int T, int C, int OC) {
   __shared__ float inp_tile[kTileRows][kTileK + 1];  // +1: rows land in different banks
   __shared__ float weight_tile[kTileK][kTileCols];
@@ -266,7 +412,7 @@ __global__ void __launch_bounds__(kTiledThreads)
 #pragma unroll
     for (int e = tid; e < kTileK * kTileCols; e += kTiledThreads) {
       const int k = k0 + e / kTileCols, n = col0 + e % kTileCols;
-      weight_tile[e / kTileCols][e % kTileCols] = k < C && n < OC ? __ldcg(weight + (size_t)k * OC + n) : 0.0f;
+      weight_tile[e / kTileCols][e % kTileCols] = k < C && n < OC ? widen(load_packed<W, 1>(weight + (size_t)k * OC + n), 0) : 0.0f;
     }
     __syncthreads();
 #pragma unroll
@@ -294,47 +440,45 @@ __global__ void __launch_bounds__(kTiledThreads)
   }
 }
 
-extern "C" void op_linear(float* out, float* partials, const float* inp, const void* weight_any, const float* bias, int T, int C, int OC,
+extern "C" void op_linear(float* out, float* partials, const float* inp, const void* weight, const float* bias, int rows, int C, int OC,
                           int wdtype) {
-  if (rt_reject_unless(wdtype == DTYPE_F32)) return;
-  const float* weight = static_cast<const float*>(weight_any);
-  if (T > 1) {
-    LAUNCH(linear_tiled_kernel, dim3(ceil_div(OC, kTileCols), ceil_div(T, kTileRows)), dim3(kTiledThreadsX, kTiledThreadsY),
-           out, inp, weight, bias, T, C, OC);
+  if (rt_reject_unless(known_dtype(wdtype))) return;
+  if (rows > kMatvecMaxRows) {
+    with_storage(wdtype, [&](auto w) {
+      using W = decltype(w);
+      LAUNCH(linear_tiled_kernel<W>, dim3(ceil_div(OC, kTileCols), ceil_div(rows, kTileRows)), dim3(kTiledThreadsX, kTiledThreadsY),
+             out, inp, static_cast<const W*>(weight), bias, rows, C, OC);
+    });
     return;
   }
   MatvecArgs a = {};
-  a.out = out, a.scratch = op_scratch(partials), a.inp = inp, a.weight = weight, a.bias = bias, a.C = C, a.OC = OC;
-  launch_matvec(linear_matvec_kernel<kVecWidth>, linear_matvec_kernel<1>, a);
+  a.out = out, a.scratch = op_scratch(partials), a.inp = inp, a.weight = weight, a.bias = bias, a.rows = rows, a.C = C, a.OC = OC;
+  launch_matvec<kOpLinear>(a, wdtype);
 }
 
-extern "C" void op_ln_qkv(float* qkv, void* k_any, void* v_any, float* partials, const float* x, const float* ln_weight,
+extern "C" void op_ln_qkv(float* qkv, void* k_cache, void* v_cache, float* partials, const float* x, const float* ln_weight,
                           const float* ln_bias, const void* weight, const float* bias, const int* state, int B, int C, int max_ctx,
                           float eps, int wdtype, int kvdtype) {
-  if (rt_reject_unless(B == 1 && wdtype == DTYPE_F32 && kvdtype == DTYPE_F32)) return;
-  float* k_cache = static_cast<float*>(k_any);
-  float* v_cache = static_cast<float*>(v_any);
+  if (rt_reject_unless(known_dtype(kvdtype))) return;
   MatvecArgs a = {};
-  a.out = qkv, a.scratch = op_scratch(partials), a.inp = x, a.weight = static_cast<const float*>(weight), a.bias = bias, a.C = C, a.OC = 3 * C;
+  a.out = qkv, a.scratch = op_scratch(partials), a.inp = x, a.weight = weight, a.bias = bias, a.rows = B, a.C = C, a.OC = 3 * C;
   a.ln_weight = ln_weight, a.ln_bias = ln_bias, a.eps = eps;
-  a.k_cache = k_cache, a.v_cache = v_cache, a.state = state, a.max_ctx = max_ctx;
-  // float4 groups of k and v land in the caches' rows: they must start 16-byte aligned too
-  launch_matvec(ln_qkv_kernel<kVecWidth>, ln_qkv_kernel<1>, a, aligned16(k_cache) && aligned16(v_cache));
+  a.k_cache = k_cache, a.v_cache = v_cache, a.kvdtype = kvdtype, a.state = state, a.max_ctx = max_ctx;
+  // the vector variant's groups of k and v land in the caches' rows: they must start 16-byte aligned too
+  launch_matvec<kOpLnQkv>(a, wdtype, aligned16(k_cache) && aligned16(v_cache));
 }
 
 extern "C" void op_ln_linear_gelu(float* out, float* partials, const float* x, const float* ln_weight, const float* ln_bias,
                                   const void* weight, const float* bias, int B, int C, int OC, float eps, int wdtype) {
-  if (rt_reject_unless(B == 1 && wdtype == DTYPE_F32)) return;
   MatvecArgs a = {};
-  a.out = out, a.scratch = op_scratch(partials), a.inp = x, a.weight = static_cast<const float*>(weight), a.bias = bias, a.C = C, a.OC = OC;
+  a.out = out, a.scratch = op_scratch(partials), a.inp = x, a.weight = weight, a.bias = bias, a.rows = B, a.C = C, a.OC = OC;
   a.ln_weight = ln_weight, a.ln_bias = ln_bias, a.eps = eps;
-  launch_matvec(ln_linear_gelu_kernel<kVecWidth>, ln_linear_gelu_kernel<1>, a);
+  launch_matvec<kOpLnLinearGelu>(a, wdtype);
 }
 
 extern "C" void op_linear_residual(float* x, float* partials, const float* inp, const void* weight, const float* bias, int B, int C,
                                    int OC, int wdtype) {
-  if (rt_reject_unless(B == 1 && wdtype == DTYPE_F32)) return;
   MatvecArgs a = {};
-  a.out = x, a.scratch = op_scratch(partials), a.inp = inp, a.weight = static_cast<const float*>(weight), a.bias = bias, a.C = C, a.OC = OC;
-  launch_matvec(linear_residual_kernel<kVecWidth>, linear_residual_kernel<1>, a);
+  a.out = x, a.scratch = op_scratch(partials), a.inp = inp, a.weight = weight, a.bias = bias, a.rows = B, a.C = C, a.OC = OC;
+  launch_matvec<kOpLinearResidual>(a, wdtype);
 }

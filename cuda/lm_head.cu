@@ -1,10 +1,12 @@
-// op_lm_head: logits of the last row against the tied embedding; op_argmax: greedy next token;
-// op_ln_lm_head_argmax: both, after the final layer norm, in one launch.
+// op_lm_head: logits of each sequence's last row against the tied embedding; op_argmax: greedy next token of each
+// sequence; op_ln_lm_head_argmax: both, after the final layer norm, in one launch.
 #include <limits.h>
 #include <math.h>
 
 #include <algorithm>
 
+#include "cols.h"
+#include "dtypes.h"
 #include "last_block.h"
 #include "launch.h"
 #include "ops.h"
@@ -13,253 +15,404 @@
 
 constexpr int kLmHeadThreads = 256;
 constexpr int kLmHeadWarps = kLmHeadThreads / kWarpSize;
-constexpr int kLmHeadVecPerLane = 8;                              // 16-byte weight loads in flight per lane
-constexpr int kLmHeadBatch = kLmHeadVecPerLane * kWarpSize;        // float4 of a row per batch: C <= 1024 in one
-constexpr int kLmHeadBlocksPerSm = 4;
-constexpr int kLmHeadMinRowsPerWarp = 4;
-constexpr int kLmHeadMaxC = 8192;                                  // x is staged in 32 KB of shared memory
+constexpr int kLmHeadRowsPerWarp = 4;      // vocabulary rows a warp works on at once
+constexpr int kLmHeadChunksPerBatch = 2;   // 16-byte chunks of each of those rows per lane and batch: 8 loads in flight
+constexpr int kLmHeadBatchChunks = kLmHeadChunksPerBatch * kWarpSize;      // chunks of a row per batch
+constexpr int kLmHeadMaxRows = MAX_BATCH;  // sequences per launch (op_table.h)
+static_assert(kLmHeadRowsPerWarp * kLmHeadMaxRows <= kWarpSize, "a warp's sums spread over its lanes");
+constexpr int kLmHeadMaxFloats = 8192;     // the sequences' rows x staged in 32 KB of shared memory
 constexpr int kArgmaxThreads = 256;
-constexpr int kArgmaxVecPerThread = 4;                             // 16-byte loads in flight per thread
+constexpr int kArgmaxVecPerThread = 4;     // 16-byte loads in flight per thread
 constexpr int kArgmaxVecPerBlock = kArgmaxThreads * kArgmaxVecPerThread;
 constexpr int kArgmaxMergeBatch = 8;
 
-// One batch of a vocab row's float4 for this lane: i = base + lane + 32 k, predicated off past the row (or V).
-__device__ __forceinline__ void load_row_batch(float4 (&w)[kLmHeadVecPerLane], const float* __restrict__ wte, int row,
-                                               int base, int n_vec4, int C, int V) {
-  const int lane = threadIdx.x % kWarpSize;
-  const float4* w4 = reinterpret_cast<const float4*>(wte + (size_t)row * C);
-#pragma unroll
-  for (int k = 0; k < kLmHeadVecPerLane; k++) {
-    const int i = base + lane + k * kWarpSize;
-    w[k] = row < V && i < n_vec4 ? __ldcg(w4 + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  }
-}
-
-__device__ __forceinline__ float dot_batch(const float4 (&w)[kLmHeadVecPerLane], const float4* x4, int base, int n_vec4) {
-  const int lane = threadIdx.x % kWarpSize;
-  float acc = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kLmHeadVecPerLane; k++) {
-    const int i = base + lane + k * kWarpSize;
-    if (i < n_vec4) {
-      const float4 a = x4[i];
-      acc += a.x * w[k].x + a.y * w[k].y + a.z * w[k].z + a.w * w[k].w;
-    }
-  }
-  return acc;
-}
-
 // ---- argmax pieces, shared by op_argmax and the fused op_ln_lm_head_argmax --------------------------------------
 // Is (value, index) a better argmax candidate than (best, best_index)? Larger wins, then the lower index; NaN
-// never wins (every comparison with it is false).
+// never wins (every comparison with it is false). The best of a set is the same in any order of comparison.
 __device__ __forceinline__ bool argmax_better(float value, int index, float best, int best_index) {
   return value > best || (value == best && index < best_index);
 }
 
-__device__ __forceinline__ void warp_argmax(float& best, int& best_index) {
+// The best over the lanes that differ from this one in the bits of `lane_bits` (every lane ends with its set's best).
+__device__ __forceinline__ void warp_argmax(float& best, int& best_index, unsigned lane_bits = kWarpSize - 1) {
 #pragma unroll
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    if (!(lane_bits & offset)) continue;
     const float other = __shfl_xor_sync(kFullWarpMask, best, offset);
     const int other_index = __shfl_xor_sync(kFullWarpMask, best_index, offset);
     if (argmax_better(other, other_index, best, best_index)) best = other, best_index = other_index;
   }
 }
 
-// The block's best (value, index), returned to every thread (blocks of up to 32 warps). Ends with a barrier,
-// so the shared arrays can be reused at once. warp_best, warp_index: __shared__[kWarpSize].
-__device__ __forceinline__ void block_argmax(float& best, int& best_index, float* warp_best, int* warp_index) {
-  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  const int n_warps = blockDim.x / kWarpSize;
-  warp_argmax(best, best_index);
-  if (lane == 0) warp_best[warp] = best, warp_index[warp] = best_index;
-  __syncthreads();
-  best = lane < n_warps ? warp_best[lane] : -INFINITY;
-  best_index = lane < n_warps ? warp_index[lane] : INT_MAX;
-  warp_argmax(best, best_index);
-  __syncthreads();
-}
-
-// A block's best (value, index) in the partials buffer, after the arrival counter (cuda/last_block.h).
+// A block's (or a sequence's) best (value, index) in the partials buffer, after the arrival counter (cuda/last_block.h).
 struct ArgmaxPartial {
   float value;
   int index;
 };
 
-// Every block's best, merged by the last block to arrive; thread 0 then writes the token: seq[pos + T] (if
-// pos + T <= max_ctx; 0 when every logit was NaN) and advances state[STATE_POS] by T. The result does not depend
-// on the order the blocks arrived in. Call with every thread of the block, after the block's own best is in
-// (best, best_index) of every thread.
-__device__ __forceinline__ void argmax_finish(OpScratch scratch, int* seq, int* state, float best, int best_index, int T,
-                                              int max_ctx, float* warp_best, int* warp_index, bool* is_last) {
-  ArgmaxPartial* partials = reinterpret_cast<ArgmaxPartial*>(scratch.partials);
-  if (threadIdx.x == 0) partials[blockIdx.x] = {best, best_index};
-  if (!arrive_last(scratch.counters, gridDim.x, is_last)) return;
-  best = -INFINITY;
-  best_index = INT_MAX;
-  for (int b0 = threadIdx.x; b0 < (int)gridDim.x; b0 += blockDim.x * kArgmaxMergeBatch) {
+// The last block to arrive: for each sequence b < n (n <= kSeqs), the best of partials[b * blocks + k], k < blocks,
+// found by the block's threads kLmHeadThreads / kSeqs per sequence (whole warps); then the sequence's token:
+// seq_b[pos_b + T] (if pos_b + T <= max_ctx; 0 when every logit was NaN), and state_b[STATE_POS] += T.
+// warp_best: __shared__ ArgmaxPartial[kSeqs][kWarpSize].
+template <int kSeqs>
+__device__ __forceinline__ void argmax_merge(const ArgmaxPartial* partials, int blocks, int n, int* seq, int* state, int T,
+                                             int max_ctx, ArgmaxPartial (*warp_best)[kWarpSize]) {
+  constexpr int kGroup = kArgmaxThreads / kSeqs;  // threads per sequence
+  static_assert(kGroup % kWarpSize == 0, "a sequence's threads are whole warps");
+  const int b = threadIdx.x / kGroup, j = threadIdx.x % kGroup;
+  float best = -INFINITY;
+  int best_index = INT_MAX;
+  for (int k0 = j; k0 < blocks; k0 += kGroup * kArgmaxMergeBatch) {
     ArgmaxPartial p[kArgmaxMergeBatch];
 #pragma unroll
-    for (int k = 0; k < kArgmaxMergeBatch; k++) {
-      const int b = b0 + k * blockDim.x;
-      p[k] = b < (int)gridDim.x ? ArgmaxPartial{__ldcg(&partials[b].value), __ldcg(&partials[b].index)}
-                                : ArgmaxPartial{-INFINITY, INT_MAX};
+    for (int i = 0; i < kArgmaxMergeBatch; i++) {
+      const int k = k0 + i * kGroup;
+      const ArgmaxPartial* at = partials + (size_t)b * blocks + k;
+      p[i] = b < n && k < blocks ? ArgmaxPartial{__ldcg(&at->value), __ldcg(&at->index)} : ArgmaxPartial{-INFINITY, INT_MAX};
     }
 #pragma unroll
-    for (int k = 0; k < kArgmaxMergeBatch; k++)
-      if (argmax_better(p[k].value, p[k].index, best, best_index)) best = p[k].value, best_index = p[k].index;
+    for (int i = 0; i < kArgmaxMergeBatch; i++)
+      if (argmax_better(p[i].value, p[i].index, best, best_index)) best = p[i].value, best_index = p[i].index;
   }
-  block_argmax(best, best_index, warp_best, warp_index);
-  if (threadIdx.x != 0) return;
-  const int pos = __ldcg(state + STATE_POS);
-  if (pos + T <= max_ctx) seq[pos + T] = best_index == INT_MAX ? 0 : best_index;  // INT_MAX: every logit NaN
-  state[STATE_POS] = pos + T;
+  warp_argmax(best, best_index);
+  const int lane = threadIdx.x % kWarpSize, warp_in_group = j / kWarpSize;
+  if (lane == 0) warp_best[b][warp_in_group] = {best, best_index};
+  __syncthreads();
+  if (j != 0 || b >= n) return;
+  for (int w = 1; w < kGroup / kWarpSize; w++)
+    if (argmax_better(warp_best[b][w].value, warp_best[b][w].index, best, best_index)) best = warp_best[b][w].value, best_index = warp_best[b][w].index;
+  int* pos = state + b * STATE_INTS + STATE_POS;
+  const int next = __ldcg(pos) + T;
+  if (next <= max_ctx) seq[(size_t)b * (max_ctx + 1) + next] = best_index == INT_MAX ? 0 : best_index;  // INT_MAX: all NaN
+  *pos = next;
 }
 
 // ---- op_lm_head and op_ln_lm_head_argmax --------------------------------------------------------------------
+// Sequences [0, rows) of one launch (the launcher offsets every pointer to the launch's first sequence).
 struct LmHeadArgs {
-  float* logits;
-  const float* x;  // the row (C)
-  const float* wte;
-  int C, V, n_vec4;
-  // the fused op: x layer-normed first, then the next token from the logits
+  float* logits;     // (rows, V)
+  const float* x;    // row b at x + b * x_stride (C)
+  int x_stride;
+  const void* wte;   // (V, C) in the kernel's storage type
+  int rows, C, V;
+  int n_chunks;      // 16-byte chunks per vocabulary row read as such (0: every element one by one)
+  // the fused op: x layer-normed first, then each sequence's next token from its logits
   const float* ln_weight;
   const float* ln_bias;
   float eps;
-  int* seq;
-  int* state;
+  int* seq;          // (rows, max_ctx + 1)
+  int* state;        // (rows, STATE_INTS)
   OpScratch scratch;
   int max_ctx;
 };
 
-// logits: (V) = x (C) @ wte (V, C)^T; kFused: x layer-normed first, and the next token chosen from the logits.
-// grid: (lm_head_blocks(V))  block: (kLmHeadThreads)
-// Warp g of the grid takes rows g, g + G, ... (G warps in the grid). A lane holds 8 float4 of a row at a time
-// (n_vec4 float4 per row, then a scalar tail), loaded before their first use; the next row's loads are
-// issued before the current row's warp reduction. x is staged in shared memory once per block.
-template <bool kFused>
+// A lane's weights of one batch: chunks base + lane + 32 j (j < 2) of the warp's 4 rows from row0, predicated off
+// past the chunks or V.
+template <typename W, int kWidth> struct LmHeadBatch {
+  Packed<W, kWidth> w[kLmHeadRowsPerWarp][kLmHeadChunksPerBatch];
+};
+
+template <typename W, int kWidth>
+__device__ __forceinline__ void load_batch(LmHeadBatch<W, kWidth>& batch, const LmHeadArgs& a, int row0, int base) {
+  const int lane = threadIdx.x % kWarpSize;
+  const W* wte = static_cast<const W*>(a.wte);
+#pragma unroll
+  for (int r = 0; r < kLmHeadRowsPerWarp; r++)
+#pragma unroll
+    for (int j = 0; j < kLmHeadChunksPerBatch; j++) {
+      const int row = row0 + r, chunk = base + lane + j * kWarpSize;
+      batch.w[r][j] = row < a.V && chunk < a.n_chunks ? load_packed<W, kWidth>(wte + (size_t)row * a.C + (size_t)chunk * kWidth)
+                                                       : Packed<W, kWidth>{};
+    }
+}
+
+// acc[r][b] += the batch's chunks of row r · x_b (x staged in shared memory, xs + b * C), element by element in order.
+template <typename W, int kWidth, int kRows>
+__device__ __forceinline__ void dot_batch(float (&acc)[kLmHeadRowsPerWarp][kRows], const LmHeadBatch<W, kWidth>& batch,
+                                          const float* xs, int base, const LmHeadArgs& a) {
+  const int lane = threadIdx.x % kWarpSize;
+#pragma unroll
+  for (int j = 0; j < kLmHeadChunksPerBatch; j++) {
+    const int chunk = base + lane + j * kWarpSize;
+    if (chunk >= a.n_chunks) continue;
+#pragma unroll
+    for (int b = 0; b < kRows; b++) {
+      float x[kWidth];
+#pragma unroll
+      for (int q = 0; q < kWidth; q += 4) {
+        const float4 v = reinterpret_cast<const float4*>(xs + b * a.C + chunk * kWidth)[q / 4];
+        x[q] = v.x, x[q + 1] = v.y, x[q + 2] = v.z, x[q + 3] = v.w;
+      }
+#pragma unroll
+      for (int r = 0; r < kLmHeadRowsPerWarp; r++)
+#pragma unroll
+        for (int k = 0; k < kWidth; k++) acc[r][b] += x[k] * widen(batch.w[r][j], k);
+    }
+  }
+}
+
+// The warp's sums of n values per lane, spread over the lanes: halving by exchange (offsets 16, 8, ...) while a
+// lane holds more than one, then a plain butterfly. Each value's sum is warp_sum's tree (cuda/warp.h), so every
+// lane holding value i = lane >> (5 - log2 n) has the same bits as a warp_sum of it would.
+template <int n> __device__ __forceinline__ float warp_sum_spread(float (&v)[n]) {
+  const int lane = threadIdx.x % kWarpSize;
+  int held = n;
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    if (held > 1) {
+      const bool upper = lane & offset;
+      held /= 2;
+#pragma unroll
+      for (int i = 0; i < n / 2; i++) {
+        if (i >= held) break;
+        const float send = upper ? v[i] : v[i + held], keep = upper ? v[i + held] : v[i];
+        v[i] = keep + __shfl_xor_sync(kFullWarpMask, send, offset);
+      }
+    } else {
+      v[0] += __shfl_xor_sync(kFullWarpMask, v[0], offset);
+    }
+  }
+  return v[0];
+}
+
+template <int n> __host__ __device__ constexpr int log2_of() { return n <= 1 ? 0 : 1 + log2_of<n / 2>(); }
+
+// Stages the sequences' rows in xs (xs + b * C for b < a.rows; the sums of the rest are never stored), layer-normed
+// when kFused.
+template <int kRows, bool kFused> __device__ __forceinline__ void stage_x(float* xs, const LmHeadArgs& a) {
+  if constexpr (kFused) {
+    __shared__ float partial[kRows][kWarpSize];
+    RowStats st[kRows];
+    stage_rows_stats<kRows>(st, xs, a.x, a.rows, a.C, a.eps, partial);
+    for (int i = threadIdx.x; i < a.C; i += kLmHeadThreads) {  // the elements this thread staged
+      const float g = __ldcg(a.ln_weight + i), beta = __ldcg(a.ln_bias + i);
+#pragma unroll
+      for (int b = 0; b < kRows; b++)
+        if (b < a.rows) xs[b * a.C + i] = (xs[b * a.C + i] - st[b].mean) * st[b].rstd * g + beta;
+    }
+  } else {
+    for (int i = threadIdx.x; i < a.C; i += kLmHeadThreads)
+#pragma unroll
+      for (int b = 0; b < kRows; b++)
+        if (b < a.rows) xs[b * a.C + i] = __ldcg(a.x + (size_t)b * a.x_stride + i);
+  }
+  __syncthreads();
+}
+
+// logits: (rows, V) = x_b (C) @ wte (V, C)^T for each sequence b; kFused: each x_b layer-normed first, and each
+// sequence's next token chosen from its logits. grid: (lm_head_blocks)  block: (kLmHeadThreads)
+// Warp g of the grid takes the groups of 4 vocabulary rows g, g + G, ... (G warps in the grid). A lane loads 2
+// chunks (16 bytes) of each of the 4 rows per batch, 8 loads before their first use, and every load feeds all
+// the sequences' sums; the next group's first batch is issued before the current group's warp reduction. x is
+// staged in shared memory once per block.
+template <typename W, int kWidth, int kRows, bool kFused>
 __device__ __forceinline__ void lm_head(const LmHeadArgs& a, bool overlapped) {
-  __shared__ float4 x_shared[kLmHeadMaxC / kVecWidth];
-  __shared__ float partial[kWarpSize];
-  __shared__ float warp_best[kWarpSize];
-  __shared__ int warp_index[kWarpSize];
+  constexpr int kValues = kLmHeadRowsPerWarp * kRows;  // a lane's sums: (row r, sequence b) at r * kRows + b
+  constexpr int kShift = 5 - log2_of<kValues>();        // the lanes holding value i: i << kShift and up
+  __shared__ float4 x_shared[kLmHeadMaxFloats / 4];
+  __shared__ ArgmaxPartial warp_best[kRows][kWarpSize];
   __shared__ bool is_last;
   float* xs = reinterpret_cast<float*>(x_shared);
   let_successor_start();
-  const int lane = threadIdx.x % kWarpSize;
-  const int stride = gridDim.x * kLmHeadWarps;
-  int row = blockIdx.x * kLmHeadWarps + threadIdx.x / kWarpSize;
-  float4 w[kLmHeadVecPerLane];
-  load_row_batch(w, a.wte, row, 0, a.n_vec4, a.C, a.V);
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int stride = gridDim.x * kLmHeadWarps * kLmHeadRowsPerWarp;
+  int row0 = (blockIdx.x * kLmHeadWarps + warp) * kLmHeadRowsPerWarp;
+  LmHeadBatch<W, kWidth> batch;
+  load_batch(batch, a, row0, 0);
   wait_for_predecessor(overlapped);  // x is the predecessor's output
-  if constexpr (kFused) {
-    const RowStats st = stage_row_stats(xs, a.x, a.C, a.eps, partial);
-    for (int i = threadIdx.x; i < a.C; i += kLmHeadThreads)  // the elements this thread staged
-      xs[i] = (xs[i] - st.mean) * st.rstd * __ldcg(a.ln_weight + i) + __ldcg(a.ln_bias + i);
-  } else {
-    for (int i = threadIdx.x; i < a.C; i += kLmHeadThreads) xs[i] = __ldcg(a.x + i);
-  }
-  __syncthreads();
+  stage_x<kRows, kFused>(xs, a);
+  const int mine = lane >> kShift, my_row = mine / kRows, my_seq = mine % kRows;
+  const bool owner = (lane & ((1 << kShift) - 1)) == 0;
   float best = -INFINITY;
   int best_index = INT_MAX;
-  for (; row < a.V; row += stride) {  // whole warps only: row is uniform across the warp
-    float acc = 0.0f;
+  for (; row0 < a.V; row0 += stride) {  // whole warps only: row0 is uniform across the warp
+    float acc[kLmHeadRowsPerWarp][kRows] = {};
     for (int base = 0;;) {
-      acc += dot_batch(w, x_shared, base, a.n_vec4);
-      base += kLmHeadBatch;
-      if (base >= a.n_vec4) break;
-      load_row_batch(w, a.wte, row, base, a.n_vec4, a.C, a.V);
+      dot_batch<W, kWidth, kRows>(acc, batch, xs, base, a);
+      base += kLmHeadBatchChunks;
+      if (base >= a.n_chunks) break;
+      load_batch(batch, a, row0, base);
     }
-    for (int i = a.n_vec4 * kVecWidth + lane; i < a.C; i += kWarpSize) acc += xs[i] * __ldcg(a.wte + (size_t)row * a.C + i);
-    load_row_batch(w, a.wte, row + stride, 0, a.n_vec4, a.C, a.V);  // the next row's first batch, in flight during the reduction
-    acc = warp_sum(acc);
-    if (lane == 0) a.logits[row] = acc;
-    if (kFused && argmax_better(acc, row, best, best_index)) best = acc, best_index = row;
+    for (int i = a.n_chunks * kWidth + lane; i < a.C; i += kWarpSize)  // the elements past the chunks, one by one
+#pragma unroll
+      for (int r = 0; r < kLmHeadRowsPerWarp; r++) {
+        const float w = row0 + r < a.V ? widen(load_packed<W, 1>(static_cast<const W*>(a.wte) + (size_t)(row0 + r) * a.C + i), 0) : 0.0f;
+#pragma unroll
+        for (int b = 0; b < kRows; b++) acc[r][b] += xs[b * a.C + i] * w;
+      }
+    load_batch(batch, a, row0 + stride, 0);  // the next group's first batch, in flight during the reduction
+    float v[kValues];
+#pragma unroll
+    for (int r = 0; r < kLmHeadRowsPerWarp; r++)
+#pragma unroll
+      for (int b = 0; b < kRows; b++) v[r * kRows + b] = acc[r][b];
+    const float logit = warp_sum_spread(v);
+    const int row = row0 + my_row;
+    if (row < a.V && my_seq < a.rows) {
+      if (owner) a.logits[(size_t)my_seq * a.V + row] = logit;
+      if (kFused && argmax_better(logit, row, best, best_index)) best = logit, best_index = row;
+    }
   }
   if constexpr (kFused) {
-    block_argmax(best, best_index, warp_best, warp_index);
-    argmax_finish(a.scratch, a.seq, a.state, best, best_index, 1, a.max_ctx, warp_best, warp_index, &is_last);
+    // each sequence's best over the lanes holding it (lanes differing outside its bits), then over the warps
+    warp_argmax(best, best_index, (kWarpSize - 1) & ~((unsigned)(kRows - 1) << kShift));
+    if ((lane & ~((kRows - 1) << kShift)) == 0) warp_best[my_seq][warp] = {best, best_index};
+    __syncthreads();
+    ArgmaxPartial* partials = reinterpret_cast<ArgmaxPartial*>(a.scratch.partials);
+    if (warp < ceil_div(kRows * kLmHeadWarps, kWarpSize)) {  // thread (b, w): warp w's best of sequence b, then the block's
+      const int b = threadIdx.x / kLmHeadWarps, w = threadIdx.x % kLmHeadWarps;
+      float block_best = b < kRows ? warp_best[b][w].value : -INFINITY;
+      int block_index = b < kRows ? warp_best[b][w].index : INT_MAX;
+      warp_argmax(block_best, block_index, kLmHeadWarps - 1);
+      if (w == 0 && b < a.rows) partials[(size_t)b * gridDim.x + blockIdx.x] = {block_best, block_index};
+    }
+    if (!arrive_last(a.scratch.counters, gridDim.x, &is_last)) return;
+    argmax_merge<kRows>(partials, gridDim.x, a.rows, a.seq, a.state, 1, a.max_ctx, warp_best);
   }
 }
 
-__global__ void __launch_bounds__(kLmHeadThreads, kLmHeadBlocksPerSm) lm_head_kernel(LmHeadArgs a, bool overlapped) {
-  lm_head<false>(a, overlapped);
+// Blocks of 256 threads per SM the instantiation for `rows` sequences is compiled for: its registers allow that many.
+__host__ __device__ constexpr int lm_head_min_blocks(int rows) { return rows <= 1 ? 4 : rows <= 2 ? 3 : 2; }
+
+#define LM_HEAD_KERNEL(name, fused)                                                                 \
+  template <typename W, int kWidth, int kRows>                                                      \
+  __global__ void __launch_bounds__(kLmHeadThreads, lm_head_min_blocks(kRows)) name(LmHeadArgs a, \
+                                                                                      bool overlapped) { \
+    lm_head<W, kWidth, kRows, fused>(a, overlapped);                                                \
+  }
+LM_HEAD_KERNEL(lm_head_kernel, false)
+LM_HEAD_KERNEL(ln_lm_head_argmax_kernel, true)
+#undef LM_HEAD_KERNEL
+
+using LmHeadKernel = void (*)(LmHeadArgs, bool);
+
+template <bool kFused, typename W, int kRows> LmHeadKernel lm_head_kernel_of() {
+  if constexpr (kFused) return ln_lm_head_argmax_kernel<W, kVecOf<W>, kRows>;
+  else return lm_head_kernel<W, kVecOf<W>, kRows>;
 }
-__global__ void __launch_bounds__(kLmHeadThreads, kLmHeadBlocksPerSm) ln_lm_head_argmax_kernel(LmHeadArgs a, bool overlapped) {
-  lm_head<true>(a, overlapped);
+// The instantiation for `rows` sequences: 1, 2, 4 or MAX_BATCH accumulated (the fewest that hold them).
+template <bool kFused, typename W> LmHeadKernel pick_lm_head(int rows) {
+  if (rows <= 1) return lm_head_kernel_of<kFused, W, 1>();
+  if (rows <= 2) return lm_head_kernel_of<kFused, W, 2>();
+  if (rows <= 4) return lm_head_kernel_of<kFused, W, 4>();
+  return lm_head_kernel_of<kFused, W, kLmHeadMaxRows>();
 }
 
-// Enough blocks to fill every SM kLmHeadBlocksPerSm deep, but at least kLmHeadMinRowsPerWarp rows per warp: each
-// block stages (and, fused, layer-norms) x once, so a small vocabulary does not pay that in hundreds of blocks.
-static int lm_head_blocks(int V) {
-  return min(ceil_div(V, kLmHeadWarps * kLmHeadMinRowsPerWarp), rt_sm_count() * kLmHeadBlocksPerSm);
+// Enough blocks to fill every SM as deep as the instantiation's registers allow, but at least one group of 4 rows
+// per warp: each block stages (and, fused, layer-norms) x once.
+static int lm_head_blocks(int V, int rows) {
+  return min(ceil_div(V, kLmHeadWarps * kLmHeadRowsPerWarp), rt_sm_count() * lm_head_min_blocks(rows));
+}
+
+// Sequences per launch: as many as fit the staged x (C <= kLmHeadMaxFloats), at most 8.
+static int lm_head_rows_per_launch(int C) { return std::min(kLmHeadMaxRows, kLmHeadMaxFloats / C); }
+
+// One launch per group of sequences that fits (one for GPT-2 small's C = 768 up to 8 sequences); `a` holds the
+// whole batch's pointers and B in a.rows.
+template <bool kFused> static void launch_lm_head(LmHeadArgs a, int wdtype) {
+  if (rt_reject_unless(known_dtype(wdtype) && a.rows >= 1 && a.C >= 1 && a.C <= kLmHeadMaxFloats)) return;
+  const int B = a.rows, per_launch = lm_head_rows_per_launch(a.C);
+  with_storage(wdtype, [&](auto w) {
+    using W = decltype(w);
+    a.n_chunks = a.C % kVecOf<W> == 0 && aligned16(a.wte) ? a.C / kVecOf<W> : 0;
+    for (int s0 = 0; s0 < B; s0 += per_launch) {
+      LmHeadArgs g = a;
+      g.rows = std::min(per_launch, B - s0);
+      g.logits = a.logits + (size_t)s0 * a.V;
+      g.x = a.x + (size_t)s0 * a.x_stride;
+      if (kFused) g.seq = a.seq + (size_t)s0 * (a.max_ctx + 1), g.state = a.state + s0 * STATE_INTS;
+      const LmHeadKernel kernel = pick_lm_head<kFused, W>(g.rows);
+      LAUNCH(kernel, lm_head_blocks(a.V, g.rows), kLmHeadThreads, g, rt_overlapped());
+    }
+  });
 }
 
 // ---- op_argmax --------------------------------------------------------------------------------------------------
-// seq: (max_ctx + 1)  state: (STATE_INTS)  logits: (V)
-// grid: (ceil(V / 4096))  block: (kArgmaxThreads). Block b scans float4 [1024 b, 1024 (b + 1)) of the logits
-// (4 per thread, loaded before the first is used; the last block also the scalar tail); the last block to arrive
-// picks the best of the blocks' and writes the token.
+// seq: (B, max_ctx + 1)  state: (B, STATE_INTS)  logits: (B, V)
+// grid: (ceil(V / 4096), B)  block: (kArgmaxThreads). Block (k, b) scans elements [4096 k, 4096 (k + 1)) of sequence
+// b's logits, 16 per thread loaded before the first is used: 4 float4 when every row starts 16-byte aligned (kWidth
+// 4; the row's last V % 4 elements then one by one in its last block), else 16 floats. The last block of sequence b
+// to arrive picks the best of its blocks' and writes the token.
+template <int kWidth>
 __global__ void __launch_bounds__(kArgmaxThreads)
     argmax_kernel(int* __restrict__ seq, int* __restrict__ state, OpScratch scratch, const float* __restrict__ logits, int V,
-                  int T, int max_ctx, int n_vec4) {
-  __shared__ float warp_best[kWarpSize];
-  __shared__ int warp_index[kWarpSize];
+                  int T, int max_ctx) {
+  constexpr int kLoads = kArgmaxVecPerThread * kVecWidth / kWidth;
+  __shared__ ArgmaxPartial warp_best[1][kWarpSize];
   __shared__ bool is_last;
   let_successor_start();
   wait_for_predecessor();
-  const float4* l4 = reinterpret_cast<const float4*>(logits);
-  const int first = blockIdx.x * kArgmaxVecPerBlock + threadIdx.x;
-  float4 v[kArgmaxVecPerThread];
+  const int b = blockIdx.y;
+  const float* row = logits + (size_t)b * V;
+  const int n_units = V / kWidth;  // whole units of the row
+  const int first = blockIdx.x * (kArgmaxVecPerBlock * kVecWidth / kWidth) + threadIdx.x;
+  Cols<kWidth> v[kLoads];
 #pragma unroll
-  for (int k = 0; k < kArgmaxVecPerThread; k++) {
+  for (int k = 0; k < kLoads; k++) {
     const int i = first + k * kArgmaxThreads;
-    v[k] = i < n_vec4 ? __ldcg(l4 + i) : make_float4(NAN, NAN, NAN, NAN);
+    if (i < n_units) v[k] = load_cols<kWidth>(row + i * kWidth);
+    else
+#pragma unroll
+      for (int j = 0; j < kWidth; j++) v[k].v[j] = NAN;
   }
   float best = -INFINITY;
   int best_index = INT_MAX;  // loses every tie, so an all -inf row still yields its lowest index
 #pragma unroll
-  for (int k = 0; k < kArgmaxVecPerThread; k++) {
-    const int i = (first + k * kArgmaxThreads) * kVecWidth;
-    const float e[kVecWidth] = {v[k].x, v[k].y, v[k].z, v[k].w};
+  for (int k = 0; k < kLoads; k++) {
+    const int i = (first + k * kArgmaxThreads) * kWidth;
 #pragma unroll
-    for (int j = 0; j < kVecWidth; j++)
-      if (argmax_better(e[j], i + j, best, best_index)) best = e[j], best_index = i + j;
+    for (int j = 0; j < kWidth; j++)
+      if (argmax_better(v[k].v[j], i + j, best, best_index)) best = v[k].v[j], best_index = i + j;
   }
   if (blockIdx.x == gridDim.x - 1)
-    for (int i = n_vec4 * kVecWidth + threadIdx.x; i < V; i += kArgmaxThreads) {
-      const float e = __ldcg(logits + i);
+    for (int i = n_units * kWidth + threadIdx.x; i < V; i += kArgmaxThreads) {
+      const float e = __ldcg(row + i);
       if (argmax_better(e, i, best, best_index)) best = e, best_index = i;
     }
-  block_argmax(best, best_index, warp_best, warp_index);
-  argmax_finish(scratch, seq, state, best, best_index, T, max_ctx, warp_best, warp_index, &is_last);
+  // the block's best: each warp's, then warp 0 over the warps
+  warp_argmax(best, best_index);
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  if (lane == 0) warp_best[0][warp] = {best, best_index};
+  __syncthreads();
+  ArgmaxPartial* partials = reinterpret_cast<ArgmaxPartial*>(scratch.partials) + (size_t)b * gridDim.x;
+  if (warp == 0) {
+    best = lane < kArgmaxThreads / kWarpSize ? warp_best[0][lane].value : -INFINITY;
+    best_index = lane < kArgmaxThreads / kWarpSize ? warp_best[0][lane].index : INT_MAX;
+    warp_argmax(best, best_index);
+    if (lane == 0) partials[blockIdx.x] = {best, best_index};
+  }
+  if (!arrive_last(scratch.counters + b, gridDim.x, &is_last)) return;
+  argmax_merge<1>(partials, gridDim.x, 1, seq + (size_t)b * (max_ctx + 1), state + b * STATE_INTS, T, max_ctx, warp_best);
 }
 
-static int argmax_blocks(int V) { return max(1, ceil_div(V / kVecWidth, kArgmaxVecPerBlock)); }
+static int argmax_blocks(int V) { return max(1, ceil_div(V, kArgmaxVecPerBlock * kVecWidth)); }
 
-extern "C" size_t op_partials_bytes(int, int max_in, int max_out, int V) {
-  const size_t argmax_bytes = (size_t)max(argmax_blocks(V), lm_head_blocks(V)) * sizeof(ArgmaxPartial);
-  return op_scratch_bytes(std::max(matvec_partials_bytes(max_in, max_out), argmax_bytes));
+extern "C" size_t op_partials_bytes(int max_rows, int max_in, int max_out, int V) {
+  const int rows = std::max(max_rows, 1);
+  const size_t argmax_bytes = (size_t)std::max(argmax_blocks(V) * rows, lm_head_blocks(V, rows) * std::min(rows, kLmHeadMaxRows)) * sizeof(ArgmaxPartial);
+  return op_scratch_bytes(std::max(matvec_partials_bytes(rows, max_in, max_out), argmax_bytes));
 }
 
 extern "C" void op_lm_head(float* logits, const float* inp, const void* wte, int B, int T, int C, int V, int wdtype) {
-  if (rt_reject_unless(B == 1 && wdtype == DTYPE_F32 && C <= kLmHeadMaxC)) return;
   LmHeadArgs a = {};
-  a.logits = logits, a.x = inp + (size_t)(T - 1) * C, a.wte = static_cast<const float*>(wte), a.C = C, a.V = V, a.n_vec4 = row_vec4_count(C, wte);
-  LAUNCH(lm_head_kernel, lm_head_blocks(V), kLmHeadThreads, a, rt_overlapped());
+  a.logits = logits, a.x = inp + (size_t)(T - 1) * C, a.x_stride = T * C, a.wte = wte, a.rows = B, a.C = C, a.V = V;
+  launch_lm_head<false>(a, wdtype);
 }
 
 extern "C" void op_ln_lm_head_argmax(float* logits, int* seq, int* state, float* partials, const float* x, const float* ln_weight,
                                      const float* ln_bias, const void* wte, int B, int C, int V, int max_ctx, float eps, int wdtype) {
-  if (rt_reject_unless(B == 1 && wdtype == DTYPE_F32 && C <= kLmHeadMaxC)) return;
   LmHeadArgs a = {};
-  a.logits = logits, a.x = x, a.wte = static_cast<const float*>(wte), a.C = C, a.V = V, a.n_vec4 = row_vec4_count(C, wte);
+  a.logits = logits, a.x = x, a.x_stride = C, a.wte = wte, a.rows = B, a.C = C, a.V = V;
   a.ln_weight = ln_weight, a.ln_bias = ln_bias, a.eps = eps, a.seq = seq, a.state = state, a.scratch = op_scratch(partials);
   a.max_ctx = max_ctx;
-  LAUNCH(ln_lm_head_argmax_kernel, lm_head_blocks(V), kLmHeadThreads, a, rt_overlapped());
+  launch_lm_head<true>(a, wdtype);
 }
 
 extern "C" void op_argmax(int* seq, int* state, float* partials, const float* logits, int B, int V, int T, int max_ctx) {
-  if (rt_reject_unless(B == 1)) return;
-  const int n_vec4 = vec4_count(V, logits);
-  LAUNCH(argmax_kernel, argmax_blocks(V), kArgmaxThreads, seq, state, op_scratch(partials), logits, V, T, max_ctx, n_vec4);
+  if (rt_reject_unless(B >= 1 && B <= kMaxGridCounters)) return;
+  const dim3 grid(argmax_blocks(V), B);
+  if (aligned16(logits) && (B == 1 || V % kVecWidth == 0))  // every sequence's row starts 16-byte aligned
+    LAUNCH(argmax_kernel<kVecWidth>, grid, kArgmaxThreads, seq, state, op_scratch(partials), logits, V, T, max_ctx);
+  else
+    LAUNCH(argmax_kernel<1>, grid, kArgmaxThreads, seq, state, op_scratch(partials), logits, V, T, max_ctx);
 }

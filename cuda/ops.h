@@ -46,7 +46,8 @@ void op_layernorm(float* out, const float* inp, const float* weight, const float
 
 // partials: op_partials_bytes(max_rows, max_in, max_out, V) bytes of backend memory, zeroed before its first use,
 // for the ops whose blocks merge per-block partial results in one launch (linear with few rows, argmax, the fused
-// decode ops below) with at most max_rows rows (sequences), C <= max_in, OC <= max_out and vocabularies <= V.
+// decode ops below) with at most max_rows rows (B·T of a linear — a prefill's T rows too —, sequences of the others),
+// C <= max_in, OC <= max_out and vocabularies <= V.
 // Those ops share one such buffer in stream order; each leaves it ready for the next. The CPU library ignores it
 // (and asks for 0 bytes).
 size_t op_partials_bytes(int max_rows, int max_in, int max_out, int V);

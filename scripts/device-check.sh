@@ -3,7 +3,8 @@
 # Node.js or registry, so the CLIs travel bundled with Bun xz-compressed (../shared/device/pack-bun.sh).
 #
 #   here:    scripts/device-check.sh pack      # → .device/ (git-ignored, at most 50 MiB): bun.xz, unpack-bun.sh,
-#                                              #   app/*.js, fixtures/gpt2-mini, build/ (CUDA + CUPTI libraries built here)
+#                                              #   app/*.js, fixtures/gpt2-mini, build/ (CUDA library xz-compressed +
+#                                              #   CUPTI library, built here)
 #   device:  run(command="bash scripts/device-check.sh run", carry=[".device"], timeout_s=420)
 #   here:    REHEARSE=1 OUT=/tmp/out scripts/device-check.sh run   # the same steps on the CPU emulator, gpt2-tiny
 #
@@ -12,7 +13,8 @@
 # rest still runs. Without nvcc there, the libraries built here are used when their sources stamp matches
 # (src/native/build.ts). It builds, dumps the hot kernels' SASS, verifies (SASS checks, every kernel against the
 # CPU twins, the model in both plans and all four launch modes, the kernel model's predictions), generates in
-# every mode, and profiles the fused plan (contexts 8, 128, 512, 1023), then graph mode beside the PyTorch peer
+# every mode, and profiles the fused plan (contexts 8, 128, 512, 1023; with the interventions: fp32 and bf16 weights
+# and cache, 1 and 4 sequences per step), then graph mode beside the PyTorch peer
 # (python3's torch on the GPU: seed-style eager, static cache + CUDA graph, torch.compile, Hugging Face), then the
 # unfused plan. At most 8 files come back: device.log, verify.log, generate.log, profile.log, sass.txt.gz,
 # profile-fused.tgz, profile-peers.tgz, profile-unfused.tgz.
@@ -23,6 +25,7 @@ MAX_CARRY_MIB=50
 DEADLINE_S=${DEADLINE_S:-290}
 HOT_KERNELS='linear_matvec|ln_qkv|ln_linear_gelu|linear_residual|lm_head|attention_kernel|argmax_kernel|layernorm_kernel'
 CONTEXTS=8,128,512,1023
+INTERVENTIONS="--dtypes f32,bf16 --batches 1,4"
 
 pack() {
   set -e
@@ -35,7 +38,9 @@ pack() {
   # the GPU libraries built here travel with their stamps, for a device without nvcc (the CPU library is built
   # there: -march=native here may not run on its processor)
   bun src/cli/build.ts cuda cupti
-  cp build/libgpt2_cuda.so build/libgpt2_cuda.so.stamp build/libgpt2_cupti.so build/libgpt2_cupti.so.stamp build/resource-usage.txt .device/build/
+  cp build/libgpt2_cuda.so.stamp build/libgpt2_cupti.so build/libgpt2_cupti.so.stamp build/resource-usage.txt .device/build/
+  # every storage type x batch instantiation makes the CUDA library ~11 MB: it travels xz-compressed (~2 MB)
+  xz -T1 -9 -c build/libgpt2_cuda.so > .device/build/libgpt2_cuda.so.xz
   local exclude
   exclude=$(git rev-parse --git-path info/exclude)  # .git is a file in a worktree
   mkdir -p "$(dirname "$exclude")"
@@ -74,7 +79,8 @@ run() {
   export NO_COLOR=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
   local backend=(--backend cuda) model=() prompt=() tokens=64 ext=js
   # name: what that profile adds to the sizes; the fused plan first, the peers then, the unfused plan last
-  local profiles=("fused:--mode all --plan fused" "peers:--mode graph --plan fused --peers torch" "unfused:--mode all --plan unfused")
+  # the fused profile also times the interventions: bf16 weights and cache, and 4 sequences per step
+  local profiles=("fused:--mode all --plan fused $INTERVENTIONS" "peers:--mode graph --plan fused --peers torch" "unfused:--mode all --plan unfused")
   local profile_sizes=(--contexts "$CONTEXTS" --repeats 20 --warmup 5 --e2e-tokens 128)
   if [[ ${REHEARSE:-} ]]; then
     # here, on the CPU: the same steps through the emulator on the smallest model (one profile), with the
@@ -82,7 +88,7 @@ run() {
     [[ -f $app/verify.js ]] || app=src/cli ext=ts
     bun=node_modules/.bin/bun
     backend=(--backend emu) model=(--model test/fixtures/gpt2-tiny) prompt=(--prompt-ids 1,2,3) tokens=3
-    profiles=("fused:--mode all --plan fused")
+    profiles=("fused:--mode all --plan fused $INTERVENTIONS")
     profile_sizes=(--contexts 8 --repeats 2 --warmup 0 --e2e-tokens 2 --traced-steps 1)
   else
     source .device/unpack-bun.sh || return 1
@@ -92,6 +98,8 @@ run() {
   date -u +"date: %Y-%m-%dT%H:%M:%SZ" | tee -a "$log"
   if ! command -v nvcc >/dev/null && [[ ! -x $CUDA_HOME/bin/nvcc ]]; then
     mkdir -p build && cp -n .device/build/* build/ 2>/dev/null
+    cp .device/build/libgpt2_cuda.so.stamp build/ && python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" \
+      .device/build/libgpt2_cuda.so.xz build/libgpt2_cuda.so
     echo "no nvcc here: the CUDA and CUPTI libraries built where this was packed, if their sources stamp matches" | tee -a "$log"
   fi
   if [[ ${REHEARSE:-} ]]; then

@@ -24,6 +24,13 @@ describe("resource-usage parser", () => {
     ]);
     expect(kernelName("notmangled")).toBe("notmangled");
   });
+
+  test("names template kernels by their integer, builtin-type and named-type arguments", () => {
+    expect(kernelName("_Z20linear_matvec_kernelI13__nv_bfloat16Li8ELi4EEv10MatvecArgsb")).toBe("linear_matvec_kernel<__nv_bfloat16, 8, 4>");
+    expect(kernelName("_Z16attention_kernelIfLi4EEvPf11AttnScratchPKfPKT_S6_PKiiiii")).toBe("attention_kernel<float, 4>");
+    expect(kernelName("_Z12embed_kernelI6__halfLi8EEvPfPKiS3_PKT_S6_iiii")).toBe("embed_kernel<__half, 8>");
+    expect(kernelName("_Z3fooIPfEvv")).toBe("foo"); // an argument it cannot read: the bare name
+  });
 });
 
 if (!hasNvcc()) console.log("cuda-build.test.ts: skipping the CUDA library tests, nvcc not found (set NVCC or CUDA_HOME)");

@@ -5,6 +5,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 
 import { CudaBackend } from "../src/backends/cuda.ts";
 import { PRESETS } from "../src/model/config.ts";
+import { DTYPES } from "../src/ops.ts";
 import { encodePlan, planShape, type PlanOp } from "../src/plan.ts";
 import { GPU_MODELS, gpuAt, MODEL_MODES, predictKernel, predictStep, type KernelInput } from "../src/profile/kernel-model.ts";
 import { activeLoads, kernelInputs, predictDecodeStep } from "../src/verify/prediction.ts";
@@ -16,7 +17,7 @@ afterAll(() => emu.close());
 const shapesOf = (ops: PlanOp[]) => emu.launchShapes(encodePlan(ops));
 
 const matvec: KernelInput = {
-  label: "m", family: "linear_residual", bytes: 9.4e6, flops: 4.7e6, blocks: 288, threads: 256, registers: 62, loadsInFlight: 8, prefetches: true,
+  label: "m", family: "linear_residual", bytes: 9.4e6, flops: 4.7e6, blocks: 288, threads: 256, registers: 62, loadsInFlight: 8, prefetches: true, fmaShare: 1,
 };
 
 describe("one kernel", () => {
@@ -34,6 +35,13 @@ describe("one kernel", () => {
     expect(serial.latencyUs).toBeGreaterThan(batched.latencyUs);
     expect(serial.kernelUs).toBeGreaterThan(batched.kernelUs);
     expect(batched.streamUs).toBe(batched.bandwidthUs);
+  });
+
+  test("the arithmetic runs at the fp32 rate its instruction mix allows: a kernel whose FFMAs are a small share turns compute-bound", () => {
+    const k = predictKernel({ ...matvec, flops: 8 * matvec.flops, fmaShare: 0.1 }, h200);
+    expect(k.computeUs).toBeCloseTo((8 * 4.7e6) / (67e12 * 0.1) * 1e6, 9);
+    expect(k.bound).toBe("compute");
+    expect(predictKernel(matvec, h200).bound).toBe("memory");
   });
 
   test("registers limit residency: 128 registers leave 2 blocks of 256 threads per SM", () => {
@@ -74,30 +82,59 @@ describe("GPT-2 small's decode step", () => {
   });
 });
 
+describe("storage types and batches (predictions)", () => {
+  const at = (batch: number, dtype: number, context = 1023) =>
+    predictDecodeStep(gpt2, "fused", context, h200, shapesOf, null, { batch, dtypes: { weights: dtype, kv: dtype } });
+
+  test("bf16 weights and cache halve the bytes floor (activations stay fp32) and cut every memory-bound kernel", () => {
+    const [f32, bf16] = [at(1, DTYPES.f32), at(1, DTYPES.bf16)];
+    expect(bf16.bytesFloorUs / f32.bytesFloorUs).toBeGreaterThan(0.49);
+    expect(bf16.bytesFloorUs / f32.bytesFloorUs).toBeLessThan(0.51);
+    expect(bf16.modes.graph!).toBeLessThan(f32.modes.graph!);
+    const lmHead = (p: typeof f32) => p.kernels.find((k) => k.family === "ln_lm_head_argmax")!;
+    expect(lmHead(bf16).bytes / lmHead(f32).bytes).toBeCloseTo(0.5, 2);
+  });
+
+  test("a batch reads each weight once: at a short context B = 4 moves about B = 1's bytes and does 4x the FLOPs", () => {
+    const [one, four] = [at(1, DTYPES.f32, 8), at(4, DTYPES.f32, 8)];
+    const flops = (p: typeof one) => p.kernels.reduce((s, k) => s + k.flops, 0);
+    expect(four.bytesFloorUs / one.bytesFloorUs).toBeLessThan(1.05);
+    expect(flops(four) / flops(one)).toBeCloseTo(4, 6);
+    // the matvecs' grids are B = 1's: the rows ride in each thread's accumulators; attention has a block per sequence
+    const grids = (p: typeof one, families: string[]) => p.kernels.filter((k) => families.includes(k.family)).map((k) => k.blocks);
+    const matvecs = ["ln_qkv", "linear_residual", "ln_linear_gelu"];
+    expect(grids(four, matvecs)).toEqual(grids(one, matvecs));
+    expect(grids(four, ["attention"])).toEqual(grids(one, ["attention"]).map((b) => 4 * b));
+  });
+});
+
 describe("inputs read from the code", () => {
-  test("launch shapes come from the C launchers: matvecs (OC/128, C/64), attention (chunks, heads), the LM head filling the SMs", () => {
+  test("launch shapes come from the C launchers: matvecs (OC/32, C/256), attention (chunks, heads), the LM head filling the SMs", () => {
     const ops = planShape(gpt2, 1);
     const inputs = kernelInputs(ops, 100, shapesOf(ops), null);
     const by = (label: string) => inputs.find((k) => k.label === label)!;
-    expect(by("h0.attn.ln_qkv").blocks).toBe((3 * 768 / 128) * (768 / 64));
-    expect(by("h0.mlp.c_proj").blocks).toBe((768 / 128) * (3072 / 64));
+    expect(by("h0.attn.ln_qkv").blocks).toBe((3 * 768 / 32) * (768 / 256));
+    expect(by("h0.mlp.c_proj").blocks).toBe((768 / 32) * (3072 / 256));
     expect(by("h0.attn.attend").blocks).toBe((1024 / 64) * 12);
     expect(by("ln_f.lm_head.argmax").blocks).toBe(emu.device.smCount * 4);
     expect(inputs.every((k) => k.threads === 256)).toBe(true);
   });
 
-  test("a thread's loads for GPT-2 small's shapes: 8 weight rows per matvec thread, 6 float4 of a vocabulary row, 4 keys and 4 values", () => {
+  test("a thread's loads for GPT-2 small's shapes: 8 weight rows per matvec thread, 2 chunks of 4 vocabulary rows, 4 keys and 4 values", () => {
     const loads = Object.fromEntries(planShape(gpt2, 1).map((op) => [op.family, activeLoads(op)]));
-    expect(loads).toMatchObject({ ln_qkv: 8, linear_residual: 8, ln_linear_gelu: 8, ln_lm_head_argmax: 6, attention: 8 });
+    expect(loads).toMatchObject({ ln_qkv: 8, linear_residual: 8, ln_linear_gelu: 8, ln_lm_head_argmax: 8, attention: 8 });
+    // a bf16 cache: 16-byte loads of 8 halves, 2 keys and 2 values per thread at head size 64
+    const bf16 = planShape(gpt2, 1, "fused", { batch: 1, dtypes: { weights: DTYPES.bf16, kv: DTYPES.bf16 } });
+    expect(activeLoads(bf16.find((op) => op.family === "attention")!)).toBe(4);
   });
 
   test("without the SASS the model assumes the design's loads; with it, at most what the SASS holds", () => {
     const ops = planShape(gpt2, 1);
-    const facts = [{ kernel: "linear_residual_kernel<4>", registers: 40, wideLoadsInFlight: 2, wideLoadsBeforeWait: 0, localAccesses: 0, waits: true, nonCoherentLoads: 0 }];
+    const facts = [{ kernel: "linear_residual_kernel<float, 4, 1>", registers: 40, wideLoadsInFlight: 2, wideLoadsBeforeWait: 0, localAccesses: 0, waits: true, nonCoherentLoads: 0, fmaShare: 0.5 }];
     const [, , , withSass] = kernelInputs(ops, 8, shapesOf(ops), facts);
-    expect(withSass).toMatchObject({ family: "linear_residual", loadsInFlight: 2, registers: 40, prefetches: false });
+    expect(withSass).toMatchObject({ family: "linear_residual", loadsInFlight: 2, registers: 40, prefetches: false, fmaShare: 0.5 });
     const [, , , without] = kernelInputs(ops, 8, shapesOf(ops), null);
-    expect(without).toMatchObject({ loadsInFlight: 8, registers: 64, prefetches: false });
+    expect(without).toMatchObject({ loadsInFlight: 8, registers: 64, prefetches: false, fmaShare: 1 });
   });
 });
 

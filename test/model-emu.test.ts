@@ -7,7 +7,9 @@ import { join } from "node:path";
 import { CudaBackend } from "../src/backends/cuda.ts";
 import { loadModel } from "../src/model/weights.ts";
 import { PLAN_KINDS } from "../src/plan.ts";
-import { availableModes } from "../src/run/launch-modes.ts";
+import { generateBatch } from "../src/run/generate.ts";
+import { availableModes, launchMode } from "../src/run/launch-modes.ts";
+import type { Placement } from "../src/run/model-buffers.ts";
 import { Session } from "../src/run/session.ts";
 import {
   cachedEqualsUncached, fixtureChecks, graphMemoryStable, modesBitIdentical, plansAgree, readFixture,
@@ -58,3 +60,22 @@ test("a fused decode step is 5 kernels per layer plus 2 in both graphs; the unfu
 test("graph replays allocate nothing", () => {
   expect(graphMemoryStable(emu, weights, 20).status).toBe("pass");
 }, EMU_TIMEOUT_MS);
+
+/** Generates from each prompt in one session of `placement` (as many sequences as prompts); the tokens per sequence. */
+function tokensOf(placement: Placement, prompts: number[][], mode: string, plan: (typeof PLAN_KINDS)[number], maxNewTokens: number): number[][] {
+  const s = new Session(emu, weights, { placement, plan });
+  try {
+    return generateBatch(s, { prompts, maxNewTokens, cache: true, mode: launchMode(mode as "eager") }).generatedIds;
+  } finally {
+    s.close();
+  }
+}
+
+test.each(PLAN_KINDS.flatMap((plan) => (["f32", "bf16", "f16"] as const).map((dtype) => [plan, dtype] as const)))(
+  "a batch of 3 sequences gives each the tokens it gets alone, in every launch mode (%s plan, weights and cache %s)",
+  (plan, dtype) => {
+    const prompts = [fixture.prompt, [5, 9, 2], [7, 3, 1, 4, 1, 5, 9, 2, 6, 5]]; // prefills of 1..8 rows and over 8
+    const alone = prompts.map((p) => tokensOf({ batch: 1, weights: dtype, kv: dtype }, [p], "eager", plan, 6)[0]!);
+    for (const mode of availableModes(emu).map((m) => m.name))
+      expect([mode, tokensOf({ batch: 3, weights: dtype, kv: dtype }, prompts, mode, plan, 6)]).toEqual([mode, alone]);
+  }, EMU_TIMEOUT_MS);

@@ -5,10 +5,11 @@
 import { describe, expect, test } from "bun:test";
 
 import { ensureBuilt, hasNvcc } from "../src/native/build.ts";
-import { disassemble, findCuobjdump, loadBatches, loadFacts, loops, parseRegisterCounts, parseSass, type SassFunction } from "../src/native/sass.ts";
+import { disassemble, findCuobjdump, fmaShare, loadBatches, loadFacts, loops, parseRegisterCounts, parseSass, type SassFunction } from "../src/native/sass.ts";
 import { PRESETS } from "../src/model/config.ts";
 import { planShape } from "../src/plan.ts";
-import { activeLoads, factsFor } from "../src/verify/prediction.ts";
+import { DTYPES } from "../src/ops.ts";
+import { activeLoads, factsFor, kernelOf } from "../src/verify/prediction.ts";
 import { sassChecks, sassFacts, SASS_REQUIREMENTS } from "../src/verify/sass-checks.ts";
 
 const listing = (name: string, lines: string[]) =>
@@ -60,6 +61,20 @@ describe("SASS reader", () => {
     expect(loadFacts(f!)).toEqual({ wideLoadsInFlight: 1, localAccesses: 1 });
   });
 
+  test("FFMA's share of the instructions, in the region (a loop, or the code outside loops) that holds the most of them", () => {
+    const mixed = listing("_Z5mixedv", [
+      "FFMA R1, R2, R3, R1", // outside: 1 of 4 (the exit and the branch included)
+      "FFMA R4, R2, R3, R4", // loop from here: 2 FFMA of 4
+      "FFMA R5, R2, R3, R5",
+      "IADD3 R6, R6, 0x1, RZ",
+      "@P0 BRA 0x10",
+      "EXIT",
+    ]);
+    expect(fmaShare(parseSass(mixed)[0]!)).toBe(0.5);
+    expect(fmaShare(parseSass(listing("_Z4nonev", ["MOV R1, RZ", "EXIT"]))[0]!)).toBeNull();
+    expect(sassFacts(parseSass(mixed)[0]!).fmaShare).toBe(0.5);
+  });
+
   test("registers per kernel from the ELF listing", () => {
     const elf = "\tValue:\tfunction: _Z7batchedPfPKf(0x13)\tregister count: 62\n\tValue:\tfunction: _Z6serialPfPKf(0x12)\tframe size: 0x0";
     expect([...parseRegisterCounts(elf)]).toEqual([["_Z7batchedPfPKf", 62]]);
@@ -95,27 +110,36 @@ describe.skipIf(skipReason !== null)("the built CUDA library's SASS", () => {
     expect(rows).toHaveLength(SASS_REQUIREMENTS.length + 2);
   }, 600_000);
 
+  /** The requirements of the matvec family: every storage type and row count. */
+  const matvecs = SASS_REQUIREMENTS.filter((r) => /^(linear_matvec|ln_qkv|ln_linear_gelu|linear_residual)_kernel</.test(r.kernel)).map((r) => r.kernel);
+
   test("the matvecs issue their 8 weight loads before waiting for the predecessor (programmatic launch prefetches them)", () => {
     const fns = library();
-    for (const name of ["linear_matvec_kernel<4>", "ln_qkv_kernel<4>", "ln_linear_gelu_kernel<4>", "linear_residual_kernel<4>"])
-      expect(sassFacts(fns.find((f) => f.kernel === name)!).wideLoadsBeforeWait).toBe(8);
+    expect(matvecs).toHaveLength(4 * 3 * 4); // 4 ops x fp32, bf16, f16 x 1, 2, 4, 8 rows
+    for (const name of matvecs) expect([name, sassFacts(fns.find((f) => f.kernel === name)!).wideLoadsBeforeWait]).toEqual([name, 8]);
   }, 600_000);
 
-  test("the kernel model's loads per thread for GPT-2 small's hot kernels never exceed what their SASS holds in flight", () => {
+  test("the kernel model's loads per thread for GPT-2 small's hot kernels never exceed what their SASS holds in flight, in every storage type and batch", () => {
     const facts = library().map(sassFacts);
     const hot = new Set(SASS_REQUIREMENTS.map((r) => r.kernel));
-    for (const plan of ["fused", "unfused"] as const)
-      for (const op of planShape(PRESETS.gpt2!, 1, plan)) {
-        const f = factsFor(op.family, facts)!;
-        if (hot.has(f.kernel)) expect(activeLoads(op)).toBeLessThanOrEqual(f.wideLoadsInFlight!);
-      }
+    const layouts = [[1, DTYPES.f32], [4, DTYPES.bf16], [8, DTYPES.f16], [3, DTYPES.f32]] as const;
+    for (const [batch, dtype] of layouts)
+      for (const plan of ["fused", "unfused"] as const)
+        for (const op of planShape(PRESETS.gpt2!, 1, plan, { batch, dtypes: { weights: dtype, kv: dtype } })) {
+          const name = kernelOf(op);
+          if (!name || !hot.has(name)) continue;
+          const f = factsFor(op, facts)!;
+          expect(f.kernel).toBe(name);
+          expect(activeLoads(op)).toBeLessThanOrEqual(f.wideLoadsInFlight!);
+        }
   }, 600_000);
 
-  test("planted serialisation (-DPLANT_SERIAL_MATVEC, #pragma unroll 1 in the matvec) fails the check", () => {
+  test("planted serialisation (-DPLANT_SERIAL_MATVEC, #pragma unroll 1 in the matvec) fails the check in every matvec instantiation, and only there", () => {
     const path = ensureBuilt("cuda", { quiet: true, extraFlags: ["-DPLANT_SERIAL_MATVEC"], variant: "planted_serial" }).path;
     const rows = sassChecks(disassemble(path, cuobjdump!));
     const failed = rows.filter((r) => r.status === "fail").map((r) => r.check);
-    expect(failed).toEqual(["sass linear_matvec_kernel<4>", "sass ln_qkv_kernel<4>", "sass ln_linear_gelu_kernel<4>", "sass linear_residual_kernel<4>"]);
-    expect(rows.find((r) => r.check === "sass linear_matvec_kernel<4>")!.detail).toMatch(/^1 x 16-byte loads/);
+    expect(failed).toEqual(matvecs.map((k) => `sass ${k}`));
+    for (const kernel of ["linear_matvec_kernel<float, 4, 1>", "ln_qkv_kernel<__nv_bfloat16, 8, 8>"])
+      expect(rows.find((r) => r.check === `sass ${kernel}`)!.detail).toMatch(/^1 x 16-byte loads/);
   }, 600_000);
 });

@@ -47,9 +47,13 @@ struct uint3 { unsigned x, y, z; };
 struct alignas(8) float2 { float x, y; };
 struct alignas(16) float4 { float x, y, z, w; };
 struct alignas(8) int2 { int x, y; };
+struct alignas(8) uint2 { unsigned x, y; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
 inline float2 make_float2(float x, float y) { return {x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline int2 make_int2(int x, int y) { return {x, y}; }
+inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 
 namespace emu {
 // The running fiber's coordinates, set by the scheduler before it switches to a fiber.
@@ -141,6 +145,46 @@ inline int __float_as_int(float f) { int i; memcpy(&i, &f, sizeof i); return i; 
 inline float __int_as_float(int i) { float f; memcpy(&f, &i, sizeof f); return f; }
 inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, sizeof u); return u; }
 inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, sizeof f); return f; }
+
+// ---- 16-bit storage types (cuda_bf16.h, cuda_fp16.h): the bits, and conversions rounding as the GPU does -----
+// float -> bf16/f16: round to nearest even (cvt.rn); overflow gives +-Inf, f16 results below 2^-14 are subnormal;
+// NaN becomes the canonical NaN 0x7fff. bf16/f16 -> float: exact.
+struct __nv_bfloat16 { unsigned short __x; };
+struct __half { unsigned short __x; };
+inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short bits) { return {bits}; }
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.__x; }
+inline __half __ushort_as_half(unsigned short bits) { return {bits}; }
+inline unsigned short __half_as_ushort(__half h) { return h.__x; }
+
+inline float __bfloat162float(__nv_bfloat16 h) { return __uint_as_float((unsigned)h.__x << 16); }
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+  const unsigned x = __float_as_uint(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return {0x7fff};
+  return {(unsigned short)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16)};
+}
+
+inline float __half2float(__half h) {
+  const unsigned sign = (unsigned)(h.__x & 0x8000u) << 16, exponent = (h.__x >> 10) & 0x1fu, mantissa = h.__x & 0x3ffu;
+  if (exponent == 0x1f) return __uint_as_float(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent != 0) return __uint_as_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+  const float subnormal = (float)mantissa * 5.9604644775390625e-8f;  // mantissa x 2^-24, exact
+  return sign ? -subnormal : subnormal;
+}
+inline __half __float2half_rn(float f) {
+  const unsigned x = __float_as_uint(f), sign = (x >> 16) & 0x8000u, magnitude = x & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) return {0x7fff};
+  if (magnitude >= 0x477ff000u) return {(unsigned short)(sign | 0x7c00u)};  // >= 65520 rounds to Inf
+  if (magnitude >= 0x38800000u) {  // a normal half: rebias the exponent, round the 13 dropped mantissa bits
+    const unsigned rebiased = magnitude - (112u << 23);
+    return {(unsigned short)(sign | ((rebiased + 0xfffu + ((rebiased >> 13) & 1u)) >> 13))};
+  }
+  if (magnitude < 0x33000000u) return {(unsigned short)sign};  // below 2^-25 (2^-25 itself ties to 0)
+  const unsigned exponent = magnitude >> 23, mantissa = (magnitude & 0x7fffffu) | 0x800000u;
+  const unsigned shift = 126u - exponent;  // subnormal units of 2^-24: mantissa x 2^(exponent - 126)
+  const unsigned kept = mantissa >> shift, dropped = mantissa & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+  const unsigned rounded = kept + (dropped > half || (dropped == half && (kept & 1u)) ? 1u : 0u);
+  return {(unsigned short)(sign | rounded)};
+}
 
 // ---- runtime API subset -----------------------------------------------------------------------------------
 enum cudaError {

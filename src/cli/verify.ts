@@ -20,9 +20,10 @@ import { ensureBuilt, hasNvcc, hasPrebuilt, libraryPath, ROOT } from "../native/
 import { emuSchedule } from "../native/emu-schedule.ts";
 import { disassemble, findCuobjdump } from "../native/sass.ts";
 import { missingFamilies, readResourceUsage, type KernelResources } from "../native/resource-usage.ts";
+import { DTYPES } from "../ops.ts";
 import { encodePlan, PLAN_KINDS, type PlanOp } from "../plan.ts";
 import { GPU_MODELS } from "../profile/kernel-model.ts";
-import { kernelPredictionTable, parameterTable, stepPredictionTable, type StepCase } from "../report/prediction-tables.ts";
+import { kernelPredictionTable, layoutPredictionTable, parameterTable, stepPredictionTable, type LayoutCase, type StepCase } from "../report/prediction-tables.ts";
 import { renderTable } from "../report/tables.ts";
 import { freshSeed } from "../verify/arena.ts";
 import { KERNEL_CASES, runKernelCases } from "../verify/kernel-checks.ts";
@@ -130,6 +131,12 @@ function printPredictions(device: CudaBackend, sass: SassFacts[] | null): void {
   out(kernelPredictionTable(predictDecodeStep(config, "fused", context, GPU_MODELS.h200, shapesOf, sass)));
   out("\nPREDICTED step time per launch mode, ms at the working estimates (optimistic-pessimistic ends of their ranges):");
   out(stepPredictionTable(cases));
+  const layouts: LayoutCase[] = (["f32", "bf16"] as const).flatMap((dtype) => [1, 4, 8].map((batch): LayoutCase => ({
+    dtype, batch,
+    predict: (model) => predictDecodeStep(config, "fused", context, model, shapesOf, sass, { batch, dtypes: { weights: DTYPES[dtype], kv: DTYPES[dtype] } }),
+  })));
+  out(`\nPREDICTED fused step by storage type and batch (${GPU_MODELS.h200.name}, context ${context}), ms at the working estimates (ranges):`);
+  out(layoutPredictionTable("h200", layouts));
   out("\nThe model's parameters (leads, to be calibrated by the first GPU run):");
   out(`${parameterTable()}\n`);
 }

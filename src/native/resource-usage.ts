@@ -21,16 +21,39 @@ export interface KernelResources {
 
 export const RESOURCE_USAGE_PATH = join(BUILD_DIR, "resource-usage.txt");
 
-/** `_Z16attention_kernelPf…` → `attention_kernel`; `_Z20linear_matvec_kernelILi4EEv…` → `linear_matvec_kernel<4>`. */
+/** Builtin types as template arguments (Itanium ABI codes). */
+const BUILTIN_TYPES: Record<string, string> = { f: "float", d: "double", i: "int", j: "unsigned int", b: "bool" };
+
+/**
+ * `_Z16attention_kernelPf…` → `attention_kernel`; `_Z20linear_matvec_kernelILi4EEv…` → `linear_matvec_kernel<4>`;
+ * `_Z20linear_matvec_kernelI13__nv_bfloat16Li8ELi4EEv…` → `linear_matvec_kernel<__nv_bfloat16, 8, 4>` (template
+ * arguments that are integers, builtin types or named types).
+ */
 export function kernelName(mangled: string): string {
   const m = /^_Z(\d+)/.exec(mangled);
   if (!m) return mangled;
   const start = m[0].length;
   const name = mangled.slice(start, start + Number(m[1]));
-  const rest = mangled.slice(start + Number(m[1]));
-  const template = /^I((?:L[ij]\d+E)+)E/.exec(rest);
-  if (!template) return name;
-  const args = [...template[1]!.matchAll(/L[ij](\d+)E/g)].map((a) => a[1]);
+  let rest = mangled.slice(start + Number(m[1]));
+  if (!rest.startsWith("I")) return name;
+  rest = rest.slice(1);
+  const args: string[] = [];
+  while (!rest.startsWith("E")) {
+    const literal = /^L[ijb](\d+)E/.exec(rest);
+    const named = /^(\d+)/.exec(rest);
+    if (literal) {
+      args.push(literal[1]!);
+      rest = rest.slice(literal[0].length);
+    } else if (named) {
+      args.push(rest.slice(named[0].length, named[0].length + Number(named[1])));
+      rest = rest.slice(named[0].length + Number(named[1]));
+    } else if (BUILTIN_TYPES[rest[0]!]) {
+      args.push(BUILTIN_TYPES[rest[0]!]!);
+      rest = rest.slice(1);
+    } else {
+      return name; // a template argument this reader does not know
+    }
+  }
   return `${name}<${args.join(", ")}>`;
 }
 

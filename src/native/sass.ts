@@ -241,3 +241,22 @@ export function loadFacts(f: SassFunction): LoadFacts {
   if (straight.length > 0) figures.push(Math.max(...straight.map((b) => b.wideLoads)));
   return { wideLoadsInFlight: figures.length > 0 ? Math.min(...figures) : null, localAccesses };
 }
+
+// ---- the arithmetic's share of what is issued -------------------------------------------------------------------
+const isFma = (i: SassInstruction) => /^FFMA(\.|$)/.test(i.opcode);
+
+/**
+ * FFMA instructions as a share of all instructions in the region that holds the most of them (a loop, or the code
+ * outside every loop): an SM issues one instruction per lane and cycle, so a kernel whose multiply-adds are this
+ * share of its instructions reaches at most this share of the fp32 peak. Null where the kernel has no FFMA.
+ */
+export function fmaShare(f: SassFunction): number | null {
+  const regions = loops(f);
+  const inLoop = (k: number) => regions.some((l) => k >= l.start && k <= l.end);
+  const candidates = [
+    ...regions.map((l) => f.instructions.slice(l.start, l.end + 1)),
+    f.instructions.filter((_, k) => !inLoop(k)),
+  ];
+  const best = candidates.map((r) => ({ fma: r.filter(isFma).length, all: r.length })).sort((a, b) => b.fma - a.fma)[0];
+  return best && best.fma > 0 ? best.fma / best.all : null;
+}

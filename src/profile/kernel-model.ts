@@ -3,10 +3,12 @@
 // measurements of this code, and the first GPU run calibrates them (the launch floor's graph node cost, the
 // achieved bandwidth per kernel).
 //
-// A kernel moves `bytes` (its fewest bytes, the op table's work) with `blocks x threads` threads of which
-// the GPU holds `resident` at once (threads and registers per SM), each with `loadsInFlight` 16-byte loads
-// outstanding (read from the SASS, at most what the shape gives a thread). Then
-//   stream  = max(bytes / bandwidth, flops / fp32 rate, latency x bytes / bytes in flight)
+// A kernel moves `bytes` (its fewest bytes, the op table's work: weights and cache in their storage type, read
+// once for all the step's sequences) with `blocks x threads` threads of which the GPU holds `resident` at once
+// (threads and registers per SM), each with `loadsInFlight` 16-byte loads outstanding (read from the SASS, at most
+// what the shape gives a thread), and does `flops`, its multiply-adds a share `fmaShare` of the instructions it
+// issues (read from the SASS: the SM issues one instruction per lane and cycle, FFMA or not). Then
+//   stream  = max(bytes / bandwidth, flops / (fp32 rate x fmaShare), latency x bytes / bytes in flight)
 //   kernel  = stream + chain x L2 latency       (the dependent steps after the data arrive: merges, reductions)
 // where latency is a DRAM round trip for kernels that stream weights or the KV cache, an L2 round trip for
 // those that only touch activations. A step sums its kernels with each mode's per-launch cost:
@@ -117,14 +119,20 @@ export interface KernelInput {
   loadsInFlight: number;
   /** whether it issues loads before waiting for its predecessor (programmatic launch hides their latency) */
   prefetches: boolean;
+  /** FFMA's share of the instructions its arithmetic issues (1: every instruction a multiply-add) */
+  fmaShare: number;
 }
 
 export interface KernelPrediction extends KernelInput {
   residentBlocks: number;
   bytesInFlight: number;
   bandwidthUs: number;
+  /** the arithmetic at the fp32 rate its instruction mix allows */
+  computeUs: number;
   latencyUs: number;
   streamUs: number;
+  /** which term sets streamUs */
+  bound: "memory" | "compute" | "latency";
   chainUs: number;
   /** predicted device time of the kernel alone */
   kernelUs: number;
@@ -143,9 +151,11 @@ export function predictKernel(k: KernelInput, gpu: GpuModel): KernelPrediction {
   const roundTripUs = STREAMS_FROM_DRAM.has(k.family) ? gpu.dramLatencyUs.value : gpu.l2LatencyUs.value;
   const bandwidthUs = (k.bytes / gpu.bandwidth.value) * 1e6;
   const latencyUs = roundTripUs * Math.max(1, k.bytes / bytesInFlight);
-  const streamUs = Math.max(bandwidthUs, (k.flops / gpu.flops.value) * 1e6, latencyUs);
+  const computeUs = (k.flops / (gpu.flops.value * k.fmaShare)) * 1e6;
+  const streamUs = Math.max(bandwidthUs, computeUs, latencyUs);
+  const bound = streamUs === bandwidthUs ? "memory" : streamUs === computeUs ? "compute" : "latency";
   const chainUs = CHAIN_L2_TRIPS[k.family] * gpu.l2LatencyUs.value;
-  return { ...k, residentBlocks: resident, bytesInFlight, bandwidthUs, latencyUs, streamUs, chainUs, kernelUs: streamUs + chainUs };
+  return { ...k, residentBlocks: resident, bytesInFlight, bandwidthUs, computeUs, latencyUs, streamUs, bound, chainUs, kernelUs: streamUs + chainUs };
 }
 
 /** The GPU with every estimate at the end of its range that makes a step faster, or slower. */

@@ -16,11 +16,11 @@ export function kernelPredictionTable(step: StepPrediction): string {
     if (g) g.calls++;
     else groups.set(key, { k: { ...k, label }, calls: 1 });
   }
-  const columns = ["kernel (op)", "calls", "MB", "blocks x threads", "regs", "16 B loads/thread", "MB in flight", "bytes µs", "latency µs", "chain µs", "predicted µs"]
+  const columns = ["kernel (op)", "calls", "MB", "blocks x threads", "regs", "16 B loads/thread", "MB in flight", "bytes µs", "compute µs", "latency µs", "chain µs", "predicted µs", "bound"]
     .map((header) => ({ header }));
   const rows = [...groups.values()].map(({ k, calls }) => [
     `${k.label} (${k.family})`, calls, mb(k.bytes), `${k.blocks} x ${k.threads}`, k.registers, `${k.loadsInFlight}${k.prefetches ? " (before the wait)" : ""}`,
-    mb(Math.min(k.bytesInFlight, k.bytes)), us(k.bandwidthUs), us(k.latencyUs), us(k.chainUs), us(k.kernelUs),
+    mb(Math.min(k.bytesInFlight, k.bytes)), us(k.bandwidthUs), us(k.computeUs), us(k.latencyUs), us(k.chainUs), us(k.kernelUs), k.bound,
   ]);
   return renderTable(columns, rows);
 }
@@ -61,5 +61,32 @@ export function parameterTable(): string {
       ["gap between kernels (µs)", g.graphNodeUs, 1], ["programmatic gap (µs)", g.pdlNodeUs, 1],
     ] as const).map(([name, e, scale]) => [g.name, name, e ? +(e.value * scale).toPrecision(3) : "none", e ? `${+(e.low * scale).toPrecision(3)}-${+(e.high * scale).toPrecision(3)}` : "–", e?.source ?? "no programmatic dependent launch before sm_90"]),
   );
+  return renderTable(columns, rows);
+}
+
+/** One step of a storage type and batch (weights and cache in `dtype`, `batch` sequences of one row). */
+export interface LayoutCase {
+  dtype: string;
+  batch: number;
+  predict: (gpu: GpuModel) => StepPrediction;
+}
+
+/**
+ * One row per storage type and batch on one GPU: bytes floor, kernel sum, the graph and graph-pdl steps (with their
+ * ranges) and per token, and how much of the kernel sum is in kernels bound by their arithmetic rather than memory.
+ */
+export function layoutPredictionTable(gpuName: GpuName, cases: readonly LayoutCase[]): string {
+  const gpu: GpuModel = GPU_MODELS[gpuName];
+  const columns = ["weights + cache", "batch", "bytes floor ms", "kernel sum ms (x floor)", "graph ms", "graph-pdl ms", "graph ms per token", "compute-bound share"]
+    .map((header) => ({ header }));
+  const rows = cases.map((c) => {
+    const [mid, fast, slow] = [gpu, gpuAt(gpu, "optimistic"), gpuAt(gpu, "pessimistic")].map(c.predict);
+    const compute = mid!.kernels.filter((k) => k.bound === "compute").reduce((s, k) => s + k.kernelUs, 0);
+    return [
+      c.dtype, c.batch, (mid!.bytesFloorUs / 1e3).toFixed(3), `${(mid!.kernelSumUs / 1e3).toFixed(3)} (${(mid!.kernelSumUs / mid!.bytesFloorUs).toFixed(2)}x)`,
+      ranged(mid!.modes.graph, fast!.modes.graph, slow!.modes.graph), ranged(mid!.modes["graph-pdl"], fast!.modes["graph-pdl"], slow!.modes["graph-pdl"]),
+      (mid!.modes.graph! / 1e3 / c.batch).toFixed(4), `${Math.round((100 * compute) / mid!.kernelSumUs)}%`,
+    ];
+  });
   return renderTable(columns, rows);
 }

@@ -137,8 +137,9 @@ function allocateActivations(backend: Backend, cfg: GPT2Config, rows: number, ba
     logits: arena.reserve(batch * cfg.vocab_size * FLOAT),
     scratch: arena.reserve(Math.max(FLOAT, backend.attentionScratchBytes(rows, C, cfg.n_head, cfg.n_positions),
       backend.attentionScratchBytes(1, C, cfg.n_head, cfg.n_positions))),
-    // every linear reads at most 4C and writes at most 4C (the MLP); the LM head and argmax span the vocabulary
-    partials: arena.reserve(Math.max(FLOAT, backend.partialsBytes(batch, 4 * C, 4 * C, cfg.vocab_size))),
+    // every linear reads at most 4C and writes at most 4C (the MLP); the LM head and argmax span the vocabulary;
+    // a step's linears have up to `rows` rows (a prefill's T rows, too, take the merging matvec when T <= 8)
+    partials: arena.reserve(Math.max(FLOAT, backend.partialsBytes(rows, 4 * C, 4 * C, cfg.vocab_size))),
     seq: arena.reserve(batch * (cfg.n_positions + 1) * INT32),
     state: arena.reserve(batch * STATE_INTS * INT32),
   };

@@ -6,8 +6,8 @@ export class DeviceArena {
   private readonly buffers: DeviceBuffer[] = [];
   constructor(readonly backend: Backend) {}
 
-  /** a buffer holding `data` */
-  put(data: Float32Array | Int32Array): DeviceBuffer {
+  /** a buffer holding `data` (32-bit words, or 16-bit storage types) */
+  put(data: Float32Array | Int32Array | Uint16Array | Float16Array): DeviceBuffer {
     const b = this.backend.alloc(Math.max(4, data.byteLength));
     this.buffers.push(b);
     this.backend.upload(b, data);
@@ -39,6 +39,13 @@ export class DeviceArena {
 
   ints(b: DeviceBuffer, n = b.bytes / 4): Int32Array {
     const out = new Int32Array(n);
+    this.backend.synchronize();
+    this.backend.download(b, out);
+    return out;
+  }
+
+  bytes(b: DeviceBuffer, n = b.bytes): Uint8Array {
+    const out = new Uint8Array(n);
     this.backend.synchronize();
     this.backend.download(b, out);
     return out;

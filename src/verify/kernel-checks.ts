@@ -6,12 +6,14 @@
 import type { Backend } from "../backends/backend.ts";
 import { DTYPES } from "../ops.ts";
 import { DeviceArena } from "./arena.ts";
+import { BATCH_DTYPE_CASES } from "./batch-checks.ts";
 import { maxRelativeError, randomFloats } from "./compare.ts";
+import { expectedArgmax, KERNEL_TOLERANCE, Pair, stateAt, type KernelCase } from "./kernel-case.ts";
+
+export { expectedArgmax, KERNEL_TOLERANCE, type KernelCase };
 
 /** fp32 weights and cache (cuda/ops.h storage types) */
 const F32 = DTYPES.f32;
-
-export const KERNEL_TOLERANCE = 1e-4;
 
 export interface KernelRow {
   kernel: string;
@@ -22,72 +24,6 @@ export interface KernelRow {
   repeatable: boolean | null;
   ok: boolean;
 }
-
-type Input = Float32Array | Int32Array;
-type Pointers = Record<string, number>;
-
-/** Room for the partials of every case's shapes (cuda/ops.h op_partials_bytes). */
-const CASE_PARTIALS = { maxIn: 8192, maxOut: 8192, V: 65536 };
-
-/**
- * The same op on two backends: inputs uploaded, outputs (name → words) poisoned, results downloaded. Every run
- * gets a zeroed partials buffer (`partials` among its pointers).
- */
-class Pair {
-  readonly device: DeviceArena;
-  readonly cpu: DeviceArena;
-  /** the device's outputs of this case, by name, in the order produced */
-  readonly deviceOutputs: Array<[string, Float32Array | Int32Array]> = [];
-  constructor(device: Backend, cpu: Backend) {
-    this.device = new DeviceArena(device);
-    this.cpu = new DeviceArena(cpu);
-  }
-
-  /** A zeroed partials buffer on `arena`'s backend. */
-  partials(arena: DeviceArena): number {
-    const { maxIn, maxOut, V } = CASE_PARTIALS;
-    return arena.zeroed(Math.max(1, arena.backend.partialsBytes(1, maxIn, maxOut, V) / 4)).ptr;
-  }
-
-  /** Keeps a device result for the bit-for-bit comparison of two runs. */
-  note(name: string, data: Float32Array | Int32Array): void {
-    this.deviceOutputs.push([name, data]);
-  }
-
-  private runOn(arena: DeviceArena, inputs: Record<string, Input>, outputs: Record<string, number>, inOut: string[],
-                run: (b: Backend, p: Pointers) => void) {
-    const p: Pointers = { partials: this.partials(arena) };
-    const given = Object.fromEntries(Object.entries(inputs).map(([name, data]) => [name, arena.put(data)]));
-    for (const [name, b] of Object.entries(given)) p[name] = b.ptr;
-    const out = Object.fromEntries(Object.entries(outputs).map(([name, words]) => [name, arena.poisoned(words)]));
-    for (const [name, b] of Object.entries(out)) p[name] = b.ptr;
-    run(arena.backend, p);
-    const read = { ...out, ...Object.fromEntries(inOut.map((name) => [name, given[name]!])) };
-    return Object.fromEntries(Object.entries(read).map(([name, b]) => [name, arena.floats(b)]));
-  }
-
-  /** max relative error of the device's outputs (and the inputs named in inOut, which the op updates) against the CPU's */
-  compare(inputs: Record<string, Input>, outputs: Record<string, number>, run: (b: Backend, p: Pointers) => void, inOut: string[] = []): number {
-    const got = this.runOn(this.device, inputs, outputs, inOut, run);
-    for (const [name, data] of Object.entries(got)) this.note(name, data);
-    const want = this.runOn(this.cpu, inputs, outputs, inOut, run);
-    return Math.max(...Object.keys(got).map((name) => maxRelativeError(got[name]!, want[name]!)));
-  }
-
-  release(): void {
-    this.device.release();
-    this.cpu.release();
-  }
-}
-
-const stateAt = (pos: number) => Int32Array.of(pos, 0, 0, 0);
-
-export interface KernelCase {
-  kernel: string;
-  shape: string;
-  run(pair: Pair, seed: number): number;
-}
-export type { Pair };
 
 const embedCases = ([[1, 768], [4, 128], [3, 1600], [2, 130]] as const).map(([T, C]): KernelCase => ({
   kernel: "embed", shape: `T=${T} C=${C}`,
@@ -174,13 +110,6 @@ function argmaxLogits(V: number, seed: number, pattern: ArgmaxPattern): Float32A
   }
   if (pattern === "all-nan") logits.fill(NaN); // the token is 0
   return logits;
-}
-
-/** The next token cuda/ops.h specifies: the lowest index of the largest non-NaN logit, 0 when all are NaN. */
-export function expectedArgmax(logits: ArrayLike<number>): number {
-  let best = -1;
-  for (let v = 0; v < logits.length; v++) if (best < 0 ? logits[v]! >= -Infinity : logits[v]! > logits[best]!) best = v;
-  return Math.max(best, 0);
 }
 
 /** argmax: seq and state must match the CPU's and the rule exactly (error 0 or ∞). */
@@ -291,7 +220,7 @@ const lnLmHeadArgmaxCases = ([[768, 50257, 5, 1024], [128, 1001, 63, 64], [130, 
 export const KERNEL_CASES: KernelCase[] = [
   ...embedCases, ...layernormCases, ...linearCases, ...elementwiseCases, geluTail, residualInPlace, ...lmHeadCases, ...argmaxCases,
   ...ATTENTION_SHAPES.map(([T, pos, C, H, maxCtx]) => attentionCase(T, pos, C, H, maxCtx)),
-  ...lnQkvCases, ...lnLinearGeluCases, ...linearResidualCases, ...lnLmHeadArgmaxCases,
+  ...lnQkvCases, ...lnLinearGeluCases, ...linearResidualCases, ...lnLmHeadArgmaxCases, ...BATCH_DTYPE_CASES,
 ];
 
 const sameBits = (a: Array<[string, Float32Array | Int32Array]>, b: Array<[string, Float32Array | Int32Array]>) =>

@@ -1,34 +1,39 @@
 // The kernel model's inputs for a decode step, from what the code itself says: the plan's ops and their
-// work (src/ops.ts), each launch's grid and block as the C launchers choose them (captured, not run), and the
-// SASS facts of each kernel (loads in flight, registers, loads issued before the wait). Everything built from
-// them is a prediction (src/profile/kernel-model.ts).
+// work (src/ops.ts: bytes by storage type, FLOPs by batch), each launch's grid and block as the C launchers choose
+// them (captured, not run), and the SASS facts of the instantiation each op launches (loads in flight, registers,
+// loads issued before the wait, FFMA's share of the instructions). Everything built from them is a prediction
+// (src/profile/kernel-model.ts).
 import type { LaunchShape } from "../backends/backend.ts";
 import type { GPT2Config } from "../model/config.ts";
-import { kernelFamily, namedArgs, type OpFamily } from "../ops.ts";
-import { planShape, type PlanKind, type PlanOp } from "../plan.ts";
+import { dtypeOf, kernelFamily, MAX_BATCH, namedArgs, type DtypeName } from "../ops.ts";
+import { F32_SINGLE, planShape, type PlanKind, type PlanOp, type StepLayout } from "../plan.ts";
 import { predictStep, type GpuModel, type KernelInput, type StepPrediction } from "../profile/kernel-model.ts";
-import type { SassFacts } from "./sass-checks.ts";
+import { elementType, storageKernel, weightKernel, type SassFacts } from "./sass-checks.ts";
 
-/** cuda/linear.cu kMatvecRowsPerThread: weight rows (16-byte loads) per matvec thread. */
-const MATVEC_ROWS_PER_THREAD = 8;
-/** cuda/lm_head.cu kLmHeadVecPerLane: float4 of a vocabulary row per lane at a time. */
-const LM_HEAD_VEC_PER_LANE = 8;
+/** cuda/linear.cu kMatvecLoads: weight rows (16-byte loads) per matvec thread. */
+const MATVEC_LOADS = 8;
+/** cuda/lm_head.cu: vocabulary rows per warp, and chunks (16-byte loads) of each per lane and batch. */
+const LM_HEAD_ROWS_PER_WARP = 4, LM_HEAD_CHUNKS_PER_BATCH = 2;
 /** cuda/attention.cu: keys per chunk, threads per block, threads per key. */
 const ATTN_KEYS_PER_CHUNK = 64, ATTN_THREADS = 256, ATTN_LANES_PER_KEY = 4;
-const FLOATS_PER_LOAD = 4, WARP = 32;
+const LOAD_BYTES = 16, WARP = 32;
+const DTYPE_SIZES: Record<DtypeName, number> = { f32: 4, bf16: 2, f16: 2 };
+/** Elements of a storage type per 16-byte load. */
+const perLoad = (dtype: DtypeName) => LOAD_BYTES / DTYPE_SIZES[dtype];
 
 /** 16-byte loads a thread of this op's kernel has for its arguments (the SASS may hold more, predicated off). */
 export function activeLoads(op: PlanOp): number {
   switch (op.family) {
     case "linear": case "linear_residual": case "ln_qkv": case "ln_linear_gelu":
-      return MATVEC_ROWS_PER_THREAD;
+      return MATVEC_LOADS;
     case "lm_head": case "ln_lm_head_argmax": {
-      const { C } = namedArgs(op.family, op.args);
-      return Math.min(LM_HEAD_VEC_PER_LANE, Math.ceil(C / FLOATS_PER_LOAD / WARP));
+      const { C, wdtype } = namedArgs(op.family, op.args);
+      const chunksPerLane = Math.ceil(C / perLoad(dtypeOf(wdtype)) / WARP);
+      return LM_HEAD_ROWS_PER_WARP * Math.min(LM_HEAD_CHUNKS_PER_BATCH, chunksPerLane);
     }
     case "attention": {
-      const { C, n_head } = namedArgs("attention", op.args);
-      const units = C / n_head / FLOATS_PER_LOAD;
+      const { C, n_head, kvdtype } = namedArgs("attention", op.args);
+      const units = C / n_head / perLoad(dtypeOf(kvdtype));
       const parts = Math.floor(ATTN_THREADS / units);
       return Math.ceil(units / ATTN_LANES_PER_KEY) + Math.ceil(ATTN_KEYS_PER_CHUNK / parts);
     }
@@ -39,11 +44,31 @@ export function activeLoads(op: PlanOp): number {
   }
 }
 
-/** The SASS facts of the kernel an op of `family` launches at T = 1 (its float4 instantiation, the matvec). */
-export function factsFor(family: OpFamily, sass: readonly SassFacts[]): SassFacts | undefined {
-  const mine = sass.filter((f) => kernelFamily(f.kernel) === family);
-  const vec4 = mine.filter((f) => f.kernel.endsWith("<4>"));
-  return vec4.find((f) => f.kernel.includes("matvec")) ?? vec4[0] ?? mine[0];
+/** The kernel the launchers pick for an op on 16-byte-aligned buffers (every pointer of planShape is 0). */
+export function kernelOf(op: PlanOp): string | null {
+  switch (op.family) {
+    case "linear": {
+      const { rows, wdtype } = namedArgs("linear", op.args);
+      return rows > MAX_BATCH ? `linear_tiled_kernel<${elementType(dtypeOf(wdtype))}>` : weightKernel("linear", dtypeOf(wdtype), rows);
+    }
+    case "ln_qkv": case "ln_linear_gelu": case "linear_residual": case "lm_head": case "ln_lm_head_argmax": {
+      const { B, wdtype } = namedArgs(op.family, op.args) as { B: number; wdtype: number };
+      return weightKernel(op.family, dtypeOf(wdtype), B);
+    }
+    case "attention": case "kv_append": {
+      const { kvdtype } = namedArgs(op.family, op.args) as { kvdtype: number };
+      return storageKernel(`${op.family}_kernel`, dtypeOf(kvdtype));
+    }
+    case "embed": return storageKernel("embed_kernel", dtypeOf(namedArgs("embed", op.args).wdtype));
+    case "argmax": case "layernorm": return `${op.family}_kernel<4>`;
+    case "gelu": case "residual": return `${op.family}_kernel`;
+  }
+}
+
+/** The SASS facts of the kernel an op launches (kernelOf), else of any kernel of its family. */
+export function factsFor(op: PlanOp, sass: readonly SassFacts[]): SassFacts | undefined {
+  const name = kernelOf(op);
+  return sass.find((f) => f.kernel === name) ?? sass.find((f) => kernelFamily(f.kernel) === op.family);
 }
 
 /** Registers assumed for a kernel whose SASS was not read. */
@@ -55,7 +80,7 @@ export function kernelInputs(ops: readonly PlanOp[], context: number, shapes: re
   return ops.map((op, i) => {
     const { grid, block } = shapes[i]!;
     const work = op.work(context);
-    const facts = sass ? factsFor(op.family, sass) : undefined;
+    const facts = sass ? factsFor(op, sass) : undefined;
     const active = activeLoads(op);
     return {
       label: op.label,
@@ -67,6 +92,7 @@ export function kernelInputs(ops: readonly PlanOp[], context: number, shapes: re
       registers: facts?.registers ?? UNREAD_REGISTERS,
       loadsInFlight: Math.min(active, facts?.wideLoadsInFlight ?? active),
       prefetches: (facts?.wideLoadsBeforeWait ?? 0) > 0,
+      fmaShare: facts?.fmaShare ?? 1,
     };
   });
 }
@@ -74,8 +100,8 @@ export function kernelInputs(ops: readonly PlanOp[], context: number, shapes: re
 /** A decode step's prediction for a GPU, from the plan, its launch shapes (shapesOf) and the SASS facts. */
 export function predictDecodeStep(
   config: GPT2Config, plan: PlanKind, context: number, gpu: GpuModel,
-  shapesOf: (ops: PlanOp[]) => LaunchShape[], sass: readonly SassFacts[] | null,
+  shapesOf: (ops: PlanOp[]) => LaunchShape[], sass: readonly SassFacts[] | null, layout: StepLayout = F32_SINGLE,
 ): StepPrediction {
-  const ops = planShape(config, 1, plan);
+  const ops = planShape(config, 1, plan, layout);
   return predictStep(kernelInputs(ops, context, shapesOf(ops), sass), gpu);
 }
