@@ -1,16 +1,20 @@
-// The kernel model's prediction beside each measured cached point (profile on a GPU the model knows): built
+// The kernel model's prediction beside each measured cached step (profile on a GPU the model knows): built
 // here from the emulator's launchers (the same C launchers as the GPU's), and checked against the schema.
 import { afterAll, describe, expect, test } from "bun:test";
 
 import { CudaBackend } from "../src/backends/cuda.ts";
 import { PRESETS } from "../src/model/config.ts";
-import { encodePlan } from "../src/plan.ts";
-import { buildPredictions, gpuModelFor } from "../src/profile/predictions.ts";
+import type { DtypeName } from "../src/ops.ts";
+import { encodePlan, type PlanOp } from "../src/plan.ts";
+import { buildPredictions, gpuModelFor, measuredSteps } from "../src/profile/predictions.ts";
 import { validateSummary } from "../src/report/schema.ts";
 import { syntheticSummary } from "./helpers/synthetic-profile.ts";
 
 const emu = CudaBackend.open({ emulated: true });
 afterAll(() => emu.close());
+const shapesOf = (ops: PlanOp[]) => emu.kernels.launchShapes(encodePlan(ops));
+const assumed = { facts: null, note: "assumed" };
+const f32 = { dtype: "f32", kv_dtype: "f32", batch: 1 } as const;
 
 describe("the kernel model beside the measurements", () => {
   test("a GPU is modelled by its name; other devices are not", () => {
@@ -23,8 +27,8 @@ describe("the kernel model beside the measurements", () => {
   test("every cached point in a modelled mode gets its predicted step, with a range around it, and validates", () => {
     const summary = syntheticSummary();
     const cached = summary.points.filter((p) => p.mode !== "uncached");
-    const p = buildPredictions("h200", PRESETS.gpt2!, "fused", summary.points, (ops) => emu.kernels.launchShapes(encodePlan(ops)), { facts: null, note: "assumed" });
-    expect(p.points.map((q) => [q.mode, q.context])).toEqual(cached.map((q) => [q.mode, q.context]));
+    const p = buildPredictions("h200", PRESETS.gpt2!, "fused", measuredSteps(summary.points, f32), shapesOf, assumed);
+    expect(p.points.map((q) => [q.mode, q.context, q.dtype, q.batch])).toEqual(cached.map((q) => [q.mode, q.context, "f32", 1]));
     for (const q of p.points) {
       expect(q.optimistic_ms).toBeLessThanOrEqual(q.predicted_ms);
       expect(q.predicted_ms).toBeLessThanOrEqual(q.pessimistic_ms);
@@ -34,5 +38,16 @@ describe("the kernel model beside the measurements", () => {
     const at = (mode: string) => p.points.find((q) => q.mode === mode && q.context === 32)!.predicted_ms;
     expect(at("graph")).toBeLessThan(at("eager"));
     expect(validateSummary({ ...summary, predictions: p })).toEqual([]);
+  });
+
+  test("every intervention's step is predicted at its own storage types and batch: bf16 halves the bytes, a batch shares the weights", () => {
+    const at = (dtype: DtypeName, batch: number, mode = "graph") => ({ dtype, kv_dtype: dtype, batch, mode, context: 512, measured_ms: 1 });
+    const steps = [at("f32", 1), at("bf16", 1), at("f32", 4), at("f32", 1, "uncached")];
+    const p = buildPredictions("h200", PRESETS.gpt2!, "fused", steps, shapesOf, assumed);
+    expect(p.points.map((q) => [q.dtype, q.batch])).toEqual([["f32", 1], ["bf16", 1], ["f32", 4]]);
+    const [f32One, bf16One, f32Four] = p.points.map((q) => q.predicted_ms) as [number, number, number];
+    expect(bf16One).toBeLessThan(0.75 * f32One);
+    expect(f32Four).toBeGreaterThan(f32One);
+    expect(f32Four).toBeLessThan(2 * f32One);
   });
 });

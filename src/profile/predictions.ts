@@ -1,14 +1,16 @@
 // The kernel model's prediction beside the measurement: on a GPU the model has parameters for, every cached
-// point of the study gets the step time the model predicts for its launch mode (at the working estimates and at
-// both ends of their ranges), so that the first run on the GPU calibrates the model. Predictions, labelled so.
+// point of the study and every intervention's step gets the step time the model predicts for its launch mode,
+// storage types and batch (at the working estimates and at both ends of their ranges), so that the first run
+// on the GPU calibrates the model. Predictions, labelled so.
 import type { LaunchShape } from "../backends/backend.ts";
 import type { GPT2Config } from "../model/config.ts";
 import { disassemble, findCuobjdump } from "../native/sass.ts";
-import type { PlanKind, PlanOp } from "../plan.ts";
+import { DTYPES } from "../ops.ts";
+import type { PlanKind, PlanOp, StepLayout } from "../plan.ts";
 import { predictDecodeStep } from "../verify/prediction.ts";
 import { sassFacts, type SassFacts } from "../verify/sass-checks.ts";
-import { GPU_MODELS, gpuAt, MODEL_MODES, type GpuModel, type GpuName, type ModelMode } from "./kernel-model.ts";
-import type { PredictionsSection, StudyPoint } from "./types.ts";
+import { GPU_MODELS, gpuAt, MODEL_MODES, type GpuModel, type GpuName, type ModelMode, type StepPrediction } from "./kernel-model.ts";
+import type { InterventionConfig, InterventionsSection, PredictionsSection, StudyPoint } from "./types.ts";
 
 /** The model's GPU for a device name ("NVIDIA H200" → h200), or null where the model has none. */
 export function gpuModelFor(deviceName: string): GpuName | null {
@@ -26,26 +28,47 @@ export function librarySass(libraryPath: string): { facts: SassFacts[] | null; n
 
 const isModelled = (mode: string): mode is ModelMode => (MODEL_MODES as readonly string[]).includes(mode);
 
-/** Every measured cached point in a modelled mode, with the model's step time beside it. */
+/** One measured cached step: its launch mode, context, storage types and batch, and its median time. */
+export interface MeasuredStep extends InterventionConfig {
+  mode: string;
+  context: number;
+  measured_ms: number;
+}
+
+/** The study's cached points (its own storage types, one sequence) and every intervention's step, as measured steps. */
+export function measuredSteps(points: readonly StudyPoint[], config: InterventionConfig, interventions?: InterventionsSection): MeasuredStep[] {
+  const study = points.filter((p) => p.mode !== "uncached").map((p) => ({ ...config, batch: 1, mode: p.mode, context: p.context, measured_ms: p.device_ms.median }));
+  const configs = (interventions?.points ?? []).map((p) => ({
+    dtype: p.dtype, kv_dtype: p.kv_dtype, batch: p.batch, mode: interventions!.mode, context: p.context, measured_ms: p.step_ms.median,
+  }));
+  return [...study, ...configs];
+}
+
+/** Every measured step in a modelled mode, with the model's step time at its context, storage types and batch beside it. */
 export function buildPredictions(
-  gpu: GpuName, config: GPT2Config, plan: PlanKind, points: readonly StudyPoint[], shapesOf: (ops: PlanOp[]) => LaunchShape[],
+  gpu: GpuName, config: GPT2Config, plan: PlanKind, measured: readonly MeasuredStep[], shapesOf: (ops: PlanOp[]) => LaunchShape[],
   sass: { facts: SassFacts[] | null; note: string },
 ): PredictionsSection {
   const model: GpuModel = GPU_MODELS[gpu];
-  const contexts = [...new Set(points.map((p) => p.context))];
-  const steps = new Map(contexts.map((context) => {
-    const at = (m: GpuModel) => predictDecodeStep(config, plan, context, m, shapesOf, sass.facts);
-    return [context, { mid: at(model), fast: at(gpuAt(model, "optimistic")), slow: at(gpuAt(model, "pessimistic")) }];
-  }));
-  const rows = points.flatMap((p) => {
-    if (!isModelled(p.mode)) return [];
-    const step = steps.get(p.context)!;
-    const predicted = step.mid.modes[p.mode];
+  const cache = new Map<string, Record<"mid" | "fast" | "slow", StepPrediction>>();
+  const stepAt = (m: MeasuredStep) => {
+    const key = `${m.context} ${m.dtype} ${m.kv_dtype} ${m.batch}`;
+    if (!cache.has(key)) {
+      const layout: StepLayout = { batch: m.batch, dtypes: { weights: DTYPES[m.dtype], kv: DTYPES[m.kv_dtype] } };
+      const at = (g: GpuModel) => predictDecodeStep(config, plan, m.context, g, shapesOf, sass.facts, layout);
+      cache.set(key, { mid: at(model), fast: at(gpuAt(model, "optimistic")), slow: at(gpuAt(model, "pessimistic")) });
+    }
+    return cache.get(key)!;
+  };
+  const rows = measured.flatMap((m) => {
+    if (!isModelled(m.mode)) return [];
+    const step = stepAt(m);
+    const predicted = step.mid.modes[m.mode];
     if (predicted === null) return [];
     return [{
-      mode: p.mode, context: p.context, measured_ms: p.device_ms.median,
-      predicted_ms: predicted / 1e3, optimistic_ms: step.fast.modes[p.mode]! / 1e3, pessimistic_ms: step.slow.modes[p.mode]! / 1e3,
-      measured_over_predicted: p.device_ms.median / (predicted / 1e3),
+      mode: m.mode, context: m.context, dtype: m.dtype, kv_dtype: m.kv_dtype, batch: m.batch, measured_ms: m.measured_ms,
+      predicted_ms: predicted / 1e3, optimistic_ms: step.fast.modes[m.mode]! / 1e3, pessimistic_ms: step.slow.modes[m.mode]! / 1e3,
+      measured_over_predicted: m.measured_ms / (predicted / 1e3),
     }];
   });
   return { gpu: model.name, how: `kernel model (src/profile/kernel-model.ts), launch shapes from the library's launchers, ${sass.note}`, points: rows };

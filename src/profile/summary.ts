@@ -14,7 +14,7 @@ import { summarize } from "../stats.ts";
 import { buildBreakdown, familyMsPerStep, medianSplit, stepsOf } from "./aggregate.ts";
 import { buildInterventions } from "./interventions-summary.ts";
 import { buildPeersSection } from "./peers-summary.ts";
-import { buildPredictions, gpuModelFor, librarySass } from "./predictions.ts";
+import { buildPredictions, gpuModelFor, librarySass, measuredSteps, type MeasuredStep } from "./predictions.ts";
 import type { Measured, StudyOptions, StudyResult } from "./study.ts";
 import { SCHEMA_VERSION, type KernelRegime, type PeersSection, type PredictionsSection, type ProfileSummary, type SeedRow, type StepTrace, type StudyMode, type StudyPoint } from "./types.ts";
 import { launchVerdict, modeSplitOf, splitVerdicts, studyVerdicts, uncachedBaselineVerdict } from "./verdicts.ts";
@@ -87,12 +87,12 @@ export function seedTable(cfg: GPT2Config, points: StudyPoint[], contexts: numbe
 }
 
 /** The peers against the project's fastest cached mode at each context and the memory floor (bytes at the measured bandwidth). */
-/** On a GPU the kernel model has parameters for, its prediction beside every cached point (fp32 weights: what the model covers). */
-function predictionsOf(backend: Backend, cfg: GPT2Config, opts: StudyOptions, points: StudyPoint[]): PredictionsSection | undefined {
+/** On a GPU the kernel model has parameters for, its prediction beside every measured cached step. */
+function predictionsOf(backend: Backend, cfg: GPT2Config, plan: PlanKind, measured: MeasuredStep[]): PredictionsSection | undefined {
   const gpu = gpuModelFor(backend.deviceName);
   const kernels = backend.kernels;
-  if (!gpu || !kernels || opts.placement.weights !== "f32" || opts.placement.kv !== "f32") return undefined;
-  return buildPredictions(gpu, cfg, opts.plan, points, (ops) => kernels.launchShapes(encodePlan(ops)), librarySass(kernels.libraryPath));
+  if (!gpu || !kernels) return undefined;
+  return buildPredictions(gpu, cfg, plan, measured, (ops) => kernels.launchShapes(encodePlan(ops)), librarySass(kernels.libraryPath));
 }
 
 function interventionsMethod(opts: StudyOptions): string {
@@ -154,10 +154,10 @@ export function buildSummary(args: {
     for (const s of v.sentences) here.find((p) => p.mode === s.mode)!.split!.verdict = s.sentence;
   }
   const seed = seedTable(cfg, points, opts.contexts);
-  const predictions = predictionsOf(backend, cfg, opts, points);
   const interventions = result.interventions && opts.interventions
     ? buildInterventions(cfg, opts.plan, result.interventions, opts.interventions.mode.name, peaks, points, interventionsMethod(opts), { dtype, kv: kv_dtype })
     : undefined;
+  const predictions = predictionsOf(backend, cfg, opts.plan, measuredSteps(points, { dtype, kv_dtype, batch: 1 }, interventions));
   const overheads = result.measured.flatMap((m) => (m.tracing_overhead === null ? [] : [m.tracing_overhead]));
   return {
     schema_version: SCHEMA_VERSION,

@@ -113,7 +113,7 @@ export interface DeviceDescription extends BackendDescription {
 
 /**
  * summary.json's layout version (2: per-mode results keyed by launch mode name; 3: settings.plan;
- * 4: storage types and batches — settings.dtype/kv_dtype, model.dtype, interventions).
+ * 4: storage types and batches — settings.dtype/kv_dtype, model.dtype, interventions, predictions per configuration).
  */
 export const SCHEMA_VERSION = 4;
 
@@ -149,7 +149,8 @@ export interface ProfileSummary {
 export interface PredictionsSection {
   gpu: string;
   how: string;
-  points: {
+  /** the study's cached points (its storage types, one sequence), then every intervention's step */
+  points: (InterventionConfig & {
     mode: string;
     context: number;
     measured_ms: number;
@@ -158,7 +159,7 @@ export interface PredictionsSection {
     optimistic_ms: number;
     pessimistic_ms: number;
     measured_over_predicted: number;
-  }[];
+  })[];
 }
 
 // ---- interventions: bytes (storage types) and batch, the floor attributed by experiment -----------

@@ -254,7 +254,7 @@ export const PROFILE_SUMMARY_SCHEMA = {
       points: {
         type: "array",
         items: object({
-          mode: text, context: count, measured_ms: nonNegative, predicted_ms: nonNegative, optimistic_ms: nonNegative, pessimistic_ms: nonNegative,
+          mode: text, context: count, ...interventionConfig, measured_ms: nonNegative, predicted_ms: nonNegative, optimistic_ms: nonNegative, pessimistic_ms: nonNegative,
           measured_over_predicted: nonNegative,
         }),
       },

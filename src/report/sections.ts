@@ -307,13 +307,15 @@ export function predictionsTable(s: ProfileSummary): TableData {
     columns: [
       { header: "mode" },
       { header: "context (tokens)" },
+      { header: "weights · cache" },
+      { header: "batch" },
       { header: "measured (ms)", format: ms3 },
       { header: "PREDICTED (ms)", format: ms3 },
       { header: "predicted range (ms)", align: "right" },
       { header: "measured ÷ predicted", format: fixed(2) },
     ],
     rows: (s.predictions?.points ?? []).map((p) => [
-      p.mode, p.context, p.measured_ms, p.predicted_ms, `${p.optimistic_ms.toFixed(3)}–${p.pessimistic_ms.toFixed(3)}`, p.measured_over_predicted,
+      p.mode, p.context, `${p.dtype} · ${p.kv_dtype}`, p.batch, p.measured_ms, p.predicted_ms, `${p.optimistic_ms.toFixed(3)}–${p.pessimistic_ms.toFixed(3)}`, p.measured_over_predicted,
     ]),
   };
 }
