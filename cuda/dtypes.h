@@ -1,8 +1,11 @@
 // Storage types of the weights and the KV cache (cuda/ops.h): DTYPE_F32, DTYPE_BF16, DTYPE_F16 as the element
 // types float, __nv_bfloat16, __half. Kernels are templated on the element type W; a load keeps the bits packed
 // in registers (a 16-byte access holds 4 floats or 8 halves) and each element is widened, exactly, where it is
-// used; a store rounds fp32 values to nearest even (__float2bfloat16_rn, __float2half_rn). Like cols.h, every
-// load goes through L2 (__ldcg).
+// used; a store rounds fp32 values to nearest even (__float2bfloat16_rn, __float2half_rn), bit for bit as
+// src/model/dtypes.ts and the CPU twins do for every number; a NaN stays a NaN, but these intrinsics write the
+// canonical one (sign and payload dropped) where the twins keep them, so NaN bits are not compared (a NaN in a
+// step is an error anyway: the generation stops at the first non-finite op). Like cols.h, every load goes
+// through L2 (__ldcg).
 #pragma once
 #include <stdint.h>
 

@@ -290,7 +290,8 @@ template <bool kFused, typename W, int kRows> LmHeadKernel lm_head_kernel_of() {
   if constexpr (kFused) return ln_lm_head_argmax_kernel<W, kVecOf<W>, kRows>;
   else return lm_head_kernel<W, kVecOf<W>, kRows>;
 }
-// The instantiation for `rows` sequences: 1, 2, 4 or MAX_BATCH accumulated (the fewest that hold them).
+// Rows of x the instantiation for `rows` sequences accumulates: 1, 2, 4 or MAX_BATCH (the fewest that hold them).
+static int lm_head_bucket(int rows) { return rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : kLmHeadMaxRows; }
 template <bool kFused, typename W> LmHeadKernel pick_lm_head(int rows) {
   if (rows <= 1) return lm_head_kernel_of<kFused, W, 1>();
   if (rows <= 2) return lm_head_kernel_of<kFused, W, 2>();
@@ -304,8 +305,13 @@ static int lm_head_blocks(int V, int rows) {
   return min(ceil_div(V, kLmHeadWarps * kLmHeadRowsPerWarp), rt_sm_count() * lm_head_min_blocks(rows));
 }
 
-// Sequences per launch: as many as fit the staged x (C <= kLmHeadMaxFloats), at most 8.
-static int lm_head_rows_per_launch(int C) { return std::min(kLmHeadMaxRows, kLmHeadMaxFloats / C); }
+// Sequences per launch: the largest instantiation (1, 2, 4 or 8 rows) whose staged x fits kLmHeadMaxFloats, since
+// the kernel reads kRows rows of x however many hold sequences (C = 1600: 4 per launch, not 5 in an 8-row kernel).
+static int lm_head_rows_per_launch(int C) {
+  int rows = kLmHeadMaxRows;
+  while (rows > 1 && rows * C > kLmHeadMaxFloats) rows /= 2;
+  return rows;
+}
 
 // One launch per group of sequences that fits (one for GPT-2 small's C = 768 up to 8 sequences); `a` holds the
 // whole batch's pointers and B in a.rows.
@@ -321,6 +327,7 @@ template <bool kFused> static void launch_lm_head(LmHeadArgs a, int wdtype) {
       g.logits = a.logits + (size_t)s0 * a.V;
       g.x = a.x + (size_t)s0 * a.x_stride;
       if (kFused) g.seq = a.seq + (size_t)s0 * (a.max_ctx + 1), g.state = a.state + s0 * STATE_INTS;
+      if (rt_reject_unless(lm_head_bucket(g.rows) * a.C <= kLmHeadMaxFloats)) return;  // x's rows the kernel reads fit
       const LmHeadKernel kernel = pick_lm_head<kFused, W>(g.rows);
       LAUNCH(kernel, lm_head_blocks(a.V, g.rows), kLmHeadThreads, g, rt_overlapped());
     }

@@ -52,10 +52,14 @@ pack() {
 }
 
 # The hot kernels' SASS, as the device's own cuobjdump reads the library there.
-dump_sass() {
+find_cuobjdump() {
   local tool=${CUDA_HOME}/bin/cuobjdump
   [[ -x $tool ]] || tool=$(command -v cuobjdump) || tool=../shared/cuda-binutils/cuobjdump
-  [[ -x $tool ]] || { echo "no cuobjdump"; return 1; }
+  [[ -x $tool ]] && echo "$tool"
+}
+dump_sass() {
+  local tool
+  tool=$(find_cuobjdump) || { echo "no cuobjdump (\$CUDA_HOME/bin, PATH, ../shared/cuda-binutils)"; return 1; }
   "$tool" -sass build/libgpt2_cuda.so | awk -v re="$HOT_KERNELS" '/Function :/ { keep = ($0 ~ re) } keep' | gzip -9 > "$OUT/sass.txt.gz"
   echo "hot kernels' SASS: $(gzip -dc "$OUT/sass.txt.gz" | grep -c 'Function :') functions → sass.txt.gz"
 }
@@ -107,9 +111,13 @@ run() {
   else
     step "build" "$log" 150 "$bun" "$app/build.$ext" cuda cupti cpu
   fi
-  export -f dump_sass
+  export -f find_cuobjdump dump_sass
   export HOT_KERNELS OUT CUDA_HOME
-  [[ -f build/libgpt2_cuda.so ]] && step "sass" "$log" 30 bash -c dump_sass
+  if [[ ${REHEARSE:-} && -f build/libgpt2_cuda.so ]] && ! find_cuobjdump >/dev/null; then
+    step "sass" "$log" 5 echo "sass: not rehearsed (no cuobjdump here: \$CUDA_HOME/bin, PATH, ../shared/cuda-binutils)"
+  elif [[ -f build/libgpt2_cuda.so ]]; then
+    step "sass" "$log" 30 bash -c dump_sass
+  fi
   if [[ ${REHEARSE:-} ]]; then
     step "verify" "$OUT/verify.log" 5 echo "verify: not rehearsed (minutes on the emulator: bun run verify --backend emu runs it)"
   else

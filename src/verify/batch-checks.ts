@@ -338,7 +338,7 @@ const lnQkvSpec = ([C, maxCtx]: number[], w: DtypeName, kv: DtypeName): BatchSpe
   },
 });
 
-/** fp32 values where rounding is delicate: ties both ways, f16's subnormals and overflow, bf16's ties, -0. */
+/** fp32 numbers where rounding is delicate: ties both ways, f16's subnormals and overflow, bf16's ties, -0 (no NaN: cuda/dtypes.h). */
 export function roundingEdges(): Float32Array {
   // half an ulp of 1 is 2^-11 in f16, 2^-8 in bf16: 1 + that ties down to even, 1 + 3 x that up
   const edges = [
@@ -375,7 +375,7 @@ export const BATCH_DTYPE_CASES: KernelCase[] = [
   ...weightCases([[320, 136], [96, 101]], linearSpec),
   ...weightCases([[320, 264], [90, 70]], lnLinearGeluSpec),
   ...weightCases([[520, 96], [96, 101]], linearResidualSpec),
-  // C = 1600: the staged rows of 5 sequences fill the LM head's shared memory, so 8 take two launches
+  // C = 1600: 4 sequences' rows fit the LM head's shared memory (a 4-row kernel reads 4), so 8 take two launches
   ...weightCases([[2, 136, 1001], [1, 130, 517], [1, 1600, 517]], lmHeadSpec),
   ...weightCases([[136, 1001], [1600, 517]], lnLmHeadArgmaxSpec),
   ...[[1001, 1], [4096, 2]].flatMap((shape) => BATCHES.map((B) => batchCase(argmaxSpec(shape), B, "fp32 logits"))),
