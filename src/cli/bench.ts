@@ -137,12 +137,18 @@ async function benchContention(session: Session, threads: number, steps: number)
   line(`slowdown ${(l.median / q.median).toFixed(2)}× (median), ${(l.p90 / q.median).toFixed(2)}× (p90)`);
 }
 
-/** Best-of-`PREFILL_REPEATS` ms of each of `runs`, called in turn (so a drift of the machine hits all alike), after a warm-up call each. */
+/**
+ * Best-of-`PREFILL_REPEATS` ms of each of `runs`, called in turn (so a drift of the machine hits all alike). Each
+ * timed call follows an untimed one of the same run, so that every library is timed with its threads running,
+ * as in a prefill's run of ops: OpenBLAS's threads spin for a long while after a call, ours sleep after 20 µs,
+ * and on this VM a thread that slept through the other library's call was measured to take up to ~10 ms to get
+ * its idle vCPU back, as long as the whole 1000 × 768 → 768 product (ours timed cold: 2.2× OpenBLAS's time).
+ */
 function bestMs(...runs: Array<() => void>): number[] {
-  for (const run of runs) run();
   const best = runs.map(() => Infinity);
   for (let i = 0; i < PREFILL_REPEATS; i++) {
     runs.forEach((run, k) => {
+      run();
       const t0 = nowMs();
       run();
       best[k] = Math.min(best[k]!, nowMs() - t0);
@@ -164,7 +170,7 @@ async function benchPrefill(backend: CpuBackend, cfg: GPT2Config): Promise<void>
   };
   const inp = floats(maxT * 4 * C), weight = floats(4 * C * C), bias = floats(4 * C), out = floats(maxT * 4 * C);
   line(`\nprefill — the many-rows linear (out = inp @ W + b, fp32) on GPT-2 small's shapes (goal ≤ 1.3× OpenBLAS sgemm)`);
-  line(`FMA peak: ${(peak / 1e9).toFixed(1)} GFLOP/s (${backend.threads} threads, best of ${FP32_PEAK_PASSES} passes); times are best of ${PREFILL_REPEATS}, ours and OpenBLAS's in turn, after a warm-up`);
+  line(`FMA peak: ${(peak / 1e9).toFixed(1)} GFLOP/s (${backend.threads} threads, best of ${FP32_PEAK_PASSES} passes); times are best of ${PREFILL_REPEATS}, ours and OpenBLAS's in turn, each timed call right after an untimed one`);
   line(`OpenBLAS: ${"missing" in blas ? `absent — ${blas.missing}` : blas.config}`);
   line(`shape                   ours GFLOP/s  % peak  OpenBLAS GFLOP/s  ours ÷ OpenBLAS time`);
   for (const T of PREFILL_ROWS) {
