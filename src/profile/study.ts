@@ -171,7 +171,10 @@ export class Study {
   /**
    * Every mode at one context, interleaved step by step with the peers' subjects: warm-up steps for each,
    * then `repeats` rounds of one step per mode and per subject (A B C A B C …), so that drift on a shared
-   * machine hits all of them alike. The cache holds `context` tokens of the same prompt for every mode.
+   * machine hits all of them alike. The cache holds `context` tokens of the same prompt for every mode. With
+   * peers, each timed step follows an untimed one of the same subject: a peer's threads keep spinning after its
+   * step (llama.cpp's, PyTorch's OpenMP) and slowed whichever subject came next — eager by 30% at context 512
+   * in one run, the rest of the study's verdicts following it — while ours slept and woke late on a busy vCPU.
    */
   private async timeContext(context: number, peers: PeerSet | undefined, peerSamples: Map<string, Map<number, number[]>>): Promise<Measured[]> {
     const { repeats, warmup } = this.opts;
@@ -191,13 +194,15 @@ export class Study {
     for (const s of subjects) await peers!.time(s, 0, warmup);
     const samples = modes.map((): TimedStep[] => []);
     const peerMs = new Map(subjects.map((s) => [s.id, [] as number[]]));
+    const settle = subjects.length > 0;
     for (let r = 0; r < repeats; r++) {
       for (let i = 0; i < modes.length; i++) {
+        if (settle) await timeOne(i);
         samples[i]!.push(await timeOne(i));
         // the logits this mode's last step left: every mode shares the buffer, so each is checked in its turn
         if (r === repeats - 1) this.session.checkLogits(`of the ${modes[i]} step at context ${context}`, steps[i]!.rows, steps[i]!.before);
       }
-      for (const s of subjects) peerMs.get(s.id)!.push(...((await peers!.time(s, 1)) ?? []));
+      for (const s of subjects) peerMs.get(s.id)!.push(...((await peers!.time(s, 1, 1)) ?? []));
     }
     for (const [id, ms] of peerMs) {
       if (!ms.length) continue;

@@ -189,8 +189,8 @@ export interface InterventionPoint extends InterventionConfig {
 /** What moved the cached step's time, measured: launch mode, bytes, batch. */
 export interface Attribution {
   context: number;
-  /** eager against the fastest launch mode of the study's own configuration */
-  launch: { fastest_mode: string; eager_ms: number; fastest_ms: number; change: number } | null;
+  /** eager against the fastest other launch mode of the study's own configuration; change: the share of eager's step it saved (< 0: slower) */
+  launch: { mode: string; eager_ms: number; mode_ms: number; change: number } | null;
   /** the study's storage type against the one that moves fewest bytes, at batch 1 */
   bytes: { from: DtypeName; to: DtypeName; bytes_ratio: number; time_ratio: number } | null;
   /** the largest batch against batch 1, the study's storage type */

@@ -202,7 +202,7 @@ const interventions = object({
   balance_flop_per_byte: nonNegative,
   attribution: object({
     context: count,
-    launch: { oneOf: [{ type: "null" }, object({ fastest_mode: text, eager_ms: nonNegative, fastest_ms: nonNegative, change: number })] },
+    launch: { oneOf: [{ type: "null" }, object({ mode: text, eager_ms: nonNegative, mode_ms: nonNegative, change: number })] },
     bytes: { oneOf: [{ type: "null" }, object({ from: dtype, to: dtype, bytes_ratio: nonNegative, time_ratio: nonNegative })] },
     batch: {
       oneOf: [{ type: "null" }, object({ batch: count, step_ratio: nonNegative, token_ratio: nonNegative, compute_bound_from: { type: ["integer", "null"] } })],
