@@ -1,7 +1,7 @@
 // `bun run profile` end to end on the CPU backend: every output file, validated; every op traced and the
 // step's split consistent by construction; one clear line for every bad flag; a clean stop on a signal.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -46,6 +46,8 @@ describe("profile --backend cpu on gpt2-tiny", () => {
     const written = JSON.parse(readFileSync(join(dir, OUTPUT_FILES.summary), "utf8"));
     expect(validateSummary(written)).toEqual([]);
     expect(written).toEqual(summary);
+    // the folder gets what mkdir would give it, not the 0700 of the temporary folder it was written in
+    expect(statSync(dir).mode & 0o777).toBe(0o777 & ~process.umask());
   });
 
   test("trace.json is a valid Chrome trace with a host and a device track per mode", () => {

@@ -3,7 +3,7 @@
 // complete (a failure leaves no partial file and no empty directory); a profile run's folder never replaces
 // an earlier run unless asked to (--force), and then only once the new one is complete.
 import {
-  accessSync, closeSync, constants, existsSync, fsyncSync, mkdirSync, mkdtempSync, openSync, readdirSync, renameSync, rmdirSync,
+  accessSync, chmodSync, closeSync, constants, existsSync, fsyncSync, mkdirSync, mkdtempSync, openSync, readdirSync, renameSync, rmdirSync,
   rmSync, statSync, writeSync,
 } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
@@ -150,7 +150,9 @@ export class ProfileOutput {
     let createdParent: string | undefined;
     try {
       createdParent = mkdirSync(parent, { recursive: true });
-      return new ProfileOutput(dir, mkdtempSync(join(parent, `.${basename(dir)}.partial-`)), opts.fresh, createdParent);
+      const staging = mkdtempSync(join(parent, `.${basename(dir)}.partial-`));
+      chmodSync(staging, 0o777 & ~process.umask());  // mkdtemp's 0700, made what mkdir would have given the folder
+      return new ProfileOutput(dir, staging, opts.fresh, createdParent);
     } catch (e) {
       if (createdParent) removeEmptyParents(parent, createdParent);
       throw new UserError(`${shown} cannot be written: ${ioReason(e)}`);
