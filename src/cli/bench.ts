@@ -139,10 +139,11 @@ async function benchContention(session: Session, threads: number, steps: number)
 
 /**
  * Best-of-`PREFILL_REPEATS` ms of each of `runs`, called in turn (so a drift of the machine hits all alike). Each
- * timed call follows an untimed one of the same run, so that every library is timed with its threads running,
- * as in a prefill's run of ops: OpenBLAS's threads spin for a long while after a call, ours sleep after 20 µs,
- * and on this VM a thread that slept through the other library's call was measured to take up to ~10 ms to get
- * its idle vCPU back, as long as the whole 1000 × 768 → 768 product (ours timed cold: 2.2× OpenBLAS's time).
+ * timed call follows an untimed one of the same run, so that every library is timed with its threads awake, as
+ * in a prefill's run of ops: ours sleep 20 µs after a call, and on this VM a thread that slept through the other
+ * library's call took up to ~10 ms to get its vCPU back, as long as the whole 1000 × 768 → 768 product. (OpenBLAS's
+ * threads, which by default spin ~0.1 s after a call and took the vCPUs from ours, are told to sleep at once:
+ * src/native/openblas.ts.)
  */
 function bestMs(...runs: Array<() => void>): number[] {
   const best = runs.map(() => Infinity);
