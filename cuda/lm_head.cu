@@ -290,13 +290,17 @@ template <bool kFused, typename W, int kRows> LmHeadKernel lm_head_kernel_of() {
   if constexpr (kFused) return ln_lm_head_argmax_kernel<W, kVecOf<W>, kRows>;
   else return lm_head_kernel<W, kVecOf<W>, kRows>;
 }
-// Rows of x the instantiation for `rows` sequences accumulates: 1, 2, 4 or MAX_BATCH (the fewest that hold them).
+// The instantiations: 1, 2, 4 and MAX_BATCH rows of x accumulated (halving from MAX_BATCH reaches each of them).
+static_assert(kLmHeadMaxRows == 8, "the LM head is instantiated for 1, 2, 4 and 8 rows");
+// Rows of x the instantiation for `rows` sequences accumulates: the fewest that hold them.
 static int lm_head_bucket(int rows) { return rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : kLmHeadMaxRows; }
 template <bool kFused, typename W> LmHeadKernel pick_lm_head(int rows) {
-  if (rows <= 1) return lm_head_kernel_of<kFused, W, 1>();
-  if (rows <= 2) return lm_head_kernel_of<kFused, W, 2>();
-  if (rows <= 4) return lm_head_kernel_of<kFused, W, 4>();
-  return lm_head_kernel_of<kFused, W, kLmHeadMaxRows>();
+  switch (lm_head_bucket(rows)) {
+    case 1: return lm_head_kernel_of<kFused, W, 1>();
+    case 2: return lm_head_kernel_of<kFused, W, 2>();
+    case 4: return lm_head_kernel_of<kFused, W, 4>();
+    default: return lm_head_kernel_of<kFused, W, kLmHeadMaxRows>();
+  }
 }
 
 // Enough blocks to fill every SM as deep as the instantiation's registers allow, but at least one group of 4 rows
@@ -305,8 +309,8 @@ static int lm_head_blocks(int V, int rows) {
   return min(ceil_div(V, kLmHeadWarps * kLmHeadRowsPerWarp), rt_sm_count() * lm_head_min_blocks(rows));
 }
 
-// Sequences per launch: the largest instantiation (1, 2, 4 or 8 rows) whose staged x fits kLmHeadMaxFloats, since
-// the kernel reads kRows rows of x however many hold sequences (C = 1600: 4 per launch, not 5 in an 8-row kernel).
+// Sequences per launch: the largest instantiation whose staged x fits kLmHeadMaxFloats, since the kernel reads
+// kRows rows of x however many hold sequences (C = 1600: 4 per launch, not 5 in an 8-row kernel).
 static int lm_head_rows_per_launch(int C) {
   int rows = kLmHeadMaxRows;
   while (rows > 1 && rows * C > kLmHeadMaxFloats) rows /= 2;

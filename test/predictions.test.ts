@@ -7,6 +7,7 @@ import { PRESETS } from "../src/model/config.ts";
 import type { DtypeName } from "../src/ops.ts";
 import { encodePlan, type PlanOp } from "../src/plan.ts";
 import { buildPredictions, gpuModelFor, measuredSteps } from "../src/profile/predictions.ts";
+import type { InterventionsSection } from "../src/profile/types.ts";
 import { validateSummary } from "../src/report/schema.ts";
 import { syntheticSummary } from "./helpers/synthetic-profile.ts";
 
@@ -38,6 +39,19 @@ describe("the kernel model beside the measurements", () => {
     const at = (mode: string) => p.points.find((q) => q.mode === mode && q.context === 32)!.predicted_ms;
     expect(at("graph")).toBeLessThan(at("eager"));
     expect(validateSummary({ ...summary, predictions: p })).toEqual([]);
+  });
+
+  test("the interventions' steps join the study's, except the one that repeats the study's own configuration and mode", () => {
+    const summary = syntheticSummary();
+    const step = (dtype: DtypeName, batch: number, context: number, ms: number) => ({ dtype, kv_dtype: dtype, batch, context, step_ms: { median: ms } });
+    const interventions = { mode: "graph", points: [step("f32", 1, 32, 9), step("bf16", 1, 32, 5), step("f32", 4, 32, 12)] } as unknown as InterventionsSection;
+    const steps = measuredSteps(summary.points, f32, interventions);
+    const cached = summary.points.filter((q) => q.mode !== "uncached");
+    expect(steps).toHaveLength(cached.length + 2);
+    expect(steps.slice(cached.length)).toEqual([
+      { dtype: "bf16", kv_dtype: "bf16", batch: 1, mode: "graph", context: 32, measured_ms: 5 },
+      { dtype: "f32", kv_dtype: "f32", batch: 4, mode: "graph", context: 32, measured_ms: 12 },
+    ]);
   });
 
   test("every intervention's step is predicted at its own storage types and batch: bf16 halves the bytes, a batch shares the weights", () => {

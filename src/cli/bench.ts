@@ -140,7 +140,7 @@ async function benchContention(session: Session, threads: number, steps: number)
 /**
  * Best-of-`PREFILL_REPEATS` ms of each of `runs`, called in turn (so a drift of the machine hits all alike). Each
  * timed call follows an untimed one of the same run, so that every library is timed with its threads awake, as
- * in a prefill's run of ops: ours sleep 20 µs after a call, and on this VM a thread that slept through the other
+ * in a prefill's run of ops: ours poll for 20 µs after a call, then sleep, and on this VM a thread that slept through the other
  * library's call took up to ~10 ms to get its vCPU back, as long as the whole 1000 × 768 → 768 product. (OpenBLAS's
  * threads, which by default spin ~0.1 s after a call and took the vCPUs from ours, are told to sleep at once:
  * src/native/openblas.ts.)

@@ -151,7 +151,12 @@ export class ProfileOutput {
     try {
       createdParent = mkdirSync(parent, { recursive: true });
       const staging = mkdtempSync(join(parent, `.${basename(dir)}.partial-`));
-      chmodSync(staging, 0o777 & ~process.umask());  // mkdtemp's 0700, made what mkdir would have given the folder
+      try {
+        chmodSync(staging, 0o777 & ~process.umask()); // mkdtemp's 0700, made what mkdir would have given the folder
+      } catch (e) {
+        rmdirSync(staging);
+        throw e;
+      }
       return new ProfileOutput(dir, staging, opts.fresh, createdParent);
     } catch (e) {
       if (createdParent) removeEmptyParents(parent, createdParent);

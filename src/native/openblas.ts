@@ -30,8 +30,8 @@ export interface OpenBlas {
 }
 
 /**
- * 2^n cycles OpenBLAS's threads spin after a call before they sleep (read when the library loads; its default,
- * 2^28, is ~0.1 s). Spinning on after their call, they took the vCPUs from ours: timed in turn, the median of our
+ * 2^n cycles OpenBLAS's (pthreads build's) threads spin after a call before they sleep (read when the library
+ * loads, clamped to 4..30; its default, 2^28, is ~0.1 s). Spinning on after their call, they took the vCPUs from ours: timed in turn, the median of our
  * 128 × 768 → 3072 product doubled in 22 of 40 tries (0 of 40 at 2^4), while OpenBLAS's own times did not change.
  */
 const THREAD_TIMEOUT_LOG2 = "4";
@@ -41,25 +41,33 @@ const THREAD_TIMEOUT_LOG2 = "4";
  * value there afterwards, or null where no glibc was found to ask.
  */
 function setNativeEnvDefault(name: string, value: string): string | null {
+  let libc;
   try {
-    const libc = dlopen("libc.so.6", {
-      setenv: { args: [ptr, ptr, i32], returns: i32 },
-      getenv: { args: [ptr], returns: FFIType.cstring },
-    });
-    const key = Buffer.from(`${name}\0`);
-    libc.symbols.setenv(key, Buffer.from(`${value}\0`), 0);
-    const now = libc.symbols.getenv(key);
-    libc.close();
-    return now === null ? null : String(now);
+    libc = dlopen("libc.so.6", { setenv: { args: [ptr, ptr, i32], returns: i32 }, getenv: { args: [ptr], returns: FFIType.cstring } });
   } catch {
     return null;
   }
+  try {
+    const key = Buffer.from(`${name}\0`);
+    libc.symbols.setenv(key, Buffer.from(`${value}\0`), 0);
+    const now = libc.symbols.getenv(key);
+    return now === null ? null : String(now);
+  } finally {
+    libc.close();
+  }
+}
+
+/** How OpenBLAS's threads wait after a call, as this process set it up (its config names an OpenMP build). */
+function spinNote(config: string, timeout: string | null): string {
+  if (/USE_OPENMP/.test(config)) return "an OpenMP build: OMP_WAIT_POLICY, not OPENBLAS_THREAD_TIMEOUT, decides how its threads wait";
+  if (timeout === null) return "its threads spin as long as its default says (no glibc found to set OPENBLAS_THREAD_TIMEOUT)";
+  if (timeout === THREAD_TIMEOUT_LOG2) return `OPENBLAS_THREAD_TIMEOUT=${timeout}: its threads sleep right after a call`;
+  return `OPENBLAS_THREAD_TIMEOUT=${timeout}, as set by the user`;
 }
 
 /** OpenBLAS on `threads` threads from the first of `candidates` that loads, or why none did. */
 export function openOpenBlas(threads: number, candidates = CANDIDATES): OpenBlas | { missing: string } {
   const timeout = setNativeEnvDefault("OPENBLAS_THREAD_TIMEOUT", THREAD_TIMEOUT_LOG2);
-  const spin = timeout === null ? "its threads spin as long as its default says" : `OPENBLAS_THREAD_TIMEOUT=${timeout}: its threads spin 2^${timeout} cycles after a call`;
   const tried: string[] = [];
   for (const path of candidates) {
     try {
@@ -70,8 +78,9 @@ export function openOpenBlas(threads: number, candidates = CANDIDATES): OpenBlas
         openblas_get_config(): { toString(): string };
       };
       s.openblas_set_num_threads(threads);
+      const config = s.openblas_get_config().toString().trim();
       return {
-        config: `${s.openblas_get_config().toString().trim()} (${path}; ${spin})`,
+        config: `${config} (${path}; ${spinNote(config, timeout)})`,
         sgemm: (out, a, b, M, N, K) => s.cblas_sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, M, N, K, 1, a, K, b, N, 0, out, N),
         close: () => lib.close(),
       };

@@ -7,7 +7,7 @@ import { DTYPES, type DtypeName } from "../ops.ts";
 import type { PlanKind } from "../plan.ts";
 import type { InterventionSample } from "./interventions.ts";
 import type { Attribution, InterventionPoint, InterventionsSection, StudyPoint } from "./types.ts";
-import { LARGE_SAVING } from "./verdicts.ts";
+import { LARGE_SAVING, NOISE } from "./verdicts.ts";
 import { cachedStepWork, sumWork } from "./work-model.ts";
 
 /** Time within this share of the bytes ratio: the step's time follows its bytes. */
@@ -76,12 +76,18 @@ function attribute(points: InterventionPoint[], studyPoints: StudyPoint[], base:
   return { context, launch, bytes, batch, verdict: attributionVerdict(context, launch, bytes, batch) };
 }
 
+/** What a launch mode did to eager's step, in words: within the noise, a saving, or a cost. */
+function launchEffect(change: number): string {
+  if (Math.abs(change) < NOISE) return `changed it by less than ${pct(NOISE)}`;
+  return change > 0 ? `saved ${pct(change)}` : `cost ${pct(-change)} more`;
+}
+
 function attributionVerdict(context: number, launch: Attribution["launch"], bytes: Attribution["bytes"], batch: Attribution["batch"]): string {
   const parts: string[] = [];
   if (bytes) {
     parts.push(`${bytes.to} ${bytes.bytes_ratio >= 1.9 ? "halved" : `cut by ${ratio(bytes.bytes_ratio)}`} the bytes per step and cut the step ${ratio(bytes.time_ratio)}`);
   }
-  if (launch) parts.push(`${launch.mode} instead of eager ${launch.change >= 0 ? `saved ${pct(launch.change)}` : `cost ${pct(-launch.change)} more`}`);
+  if (launch) parts.push(`${launch.mode} instead of eager ${launchEffect(launch.change)}`);
   if (batch) {
     parts.push(`batch ${batch.batch} cost ${ratio(batch.step_ratio)} a single step (${ratio(batch.token_ratio)} per token)` +
       (batch.compute_bound_from === null ? "" : `, compute-bound by the work model from batch ${batch.compute_bound_from}`));

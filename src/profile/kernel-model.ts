@@ -62,7 +62,7 @@ export const GPU_MODELS = {
     flops: { value: 67e12, low: 50e12, high: 67e12, source: "datasheet fp32 (H200.md)" },
     dramLatencyUs: { value: 0.5, low: 0.3, high: 0.7, source: "lead: HBM round trips of several hundred ns unloaded in published Hopper microbenchmarks, more under load (issue 9: 0.3-0.6 µs)" },
     l2LatencyUs: { value: 0.15, low: 0.1, high: 0.3, source: "lead: ~200-300 cycles at 1.5-2 GHz in published Hopper figures" },
-    eagerHostUs: { value: 4, low: 2.5, high: 6, source: `lead: cudaLaunchKernel ~2-3 µs plus one bun:ffi call (an empty CPU op costs 0.03-0.13 µs through bun:ffi on the dev VM, profiles/2026-11-30-cpu-all*; issuing a 62-op eager step from TypeScript took 0.17-0.35 ms there); ${LAUNCH_FLOOR}` },
+    eagerHostUs: { value: 4, low: 2.5, high: 6, source: `lead: cudaLaunchKernel ~2-3 µs plus one bun:ffi call (an empty CPU op costs 0.02-0.07 µs through bun:ffi on the dev VM, profiles/2026-11-30-cpu-*; issuing a 62-op eager step from TypeScript took 0.16-0.87 ms there); ${LAUNCH_FLOOR}` },
     nativeHostUs: { value: 2.5, low: 1.5, high: 4, source: `lead: cudaLaunchKernel from C++; ${LAUNCH_FLOOR}` },
     graphNodeUs: { value: 1.0, low: 0.6, high: 2.0, source: `lead: ~1 µs between dependent kernel nodes; ${LAUNCH_FLOOR}` },
     pdlNodeUs: { value: 0.4, low: 0.2, high: 0.8, source: "guess: the dependent grid is already resident and waiting; what remains is the predecessor's completion reaching it" },

@@ -35,13 +35,19 @@ export interface MeasuredStep extends InterventionConfig {
   measured_ms: number;
 }
 
-/** The study's cached points (its own storage types, one sequence) and every intervention's step, as measured steps. */
+/**
+ * The study's cached points (its own storage types, one sequence) and every other intervention's step, as measured
+ * steps: the intervention that repeats the study's own configuration in a mode the study measured is left out, so
+ * each prediction stands beside one measurement.
+ */
 export function measuredSteps(points: readonly StudyPoint[], config: InterventionConfig, interventions?: InterventionsSection): MeasuredStep[] {
   const study = points.filter((p) => p.mode !== "uncached").map((p) => ({ ...config, batch: 1, mode: p.mode, context: p.context, measured_ms: p.device_ms.median }));
+  const key = (m: MeasuredStep) => `${m.mode} ${m.context} ${m.dtype} ${m.kv_dtype} ${m.batch}`;
+  const measured = new Set(study.map(key));
   const configs = (interventions?.points ?? []).map((p) => ({
     dtype: p.dtype, kv_dtype: p.kv_dtype, batch: p.batch, mode: interventions!.mode, context: p.context, measured_ms: p.step_ms.median,
   }));
-  return [...study, ...configs];
+  return [...study, ...configs.filter((m) => !measured.has(key(m)))];
 }
 
 /** Every measured step in a modelled mode, with the model's step time at its context, storage types and batch beside it. */

@@ -194,7 +194,7 @@ export class Study {
     for (const s of subjects) await peers!.time(s, 0, warmup);
     const samples = modes.map((): TimedStep[] => []);
     const peerMs = new Map(subjects.map((s) => [s.id, [] as number[]]));
-    const settle = subjects.length > 0;
+    const settle = peers !== undefined; // fixed for the whole run, even if a peer drops out
     for (let r = 0; r < repeats; r++) {
       for (let i = 0; i < modes.length; i++) {
         if (settle) await timeOne(i);

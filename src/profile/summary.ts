@@ -86,7 +86,6 @@ export function seedTable(cfg: GPT2Config, points: StudyPoint[], contexts: numbe
   });
 }
 
-/** The peers against the project's fastest cached mode at each context and the memory floor (bytes at the measured bandwidth). */
 /** On a GPU the kernel model has parameters for, its prediction beside every measured cached step. */
 function predictionsOf(backend: Backend, cfg: GPT2Config, plan: PlanKind, measured: MeasuredStep[]): PredictionsSection | undefined {
   const gpu = gpuModelFor(backend.deviceName);
@@ -103,6 +102,7 @@ function interventionsMethod(opts: StudyOptions): string {
   );
 }
 
+/** The peers against the project's fastest cached mode at each context and the memory floor (bytes at the measured bandwidth). */
 function peersOf(cfg: GPT2Config, opts: StudyOptions, points: StudyPoint[], peaks: Peaks, result: StudyResult): PeersSection | undefined {
   const p = result.peers;
   if (!p) return undefined;
@@ -113,7 +113,7 @@ function peersOf(cfg: GPT2Config, opts: StudyOptions, points: StudyPoint[], peak
   const floorAt = (context: number) => (sumWork(cachedStepWork(cfg, context)).bytes / peaks.bytes_per_s) * 1e3;
   const method =
     `At each context the project's modes and every peer subject take one decode step in turn (A B C A B C …), ${opts.repeats} rounds after ` +
-    `${opts.warmup} warm-up steps each, so drift on a shared machine hits all alike. Each peer is its own process on the same weights and ` +
+    `${opts.warmup} warm-up steps each, so drift on a shared machine hits all alike; each timed step follows an untimed one of the same subject, so that no subject is timed while the previous one's threads still spin. Each peer is its own process on the same weights and ` +
     `fills its cache with the same prompt tokens; it times its own step (PyTorch: CUDA events on a GPU, perf_counter on the CPU; ` +
     `llama.cpp: performance.now around one awaited evaluation). Greedy tokens are checked against the project's for ${p.reference.length} tokens.`;
   return buildPeersSection(p, { prompt: p.prompt, reference: p.reference, bestAt, floorAt, method });

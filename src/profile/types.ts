@@ -113,9 +113,10 @@ export interface DeviceDescription extends BackendDescription {
 
 /**
  * summary.json's layout version (2: per-mode results keyed by launch mode name; 3: settings.plan;
- * 4: storage types and batches — settings.dtype/kv_dtype, model.dtype, interventions, predictions per configuration).
+ * 4: storage types and batches — settings.dtype/kv_dtype, model.dtype, interventions; 5: predictions per storage
+ * types and batch, the attribution's launch part as eager against the fastest other mode: launch.mode, mode_ms).
  */
-export const SCHEMA_VERSION = 4;
+export const SCHEMA_VERSION = 5;
 
 export interface ProfileSummary {
   schema_version: typeof SCHEMA_VERSION;
