@@ -6,16 +6,13 @@ import { join } from "node:path";
 import { CpuBackend } from "../src/backends/cpu.ts";
 import { openOpenBlas } from "../src/native/openblas.ts";
 import { DTYPES } from "../src/ops.ts";
+import { ROOT, runCli } from "./helpers/cli.ts";
 import { DeviceArena } from "./helpers/device.ts";
 import { maxRelativeError, randomFloats } from "./helpers/reference.ts";
 
-const ROOT = join(import.meta.dir, "..");
 const LOAD_SCRIPT = join(ROOT, "src/cli/bench-load.ts");
 
-function bench(...args: string[]) {
-  const p = Bun.spawnSync([process.execPath, join(ROOT, "src/cli/bench.ts"), ...args], { cwd: ROOT, env: { ...process.env, NO_COLOR: "1" } });
-  return { code: p.exitCode, stdout: p.stdout.toString(), stderr: p.stderr.toString() };
-}
+const bench = (...args: string[]) => runCli("bench", args);
 
 /** Processes running this checkout's competing-load program. */
 function loadProcesses(): string[] {

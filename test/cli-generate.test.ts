@@ -5,16 +5,13 @@ import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
+import { ROOT, runCli } from "./helpers/cli.ts";
 import { maxRelativeError } from "./helpers/reference.ts";
 
-const ROOT = join(import.meta.dir, "..");
 const FIXTURE = join(import.meta.dir, "fixtures/gpt2-tiny");
 const expected = JSON.parse(readFileSync(join(FIXTURE, "expected.json"), "utf8")) as { prompt: number[]; generated: number[]; sequence: number[] };
 
-function generate(...args: string[]) {
-  const p = Bun.spawnSync([process.execPath, join(ROOT, "src/cli/generate.ts"), ...args], { cwd: ROOT, env: { ...process.env, NO_COLOR: "1" } });
-  return { code: p.exitCode, stdout: p.stdout.toString(), stderr: p.stderr.toString() };
-}
+const generate = (...args: string[]) => runCli("generate", args);
 
 const tinyArgs = ["--model", FIXTURE, "--backend", "cpu", "--prompt-ids", expected.prompt.join(",")];
 

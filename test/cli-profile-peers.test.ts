@@ -10,8 +10,8 @@ import { findTorchPython } from "../src/peers/torch.ts";
 import type { ProfileSummary } from "../src/profile/types.ts";
 import { OUTPUT_FILES } from "../src/report/output-files.ts";
 import { validateSummary } from "../src/report/schema.ts";
+import { runCli } from "./helpers/cli.ts";
 
-const ROOT = join(import.meta.dir, "..");
 const FIXTURE = join(import.meta.dir, "fixtures/gpt2-tiny");
 const out = mkdtempSync(join(tmpdir(), "profile-peers-"));
 afterAll(() => rmSync(out, { recursive: true, force: true }));
@@ -20,10 +20,7 @@ const torch = !("missing" in findTorchPython());
 const llama = llamaPeerUnavailable() === null;
 const short = ["8,32", "--repeats", "2", "--warmup", "1", "--traced-steps", "1", "--e2e-tokens", "4"];
 
-function profile(args: string[], env: Record<string, string | undefined> = {}) {
-  const p = Bun.spawnSync([process.execPath, join(ROOT, "src/cli/profile.ts"), ...args], { cwd: ROOT, env: { ...process.env, NO_COLOR: "1", ...env } });
-  return { code: p.exitCode, stdout: p.stdout.toString(), stderr: p.stderr.toString() };
-}
+const profile = (args: string[], env: Record<string, string | undefined> = {}) => runCli("profile", args, env);
 
 describe.skipIf(!torch && !llama)("profile --peers all on gpt2-tiny", () => {
   const dir = join(out, "all");

@@ -15,16 +15,13 @@ import { OUTPUT_FILES } from "../src/report/output-files.ts";
 import { validateSummary } from "../src/report/schema.ts";
 import { validateTrace } from "../src/report/trace.ts";
 import { encode, hfConfigJson, modelDir, seededTensors } from "./helpers/model-files.ts";
+import { ROOT, runCli } from "./helpers/cli.ts";
 
-const ROOT = join(import.meta.dir, "..");
 const FIXTURE = join(import.meta.dir, "fixtures/gpt2-tiny");
 const out = mkdtempSync(join(tmpdir(), "profile-"));
 afterAll(() => rmSync(out, { recursive: true, force: true }));
 
-function profile(...args: string[]) {
-  const p = Bun.spawnSync([process.execPath, join(ROOT, "src/cli/profile.ts"), ...args], { cwd: ROOT, env: { ...process.env, NO_COLOR: "1" } });
-  return { code: p.exitCode, stdout: p.stdout.toString(), stderr: p.stderr.toString() };
-}
+const profile = (...args: string[]) => runCli("profile", args);
 
 describe("profile --backend cpu on gpt2-tiny", () => {
   const dir = join(out, "tiny");

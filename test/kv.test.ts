@@ -7,8 +7,8 @@ import { join } from "node:path";
 
 import { kvCacheBytesPerToken, PRESETS } from "../src/model/config.ts";
 import { gpt2Shape, kvReport, readDecoderConfig, type KvReport } from "../src/model/kv.ts";
+import { runCli } from "./helpers/cli.ts";
 
-const ROOT = join(import.meta.dir, "..");
 const dir = mkdtempSync(join(tmpdir(), "kv-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -24,10 +24,7 @@ const llama3 = configFile("llama3.json", {
   intermediate_size: 14336, vocab_size: 128256, max_position_embeddings: 8192, tie_word_embeddings: false,
 });
 
-function kv(...args: string[]) {
-  const p = Bun.spawnSync([process.execPath, join(ROOT, "src/cli/kv.ts"), ...args], { cwd: ROOT, env: { ...process.env, NO_COLOR: "1" } });
-  return { code: p.exitCode, stdout: p.stdout.toString(), stderr: p.stderr.toString() };
-}
+const kv = (...args: string[]) => runCli("kv", args);
 
 describe("GPT-2 small", () => {
   const r = kvReport(gpt2Shape(PRESETS.gpt2!), 1024, 1, "f32");
