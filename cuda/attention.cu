@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kKvAppendThreads)
 
 extern "C" void op_kv_append(void* k_cache, void* v_cache, const float* qkv, const int* state, int B, int T, int C, int max_ctx,
                              int kvdtype) {
-  if (rt_reject_unless(known_dtype(kvdtype) && B >= 1 && T >= 1)) return;
+  if (rt_reject_unless(is_storage_type(kvdtype) && B >= 1 && T >= 1)) return;
   with_storage(kvdtype, [&](auto kind) {
     using K = decltype(kind);
     constexpr int V = kVecOf<K>;
@@ -280,7 +280,7 @@ extern "C" void op_attention(float* out, float* scratch, const float* qkv, const
                              const int* state, int B, int T, int C, int n_head, int max_ctx, int kvdtype) {
   const bool heads_fit = n_head > 0 && C % n_head == 0 && C / n_head <= kAttnMaxHeadSize;
   // B·T rows: each (row, head) pair has its arrival counter among the max_ctx * n_head the scratch holds
-  if (rt_reject_unless(known_dtype(kvdtype) && heads_fit && B >= 1 && T >= 1 && B * T <= max_ctx)) return;
+  if (rt_reject_unless(is_storage_type(kvdtype) && heads_fit && B >= 1 && T >= 1 && B * T <= max_ctx)) return;
   const int hs = C / n_head;
   const dim3 grid(attention_chunks(max_ctx), n_head, B * T);
   const AttnScratch layout = scratch_layout(scratch, B * T, C, n_head, max_ctx);

@@ -16,7 +16,7 @@
 #include <immintrin.h>
 #endif
 
-#include "op_table.h"
+#include "ops.h"
 
 // Internal linkage throughout: each CPU twin gets its own copies, called directly (not through the PLT,
 // as a shared library's template instantiations with default visibility would be).
@@ -80,8 +80,6 @@ struct F16 {
 
 typedef uint16_t vec_u16 __attribute__((vector_size(kVecFloats * sizeof(uint16_t))));
 typedef uint32_t vec_u32 __attribute__((vector_size(kVecFloats * sizeof(uint32_t))));
-
-inline bool is_storage_type(int dtype) { return dtype == DTYPE_F32 || dtype == DTYPE_BF16 || dtype == DTYPE_F16; }
 
 template <typename S> struct StorageTag {
   using type = S;

@@ -22,9 +22,7 @@ constexpr int kAccessBytes = 16;  // one vector access
 // Elements of W in one 16-byte access: 4 floats, 8 halves.
 template <typename W> constexpr int kVecOf = kAccessBytes / (int)sizeof(W);
 
-inline bool known_dtype(int dtype) { return dtype == DTYPE_F32 || dtype == DTYPE_BF16 || dtype == DTYPE_F16; }
-
-// Calls f(W{}) with W the element type of a known dtype (check known_dtype first).
+// Calls f(W{}) with W the element type of a known dtype (check is_storage_type first).
 template <typename F> inline void with_storage(int dtype, F&& f) {
   if (dtype == DTYPE_BF16) f(__nv_bfloat16{});
   else if (dtype == DTYPE_F16) f(__half{});

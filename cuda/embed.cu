@@ -33,7 +33,7 @@ __global__ void __launch_bounds__(kEmbedThreads)
 
 extern "C" void op_embed(float* out, const int* seq, const int* state, const void* wte, const void* wpe, int B, int T, int C,
                          int max_ctx, int wdtype) {
-  if (rt_reject_unless(known_dtype(wdtype) && B >= 1 && T >= 1)) return;
+  if (rt_reject_unless(is_storage_type(wdtype) && B >= 1 && T >= 1)) return;
   with_storage(wdtype, [&](auto w) {
     using W = decltype(w);
     constexpr int V = kVecOf<W>;

@@ -10,6 +10,8 @@
 
 #include <utility>
 
+#include "op_table.h"
+
 // Hooks implemented by cuda/runtime.cu.
 cudaStream_t rt_current_stream();
 void rt_note_launch();              // folds cudaGetLastError() into the sticky error
@@ -90,3 +92,7 @@ template <typename... Ptrs> int vec4_count(int n, const Ptrs*... ptrs) {
 template <typename... Ptrs> int row_vec4_count(int n, const Ptrs*... ptrs) {
   return n % kVecWidth == 0 ? vec4_count(n, ptrs...) : 0;
 }
+// Rows a batched kernel is instantiated to accumulate for `rows` rows: 1, 2, 4 or MAX_BATCH, the fewest that hold
+// them (the rest predicated off), so that a batch's instantiations stay four per kernel.
+static_assert(MAX_BATCH == 8, "batched kernels are instantiated for 1, 2, 4 and 8 rows");
+inline int batch_bucket(int rows) { return rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : MAX_BATCH; }

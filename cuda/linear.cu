@@ -345,16 +345,18 @@ template <MatvecOp kOp, typename W, int kWidth, int kRows> MatvecKernel matvec_k
 template <MatvecOp kOp, typename W> MatvecKernel pick_matvec(int rows, bool vec) {
   constexpr int V = kVecOf<W>;
   if (!vec) return matvec_kernel<kOp, W, 1, kMatvecMaxRows>();
-  if (rows <= 1) return matvec_kernel<kOp, W, V, 1>();
-  if (rows <= 2) return matvec_kernel<kOp, W, V, 2>();
-  if (rows <= 4) return matvec_kernel<kOp, W, V, 4>();
-  return matvec_kernel<kOp, W, V, kMatvecMaxRows>();
+  switch (batch_bucket(rows)) {
+    case 1: return matvec_kernel<kOp, W, V, 1>();
+    case 2: return matvec_kernel<kOp, W, V, 2>();
+    case 4: return matvec_kernel<kOp, W, V, 4>();
+    default: return matvec_kernel<kOp, W, V, kMatvecMaxRows>();
+  }
 }
 
 // Launches the 16-byte variant when every row of weight, bias and out starts 16-byte aligned (OC a multiple of
 // the vector) and the op's own outputs allow it (also_vec), else the scalar one.
 template <MatvecOp kOp> static void launch_matvec(const MatvecArgs& a, int wdtype, bool also_vec = true) {
-  if (rt_reject_unless(known_dtype(wdtype) && a.rows >= 1 && a.rows <= kMatvecMaxRows)) return;
+  if (rt_reject_unless(is_storage_type(wdtype) && a.rows >= 1 && a.rows <= kMatvecMaxRows)) return;
   with_storage(wdtype, [&](auto w) {
     using W = decltype(w);
     const bool vec = also_vec && a.OC % kVecOf<W> == 0 && aligned16(a.weight) && row_vec4_count(a.OC, a.out, a.bias) > 0;
@@ -442,7 +444,7 @@ __global__ void __launch_bounds__(kTiledThreads)
 
 extern "C" void op_linear(float* out, float* partials, const float* inp, const void* weight, const float* bias, int rows, int C, int OC,
                           int wdtype) {
-  if (rt_reject_unless(known_dtype(wdtype))) return;
+  if (rt_reject_unless(is_storage_type(wdtype))) return;
   if (rows > kMatvecMaxRows) {
     with_storage(wdtype, [&](auto w) {
       using W = decltype(w);
@@ -459,7 +461,7 @@ extern "C" void op_linear(float* out, float* partials, const float* inp, const v
 extern "C" void op_ln_qkv(float* qkv, void* k_cache, void* v_cache, float* partials, const float* x, const float* ln_weight,
                           const float* ln_bias, const void* weight, const float* bias, const int* state, int B, int C, int max_ctx,
                           float eps, int wdtype, int kvdtype) {
-  if (rt_reject_unless(known_dtype(kvdtype))) return;
+  if (rt_reject_unless(is_storage_type(kvdtype))) return;
   MatvecArgs a = {};
   a.out = qkv, a.scratch = op_scratch(partials), a.inp = x, a.weight = weight, a.bias = bias, a.rows = B, a.C = C, a.OC = 3 * C;
   a.ln_weight = ln_weight, a.ln_bias = ln_bias, a.eps = eps;

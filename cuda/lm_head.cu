@@ -290,12 +290,9 @@ template <bool kFused, typename W, int kRows> LmHeadKernel lm_head_kernel_of() {
   if constexpr (kFused) return ln_lm_head_argmax_kernel<W, kVecOf<W>, kRows>;
   else return lm_head_kernel<W, kVecOf<W>, kRows>;
 }
-// The instantiations: 1, 2, 4 and MAX_BATCH rows of x accumulated (halving from MAX_BATCH reaches each of them).
-static_assert(kLmHeadMaxRows == 8, "the LM head is instantiated for 1, 2, 4 and 8 rows");
-// Rows of x the instantiation for `rows` sequences accumulates: the fewest that hold them.
-static int lm_head_bucket(int rows) { return rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : kLmHeadMaxRows; }
+// The instantiation for `rows` sequences: batch_bucket(rows) rows of x accumulated.
 template <bool kFused, typename W> LmHeadKernel pick_lm_head(int rows) {
-  switch (lm_head_bucket(rows)) {
+  switch (batch_bucket(rows)) {
     case 1: return lm_head_kernel_of<kFused, W, 1>();
     case 2: return lm_head_kernel_of<kFused, W, 2>();
     case 4: return lm_head_kernel_of<kFused, W, 4>();
@@ -310,7 +307,8 @@ static int lm_head_blocks(int V, int rows) {
 }
 
 // Sequences per launch: the largest instantiation whose staged x fits kLmHeadMaxFloats, since the kernel reads
-// kRows rows of x however many hold sequences (C = 1600: 4 per launch, not 5 in an 8-row kernel).
+// kRows rows of x however many hold sequences (C = 1600: 4 per launch, not 5 in an 8-row kernel); halving from
+// MAX_BATCH steps through batch_bucket's sizes.
 static int lm_head_rows_per_launch(int C) {
   int rows = kLmHeadMaxRows;
   while (rows > 1 && rows * C > kLmHeadMaxFloats) rows /= 2;
@@ -320,7 +318,7 @@ static int lm_head_rows_per_launch(int C) {
 // One launch per group of sequences that fits (one for GPT-2 small's C = 768 up to 8 sequences); `a` holds the
 // whole batch's pointers and B in a.rows.
 template <bool kFused> static void launch_lm_head(LmHeadArgs a, int wdtype) {
-  if (rt_reject_unless(known_dtype(wdtype) && a.rows >= 1 && a.C >= 1 && a.C <= kLmHeadMaxFloats)) return;
+  if (rt_reject_unless(is_storage_type(wdtype) && a.rows >= 1 && a.C >= 1 && a.C <= kLmHeadMaxFloats)) return;
   const int B = a.rows, per_launch = lm_head_rows_per_launch(a.C);
   with_storage(wdtype, [&](auto w) {
     using W = decltype(w);
@@ -331,7 +329,7 @@ template <bool kFused> static void launch_lm_head(LmHeadArgs a, int wdtype) {
       g.logits = a.logits + (size_t)s0 * a.V;
       g.x = a.x + (size_t)s0 * a.x_stride;
       if (kFused) g.seq = a.seq + (size_t)s0 * (a.max_ctx + 1), g.state = a.state + s0 * STATE_INTS;
-      if (rt_reject_unless(lm_head_bucket(g.rows) * a.C <= kLmHeadMaxFloats)) return;  // x's rows the kernel reads fit
+      if (rt_reject_unless(batch_bucket(g.rows) * a.C <= kLmHeadMaxFloats)) return;  // x's rows the kernel reads fit
       const LmHeadKernel kernel = pick_lm_head<kFused, W>(g.rows);
       LAUNCH(kernel, lm_head_blocks(a.V, g.rows), kLmHeadThreads, g, rt_overlapped());
     }

@@ -34,6 +34,11 @@
 #include "op_table.h"
 
 #ifdef __cplusplus
+// Whether a wdtype/kvdtype code is one of the storage types above: what every op checks before it writes anything.
+inline bool is_storage_type(int dtype) { return dtype == DTYPE_F32 || dtype == DTYPE_BF16 || dtype == DTYPE_F16; }
+#endif
+
+#ifdef __cplusplus
 extern "C" {
 #endif
 
