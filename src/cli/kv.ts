@@ -5,7 +5,8 @@ import { hideBin } from "yargs/helpers";
 
 import { runCli } from "../errors.ts";
 import { PRESETS } from "../model/config.ts";
-import { DTYPE_BYTES, gpt2Shape, kvReport, readDecoderConfig, type KvDtype, type KvReport } from "../model/kv.ts";
+import { gpt2Shape, kvReport, readDecoderConfig, type KvReport } from "../model/kv.ts";
+import { DTYPE_NAMES, type DtypeName } from "../ops.ts";
 import { formatBytes } from "../report/tables.ts";
 import { DEFAULT_PRESET, intFlag, parseFlags, PRESET_CHOICES } from "./common.ts";
 
@@ -41,7 +42,7 @@ await runCli(async () => {
       .conflicts("preset", "config")
       .option("context", { type: "number", describe: "tokens per sequence (default: the model's maximum context)" })
       .option("batch", { type: "number", default: 1, describe: "sequences decoded together, each with its own cache" })
-      .option("dtype", { choices: Object.keys(DTYPE_BYTES) as KvDtype[], default: "f32" as KvDtype, describe: "element type of the cache and the weights" })
+      .option("dtype", { choices: DTYPE_NAMES, default: "f32" as DtypeName, describe: "element type of the cache and the weights" })
       .option("json", { type: "boolean", default: false, describe: "print the figures as one JSON object" }),
   );
   const shape = argv.config ? readDecoderConfig(argv.config) : gpt2Shape(PRESETS[argv.preset ?? DEFAULT_PRESET]!);

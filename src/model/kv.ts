@@ -9,10 +9,9 @@
 import { readFileSync } from "node:fs";
 
 import { UserError } from "../errors.ts";
+import { DTYPE_BYTES, type DtypeName } from "../ops.ts";
 import { parameterCount, type GPT2Config } from "./config.ts";
 
-export const DTYPE_BYTES = { f32: 4, bf16: 2, f16: 2 } as const;
-export type KvDtype = keyof typeof DTYPE_BYTES;
 
 /** What the cache's size depends on, and the weights' parameter count with how it was found. */
 export interface DecoderShape {
@@ -30,7 +29,7 @@ export interface DecoderShape {
 }
 
 export interface KvReport extends DecoderShape {
-  dtype: KvDtype;
+  dtype: DtypeName;
   bytes_per_element: number;
   context: number;
   batch: number;
@@ -135,7 +134,7 @@ export function readDecoderConfig(path: string): DecoderShape {
 /** Batches at which the crossover is listed. */
 const CROSSOVER_BATCHES = [1, 2, 4, 8, 16, 32, 64];
 
-export function kvReport(shape: DecoderShape, context: number, batch: number, dtype: KvDtype): KvReport {
+export function kvReport(shape: DecoderShape, context: number, batch: number, dtype: DtypeName): KvReport {
   const bytes = DTYPE_BYTES[dtype];
   const perToken = 2 * shape.layers * shape.kv_heads * shape.head_dim * bytes;
   const weightBytes = shape.parameters * bytes;

@@ -7,7 +7,7 @@ import { DTYPES, type DtypeName } from "../ops.ts";
 import type { PlanKind } from "../plan.ts";
 import type { InterventionSample } from "./interventions.ts";
 import type { Attribution, InterventionPoint, InterventionsSection, StudyPoint } from "./types.ts";
-import { LARGE_SAVING, NOISE } from "./verdicts.ts";
+import { LARGE_SAVING, NOISE, pct } from "./verdicts.ts";
 import { cachedStepWork, sumWork } from "./work-model.ts";
 
 /** Time within this share of the bytes ratio: the step's time follows its bytes. */
@@ -16,7 +16,6 @@ const FOLLOWS_BYTES = 0.8;
 const CHEAP_BATCH = 0.5;
 
 const ratio = (x: number) => `${x.toFixed(x >= 10 ? 0 : 2)}×`;
-const pct = (x: number) => `${Math.round(x * 100)}%`;
 
 export function buildInterventions(
   cfg: GPT2Config, plan: PlanKind, samples: InterventionSample[], mode: string, peaks: Peaks, studyPoints: StudyPoint[], method: string,

@@ -63,7 +63,7 @@ export async function measureInterventions(
 /** Every session's sequences filled to `context` (a prompt of its own each), then interleaved rounds of one step per session. */
 async function timeContext(sessions: Session[], instrument: Instrument, mode: LaunchMode, context: number, opts: InterventionOptions): Promise<TimedStep[][]> {
   for (const s of sessions) {
-    for (let b = 0; b < s.batch; b++) s.prefill(promptOf(context, s.config.vocab_size, opts.seed + b), undefined, b);
+    for (let b = 0; b < s.batch; b++) s.prefill(promptOf(context, s.config.vocab_size, opts.seed + b), b);
   }
   const timeOne = async (s: Session): Promise<TimedStep> => {
     await opts.checkpoint();

@@ -175,6 +175,17 @@ export function gpuAt(gpu: GpuModel, end: "optimistic" | "pessimistic"): GpuMode
   };
 }
 
+/** A step at the GPU's working estimates (mid) and at the optimistic (fast) and pessimistic (slow) ends of their ranges. */
+export interface PredictionRange {
+  mid: StepPrediction;
+  fast: StepPrediction;
+  slow: StepPrediction;
+}
+
+export function predictRange(kernels: readonly KernelInput[], gpu: GpuModel): PredictionRange {
+  return { mid: predictStep(kernels, gpu), fast: predictStep(kernels, gpuAt(gpu, "optimistic")), slow: predictStep(kernels, gpuAt(gpu, "pessimistic")) };
+}
+
 /** The modes a step is predicted in (src/run/launch-modes.ts names). */
 export type ModelMode = "eager" | "eager-native" | "graph" | "graph-pdl";
 export const MODEL_MODES: readonly ModelMode[] = ["eager", "eager-native", "graph", "graph-pdl"];

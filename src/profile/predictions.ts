@@ -7,9 +7,9 @@ import type { GPT2Config } from "../model/config.ts";
 import { disassemble, findCuobjdump } from "../native/sass.ts";
 import { DTYPES } from "../ops.ts";
 import type { PlanKind, PlanOp, StepLayout } from "../plan.ts";
-import { predictDecodeStep } from "../verify/prediction.ts";
+import { decodeKernelInputs } from "../verify/prediction.ts";
 import { sassFacts, type SassFacts } from "../verify/sass-checks.ts";
-import { GPU_MODELS, gpuAt, MODEL_MODES, type GpuModel, type GpuName, type ModelMode, type StepPrediction } from "./kernel-model.ts";
+import { GPU_MODELS, MODEL_MODES, predictRange, type GpuModel, type GpuName, type ModelMode, type PredictionRange } from "./kernel-model.ts";
 import type { InterventionConfig, InterventionsSection, PredictionsSection, StudyPoint } from "./types.ts";
 
 /** The model's GPU for a device name ("NVIDIA H200" → h200), or null where the model has none. */
@@ -56,13 +56,12 @@ export function buildPredictions(
   sass: { facts: SassFacts[] | null; note: string },
 ): PredictionsSection {
   const model: GpuModel = GPU_MODELS[gpu];
-  const cache = new Map<string, Record<"mid" | "fast" | "slow", StepPrediction>>();
+  const cache = new Map<string, PredictionRange>();
   const stepAt = (m: MeasuredStep) => {
     const key = `${m.context} ${m.dtype} ${m.kv_dtype} ${m.batch}`;
     if (!cache.has(key)) {
       const layout: StepLayout = { batch: m.batch, dtypes: { weights: DTYPES[m.dtype], kv: DTYPES[m.kv_dtype] } };
-      const at = (g: GpuModel) => predictDecodeStep(config, plan, m.context, g, shapesOf, sass.facts, layout);
-      cache.set(key, { mid: at(model), fast: at(gpuAt(model, "optimistic")), slow: at(gpuAt(model, "pessimistic")) });
+      cache.set(key, predictRange(decodeKernelInputs(config, plan, m.context, shapesOf, sass.facts, layout), model));
     }
     return cache.get(key)!;
   };

@@ -1,6 +1,6 @@
 // The kernel model's predictions as tables (bun run verify): per kernel of one step, and per step in every
 // launch mode with each estimate's optimistic and pessimistic ends. Every figure is labelled a prediction.
-import { GPU_MODELS, gpuAt, MODEL_MODES, type GpuModel, type GpuName, type KernelPrediction, type StepPrediction } from "../profile/kernel-model.ts";
+import { GPU_MODELS, MODEL_MODES, type GpuModel, type GpuName, type KernelPrediction, type PredictionRange, type StepPrediction } from "../profile/kernel-model.ts";
 import { renderTable } from "./tables.ts";
 
 const us = (x: number) => x.toFixed(2);
@@ -30,7 +30,7 @@ export interface StepCase {
   plan: string;
   context: number;
   /** the step at the working estimates, and at both ends of their ranges */
-  predict: (gpu: GpuModel) => StepPrediction;
+  predict: (gpu: GpuModel) => PredictionRange;
 }
 
 const ranged = (mid: number | null, fast: number | null, slow: number | null) =>
@@ -41,11 +41,11 @@ export function stepPredictionTable(cases: readonly StepCase[]): string {
   const columns = ["GPU", "plan", "context", "launches", "bytes floor ms", "kernel sum ms (x floor)", ...MODEL_MODES.map((m) => `${m} ms`)].map((header) => ({ header }));
   const rows = cases.map((c) => {
     const gpu: GpuModel = GPU_MODELS[c.gpu];
-    const [mid, fast, slow] = [gpu, gpuAt(gpu, "optimistic"), gpuAt(gpu, "pessimistic")].map(c.predict);
+    const { mid, fast, slow } = c.predict(gpu);
     return [
-      gpu.name, c.plan, c.context, mid!.kernels.length, (mid!.bytesFloorUs / 1e3).toFixed(3),
-      `${(mid!.kernelSumUs / 1e3).toFixed(3)} (${(mid!.kernelSumUs / mid!.bytesFloorUs).toFixed(2)}x)`,
-      ...MODEL_MODES.map((m) => ranged(mid!.modes[m], fast!.modes[m], slow!.modes[m])),
+      gpu.name, c.plan, c.context, mid.kernels.length, (mid.bytesFloorUs / 1e3).toFixed(3),
+      `${(mid.kernelSumUs / 1e3).toFixed(3)} (${(mid.kernelSumUs / mid.bytesFloorUs).toFixed(2)}x)`,
+      ...MODEL_MODES.map((m) => ranged(mid.modes[m], fast.modes[m], slow.modes[m])),
     ];
   });
   return renderTable(columns, rows);
@@ -68,7 +68,7 @@ export function parameterTable(): string {
 export interface LayoutCase {
   dtype: string;
   batch: number;
-  predict: (gpu: GpuModel) => StepPrediction;
+  predict: (gpu: GpuModel) => PredictionRange;
 }
 
 /**
@@ -80,12 +80,12 @@ export function layoutPredictionTable(gpuName: GpuName, cases: readonly LayoutCa
   const columns = ["weights + cache", "batch", "bytes floor ms", "kernel sum ms (x floor)", "graph ms", "graph-pdl ms", "graph ms per token", "compute-bound share"]
     .map((header) => ({ header }));
   const rows = cases.map((c) => {
-    const [mid, fast, slow] = [gpu, gpuAt(gpu, "optimistic"), gpuAt(gpu, "pessimistic")].map(c.predict);
-    const compute = mid!.kernels.filter((k) => k.bound === "compute").reduce((s, k) => s + k.kernelUs, 0);
+    const { mid, fast, slow } = c.predict(gpu);
+    const compute = mid.kernels.filter((k) => k.bound === "compute").reduce((s, k) => s + k.kernelUs, 0);
     return [
-      c.dtype, c.batch, (mid!.bytesFloorUs / 1e3).toFixed(3), `${(mid!.kernelSumUs / 1e3).toFixed(3)} (${(mid!.kernelSumUs / mid!.bytesFloorUs).toFixed(2)}x)`,
-      ranged(mid!.modes.graph, fast!.modes.graph, slow!.modes.graph), ranged(mid!.modes["graph-pdl"], fast!.modes["graph-pdl"], slow!.modes["graph-pdl"]),
-      (mid!.modes.graph! / 1e3 / c.batch).toFixed(4), `${Math.round((100 * compute) / mid!.kernelSumUs)}%`,
+      c.dtype, c.batch, (mid.bytesFloorUs / 1e3).toFixed(3), `${(mid.kernelSumUs / 1e3).toFixed(3)} (${(mid.kernelSumUs / mid.bytesFloorUs).toFixed(2)}x)`,
+      ranged(mid.modes.graph, fast.modes.graph, slow.modes.graph), ranged(mid.modes["graph-pdl"], fast.modes["graph-pdl"], slow.modes["graph-pdl"]),
+      (mid.modes.graph! / 1e3 / c.batch).toFixed(4), `${Math.round((100 * compute) / mid.kernelSumUs)}%`,
     ];
   });
   return renderTable(columns, rows);

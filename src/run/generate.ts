@@ -62,7 +62,7 @@ function generateCached(session: Session, { prompts, maxNewTokens, mode }: Gener
   const where = (b: number) => (prompts.length > 1 ? ` of sequence ${b + 1}` : "");
   // the logits of every step are checked (outside the timing): argmax over NaN would pick token 0 silently
   if (maxNewTokens > 0) {
-    timed("prefill", () => prompts.forEach((prompt, b) => session.prefill(prompt, undefined, b)));
+    timed("prefill", () => prompts.forEach((prompt, b) => session.prefill(prompt, b)));
     prompts.forEach((prompt, b) =>
       session.checkLogits(`after the prompt${where(b)} (${prompt.length} tokens)`, prompt.length, () => session.setPosition(0, b), b));
   }

@@ -132,15 +132,13 @@ export class Session {
   }
 
   /**
-   * Prefill of sequence b: its whole prompt in one pass at position 0; leaves its first generated token at
-   * seq_b[prompt.length] and its position there.
+   * Prefill of sequence b: its whole prompt in one eager pass at position 0; leaves its first generated token
+   * at seq_b[prompt.length] and its position there.
    */
-  prefill(prompt: number[], mode?: LaunchMode, b = 0): void {
+  prefill(prompt: number[], b = 0): void {
     this.setSequence(prompt, b);
     this.setPosition(0, b);
-    const step = this.sequenceStep(b, prompt.length);
-    if (mode && !mode.available(this.backend)) throw new UserError(`launch mode ${mode.name} is not available on the ${this.backend.kind} backend`);
-    (mode ?? launchMode("eager")).run(step, 1);
+    launchMode("eager").run(this.sequenceStep(b, prompt.length), 1);
   }
 
   /** Logits (len, V) at every position of `ids`, from one uncached forward pass of sequence 0. */

@@ -5,7 +5,7 @@
 // (src/profile/kernel-model.ts).
 import type { LaunchShape } from "../backends/backend.ts";
 import type { GPT2Config } from "../model/config.ts";
-import { dtypeOf, kernelFamily, MAX_BATCH, namedArgs, type DtypeName } from "../ops.ts";
+import { DTYPE_BYTES, dtypeOf, kernelFamily, MAX_BATCH, namedArgs, type DtypeName } from "../ops.ts";
 import { F32_SINGLE, planShape, type PlanKind, type PlanOp, type StepLayout } from "../plan.ts";
 import { predictStep, type GpuModel, type KernelInput, type StepPrediction } from "../profile/kernel-model.ts";
 import { elementType, storageKernel, weightKernel, type SassFacts } from "./sass-checks.ts";
@@ -17,9 +17,8 @@ const LM_HEAD_ROWS_PER_WARP = 4, LM_HEAD_CHUNKS_PER_BATCH = 2;
 /** cuda/attention.cu: keys per chunk, threads per block, threads per key. */
 const ATTN_KEYS_PER_CHUNK = 64, ATTN_THREADS = 256, ATTN_LANES_PER_KEY = 4;
 const LOAD_BYTES = 16, WARP = 32;
-const DTYPE_SIZES: Record<DtypeName, number> = { f32: 4, bf16: 2, f16: 2 };
 /** Elements of a storage type per 16-byte load. */
-const perLoad = (dtype: DtypeName) => LOAD_BYTES / DTYPE_SIZES[dtype];
+const perLoad = (dtype: DtypeName) => LOAD_BYTES / DTYPE_BYTES[dtype];
 
 /** 16-byte loads a thread of this op's kernel has for its arguments (the SASS may hold more, predicated off). */
 export function activeLoads(op: PlanOp): number {
@@ -97,11 +96,19 @@ export function kernelInputs(ops: readonly PlanOp[], context: number, shapes: re
   });
 }
 
-/** A decode step's prediction for a GPU, from the plan, its launch shapes (shapesOf) and the SASS facts. */
+/** A decode step's kernels as the model reads them: the plan, its launch shapes (shapesOf, captured once) and the SASS facts. */
+export function decodeKernelInputs(
+  config: GPT2Config, plan: PlanKind, context: number,
+  shapesOf: (ops: PlanOp[]) => LaunchShape[], sass: readonly SassFacts[] | null, layout: StepLayout = F32_SINGLE,
+): KernelInput[] {
+  const ops = planShape(config, 1, plan, layout);
+  return kernelInputs(ops, context, shapesOf(ops), sass);
+}
+
+/** A decode step's prediction for a GPU. */
 export function predictDecodeStep(
   config: GPT2Config, plan: PlanKind, context: number, gpu: GpuModel,
   shapesOf: (ops: PlanOp[]) => LaunchShape[], sass: readonly SassFacts[] | null, layout: StepLayout = F32_SINGLE,
 ): StepPrediction {
-  const ops = planShape(config, 1, plan, layout);
-  return predictStep(kernelInputs(ops, context, shapesOf(ops), sass), gpu);
+  return predictStep(decodeKernelInputs(config, plan, context, shapesOf, sass, layout), gpu);
 }
