@@ -163,11 +163,11 @@ inline Bf16 narrow(float x, Bf16*) {
 inline F16 narrow(float x, F16*) {
   const uint32_t bits = __builtin_bit_cast(uint32_t, x), magnitude = bits & 0x7fffffffu;
   const uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
-  constexpr uint32_t kInfinity = 0x7f800000u, kOverflow = 0x477ff000u /* 65520 */, kMinNormal = 0x38800000u /* 2^-14 */;
+  constexpr uint32_t kInfinity = 0x7f800000u, kOverflow = 0x477ff000u /* 65520 */;
   constexpr uint32_t kHalfMinSubnormal = 0x33000000u;  // 2^-25: at or below it, the nearest even f16 is 0
   if (magnitude > kInfinity) return {(uint16_t)(sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu))};
   if (magnitude >= kOverflow) return {(uint16_t)(sign | 0x7c00u)};
-  if (magnitude >= kMinNormal) {
+  if (magnitude >= cpu_math_detail::kF16MinNormal) {
     const uint32_t rebiased = magnitude - cpu_math_detail::kF16Rebias;
     return {(uint16_t)(sign | ((rebiased + 0xfffu + ((rebiased >> 13) & 1u)) >> 13))};
   }
