@@ -66,10 +66,20 @@ describe("GPT-2 small's decode step", () => {
     expect(fused.modes.eager!).toBeGreaterThan(fused.modes["eager-native"]!);
   });
 
-  test("fusing: 62 launches instead of 136, and every mode predicted faster", () => {
+  test("fusing: 62 launches instead of 136, and every mode both plans have predicted faster; the unfused plan has no persistent step", () => {
     expect(fused.kernels).toHaveLength(62);
     expect(unfused.kernels).toHaveLength(136);
-    for (const m of MODEL_MODES) expect(fused.modes[m]!).toBeLessThan(unfused.modes[m]!);
+    for (const m of MODEL_MODES.filter((m) => m !== "persistent")) expect(fused.modes[m]!).toBeLessThan(unfused.modes[m]!);
+    expect(unfused.modes.persistent).toBeNull();
+  });
+
+  test("persistent: one graph node and a grid barrier per op instead of 62 nodes", () => {
+    const kernels = kernelInputs(planShape(gpt2, 1), 1023, shapesOf(planShape(gpt2, 1)), null);
+    expect(fused.modes.persistent!).toBeLessThan(fused.modes.graph!); // a 0.6 µs barrier against a 1 µs node
+    const noBarrier = predictStep(kernels, { ...h200, gridBarrierUs: { ...h200.gridBarrierUs, value: 0 } }, 128).modes.persistent!;
+    expect(fused.modes.persistent! - noBarrier).toBeCloseTo(61 * h200.gridBarrierUs.value, 6); // between the 62 ops
+    // no persistent kernel (null registers): no persistent step
+    expect(predictStep(kernels, h200, null).modes.persistent).toBeNull();
   });
 
   test("the optimistic and pessimistic ends bracket the working estimate in every mode; the A40 has no graph-pdl", () => {

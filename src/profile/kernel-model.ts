@@ -18,7 +18,7 @@
 //   graph-pdl:           sum of (kernel - hidden + programmatic node gap), hidden = the first DRAM round trip
 //                        of a kernel that issues its loads before waiting for its predecessor, as far as the
 //                        predecessor's own non-streaming time covers it
-//   persistent:          one graph node + sum of (kernel' - hidden + grid barrier), kernel' = the op's body run by
+//   persistent:          one graph node + sum of (kernel' - hidden) + a grid barrier between ops, kernel' = the op's body run by
 //                        the persistent kernel's resident blocks (its registers set how many: fewer bytes in flight
 //                        than the op's own kernel may have), hidden as for graph-pdl (a body issues its weight loads
 //                        before it waits at the barrier)
@@ -237,7 +237,8 @@ function programmatic(kernels: readonly KernelPrediction[], gpu: GpuModel, nodeU
  */
 function persistentStep(kernels: readonly KernelInput[], gpu: GpuModel, registers: number): number {
   const bodies = kernels.map((k) => predictKernel({ ...k, registers }, gpu));
-  return gpu.graphNodeUs.value + programmatic(bodies, gpu, gpu.gridBarrierUs.value);
+  // a barrier between two ops: none before the first
+  return gpu.graphNodeUs.value + programmatic(bodies, gpu, gpu.gridBarrierUs.value) - gpu.gridBarrierUs.value;
 }
 
 /** persistentRegisters: the persistent step kernel's registers per thread, or null where the step has no such kernel. */
