@@ -133,8 +133,39 @@ describe("emulator: misuse is an error, not a hang (emu_selftest in cuda/emu/emu
     [1, "a block of 1025 threads", 9], // cudaErrorInvalidConfiguration
     [2, "__syncthreads after half the block returned", 719], // cudaErrorLaunchFailure
     [3, "half a warp at a shuffle, half at __syncthreads", 719],
+    [5, "a grid barrier in a normal launch (blocks one after another)", 719],
+    [6, "a cooperative grid barrier one block never arrives at", 719],
+    [7, "a cooperative launch of 5 blocks x 256 threads (over 1024)", 720], // cudaErrorCooperativeLaunchTooLarge
   ])("case %d: %s → %d", (which, _what, code) => {
     expect(selftest.symbols.emu_selftest(which)).toBe(code);
+  });
+});
+
+describe("emulator: cooperative launches meet at grid barriers (emu_selftest in cuda/emu/emu_selftest.cpp)", () => {
+  const selftest = dlopen(ensureBuilt("emu", { quiet: true }).path, {
+    emu_selftest: { args: [FFIType.i32], returns: FFIType.i32 },
+    emu_selftest_arrival_order: { args: [], returns: FFIType.i64 },
+  });
+  afterAll(() => selftest.close());
+  const gridBarrier = 4, gridBarrierInGraph = 8; // 0: every block summed every block's slots right; -1: wrong sums
+
+  test.each([0, order1, order2])("4 blocks x 256 threads, 3 phases, schedule %d: the sums are right", (order) => {
+    schedule.set(order);
+    expect(selftest.symbols.emu_selftest(gridBarrier)).toBe(0);
+  });
+
+  test.each([0, order1])("captured on a stream and replayed as a graph, schedule %d: still cooperative", (order) => {
+    schedule.set(order);
+    expect(selftest.symbols.emu_selftest(gridBarrierInGraph)).toBe(0);
+  });
+
+  test("two seeds interleave the blocks differently at the barriers, and both sum right", () => {
+    const arrivals = [1, 2].map((order) => {
+      schedule.set(order);
+      expect(selftest.symbols.emu_selftest(gridBarrier)).toBe(0);
+      return Number(selftest.symbols.emu_selftest_arrival_order());
+    });
+    expect(arrivals[0]).not.toBe(arrivals[1]);
   });
 });
 

@@ -3,13 +3,22 @@
 //
 // Execution model (cuda/emu/emu_exec.cpp): a launch runs its blocks one after another; a block's threads
 // are cooperative fibers on small reused stacks. A fiber runs until it reaches __syncthreads() (block
-// barrier) or a warp collective (__shfl_*_sync, __syncwarp: a barrier among the warp's lanes); the last
-// thread to arrive releases the others. Blocks, and a block's threads between barriers, run in a seeded
-// random order (emu_set_schedule(seed); 0 = index order), so code that needs a missing barrier or assumes
-// which block arrives last fails here. __shared__ is `static`: correct because blocks never overlap.
-// Atomics are plain read-modify-writes and __threadfence() is a no-op for the same reason. A launch whose
-// block is not a valid shape, or whose threads can no longer make progress (a barrier some threads never
-// reach), fails with cudaErrorInvalidConfiguration / cudaErrorLaunchFailure instead of hanging.
+// barrier), a warp collective (__shfl_*_sync, __syncwarp: a barrier among the warp's lanes) or
+// emu::wait_until_at_least; the last thread to arrive at a barrier releases the others. Blocks, and a block's
+// threads between barriers, run in a seeded random order (emu_set_schedule(seed); 0 = index order), so code
+// that needs a missing barrier or assumes which block arrives last fails here.
+// A cooperative launch (emu_launch_cooperative: all blocks co-resident, as cudaLaunchCooperativeKernel) keeps
+// every block's fibers alive at once, at most 1024 threads in the whole grid (emu::cooperative_max_blocks), and
+// switches to another block, picked in the same seeded order, when a block can go no further than a wait in
+// emu::wait_until_at_least: a grid barrier works.
+// __shared__ is `static`, one copy for all blocks: correct because blocks overlap only at such waits, so a
+// block's shared memory must not be live across a wait_until_at_least (another block may overwrite it).
+// Atomics are plain read-modify-writes and __threadfence() is a no-op: fibers never preempt each other, so
+// nothing runs between an atomic's read and its write, and every write is seen by whatever runs after it.
+// A launch whose block is not a valid shape, or whose threads can no longer make progress (a barrier some
+// threads never reach, a wait nobody can end), fails with cudaErrorInvalidConfiguration /
+// cudaErrorLaunchFailure instead of hanging; a cooperative launch with more than 1024 threads fails with
+// cudaErrorCooperativeLaunchTooLarge.
 // Single host thread: launches from two host threads at once are not supported.
 //
 // Runtime (cuda/emu/emu_runtime.cpp): the subset of the CUDA runtime API cuda/runtime.cu uses: malloc-backed
@@ -66,6 +75,12 @@ constexpr int kWarpSize = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 
 void block_barrier();
+// Parks the calling thread until *counter >= target (returns at once if it already is): the wait of a grid
+// barrier, whose blocks each atomicAdd the counter when they arrive. The wait ends when the caller's block is
+// resumed and the condition holds, made true by another block of a cooperative launch or by another thread of
+// the caller's block; when nothing can make it true the launch fails with cudaErrorLaunchFailure. In a normal
+// launch no other block runs while a block waits, so only the caller's own block can end the wait.
+void wait_until_at_least(const unsigned* counter, unsigned target);
 // Warp collective: every lane in `mask` deposits `value` and reads the value deposited by lane `src_lane`
 // (its own value when src_lane < 0 or src_lane is not a participant).
 uint64_t warp_exchange(unsigned mask, uint64_t value, int src_lane);
@@ -119,7 +134,7 @@ template <typename T> T __shfl_up_sync(unsigned mask, T var, unsigned delta, int
   return emu::shuffle(mask, var, in_segment ? lane - (int)delta : -1);
 }
 
-// ---- atomics (blocks never overlap, so plain read-modify-write is exact) -----------------------------------
+// ---- atomics (fibers never preempt, so plain read-modify-write is exact) -----------------------------------
 template <typename T> T atomicAdd(T* address, T value) { T old = *address; *address = old + value; return old; }
 template <typename T> T atomicExch(T* address, T value) { T old = *address; *address = value; return old; }
 template <typename T> T atomicMax(T* address, T value) { T old = *address; if (value > old) *address = value; return old; }
@@ -201,6 +216,7 @@ enum cudaError {
   cudaErrorIllegalState = 401,
   cudaErrorNotReady = 600,
   cudaErrorLaunchFailure = 719,
+  cudaErrorCooperativeLaunchTooLarge = 720,
   cudaErrorNotSupported = 801,
   cudaErrorStreamCaptureUnsupported = 900,
   cudaErrorStreamCaptureInvalidated = 901,
@@ -289,15 +305,29 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 // ---- kernel launch (the emulator's side of LAUNCH in cuda/launch.h) ----------------------------------------
 namespace emu {
 using KernelBody = std::function<void()>;  // one thread's run of the kernel
-// Runs the launch now, or records it when `stream` is capturing; a bad configuration or a stuck block
-// becomes the error cudaGetLastError() returns.
-void submit_launch(dim3 grid, dim3 block, cudaStream_t stream, KernelBody body);
+// Runs the launch now, or records it when `stream` is capturing (a replay runs it the same way, cooperative
+// or not); a bad configuration or a stuck block becomes the error cudaGetLastError() returns.
+void submit_launch(dim3 grid, dim3 block, cudaStream_t stream, KernelBody body, bool cooperative);
+// The most blocks of `block_threads` threads a cooperative launch may have (0 for an invalid block size):
+// the emulator's stand-in for the occupancy API a GPU build sizes its persistent grid with.
+int cooperative_max_blocks(int block_threads);
+
+template <typename... Params, typename... Args> KernelBody bind_kernel(void (*kernel)(Params...), Args&&... args) {
+  static_assert(sizeof...(Params) == sizeof...(Args), "kernel launched with the wrong number of arguments");
+  std::tuple<Params...> bound(static_cast<Params>(std::forward<Args>(args))...);
+  return [kernel, bound] { std::apply(kernel, bound); };
+}
 }  // namespace emu
 
 template <typename... Params, typename... Args>
 void emu_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t /*dynamic_smem*/, cudaStream_t stream,
                 Args&&... args) {
-  static_assert(sizeof...(Params) == sizeof...(Args), "kernel launched with the wrong number of arguments");
-  std::tuple<Params...> bound(static_cast<Params>(std::forward<Args>(args))...);
-  emu::submit_launch(grid, block, stream, [kernel, bound] { std::apply(kernel, bound); });
+  emu::submit_launch(grid, block, stream, emu::bind_kernel(kernel, std::forward<Args>(args)...), false);
+}
+// As emu_launch, with every block resident at once (cudaLaunchCooperativeKernel): blocks may wait for each
+// other in emu::wait_until_at_least. More than 1024 threads in all fail with cudaErrorCooperativeLaunchTooLarge.
+template <typename... Params, typename... Args>
+void emu_launch_cooperative(void (*kernel)(Params...), dim3 grid, dim3 block, size_t /*dynamic_smem*/,
+                            cudaStream_t stream, Args&&... args) {
+  emu::submit_launch(grid, block, stream, emu::bind_kernel(kernel, std::forward<Args>(args)...), true);
 }

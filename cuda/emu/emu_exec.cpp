@@ -1,15 +1,27 @@
-// The emulator's execution model: blocks run one after another; a block's threads are fibers that
-// meet at block barriers and warp collectives (see cuda_emu.h).
+// The emulator's execution model: a launch's blocks run one after another, or, in a cooperative launch,
+// all at once, switching at grid-barrier waits; a block's threads are fibers that meet at block barriers and
+// warp collectives (see cuda_emu.h).
 //
 // Schedule: with a nonzero seed (emu_set_schedule; the default is kDefaultScheduleSeed) the blocks of a grid
 // run in a seeded random order, and a block's threads run in a seeded random order, reshuffled whenever a
 // block barrier releases them; seed 0 runs blocks and threads in index order. A missing barrier, or code that
 // assumes which block finishes last, then gives a wrong result on the CPU instead of passing by luck.
 //
+// Cooperative launches (emu_launch_cooperative): every block is resident at once, with its own fibers and
+// stacks, so the whole grid gets at most kMaxThreadsPerBlock threads (the stacks there are). A block runs until
+// it finishes or until its only unfinished business is a wait in wait_until_at_least (a grid barrier) that
+// its own threads cannot end; then the scheduler picks the next block among those that can make progress
+// (index order with seed 0, else a seeded random one). Blocks therefore interleave only at such waits, which
+// is why a block's __shared__ memory (`static`, one copy for all blocks) must not be live across one, and why
+// atomics and __threadfence() stay exact: nothing runs between the read and the write of an atomic, and
+// every write is visible to whatever runs after it. When no block can make progress (every unfinished
+// thread waits for a condition nobody can make true, or at a barrier some threads never reach) the launch
+// fails with cudaErrorLaunchFailure instead of hanging.
+//
 // Fibers switch with a hand-written x86-64 context switch (callee-saved registers + stack pointer),
 // about a hundred times cheaper than swapcontext, which makes a system call per switch; other
 // architectures fall back to ucontext. Stacks are kStackBytes each with a guard page below, allocated
-// once and reused by every block.
+// once and reused by every launch.
 #include "cuda_emu.h"
 
 #include <sys/mman.h>
@@ -125,13 +137,20 @@ void context_init(Context* ctx, char* stack_top) {
 void context_switch(Context* from, Context* to) { swapcontext(&from->uc, &to->uc); }
 #endif
 
-// ---- fibers and the block scheduler ------------------------------------------------------------------------
-enum class FiberState { kReady, kAtBlockBarrier, kAtWarpBarrier, kDone };
+// ---- fibers and blocks --------------------------------------------------------------------------------------
+enum class FiberState { kReady, kAtBlockBarrier, kAtWarpBarrier, kWaiting, kDone };
 
 struct Fiber {
   Context ctx;
   FiberState state = FiberState::kReady;
   uint3 idx{0, 0, 0};
+};
+
+// A kWaiting fiber's condition, beside the fibers rather than in them: the passes over a block's fibers read
+// only their states, and stay as compact as before waits existed.
+struct Wait {
+  const unsigned* counter = nullptr;  // until *counter >= target
+  unsigned target = 0;
 };
 
 // One warp's collective in progress: lanes deposit a value and a source lane; the last to arrive
@@ -164,37 +183,83 @@ struct StackPool {
   }
 };
 
+// One slot per stack: the resident blocks (one at a time, or all of a cooperative launch) take consecutive
+// slices of the fibers and their run orders. A block of n threads has ceil(n / 32) <= n warps, so the warps
+// of kMaxThreadsPerBlock threads in blocks of any size fit kMaxThreadsPerBlock collectives.
+Fiber g_fibers[kMaxThreadsPerBlock];
+Wait g_waits[kMaxThreadsPerBlock];
+int g_orders[kMaxThreadsPerBlock];
+WarpCollective g_warps[kMaxThreadsPerBlock];
+StackPool g_stacks;
+
 struct Block {
-  const KernelBody* body = nullptr;
+  uint3 idx{0, 0, 0};
   int n_threads = 0;
+  int first_slot = 0;  // its fibers' stack slots are first_slot .. first_slot + n_threads - 1
+  Fiber* fibers = nullptr;
+  Wait* waits = nullptr;  // waits[t]: fibers[t]'s
+  int* order = nullptr;  // the order a pass over the block runs its ready fibers in
+  WarpCollective* warps = nullptr;
   int current = -1;      // the running fiber
   int current_pos = -1;  // its position in `order`
   int done = 0;
   int at_block_barrier = 0;
+  int waiting = 0;  // fibers in wait_until_at_least
   bool failed = false;
-  Context scheduler;
-  Fiber fibers[kMaxThreadsPerBlock];
-  int order[kMaxThreadsPerBlock];  // the order a pass over the block runs its ready fibers in
-  WarpCollective warps[kMaxThreadsPerBlock / kWarpSize];
 };
 
+const KernelBody* g_body = nullptr;
+// The running block, copied in and back out by resume_block: at a fixed address, the hot paths (barriers,
+// collectives, fiber switches) reach its fields without first loading a pointer to it.
 Block g_block;
-StackPool g_stacks;
+Context g_scheduler;
 
-// Leaves the running fiber (or the scheduler, from_pos == -1) for the next ready fiber after position
-// `from_pos` of the block's order, or for the scheduler when there is none: fibers hand over to each other
-// directly, one switch per yield.
+int warps_in(int n_threads) { return (n_threads + kWarpSize - 1) / kWarpSize; }
+
+// Gives the block the `slice`-th slice of fibers, orders and warps, with the thread indices of `shape`.
+void place_block(Block& b, int slice, dim3 shape) {
+  b.n_threads = (int)(shape.x * shape.y * shape.z);
+  b.first_slot = slice * b.n_threads;
+  b.fibers = g_fibers + b.first_slot;
+  b.waits = g_waits + b.first_slot;
+  b.order = g_orders + b.first_slot;
+  b.warps = g_warps + slice * warps_in(b.n_threads);
+  int t = 0;
+  for (unsigned z = 0; z < shape.z; z++)
+    for (unsigned y = 0; y < shape.y; y++)
+      for (unsigned x = 0; x < shape.x; x++) b.fibers[t++].idx = uint3{x, y, z};
+}
+
+// Sets the placed block up as block `idx` at its start: every fiber ready at the kernel's entry, in a fresh order.
+void start_block(Block& b, uint3 idx) {
+  b.idx = idx;
+  b.current = b.current_pos = -1;
+  b.done = b.at_block_barrier = b.waiting = 0;
+  b.failed = false;
+  for (int t = 0; t < b.n_threads; t++) {
+    b.fibers[t].state = FiberState::kReady;
+    context_init(&b.fibers[t].ctx, g_stacks.top(b.first_slot + t));
+    b.order[t] = t;
+  }
+  shuffle_order(b.order, b.n_threads);
+  for (int w = 0; w < warps_in(b.n_threads); w++) b.warps[w].arrived = 0, b.warps[w].mask_mismatch = false;
+}
+
+// Leaves the running fiber (or the scheduler, from_pos == -1) for the next ready fiber of the running block
+// after position `from_pos` of its order, or for the scheduler when there is none: fibers hand over to each
+// other directly, one switch per yield.
 void switch_from(Context* self, int from_pos, bool from_scheduler) {
-  for (int p = from_pos + 1; p < g_block.n_threads; p++) {
-    const int t = g_block.order[p];
-    if (g_block.fibers[t].state != FiberState::kReady) continue;
-    g_block.current = t;
-    g_block.current_pos = p;
-    g_thread_idx = g_block.fibers[t].idx;
-    context_switch(self, &g_block.fibers[t].ctx);
+  Block& b = g_block;
+  for (int p = from_pos + 1; p < b.n_threads; p++) {
+    const int t = b.order[p];
+    if (b.fibers[t].state != FiberState::kReady) continue;
+    b.current = t;
+    b.current_pos = p;
+    g_thread_idx = b.fibers[t].idx;
+    context_switch(self, &b.fibers[t].ctx);
     return;
   }
-  if (!from_scheduler) context_switch(self, &g_block.scheduler);
+  if (!from_scheduler) context_switch(self, &g_scheduler);
 }
 
 void yield(FiberState state) {
@@ -203,19 +268,41 @@ void yield(FiberState state) {
   switch_from(&self.ctx, g_block.current_pos, false);
 }
 
-bool any_ready() {
-  for (int t = 0; t < g_block.n_threads; t++)
-    if (g_block.fibers[t].state == FiberState::kReady) return true;
+bool wait_over(const Block& b, int t) {
+  return b.fibers[t].state == FiberState::kWaiting && *b.waits[t].counter >= b.waits[t].target;
+}
+
+bool any_ready(const Block& b) {
+  for (int t = 0; t < b.n_threads; t++)
+    if (b.fibers[t].state == FiberState::kReady) return true;
   return false;
 }
 
+bool any_wait_over(const Block& b) {
+  if (b.waiting == 0) return false;
+  for (int t = 0; t < b.n_threads; t++)
+    if (wait_over(b, t)) return true;
+  return false;
+}
+
+// Makes ready the block's fibers whose wait is over; false if there were none.
+bool wake_waiters(Block& b) {
+  if (!any_wait_over(b)) return false;
+  for (int t = 0; t < b.n_threads; t++) {
+    if (!wait_over(b, t)) continue;
+    b.fibers[t].state = FiberState::kReady;
+    b.waiting--;
+  }
+  return true;
+}
+
 // Every thread is at the barrier: all go on, in a fresh order (the releasing thread runs on first).
-void release_block_barrier() {
-  for (int t = 0; t < g_block.n_threads; t++)
-    if (g_block.fibers[t].state == FiberState::kAtBlockBarrier) g_block.fibers[t].state = FiberState::kReady;
-  g_block.at_block_barrier = 0;
-  shuffle_order(g_block.order, g_block.n_threads);
-  g_block.current_pos = -1;  // its next yield hands over to the first ready fiber of the new order
+void release_block_barrier(Block& b) {
+  for (int t = 0; t < b.n_threads; t++)
+    if (b.fibers[t].state == FiberState::kAtBlockBarrier) b.fibers[t].state = FiberState::kReady;
+  b.at_block_barrier = 0;
+  shuffle_order(b.order, b.n_threads);
+  b.current_pos = -1;  // its next yield hands over to the first ready fiber of the new order
 }
 
 unsigned lanes_present(int warp) {
@@ -223,30 +310,81 @@ unsigned lanes_present(int warp) {
   return lanes >= kWarpSize ? kFullMask : (1u << lanes) - 1;
 }
 
-// Runs every thread of the current block to completion; false if the block got stuck.
-bool run_block() {
-  g_block.done = 0;
-  g_block.at_block_barrier = 0;
-  for (int t = 0; t < g_block.n_threads; t++) {
-    g_block.fibers[t].state = FiberState::kReady;
-    context_init(&g_block.fibers[t].ctx, g_stacks.top(t));
-    g_block.order[t] = t;
+enum class Progress { kFinished, kParked, kStuck };
+
+// Runs the running block's ready fibers, pass after pass in its order, waking the fibers whose wait is over
+// when none is ready, until it finishes (kFinished) or can go no further: kParked while some fiber waits in
+// wait_until_at_least (another block may end that wait), kStuck when the rest wait at barriers that can no
+// longer complete or a warp collective was misused.
+Progress run_block() {
+  Block& b = g_block;
+  while (b.done < b.n_threads) {
+    if (b.failed) return Progress::kStuck;
+    if (!any_ready(b) && !wake_waiters(b)) return b.waiting > 0 ? Progress::kParked : Progress::kStuck;
+    switch_from(&g_scheduler, -1, true);
   }
-  shuffle_order(g_block.order, g_block.n_threads);
-  for (auto& w : g_block.warps) w.arrived = 0, w.mask_mismatch = false;
-  // each pass runs the ready fibers in the block's order until none after the last one is ready
-  while (g_block.done < g_block.n_threads) {
-    if (g_block.failed || !any_ready()) return false;  // every live thread waits on a barrier that cannot complete
-    switch_from(&g_block.scheduler, -1, true);
-  }
-  return !g_block.failed;
+  return b.failed ? Progress::kStuck : Progress::kFinished;
 }
 
-void set_fiber_indices(dim3 block) {
-  int t = 0;
-  for (unsigned z = 0; z < block.z; z++)
-    for (unsigned y = 0; y < block.y; y++)
-      for (unsigned x = 0; x < block.x; x++) g_block.fibers[t++].idx = uint3{x, y, z};
+Progress resume_block(Block& b) {
+  g_block = b;
+  g_block_idx = b.idx;  // g_block_dim and g_grid_dim are the launch's, set once
+  const Progress progress = run_block();
+  b = g_block;
+  return progress;
+}
+
+std::vector<uint3> block_indices(dim3 grid) {
+  std::vector<uint3> blocks;
+  blocks.reserve((size_t)grid.x * grid.y * grid.z);
+  for (unsigned z = 0; z < grid.z; z++)
+    for (unsigned y = 0; y < grid.y; y++)
+      for (unsigned x = 0; x < grid.x; x++) blocks.push_back(uint3{x, y, z});
+  return blocks;
+}
+
+// A normal launch: each block runs to completion in one slice of fibers, in the schedule's order. A wait that
+// the block's own threads do not end can never end (no other block runs meanwhile), so it fails the launch.
+bool run_one_after_another(dim3 grid, dim3 shape) {
+  std::vector<uint3> indices = block_indices(grid);
+  shuffle_order(indices.data(), (int)indices.size());
+  Block b;
+  place_block(b, 0, shape);
+  for (const uint3& idx : indices) {
+    start_block(b, idx);
+    if (resume_block(b) != Progress::kFinished) return false;
+  }
+  return true;
+}
+
+bool can_progress(const Block& b) { return b.done < b.n_threads && (any_ready(b) || any_wait_over(b)); }
+
+// One of the blocks that can make progress, the first in index order or a seeded random one; null if none can.
+Block* next_block(std::vector<Block>& blocks, std::vector<Block*>& runnable) {
+  runnable.clear();
+  for (Block& b : blocks)
+    if (can_progress(b)) runnable.push_back(&b);
+  if (runnable.empty()) return nullptr;
+  return runnable[g_shuffle ? next_random() % runnable.size() : 0];
+}
+
+// A cooperative launch: every block resident in its own slice, resumed by the scheduler whenever it can make
+// progress, until all finish or none can make progress.
+bool run_coresident(dim3 grid, dim3 shape) {
+  const std::vector<uint3> indices = block_indices(grid);
+  std::vector<Block> blocks(indices.size());
+  for (size_t i = 0; i < blocks.size(); i++) {
+    place_block(blocks[i], (int)i, shape);
+    start_block(blocks[i], indices[i]);
+  }
+  std::vector<Block*> runnable;
+  size_t finished = 0;
+  while (Block* b = next_block(blocks, runnable)) {
+    const Progress progress = resume_block(*b);
+    if (progress == Progress::kStuck) return false;
+    if (progress == Progress::kFinished) finished++;
+  }
+  return finished == blocks.size();  // otherwise every unfinished block waits for what nobody can do
 }
 
 bool valid_configuration(dim3 grid, dim3 block) {
@@ -259,7 +397,7 @@ bool valid_configuration(dim3 grid, dim3 block) {
 
 // Every fiber starts here (through emu_fiber_trampoline): run the kernel body, then hand back for good.
 extern "C" __attribute__((visibility("hidden"))) void emu_fiber_main() {
-  (*g_block.body)();
+  (*g_body)();
   g_block.fibers[g_block.current].state = FiberState::kDone;
   g_block.done++;
   Context dead;
@@ -268,17 +406,26 @@ extern "C" __attribute__((visibility("hidden"))) void emu_fiber_main() {
 
 void block_barrier() {
   if (++g_block.at_block_barrier == g_block.n_threads) {
-    release_block_barrier();  // the last thread to arrive goes on without yielding
+    release_block_barrier(g_block);  // the last thread to arrive goes on without yielding
     return;
   }
   yield(FiberState::kAtBlockBarrier);
 }
 
+void wait_until_at_least(const unsigned* counter, unsigned target) {
+  while (*counter < target) {  // rechecked: the fiber runs again after its wake, not at it
+    g_block.waits[g_block.current] = Wait{counter, target};
+    g_block.waiting++;
+    yield(FiberState::kWaiting);
+  }
+}
+
 uint64_t warp_exchange(unsigned mask, uint64_t value, int src_lane) {
-  const int t = g_block.current;
+  Block& b = g_block;
+  const int t = b.current;
   const int warp = t / kWarpSize;
   const int lane = t % kWarpSize;
-  WarpCollective& w = g_block.warps[warp];
+  WarpCollective& w = b.warps[warp];
   const unsigned participants = mask & lanes_present(warp);
   if (w.arrived == 0) w.mask = participants;
   if (w.mask != participants || !(participants >> lane & 1u)) w.mask_mismatch = true;
@@ -290,47 +437,42 @@ uint64_t warp_exchange(unsigned mask, uint64_t value, int src_lane) {
     return w.result[lane];
   }
   // last lane: resolve the collective for every lane, then release them
-  if (w.mask_mismatch) g_block.failed = true;
+  if (w.mask_mismatch) b.failed = true;
   for (int l = 0; l < kWarpSize; l++) {
     if (!(w.mask >> l & 1u)) continue;
     int src = w.src[l];
     bool from_peer = src >= 0 && src < kWarpSize && (w.mask >> src & 1u);
     w.result[l] = from_peer ? w.value[src] : w.value[l];
-    if (l != lane) g_block.fibers[warp * kWarpSize + l].state = FiberState::kReady;
+    if (l != lane) b.fibers[warp * kWarpSize + l].state = FiberState::kReady;
   }
   w.arrived = 0;
   w.mask_mismatch = false;
   return w.result[lane];
 }
 
-void run_launch(dim3 grid, dim3 block, const KernelBody& body) {
+int cooperative_max_blocks(int block_threads) {
+  return block_threads >= 1 && block_threads <= kMaxThreadsPerBlock ? kMaxThreadsPerBlock / block_threads : 0;
+}
+
+void run_launch(dim3 grid, dim3 block, const KernelBody& body, bool cooperative) {
   if (!valid_configuration(grid, block)) {
     set_launch_error(cudaErrorInvalidConfiguration);
+    return;
+  }
+  const uint64_t n_blocks = (uint64_t)grid.x * grid.y * grid.z;
+  if (cooperative && n_blocks > (uint64_t)cooperative_max_blocks((int)(block.x * block.y * block.z))) {
+    set_launch_error(cudaErrorCooperativeLaunchTooLarge);
     return;
   }
   if (!g_stacks.ready()) {
     set_launch_error(cudaErrorMemoryAllocation);
     return;
   }
-  g_block.body = &body;
-  g_block.n_threads = (int)(block.x * block.y * block.z);
-  g_block.failed = false;
+  g_body = &body;
   g_block_dim = block;
   g_grid_dim = grid;
-  set_fiber_indices(block);
-  std::vector<uint3> blocks;
-  blocks.reserve((size_t)grid.x * grid.y * grid.z);
-  for (unsigned z = 0; z < grid.z; z++)
-    for (unsigned y = 0; y < grid.y; y++)
-      for (unsigned x = 0; x < grid.x; x++) blocks.push_back(uint3{x, y, z});
-  shuffle_order(blocks.data(), (int)blocks.size());
-  for (const uint3& b : blocks) {
-    g_block_idx = b;
-    if (!run_block()) {
-      set_launch_error(cudaErrorLaunchFailure);
-      return;
-    }
-  }
+  if (!(cooperative ? run_coresident(grid, block) : run_one_after_another(grid, block)))
+    set_launch_error(cudaErrorLaunchFailure);
 }
 
 }  // namespace emu

@@ -13,6 +13,7 @@ struct EmuGraphNode {
   cudaGraphNodeType type;
   dim3 grid, block;
   emu::KernelBody body;
+  bool cooperative;
 };
 struct EmuGraph {
   std::vector<EmuGraphNode> nodes;
@@ -26,7 +27,7 @@ struct EmuEvent {
 };
 
 namespace emu {
-void run_launch(dim3 grid, dim3 block, const KernelBody& body);  // emu_exec.cpp
+void run_launch(dim3 grid, dim3 block, const KernelBody& body, bool cooperative);  // emu_exec.cpp
 
 namespace {
 // The emulated device: launch shapes computed from these match an H100/H200, so the emulator runs the
@@ -61,13 +62,13 @@ void set_launch_error(cudaError_t error) {
   if (g_sticky == cudaSuccess) g_sticky = error;
 }
 
-void submit_launch(dim3 grid, dim3 block, cudaStream_t stream, KernelBody body) {
+void submit_launch(dim3 grid, dim3 block, cudaStream_t stream, KernelBody body, bool cooperative) {
   EmuStream* s = resolve(stream);
   if (s->capture) {
-    s->capture->nodes.push_back({cudaGraphNodeTypeKernel, grid, block, std::move(body)});
+    s->capture->nodes.push_back({cudaGraphNodeTypeKernel, grid, block, std::move(body), cooperative});
     return;
   }
-  run_launch(grid, block, body);
+  run_launch(grid, block, body, cooperative);
 }
 }  // namespace emu
 
@@ -95,6 +96,7 @@ const char* cudaGetErrorName(cudaError_t error) {
     case cudaErrorIllegalState: return "cudaErrorIllegalState";
     case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorCooperativeLaunchTooLarge: return "cudaErrorCooperativeLaunchTooLarge";
     case cudaErrorNotSupported: return "cudaErrorNotSupported";
     case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
     case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
@@ -113,7 +115,8 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNotReady: return "device not ready";
-    case cudaErrorLaunchFailure: return "unspecified launch failure (emulator: a barrier or warp collective some threads never reached)";
+    case cudaErrorLaunchFailure: return "unspecified launch failure (emulator: a barrier or warp collective some threads never reached, or a wait nobody could end)";
+    case cudaErrorCooperativeLaunchTooLarge: return "too many blocks in cooperative launch (emulator: more threads in all than one block may have)";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
     default: return cudaGetErrorName(error);
@@ -259,7 +262,7 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsig
 }
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   if (!exec) return cudaErrorInvalidResourceHandle;
-  for (const EmuGraphNode& node : exec->nodes) emu::submit_launch(node.grid, node.block, stream, node.body);
+  for (const EmuGraphNode& node : exec->nodes) emu::submit_launch(node.grid, node.block, stream, node.body, node.cooperative);
   return cudaSuccess;
 }
 cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* count) {

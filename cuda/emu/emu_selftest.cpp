@@ -1,6 +1,9 @@
 // Deliberately broken launches, exported so test/kernels.emu.test.ts can check that the emulator reports
-// misuse as a launch error instead of hanging (cuda_emu.h). Returns cudaGetLastError() after the launch.
+// misuse as a launch error instead of hanging (cuda_emu.h), and grid barriers in cooperative launches, which
+// must compute the right sums. Returns cudaGetLastError() after the launch, or kWrongResult.
 #include "cuda_emu.h"
+
+#include <limits.h>
 
 namespace {
 
@@ -9,7 +12,13 @@ enum SelfTest {
   kBlockTooLarge = 1,          // 1025 threads
   kBarrierAfterEarlyExit = 2,  // half the block returns, the rest waits at __syncthreads
   kMixedBarriers = 3,          // within a warp, half the lanes at a shuffle, half at __syncthreads
+  kGridBarrier = 4,            // cooperative: every block meets the others at grid barriers, phase after phase
+  kGridBarrierNotCooperative = 5,  // the same kernel launched normally: block 0's wait can never end
+  kGridBarrierBlockAbsent = 6,     // cooperative, but one block never arrives: the others wait forever
+  kCooperativeTooLarge = 7,        // one block (of 256 threads) more than cooperative_max_blocks allows
+  kGridBarrierInGraph = 8,         // cooperative launch captured on a stream, then replayed as a graph
 };
+constexpr int kWrongResult = -1;  // the launch ran, but the kernel computed wrong values
 constexpr int kBlock = 64;
 
 void collectives_kernel(int* out) {
@@ -34,6 +43,98 @@ void mixed_barriers_kernel(int*) {
   }
 }
 
+// ---- grid barriers ----------------------------------------------------------------------------------------
+constexpr int kCoopThreads = 256;
+constexpr int kCoopBlocks = 4;  // what cooperative_max_blocks(kCoopThreads) must allow: 1024 threads in all
+constexpr int kPhases = 3;
+constexpr int kNoAbsentBlock = -1;
+
+struct GridBarrierData {
+  unsigned arrivals;                                     // the barrier's counter: phase p ends at p x gridDim.x
+  int slots[2][(kCoopBlocks + 1) * kCoopThreads];        // slots[phase % 2]: (blocks, threads), double-buffered
+  int sums[kPhases][(kCoopBlocks + 1) * kCoopThreads];   // sums[phase - 1]: (blocks, threads)
+  int arrival_order[kPhases * (kCoopBlocks + 1)];        // the block that arrived n-th
+};
+GridBarrierData g_grid;
+
+int slot_value(int phase, int block, int thread) { return phase * 7919 + block * 131 + thread; }
+
+// Each phase: every thread writes its slot, the block arrives, and after the grid barrier every thread sums
+// its column of every block's slots. The slots alternate between two buffers, so a block already writing the
+// next phase's cannot overwrite the ones a slower block is still reading.
+void grid_barrier_kernel(GridBarrierData* data, int absent_block) {
+  const int column = (int)threadIdx.x;
+  for (int phase = 1; phase <= kPhases; phase++) {
+    int* slots = data->slots[phase % 2];
+    slots[blockIdx.x * blockDim.x + column] = slot_value(phase, (int)blockIdx.x, column);
+    if ((int)blockIdx.x == absent_block) return;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      data->arrival_order[atomicAdd(&data->arrivals, 1u)] = (int)blockIdx.x;
+      emu::wait_until_at_least(&data->arrivals, phase * gridDim.x);
+    }
+    __syncthreads();
+    int sum = 0;
+    for (int b = 0; b < (int)gridDim.x; b++) sum += slots[b * blockDim.x + column];
+    data->sums[phase - 1][blockIdx.x * blockDim.x + column] = sum;
+  }
+}
+
+void reset_grid_data() {
+  g_grid.arrivals = 0;
+  for (auto& phase : g_grid.sums)
+    for (int& s : phase) s = INT_MIN;  // poison: a sum never written fails
+}
+
+// Every block's sums of every phase are right.
+bool grid_sums_right(int blocks) {
+  for (int phase = 1; phase <= kPhases; phase++)
+    for (int block = 0; block < blocks; block++)
+      for (int t = 0; t < kCoopThreads; t++) {
+        int expected = 0;
+        for (int b = 0; b < blocks; b++) expected += slot_value(phase, b, t);
+        if (g_grid.sums[phase - 1][block * kCoopThreads + t] != expected) return false;
+      }
+  return true;
+}
+
+// The launch's error, else whether it computed the right sums.
+int grid_barrier_result(int blocks) {
+  const cudaError_t error = cudaGetLastError();
+  if (error != cudaSuccess) return error;
+  return grid_sums_right(blocks) ? cudaSuccess : kWrongResult;
+}
+
+int launch_grid_barrier(bool cooperative, int blocks, int absent_block) {
+  reset_grid_data();
+  if (cooperative) {
+    emu_launch_cooperative(grid_barrier_kernel, blocks, kCoopThreads, 0, nullptr, &g_grid, absent_block);
+  } else {
+    emu_launch(grid_barrier_kernel, blocks, kCoopThreads, 0, nullptr, &g_grid, absent_block);
+  }
+  return grid_barrier_result(blocks);
+}
+
+// Captures the cooperative launch (it must not run then), then replays the graph.
+int grid_barrier_in_graph() {
+  cudaStream_t stream;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal);
+  reset_grid_data();
+  emu_launch_cooperative(grid_barrier_kernel, kCoopBlocks, kCoopThreads, 0, stream, &g_grid, kNoAbsentBlock);
+  const bool ran_while_capturing = g_grid.arrivals != 0;
+  cudaStreamEndCapture(stream, &graph);
+  cudaGraphInstantiate(&exec, graph);
+  cudaGraphLaunch(exec, stream);
+  const int result = ran_while_capturing ? kWrongResult : grid_barrier_result(kCoopBlocks);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  return result;
+}
+
 }  // namespace
 
 extern "C" int emu_selftest(int which) {
@@ -52,8 +153,28 @@ extern "C" int emu_selftest(int which) {
     case kMixedBarriers:
       emu_launch(mixed_barriers_kernel, 1, kBlock, 0, nullptr, out);
       break;
+    case kGridBarrier:
+      if (emu::cooperative_max_blocks(kCoopThreads) != kCoopBlocks) return kWrongResult;
+      return launch_grid_barrier(true, kCoopBlocks, kNoAbsentBlock);
+    case kGridBarrierNotCooperative:
+      return launch_grid_barrier(false, kCoopBlocks, kNoAbsentBlock);
+    case kGridBarrierBlockAbsent:
+      return launch_grid_barrier(true, kCoopBlocks, kCoopBlocks / 2);
+    case kCooperativeTooLarge:
+      return launch_grid_barrier(true, kCoopBlocks + 1, kNoAbsentBlock);
+    case kGridBarrierInGraph:
+      return grid_barrier_in_graph();
     default:
       return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
+}
+
+// The blocks in the order they arrived at the last grid-barrier launch's barriers, phase after phase, as the
+// digits of a base-(kCoopBlocks + 1) number (the first arrival the most significant): two schedules that
+// interleave the blocks differently give different numbers.
+extern "C" long long emu_selftest_arrival_order() {
+  long long order = 0;
+  for (int i = 0; i < kPhases * kCoopBlocks; i++) order = order * (kCoopBlocks + 1) + g_grid.arrival_order[i];
+  return order;
 }
