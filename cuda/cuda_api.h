@@ -46,10 +46,16 @@ int cu_event_elapsed_ms(void* start, void* end, float* out);
 int cu_event_destroy(void* event);
 
 // Graphs: plan_run captured on the current stream and instantiated. The handle keeps both the graph
-// and its executable form.
-// programmatic: every kernel launched with programmatic stream serialization (graph-pdl), so a kernel may
-// start while its predecessor runs and waits for it in-kernel (cuda/launch.h); the emulator runs it in order.
-void* cu_graph_capture(const Plan* plan, int programmatic);
+// and its executable form. kind:
+//   CU_CAPTURE_PLAIN         one kernel node per launch (graph)
+//   CU_CAPTURE_PROGRAMMATIC  every kernel launched with programmatic stream serialization (graph-pdl), so a kernel
+//                            may start while its predecessor runs and waits for it in-kernel (cuda/launch.h); the
+//                            emulator runs it in order
+//   CU_CAPTURE_PERSISTENT    one node: the persistent step kernel running the plan's ops as tasks (cuda/persistent.cu);
+//                            cudaErrorNotSupported for a plan it cannot run (an unfused op, a prefill, a scalar variant,
+//                            a cache in another storage type than the weights)
+enum { CU_CAPTURE_PLAIN = 0, CU_CAPTURE_PROGRAMMATIC = 1, CU_CAPTURE_PERSISTENT = 2 };
+void* cu_graph_capture(const Plan* plan, int kind);
 int cu_graph_launch(void* graph, int n);  // n back-to-back replays on the current stream, no host sync
 // The grid and block of every kernel the plan launches, in order, read by capturing the plan without running
 // it (its pointers are never dereferenced). Writes at most max shapes; returns the number of launches, or -error.

@@ -4,7 +4,8 @@
 // launches `kernel` on the runtime's current stream (cu_set_stream in cuda/cuda_api.h) with static shared
 // memory only, then folds cudaGetLastError() into the library's sticky error (be_last_error in
 // cuda/runtime.h). A templated kernel takes one template argument at most (the macro splits on commas).
-// While rt_overlapped() (the graph-pdl capture), the launch carries programmatic stream serialization.
+// While rt_overlapped() (the graph-pdl capture), the launch carries programmatic stream serialization; while the
+// persistent step is recorded, it launches nothing and fails the recording (the fused ops record tasks instead).
 #pragma once
 #include <stdint.h>
 
@@ -19,6 +20,8 @@ void rt_note_shape(dim3 grid, dim3 block);  // the launch's shape, kept while cu
 void rt_fail(cudaError_t error);    // records an error found on the host (e.g. an unsupported shape)
 int rt_sm_count();                  // multiprocessors on the current device
 bool rt_overlapped();               // true while launching the graph-pdl step (below)
+bool rt_step_rejects_launch();      // true while recording the persistent step (cuda/step_tasks.h), which then fails:
+                                    // a plain launch has no task form
 
 // LAUNCH_ON: the bare launch on a given stream, leaving its error to cudaGetLastError(). The emulator runs
 // kernels one after another, so a programmatic launch is plain stream order there.
@@ -46,6 +49,7 @@ void launch_on(cudaStream_t stream, void (*kernel)(Params...), dim3 grid, dim3 b
 #endif
 #define LAUNCH(kernel, grid, block, ...)                                  \
   do {                                                                    \
+    if (rt_step_rejects_launch()) break;                                  \
     rt_note_shape(dim3(grid), dim3(block));                               \
     LAUNCH_ON(rt_current_stream(), kernel, grid, block, __VA_ARGS__);     \
     rt_note_launch();                                                     \
@@ -70,6 +74,54 @@ __device__ __forceinline__ void let_successor_start() { asm volatile("griddepcon
 inline void wait_for_predecessor(bool = false) {}
 inline void let_successor_start() {}
 #endif
+
+// ---- where a kernel body runs -------------------------------------------------------------------------------
+// The decode step's kernel bodies (cuda/linear.h, attention.h, embed.h, lm_head.h) run either as a launch of their
+// own, block blockIdx of gridDim waiting for the predecessor kernel (own_launch), or as a task of the persistent
+// step kernel (cuda/persistent.cu): virtual block `idx` of the task's `grid`, run by whichever resident block
+// takes it, waiting at the step's grid barrier for the previous task. Either way a body issues its weight loads
+// first and then calls wait_for_inputs(at) before it touches anything an earlier op of the step wrote.
+struct BlockPlace {
+  uint3 idx;
+  dim3 grid;
+  const unsigned* arrivals;  // the persistent step's grid barrier (null: a launch of its own)
+  unsigned arrivals_needed;  // arrivals that mean the previous task is done (0: nothing to wait for)
+  bool overlapped;           // a launch of its own that may overlap its predecessor (graph-pdl)
+};
+__device__ __forceinline__ BlockPlace own_launch(bool overlapped = false) { return {blockIdx, gridDim, nullptr, 0u, overlapped}; }
+
+// The grid barrier of the persistent step: every resident block counts itself in on `arrivals` when it has done
+// its share of a task (after its threads' writes, made visible device-wide first), and a block waits, before it
+// reads a task's inputs (or, with no share of the task, before it counts itself in), until all blocks have
+// arrived from every earlier task. Thread 0 polls; the block's other
+// threads wait for it at the barrier. The loads a thread issued before the wait stay before it (the fence), so a
+// task's weight stream overlaps the wait as it overlaps a predecessor kernel under programmatic launch.
+__device__ __forceinline__ void grid_arrive(unsigned* arrivals) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(arrivals, 1u);
+  }
+}
+__device__ __forceinline__ void grid_wait(const unsigned* arrivals, unsigned needed) {
+#if defined(__CUDACC__)
+  asm volatile("fence.acq_rel.cta;" ::: "memory");
+  if (threadIdx.x == 0) {
+    unsigned seen;
+    do {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(arrivals) : "memory");
+    } while (seen < needed);
+  }
+#else
+  if (threadIdx.x == 0) emu::wait_until_at_least(arrivals, needed);
+#endif
+  __syncthreads();
+}
+
+__device__ __forceinline__ void wait_for_inputs(const BlockPlace& at) {
+  if (!at.arrivals) wait_for_predecessor(at.overlapped);
+  else if (at.arrivals_needed) grid_wait(at.arrivals, at.arrivals_needed);
+}
 
 // Records cudaErrorInvalidValue for an op asked for what this library does not run (a storage type, a batch
 // shape); true when it did, so the launcher returns without launching anything.

@@ -7,6 +7,7 @@
 
 #include "cuda_api.h"
 #include "launch.h"
+#include "persistent.h"
 #include "runtime.h"
 
 constexpr int kFillThreads = 256;
@@ -28,6 +29,7 @@ cudaStream_t g_own_stream = nullptr;  // created by be_init
 cudaStream_t g_stream = nullptr;      // current stream; the legacy stream until be_init
 int g_sticky = cudaSuccess;
 bool g_overlapped = false;  // while capturing the graph-pdl step: launches allow programmatic overlap
+StepRecorder* g_step_recorder = nullptr;  // while recording the persistent step: launchers append tasks to it
 // while cu_plan_launch_shapes runs: where LAUNCH writes each launch's grid and block
 CuLaunchShape* g_shapes = nullptr;
 int g_shapes_max = 0, g_shapes_count = 0;
@@ -40,6 +42,7 @@ int note(cudaError_t error) {
 struct CuGraph {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
+  void* step_buffer;  // the persistent step's tasks and barrier (null for the other captures)
 };
 
 // Device memory and events released on scope exit (for the measurements' early returns).
@@ -76,6 +79,11 @@ int rt_sm_count() {
 }
 
 bool rt_overlapped() { return g_overlapped; }
+StepRecorder* rt_step_recorder() { return g_step_recorder; }
+bool rt_step_rejects_launch() {
+  if (g_step_recorder) g_step_recorder->reject();
+  return g_step_recorder != nullptr;
+}
 void rt_note_shape(dim3 grid, dim3 block) {
   if (!g_shapes) return;
   if (g_shapes_count < g_shapes_max) {
@@ -259,12 +267,43 @@ extern "C" int cu_event_elapsed_ms(void* start, void* end, float* out) {
 extern "C" int cu_event_destroy(void* event) { return cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
 
 // ---- graphs and eager replay --------------------------------------------------------------------------------------
-extern "C" void* cu_graph_capture(const Plan* plan, int programmatic) {
-  cudaError_t e = cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal);
-  if (e != cudaSuccess) return note(e), nullptr;
-  g_overlapped = programmatic != 0;
-  const int run_error = plan_run(plan);  // launches are recorded, not run
-  g_overlapped = false;
+// The persistent step: the plan's launches recorded as tasks, the instantiation and grid picked, and the tasks
+// uploaded to a fresh device buffer (*buffer, the caller frees it), all before the capture.
+static cudaError_t prepare_persistent_step(const Plan* plan, StepLaunch* launch, void** buffer) {
+  StepRecorder recorder;
+  g_step_recorder = &recorder;
+  const int run_error = plan_run(plan);  // records tasks, launches nothing
+  g_step_recorder = nullptr;
+  if (run_error != cudaSuccess) return static_cast<cudaError_t>(run_error);
+  cudaError_t e = persistent_step_prepare(recorder, launch);
+  const size_t bytes = persistent_buffer_bytes(launch->n_tasks);
+  if (e == cudaSuccess) e = cudaMalloc(buffer, bytes);
+  if (e == cudaSuccess) e = cudaMemsetAsync(*buffer, 0, bytes, g_stream);
+  if (e == cudaSuccess) e = cudaMemcpyAsync(*buffer, recorder.tasks().data(), launch->n_tasks * sizeof(StepTask), cudaMemcpyHostToDevice, g_stream);
+  return e == cudaSuccess ? cudaStreamSynchronize(g_stream) : e;
+}
+
+extern "C" void* cu_graph_capture(const Plan* plan, int kind) {
+  if (kind != CU_CAPTURE_PLAIN && kind != CU_CAPTURE_PROGRAMMATIC && kind != CU_CAPTURE_PERSISTENT)
+    return note(cudaErrorInvalidValue), nullptr;
+  const bool persistent = kind == CU_CAPTURE_PERSISTENT;
+  StepLaunch launch = {};
+  void* step_buffer = nullptr;
+  cudaError_t e = persistent ? prepare_persistent_step(plan, &launch, &step_buffer) : cudaSuccess;
+  if (e == cudaSuccess) e = cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal);
+  if (e != cudaSuccess) {
+    cudaFree(step_buffer);
+    return note(e), nullptr;
+  }
+  int run_error = cudaSuccess;
+  if (persistent) {
+    persistent_step_launch(launch, step_buffer, g_stream);
+    run_error = cudaGetLastError();
+  } else {
+    g_overlapped = kind == CU_CAPTURE_PROGRAMMATIC;
+    run_error = plan_run(plan);  // launches are recorded, not run
+    g_overlapped = false;
+  }
   cudaGraph_t graph = nullptr;
   e = cudaStreamEndCapture(g_stream, &graph);
   if (run_error != cudaSuccess && e == cudaSuccess) e = static_cast<cudaError_t>(run_error);
@@ -272,9 +311,10 @@ extern "C" void* cu_graph_capture(const Plan* plan, int programmatic) {
   if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
   if (e != cudaSuccess) {
     if (graph) cudaGraphDestroy(graph);
+    cudaFree(step_buffer);
     return note(e), nullptr;
   }
-  return new CuGraph{graph, exec};
+  return new CuGraph{graph, exec, step_buffer};
 }
 
 extern "C" int cu_plan_launch_shapes(const Plan* plan, CuLaunchShape* out, int max) {
@@ -322,7 +362,9 @@ extern "C" int cu_graph_destroy(void* graph) {
   CuGraph* g = static_cast<CuGraph*>(graph);
   cudaError_t e = cudaGraphExecDestroy(g->exec);
   const cudaError_t e2 = cudaGraphDestroy(g->graph);
+  const cudaError_t e3 = cudaFree(g->step_buffer);
   delete g;
+  if (e == cudaSuccess && e2 == cudaSuccess) return e3;
   return e != cudaSuccess ? e : e2;
 }
 

@@ -5,6 +5,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
+import { CAPTURE_KINDS } from "../src/backends/cuda.ts";
 import { writeGeneratedHeaders } from "../src/native/build.ts";
 import { CU_DEVICE_INFO, CU_LAUNCH_SHAPE } from "../src/native/cuda-symbols.ts";
 import { TRACE_API, TRACE_KERNEL } from "../src/native/cupti.ts";
@@ -20,7 +21,8 @@ function measuredLayouts(): Map<string, number> {
     `printf("${l.struct} sizeof %zu\\n", sizeof(${l.struct}));`,
     ...Object.keys(l.fields).map((f) => `printf("${l.struct} ${f} %zu\\n", offsetof(${l.struct}, ${f}));`),
   ]);
-  const source = ["#include <cstddef>", "#include <cstdio>", ...headers, `int main() {\n${prints.join("\n")}\n}`].join("\n");
+  const captures = Object.keys(CAPTURE_KINDS).map((k) => `printf("capture ${k} %d\\n", (int)CU_CAPTURE_${k.toUpperCase()});`);
+  const source = ["#include <cstddef>", "#include <cstdio>", ...headers, '#include "cuda_api.h"', `int main() {\n${[...prints, ...captures].join("\n")}\n}`].join("\n");
   const dir = mkdtempSync(join(tmpdir(), "abi-layout-"));
   try {
     const exe = join(dir, "layout");
@@ -44,6 +46,10 @@ describe("C struct layouts read from TypeScript", () => {
   test.each(LAYOUTS.map((l) => [l.struct, l] as const))("%s: size and every field offset match the C header", (_, layout) => {
     expect(measured.get(`${layout.struct}.sizeof`)).toBe(layout.bytes);
     for (const [field, offset] of Object.entries(layout.fields)) expect([field, measured.get(`${layout.struct}.${field}`)]).toEqual([field, offset]);
+  });
+
+  test("cu_graph_capture's kinds are CU_CAPTURE_* of cuda/cuda_api.h", () => {
+    for (const [kind, value] of Object.entries(CAPTURE_KINDS)) expect([kind, measured.get(`capture.${kind}`)]).toEqual([kind, value]);
   });
 
   test("a name field's capacity runs to the next field or the struct's end", () => {

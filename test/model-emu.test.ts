@@ -6,7 +6,7 @@ import { join } from "node:path";
 
 import { CudaBackend } from "../src/backends/cuda.ts";
 import { loadModel } from "../src/model/weights.ts";
-import { PLAN_KINDS } from "../src/plan.ts";
+import { PLAN_KINDS, type PlanKind } from "../src/plan.ts";
 import { generateBatch } from "../src/run/generate.ts";
 import { availableModes, launchMode } from "../src/run/launch-modes.ts";
 import type { Placement } from "../src/run/model-buffers.ts";
@@ -23,14 +23,17 @@ const weights = loadModel(FIXTURE);
 const fixture = readFixture(FIXTURE);
 afterAll(() => emu.close());
 
-test("the emulator has every launch mode, graph-pdl included", () => {
-  expect(availableModes(emu).map((m) => m.name)).toEqual(["eager", "eager-native", "graph", "graph-pdl"]);
+test("the emulator has every launch mode; the persistent step needs the fused plan and the cache in the weights' type", () => {
+  const names = (plan: PlanKind, kv: "f32" | "bf16") => availableModes(emu, { plan, weights: "f32", kv }).map((m) => m.name);
+  expect(names("fused", "f32")).toEqual(["eager", "eager-native", "graph", "graph-pdl", "persistent"]);
+  expect(names("unfused", "f32")).toEqual(["eager", "eager-native", "graph", "graph-pdl"]);
+  expect(names("fused", "bf16")).toEqual(["eager", "eager-native", "graph", "graph-pdl"]);
 });
 
 test.each(PLAN_KINDS.map((p) => [p]))("gpt2-tiny logits and greedy continuation in every launch mode and uncached, %s plan", (plan) => {
   const rows = fixtureChecks(emu, weights, fixture, plan);
   expect(rows.map((r) => `${r.check} ${r.detail}: ${r.status}`)).toEqual(rows.map((r) => `${r.check} ${r.detail}: pass`));
-  expect(rows).toHaveLength(6);
+  expect(rows).toHaveLength(plan === "fused" ? 7 : 6); // logits, a greedy row per launch mode (persistent: fused only), uncached
 }, EMU_TIMEOUT_MS);
 
 test.each(PLAN_KINDS.map((p) => [p]))("the launch modes agree bit for bit, and the cache is exact, over every position, %s plan", (plan) => {
@@ -49,8 +52,10 @@ test("a fused decode step is 5 kernels per layer plus 2 in both graphs; the unfu
     try {
       const native = s.step(1).native();
       const kernels = weights.config.n_layer * perLayer + outside;
-      expect(native.graphKernelNodes!(false)).toBe(kernels);
-      expect(native.graphKernelNodes!(true)).toBe(kernels);
+      expect(native.graphKernelNodes!("plain")).toBe(kernels);
+      expect(native.graphKernelNodes!("programmatic")).toBe(kernels);
+      if (plan === "fused") expect(native.graphKernelNodes!("persistent")).toBe(1);
+      else expect(() => native.graphKernelNodes!("persistent")).toThrow(/the persistent step runs the fused plan/);
     } finally {
       s.close();
     }
@@ -76,6 +81,6 @@ test.each(PLAN_KINDS.flatMap((plan) => (["f32", "bf16", "f16"] as const).map((dt
   (plan, dtype) => {
     const prompts = [fixture.prompt, [5, 9, 2], [7, 3, 1, 4, 1, 5, 9, 2, 6, 5]]; // prefills of 1..8 rows and over 8
     const alone = prompts.map((p) => tokensOf({ batch: 1, weights: dtype, kv: dtype }, [p], "eager", plan, 6)[0]!);
-    for (const mode of availableModes(emu).map((m) => m.name))
+    for (const mode of availableModes(emu, { plan, weights: dtype, kv: dtype }).map((m) => m.name))
       expect([mode, tokensOf({ batch: 3, weights: dtype, kv: dtype }, prompts, mode, plan, 6)]).toEqual([mode, alone]);
   }, EMU_TIMEOUT_MS);

@@ -13,6 +13,9 @@ export interface DeviceBuffer {
   readonly bytes: number;
 }
 
+/** The captures of a step (cuda/cuda_api.h CU_CAPTURE_*). */
+export type GraphCapture = "plain" | "programmatic" | "persistent";
+
 /** A decode step recorded once: every launch mode the backend supports runs the same ops. */
 export interface RecordedStep {
   readonly ops: number;
@@ -25,8 +28,13 @@ export interface RecordedStep {
    * waits for it in-kernel), replayed `n` times; undefined where the backend has no such launches
    */
   readonly runGraphPdl?: (n?: number) => void;
-  /** kernel nodes in the captured graph (CUDA; captures it if needed; programmatic: the graph-pdl capture) */
-  readonly graphKernelNodes?: (programmatic?: boolean) => number;
+  /**
+   * the fused decode step as one cooperative kernel running its ops as tasks (cuda/persistent.cu), captured as a
+   * one-node graph and replayed `n` times; undefined where the backend has no such kernel
+   */
+  readonly runPersistent?: (n?: number) => void;
+  /** kernel nodes in the captured graph (CUDA; captures it if needed): plain, graph-pdl's or the persistent step's */
+  readonly graphKernelNodes?: (capture?: GraphCapture) => number;
   destroy(): void;
 }
 
@@ -74,6 +82,8 @@ export interface Backend {
   readonly graphs: boolean;
   /** whether kernels can be launched with programmatic dependent launch (a GPU of compute capability 9.0 or later, or the emulator) */
   readonly programmaticLaunch: boolean;
+  /** runs the fused decode step as one persistent cooperative kernel (RecordedStep.runPersistent) */
+  readonly persistentStep: boolean;
   /**
    * whether issuing a step returns before the device has run it (CUDA): the host's issue time is then the
    * launch path alone; on the CPU the host runs the ops while it issues them

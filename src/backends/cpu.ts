@@ -35,6 +35,7 @@ export class CpuBackend extends NativeBackend implements CpuTimers {
   readonly deviceName: string;
   readonly graphs = false;
   readonly programmaticLaunch = false;
+  readonly persistentStep = false;
   readonly issueIsAsync = false;
   readonly memInfoSource = "host memory not held resident by the CPU library's allocations (MemTotal − their resident pages, mincore)";
   readonly studyDefaults = HOST_STUDY_DEFAULTS;

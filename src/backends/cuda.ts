@@ -6,7 +6,7 @@ import { ensureBuilt, hasNvcc, hasPrebuilt } from "../native/build.ts";
 import { CUDA_SYMBOLS, CU_DEVICE_INFO, CU_LAUNCH_SHAPE, decodeDeviceInfo, type CuDeviceInfo } from "../native/cuda-symbols.ts";
 import { probeDriver } from "../native/driver.ts";
 import type { EncodedPlan } from "../plan.ts";
-import { HOST_STUDY_DEFAULTS, type BackendDescription, type KernelLaunches, type LaunchShape, type RecordedStep, type StudyDefaults } from "./backend.ts";
+import { HOST_STUDY_DEFAULTS, type BackendDescription, type GraphCapture, type KernelLaunches, type LaunchShape, type RecordedStep, type StudyDefaults } from "./backend.ts";
 import { CudaInstrument, type CudaTimers, type StepEvents } from "./cuda-instrument.ts";
 import type { Instrument } from "./instrument.ts";
 import { NativeBackend, openLibrary } from "./native.ts";
@@ -24,7 +24,7 @@ interface CudaSymbols {
   cu_event_synchronize(event: number): number;
   cu_event_elapsed_ms(start: number, end: number, out: Float32Array): number;
   cu_event_destroy(event: number): number;
-  cu_graph_capture(plan: number, programmatic: number): number | null;
+  cu_graph_capture(plan: number, kind: number): number | null;
   cu_graph_launch(graph: number, n: number): number;
   cu_plan_launch_shapes(plan: number, out: Int32Array, max: number): number;
   cu_graph_kernel_nodes(graph: number): number;
@@ -36,6 +36,9 @@ interface CudaSymbols {
 }
 
 const CUDA_ERROR_UNKNOWN = 999; // cudaErrorUnknown, when a failed call left no code behind
+const CUDA_ERROR_NOT_SUPPORTED = 801; // cudaErrorNotSupported: the persistent step cannot run this plan
+/** cu_graph_capture's kind (CU_CAPTURE_* in cuda/cuda_api.h; test/abi-layout.test.ts compares them) */
+export const CAPTURE_KINDS: Record<GraphCapture, number> = { plain: 0, programmatic: 1, persistent: 2 };
 
 const unavailable = (why: string) => new UserError(`CUDA backend unavailable: ${why}`);
 
@@ -89,6 +92,7 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
   readonly device: CuDeviceInfo;
   readonly graphs = true;
   readonly programmaticLaunch: boolean;
+  readonly persistentStep = true;
   readonly issueIsAsync = true;
   readonly memInfoSource = "cudaMemGetInfo free bytes";
   /** the emulator runs on the host CPU: the CPU's shorter sweep */
@@ -139,26 +143,37 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
 
   record(plan: EncodedPlan): RecordedStep {
     const native = this.recordPlan(plan);
-    const graphs: [number | null, number | null] = [null, null]; // plain, programmatic
+    const graphs = new Map<GraphCapture, number>();
     /** captured on first use: stream capture records the launches without running them */
-    const captured = (programmatic: boolean): number => {
-      const k = programmatic ? 1 : 0;
-      if (graphs[k]) return graphs[k]!;
-      graphs[k] = this.cu.cu_graph_capture(native.handle, k);
-      if (!graphs[k]) this.check(this.sym.be_last_error() || CUDA_ERROR_UNKNOWN, programmatic ? "graph-pdl capture" : "graph capture");
-      return graphs[k]!;
+    const captured = (capture: GraphCapture): number => {
+      const known = graphs.get(capture);
+      if (known) return known;
+      const graph = this.cu.cu_graph_capture(native.handle, CAPTURE_KINDS[capture]);
+      if (!graph) this.captureFailed(capture);
+      graphs.set(capture, graph!);
+      return graph!;
     };
+    const replay = (capture: GraphCapture, what: string) => (n = 1) => this.check(this.cu.cu_graph_launch(captured(capture), n), what);
     return {
       ops: plan.ops.length,
       runNative: (n = 1) => this.check(this.cu.cu_plan_run_n(native.handle, n), "eager-native step"),
-      runGraph: (n = 1) => this.check(this.cu.cu_graph_launch(captured(false), n), "graph launch"),
-      runGraphPdl: this.programmaticLaunch ? (n = 1) => this.check(this.cu.cu_graph_launch(captured(true), n), "graph-pdl launch") : undefined,
-      graphKernelNodes: (programmatic = false) => this.cu.cu_graph_kernel_nodes(captured(programmatic)),
+      runGraph: replay("plain", "graph launch"),
+      runGraphPdl: this.programmaticLaunch ? replay("programmatic", "graph-pdl launch") : undefined,
+      runPersistent: replay("persistent", "persistent step launch"),
+      graphKernelNodes: (capture = "plain") => this.cu.cu_graph_kernel_nodes(captured(capture)),
       destroy: () => {
-        for (const g of graphs) if (g) this.cu.cu_graph_destroy(g);
+        for (const g of graphs.values()) this.cu.cu_graph_destroy(g);
         native.destroy();
       },
     };
+  }
+
+  private captureFailed(capture: GraphCapture): never {
+    const code = this.sym.be_last_error() || CUDA_ERROR_UNKNOWN;
+    if (capture === "persistent" && code === CUDA_ERROR_NOT_SUPPORTED) {
+      throw new UserError("the persistent step runs the fused plan's decode step, its cache in the weights' storage type: this step is not one (use another --mode, or matching --dtype and --kv-dtype)");
+    }
+    return this.check(code, `${capture === "plain" ? "graph" : capture === "programmatic" ? "graph-pdl" : "persistent step"} capture`) as never;
   }
 
   /**

@@ -52,6 +52,7 @@ export abstract class NativeBackend implements Backend {
   abstract readonly deviceName: string;
   abstract readonly graphs: boolean;
   abstract readonly programmaticLaunch: boolean;
+  abstract readonly persistentStep: boolean;
   abstract readonly issueIsAsync: boolean;
   abstract readonly memInfoSource: string;
   abstract readonly studyDefaults: StudyDefaults;

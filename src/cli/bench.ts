@@ -68,7 +68,7 @@ function timeCachedSteps(session: Session, context: number, steps: number, mode:
 
 function benchDecode(backend: CpuBackend, session: Session, contexts: number[], steps: number): void {
   const cfg = session.config;
-  const modes = availableModes(backend);
+  const modes = availableModes(backend, session.form);
   const replay = replayMode(backend);
   const measureBandwidth = () => backend.measureReadBandwidth(BANDWIDTH_BUFFER_BYTES, BANDWIDTH_PASSES);
   const bandwidthBefore = measureBandwidth();

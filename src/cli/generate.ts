@@ -67,8 +67,9 @@ await runCli(async () => {
   modelLines.forEach(say);
   const backend = await openBackend(argv.backend, { threads, note: say });
   const mode = argv.mode === "replay" ? replayMode(backend) : launchMode(argv.mode as LaunchModeName);
-  if (!mode.available(backend)) {
-    throw new UserError(`launch mode ${mode.name} is not available on the ${backend.kind} backend (available: ${availableModes(backend).map((m) => m.name).join(", ")})`);
+  const form = { plan: argv.plan, weights: placement.weights, kv: placement.kv };
+  if (!mode.available(backend, form)) {
+    throw new UserError(`launch mode ${mode.name} is not available on the ${backend.kind} backend for the ${argv.plan} plan with weights ${placement.weights} and cache ${placement.kv} (available: ${availableModes(backend, form).map((m) => m.name).join(", ")})`);
   }
   const session = new Session(backend, weights, { plan: argv.plan, placement });
   const cache = argv.cache === "on";

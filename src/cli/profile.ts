@@ -20,7 +20,7 @@ import { createProgress } from "../report/progress.ts";
 import { renderTerminalSummary } from "../report/terminal.ts";
 import { writeProfileOutputs, type WrittenOutputs } from "../report/write.ts";
 import { PLAN_KINDS, type PlanKind } from "../plan.ts";
-import { availableModes, LAUNCH_MODE_NAMES, launchMode, replayMode, type LaunchModeName } from "../run/launch-modes.ts";
+import { availableModes, LAUNCH_MODE_NAMES, launchMode, replayMode, type LaunchModeName, type StepForm } from "../run/launch-modes.ts";
 import type { Placement } from "../run/model-buffers.ts";
 import { DTYPE_NAMES, MAX_BATCH, type DtypeName } from "../ops.ts";
 import { DEFAULT_PRESET, intFlag, loadWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
@@ -32,11 +32,11 @@ const E2E_PROMPT = 8;
 const MAX_LISTED_PROBLEMS = 10;
 const MAX_REPEATS = 100_000;
 
-function modesFor(choice: (typeof MODE_CHOICES)[number], backend: Backend): StudyMode[] {
-  const available = availableModes(backend).map((m) => m.name as LaunchModeName);
+function modesFor(choice: (typeof MODE_CHOICES)[number], backend: Backend, step: StepForm): StudyMode[] {
+  const available = availableModes(backend, step).map((m) => m.name as LaunchModeName);
   if (choice === "all") return ["uncached", ...available];
-  if (!launchMode(choice).available(backend)) {
-    throw new UserError(`mode ${choice} is not available on the ${backend.kind} backend (available: ${available.join(", ")}, all)`);
+  if (!launchMode(choice).available(backend, step)) {
+    throw new UserError(`mode ${choice} is not available on the ${backend.kind} backend for the ${step.plan} plan with weights ${step.weights} and cache ${step.kv} (available: ${available.join(", ")}, all)`);
   }
   return [choice];
 }
@@ -136,16 +136,17 @@ await runCli(async () => {
     const cfg = weights.config;
     backend = await openBackend(argv.backend, { threads, note: say });
     const defaults = backend.studyDefaults;
-    const modes = modesFor(argv.mode, backend);
     const e2eMax = cfg.n_positions - E2E_PROMPT;
     const dtypes = listFlag("dtypes", argv.dtypes, DTYPE_NAMES, [weights.storedAs]);
     const batches = listFlag("batches", argv.batches, BATCH_CHOICES, ["1"]).map(Number);
     const placementOf = (dtype: DtypeName, batch: number): Placement => ({ batch, weights: dtype, kv: argv["kv-dtype"] ?? dtype });
+    const studied = placementOf(dtypes[0]!, 1);
+    const modes = modesFor(argv.mode, backend, { plan: argv.plan, weights: studied.weights, kv: studied.kv });
     const placements = dtypes.flatMap((dtype) => batches.map((batch) => placementOf(dtype, batch)));
     const opts: StudyOptions = {
       modes,
       plan: argv.plan,
-      placement: placementOf(dtypes[0]!, 1),
+      placement: studied,
       ...(placements.length > 1 ? { interventions: { placements, mode: fastestMode(backend) } } : {}),
       contexts: contextsFor(argv.contexts, backend, cfg.n_positions, say),
       repeats: intFlag("repeats", argv.repeats ?? defaults.repeats, 1, MAX_REPEATS),

@@ -21,7 +21,7 @@ import { emuSchedule } from "../native/emu-schedule.ts";
 import { disassemble, findCuobjdump } from "../native/sass.ts";
 import { missingFamilies, readResourceUsage, type KernelResources } from "../native/resource-usage.ts";
 import { DTYPES } from "../ops.ts";
-import { encodePlan, PLAN_KINDS, type PlanKind, type PlanOp, type StepLayout } from "../plan.ts";
+import { encodePlan, F32_SINGLE, PLAN_KINDS, type PlanKind, type PlanOp, type StepLayout } from "../plan.ts";
 import { GPU_MODELS, predictRange } from "../profile/kernel-model.ts";
 import { kernelPredictionTable, layoutPredictionTable, parameterTable, stepPredictionTable, type LayoutCase, type StepCase } from "../report/prediction-tables.ts";
 import { renderTable } from "../report/tables.ts";
@@ -30,7 +30,7 @@ import { KERNEL_CASES, runKernelCases } from "../verify/kernel-checks.ts";
 import {
   againstCpu, cachedEqualsUncached, fixtureChecks, findFixture, graphMemoryStable, modesBitIdentical, plansAgree, readFixture, type CheckRow,
 } from "../verify/model-checks.ts";
-import { decodeKernelInputs, predictDecodeStep } from "../verify/prediction.ts";
+import { decodeKernelInputs, persistentRegisters, predictDecodeStep } from "../verify/prediction.ts";
 import { sassChecks, sassFacts, type SassFacts } from "../verify/sass-checks.ts";
 import { parseFlags } from "./common.ts";
 import { writeStdout } from "./outputs.ts";
@@ -123,7 +123,7 @@ function printPredictions(device: CudaBackend, sass: SassFacts[] | null): void {
   const shapesOf = (ops: PlanOp[]) => device.launchShapes(encodePlan(ops));
   const stepKernels = (plan: PlanKind, ctx: number, layout?: StepLayout) => decodeKernelInputs(config, plan, ctx, shapesOf, sass, layout);
   const cases: StepCase[] = (["h200", "a40"] as const).flatMap((gpu) => PLAN_KINDS.flatMap((plan) => [8, context].map((ctx): StepCase => ({
-    gpu, plan, context: ctx, predict: (model) => predictRange(stepKernels(plan, ctx), model),
+    gpu, plan, context: ctx, predict: (model) => predictRange(stepKernels(plan, ctx), model, persistentRegisters(plan, F32_SINGLE, sass)),
   }))));
   const out = (line: string) => process.stdout.write(`${line}\n`);
   const source = sass ? "loads in flight and registers from the SASS" : "SASS not read here: the design's loads and 64 registers assumed";
@@ -134,7 +134,10 @@ function printPredictions(device: CudaBackend, sass: SassFacts[] | null): void {
   out(stepPredictionTable(cases));
   const layouts: LayoutCase[] = (["f32", "bf16"] as const).flatMap((dtype) => [1, 4, 8].map((batch): LayoutCase => ({
     dtype, batch,
-    predict: (model) => predictRange(stepKernels("fused", context, { batch, dtypes: { weights: DTYPES[dtype], kv: DTYPES[dtype] } }), model),
+    predict: (model) => {
+      const layout: StepLayout = { batch, dtypes: { weights: DTYPES[dtype], kv: DTYPES[dtype] } };
+      return predictRange(stepKernels("fused", context, layout), model, persistentRegisters("fused", layout, sass));
+    },
   })));
   out(`\nPREDICTED fused step by storage type and batch (${GPU_MODELS.h200.name}, context ${context}), ms at the working estimates (ranges):`);
   out(layoutPredictionTable("h200", layouts));

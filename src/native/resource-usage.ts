@@ -26,8 +26,9 @@ const BUILTIN_TYPES: Record<string, string> = { f: "float", d: "double", i: "int
 
 /**
  * `_Z16attention_kernelPf…` → `attention_kernel`; `_Z20linear_matvec_kernelILi4EEv…` → `linear_matvec_kernel<4>`;
- * `_Z20linear_matvec_kernelI13__nv_bfloat16Li8ELi4EEv…` → `linear_matvec_kernel<__nv_bfloat16, 8, 4>` (template
- * arguments that are integers, builtin types or named types).
+ * `_Z20linear_matvec_kernelI13__nv_bfloat16Li8ELi4EEv…` → `linear_matvec_kernel<__nv_bfloat16, 8, 4>`;
+ * `_Z22persistent_step_kernelI6__halfS0_Li1EEv…` → `persistent_step_kernel<__half, __half, 1>` (template arguments that
+ * are integers, builtin types, named types or a repeat of a named type).
  */
 export function kernelName(mangled: string): string {
   const m = /^_Z(\d+)/.exec(mangled);
@@ -38,15 +39,22 @@ export function kernelName(mangled: string): string {
   if (!rest.startsWith("I")) return name;
   rest = rest.slice(1);
   const args: string[] = [];
+  const substitutions: string[] = [name]; // what S_, S0_, S1_, … repeat: the template's name, then its named types
   while (!rest.startsWith("E")) {
     const literal = /^L[ijb](\d+)E/.exec(rest);
     const named = /^(\d+)/.exec(rest);
+    const repeated = /^S([0-9A-Z]*)_/.exec(rest);
     if (literal) {
       args.push(literal[1]!);
       rest = rest.slice(literal[0].length);
     } else if (named) {
-      args.push(rest.slice(named[0].length, named[0].length + Number(named[1])));
+      const type = rest.slice(named[0].length, named[0].length + Number(named[1]));
+      args.push(type);
+      substitutions.push(type);
       rest = rest.slice(named[0].length + Number(named[1]));
+    } else if (repeated && substitutions[repeated[1] === "" ? 0 : parseInt(repeated[1]!, 36) + 1] !== undefined) {
+      args.push(substitutions[repeated[1] === "" ? 0 : parseInt(repeated[1]!, 36) + 1]!);
+      rest = rest.slice(repeated[0].length);
     } else if (BUILTIN_TYPES[rest[0]!]) {
       args.push(BUILTIN_TYPES[rest[0]!]!);
       rest = rest.slice(1);

@@ -18,6 +18,10 @@
 //   graph-pdl:           sum of (kernel - hidden + programmatic node gap), hidden = the first DRAM round trip
 //                        of a kernel that issues its loads before waiting for its predecessor, as far as the
 //                        predecessor's own non-streaming time covers it
+//   persistent:          one graph node + sum of (kernel' - hidden + grid barrier), kernel' = the op's body run by
+//                        the persistent kernel's resident blocks (its registers set how many: fewer bytes in flight
+//                        than the op's own kernel may have), hidden as for graph-pdl (a body issues its weight loads
+//                        before it waits at the barrier)
 import type { OpFamily } from "../ops.ts";
 
 /** A parameter's working value, its plausible range, and where it comes from. */
@@ -49,7 +53,11 @@ export interface GpuModel {
   graphNodeUs: Estimate;
   /** the same with programmatic dependent launch; null where the GPU has none (before sm_90) */
   pdlNodeUs: Estimate | null;
+  /** the persistent step's grid barrier between two ops: the last arrival seen by every waiting block */
+  gridBarrierUs: Estimate;
 }
+
+const GRID_BARRIER = "estimate: a fence and an atomic arrival at L2, then the waiting blocks' poll seeing the last one: 2-4 L2 round trips plus the blocks' skew; calibrated by the first GPU run (persistent against graph-pdl)";
 
 const LAUNCH_FLOOR = "calibrated by the launch floor `profile` measures on the device (empty kernels)";
 
@@ -66,6 +74,7 @@ export const GPU_MODELS = {
     nativeHostUs: { value: 2.5, low: 1.5, high: 4, source: `lead: cudaLaunchKernel from C++; ${LAUNCH_FLOOR}` },
     graphNodeUs: { value: 1.0, low: 0.6, high: 2.0, source: `lead: ~1 µs between dependent kernel nodes; ${LAUNCH_FLOOR}` },
     pdlNodeUs: { value: 0.4, low: 0.2, high: 0.8, source: "guess: the dependent grid is already resident and waiting; what remains is the predecessor's completion reaching it" },
+    gridBarrierUs: { value: 0.6, low: 0.3, high: 1.5, source: GRID_BARRIER },
   },
   a40: {
     name: "NVIDIA A40",
@@ -78,6 +87,7 @@ export const GPU_MODELS = {
     nativeHostUs: { value: 2.5, low: 1.5, high: 4, source: `as for the H200; ${LAUNCH_FLOOR}` },
     graphNodeUs: { value: 1.2, low: 0.8, high: 2.0, source: `lead; ${LAUNCH_FLOOR}` },
     pdlNodeUs: null,
+    gridBarrierUs: { value: 0.8, low: 0.4, high: 2.0, source: GRID_BARRIER },
   },
 } as const satisfies Record<string, GpuModel>;
 export type GpuName = keyof typeof GPU_MODELS;
@@ -172,6 +182,7 @@ export function gpuAt(gpu: GpuModel, end: "optimistic" | "pessimistic"): GpuMode
     nativeHostUs: pick(gpu.nativeHostUs, false),
     graphNodeUs: pick(gpu.graphNodeUs, false),
     pdlNodeUs: gpu.pdlNodeUs && pick(gpu.pdlNodeUs, false),
+    gridBarrierUs: pick(gpu.gridBarrierUs, false),
   };
 }
 
@@ -182,13 +193,14 @@ export interface PredictionRange {
   slow: StepPrediction;
 }
 
-export function predictRange(kernels: readonly KernelInput[], gpu: GpuModel): PredictionRange {
-  return { mid: predictStep(kernels, gpu), fast: predictStep(kernels, gpuAt(gpu, "optimistic")), slow: predictStep(kernels, gpuAt(gpu, "pessimistic")) };
+export function predictRange(kernels: readonly KernelInput[], gpu: GpuModel, persistentRegisters: number | null = null): PredictionRange {
+  const at = (g: GpuModel) => predictStep(kernels, g, persistentRegisters);
+  return { mid: at(gpu), fast: at(gpuAt(gpu, "optimistic")), slow: at(gpuAt(gpu, "pessimistic")) };
 }
 
 /** The modes a step is predicted in (src/run/launch-modes.ts names). */
-export type ModelMode = "eager" | "eager-native" | "graph" | "graph-pdl";
-export const MODEL_MODES: readonly ModelMode[] = ["eager", "eager-native", "graph", "graph-pdl"];
+export type ModelMode = "eager" | "eager-native" | "graph" | "graph-pdl" | "persistent";
+export const MODEL_MODES: readonly ModelMode[] = ["eager", "eager-native", "graph", "graph-pdl", "persistent"];
 
 export interface StepPrediction {
   kernels: KernelPrediction[];
@@ -209,6 +221,7 @@ function hostIssued(kernels: readonly KernelPrediction[], hostUs: number, gapUs:
   return end;
 }
 
+/** The kernels one after another, each hiding its first round trip behind its predecessor where it prefetches, with `nodeUs` between them. */
 function programmatic(kernels: readonly KernelPrediction[], gpu: GpuModel, nodeUs: number): number {
   return kernels.reduce((sum, k, i) => {
     const prev = kernels[i - 1];
@@ -218,7 +231,17 @@ function programmatic(kernels: readonly KernelPrediction[], gpu: GpuModel, nodeU
   }, 0);
 }
 
-export function predictStep(kernels: readonly KernelInput[], gpu: GpuModel): StepPrediction {
+/**
+ * The step as the persistent kernel runs it (registers: the kernel's, from its SASS): every op's body on the
+ * kernel's resident blocks, a grid barrier between ops, one graph node for the whole step.
+ */
+function persistentStep(kernels: readonly KernelInput[], gpu: GpuModel, registers: number): number {
+  const bodies = kernels.map((k) => predictKernel({ ...k, registers }, gpu));
+  return gpu.graphNodeUs.value + programmatic(bodies, gpu, gpu.gridBarrierUs.value);
+}
+
+/** persistentRegisters: the persistent step kernel's registers per thread, or null where the step has no such kernel. */
+export function predictStep(kernels: readonly KernelInput[], gpu: GpuModel, persistentRegisters: number | null = null): StepPrediction {
   const predicted = kernels.map((k) => predictKernel(k, gpu));
   const kernelSumUs = predicted.reduce((s, k) => s + k.kernelUs, 0);
   const bytesFloorUs = (predicted.reduce((s, k) => s + k.bytes, 0) / gpu.bandwidth.value) * 1e6;
@@ -231,6 +254,7 @@ export function predictStep(kernels: readonly KernelInput[], gpu: GpuModel): Ste
       "eager-native": hostIssued(predicted, gpu.nativeHostUs.value, gpu.graphNodeUs.value),
       graph: kernelSumUs + predicted.length * gpu.graphNodeUs.value,
       "graph-pdl": gpu.pdlNodeUs ? programmatic(predicted, gpu, gpu.pdlNodeUs.value) : null,
+      persistent: persistentRegisters === null ? null : persistentStep(kernels, gpu, persistentRegisters),
     },
   };
 }

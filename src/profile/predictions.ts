@@ -7,7 +7,7 @@ import type { GPT2Config } from "../model/config.ts";
 import { disassemble, findCuobjdump } from "../native/sass.ts";
 import { DTYPES } from "../ops.ts";
 import type { PlanKind, PlanOp, StepLayout } from "../plan.ts";
-import { decodeKernelInputs } from "../verify/prediction.ts";
+import { decodeKernelInputs, persistentRegisters } from "../verify/prediction.ts";
 import { sassFacts, type SassFacts } from "../verify/sass-checks.ts";
 import { GPU_MODELS, MODEL_MODES, predictRange, type GpuModel, type GpuName, type ModelMode, type PredictionRange } from "./kernel-model.ts";
 import type { InterventionConfig, InterventionsSection, PredictionsSection, StudyPoint } from "./types.ts";
@@ -61,7 +61,7 @@ export function buildPredictions(
     const key = `${m.context} ${m.dtype} ${m.kv_dtype} ${m.batch}`;
     if (!cache.has(key)) {
       const layout: StepLayout = { batch: m.batch, dtypes: { weights: DTYPES[m.dtype], kv: DTYPES[m.kv_dtype] } };
-      cache.set(key, predictRange(decodeKernelInputs(config, plan, m.context, shapesOf, sass.facts, layout), model));
+      cache.set(key, predictRange(decodeKernelInputs(config, plan, m.context, shapesOf, sass.facts, layout), model, persistentRegisters(plan, layout, sass.facts)));
     }
     return cache.get(key)!;
   };

@@ -58,7 +58,7 @@ export function parameterTable(): string {
     ([
       ["bandwidth (GB/s)", g.bandwidth, 1e-9], ["fp32 (TFLOP/s)", g.flops, 1e-12], ["DRAM round trip (µs)", g.dramLatencyUs, 1],
       ["L2 round trip (µs)", g.l2LatencyUs, 1], ["eager host per launch (µs)", g.eagerHostUs, 1], ["native host per launch (µs)", g.nativeHostUs, 1],
-      ["gap between kernels (µs)", g.graphNodeUs, 1], ["programmatic gap (µs)", g.pdlNodeUs, 1],
+      ["gap between kernels (µs)", g.graphNodeUs, 1], ["programmatic gap (µs)", g.pdlNodeUs, 1], ["persistent step's grid barrier (µs)", g.gridBarrierUs, 1],
     ] as const).map(([name, e, scale]) => [g.name, name, e ? +(e.value * scale).toPrecision(3) : "none", e ? `${+(e.low * scale).toPrecision(3)}-${+(e.high * scale).toPrecision(3)}` : "–", e?.source ?? "no programmatic dependent launch before sm_90"]),
   );
   return renderTable(columns, rows);
@@ -72,12 +72,12 @@ export interface LayoutCase {
 }
 
 /**
- * One row per storage type and batch on one GPU: bytes floor, kernel sum, the graph and graph-pdl steps (with their
+ * One row per storage type and batch on one GPU: bytes floor, kernel sum, the graph, graph-pdl and persistent steps (with their
  * ranges) and per token, and how much of the kernel sum is in kernels bound by their arithmetic rather than memory.
  */
 export function layoutPredictionTable(gpuName: GpuName, cases: readonly LayoutCase[]): string {
   const gpu: GpuModel = GPU_MODELS[gpuName];
-  const columns = ["weights + cache", "batch", "bytes floor ms", "kernel sum ms (x floor)", "graph ms", "graph-pdl ms", "graph ms per token", "compute-bound share"]
+  const columns = ["weights + cache", "batch", "bytes floor ms", "kernel sum ms (x floor)", "graph ms", "graph-pdl ms", "persistent ms", "graph ms per token", "compute-bound share"]
     .map((header) => ({ header }));
   const rows = cases.map((c) => {
     const { mid, fast, slow } = c.predict(gpu);
@@ -85,6 +85,7 @@ export function layoutPredictionTable(gpuName: GpuName, cases: readonly LayoutCa
     return [
       c.dtype, c.batch, (mid.bytesFloorUs / 1e3).toFixed(3), `${(mid.kernelSumUs / 1e3).toFixed(3)} (${(mid.kernelSumUs / mid.bytesFloorUs).toFixed(2)}x)`,
       ranged(mid.modes.graph, fast.modes.graph, slow.modes.graph), ranged(mid.modes["graph-pdl"], fast.modes["graph-pdl"], slow.modes["graph-pdl"]),
+      ranged(mid.modes.persistent, fast.modes.persistent, slow.modes.persistent),
       (mid.modes.graph! / 1e3 / c.batch).toFixed(4), `${Math.round((100 * compute) / mid.kernelSumUs)}%`,
     ];
   });

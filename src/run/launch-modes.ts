@@ -2,7 +2,16 @@
 // the study, generate, bench, reports) takes modes from this list. Adding a mode is one entry.
 import type { Backend } from "../backends/backend.ts";
 import type { LaunchFloor } from "../backends/instrument.ts";
+import type { DtypeName } from "../ops.ts";
+import type { PlanKind } from "../plan.ts";
 import type { CompiledStep } from "./step.ts";
+
+/** What a mode's availability depends on besides the backend: the cached step's plan and storage types. */
+export interface StepForm {
+  plan: PlanKind;
+  weights: DtypeName;
+  kv: DtypeName;
+}
 
 export interface LaunchMode {
   readonly name: string;
@@ -10,7 +19,8 @@ export interface LaunchMode {
   readonly issuedBy: string;
   /** the mode as the subject of a verdict: "graph replay removes 0.4 ms per token" */
   readonly phrase: string;
-  available(backend: Backend): boolean;
+  /** whether the backend runs a step of this form in this mode */
+  available(backend: Backend, step: StepForm): boolean;
   /** `n` steps back to back with no host synchronisation between them (asynchronous on CUDA) */
   run(step: CompiledStep, n: number): void;
   /**
@@ -56,6 +66,16 @@ export const LAUNCH_MODES = [
     // the empty-kernel floor is measured for plain graph nodes; a programmatic node costs no more
     floorUs: (launch) => launch.graph_node_us ?? launch.host_us,
   },
+  {
+    name: "persistent",
+    issuedBy: "one cooperative kernel per token: its resident blocks run the fused plan's ops as tasks, a grid barrier between ops instead of a kernel boundary (cuda/persistent.cu)",
+    phrase: "the persistent step kernel",
+    // instantiated for the fused plan's bodies with the cache in the weights' storage type (cuda/persistent.cu)
+    available: (backend, step) => backend.persistentStep && step.plan === "fused" && step.kv === step.weights,
+    run: (step, n) => step.native().runPersistent!(n),
+    // one graph node per token; the grid barriers between its ops are inside the kernel's time
+    floorUs: (launch) => launch.graph_node_us ?? launch.host_us,
+  },
 ] as const satisfies readonly LaunchMode[];
 
 export type LaunchModeName = (typeof LAUNCH_MODES)[number]["name"];
@@ -65,9 +85,9 @@ export function launchMode(name: LaunchModeName): LaunchMode {
   return LAUNCH_MODES.find((m) => m.name === name)!;
 }
 
-/** The modes this backend can run, in list order. */
-export function availableModes(backend: Backend): LaunchMode[] {
-  return LAUNCH_MODES.filter((m) => m.available(backend));
+/** The modes this backend can run a step of this form in, in list order. */
+export function availableModes(backend: Backend, step: StepForm): LaunchMode[] {
+  return LAUNCH_MODES.filter((m) => m.available(backend, step));
 }
 
 /** The plan recorded natively: captured as a graph where the backend has graphs, else issued natively. */

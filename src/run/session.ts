@@ -6,7 +6,7 @@ import { UserError } from "../errors.ts";
 import type { GPT2Weights } from "../model/weights.ts";
 import { STATE_INTS, STATE_POS } from "../ops.ts";
 import { decodeStep, type PlanKind } from "../plan.ts";
-import { launchMode, type LaunchMode } from "./launch-modes.ts";
+import { launchMode, type LaunchMode, type StepForm } from "./launch-modes.ts";
 import { firstNonFinite, firstNonFiniteOp, nonFiniteMessage } from "./finite.ts";
 import { placeModel, SINGLE_F32, sequenceView, type Placement, type ResidentModel } from "./model-buffers.ts";
 import { CompiledStep } from "./step.ts";
@@ -41,6 +41,11 @@ export class Session {
     return this.weights.config;
   }
 
+  /** what the launch modes a step can run in depend on (src/run/launch-modes.ts) */
+  get form(): StepForm {
+    return { plan: this.plan, weights: this.resident.placement.weights, kv: this.resident.placement.kv };
+  }
+
   /** sequences decoded together */
   get batch(): number {
     return this.resident.placement.batch;
@@ -68,7 +73,7 @@ export class Session {
 
   /** Runs a step of T rows of every sequence in a launch mode (asynchronous on CUDA). */
   run(T: number, mode: LaunchMode = launchMode("eager")): void {
-    if (!mode.available(this.backend)) throw new UserError(`launch mode ${mode.name} is not available on the ${this.backend.kind} backend`);
+    if (!mode.available(this.backend, this.form)) throw new UserError(`launch mode ${mode.name} is not available on the ${this.backend.kind} backend for this step`);
     mode.run(this.step(T), 1);
   }
 

@@ -55,7 +55,7 @@ export function fixtureChecks(device: Backend, weights: GPT2Weights, f: Fixture,
   try {
     const err = maxRelativeError(s.logitsAtEveryPosition(f.sequence), f.logits);
     const rows = [row(`${f.name} logits`, `${f.sequence.length} positions vs numpy float64`, err <= LOGIT_TOLERANCE, err)];
-    const runs: Array<[boolean, LaunchMode]> = [...availableModes(device).map((m): [boolean, LaunchMode] => [true, m]), [false, launchMode("eager")]];
+    const runs: Array<[boolean, LaunchMode]> = [...availableModes(device, s.form).map((m): [boolean, LaunchMode] => [true, m]), [false, launchMode("eager")]];
     for (const [cache, mode] of runs) {
       const ids = generate(s, { prompt: f.prompt, maxNewTokens: f.generated.length, cache, mode }).generatedIds;
       const same = ids.every((id, i) => id === f.generated[i]);
@@ -85,7 +85,7 @@ export function againstCpu(device: Backend, cpu: Backend, weights: GPT2Weights, 
 export function modesBitIdentical(device: Backend, weights: GPT2Weights, prompt: number[], n: number, plan: PlanKind = "fused"): CheckRow {
   const s = new Session(device, weights, { plan });
   try {
-    const modes = availableModes(device);
+    const modes = availableModes(device, s.form);
     const runs = modes.map((mode) => {
       const ids = generate(s, { prompt, maxNewTokens: n, cache: true, mode }).generatedIds;
       return { mode, ids, logits: new Uint32Array(s.readLogits().buffer) };

@@ -8,7 +8,7 @@ import type { GPT2Config } from "../model/config.ts";
 import { DTYPE_BYTES, dtypeOf, kernelFamily, MAX_BATCH, namedArgs, type DtypeName } from "../ops.ts";
 import { F32_SINGLE, planShape, type PlanKind, type PlanOp, type StepLayout } from "../plan.ts";
 import { predictStep, type GpuModel, type KernelInput, type StepPrediction } from "../profile/kernel-model.ts";
-import { elementType, storageKernel, weightKernel, type SassFacts } from "./sass-checks.ts";
+import { elementType, rowBucket, storageKernel, weightKernel, type SassFacts } from "./sass-checks.ts";
 
 /** cuda/linear.cu kMatvecLoads: weight rows (16-byte loads) per matvec thread. */
 const MATVEC_LOADS = 8;
@@ -105,10 +105,27 @@ export function decodeKernelInputs(
   return kernelInputs(ops, context, shapesOf(ops), sass);
 }
 
+/** cuda/persistent.cu step_min_blocks_per_sm: two blocks of 256 per SM (128 registers), one for batched 16-bit steps. */
+const persistentMaxRegisters = (layout: StepLayout) => (DTYPE_BYTES[dtypeOf(layout.dtypes.weights)] < 4 && layout.batch > 2 ? 255 : 128);
+
+/** The persistent step kernel's instantiation for a step (cuda/persistent.cu), or null where the step has none. */
+export function persistentKernel(plan: PlanKind, layout: StepLayout): string | null {
+  if (plan !== "fused" || layout.dtypes.weights !== layout.dtypes.kv) return null;
+  const type = elementType(dtypeOf(layout.dtypes.weights));
+  return `persistent_step_kernel<${type}, ${type}, ${rowBucket(layout.batch)}>`;
+}
+
+/** Its registers per thread (from the SASS; the most it is compiled for where that was not read), or null. */
+export function persistentRegisters(plan: PlanKind, layout: StepLayout, sass: readonly SassFacts[] | null): number | null {
+  const kernel = persistentKernel(plan, layout);
+  if (kernel === null) return null;
+  return sass?.find((f) => f.kernel === kernel)?.registers ?? persistentMaxRegisters(layout);
+}
+
 /** A decode step's prediction for a GPU. */
 export function predictDecodeStep(
   config: GPT2Config, plan: PlanKind, context: number, gpu: GpuModel,
   shapesOf: (ops: PlanOp[]) => LaunchShape[], sass: readonly SassFacts[] | null, layout: StepLayout = F32_SINGLE,
 ): StepPrediction {
-  return predictStep(decodeKernelInputs(config, plan, context, shapesOf, sass, layout), gpu);
+  return predictStep(decodeKernelInputs(config, plan, context, shapesOf, sass, layout), gpu, persistentRegisters(plan, layout, sass));
 }

@@ -1,0 +1,319 @@
+// The decode matvec (rows <= 8) as device code: the body of op_linear's decode kernel and of the fused decode ops
+// (cuda/linear.cu launches them one kernel per op; cuda/persistent.cu runs them as tasks of the persistent step).
+#pragma once
+
+#include "cols.h"
+#include "dtypes.h"
+#include "gelu.h"
+#include "last_block.h"
+#include "launch.h"
+#include "ops.h"
+#include "row_stats.h"
+#include "warp.h"
+
+// ---- rows <= 8 (decode): op_linear and the fused decode ops ---------------------------------------------------
+// The weight (C, OC), in its storage type W, is cut into blocks of 256 rows (a split of C) x 8 column groups (a
+// tile of OC; a group is one 16-byte access: kWidth = 4 floats or 8 halves, or one element in the scalar
+// variant). In block (tile, split), thread (warp w, lane l) takes column group tile * 8 + l % 8 of rows
+// split * 256 + 32 i + slot, i < 8, slot = 4 w + l / 8: each load instruction of a warp reads 128 contiguous
+// bytes of each of 4 rows, and a thread issues all 8 of its loads before it uses the first (and, launched to
+// overlap its predecessor, before it waits for it). Every weight load feeds all kRows input rows: a thread keeps
+// kRows accumulators of its group, so the weight is read once for the whole batch. The block's input rows
+// (its 256 elements of each, layer-normed first by the fused ops) sit in shared memory. The 32 threads (slots)
+// of a group meet in shared memory, 4 lanes per output each adding 8 slots and then a fixed shuffle tree; each
+// block writes its partial (one value per row and column) to scratch, and the last block of a column tile to
+// arrive adds the tile's partials in the same fixed way, then the bias, and applies the op's output step.
+// Every sum is taken in an order that does not depend on the batch, so each row gets the bits it gets alone.
+constexpr int kMatvecThreads = 256;
+constexpr int kMatvecWarps = kMatvecThreads / kWarpSize;
+constexpr int kMatvecTileGroups = 8;                                  // column groups per block: 128 bytes of a row
+constexpr int kMatvecSubRows = kWarpSize / kMatvecTileGroups;         // weight rows per warp load instruction: 4
+constexpr int kMatvecSlots = kMatvecWarps * kMatvecSubRows;           // threads sharing a column group: 32
+constexpr int kMatvecLoads = 8;                                       // weight loads in flight per thread
+constexpr int kMatvecRowsPerSplit = kMatvecSlots * kMatvecLoads;      // rows of C per block: 256
+constexpr int kMatvecMaxRows = MAX_BATCH;                             // input rows per launch (op_table.h)
+constexpr int kMatvecMergeLanes = 4;                                  // lanes adding up one output, then a shuffle tree
+constexpr int kMatvecOutputsPerPass = kMatvecThreads / kMatvecMergeLanes;  // 64
+constexpr int kMatvecMergeLoads = 8;                                  // partial loads each merging lane has in flight
+constexpr int kMatvecStageFloats = kMatvecSlots * kMatvecOutputsPerPass * 4;  // 32 KB: a round of the block's sums
+constexpr int kMatvecMaxLayernormC = 4096;
+static_assert(kMatvecSlots % kMatvecMergeLanes == 0 && kMatvecThreads % kWarpSize == 0, "whole warps merge");
+
+enum MatvecInput { kInputAsIs, kInputLayernorm };
+enum MatvecOutput { kStore, kStoreGelu, kAddTo, kStoreQkv };
+enum MatvecOp { kOpLinear, kOpLnQkv, kOpLnLinearGelu, kOpLinearResidual };
+__host__ __device__ constexpr MatvecInput input_of(MatvecOp op) { return op == kOpLnQkv || op == kOpLnLinearGelu ? kInputLayernorm : kInputAsIs; }
+__host__ __device__ constexpr MatvecOutput output_of(MatvecOp op) {
+  return op == kOpLnQkv ? kStoreQkv : op == kOpLnLinearGelu ? kStoreGelu : op == kOpLinearResidual ? kAddTo : kStore;
+}
+
+// One matvec's operands, for `rows` input rows (sequences). out: (rows, OC) (kAddTo: out += the product);
+// inp: (rows, C) (kInputLayernorm: each row normalised with ln_weight, ln_bias, eps first); kStoreQkv also writes
+// the k and v thirds of row b of out to row state[b][STATE_POS] of sequence b's k_cache, v_cache ((max_ctx, C)
+// each, C = OC / 3 columns, in kvdtype) when that row is below max_ctx.
+struct MatvecArgs {
+  float* out;
+  OpScratch scratch;
+  const float* inp;
+  const void* weight;  // (C, OC) in the kernel's storage type
+  const float* bias;
+  int rows, C, OC;
+  const float* ln_weight;
+  const float* ln_bias;
+  float eps;
+  void* k_cache;
+  void* v_cache;
+  int kvdtype;
+  const int* state;
+  int max_ctx;
+};
+
+// The shapes a kernel instantiation works in: kWidth elements of W per access, kRows accumulated rows.
+template <int kWidth, int kRows, MatvecInput kInput> struct MatvecShape {
+  static constexpr int kMergeWidth = kWidth < 4 ? kWidth : 4;            // floats per merged output
+  static constexpr int kChunks = kWidth / kMergeWidth;                    // merged outputs per row and group
+  static constexpr int kRowsPerRound = (kWidth * kRows <= 32 ? kRows : 32 / kWidth);  // rows summed per round
+  static constexpr int kUnits = kRowsPerRound * kChunks;                  // a thread's outputs per round
+  static constexpr int kOutputs = kRows * kMatvecTileGroups * kChunks;    // a tile's merged outputs per row set
+  static constexpr int kMergePasses = (kOutputs + kMatvecOutputsPerPass - 1) / kMatvecOutputsPerPass;
+  static constexpr int kMergeBatch = kMatvecMergeLoads / kMergePasses;  // splits per lane and pass in one batch
+  static constexpr int kSumFloats = kUnits * kMergeWidth * kMatvecThreads;
+  static constexpr int kLayernormFloats = kRows == 1 ? kMatvecMaxLayernormC : 2 * kMatvecMaxLayernormC;
+  static constexpr int kStageFloats = kInput == kInputLayernorm && kLayernormFloats > kSumFloats ? kLayernormFloats : kSumFloats;
+  // blocks of 256 threads per SM the registers allow: 3 (at most 80 registers) up to 32 accumulators (kRows x kWidth:
+  // 8 rows of floats, 4 of halves), else 2 (at most 128 registers)
+  static constexpr int kMinBlocksPerSm = kRows * kWidth <= 32 ? 3 : 2;
+  static_assert(kStageFloats <= kMatvecStageFloats, "the staging area fits static shared memory");
+};
+
+// The block's input rows after the wait for the predecessor: xs[b][j] = input row b's element split * 256 + j
+// (zero past C and for rows past a.rows), as is or layer-normed (the rows staged group by group in `stage`, as
+// many at a time as fit, for their statistics).
+template <int kRows, MatvecInput kInput, int kStageFloats>
+__device__ __forceinline__ void matvec_prologue(const MatvecArgs& a, const BlockPlace& at, float (*xs)[kMatvecRowsPerSplit], float* stage) {
+  const int r = at.idx.y * kMatvecRowsPerSplit + (int)threadIdx.x;
+  const bool in_c = r < a.C;
+  if constexpr (kInput == kInputAsIs) {
+    float v[kRows];
+#pragma unroll
+    for (int b = 0; b < kRows; b++) v[b] = in_c && b < a.rows ? __ldcg(a.inp + (size_t)b * a.C + r) : 0.0f;
+#pragma unroll
+    for (int b = 0; b < kRows; b++) xs[b][threadIdx.x] = v[b];
+  } else {
+    __shared__ float partial[kRows][kWarpSize];
+    const float g = in_c ? __ldcg(a.ln_weight + r) : 0.0f, beta = in_c ? __ldcg(a.ln_bias + r) : 0.0f;
+    const int group = kStageFloats / a.C < kRows ? kStageFloats / a.C : kRows;  // rows staged at once (>= 1)
+#pragma unroll
+    for (int b = 0; b < kRows; b++)
+      if (b >= a.rows) xs[b][threadIdx.x] = 0.0f;
+    for (int b0 = 0; b0 < a.rows; b0 += group) {
+      RowStats st[kRows];
+      const int n = a.rows - b0 < group ? a.rows - b0 : group;
+      stage_rows_stats<kRows>(st, stage, a.inp + (size_t)b0 * a.C, n, a.C, a.eps, partial);
+#pragma unroll
+      for (int b = 0; b < kRows; b++)
+        if (b < n) xs[b0 + b][threadIdx.x] = in_c ? (stage[b * a.C + r] - st[b].mean) * st[b].rstd * g + beta : 0.0f;
+      __syncthreads();  // the next group restages
+    }
+  }
+  __syncthreads();
+}
+
+// A thread's products: acc[b] (kWidth columns from col) = sum over its 8 rows of xs[b][row] * weight[row][col],
+// the rows in order. Weight loads predicated off past C or OC read as zeros. The weight loads come first, then the
+// wait for the predecessor, then the inputs.
+template <typename W, int kWidth, int kRows, MatvecInput kInput>
+__device__ __forceinline__ void matvec_products(Cols<kWidth> (&acc)[kRows], const MatvecArgs& a, int row0, int slot, int col,
+                                                float (*xs)[kMatvecRowsPerSplit], float* stage, const BlockPlace& at) {
+  using Shape = MatvecShape<kWidth, kRows, kInput>;
+  const W* weight = static_cast<const W*>(a.weight);
+#pragma unroll
+  for (int b = 0; b < kRows; b++) acc[b] = Cols<kWidth>{};
+#ifndef PLANT_SERIAL_MATVEC
+  Packed<W, kWidth> w[kMatvecLoads];
+#pragma unroll
+  for (int i = 0; i < kMatvecLoads; i++) {
+    const int row = row0 + i * kMatvecSlots;
+    w[i] = row < a.C && col < a.OC ? load_packed<W, kWidth>(weight + ((unsigned)row * (unsigned)a.OC + (unsigned)col)) : Packed<W, kWidth>{};
+  }
+  wait_for_inputs(at);
+  matvec_prologue<kRows, kInput, Shape::kStageFloats>(a, at, xs, stage);
+#pragma unroll
+  for (int i = 0; i < kMatvecLoads; i++) {
+    float x[kRows];
+#pragma unroll
+    for (int b = 0; b < kRows; b++) x[b] = xs[b][i * kMatvecSlots + slot];
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) {
+      const float wk = widen(w[i], k);
+#pragma unroll
+      for (int b = 0; b < kRows; b++) acc[b].v[k] += x[b] * wk;
+    }
+  }
+#else  // planted for test/sass.test.ts: each weight load is used before the next is issued
+  wait_for_inputs(at);
+  matvec_prologue<kRows, kInput, Shape::kStageFloats>(a, at, xs, stage);
+#pragma unroll 1
+  for (int i = 0; i < kMatvecLoads; i++) {
+    const int row = row0 + i * kMatvecSlots;
+    if (row >= a.C || col >= a.OC) continue;
+    const Packed<W, kWidth> w = load_packed<W, kWidth>(weight + ((unsigned)row * (unsigned)a.OC + (unsigned)col));
+#pragma unroll
+    for (int k = 0; k < kWidth; k++)
+#pragma unroll
+      for (int b = 0; b < kRows; b++) acc[b].v[k] += xs[b][i * kMatvecSlots + slot] * widen(w, k);
+  }
+#endif
+}
+
+// One merged output: kMergeWidth floats of row b from column col.
+struct MergedOutput {
+  int b, col;
+  bool valid;
+};
+
+// Output o of a tile (o < kOutputs): row, group and chunk, g fastest; rows past a.rows or columns past OC invalid.
+template <int kWidth, int kRows, MatvecInput kInput>
+__device__ __forceinline__ MergedOutput merged_output(const MatvecArgs& a, const BlockPlace& at, int o) {
+  using Shape = MatvecShape<kWidth, kRows, kInput>;
+  const int g = o % kMatvecTileGroups, chunk = o / kMatvecTileGroups % Shape::kChunks, b = o / kMatvecTileGroups / Shape::kChunks;
+  const int col = (at.idx.x * kMatvecTileGroups + g) * kWidth + chunk * Shape::kMergeWidth;
+  return {b, col, o < Shape::kOutputs && b < a.rows && col < a.OC};
+}
+
+// The sum of 4 consecutive lanes' values, the same bits in each: (l0 + l1) + (l2 + l3).
+template <int n> __device__ __forceinline__ void merge_lanes(Cols<n>& v) {
+#pragma unroll
+  for (int offset = 1; offset < kMatvecMergeLanes; offset *= 2)
+#pragma unroll
+    for (int k = 0; k < n; k++) v.v[k] += __shfl_xor_sync(kFullWarpMask, v.v[k], offset);
+}
+
+// The block's partial: for each row b and column of the tile, the sum over the 32 slots' acc, written to
+// partials[split][b][col]. Round by round (as many rows as fit the staging area): every thread stages its
+// accumulators, then output o is added up by lanes 4o..4o+3 (lane p: slots p, p + 4, ...), and lane 4o stores it.
+template <int kWidth, int kRows, MatvecInput kInput>
+__device__ __forceinline__ void matvec_block_partial(const MatvecArgs& a, const BlockPlace& at, const Cols<kWidth> (&acc)[kRows],
+                                                     float* stage_floats) {
+  using Shape = MatvecShape<kWidth, kRows, kInput>;
+  constexpr int M = Shape::kMergeWidth;
+  Cols<M>* stage = reinterpret_cast<Cols<M>*>(stage_floats);  // [unit][thread]
+  const int p = threadIdx.x % kMatvecMergeLanes, o_in_round = threadIdx.x / kMatvecMergeLanes;
+#pragma unroll
+  for (int r0 = 0; r0 < kRows; r0 += Shape::kRowsPerRound) {
+    if (r0 > 0) __syncthreads();  // the previous round's sums are read
+#pragma unroll
+    for (int rr = 0; rr < Shape::kRowsPerRound; rr++)
+#pragma unroll
+      for (int c = 0; c < Shape::kChunks; c++) {
+        Cols<M> v;
+#pragma unroll
+        for (int k = 0; k < M; k++) v.v[k] = acc[r0 + rr].v[c * M + k];
+        stage[(rr * Shape::kChunks + c) * kMatvecThreads + threadIdx.x] = v;
+      }
+    __syncthreads();
+    if (o_in_round >= Shape::kUnits * kMatvecTileGroups) continue;  // whole warps
+    const int g = o_in_round % kMatvecTileGroups, unit = o_in_round / kMatvecTileGroups;
+    Cols<M> sum = {};
+#pragma unroll
+    for (int k = 0; k < kMatvecSlots / kMatvecMergeLanes; k++) {
+      const int s = p + k * kMatvecMergeLanes;  // slot s is thread (warp s / 4, lane (s % 4) * 8 + g)
+      add_cols(sum, stage[unit * kMatvecThreads + (s / kMatvecSubRows) * kWarpSize + (s % kMatvecSubRows) * kMatvecTileGroups + g]);
+    }
+    merge_lanes(sum);
+    const int rr = unit / Shape::kChunks, chunk = unit % Shape::kChunks;
+    const int col = (at.idx.x * kMatvecTileGroups + g) * kWidth + chunk * M;
+    if (p == 0 && r0 + rr < a.rows && col < a.OC)
+      store_cols<M>(a.scratch.partials + ((size_t)at.idx.y * a.rows + r0 + rr) * a.OC + col, sum);
+  }
+}
+
+// The op's output step for row b, the kMergeWidth columns from col: value = bias + the product.
+template <int M, MatvecOutput kOutput> __device__ __forceinline__ void matvec_output(const MatvecArgs& a, int b, int col, Cols<M> value) {
+  float* out = a.out + (size_t)b * a.OC + col;
+  if constexpr (kOutput == kStoreGelu) {
+#pragma unroll
+    for (int k = 0; k < M; k++) value.v[k] = gelu(value.v[k]);
+  }
+  if constexpr (kOutput == kAddTo) {
+    Cols<M> sum = load_cols<M>(out);
+    add_cols(sum, value);
+    value = sum;
+  }
+  store_cols<M>(out, value);
+  if constexpr (kOutput == kStoreQkv) {
+    const int C = a.OC / 3;
+    const int pos = __ldcg(a.state + b * STATE_INTS + STATE_POS);
+    if (col < C || pos >= a.max_ctx) return;
+    const size_t at = ((size_t)b * a.max_ctx + pos) * C + (col < 2 * C ? col - C : col - 2 * C);  // a chunk never straddles
+    store_rounded_as<M>(a.kvdtype, col < 2 * C ? a.k_cache : a.v_cache, at, value.v);
+  }
+}
+
+// The last block of a column tile: output (b, col) = bias[col] + sum over splits of partials[split][b][col], lane p
+// of the output's 4 adding splits p, p + 4, ... in order, then the shuffle tree. All passes' loads go out together.
+template <typename W, int kWidth, int kRows, MatvecInput kInput, MatvecOutput kOutput>
+__device__ __forceinline__ void matvec_merge(const MatvecArgs& a, const BlockPlace& at, int splits) {
+  using Shape = MatvecShape<kWidth, kRows, kInput>;
+  constexpr int M = Shape::kMergeWidth, P = Shape::kMergePasses, kBatch = Shape::kMergeBatch;
+  const int p = threadIdx.x % kMatvecMergeLanes;
+  MergedOutput out[P];
+#pragma unroll
+  for (int pass = 0; pass < P; pass++) out[pass] = merged_output<kWidth, kRows, kInput>(a, at, pass * kMatvecOutputsPerPass + threadIdx.x / kMatvecMergeLanes);
+  Cols<M> sum[P] = {};
+  for (int s0 = p; s0 < splits; s0 += kMatvecMergeLanes * kBatch) {
+    Cols<M> v[P][kBatch];
+#pragma unroll
+    for (int pass = 0; pass < P; pass++)
+#pragma unroll
+      for (int j = 0; j < kBatch; j++) {
+        const int split = s0 + j * kMatvecMergeLanes;
+        v[pass][j] = out[pass].valid && split < splits
+                         ? load_cols<M>(a.scratch.partials + ((size_t)split * a.rows + out[pass].b) * a.OC + out[pass].col)
+                         : Cols<M>{};
+      }
+#pragma unroll
+    for (int pass = 0; pass < P; pass++)
+#pragma unroll
+      for (int j = 0; j < kBatch; j++) add_cols(sum[pass], v[pass][j]);
+  }
+#pragma unroll
+  for (int pass = 0; pass < P; pass++) {
+    merge_lanes(sum[pass]);
+    if (p != 0 || !out[pass].valid) continue;
+    Cols<M> total = load_cols<M>(a.bias + out[pass].col);
+    add_cols(total, sum[pass]);
+    matvec_output<M, kOutput>(a, out[pass].b, out[pass].col, total);
+  }
+}
+
+// The block's shared memory: its input rows, and the staging area (layer-norm rows, then the slots' sums).
+template <int kWidth, int kRows, MatvecInput kInput> struct MatvecShared {
+  float xs[kRows][kMatvecRowsPerSplit];
+  float4 stage4[MatvecShape<kWidth, kRows, kInput>::kStageFloats / kVecWidth];
+};
+
+// grid: (ceil(OC / (8 kWidth)) tiles, ceil(C / 256) splits)  block: (kMatvecThreads)
+// scratch: counters[tile], partials (splits, rows, OC)
+template <typename W, int kWidth, int kRows, MatvecOp kOp>
+__device__ __forceinline__ void matvec(const MatvecArgs& a, const BlockPlace& at, MatvecShared<kWidth, kRows, input_of(kOp)>& shared) {
+  constexpr MatvecInput kInput = input_of(kOp);
+  float* stage = reinterpret_cast<float*>(shared.stage4);
+  let_successor_start();
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int slot = warp * kMatvecSubRows + lane / kMatvecTileGroups;
+  const int col = (at.idx.x * kMatvecTileGroups + lane % kMatvecTileGroups) * kWidth;
+  Cols<kWidth> acc[kRows];
+  matvec_products<W, kWidth, kRows, kInput>(acc, a, at.idx.y * kMatvecRowsPerSplit + slot, slot, col, shared.xs, stage, at);
+  matvec_block_partial<kWidth, kRows, kInput>(a, at, acc, stage);
+  const unsigned splits = at.grid.y;
+#ifdef PLANT_BLOCK_ORDER  // planted for test/kernels.emu.test.ts: assumes the highest split finishes last
+  __syncthreads();
+  if (at.idx.y != splits - 1) return;
+  __threadfence();
+#else
+  __shared__ bool is_last;
+  if (!arrive_last(a.scratch.counters + at.idx.x, splits, &is_last)) return;
+#endif
+  matvec_merge<W, kWidth, kRows, kInput, output_of(kOp)>(a, at, (int)splits);
+}

@@ -1,0 +1,180 @@
+// The persistent launch mode: a whole decode step as ONE cooperative kernel. Its blocks stay resident for the step
+// and run the fused plan's ops as tasks, one after another: task i's virtual blocks (the blocks its own kernel
+// would launch) are dealt round-robin to the resident blocks, each running the op's body (cuda/embed.h, linear.h,
+// attention.h, lm_head.h) exactly as its own kernel does, so the step's results are the same bits. Between tasks a
+// grid barrier (cuda/launch.h) replaces the kernel boundary: a block that has done its share of task i counts
+// itself in, and a block waits for every block's arrival from task i before the first of its virtual blocks of
+// task i + 1 reads an input, having already issued that body's weight loads, so the weight stream of the next op
+// overlaps the barrier as programmatic launch overlaps a kernel boundary (graph-pdl), with no launch at all.
+//
+// cu_graph_capture (cuda/runtime.cu) records the plan's launches as tasks (cuda/step_tasks.h), uploads them, and
+// captures one cooperative launch of the instantiation for the plan's storage types and batch bucket.
+#include "attention.h"
+#include "embed.h"
+#include "linear.h"
+#include "lm_head.h"
+#include "persistent.h"
+#include "step_tasks.h"
+
+constexpr int kStepThreads = 256;
+static_assert(kStepThreads == kEmbedThreads && kStepThreads == kMatvecThreads && kStepThreads == kAttnThreads &&
+                  kStepThreads == kLmHeadThreads,
+              "every body runs on blocks of the same size");
+// Resident blocks per SM the instantiation is compiled for: two (at most 128 registers per thread), or one where
+// the batched 16-bit bodies would spill within 128 (the SASS check finds any local memory).
+template <typename W, int kRows> __host__ __device__ constexpr int step_min_blocks_per_sm() { return sizeof(W) < 4 && kRows >= 4 ? 1 : 2; }
+
+constexpr size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
+
+// The shared memory the bodies of one instantiation use, as one area (the largest body's).
+template <typename W, typename K, int kRows> struct StepShared {
+  static constexpr int V = kVecOf<W>;
+  using LnMatvec = MatvecShared<V, kRows, kInputLayernorm>;
+  using Matvec = MatvecShared<V, kRows, kInputAsIs>;
+  using Attn = AttnShared<kVecOf<K>>;
+  static constexpr size_t kBytes = max_size(max_size(sizeof(LnMatvec), sizeof(Matvec)), max_size(sizeof(Attn), sizeof(LmHeadShared)));
+};
+
+template <typename Args> __device__ __forceinline__ const Args& task_args(const StepTask& task) {
+  return *reinterpret_cast<const Args*>(task.args);
+}
+
+// One virtual block of a task.
+template <typename W, typename K, int kRows>
+__device__ __forceinline__ void run_task(const StepTask& task, const BlockPlace& at, float4* shared) {
+  using S = StepShared<W, K, kRows>;
+  constexpr int V = kVecOf<W>;
+  switch (task.kind) {
+    case kTaskEmbed:
+      embed<W, V>(task_args<EmbedArgs>(task), at);
+      break;
+    case kTaskLnQkv:
+      matvec<W, V, kRows, kOpLnQkv>(task_args<MatvecArgs>(task), at, *reinterpret_cast<typename S::LnMatvec*>(shared));
+      break;
+    case kTaskAttention:
+      attention<K, kVecOf<K>>(task_args<AttnArgs>(task), at, *reinterpret_cast<typename S::Attn*>(shared));
+      break;
+    case kTaskLnLinearGelu:
+      matvec<W, V, kRows, kOpLnLinearGelu>(task_args<MatvecArgs>(task), at, *reinterpret_cast<typename S::LnMatvec*>(shared));
+      break;
+    case kTaskLinearResidual:
+      matvec<W, V, kRows, kOpLinearResidual>(task_args<MatvecArgs>(task), at, *reinterpret_cast<typename S::Matvec*>(shared));
+      break;
+    case kTaskLnLmHeadArgmax:
+      lm_head<W, V, kRows, true>(task_args<LmHeadArgs>(task), at, *reinterpret_cast<LmHeadShared*>(shared));
+      break;
+  }
+}
+
+// tasks: (n_tasks), run in order  grid: (resident blocks, all co-resident)  block: (kStepThreads)
+template <typename W, typename K, int kRows>
+__global__ void __launch_bounds__(kStepThreads, step_min_blocks_per_sm<W, kRows>())
+    persistent_step_kernel(const StepTask* tasks, int n_tasks, StepBarrier* barrier) {
+#ifdef __CUDACC__
+  extern __shared__ float4 shared[];
+#else
+  __shared__ float4 shared[StepShared<W, K, kRows>::kBytes / sizeof(float4)];
+#endif
+  for (int i = 0; i < n_tasks; i++) {
+    const StepTask& task = tasks[i];
+    const dim3 grid = task.grid;
+    const unsigned virtual_blocks = grid.x * grid.y * grid.z;
+    // the first virtual block a resident block takes waits for every block's arrival from the previous tasks
+    BlockPlace at = {{0, 0, 0}, grid, &barrier->arrivals, (unsigned)i * gridDim.x, false};
+    for (unsigned v = blockIdx.x; v < virtual_blocks; v += gridDim.x) {
+      at.idx = {v % grid.x, v / grid.x % grid.y, v / (grid.x * grid.y)};
+      run_task<W, K, kRows>(task, at, shared);
+      at.arrivals_needed = 0;
+      __syncthreads();  // the next virtual block reuses the shared memory
+    }
+    // A block with no virtual block of this task waits too before it counts itself in: on a counter that only
+    // grows, an arrival from a later task must never stand in for a block still at work on an earlier one.
+    if (at.arrivals_needed) grid_wait(&barrier->arrivals, at.arrivals_needed);
+    if (i + 1 < n_tasks) grid_arrive(&barrier->arrivals);  // nothing waits for the last task: its end is the kernel's
+  }
+  // Every block saw all (n_tasks - 1) x blocks arrivals before it leaves, so when the last one leaves no arrival
+  // is in flight and no block reads the counter again: the next launch starts from zero.
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(&barrier->departures, 1u) + 1 == gridDim.x) {
+      barrier->arrivals = 0;
+      barrier->departures = 0;
+    }
+  }
+}
+
+// The instantiation for weights and cache in W and batch bucket `rows`.
+template <typename W> static StepKernel step_kernel_for_rows(int rows) {
+  switch (rows) {
+    case 1: return persistent_step_kernel<W, W, 1>;
+    case 2: return persistent_step_kernel<W, W, 2>;
+    case 4: return persistent_step_kernel<W, W, 4>;
+    default: return persistent_step_kernel<W, W, MAX_BATCH>;
+  }
+}
+
+template <typename W> static size_t step_shared_bytes(int rows) {
+  switch (rows) {
+    case 1: return StepShared<W, W, 1>::kBytes;
+    case 2: return StepShared<W, W, 2>::kBytes;
+    case 4: return StepShared<W, W, 4>::kBytes;
+    default: return StepShared<W, W, MAX_BATCH>::kBytes;
+  }
+}
+
+// Blocks of the kernel that fit on the device at once (a cooperative launch needs them all resident).
+static cudaError_t resident_blocks(StepKernel kernel, size_t shared_bytes, int* out) {
+#ifdef __CUDACC__
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared_bytes);
+  int per_sm = 0;
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kStepThreads, shared_bytes);
+  *out = per_sm * rt_sm_count();
+  return e != cudaSuccess ? e : per_sm > 0 ? cudaSuccess : cudaErrorInvalidConfiguration;
+#else
+  (void)kernel, (void)shared_bytes;
+  *out = emu::cooperative_max_blocks(kStepThreads);
+  return cudaSuccess;
+#endif
+}
+
+static void launch_cooperative(StepKernel kernel, int blocks, size_t shared_bytes, cudaStream_t stream, const StepTask* tasks,
+                               int n_tasks, StepBarrier* barrier) {
+#ifdef __CUDACC__
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeCooperative;
+  attribute.val.cooperative = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(kStepThreads);
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  cudaLaunchKernelEx(&config, kernel, tasks, n_tasks, barrier);
+#else
+  emu_launch_cooperative(kernel, dim3(blocks), dim3(kStepThreads), shared_bytes, stream, tasks, n_tasks, barrier);
+#endif
+}
+
+cudaError_t persistent_step_prepare(const StepRecorder& recorded, StepLaunch* out) {
+  const StepVariant& v = recorded.variant();
+  // instantiated for a cache in the weights' storage type
+  if (!recorded.supported() || (v.kvdtype != kStepNone && v.kvdtype != v.wdtype)) return cudaErrorNotSupported;
+  *out = {};
+  out->n_tasks = (int)recorded.tasks().size();
+  with_storage(v.wdtype, [&](auto w) {
+    using W = decltype(w);
+    out->kernel = step_kernel_for_rows<W>(v.rows);
+    out->shared_bytes = step_shared_bytes<W>(v.rows);
+  });
+  return resident_blocks(out->kernel, out->shared_bytes, &out->blocks);
+}
+
+static size_t tasks_bytes(int n_tasks) { return (size_t)n_tasks * sizeof(StepTask); }
+size_t persistent_buffer_bytes(int n_tasks) { return tasks_bytes(n_tasks) + sizeof(StepBarrier); }
+
+void persistent_step_launch(const StepLaunch& launch, void* device_buffer, cudaStream_t stream) {
+  const auto* tasks = static_cast<const StepTask*>(device_buffer);
+  auto* barrier = reinterpret_cast<StepBarrier*>(static_cast<char*>(device_buffer) + tasks_bytes(launch.n_tasks));
+  launch_cooperative(launch.kernel, launch.blocks, launch.shared_bytes, stream, tasks, launch.n_tasks, barrier);
+}

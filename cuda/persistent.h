@@ -1,0 +1,29 @@
+// The persistent step kernel's host side (cuda/persistent.cu), for cu_graph_capture (cuda/runtime.cu).
+#pragma once
+#include <stddef.h>
+
+#include "step_tasks.h"
+
+// The grid barrier's counters in device memory, zero before the first launch; every launch leaves them zero.
+struct StepBarrier {
+  unsigned arrivals;    // blocks' arrivals from tasks so far
+  unsigned departures;  // blocks done with the step: the last resets both
+};
+
+using StepKernel = void (*)(const StepTask*, int, StepBarrier*);
+
+// The instantiation a recorded step runs on, and its cooperative grid: every block the device holds at once.
+struct StepLaunch {
+  StepKernel kernel;
+  size_t shared_bytes;
+  int blocks;
+  int n_tasks;
+};
+
+// Picks the instantiation for the recorded step's storage types and batch bucket and sizes its grid
+// (cudaErrorNotSupported: no instantiation runs it).
+cudaError_t persistent_step_prepare(const StepRecorder& recorded, StepLaunch* out);
+// Device memory for the step: its tasks, then the barrier (zeroed by the caller).
+size_t persistent_buffer_bytes(int n_tasks);
+// Launches the step, its tasks uploaded to the start of device_buffer, as one cooperative launch on `stream`.
+void persistent_step_launch(const StepLaunch& launch, void* device_buffer, cudaStream_t stream);
