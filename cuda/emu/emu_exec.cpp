@@ -209,7 +209,9 @@ struct Block {
 };
 
 const KernelBody* g_body = nullptr;
-Block* g_block = nullptr;  // the running block
+// The running block, copied in and back out by resume_block: at a fixed address, the hot paths (barriers,
+// collectives, fiber switches) reach its fields without first loading a pointer to it.
+Block g_block;
 Context g_scheduler;
 
 int warps_in(int n_threads) { return (n_threads + kWarpSize - 1) / kWarpSize; }
@@ -228,7 +230,7 @@ void place_block(Block& b, int slice, dim3 shape) {
       for (unsigned x = 0; x < shape.x; x++) b.fibers[t++].idx = uint3{x, y, z};
 }
 
-// Makes the placed block block `idx` at its start: every fiber ready at the kernel's entry, in a fresh order.
+// Sets the placed block up as block `idx` at its start: every fiber ready at the kernel's entry, in a fresh order.
 void start_block(Block& b, uint3 idx) {
   b.idx = idx;
   b.current = b.current_pos = -1;
@@ -247,7 +249,7 @@ void start_block(Block& b, uint3 idx) {
 // after position `from_pos` of its order, or for the scheduler when there is none: fibers hand over to each
 // other directly, one switch per yield.
 void switch_from(Context* self, int from_pos, bool from_scheduler) {
-  Block& b = *g_block;
+  Block& b = g_block;
   for (int p = from_pos + 1; p < b.n_threads; p++) {
     const int t = b.order[p];
     if (b.fibers[t].state != FiberState::kReady) continue;
@@ -261,9 +263,9 @@ void switch_from(Context* self, int from_pos, bool from_scheduler) {
 }
 
 void yield(FiberState state) {
-  Fiber& self = g_block->fibers[g_block->current];
+  Fiber& self = g_block.fibers[g_block.current];
   self.state = state;
-  switch_from(&self.ctx, g_block->current_pos, false);
+  switch_from(&self.ctx, g_block.current_pos, false);
 }
 
 bool wait_over(const Block& b, int t) {
@@ -304,25 +306,32 @@ void release_block_barrier(Block& b) {
 }
 
 unsigned lanes_present(int warp) {
-  int lanes = g_block->n_threads - warp * kWarpSize;
+  int lanes = g_block.n_threads - warp * kWarpSize;
   return lanes >= kWarpSize ? kFullMask : (1u << lanes) - 1;
 }
 
 enum class Progress { kFinished, kParked, kStuck };
 
-// Runs the block's ready fibers, pass after pass in its order, waking the fibers whose wait is over when
-// none is ready, until it finishes (kFinished) or can go no further: kParked while some fiber waits in
+// Runs the running block's ready fibers, pass after pass in its order, waking the fibers whose wait is over
+// when none is ready, until it finishes (kFinished) or can go no further: kParked while some fiber waits in
 // wait_until_at_least (another block may end that wait), kStuck when the rest wait at barriers that can no
 // longer complete or a warp collective was misused.
-Progress resume_block(Block& b) {
-  g_block = &b;
-  g_block_idx = b.idx;  // g_block_dim and g_grid_dim are the launch's, set once
+Progress run_block() {
+  Block& b = g_block;
   while (b.done < b.n_threads) {
     if (b.failed) return Progress::kStuck;
     if (!any_ready(b) && !wake_waiters(b)) return b.waiting > 0 ? Progress::kParked : Progress::kStuck;
     switch_from(&g_scheduler, -1, true);
   }
   return b.failed ? Progress::kStuck : Progress::kFinished;
+}
+
+Progress resume_block(Block& b) {
+  g_block = b;
+  g_block_idx = b.idx;  // g_block_dim and g_grid_dim are the launch's, set once
+  const Progress progress = run_block();
+  b = g_block;
+  return progress;
 }
 
 std::vector<uint3> block_indices(dim3 grid) {
@@ -389,15 +398,15 @@ bool valid_configuration(dim3 grid, dim3 block) {
 // Every fiber starts here (through emu_fiber_trampoline): run the kernel body, then hand back for good.
 extern "C" __attribute__((visibility("hidden"))) void emu_fiber_main() {
   (*g_body)();
-  g_block->fibers[g_block->current].state = FiberState::kDone;
-  g_block->done++;
+  g_block.fibers[g_block.current].state = FiberState::kDone;
+  g_block.done++;
   Context dead;
-  switch_from(&dead, g_block->current_pos, false);  // never resumed
+  switch_from(&dead, g_block.current_pos, false);  // never resumed
 }
 
 void block_barrier() {
-  if (++g_block->at_block_barrier == g_block->n_threads) {
-    release_block_barrier(*g_block);  // the last thread to arrive goes on without yielding
+  if (++g_block.at_block_barrier == g_block.n_threads) {
+    release_block_barrier(g_block);  // the last thread to arrive goes on without yielding
     return;
   }
   yield(FiberState::kAtBlockBarrier);
@@ -405,14 +414,14 @@ void block_barrier() {
 
 void wait_until_at_least(const unsigned* counter, unsigned target) {
   while (*counter < target) {  // rechecked: the fiber runs again after its wake, not at it
-    g_block->waits[g_block->current] = Wait{counter, target};
-    g_block->waiting++;
+    g_block.waits[g_block.current] = Wait{counter, target};
+    g_block.waiting++;
     yield(FiberState::kWaiting);
   }
 }
 
 uint64_t warp_exchange(unsigned mask, uint64_t value, int src_lane) {
-  Block& b = *g_block;
+  Block& b = g_block;
   const int t = b.current;
   const int warp = t / kWarpSize;
   const int lane = t % kWarpSize;
