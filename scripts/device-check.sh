@@ -12,18 +12,19 @@
 # step runs under `timeout` with what is left of its budget, and a failed or timed-out step is logged and the
 # rest still runs. Without nvcc there, the libraries built here are used when their sources stamp matches
 # (src/native/build.ts). It builds, dumps the hot kernels' SASS, verifies (SASS checks, every kernel against the
-# CPU twins, the model in both plans and all four launch modes, the kernel model's predictions), generates in
+# CPU twins, the model in both plans and every launch mode, the kernel model's predictions), generates in
 # every mode, and profiles the fused plan (contexts 8, 128, 512, 1023; with the interventions: fp32 and bf16 weights
 # and cache, 1 and 4 sequences per step), then graph mode beside the PyTorch peer
 # (python3's torch on the GPU: seed-style eager, static cache + CUDA graph, torch.compile, Hugging Face), then the
-# unfused plan. At most 8 files come back: device.log, verify.log, generate.log, profile.log, sass.txt.gz,
+# unfused plan, and last, with the time left, runs the persistent step kernel under compute-sanitizer (memcheck,
+# synccheck). At most 8 files come back: device.log, verify.log, generate.log, profile.log, sass.txt.gz,
 # profile-fused.tgz, profile-peers.tgz, profile-unfused.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ENTRIES=(build verify generate profile)
 MAX_CARRY_MIB=50
 DEADLINE_S=${DEADLINE_S:-290}
-HOT_KERNELS='linear_matvec|ln_qkv|ln_linear_gelu|linear_residual|lm_head|attention_kernel|argmax_kernel|layernorm_kernel'
+HOT_KERNELS='linear_matvec|ln_qkv|ln_linear_gelu|linear_residual|lm_head|attention_kernel|argmax_kernel|layernorm_kernel|persistent_step_kernel'
 CONTEXTS=8,128,512,1023
 INTERVENTIONS="--dtypes f32,bf16 --batches 1,4"
 
@@ -123,7 +124,7 @@ run() {
   else
     step "verify" "$OUT/verify.log" 120 "$bun" "$app/verify.$ext" --backend cuda
   fi
-  for mode in eager eager-native graph graph-pdl; do
+  for mode in eager eager-native graph graph-pdl persistent; do
     step "generate $mode" "$OUT/generate.log" 20 "$bun" "$app/generate.$ext" "${backend[@]}" "${model[@]}" "${prompt[@]}" --mode "$mode" --max-new-tokens "$tokens" --json
   done
   step "generate uncached" "$OUT/generate.log" 20 "$bun" "$app/generate.$ext" "${backend[@]}" "${model[@]}" "${prompt[@]}" --cache off --max-new-tokens "$tokens" --json
@@ -136,6 +137,17 @@ run() {
     # one file per profile comes back (at most 8 in all): the whole output folder, trace included
     [[ -d $OUT/profile-$name ]] && tar -czf "$OUT/profile-$name.tgz" -C "$OUT" "profile-$name" && rm -rf "${OUT:?}/profile-$name"
   done
+  # last, with what time is left: the persistent step kernel (a grid barrier, blocks co-resident) under
+  # compute-sanitizer's memcheck and synccheck
+  if [[ ! ${REHEARSE:-} ]]; then
+    local sanitizer=${CUDA_HOME}/bin/compute-sanitizer
+    [[ -x $sanitizer ]] || sanitizer=$(command -v compute-sanitizer) || sanitizer=""
+    for tool in memcheck synccheck; do
+      if [[ -z $sanitizer ]]; then echo "sanitizer $tool: no compute-sanitizer" | tee -a "$log"; continue; fi
+      step "sanitizer $tool" "$log" 40 "$sanitizer" --tool "$tool" --target-processes all --error-exitcode 1 \
+        "$bun" "$app/generate.$ext" "${backend[@]}" --model "$GPT2_MINI" --prompt-ids 1,2,3 --mode persistent --max-new-tokens 4 --json
+    done
+  fi
   echo "== done in $((SECONDS - start)) s; files: $(cd "$OUT" && ls | tr '\n' ' ')" | tee -a "$log"
   # last, the short table: failures, verify's verdict, the predicted steps, the measured time per token
   grep -hE "FAILED|SKIPPED|^verify on|^NVIDIA H200 |^ +[0-9]+ +[0-9.]+ +[0-9.]+ " "$log" "$OUT"/verify.log "$OUT"/profile.log 2>/dev/null | tail -n 30

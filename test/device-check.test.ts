@@ -39,7 +39,7 @@ describe("scripts/device-check.sh", () => {
       }
       expect(files).toEqual(expect.arrayContaining(["device.log", "generate.log", "profile.log", "profile-fused.tgz"]));
       const generated = readFileSync(join(out, "generate.log"), "utf8").split("\n").filter((l) => l.startsWith("{")).map((l) => JSON.parse(l));
-      expect(generated.map((g) => `${g.cache} ${g.mode}`)).toEqual(["on eager", "on eager-native", "on graph", "on graph-pdl", "off eager"]);
+      expect(generated.map((g) => `${g.cache} ${g.mode}`)).toEqual(["on eager", "on eager-native", "on graph", "on graph-pdl", "on persistent", "off eager"]);
       const listing = Bun.spawnSync(["tar", "-tzf", join(out, "profile-fused.tgz")]).stdout.toString();
       for (const f of ["summary.json", "trace.json", "report.md", "kernels.csv"]) expect(listing).toContain(`profile-fused/${f}`);
       // the fused profile times the interventions too: fp32 and bf16, one and four sequences per step

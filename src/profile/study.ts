@@ -76,8 +76,12 @@ const nowMs = () => Bun.nanoseconds() / 1e6;
  */
 export function studyUnits(opts: Pick<StudyOptions, "contexts" | "modes" | "kernels" | "interventions">): number {
   const interventions = opts.contexts.length * (opts.interventions?.placements.length ?? 0);
-  return opts.contexts.length * opts.modes.length * (opts.kernels ? 2 : 1) + opts.modes.length + interventions;
+  const traced = opts.kernels ? opts.modes.filter(tracedByOp).length : 0;
+  return opts.contexts.length * (opts.modes.length + traced) + opts.modes.length + interventions;
 }
+
+/** Whether a mode's steps are traced op by op: the uncached step and every mode that launches a kernel per op. */
+export const tracedByOp = (mode: StudyMode) => mode === "uncached" || launchMode(mode).kernelPerOp;
 
 export class Study {
   readonly session: Session;
@@ -117,6 +121,7 @@ export class Study {
     let mismatched = 0;
     if (this.opts.kernels && this.instrument.canTrace) {
       for (const [i, { mode, context }] of points.entries()) {
+        if (!tracedByOp(mode)) continue;
         progress(`tracing ${mode} @ ${context}`);
         await this.checkpoint();
         const t = await this.tracePoint(mode, context);

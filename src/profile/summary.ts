@@ -15,7 +15,7 @@ import { buildBreakdown, familyMsPerStep, medianSplit, stepsOf } from "./aggrega
 import { buildInterventions } from "./interventions-summary.ts";
 import { buildPeersSection } from "./peers-summary.ts";
 import { buildPredictions, gpuModelFor, librarySass, measuredSteps, type MeasuredStep } from "./predictions.ts";
-import type { Measured, StudyOptions, StudyResult } from "./study.ts";
+import { tracedByOp, type Measured, type StudyOptions, type StudyResult } from "./study.ts";
 import { SCHEMA_VERSION, type KernelRegime, type PeersSection, type PredictionsSection, type ProfileSummary, type SeedRow, type StepTrace, type StudyMode, type StudyPoint } from "./types.ts";
 import { launchVerdict, modeSplitOf, splitVerdicts, studyVerdicts, uncachedBaselineVerdict } from "./verdicts.ts";
 import { cachedStepWork, classifyRegime, flopReduction, sumWork, uncachedStepWork } from "./work-model.ts";
@@ -182,7 +182,11 @@ export function buildSummary(args: {
       available: args.instrument.canTrace,
       overhead_pct: overheads.length ? summarize(overheads).median * 100 : null,
       dropped_records: result.dropped,
-      note: `${args.instrument.tracingNote}${result.mismatched ? `; ${result.mismatched} traced steps did not line up one-to-one with the plan` : ""}`,
+      note: [
+        args.instrument.tracingNote,
+        ...(result.mismatched ? [`${result.mismatched} traced steps did not line up one-to-one with the plan`] : []),
+        ...opts.modes.filter((m) => !tracedByOp(m)).map((m) => `${m} not traced op by op (its ops run inside one kernel)`),
+      ].join("; "),
     },
     verdicts: [
       ...studyVerdicts(points, result.traces, seed), ...uncachedBaselineVerdict(points, peaks), ...launchVerdict(points, launch, opsOf),

@@ -19,6 +19,8 @@ export interface LaunchMode {
   readonly issuedBy: string;
   /** the mode as the subject of a verdict: "graph replay removes 0.4 ms per token" */
   readonly phrase: string;
+  /** whether each op of the step is a kernel of its own (a trace then splits the step by op) */
+  readonly kernelPerOp: boolean;
   /** whether the backend runs a step of this form in this mode */
   available(backend: Backend, step: StepForm): boolean;
   /** `n` steps back to back with no host synchronisation between them (asynchronous on CUDA) */
@@ -35,6 +37,7 @@ export const LAUNCH_MODES = [
     name: "eager",
     issuedBy: "TypeScript walks the plan, one FFI call per kernel launch (like a Python framework)",
     phrase: "launching from TypeScript",
+    kernelPerOp: true,
     available: () => true,
     run: (step, n) => {
       for (let i = 0; i < n; i++) step.runEager();
@@ -45,6 +48,7 @@ export const LAUNCH_MODES = [
     name: "eager-native",
     issuedBy: "one FFI call; C++ launches the same kernels in a loop (launch cost without an interpreter)",
     phrase: "issuing the plan natively",
+    kernelPerOp: true,
     available: () => true,
     run: (step, n) => step.native().runNative(n),
     floorUs: (launch) => launch.host_us,
@@ -53,6 +57,7 @@ export const LAUNCH_MODES = [
     name: "graph",
     issuedBy: "the eager sequence captured once as a CUDA graph, replayed with one launch per token",
     phrase: "graph replay",
+    kernelPerOp: true,
     available: (backend) => backend.graphs,
     run: (step, n) => step.native().runGraph!(n),
     floorUs: (launch) => launch.graph_node_us ?? launch.host_us,
@@ -61,6 +66,7 @@ export const LAUNCH_MODES = [
     name: "graph-pdl",
     issuedBy: "the same graph captured with programmatic dependent launch: each kernel may start while its predecessor finishes (loading its weights) and waits for its output in-kernel",
     phrase: "graph replay with programmatic dependent launch",
+    kernelPerOp: true,
     available: (backend) => backend.graphs && backend.programmaticLaunch,
     run: (step, n) => step.native().runGraphPdl!(n),
     // the empty-kernel floor is measured for plain graph nodes; a programmatic node costs no more
@@ -70,11 +76,14 @@ export const LAUNCH_MODES = [
     name: "persistent",
     issuedBy: "one cooperative kernel per token: its resident blocks run the fused plan's ops as tasks, a grid barrier between ops instead of a kernel boundary (cuda/persistent.cu)",
     phrase: "the persistent step kernel",
+    // its ops are tasks inside one kernel: a trace sees one record per step, not one per op
+    kernelPerOp: false,
     // instantiated for the fused plan's bodies with the cache in the weights' storage type (cuda/persistent.cu)
     available: (backend, step) => backend.persistentStep && step.plan === "fused" && step.kv === step.weights,
     run: (step, n) => step.native().runPersistent!(n),
-    // one graph node per token; the grid barriers between its ops are inside the kernel's time
-    floorUs: (launch) => launch.graph_node_us ?? launch.host_us,
+    // no launch per op: one graph node per token (~1 µs against a step of ~0.1 ms), the grid barriers between its
+    // ops inside the kernel's own time
+    floorUs: () => 0,
   },
 ] as const satisfies readonly LaunchMode[];
 
