@@ -26,12 +26,13 @@ template <typename W, int kRows> __host__ __device__ constexpr int step_min_bloc
 
 constexpr size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
-// The shared memory the bodies of one instantiation use, as one area (the largest body's).
-template <typename W, typename K, int kRows> struct StepShared {
+// The shared memory the bodies of one instantiation use, as one area (the largest body's). W: the weights' and
+// the cache's storage type.
+template <typename W, int kRows> struct StepShared {
   static constexpr int V = kVecOf<W>;
   using LnMatvec = MatvecShared<V, kRows, kInputLayernorm>;
   using Matvec = MatvecShared<V, kRows, kInputAsIs>;
-  using Attn = AttnShared<kVecOf<K>>;
+  using Attn = AttnShared<V>;
   static constexpr size_t kBytes = max_size(max_size(sizeof(LnMatvec), sizeof(Matvec)), max_size(sizeof(Attn), sizeof(LmHeadShared)));
 };
 
@@ -40,9 +41,9 @@ template <typename Args> __device__ __forceinline__ const Args& task_args(const 
 }
 
 // One virtual block of a task.
-template <typename W, typename K, int kRows>
+template <typename W, int kRows>
 __device__ __forceinline__ void run_task(const StepTask& task, const BlockPlace& at, float4* shared) {
-  using S = StepShared<W, K, kRows>;
+  using S = StepShared<W, kRows>;
   constexpr int V = kVecOf<W>;
   switch (task.kind) {
     case kTaskEmbed:
@@ -52,7 +53,7 @@ __device__ __forceinline__ void run_task(const StepTask& task, const BlockPlace&
       matvec<W, V, kRows, kOpLnQkv>(task_args<MatvecArgs>(task), at, *reinterpret_cast<typename S::LnMatvec*>(shared));
       break;
     case kTaskAttention:
-      attention<K, kVecOf<K>>(task_args<AttnArgs>(task), at, *reinterpret_cast<typename S::Attn*>(shared));
+      attention<W, V>(task_args<AttnArgs>(task), at, *reinterpret_cast<typename S::Attn*>(shared));
       break;
     case kTaskLnLinearGelu:
       matvec<W, V, kRows, kOpLnLinearGelu>(task_args<MatvecArgs>(task), at, *reinterpret_cast<typename S::LnMatvec*>(shared));
@@ -67,13 +68,14 @@ __device__ __forceinline__ void run_task(const StepTask& task, const BlockPlace&
 }
 
 // tasks: (n_tasks), run in order  grid: (resident blocks, all co-resident)  block: (kStepThreads)
-template <typename W, typename K, int kRows>
+// W: the weights' and the cache's storage type; kRows: the batch bucket
+template <typename W, int kRows>
 __global__ void __launch_bounds__(kStepThreads, step_min_blocks_per_sm<W, kRows>())
     persistent_step_kernel(const StepTask* tasks, int n_tasks, StepBarrier* barrier) {
 #ifdef __CUDACC__
   extern __shared__ float4 shared[];
 #else
-  __shared__ float4 shared[StepShared<W, K, kRows>::kBytes / sizeof(float4)];
+  __shared__ float4 shared[StepShared<W, kRows>::kBytes / sizeof(float4)];
 #endif
   for (int i = 0; i < n_tasks; i++) {
     const StepTask& task = tasks[i];
@@ -83,7 +85,7 @@ __global__ void __launch_bounds__(kStepThreads, step_min_blocks_per_sm<W, kRows>
     BlockPlace at = {{0, 0, 0}, grid, &barrier->arrivals, (unsigned)i * gridDim.x, false};
     for (unsigned v = blockIdx.x; v < virtual_blocks; v += gridDim.x) {
       at.idx = {v % grid.x, v / grid.x % grid.y, v / (grid.x * grid.y)};
-      run_task<W, K, kRows>(task, at, shared);
+      run_task<W, kRows>(task, at, shared);
       at.arrivals_needed = 0;
       __syncthreads();  // the next virtual block reuses the shared memory
     }
@@ -106,19 +108,19 @@ __global__ void __launch_bounds__(kStepThreads, step_min_blocks_per_sm<W, kRows>
 // The instantiation for weights and cache in W and batch bucket `rows`.
 template <typename W> static StepKernel step_kernel_for_rows(int rows) {
   switch (rows) {
-    case 1: return persistent_step_kernel<W, W, 1>;
-    case 2: return persistent_step_kernel<W, W, 2>;
-    case 4: return persistent_step_kernel<W, W, 4>;
-    default: return persistent_step_kernel<W, W, MAX_BATCH>;
+    case 1: return persistent_step_kernel<W, 1>;
+    case 2: return persistent_step_kernel<W, 2>;
+    case 4: return persistent_step_kernel<W, 4>;
+    default: return persistent_step_kernel<W, MAX_BATCH>;
   }
 }
 
 template <typename W> static size_t step_shared_bytes(int rows) {
   switch (rows) {
-    case 1: return StepShared<W, W, 1>::kBytes;
-    case 2: return StepShared<W, W, 2>::kBytes;
-    case 4: return StepShared<W, W, 4>::kBytes;
-    default: return StepShared<W, W, MAX_BATCH>::kBytes;
+    case 1: return StepShared<W, 1>::kBytes;
+    case 2: return StepShared<W, 2>::kBytes;
+    case 4: return StepShared<W, 4>::kBytes;
+    default: return StepShared<W, MAX_BATCH>::kBytes;
   }
 }
 

@@ -29,8 +29,8 @@ describe("resource-usage parser", () => {
     expect(kernelName("_Z20linear_matvec_kernelI13__nv_bfloat16Li8ELi4EEv10MatvecArgsb")).toBe("linear_matvec_kernel<__nv_bfloat16, 8, 4>");
     expect(kernelName("_Z16attention_kernelIfLi4EEvPf11AttnScratchPKfPKT_S6_PKiiiii")).toBe("attention_kernel<float, 4>");
     expect(kernelName("_Z12embed_kernelI6__halfLi8EEvPfPKiS3_PKT_S6_iiii")).toBe("embed_kernel<__half, 8>");
-    expect(kernelName("_Z22persistent_step_kernelI6__halfS0_Li1EEvPK8StepTaskiP11StepBarrier")).toBe("persistent_step_kernel<__half, __half, 1>");
-    expect(kernelName("_Z22persistent_step_kernelIffLi8EEvPK8StepTaskiP11StepBarrier")).toBe("persistent_step_kernel<float, float, 8>");
+    expect(kernelName("_Z11pair_kernelI6__halfS0_Li1EEvPKT_PKT0_")).toBe("pair_kernel<__half, __half, 1>"); // S0_: the second substitution
+    expect(kernelName("_Z22persistent_step_kernelI6__halfLi8EEvPK8StepTaskiP11StepBarrier")).toBe("persistent_step_kernel<__half, 8>");
     expect(kernelName("_Z3fooIPfEvv")).toBe("foo"); // an argument it cannot read: the bare name
   });
 });

@@ -27,7 +27,7 @@ const BUILTIN_TYPES: Record<string, string> = { f: "float", d: "double", i: "int
 /**
  * `_Z16attention_kernelPf…` → `attention_kernel`; `_Z20linear_matvec_kernelILi4EEv…` → `linear_matvec_kernel<4>`;
  * `_Z20linear_matvec_kernelI13__nv_bfloat16Li8ELi4EEv…` → `linear_matvec_kernel<__nv_bfloat16, 8, 4>`;
- * `_Z22persistent_step_kernelI6__halfS0_Li1EEv…` → `persistent_step_kernel<__half, __half, 1>` (template arguments that
+ * `_Z11pair_kernelI6__halfS0_Li1EEv…` → `pair_kernel<__half, __half, 1>` (template arguments that
  * are integers, builtin types, named types or a repeat of a named type).
  */
 export function kernelName(mangled: string): string {

@@ -111,8 +111,7 @@ const persistentMaxRegisters = (layout: StepLayout) => (DTYPE_BYTES[dtypeOf(layo
 /** The persistent step kernel's instantiation for a step (cuda/persistent.cu), or null where the step has none. */
 export function persistentKernel(plan: PlanKind, layout: StepLayout): string | null {
   if (plan !== "fused" || layout.dtypes.weights !== layout.dtypes.kv) return null;
-  const type = elementType(dtypeOf(layout.dtypes.weights));
-  return `persistent_step_kernel<${type}, ${type}, ${rowBucket(layout.batch)}>`;
+  return `persistent_step_kernel<${elementType(dtypeOf(layout.dtypes.weights))}, ${rowBucket(layout.batch)}>`;
 }
 
 /** Its registers per thread (from the SASS; the most it is compiled for where that was not read), or null. */
