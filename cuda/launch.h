@@ -118,6 +118,23 @@ __device__ __forceinline__ void grid_wait(const unsigned* arrivals, unsigned nee
   __syncthreads();
 }
 
+// The persistent step's look-ahead: a request that L2 fetch the 128-byte line holding p, which nothing waits for
+// (a no-op in the emulator, where there is no L2); prefetch_range_l2: every line of [p, p + bytes), spread over
+// the block's threads.
+constexpr int kL2LineBytes = 128;
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+#if defined(__CUDACC__)
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#else
+  (void)p;
+#endif
+}
+__device__ __forceinline__ void prefetch_range_l2(const void* p, size_t bytes) {
+  const char* first = static_cast<const char*>(p);
+  for (size_t at = (size_t)threadIdx.x * kL2LineBytes; at < bytes; at += (size_t)blockDim.x * kL2LineBytes) prefetch_l2(first + at);
+  if (threadIdx.x == 0 && bytes > 0) prefetch_l2(first + bytes - 1);  // the last line, when p is not line-aligned
+}
+
 __device__ __forceinline__ void wait_for_inputs(const BlockPlace& at) {
   if (!at.arrivals) wait_for_predecessor(at.overlapped);
   else if (at.arrivals_needed) grid_wait(at.arrivals, at.arrivals_needed);

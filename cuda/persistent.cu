@@ -4,8 +4,9 @@
 // attention.h, lm_head.h) exactly as its own kernel does, so the step's results are the same bits. Between tasks a
 // grid barrier (cuda/launch.h) replaces the kernel boundary: a block that has done its share of task i counts
 // itself in, and a block waits for every block's arrival from task i before the first of its virtual blocks of
-// task i + 1 reads an input, having already issued that body's weight loads, so the weight stream of the next op
-// overlaps the barrier as programmatic launch overlaps a kernel boundary (graph-pdl), with no launch at all.
+// task i + 1 reads an input, having already issued that body's weight loads, as programmatic launch overlaps a
+// kernel boundary (graph-pdl), with no launch at all; and before it counts itself in, each block requests into L2
+// the weights of its first virtual block of the next task, so the memory streams through the barrier.
 //
 // cu_graph_capture (cuda/runtime.cu) records the plan's launches as tasks (cuda/step_tasks.h), uploads them, and
 // captures one cooperative launch of the instantiation for the plan's storage types and batch bucket.
@@ -67,6 +68,24 @@ __device__ __forceinline__ void run_task(const StepTask& task, const BlockPlace&
   }
 }
 
+// The weights of a task's virtual block `v` requested into L2 ahead of the barrier before it: the matvecs' and the
+// LM head's (attention loads its earlier cache rows itself before it waits; the embedding reads two rows).
+template <typename W, int kRows> __device__ __forceinline__ void prefetch_task(const StepTask& task, unsigned v) {
+  const dim3 grid = task.grid;
+  if (v >= grid.x * grid.y * grid.z) return;
+  const BlockPlace at = {{v % grid.x, v / grid.x % grid.y, v / (grid.x * grid.y)}, grid, nullptr, 0u, false};
+  switch (task.kind) {
+    case kTaskLnQkv: case kTaskLnLinearGelu: case kTaskLinearResidual:
+      matvec_prefetch_l2<W, kVecOf<W>>(task_args<MatvecArgs>(task), at);
+      break;
+    case kTaskLnLmHeadArgmax:
+      lm_head_prefetch_l2<W>(task_args<LmHeadArgs>(task), at);
+      break;
+    default:
+      break;
+  }
+}
+
 // tasks: (n_tasks), run in order  grid: (resident blocks, all co-resident)  block: (kStepThreads)
 // W: the weights' and the cache's storage type; kRows: the batch bucket
 template <typename W, int kRows>
@@ -89,6 +108,8 @@ __global__ void __launch_bounds__(kStepThreads, step_min_blocks_per_sm<W, kRows>
       at.arrivals_needed = 0;
       __syncthreads();  // the next virtual block reuses the shared memory
     }
+    // the next task's first weights stream into L2 while the step waits for this one's slowest block
+    if (i + 1 < n_tasks) prefetch_task<W, kRows>(tasks[i + 1], blockIdx.x);
     // A block with no virtual block of this task waits too before it counts itself in: on a counter that only
     // grows, an arrival from a later task must never stand in for a block still at work on an earlier one.
     if (at.arrivals_needed) grid_wait(&barrier->arrivals, at.arrivals_needed);

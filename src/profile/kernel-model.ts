@@ -18,10 +18,11 @@
 //   graph-pdl:           sum of (kernel - hidden + programmatic node gap), hidden = the first DRAM round trip
 //                        of a kernel that issues its loads before waiting for its predecessor, as far as the
 //                        predecessor's own non-streaming time covers it
-//   persistent:          one graph node + sum of (kernel' - hidden) + a grid barrier between ops, kernel' = the op's body run by
-//                        the persistent kernel's resident blocks (its registers set how many: fewer bytes in flight
-//                        than the op's own kernel may have), hidden as for graph-pdl (a body issues its weight loads
-//                        before it waits at the barrier)
+//   persistent:          one graph node + sum of (kernel' + grid barrier - overlap) over the ops after the first,
+//                        kernel' = the op's body run by the persistent kernel's resident blocks (its registers set
+//                        how many), overlap = what of the previous op's non-streaming time and the barrier the op's
+//                        look-ahead covers: its first virtual blocks' weights requested into L2 before the barrier
+//                        (matvecs, LM head), else its own loads issued before the wait as for graph-pdl
 import type { OpFamily } from "../ops.ts";
 
 /** A parameter's working value, its plausible range, and where it comes from. */
@@ -231,14 +232,30 @@ function programmatic(kernels: readonly KernelPrediction[], gpu: GpuModel, nodeU
   }, 0);
 }
 
+/** Ops whose first virtual blocks' weights the persistent step requests into L2 before the barrier ahead of them (cuda/persistent.cu prefetch_task). */
+const PREFETCHED_AHEAD: ReadonlySet<OpFamily> = new Set<OpFamily>(["linear", "ln_qkv", "ln_linear_gelu", "linear_residual", "ln_lm_head_argmax"]);
+
 /**
  * The step as the persistent kernel runs it (registers: the kernel's, from its SASS): every op's body on the
- * kernel's resident blocks, a grid barrier between ops, one graph node for the whole step.
+ * kernel's resident blocks, one graph node for the whole step, and between two ops a grid barrier. What the
+ * memory would otherwise idle on there, the previous op's time not spent streaming plus the barrier, overlaps
+ * the next op's look-ahead: the weights of its first virtual blocks (every block's first: all of a matvec that
+ * has no more blocks than the kernel holds), requested into L2 before the barrier, arriving a round trip and
+ * their bytes' time later; an op without look-ahead hides its own loads before the wait, as under graph-pdl.
  */
 function persistentStep(kernels: readonly KernelInput[], gpu: GpuModel, registers: number): number {
   const bodies = kernels.map((k) => predictKernel({ ...k, registers }, gpu));
-  // a barrier between two ops: none before the first
-  return gpu.graphNodeUs.value + programmatic(bodies, gpu, gpu.gridBarrierUs.value) - gpu.gridBarrierUs.value;
+  const barrierUs = gpu.gridBarrierUs.value;
+  return bodies.reduce((sum, k, i) => {
+    const prev = bodies[i - 1];
+    if (!prev) return sum + k.kernelUs;
+    const idleUs = Math.max(prev.kernelUs - prev.bandwidthUs, 0) + barrierUs;
+    const firstBytes = k.bytes * Math.min(1, k.residentBlocks / k.blocks);
+    const aheadUs = PREFETCHED_AHEAD.has(k.family)
+      ? gpu.dramLatencyUs.value + (firstBytes / gpu.bandwidth.value) * 1e6
+      : k.prefetches ? Math.min(gpu.dramLatencyUs.value, k.latencyUs) : 0;
+    return sum + barrierUs + k.kernelUs - Math.min(idleUs, aheadUs);
+  }, gpu.graphNodeUs.value);
 }
 
 /** persistentRegisters: the persistent step kernel's registers per thread, or null where the step has no such kernel. */

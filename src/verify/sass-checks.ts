@@ -78,6 +78,8 @@ export interface SassFacts {
   nonCoherentLoads: number;
   /** FFMA's share of the instructions where most of them are (fmaShare; null: none): the fp32 peak's attainable share */
   fmaShare: number | null;
+  /** requests that L2 fetch a line nothing waits for (prefetch.global.L2: CCTL.E.PF2), the persistent step's look-ahead */
+  l2Prefetches: number;
 }
 
 export function sassFacts(f: SassFunction): SassFacts {
@@ -93,6 +95,7 @@ export function sassFacts(f: SassFunction): SassFacts {
     waits: wait >= 0,
     nonCoherentLoads: f.instructions.filter((i) => isGlobalLoad(i) && /\.CONSTANT(\.|$)/.test(i.opcode)).length,
     fmaShare: fmaShare(f),
+    l2Prefetches: f.instructions.filter((i) => /^CCTL(\.[A-Z0-9]+)*\.PF2$/.test(i.opcode)).length,
   };
 }
 
@@ -114,6 +117,13 @@ export function sassChecks(functions: SassFunction[], requirements = SASS_REQUIR
   });
   const local = facts.filter((f) => f.localAccesses > 0).map((f) => f.kernel);
   rows.push(verdict("sass local memory", local.length ? `LDL/STL in ${local.join(", ")}` : "no kernel touches local memory", local.length === 0));
+  const persistent = facts.filter((f) => f.kernel.startsWith("persistent_step_kernel"));
+  const blind = persistent.filter((f) => f.l2Prefetches === 0).map((f) => f.kernel);
+  if (persistent.length > 0) {
+    rows.push(verdict("sass persistent look-ahead",
+      blind.length ? `no L2 prefetch in ${blind.join(", ")}` : `${persistent.length} persistent step kernels request the next op's weights into L2 (CCTL.E.PF2)`,
+      blind.length === 0));
+  }
   const unsafe = facts.filter((f) => isStepKernel(f.kernel) && (!f.waits || f.nonCoherentLoads > 0)).map((f) => f.kernel);
   rows.push(verdict("sass programmatic launch",
     unsafe.length ? `no wait, or non-coherent loads, in ${unsafe.join(", ")}` : "every step kernel waits for its predecessor and loads coherently",
