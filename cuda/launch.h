@@ -75,6 +75,32 @@ inline void wait_for_predecessor(bool = false) {}
 inline void let_successor_start() {}
 #endif
 
+// ---- the persistent step's look-ahead ----------------------------------------------------------------------
+// Requests that L2 fetch lines nothing waits for (prefetch.global.L2; a no-op in the emulator, which has no L2):
+// `rows` rows of `row_bytes` bytes each, `stride` bytes apart from `first` (no rows: nothing).
+constexpr int kL2LineBytes = 128;
+struct L2Lines {
+  const char* first;
+  size_t stride;
+  int rows, row_bytes;
+};
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+#if defined(__CUDACC__)
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#else
+  (void)p;
+#endif
+}
+// The block's threads share the lines out, one line each in turn; a row's last byte too (a row need not start on a line).
+__device__ __forceinline__ void prefetch_lines_l2(const L2Lines& l) {
+  const int per_row = (l.row_bytes + kL2LineBytes - 1) / kL2LineBytes + 1;
+  for (int k = (int)threadIdx.x; k < l.rows * per_row; k += (int)blockDim.x) {
+    const int row = k / per_row, line = k % per_row;
+    const int at = line == per_row - 1 ? l.row_bytes - 1 : line * kL2LineBytes;
+    prefetch_l2(l.first + (size_t)row * l.stride + at);
+  }
+}
+
 // ---- where a kernel body runs -------------------------------------------------------------------------------
 // The decode step's kernel bodies (cuda/linear.h, attention.h, embed.h, lm_head.h) run either as a launch of their
 // own, block blockIdx of gridDim waiting for the predecessor kernel (own_launch), or as a task of the persistent
@@ -87,8 +113,9 @@ struct BlockPlace {
   const unsigned* arrivals;  // the persistent step's grid barrier (null: a launch of its own)
   unsigned arrivals_needed;  // arrivals that mean the previous task is done (0: nothing to wait for)
   bool overlapped;           // a launch of its own that may overlap its predecessor (graph-pdl)
+  L2Lines look_ahead;        // the persistent step: the next task's weights to request before the wait
 };
-__device__ __forceinline__ BlockPlace own_launch(bool overlapped = false) { return {blockIdx, gridDim, nullptr, 0u, overlapped}; }
+__device__ __forceinline__ BlockPlace own_launch(bool overlapped = false) { return {blockIdx, gridDim, nullptr, 0u, overlapped, {}}; }
 
 // The grid barrier of the persistent step: every resident block counts itself in on `arrivals` when it has done
 // its share of a task (after its threads' writes, made visible device-wide first), and a block waits, before it
@@ -118,26 +145,16 @@ __device__ __forceinline__ void grid_wait(const unsigned* arrivals, unsigned nee
   __syncthreads();
 }
 
-// The persistent step's look-ahead: a request that L2 fetch the 128-byte line holding p, which nothing waits for
-// (a no-op in the emulator, where there is no L2); prefetch_range_l2: every line of [p, p + bytes), spread over
-// the block's threads.
-constexpr int kL2LineBytes = 128;
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-#if defined(__CUDACC__)
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-#else
-  (void)p;
-#endif
-}
-__device__ __forceinline__ void prefetch_range_l2(const void* p, size_t bytes) {
-  const char* first = static_cast<const char*>(p);
-  for (size_t at = (size_t)threadIdx.x * kL2LineBytes; at < bytes; at += (size_t)blockDim.x * kL2LineBytes) prefetch_l2(first + at);
-  if (threadIdx.x == 0 && bytes > 0) prefetch_l2(first + bytes - 1);  // the last line, when p is not line-aligned
-}
-
+// Before the persistent step's wait (its first virtual block of a task), the block's own weight loads issued, it
+// requests the next task's first weights into L2: queued behind its own, they keep the memory busy through this
+// task's merge and the barrier after it.
 __device__ __forceinline__ void wait_for_inputs(const BlockPlace& at) {
-  if (!at.arrivals) wait_for_predecessor(at.overlapped);
-  else if (at.arrivals_needed) grid_wait(at.arrivals, at.arrivals_needed);
+  if (!at.arrivals) {
+    wait_for_predecessor(at.overlapped);
+  } else if (at.arrivals_needed) {
+    prefetch_lines_l2(at.look_ahead);
+    grid_wait(at.arrivals, at.arrivals_needed);
+  }
 }
 
 // Records cudaErrorInvalidValue for an op asked for what this library does not run (a storage type, a batch

@@ -287,15 +287,14 @@ __device__ __forceinline__ void matvec_merge(const MatvecArgs& a, const BlockPla
   }
 }
 
-// The persistent step's look-ahead for virtual block `at`: its 256 weight rows' 128 bytes of its column tile, a
-// row per thread, requested into L2 (cuda/persistent.cu).
-template <typename W, int kWidth> __device__ __forceinline__ void matvec_prefetch_l2(const MatvecArgs& a, const BlockPlace& at) {
-  const int row = at.idx.y * kMatvecRowsPerSplit + (int)threadIdx.x;
-  const int col = at.idx.x * kMatvecTileGroups * kWidth;
-  if (row >= a.C || col >= a.OC) return;
+// The persistent step's look-ahead for virtual block `at` (cuda/persistent.cu): its rows of C, the bytes of its
+// column tile in each (128, fewer in the last tile).
+template <typename W, int kWidth> __device__ __forceinline__ L2Lines matvec_lines(const MatvecArgs& a, const BlockPlace& at) {
+  const int row = at.idx.y * kMatvecRowsPerSplit, col = at.idx.x * kMatvecTileGroups * kWidth;
+  if (row >= a.C || col >= a.OC) return {};
   const W* first = static_cast<const W*>(a.weight) + (size_t)row * a.OC + col;
-  prefetch_l2(first);
-  prefetch_l2(first + kMatvecTileGroups * kWidth - 1);  // the tile's 128 bytes may straddle two lines
+  return {reinterpret_cast<const char*>(first), (size_t)a.OC * sizeof(W), min(kMatvecRowsPerSplit, a.C - row),
+          (int)(min(kMatvecTileGroups * kWidth, a.OC - col) * sizeof(W))};
 }
 
 // The block's shared memory: its input rows, and the staging area (layer-norm rows, then the slots' sums).

@@ -207,12 +207,14 @@ template <int kRows, bool kFused> __device__ __forceinline__ void stage_x(float*
 // chunks (16 bytes) of each of the 4 rows per batch, 8 loads before their first use, and every load feeds all
 // the sequences' sums; the next group's first batch is issued before the current group's warp reduction. x is
 // staged in shared memory once per block.
-// The persistent step's look-ahead for virtual block `at`: the vocabulary rows its warps take first (32 rows in a
-// row), requested into L2 (cuda/persistent.cu).
-template <typename W> __device__ __forceinline__ void lm_head_prefetch_l2(const LmHeadArgs& a, const BlockPlace& at) {
+// The persistent step's look-ahead for virtual block `at` (cuda/persistent.cu): the vocabulary rows its warps
+// take first, 32 consecutive rows.
+template <typename W> __device__ __forceinline__ L2Lines lm_head_lines(const LmHeadArgs& a, const BlockPlace& at) {
   const int row0 = at.idx.x * kLmHeadWarps * kLmHeadRowsPerWarp;
-  const int rows = min(kLmHeadWarps * kLmHeadRowsPerWarp, a.V - row0);
-  if (rows > 0) prefetch_range_l2(static_cast<const W*>(a.wte) + (size_t)row0 * a.C, (size_t)rows * a.C * sizeof(W));
+  if (row0 >= a.V) return {};
+  const size_t row_bytes = (size_t)a.C * sizeof(W);
+  return {reinterpret_cast<const char*>(static_cast<const W*>(a.wte) + (size_t)row0 * a.C), row_bytes,
+          min(kLmHeadWarps * kLmHeadRowsPerWarp, a.V - row0), (int)row_bytes};
 }
 
 // The block's shared memory: the sequences' rows of x.

@@ -5,8 +5,9 @@
 // grid barrier (cuda/launch.h) replaces the kernel boundary: a block that has done its share of task i counts
 // itself in, and a block waits for every block's arrival from task i before the first of its virtual blocks of
 // task i + 1 reads an input, having already issued that body's weight loads, as programmatic launch overlaps a
-// kernel boundary (graph-pdl), with no launch at all; and before it counts itself in, each block requests into L2
-// the weights of its first virtual block of the next task, so the memory streams through the barrier.
+// kernel boundary (graph-pdl), with no launch at all. Right behind those loads, before it waits, each block
+// requests into L2 the weights of its first virtual block of the task after (the look-ahead), so the memory keeps
+// streaming through this task's merge and the barrier that follows it.
 //
 // cu_graph_capture (cuda/runtime.cu) records the plan's launches as tasks (cuda/step_tasks.h), uploads them, and
 // captures one cooperative launch of the instantiation for the plan's storage types and batch bucket.
@@ -68,21 +69,19 @@ __device__ __forceinline__ void run_task(const StepTask& task, const BlockPlace&
   }
 }
 
-// The weights of a task's virtual block `v` requested into L2 ahead of the barrier before it: the matvecs' and the
-// LM head's (attention loads its earlier cache rows itself before it waits; the embedding reads two rows).
-template <typename W, int kRows> __device__ __forceinline__ void prefetch_task(const StepTask& task, unsigned v) {
+// The look-ahead for a task's virtual block `v` (none past the task's blocks): the matvecs' and the LM head's
+// weights (attention loads its earlier cache rows itself before it waits; the embedding reads two rows).
+template <typename W> __device__ __forceinline__ L2Lines look_ahead_of(const StepTask& task, unsigned v) {
   const dim3 grid = task.grid;
-  if (v >= grid.x * grid.y * grid.z) return;
-  const BlockPlace at = {{v % grid.x, v / grid.x % grid.y, v / (grid.x * grid.y)}, grid, nullptr, 0u, false};
+  if (v >= grid.x * grid.y * grid.z) return {};
+  const BlockPlace at = {{v % grid.x, v / grid.x % grid.y, v / (grid.x * grid.y)}, grid, nullptr, 0u, false, {}};
   switch (task.kind) {
     case kTaskLnQkv: case kTaskLnLinearGelu: case kTaskLinearResidual:
-      matvec_prefetch_l2<W, kVecOf<W>>(task_args<MatvecArgs>(task), at);
-      break;
+      return matvec_lines<W, kVecOf<W>>(task_args<MatvecArgs>(task), at);
     case kTaskLnLmHeadArgmax:
-      lm_head_prefetch_l2<W>(task_args<LmHeadArgs>(task), at);
-      break;
+      return lm_head_lines<W>(task_args<LmHeadArgs>(task), at);
     default:
-      break;
+      return {};
   }
 }
 
@@ -100,19 +99,19 @@ __global__ void __launch_bounds__(kStepThreads, step_min_blocks_per_sm<W, kRows>
     const StepTask& task = tasks[i];
     const dim3 grid = task.grid;
     const unsigned virtual_blocks = grid.x * grid.y * grid.z;
-    // the first virtual block a resident block takes waits for every block's arrival from the previous tasks
-    BlockPlace at = {{0, 0, 0}, grid, &barrier->arrivals, (unsigned)i * gridDim.x, false};
+    // the first virtual block a resident block takes waits for every block's arrival from the previous tasks,
+    // having requested the next task's first weights into L2 (wait_for_inputs)
+    const L2Lines next = i + 1 < n_tasks ? look_ahead_of<W>(tasks[i + 1], blockIdx.x) : L2Lines{};
+    BlockPlace at = {{0, 0, 0}, grid, &barrier->arrivals, (unsigned)i * gridDim.x, false, next};
     for (unsigned v = blockIdx.x; v < virtual_blocks; v += gridDim.x) {
       at.idx = {v % grid.x, v / grid.x % grid.y, v / (grid.x * grid.y)};
       run_task<W, kRows>(task, at, shared);
       at.arrivals_needed = 0;
       __syncthreads();  // the next virtual block reuses the shared memory
     }
-    // the next task's first weights stream into L2 while the step waits for this one's slowest block
-    if (i + 1 < n_tasks) prefetch_task<W, kRows>(tasks[i + 1], blockIdx.x);
     // A block with no virtual block of this task waits too before it counts itself in: on a counter that only
     // grows, an arrival from a later task must never stand in for a block still at work on an earlier one.
-    if (at.arrivals_needed) grid_wait(&barrier->arrivals, at.arrivals_needed);
+    if (at.arrivals_needed) wait_for_inputs(at);
     if (i + 1 < n_tasks) grid_arrive(&barrier->arrivals);  // nothing waits for the last task: its end is the kernel's
   }
   // Every block saw all (n_tasks - 1) x blocks arrivals before it leaves, so when the last one leaves no arrival

@@ -17,7 +17,7 @@ afterAll(() => emu.close());
 const shapesOf = (ops: PlanOp[]) => emu.launchShapes(encodePlan(ops));
 
 const matvec: KernelInput = {
-  label: "m", family: "linear_residual", bytes: 9.4e6, flops: 4.7e6, blocks: 288, threads: 256, registers: 62, loadsInFlight: 8, prefetches: true, fmaShare: 1,
+  label: "m", family: "linear_residual", bytes: 9.4e6, flops: 4.7e6, blocks: 288, threads: 256, registers: 62, loadsInFlight: 8, prefetches: true, fmaShare: 1, lookAheadBytes: 32768,
 };
 
 describe("one kernel", () => {
@@ -87,8 +87,26 @@ describe("GPT-2 small's decode step", () => {
     expect(dear - cheap).toBeLessThanOrEqual(61 * 1.0 + 1e-9);
     // with no look-ahead to cover it (a barrier far longer than any op's first blocks take), all of it shows
     expect(at(101).modes.persistent! - at(100).modes.persistent!).toBeCloseTo(61, 6);
+  });
+
+  test("persistent look-ahead: it streams at most the op's own bytes, at most while the memory would idle, and only where the op has one", () => {
+    const [first, second] = [predictKernel(matvec, h200), predictKernel(matvec, h200)];
+    const node = h200.graphNodeUs.value, barrier = h200.gridBarrierUs.value;
+    const step = (k: KernelInput, barrierUs: number = barrier) =>
+      predictStep([matvec, k], { ...h200, gridBarrierUs: { ...h200.gridBarrierUs, value: barrierUs } }, matvec.registers).modes.persistent!;
+    // the whole second op fits its look-ahead; the idle time (the first op's merge and the barrier) is shorter than its bytes' time
+    expect(first.chainUs + barrier).toBeLessThan(second.bandwidthUs);
+    expect(step({ ...matvec, lookAheadBytes: 1e9 })).toBeCloseTo(node + first.kernelUs + barrier + second.kernelUs - (first.chainUs + barrier), 9);
+    // a barrier long enough to stream it all: the op is left with its merge
+    expect(step({ ...matvec, lookAheadBytes: 1e9 }, 100)).toBeCloseTo(node + first.kernelUs + 100 + second.chainUs, 9);
+    // a small look-ahead streams only its own bytes (the blocks' first lines)
+    const small = 1024; // bytes per block, x 288 resident blocks
+    expect(step({ ...matvec, lookAheadBytes: small }, 100)).toBeCloseTo(node + first.kernelUs + 100 + second.kernelUs - (small * 288 / h200.bandwidth.value) * 1e6, 9);
+    // none: the graph-pdl term, its first round trip hidden behind the first op's non-streaming time
+    const hidden = Math.min(h200.dramLatencyUs.value, second.latencyUs, first.kernelUs - first.bandwidthUs);
+    expect(step({ ...matvec, lookAheadBytes: 0 })).toBeCloseTo(node + first.kernelUs + barrier + second.kernelUs - hidden, 9);
     // no persistent kernel (null registers): no persistent step
-    expect(predictStep(kernels, h200, null).modes.persistent).toBeNull();
+    expect(predictStep([matvec, matvec], h200, null).modes.persistent).toBeNull();
   });
 
   test("the optimistic and pessimistic ends bracket the working estimate in every mode; the A40 has no graph-pdl", () => {

@@ -18,11 +18,12 @@
 //   graph-pdl:           sum of (kernel - hidden + programmatic node gap), hidden = the first DRAM round trip
 //                        of a kernel that issues its loads before waiting for its predecessor, as far as the
 //                        predecessor's own non-streaming time covers it
-//   persistent:          one graph node + sum of (kernel' + grid barrier - overlap) over the ops after the first,
+//   persistent:          one graph node + sum of (kernel' + grid barrier - saved) over the ops after the first,
 //                        kernel' = the op's body run by the persistent kernel's resident blocks (its registers set
-//                        how many), overlap = what of the previous op's non-streaming time and the barrier the op's
-//                        look-ahead covers: its first virtual blocks' weights requested into L2 before the barrier
-//                        (matvecs, LM head), else its own loads issued before the wait as for graph-pdl
+//                        how many); saved = the time of the bytes its look-ahead (the weights of every resident
+//                        block's first virtual block, requested into L2 right behind the block's loads of the
+//                        previous op) streams while the memory would idle on the previous op's merge and the
+//                        barrier; else the hidden first round trip as for graph-pdl
 import type { OpFamily } from "../ops.ts";
 
 /** A parameter's working value, its plausible range, and where it comes from. */
@@ -130,6 +131,11 @@ export interface KernelInput {
   loadsInFlight: number;
   /** whether it issues loads before waiting for its predecessor (programmatic launch hides their latency) */
   prefetches: boolean;
+  /**
+   * the persistent step's look-ahead: bytes of weights one virtual block's first lines come to, requested into L2
+   * before the barrier ahead of the op (cuda/persistent.cu prefetch_task; 0: the op has none)
+   */
+  lookAheadBytes: number;
   /** FFMA's share of the instructions its arithmetic issues (1: every instruction a multiply-add) */
   fmaShare: number;
 }
@@ -232,16 +238,14 @@ function programmatic(kernels: readonly KernelPrediction[], gpu: GpuModel, nodeU
   }, 0);
 }
 
-/** Ops whose first virtual blocks' weights the persistent step requests into L2 before the barrier ahead of them (cuda/persistent.cu prefetch_task). */
-const PREFETCHED_AHEAD: ReadonlySet<OpFamily> = new Set<OpFamily>(["linear", "ln_qkv", "ln_linear_gelu", "linear_residual", "ln_lm_head_argmax"]);
-
 /**
  * The step as the persistent kernel runs it (registers: the kernel's, from its SASS): every op's body on the
- * kernel's resident blocks, one graph node for the whole step, and between two ops a grid barrier. What the
- * memory would otherwise idle on there, the previous op's time not spent streaming plus the barrier, overlaps
- * the next op's look-ahead: the weights of its first virtual blocks (every block's first: all of a matvec that
- * has no more blocks than the kernel holds), requested into L2 before the barrier, arriving a round trip and
- * their bytes' time later; an op without look-ahead hides its own loads before the wait, as under graph-pdl.
+ * kernel's resident blocks, one graph node for the whole step, and between two ops a grid barrier. Across it the
+ * memory would idle for the previous op's dependent tail (its merge) and the barrier. An op with a look-ahead
+ * (lookAheadBytes: the weights of one virtual block's first lines, which every resident block requests into L2 right
+ * behind its own loads of the previous op, so they are queued before that idle time begins) streams up to those
+ * bytes there, and that much less after the barrier, never more than its own bytes' time. An op without one hides
+ * its own loads issued before the wait, as under graph-pdl.
  */
 function persistentStep(kernels: readonly KernelInput[], gpu: GpuModel, registers: number): number {
   const bodies = kernels.map((k) => predictKernel({ ...k, registers }, gpu));
@@ -249,12 +253,16 @@ function persistentStep(kernels: readonly KernelInput[], gpu: GpuModel, register
   return bodies.reduce((sum, k, i) => {
     const prev = bodies[i - 1];
     if (!prev) return sum + k.kernelUs;
-    const idleUs = Math.max(prev.kernelUs - prev.bandwidthUs, 0) + barrierUs;
-    const firstBytes = k.bytes * Math.min(1, k.residentBlocks / k.blocks);
-    const aheadUs = PREFETCHED_AHEAD.has(k.family)
-      ? gpu.dramLatencyUs.value + (firstBytes / gpu.bandwidth.value) * 1e6
-      : k.prefetches ? Math.min(gpu.dramLatencyUs.value, k.latencyUs) : 0;
-    return sum + barrierUs + k.kernelUs - Math.min(idleUs, aheadUs);
+    let savedUs: number;
+    if (k.lookAheadBytes > 0) {
+      const idleUs = prev.chainUs + barrierUs;
+      const aheadUs = (Math.min(k.bytes, k.lookAheadBytes * k.residentBlocks) / gpu.bandwidth.value) * 1e6;
+      savedUs = Math.min(aheadUs, idleUs, k.bandwidthUs);
+    } else {
+      const cover = prev.kernelUs - prev.bandwidthUs;
+      savedUs = k.prefetches ? Math.min(gpu.dramLatencyUs.value, k.latencyUs, Math.max(cover, 0)) : 0;
+    }
+    return sum + barrierUs + k.kernelUs - savedUs;
   }, gpu.graphNodeUs.value);
 }
 

@@ -17,6 +17,10 @@ const LM_HEAD_ROWS_PER_WARP = 4, LM_HEAD_CHUNKS_PER_BATCH = 2;
 /** cuda/attention.cu: keys per chunk, threads per block, threads per key. */
 const ATTN_KEYS_PER_CHUNK = 64, ATTN_THREADS = 256, ATTN_LANES_PER_KEY = 4;
 const LOAD_BYTES = 16, WARP = 32;
+/** cuda/linear.h: weight rows per matvec block (a split of C) and bytes of each in its column tile (8 groups of 16 bytes). */
+const MATVEC_ROWS_PER_SPLIT = 256, MATVEC_TILE_BYTES = 128;
+/** cuda/lm_head.h: vocabulary rows an LM head block's warps take first (8 warps x 4 rows). */
+const LM_HEAD_ROWS_PER_BLOCK = 32;
 /** Elements of a storage type per 16-byte load. */
 const perLoad = (dtype: DtypeName) => LOAD_BYTES / DTYPE_BYTES[dtype];
 
@@ -40,6 +44,23 @@ export function activeLoads(op: PlanOp): number {
     case "layernorm": return 3; // a float4 of the row, its weight and its bias (C <= 1024)
     case "embed": case "kv_append": case "residual": return 2;
     case "gelu": return 1;
+  }
+}
+
+/**
+ * The persistent step's look-ahead for an op (cuda/persistent.cu prefetch_task): the weight bytes of one virtual
+ * block's first lines, requested into L2 before the barrier ahead of it; 0 for an op it has none for.
+ */
+export function lookAheadBytes(op: PlanOp): number {
+  switch (op.family) {
+    case "ln_qkv": case "ln_linear_gelu": case "linear_residual":
+      return Math.min(MATVEC_ROWS_PER_SPLIT, namedArgs(op.family, op.args).C) * MATVEC_TILE_BYTES;
+    case "ln_lm_head_argmax": {
+      const { C, V, wdtype } = namedArgs("ln_lm_head_argmax", op.args);
+      return Math.min(LM_HEAD_ROWS_PER_BLOCK, V) * C * DTYPE_BYTES[dtypeOf(wdtype)];
+    }
+    default:
+      return 0;
   }
 }
 
@@ -91,6 +112,7 @@ export function kernelInputs(ops: readonly PlanOp[], context: number, shapes: re
       registers: facts?.registers ?? UNREAD_REGISTERS,
       loadsInFlight: Math.min(active, facts?.wideLoadsInFlight ?? active),
       prefetches: (facts?.wideLoadsBeforeWait ?? 0) > 0,
+      lookAheadBytes: lookAheadBytes(op),
       fmaShare: facts?.fmaShare ?? 1,
     };
   });
