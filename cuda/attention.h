@@ -177,6 +177,19 @@ template <int kWidth> struct AttnShared {
   Cols<kWidth> value_partial[kAttnThreads];
 };
 
+// The persistent step's look-ahead for virtual block `at` (cuda/persistent.cu): its chunk's key and value rows that
+// earlier steps wrote (below pos: this step's row is not written yet), the head's hs elements of each.
+template <typename K> __device__ __forceinline__ L2Lines attention_lines(const AttnArgs& a, const BlockPlace& at) {
+  const int chunk = at.idx.x, h = at.idx.y, b = at.idx.z / a.T;
+  const int pos = __ldcg(a.state + b * STATE_INTS + STATE_POS);
+  const int key0 = chunk * kAttnKeysPerChunk, end = min(min(key0 + kAttnKeysPerChunk, pos), a.max_ctx);
+  if (key0 >= end) return {};
+  const int hs = a.C / a.n_head;
+  const size_t at_row = ((size_t)b * a.max_ctx + key0) * a.C + (size_t)h * hs;
+  return {reinterpret_cast<const char*>(static_cast<const K*>(a.k_cache) + at_row), reinterpret_cast<const char*>(static_cast<const K*>(a.v_cache) + at_row),
+          (size_t)a.C * sizeof(K), end - key0, (int)(hs * sizeof(K))};
+}
+
 // grid: (n_chunks, n_head, B·T)  block: (kAttnThreads); block (c, h, row) takes keys [c * 64, (c + 1) * 64) of the
 // visible keys of query t of sequence b (row = b * T + t), and does nothing but arrive when the chunk is past them
 // (the merge reads only the chunks that hold keys, so such a block writes no partial).

@@ -77,10 +77,12 @@ inline void let_successor_start() {}
 
 // ---- the persistent step's look-ahead ----------------------------------------------------------------------
 // Requests that L2 fetch lines nothing waits for (prefetch.global.L2; a no-op in the emulator, which has no L2):
-// `rows` rows of `row_bytes` bytes each, `stride` bytes apart from `first` (no rows: nothing).
+// `rows` rows of `row_bytes` bytes each, `stride` bytes apart from `first`, and the same rows from `second` when it
+// is set (attention's values beside its keys); no rows: nothing.
 constexpr int kL2LineBytes = 128;
 struct L2Lines {
   const char* first;
+  const char* second;
   size_t stride;
   int rows, row_bytes;
 };
@@ -96,8 +98,9 @@ __device__ __forceinline__ void prefetch_lines_l2(const L2Lines& l) {
   const int per_row = (l.row_bytes + kL2LineBytes - 1) / kL2LineBytes + 1;
   for (int k = (int)threadIdx.x; k < l.rows * per_row; k += (int)blockDim.x) {
     const int row = k / per_row, line = k % per_row;
-    const int at = line == per_row - 1 ? l.row_bytes - 1 : line * kL2LineBytes;
-    prefetch_l2(l.first + (size_t)row * l.stride + at);
+    const size_t at = (size_t)row * l.stride + (line == per_row - 1 ? l.row_bytes - 1 : line * kL2LineBytes);
+    prefetch_l2(l.first + at);
+    if (l.second) prefetch_l2(l.second + at);
   }
 }
 
@@ -113,9 +116,9 @@ struct BlockPlace {
   const unsigned* arrivals;  // the persistent step's grid barrier (null: a launch of its own)
   unsigned arrivals_needed;  // arrivals that mean the previous task is done (0: nothing to wait for)
   bool overlapped;           // a launch of its own that may overlap its predecessor (graph-pdl)
-  L2Lines look_ahead;        // the persistent step: the next task's weights to request before the wait
+  const L2Lines* look_ahead;  // the persistent step: what of the next task to request before the wait (in shared memory)
 };
-__device__ __forceinline__ BlockPlace own_launch(bool overlapped = false) { return {blockIdx, gridDim, nullptr, 0u, overlapped, {}}; }
+__device__ __forceinline__ BlockPlace own_launch(bool overlapped = false) { return {blockIdx, gridDim, nullptr, 0u, overlapped, nullptr}; }
 
 // The grid barrier of the persistent step: every resident block counts itself in on `arrivals` when it has done
 // its share of a task (after its threads' writes, made visible device-wide first), and a block waits, before it
@@ -152,7 +155,7 @@ __device__ __forceinline__ void wait_for_inputs(const BlockPlace& at) {
   if (!at.arrivals) {
     wait_for_predecessor(at.overlapped);
   } else if (at.arrivals_needed) {
-    prefetch_lines_l2(at.look_ahead);
+    prefetch_lines_l2(*at.look_ahead);
     grid_wait(at.arrivals, at.arrivals_needed);
   }
 }

@@ -293,7 +293,7 @@ template <typename W, int kWidth> __device__ __forceinline__ L2Lines matvec_line
   const int row = at.idx.y * kMatvecRowsPerSplit, col = at.idx.x * kMatvecTileGroups * kWidth;
   if (row >= a.C || col >= a.OC) return {};
   const W* first = static_cast<const W*>(a.weight) + (size_t)row * a.OC + col;
-  return {reinterpret_cast<const char*>(first), (size_t)a.OC * sizeof(W), min(kMatvecRowsPerSplit, a.C - row),
+  return {reinterpret_cast<const char*>(first), nullptr, (size_t)a.OC * sizeof(W), min(kMatvecRowsPerSplit, a.C - row),
           (int)(min(kMatvecTileGroups * kWidth, a.OC - col) * sizeof(W))};
 }
 

@@ -213,7 +213,7 @@ template <typename W> __device__ __forceinline__ L2Lines lm_head_lines(const LmH
   const int row0 = at.idx.x * kLmHeadWarps * kLmHeadRowsPerWarp;
   if (row0 >= a.V) return {};
   const size_t row_bytes = (size_t)a.C * sizeof(W);
-  return {reinterpret_cast<const char*>(static_cast<const W*>(a.wte) + (size_t)row0 * a.C), row_bytes,
+  return {reinterpret_cast<const char*>(static_cast<const W*>(a.wte) + (size_t)row0 * a.C), nullptr, row_bytes,
           min(kLmHeadWarps * kLmHeadRowsPerWarp, a.V - row0), (int)row_bytes};
 }
 

@@ -6,8 +6,8 @@
 // itself in, and a block waits for every block's arrival from task i before the first of its virtual blocks of
 // task i + 1 reads an input, having already issued that body's weight loads, as programmatic launch overlaps a
 // kernel boundary (graph-pdl), with no launch at all. Right behind those loads, before it waits, each block
-// requests into L2 the weights of its first virtual block of the task after (the look-ahead), so the memory keeps
-// streaming through this task's merge and the barrier that follows it.
+// requests into L2 what its first virtual block of the task after reads (the look-ahead: weights, or attention's
+// earlier cache rows), so the memory keeps streaming through this task's merge and the barrier that follows it.
 //
 // cu_graph_capture (cuda/runtime.cu) records the plan's launches as tasks (cuda/step_tasks.h), uploads them, and
 // captures one cooperative launch of the instantiation for the plan's storage types and batch bucket.
@@ -70,12 +70,14 @@ __device__ __forceinline__ void run_task(const StepTask& task, const BlockPlace&
 }
 
 // The look-ahead for a task's virtual block `v` (none past the task's blocks): the matvecs' and the LM head's
-// weights (attention loads its earlier cache rows itself before it waits; the embedding reads two rows).
+// weights, attention's earlier cache rows (the embedding reads two rows: none).
 template <typename W> __device__ __forceinline__ L2Lines look_ahead_of(const StepTask& task, unsigned v) {
   const dim3 grid = task.grid;
   if (v >= grid.x * grid.y * grid.z) return {};
-  const BlockPlace at = {{v % grid.x, v / grid.x % grid.y, v / (grid.x * grid.y)}, grid, nullptr, 0u, false, {}};
+  const BlockPlace at = {{v % grid.x, v / grid.x % grid.y, v / (grid.x * grid.y)}, grid, nullptr, 0u, false, nullptr};
   switch (task.kind) {
+    case kTaskAttention:
+      return attention_lines<W>(task_args<AttnArgs>(task), at);
     case kTaskLnQkv: case kTaskLnLinearGelu: case kTaskLinearResidual:
       return matvec_lines<W, kVecOf<W>>(task_args<MatvecArgs>(task), at);
     case kTaskLnLmHeadArgmax:
@@ -95,14 +97,16 @@ __global__ void __launch_bounds__(kStepThreads, step_min_blocks_per_sm<W, kRows>
 #else
   __shared__ float4 shared[StepShared<W, kRows>::kBytes / sizeof(float4)];
 #endif
+  __shared__ L2Lines next;  // in shared memory rather than registers, which the bodies need
   for (int i = 0; i < n_tasks; i++) {
     const StepTask& task = tasks[i];
     const dim3 grid = task.grid;
     const unsigned virtual_blocks = grid.x * grid.y * grid.z;
     // the first virtual block a resident block takes waits for every block's arrival from the previous tasks,
-    // having requested the next task's first weights into L2 (wait_for_inputs)
-    const L2Lines next = i + 1 < n_tasks ? look_ahead_of<W>(tasks[i + 1], blockIdx.x) : L2Lines{};
-    BlockPlace at = {{0, 0, 0}, grid, &barrier->arrivals, (unsigned)i * gridDim.x, false, next};
+    // having requested its first lines of the next task into L2 (wait_for_inputs)
+    if (threadIdx.x == 0) next = i + 1 < n_tasks ? look_ahead_of<W>(tasks[i + 1], blockIdx.x) : L2Lines{};
+    __syncthreads();
+    BlockPlace at = {{0, 0, 0}, grid, &barrier->arrivals, (unsigned)i * gridDim.x, false, &next};
     for (unsigned v = blockIdx.x; v < virtual_blocks; v += gridDim.x) {
       at.idx = {v % grid.x, v / grid.x % grid.y, v / (grid.x * grid.y)};
       run_task<W, kRows>(task, at, shared);

@@ -89,7 +89,7 @@ describe("GPT-2 small's decode step", () => {
     expect(at(101).modes.persistent! - at(100).modes.persistent!).toBeCloseTo(61, 6);
   });
 
-  test("persistent look-ahead: it streams at most the op's own bytes, at most while the memory would idle, and only where the op has one", () => {
+  test("persistent look-ahead: it covers at most the op's own memory phase, at most while the memory would idle, and only where the op has one", () => {
     const [first, second] = [predictKernel(matvec, h200), predictKernel(matvec, h200)];
     const node = h200.graphNodeUs.value, barrier = h200.gridBarrierUs.value;
     const step = (k: KernelInput, barrierUs: number = barrier) =>

@@ -137,7 +137,10 @@ describe.skipIf(skipReason !== null)("the built CUDA library's SASS", () => {
   test("planted serialisation (-DPLANT_SERIAL_MATVEC, #pragma unroll 1 in the matvec) fails the check in every matvec instantiation, and only there", () => {
     const path = ensureBuilt("cuda", { quiet: true, extraFlags: ["-DPLANT_SERIAL_MATVEC"], variant: "planted_serial" }).path;
     const rows = sassChecks(disassemble(path, cuobjdump!));
-    const failed = rows.filter((r) => r.status === "fail").map((r) => r.check);
+    // the persistent step kernels inline the planted matvec too: they may spill with it (and only they)
+    const local = rows.find((r) => r.check === "sass local memory")!;
+    if (local.status === "fail") expect(local.detail.replace(/^LDL\/STL in /, "").replace(/persistent_step_kernel<[^>]*>(, )?/g, "")).toBe("");
+    const failed = rows.filter((r) => r.status === "fail" && r !== local).map((r) => r.check);
     expect(failed).toEqual(matvecs.map((k) => `sass ${k}`));
     for (const kernel of ["linear_matvec_kernel<float, 4, 1>", "ln_qkv_kernel<__nv_bfloat16, 8, 8>"])
       expect(rows.find((r) => r.check === `sass ${kernel}`)!.detail).toMatch(/^1 x 16-byte loads/);

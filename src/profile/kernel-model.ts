@@ -20,10 +20,10 @@
 //                        predecessor's own non-streaming time covers it
 //   persistent:          one graph node + sum of (kernel' + grid barrier - saved) over the ops after the first,
 //                        kernel' = the op's body run by the persistent kernel's resident blocks (its registers set
-//                        how many); saved = the time of the bytes its look-ahead (the weights of every resident
-//                        block's first virtual block, requested into L2 right behind the block's loads of the
-//                        previous op) streams while the memory would idle on the previous op's merge and the
-//                        barrier; else the hidden first round trip as for graph-pdl
+//                        how many); saved = the share of its memory phase its look-ahead covers (what every resident
+//                        block's first virtual block reads, requested into L2 right behind the block's loads of the
+//                        previous op), at most the previous op's merge and the barrier, when the memory would idle;
+//                        else the hidden first round trip as for graph-pdl
 import type { OpFamily } from "../ops.ts";
 
 /** A parameter's working value, its plausible range, and where it comes from. */
@@ -242,10 +242,10 @@ function programmatic(kernels: readonly KernelPrediction[], gpu: GpuModel, nodeU
  * The step as the persistent kernel runs it (registers: the kernel's, from its SASS): every op's body on the
  * kernel's resident blocks, one graph node for the whole step, and between two ops a grid barrier. Across it the
  * memory would idle for the previous op's dependent tail (its merge) and the barrier. An op with a look-ahead
- * (lookAheadBytes: the weights of one virtual block's first lines, which every resident block requests into L2 right
- * behind its own loads of the previous op, so they are queued before that idle time begins) streams up to those
- * bytes there, and that much less after the barrier, never more than its own bytes' time. An op without one hides
- * its own loads issued before the wait, as under graph-pdl.
+ * (lookAheadBytes: what one virtual block's first lines come to, which every resident block requests into L2 right
+ * behind its own loads of the previous op, so they are queued before that idle time begins) has the share of its
+ * memory phase (its bandwidth, or latency, term) those lines cover done there, as far as the idle time reaches.
+ * An op without one hides its own loads issued before the wait, as under graph-pdl.
  */
 function persistentStep(kernels: readonly KernelInput[], gpu: GpuModel, registers: number): number {
   const bodies = kernels.map((k) => predictKernel({ ...k, registers }, gpu));
@@ -256,8 +256,8 @@ function persistentStep(kernels: readonly KernelInput[], gpu: GpuModel, register
     let savedUs: number;
     if (k.lookAheadBytes > 0) {
       const idleUs = prev.chainUs + barrierUs;
-      const aheadUs = (Math.min(k.bytes, k.lookAheadBytes * k.residentBlocks) / gpu.bandwidth.value) * 1e6;
-      savedUs = Math.min(aheadUs, idleUs, k.bandwidthUs);
+      const covered = Math.min(1, (k.lookAheadBytes * k.residentBlocks) / k.bytes);
+      savedUs = Math.min(idleUs, covered * k.streamUs);
     } else {
       const cover = prev.kernelUs - prev.bandwidthUs;
       savedUs = k.prefetches ? Math.min(gpu.dramLatencyUs.value, k.latencyUs, Math.max(cover, 0)) : 0;

@@ -48,11 +48,16 @@ export function activeLoads(op: PlanOp): number {
 }
 
 /**
- * The persistent step's look-ahead for an op (cuda/persistent.cu prefetch_task): the weight bytes of one virtual
- * block's first lines, requested into L2 before the barrier ahead of it; 0 for an op it has none for.
+ * The persistent step's look-ahead for an op at `context` (cuda/persistent.cu look_ahead_of): the bytes one virtual
+ * block requests into L2 before the barrier ahead of the op (a matvec's weights of its tile, the LM head's first
+ * vocabulary rows, attention's chunk of earlier keys and values); 0 for an op it has none for.
  */
-export function lookAheadBytes(op: PlanOp): number {
+export function lookAheadBytes(op: PlanOp, context: number): number {
   switch (op.family) {
+    case "attention": {
+      const { C, n_head, kvdtype } = namedArgs("attention", op.args);
+      return 2 * Math.min(ATTN_KEYS_PER_CHUNK, context) * (C / n_head) * DTYPE_BYTES[dtypeOf(kvdtype)];
+    }
     case "ln_qkv": case "ln_linear_gelu": case "linear_residual":
       return Math.min(MATVEC_ROWS_PER_SPLIT, namedArgs(op.family, op.args).C) * MATVEC_TILE_BYTES;
     case "ln_lm_head_argmax": {
@@ -112,7 +117,7 @@ export function kernelInputs(ops: readonly PlanOp[], context: number, shapes: re
       registers: facts?.registers ?? UNREAD_REGISTERS,
       loadsInFlight: Math.min(active, facts?.wideLoadsInFlight ?? active),
       prefetches: (facts?.wideLoadsBeforeWait ?? 0) > 0,
-      lookAheadBytes: lookAheadBytes(op),
+      lookAheadBytes: lookAheadBytes(op, context),
       fmaShare: facts?.fmaShare ?? 1,
     };
   });
