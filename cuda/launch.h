@@ -148,14 +148,16 @@ __device__ __forceinline__ void grid_wait(const unsigned* arrivals, unsigned nee
   __syncthreads();
 }
 
-// Before the persistent step's wait (its first virtual block of a task), the block's own weight loads issued, it
-// requests the next task's first weights into L2: queued behind its own, they keep the memory busy through this
-// task's merge and the barrier after it.
+// Before the persistent step's wait (its first virtual block of a task), the block's own loads issued, it requests
+// what it reads first of the next task into L2: queued behind its own, they keep the memory busy through this
+// task's merge and the barrier after it. The block's threads are done with the look-ahead (in shared memory)
+// before thread 0 may wait, so no shared memory is live across the wait (the emulator's rule, cuda/emu).
 __device__ __forceinline__ void wait_for_inputs(const BlockPlace& at) {
   if (!at.arrivals) {
     wait_for_predecessor(at.overlapped);
   } else if (at.arrivals_needed) {
     prefetch_lines_l2(*at.look_ahead);
+    __syncthreads();
     grid_wait(at.arrivals, at.arrivals_needed);
   }
 }
