@@ -123,9 +123,9 @@ __device__ __forceinline__ BlockPlace own_launch(bool overlapped = false) { retu
 // The grid barrier of the persistent step: every resident block counts itself in on `arrivals` when it has done
 // its share of a task (after its threads' writes, made visible device-wide first), and a block waits, before it
 // reads a task's inputs (or, with no share of the task, before it counts itself in), until all blocks have
-// arrived from every earlier task. Thread 0 polls; the block's other
-// threads wait for it at the barrier. The loads a thread issued before the wait stay before it (the fence), so a
-// task's weight stream overlaps the wait as it overlaps a predecessor kernel under programmatic launch.
+// arrived from every earlier task. Thread 0 polls; the block's other threads wait for it at the barrier. The
+// loads a thread issued before the wait stay before it (the fence), so a task's weight stream overlaps the wait
+// as it overlaps a predecessor kernel under programmatic launch.
 __device__ __forceinline__ void grid_arrive(unsigned* arrivals) {
   __syncthreads();
   if (threadIdx.x == 0) {
