@@ -26,6 +26,20 @@ bool rt_step_rejects_launch();      // true while recording the persistent step 
 // LAUNCH_ON: the bare launch on a given stream, leaving its error to cudaGetLastError(). The emulator runs
 // kernels one after another, so a programmatic launch is plain stream order there.
 #ifdef __CUDACC__
+// A launch with one launch attribute (programmatic serialization, cooperative) and `smem` bytes of dynamic shared memory.
+template <typename... Params, typename... Args>
+void launch_with(cudaLaunchAttribute attribute, cudaStream_t stream, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                 Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
 template <typename... Params, typename... Args>
 void launch_on(cudaStream_t stream, void (*kernel)(Params...), dim3 grid, dim3 block, Args&&... args) {
   if (!rt_overlapped()) {
@@ -35,13 +49,7 @@ void launch_on(cudaStream_t stream, void (*kernel)(Params...), dim3 grid, dim3 b
   cudaLaunchAttribute attribute = {};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  launch_with(attribute, stream, kernel, grid, block, 0, std::forward<Args>(args)...);
 }
 #define LAUNCH_ON(stream, kernel, grid, block, ...) launch_on((stream), (kernel), (grid), (block), __VA_ARGS__)
 #else

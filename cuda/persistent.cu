@@ -42,6 +42,9 @@ template <typename Args> __device__ __forceinline__ const Args& task_args(const 
   return *reinterpret_cast<const Args*>(task.args);
 }
 
+// Virtual block v of a grid as its (x, y, z) index, x fastest, as a launch numbers its blocks.
+__device__ __forceinline__ uint3 virtual_block(dim3 grid, unsigned v) { return {v % grid.x, v / grid.x % grid.y, v / (grid.x * grid.y)}; }
+
 // One virtual block of a task.
 template <typename W, int kRows>
 __device__ __forceinline__ void run_task(const StepTask& task, const BlockPlace& at, float4* shared) {
@@ -74,7 +77,7 @@ __device__ __forceinline__ void run_task(const StepTask& task, const BlockPlace&
 template <typename W> __device__ __forceinline__ L2Lines look_ahead_of(const StepTask& task, unsigned v) {
   const dim3 grid = task.grid;
   if (v >= grid.x * grid.y * grid.z) return {};
-  const BlockPlace at = {{v % grid.x, v / grid.x % grid.y, v / (grid.x * grid.y)}, grid, nullptr, 0u, false, nullptr};
+  const BlockPlace at = {virtual_block(grid, v), grid, nullptr, 0u, false, nullptr};
   switch (task.kind) {
     case kTaskAttention:
       return attention_lines<W>(task_args<AttnArgs>(task), at);
@@ -108,7 +111,7 @@ __global__ void __launch_bounds__(kStepThreads, step_min_blocks_per_sm<W, kRows>
     __syncthreads();
     BlockPlace at = {{0, 0, 0}, grid, &barrier->arrivals, (unsigned)i * gridDim.x, false, &next};
     for (unsigned v = blockIdx.x; v < virtual_blocks; v += gridDim.x) {
-      at.idx = {v % grid.x, v / grid.x % grid.y, v / (grid.x * grid.y)};
+      at.idx = virtual_block(grid, v);
       run_task<W, kRows>(task, at, shared);
       at.arrivals_needed = 0;
       __syncthreads();  // the next virtual block reuses the shared memory
@@ -129,22 +132,17 @@ __global__ void __launch_bounds__(kStepThreads, step_min_blocks_per_sm<W, kRows>
   }
 }
 
-// The instantiation for weights and cache in W and batch bucket `rows`.
-template <typename W> static StepKernel step_kernel_for_rows(int rows) {
-  switch (rows) {
-    case 1: return persistent_step_kernel<W, 1>;
-    case 2: return persistent_step_kernel<W, 2>;
-    case 4: return persistent_step_kernel<W, 4>;
-    default: return persistent_step_kernel<W, MAX_BATCH>;
-  }
+// The instantiation for weights and cache in W and batch bucket kRows, with its shared memory.
+template <typename W, int kRows> static void pick(StepLaunch* out) {
+  out->kernel = persistent_step_kernel<W, kRows>;
+  out->shared_bytes = StepShared<W, kRows>::kBytes;
 }
-
-template <typename W> static size_t step_shared_bytes(int rows) {
+template <typename W> static void pick_for_rows(int rows, StepLaunch* out) {
   switch (rows) {
-    case 1: return StepShared<W, 1>::kBytes;
-    case 2: return StepShared<W, 2>::kBytes;
-    case 4: return StepShared<W, 4>::kBytes;
-    default: return StepShared<W, MAX_BATCH>::kBytes;
+    case 1: return pick<W, 1>(out);
+    case 2: return pick<W, 2>(out);
+    case 4: return pick<W, 4>(out);
+    default: return pick<W, MAX_BATCH>(out);
   }
 }
 
@@ -169,14 +167,7 @@ static void launch_cooperative(StepKernel kernel, int blocks, size_t shared_byte
   cudaLaunchAttribute attribute = {};
   attribute.id = cudaLaunchAttributeCooperative;
   attribute.val.cooperative = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(blocks);
-  config.blockDim = dim3(kStepThreads);
-  config.dynamicSmemBytes = shared_bytes;
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  cudaLaunchKernelEx(&config, kernel, tasks, n_tasks, barrier);
+  launch_with(attribute, stream, kernel, dim3(blocks), dim3(kStepThreads), shared_bytes, tasks, n_tasks, barrier);
 #else
   emu_launch_cooperative(kernel, dim3(blocks), dim3(kStepThreads), shared_bytes, stream, tasks, n_tasks, barrier);
 #endif
@@ -188,11 +179,7 @@ cudaError_t persistent_step_prepare(const StepRecorder& recorded, StepLaunch* ou
   if (!recorded.supported() || (v.kvdtype != kStepNone && v.kvdtype != v.wdtype)) return cudaErrorNotSupported;
   *out = {};
   out->n_tasks = (int)recorded.tasks().size();
-  with_storage(v.wdtype, [&](auto w) {
-    using W = decltype(w);
-    out->kernel = step_kernel_for_rows<W>(v.rows);
-    out->shared_bytes = step_shared_bytes<W>(v.rows);
-  });
+  with_storage(v.wdtype, [&](auto w) { pick_for_rows<decltype(w)>(v.rows, out); });
   return resident_blocks(out->kernel, out->shared_bytes, &out->blocks);
 }
 

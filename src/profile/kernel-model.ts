@@ -228,14 +228,15 @@ function hostIssued(kernels: readonly KernelPrediction[], hostUs: number, gapUs:
   return end;
 }
 
+/** A kernel's first DRAM round trip, hidden where it issues its loads before waiting, as far as its predecessor's time not spent streaming covers it. */
+function hiddenFirstTrip(k: KernelPrediction, prev: KernelPrediction | undefined, gpu: GpuModel): number {
+  const cover = prev ? prev.kernelUs - prev.bandwidthUs : 0;
+  return k.prefetches ? Math.min(gpu.dramLatencyUs.value, k.latencyUs, Math.max(cover, 0)) : 0;
+}
+
 /** The kernels one after another, each hiding its first round trip behind its predecessor where it prefetches, with `nodeUs` between them. */
 function programmatic(kernels: readonly KernelPrediction[], gpu: GpuModel, nodeUs: number): number {
-  return kernels.reduce((sum, k, i) => {
-    const prev = kernels[i - 1];
-    const cover = prev ? prev.kernelUs - prev.bandwidthUs : 0; // the predecessor's time not spent streaming
-    const hidden = k.prefetches ? Math.min(gpu.dramLatencyUs.value, k.latencyUs, Math.max(cover, 0)) : 0;
-    return sum + k.kernelUs - hidden + nodeUs;
-  }, 0);
+  return kernels.reduce((sum, k, i) => sum + k.kernelUs - hiddenFirstTrip(k, kernels[i - 1], gpu) + nodeUs, 0);
 }
 
 /**
@@ -253,15 +254,8 @@ function persistentStep(kernels: readonly KernelInput[], gpu: GpuModel, register
   return bodies.reduce((sum, k, i) => {
     const prev = bodies[i - 1];
     if (!prev) return sum + k.kernelUs;
-    let savedUs: number;
-    if (k.lookAheadBytes > 0) {
-      const idleUs = prev.chainUs + barrierUs;
-      const covered = Math.min(1, (k.lookAheadBytes * k.residentBlocks) / k.bytes);
-      savedUs = Math.min(idleUs, covered * k.streamUs);
-    } else {
-      const cover = prev.kernelUs - prev.bandwidthUs;
-      savedUs = k.prefetches ? Math.min(gpu.dramLatencyUs.value, k.latencyUs, Math.max(cover, 0)) : 0;
-    }
+    const covered = Math.min(1, (k.lookAheadBytes * k.residentBlocks) / k.bytes);
+    const savedUs = k.lookAheadBytes > 0 ? Math.min(prev.chainUs + barrierUs, covered * k.streamUs) : hiddenFirstTrip(k, prev, gpu);
     return sum + barrierUs + k.kernelUs - savedUs;
   }, gpu.graphNodeUs.value);
 }
