@@ -42,6 +42,17 @@ template <typename Args> __device__ __forceinline__ const Args& task_args(const 
   return *reinterpret_cast<const Args*>(task.args);
 }
 
+// A task as 16-byte pieces, in shared memory (StepTask itself has constructors, which __shared__ variables cannot).
+constexpr int kTaskPieces = sizeof(StepTask) / sizeof(uint4);
+static_assert(sizeof(StepTask) % sizeof(uint4) == 0 && kTaskPieces <= kStepThreads, "a task in 16-byte pieces, one per thread");
+using SharedTask = uint4[kTaskPieces];
+
+// The block's threads copy a task into shared memory, a piece each (visible after the next __syncthreads).
+__device__ __forceinline__ const StepTask& copy_task(SharedTask& to, const StepTask& from) {
+  if (threadIdx.x < kTaskPieces) to[threadIdx.x] = reinterpret_cast<const uint4*>(&from)[threadIdx.x];
+  return *reinterpret_cast<const StepTask*>(to);
+}
+
 // Virtual block v of a grid as its (x, y, z) index, x fastest, as a launch numbers its blocks.
 __device__ __forceinline__ uint3 virtual_block(dim3 grid, unsigned v) { return {v % grid.x, v / grid.x % grid.y, v / (grid.x * grid.y)}; }
 
@@ -101,14 +112,22 @@ __global__ void __launch_bounds__(kStepThreads, step_min_blocks_per_sm<W, kRows>
   __shared__ float4 shared[StepShared<W, kRows>::kBytes / sizeof(float4)];
 #endif
   __shared__ L2Lines next;  // in shared memory rather than registers, which the bodies need
+  // The task being run, copied into shared memory. Read from global memory, its arguments were reloaded after every
+  // 16-byte load (an asm volatile, which the compiler assumes may write memory) and the next load waited for the
+  // reload: the matvec and LM head bodies kept 1-2 loads in flight, not their kernels' 8 (the SASS check of the
+  // persistent bodies). Two copies: task i is written while threads may still read task i - 1's, and the barrier
+  // below separates task i - 2's last reads from task i's copy. The emulator's one __shared__ for all blocks is
+  // safe too: a block copies task i + 1 before its wait in it, which no block passes before every block is done
+  // with task i - 1, and every block writes the same task.
+  __shared__ SharedTask current[2];
   for (int i = 0; i < n_tasks; i++) {
-    const StepTask& task = tasks[i];
-    const dim3 grid = task.grid;
-    const unsigned virtual_blocks = grid.x * grid.y * grid.z;
+    const StepTask& task = copy_task(current[i % 2], tasks[i]);
     // the first virtual block a resident block takes waits for every block's arrival from the previous tasks,
     // having requested its first lines of the next task into L2 (wait_for_inputs)
     if (threadIdx.x == 0) next = i + 1 < n_tasks ? look_ahead_of<W>(tasks[i + 1], blockIdx.x) : L2Lines{};
     __syncthreads();
+    const dim3 grid = task.grid;
+    const unsigned virtual_blocks = grid.x * grid.y * grid.z;
     BlockPlace at = {{0, 0, 0}, grid, &barrier->arrivals, (unsigned)i * gridDim.x, false, &next};
     for (unsigned v = blockIdx.x; v < virtual_blocks; v += gridDim.x) {
       at.idx = virtual_block(grid, v);

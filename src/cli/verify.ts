@@ -18,7 +18,7 @@ import { PRESETS } from "../model/config.ts";
 import { loadModel, randomWeights } from "../model/weights.ts";
 import { ensureBuilt, hasNvcc, hasPrebuilt, libraryPath, ROOT } from "../native/build.ts";
 import { emuSchedule } from "../native/emu-schedule.ts";
-import { disassemble, findCuobjdump } from "../native/sass.ts";
+import { findCuobjdump } from "../native/sass.ts";
 import { missingFamilies, readResourceUsage, type KernelResources } from "../native/resource-usage.ts";
 import { DTYPES } from "../ops.ts";
 import { encodePlan, F32_SINGLE, PLAN_KINDS, type PlanKind, type PlanOp, type StepLayout } from "../plan.ts";
@@ -31,7 +31,7 @@ import {
   againstCpu, cachedEqualsUncached, fixtureChecks, findFixture, graphMemoryStable, modesBitIdentical, plansAgree, readFixture, type CheckRow,
 } from "../verify/model-checks.ts";
 import { decodeKernelInputs, persistentRegisters, predictDecodeStep } from "../verify/prediction.ts";
-import { sassChecks, sassFacts, type SassFacts } from "../verify/sass-checks.ts";
+import { librarySassFunctions, sassChecks, sassFacts, type SassFacts } from "../verify/sass-checks.ts";
 import { parseFlags } from "./common.ts";
 import { writeStdout } from "./outputs.ts";
 
@@ -65,7 +65,7 @@ function sassRows(): { rows: CheckRow[]; facts: SassFacts[] | null } {
   const cuobjdump = findCuobjdump();
   if (!hasNvcc() && !hasPrebuilt("cuda")) return { rows: [skip("sass", "no CUDA library here (no nvcc)")], facts: null };
   if (!cuobjdump) return { rows: [skip("sass", "no cuobjdump in $CUDA_HOME/bin or ../shared/cuda-binutils")], facts: null };
-  const functions = disassemble(libraryPath("cuda"), cuobjdump);
+  const functions = librarySassFunctions(libraryPath("cuda"), cuobjdump);
   return { rows: sassChecks(functions), facts: functions.map(sassFacts) };
 }
 

@@ -1,25 +1,29 @@
 // Reading the machine code (SASS) of the built CUDA library: which disassembler, its listing parsed into
-// instructions, and the facts the checks and the kernel model need — how many global loads a thread has in
-// flight before it uses the first of them, local-memory accesses, and registers per thread.
+// instructions (with the source lines behind them, from nvdisasm, where a kernel inlines several bodies), and the
+// facts the checks and the kernel model need — how many global loads a thread has in flight before it uses the
+// first of them, local-memory accesses, and registers per thread.
 //
 // "Loads in flight" is counted on the instruction stream: a batch starts at a global load and ends at the
 // first instruction that reads a register one of the batch's loads wrote (the hardware's scoreboard makes
 // that instruction wait for the load). Predicated loads count as issued. A loop is the code between a
 // backward branch and its target; the code outside every loop is read as one straight line.
-import { existsSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { CUDA_HOME, ROOT } from "./build.ts";
 import { kernelName } from "./resource-usage.ts";
 
-/** cuobjdump from $CUDA_HOME/bin, else the copy beside the project (../shared/cuda-binutils), else null. */
-export function findCuobjdump(): string | null {
-  const candidates = [join(CUDA_HOME, "bin/cuobjdump"), join(ROOT, "../shared/cuda-binutils/cuobjdump")];
+/** A CUDA binary utility from $CUDA_HOME/bin, else the copy beside the project (../shared/cuda-binutils), else null. */
+function findBinutil(name: "cuobjdump" | "nvdisasm"): string | null {
+  const candidates = [join(CUDA_HOME, "bin", name), join(ROOT, "../shared/cuda-binutils", name)];
   return candidates.find((p) => existsSync(p)) ?? null;
 }
+export const findCuobjdump = () => findBinutil("cuobjdump");
+export const findNvdisasm = () => findBinutil("nvdisasm");
 
-function run(exe: string, args: string[]): string {
-  const p = Bun.spawnSync([exe, ...args], { stdout: "pipe", stderr: "pipe" });
+function run(exe: string, args: string[], cwd?: string): string {
+  const p = Bun.spawnSync([exe, ...args], { stdout: "pipe", stderr: "pipe", cwd });
   if (!p.success) throw new Error(`${exe} ${args.join(" ")} failed (exit ${p.exitCode}): ${p.stderr.toString().split("\n")[0]}`);
   return p.stdout.toString();
 }
@@ -30,6 +34,13 @@ export interface SassInstruction {
   guard: string | null;
   opcode: string;
   operands: string[];
+  /** the source lines it comes from, the kernel's own first, then each inlined call's (attachSourceLines) */
+  source?: SourceLine[];
+}
+
+export interface SourceLine {
+  file: string;
+  line: number;
 }
 
 export interface SassFunction {
@@ -97,6 +108,66 @@ export function disassemble(libraryPath: string, cuobjdump: string): SassFunctio
   const registers = parseRegisterCounts(run(cuobjdump, ["-elf", libraryPath]));
   for (const f of functions) f.registers = registers.get(f.mangled);
   return functions;
+}
+
+// ---- the source lines behind the instructions ------------------------------------------------------------------
+const SECTION = /^\s*\.section\s+\.text\.([^,\s]+),/;
+const LINE_INFO = /^\s*\/\/## File "([^"]+)", line (\d+)/;
+const ADDRESS = /^\s*\/\*([0-9a-f]{4,})\*\//;
+
+/**
+ * `nvdisasm -gi` output (the library is built with -lineinfo) → for each function (mangled), each instruction
+ * address's source lines, outermost first: the kernel's own line, then the line of each inlined call inside it.
+ * nvdisasm prints them innermost first, before the first instruction of a run of instructions from those lines.
+ */
+export function parseSourceLines(listing: string): Map<string, Map<number, SourceLine[]>> {
+  const out = new Map<string, Map<number, SourceLine[]>>();
+  let current: Map<number, SourceLine[]> | undefined;
+  let pending: SourceLine[] = [];
+  let lines: SourceLine[] = [];
+  for (const text of listing.split("\n")) {
+    const section = SECTION.exec(text);
+    if (section) {
+      current = new Map();
+      out.set(section[1]!, current);
+      pending = [];
+      lines = [];
+      continue;
+    }
+    const info = LINE_INFO.exec(text);
+    if (info) {
+      pending.push({ file: info[1]!, line: Number(info[2]) });
+      continue;
+    }
+    const address = current && ADDRESS.exec(text);
+    if (!address) continue;
+    if (pending.length > 0) {
+      lines = pending.reverse();
+      pending = [];
+    }
+    current!.set(parseInt(address[1]!, 16), lines);
+  }
+  return out;
+}
+
+/**
+ * Gives the instructions of the functions compiled from `cuda/<unit>.cu` their source lines: that unit's ELF
+ * image is extracted from the library (cuobjdump -xelf) and disassembled with line information (nvdisasm -gi).
+ */
+export function attachSourceLines(functions: SassFunction[], libraryPath: string, unit: string, tools: { cuobjdump: string; nvdisasm: string }): void {
+  const dir = mkdtempSync(join(tmpdir(), "decode-floor-sass-"));
+  try {
+    run(tools.cuobjdump, ["-xelf", unit, libraryPath], dir);
+    const image = readdirSync(dir).find((f) => f.startsWith(`${unit}.`) && f.endsWith(".cubin"));
+    if (!image) throw new Error(`no ELF image of ${unit}.cu in ${libraryPath}`);
+    const sources = parseSourceLines(run(tools.nvdisasm, ["-gi", join(dir, image)]));
+    for (const f of functions) {
+      const lines = sources.get(f.mangled);
+      if (lines) for (const inst of f.instructions) inst.source = lines.get(inst.address);
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 // ---- registers read and written -------------------------------------------------------------------------------
@@ -227,16 +298,23 @@ export interface LoadFacts {
   localAccesses: number;
 }
 
-export function loadFacts(f: SassFunction): LoadFacts {
-  const localAccesses = f.instructions.filter(isLocalAccess).length;
-  const regions = loops(f);
+/**
+ * Loads in flight of a function's code, or of the part of it `within` selects (by instruction index: an inlined
+ * body, say); a loop counts when it starts and ends within that part, and is read over the instructions of the
+ * part inside it.
+ */
+export function loadFacts(f: SassFunction, within: (k: number) => boolean = () => true): LoadFacts {
+  const selected = f.instructions.filter((_, k) => within(k));
+  const localAccesses = selected.filter(isLocalAccess).length;
+  const regions = loops(f).filter((l) => within(l.start) && within(l.end));
   const figures: number[] = [];
   for (const l of regions) {
-    const wide = loadBatches(f.instructions, l.start, l.end + 1).filter((b) => b.wideLoads > 0);
+    const inside = f.instructions.slice(l.start, l.end + 1).filter((_, k) => within(l.start + k));
+    const wide = loadBatches(inside).filter((b) => b.wideLoads > 0);
     if (wide.length > 0) figures.push(Math.min(...wide.map((b) => b.wideLoads)));
   }
   const inLoop = (k: number) => regions.some((l) => k >= l.start && k <= l.end);
-  const outside = f.instructions.filter((_, k) => !inLoop(k));
+  const outside = f.instructions.filter((_, k) => within(k) && !inLoop(k));
   const straight = loadBatches(outside).filter((b) => b.wideLoads > 0);
   if (straight.length > 0) figures.push(Math.max(...straight.map((b) => b.wideLoads)));
   return { wideLoadsInFlight: figures.length > 0 ? Math.min(...figures) : null, localAccesses };

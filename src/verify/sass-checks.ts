@@ -1,8 +1,13 @@
 // What the kernels' machine code must show, read from the built library's SASS (src/native/sass.ts) with no
-// GPU: the hot kernels keep their 16-byte loads in flight together, nothing touches local memory, registers stay
-// within the budget the launch shapes assume, and every kernel of the step waits for its predecessor and reads
-// through coherent loads only (what programmatic dependent launch needs: cuda/launch.h).
-import { fmaShare, isGlobalLoad, isWideLoad, loadFacts, type SassFunction } from "../native/sass.ts";
+// GPU: the hot kernels keep their 16-byte loads in flight together (and so does each body the persistent step
+// kernel inlines, found by its source lines), nothing touches local memory, registers stay within the budget the
+// launch shapes assume, and every kernel of the step waits for its predecessor and reads through coherent loads
+// only (what programmatic dependent launch needs: cuda/launch.h).
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+
+import { ROOT } from "../native/build.ts";
+import { attachSourceLines, disassemble, findNvdisasm, fmaShare, isGlobalLoad, isWideLoad, loadFacts, type SassFunction } from "../native/sass.ts";
 import { DTYPE_NAMES, MAX_BATCH, type DtypeName } from "../ops.ts";
 import type { CheckRow } from "./model-checks.ts";
 
@@ -99,6 +104,80 @@ export function sassFacts(f: SassFunction): SassFacts {
   };
 }
 
+// ---- the persistent step kernel's bodies ------------------------------------------------------------------------
+const isPersistent = (kernel: string) => kernel.startsWith("persistent_step_kernel<");
+/** The task kinds whose body is a hot kernel's (cuda/step_tasks.h StepTaskKind), and that kernel's family. */
+const PERSISTENT_BODIES = {
+  kTaskLnQkv: "ln_qkv", kTaskAttention: "attention", kTaskLnLinearGelu: "ln_linear_gelu",
+  kTaskLinearResidual: "linear_residual", kTaskLnLmHeadArgmax: "ln_lm_head_argmax",
+} as const;
+type BodyKind = keyof typeof PERSISTENT_BODIES;
+
+/** The lines of run_task's switch in cuda/persistent.cu (its text), each with the task kind whose case it is in. */
+export function runTaskCases(source: string): Map<number, string> {
+  const cases = new Map<number, string>();
+  let inRunTask = false, kind: string | null = null;
+  source.split("\n").forEach((text, k) => {
+    if (/\bvoid run_task\(/.test(text)) inRunTask = true;
+    else if (inRunTask && /^}/.test(text)) inRunTask = false;
+    if (!inRunTask) return;
+    kind = /\bcase (kTask\w+):/.exec(text)?.[1] ?? kind;
+    if (kind) cases.set(k + 1, kind);
+    if (/\bbreak;/.test(text)) kind = null;
+  });
+  return cases;
+}
+
+/**
+ * 16-byte loads in flight of each hot body a persistent step kernel inlines, by task kind: the instructions whose
+ * source lines pass through that kind's case of run_task (cases: runTaskCases). Null where its SASS carries no
+ * source lines (attachSourceLines).
+ */
+export function persistentBodyLoads(f: SassFunction, cases: Map<number, string>): Partial<Record<BodyKind, number | null>> | null {
+  if (!f.instructions.some((i) => i.source)) return null;
+  const kinds = f.instructions.map((i) => i.source?.map((s) => (s.file.endsWith("/persistent.cu") ? cases.get(s.line) : undefined)).find((k) => k));
+  const out: Partial<Record<BodyKind, number | null>> = {};
+  for (const kind of Object.keys(PERSISTENT_BODIES) as BodyKind[])
+    if (kinds.includes(kind)) out[kind] = loadFacts(f, (k) => kinds[k] === kind).wideLoadsInFlight;
+  return out;
+}
+
+/** The standalone kernel a persistent instantiation's body of `kind` must match (`persistent_step_kernel<W, rows>`). */
+function ownKernel(persistent: string, kind: BodyKind): string {
+  const [, type, rows] = /^persistent_step_kernel<(.+), (\d+)>$/.exec(persistent)!;
+  const dtype = DTYPE_NAMES.find((d) => ELEMENT_TYPES[d].type === type)!;
+  const family = PERSISTENT_BODIES[kind];
+  return family === "attention" ? storageKernel("attention_kernel", dtype) : weightKernel(family, dtype, Number(rows));
+}
+
+/** The built library's kernels; the persistent step kernels' with their source lines where nvdisasm is found. */
+export function librarySassFunctions(libraryPath: string, cuobjdump: string, nvdisasm = findNvdisasm()): SassFunction[] {
+  const functions = disassemble(libraryPath, cuobjdump);
+  if (nvdisasm) attachSourceLines(functions.filter((f) => isPersistent(f.kernel)), libraryPath, "persistent", { cuobjdump, nvdisasm });
+  return functions;
+}
+
+/** One row: every hot body of every persistent step kernel holds at least its own kernel's required loads in flight. */
+function persistentBodiesRow(functions: SassFunction[], requirements: SassRequirement[]): CheckRow | null {
+  const persistent = functions.filter((f) => isPersistent(f.kernel));
+  if (persistent.length === 0) return null;
+  const cases = runTaskCases(readFileSync(join(ROOT, "cuda/persistent.cu"), "utf8"));
+  const short: string[] = [], seen = new Set<string>();
+  for (const f of persistent) {
+    const loads = persistentBodyLoads(f, cases);
+    if (!loads) return { check: "sass persistent bodies", detail: "not read: no source lines (no nvdisasm in $CUDA_HOME/bin or ../shared/cuda-binutils)", error: null, status: "skip" };
+    for (const kind of Object.keys(PERSISTENT_BODIES) as BodyKind[]) {
+      const need = requirements.find((r) => r.kernel === ownKernel(f.kernel, kind))?.minWideLoads ?? 0;
+      const have = loads[kind] ?? 0;
+      seen.add(`${PERSISTENT_BODIES[kind]} ${have}`);
+      if (have < need) short.push(`${f.kernel} ${PERSISTENT_BODIES[kind]} ${have} (< ${need})`);
+    }
+  }
+  const detail = short.length ? `too few 16-byte loads in flight: ${short.join("; ")}`
+    : `${persistent.length} persistent step kernels: every inlined body keeps its own kernel's 16-byte loads in flight (${[...seen].sort().join(", ")})`;
+  return verdict("sass persistent bodies", detail, short.length === 0);
+}
+
 /** The runtime's own kernels (fills, the FMA peak, the empty launch): not part of a step. */
 const isStepKernel = (kernel: string) => !kernel.startsWith("runtime_");
 
@@ -117,7 +196,9 @@ export function sassChecks(functions: SassFunction[], requirements = SASS_REQUIR
   });
   const local = facts.filter((f) => f.localAccesses > 0).map((f) => f.kernel);
   rows.push(verdict("sass local memory", local.length ? `LDL/STL in ${local.join(", ")}` : "no kernel touches local memory", local.length === 0));
-  const persistent = facts.filter((f) => f.kernel.startsWith("persistent_step_kernel"));
+  const bodies = persistentBodiesRow(functions, requirements);
+  if (bodies) rows.push(bodies);
+  const persistent = facts.filter((f) => isPersistent(f.kernel));
   const blind = persistent.filter((f) => f.l2Prefetches === 0).map((f) => f.kernel);
   if (persistent.length > 0) {
     rows.push(verdict("sass persistent look-ahead",
