@@ -115,10 +115,10 @@ __global__ void __launch_bounds__(kStepThreads, step_min_blocks_per_sm<W, kRows>
   // The task being run, copied into shared memory. Read from global memory, its arguments were reloaded after every
   // 16-byte load (an asm volatile, which the compiler assumes may write memory) and the next load waited for the
   // reload: the matvec and LM head bodies kept 1-2 loads in flight, not their kernels' 8 (the SASS check of the
-  // persistent bodies). Two copies: task i is written while threads may still read task i - 1's, and the barrier
-  // below separates task i - 2's last reads from task i's copy. The emulator's one __shared__ for all blocks is
-  // safe too: a block copies task i + 1 before its wait in it, which no block passes before every block is done
-  // with task i - 1, and every block writes the same task.
+  // persistent bodies). Two copies, for the emulator, whose one __shared__ serves all blocks (on a GPU the barrier in
+  // grid_arrive already separates a block's reads of task i - 1 from its copy of task i): a block copies task i after
+  // its wait in task i - 1, which no block passes before every block is done with task i - 2, so no block still reads
+  // the copy that task i overwrites; and every block writes the same bytes.
   __shared__ SharedTask current[2];
   for (int i = 0; i < n_tasks; i++) {
     const StepTask& task = copy_task(current[i % 2], tasks[i]);

@@ -95,12 +95,28 @@ describe("SASS reader", () => {
     const frames = [{ file: "/x/cuda/persistent.cu", line: 131 }, { file: "/x/cuda/persistent.cu", line: 69 }, { file: "/x/cuda/linear.h", line: 137 }];
     expect([...lines.get("_Z1fv")!]).toEqual([[0, frames], [0x10, frames], [0x20, [{ file: "/x/cuda/persistent.cu", line: 140 }]]]);
     expect([...lines.get("_Z1gv")!]).toEqual([[0, []]]);
+    // another section's addresses are not instructions of the function before it
+    expect([...parseSourceLines(`${gi}\n\t.section\t.nv.info,"",@"SHT_CUDA_INFO"\n        /*0030*/ \t.byte\t0x04`).get("_Z1gv")!.keys()]).toEqual([0]);
   });
 
   test("loads in flight of a part of a function: its loops and its straight code only", () => {
     const [f] = parseSass(serial);
     expect(loadFacts(f!, (k) => k >= 5)).toEqual({ wideLoadsInFlight: null, localAccesses: 1 }); // past the loop
     expect(loadFacts(f!, (k) => k !== 4).wideLoadsInFlight).toBe(1); // the loop's end left out: straight code
+    // a loop whose head carries the caller's line is still the part's loop (its smallest batch: 1), not straight code (2)
+    const headed = parseSass(listing("_Z6headedv", [
+      "MOV R15, RZ",
+      "IADD3 R20, P1, R20, R4, RZ",
+      "LDG.E.128 R8, desc[UR6][R20.64]",
+      "FFMA R15, R22, R8, R15",
+      "LDG.E.128 R4, desc[UR6][R24.64]",
+      "@P1 BRA 0x10",
+      "LDG.E.128 R12, desc[UR6][R26.64]",
+      "STG.E.128 desc[UR6][R2.64], R12",
+      "EXIT",
+    ]))[0]!;
+    expect(loadFacts(headed, (k) => k !== 1).wideLoadsInFlight).toBe(1);
+    expect(loadFacts(headed, (k) => k !== 5).wideLoadsInFlight).toBe(2); // its backward branch left out: straight code
     expect(loadFacts(parseSass(batched)[0]!, (k) => k > 2).wideLoadsInFlight).toBe(2);
   });
 
@@ -148,7 +164,9 @@ describe.skipIf(skipReason !== null)("the built CUDA library's SASS", () => {
     const fns = library();
     const rows = sassChecks(fns);
     for (const r of rows) console.log(`${r.status}  ${r.check}: ${r.detail}`);
-    expect(rows.filter((r) => r.status !== "pass")).toEqual([]);
+    // the persistent kernels' bodies are read through nvdisasm's source lines: skipped, and said so, without it
+    const unread = (r: (typeof rows)[number]) => !findNvdisasm() && r.check === "sass persistent bodies" && r.status === "skip";
+    expect(rows.filter((r) => r.status !== "pass" && !unread(r))).toEqual([]);
     expect(rows).toHaveLength(SASS_REQUIREMENTS.length + 4); // + local memory, the persistent bodies and look-ahead, programmatic launch
   }, 600_000);
 
@@ -186,7 +204,10 @@ describe.skipIf(skipReason !== null)("the built CUDA library's SASS", () => {
     const bodies = rows.find((r) => r.check === "sass persistent bodies")!;
     const shortBodies = bodies.detail.replace(/^too few 16-byte loads in flight: /, "").split("; ").map((s) => s.replace(/^persistent_step_kernel<[^>]*> /, "").split(" ")[0]);
     expect(bodies.status).toBe(findNvdisasm() ? "fail" : "skip");
-    if (bodies.status === "fail") expect(new Set(shortBodies)).toEqual(new Set(["ln_qkv", "ln_linear_gelu", "linear_residual"]));
+    if (bodies.status === "fail") {
+      expect(new Set(shortBodies)).toEqual(new Set(["ln_qkv", "ln_linear_gelu", "linear_residual"]));
+      expect(shortBodies).toHaveLength(12 * 3); // every persistent kernel's three matvec bodies
+    }
     const failed = rows.filter((r) => r.status === "fail" && r !== local && r !== bodies).map((r) => r.check);
     expect(failed).toEqual(matvecs.map((k) => `sass ${k}`));
     for (const kernel of ["linear_matvec_kernel<float, 4, 1>", "ln_qkv_kernel<__nv_bfloat16, 8, 8>"])

@@ -50,6 +50,8 @@ export interface SassFunction {
   instructions: SassInstruction[];
   /** registers per thread (EIATTR_REGCOUNT), when the ELF listing was read */
   registers?: number;
+  /** why its instructions carry no source lines, where attachSourceLines was asked for them and failed */
+  noSourceLines?: string;
 }
 
 const FUNCTION = /^\s*Function : (\S+)/;
@@ -126,10 +128,10 @@ export function parseSourceLines(listing: string): Map<string, Map<number, Sourc
   let pending: SourceLine[] = [];
   let lines: SourceLine[] = [];
   for (const text of listing.split("\n")) {
-    const section = SECTION.exec(text);
-    if (section) {
-      current = new Map();
-      out.set(section[1]!, current);
+    if (/^\s*\.section\b/.test(text)) {
+      const section = SECTION.exec(text); // a function's code; no other section's addresses are instructions
+      current = section ? new Map() : undefined;
+      if (section) out.set(section[1]!, current!);
       pending = [];
       lines = [];
       continue;
@@ -300,13 +302,13 @@ export interface LoadFacts {
 
 /**
  * Loads in flight of a function's code, or of the part of it `within` selects (by instruction index: an inlined
- * body, say); a loop counts when it starts and ends within that part, and is read over the instructions of the
- * part inside it.
+ * body, say); a loop counts when its backward branch is within that part (its first instructions may carry the
+ * caller's line), and is read over the instructions of the part inside it.
  */
 export function loadFacts(f: SassFunction, within: (k: number) => boolean = () => true): LoadFacts {
   const selected = f.instructions.filter((_, k) => within(k));
   const localAccesses = selected.filter(isLocalAccess).length;
-  const regions = loops(f).filter((l) => within(l.start) && within(l.end));
+  const regions = loops(f).filter((l) => within(l.end));
   const figures: number[] = [];
   for (const l of regions) {
     const inside = f.instructions.slice(l.start, l.end + 1).filter((_, k) => within(l.start + k));

@@ -118,7 +118,7 @@ export function runTaskCases(source: string): Map<number, string> {
   const cases = new Map<number, string>();
   let inRunTask = false, kind: string | null = null;
   source.split("\n").forEach((text, k) => {
-    if (/\bvoid run_task\(/.test(text)) inRunTask = true;
+    if (/^__device__\b.*\bvoid run_task\(/.test(text)) inRunTask = true;
     else if (inRunTask && /^}/.test(text)) inRunTask = false;
     if (!inRunTask) return;
     kind = /\bcase (kTask\w+):/.exec(text)?.[1] ?? kind;
@@ -134,7 +134,7 @@ export function runTaskCases(source: string): Map<number, string> {
  * source lines (attachSourceLines).
  */
 export function persistentBodyLoads(f: SassFunction, cases: Map<number, string>): Partial<Record<BodyKind, number | null>> | null {
-  if (!f.instructions.some((i) => i.source)) return null;
+  if (!f.instructions.some((i) => i.source?.length)) return null;
   const kinds = f.instructions.map((i) => i.source?.map((s) => (s.file.endsWith("/persistent.cu") ? cases.get(s.line) : undefined)).find((k) => k));
   const out: Partial<Record<BodyKind, number | null>> = {};
   for (const kind of Object.keys(PERSISTENT_BODIES) as BodyKind[])
@@ -153,7 +153,16 @@ function ownKernel(persistent: string, kind: BodyKind): string {
 /** The built library's kernels; the persistent step kernels' with their source lines where nvdisasm is found. */
 export function librarySassFunctions(libraryPath: string, cuobjdump: string, nvdisasm = findNvdisasm()): SassFunction[] {
   const functions = disassemble(libraryPath, cuobjdump);
-  if (nvdisasm) attachSourceLines(functions.filter((f) => isPersistent(f.kernel)), libraryPath, "persistent", { cuobjdump, nvdisasm });
+  const persistent = functions.filter((f) => isPersistent(f.kernel));
+  let why: string | null = nvdisasm ? null : "no nvdisasm in $CUDA_HOME/bin or ../shared/cuda-binutils";
+  if (nvdisasm) {
+    try {
+      attachSourceLines(persistent, libraryPath, "persistent", { cuobjdump, nvdisasm });
+    } catch (e) {
+      why = (e as Error).message;
+    }
+  }
+  if (why) for (const f of persistent) f.noSourceLines = why;
   return functions;
 }
 
@@ -165,12 +174,14 @@ function persistentBodiesRow(functions: SassFunction[], requirements: SassRequir
   const short: string[] = [], seen = new Set<string>();
   for (const f of persistent) {
     const loads = persistentBodyLoads(f, cases);
-    if (!loads) return { check: "sass persistent bodies", detail: "not read: no source lines (no nvdisasm in $CUDA_HOME/bin or ../shared/cuda-binutils)", error: null, status: "skip" };
+    if (!loads) return { check: "sass persistent bodies", detail: `not read: no source lines in ${f.kernel} (${f.noSourceLines ?? "a library built without -lineinfo"})`, error: null, status: "skip" };
     for (const kind of Object.keys(PERSISTENT_BODIES) as BodyKind[]) {
-      const need = requirements.find((r) => r.kernel === ownKernel(f.kernel, kind))?.minWideLoads ?? 0;
+      const own = ownKernel(f.kernel, kind);
+      const need = requirements.find((r) => r.kernel === own)?.minWideLoads;
       const have = loads[kind] ?? 0;
       seen.add(`${PERSISTENT_BODIES[kind]} ${have}`);
-      if (have < need) short.push(`${f.kernel} ${PERSISTENT_BODIES[kind]} ${have} (< ${need})`);
+      if (need === undefined) short.push(`${f.kernel} ${PERSISTENT_BODIES[kind]}: no requirement for ${own}`);
+      else if (have < need) short.push(`${f.kernel} ${PERSISTENT_BODIES[kind]} ${have} (< ${need})`);
     }
   }
   const detail = short.length ? `too few 16-byte loads in flight: ${short.join("; ")}`
