@@ -1,7 +1,8 @@
 // The SASS checks (src/verify/sass-checks.ts): the reader on hand-written listings (always), then the built
-// CUDA library's machine code (where nvcc and cuobjdump are found), and a planted serialisation: a variant
-// library built with -DPLANT_SERIAL_MATVEC, whose matvec uses each weight load before issuing the next
-// (`#pragma unroll 1`), must fail the loads-in-flight check.
+// CUDA library's machine code (where nvcc and cuobjdump are found), and two planted faults: a variant library
+// built with -DPLANT_SERIAL_MATVEC, whose matvec uses each weight load before issuing the next (`#pragma unroll
+// 1`), must fail the loads-in-flight check; one built with -DPLANT_TASK_IN_GLOBAL, whose persistent step kernel
+// reads its tasks' arguments from global memory, must fail the check of the persistent kernel's bodies.
 import { describe, expect, test } from "bun:test";
 
 import { ensureBuilt, hasNvcc } from "../src/native/build.ts";
@@ -212,5 +213,17 @@ describe.skipIf(skipReason !== null)("the built CUDA library's SASS", () => {
     expect(failed).toEqual(matvecs.map((k) => `sass ${k}`));
     for (const kernel of ["linear_matvec_kernel<float, 4, 1>", "ln_qkv_kernel<__nv_bfloat16, 8, 8>"])
       expect(rows.find((r) => r.check === `sass ${kernel}`)!.detail).toMatch(/^1 x 16-byte loads/);
+  }, 600_000);
+
+  test("planted task arguments in global memory (-DPLANT_TASK_IN_GLOBAL, the persistent kernel's first version) fail the persistent bodies, and only them", () => {
+    const path = ensureBuilt("cuda", { quiet: true, extraFlags: ["-DPLANT_TASK_IN_GLOBAL"], variant: "planted_task" }).path;
+    const rows = sassChecks(librarySassFunctions(path, cuobjdump!));
+    const failed = rows.filter((r) => r.status !== "pass");
+    if (!findNvdisasm()) return void expect(failed.map((r) => [r.check, r.status])).toEqual([["sass persistent bodies", "skip"]]);
+    expect(failed.map((r) => r.check)).toEqual(["sass persistent bodies"]);
+    // each body reloads its arguments around its weight loads: the matvecs and the LM head keep 1 or 2 in flight
+    const short = failed[0]!.detail.replace(/^too few 16-byte loads in flight: /, "").split("; ").map((s) => s.replace(/^persistent_step_kernel<[^>]*> /, ""));
+    expect(new Set(short.map((s) => s.split(" ")[0]))).toEqual(new Set(["ln_qkv", "ln_linear_gelu", "linear_residual", "ln_lm_head_argmax"]));
+    for (const s of short) expect(s).toMatch(/^\w+ [12] \(< 8\)$/);
   }, 600_000);
 });
