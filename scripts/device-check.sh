@@ -3,7 +3,7 @@
 # Node.js or registry, so the CLIs travel bundled with Bun xz-compressed (../shared/device/pack-bun.sh).
 #
 #   here:    scripts/device-check.sh pack      # → .device/ (git-ignored, at most 50 MiB): bun.xz, unpack-bun.sh,
-#                                              #   app/*.js, fixtures/gpt2-mini, build/ (CUDA library xz-compressed +
+#                                              #   app/*.js (the CLIs and their shared chunks), fixtures/gpt2-mini, build/ (CUDA library xz-compressed +
 #                                              #   CUPTI library, built here)
 #   device:  run(command="bash scripts/device-check.sh run", carry=[".device"], timeout_s=420)
 #   here:    REHEARSE=1 OUT=/tmp/out scripts/device-check.sh run   # the same steps on the CPU emulator, gpt2-tiny
@@ -34,7 +34,8 @@ pack() {
   export PATH="$PWD/node_modules/.bin:$PATH"
   ../shared/device/pack-bun.sh .device
   rm -rf .device/app .device/build && mkdir -p .device/app .device/fixtures .device/build
-  bun build $(printf 'src/cli/%s.ts ' "${ENTRIES[@]}") --target=bun --outdir .device/app
+  # one chunk of the code the CLIs share (about half the size of four whole bundles)
+  bun build $(printf 'src/cli/%s.ts ' "${ENTRIES[@]}") --target=bun --splitting --outdir .device/app
   rm -rf .device/fixtures/gpt2-mini && cp -r ../shared/fixtures/gpt2-mini .device/fixtures/ && chmod -R u+w .device/fixtures
   # the GPU libraries built here travel with their stamps, for a device without nvcc (the CPU library is built
   # there: -march=native here may not run on its processor)
