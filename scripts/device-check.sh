@@ -3,8 +3,8 @@
 # Node.js or registry, so the CLIs travel bundled with Bun xz-compressed (../shared/device/pack-bun.sh).
 #
 #   here:    scripts/device-check.sh pack      # → .device/ (git-ignored, at most 50 MiB): bun.xz, unpack-bun.sh,
-#                                              #   app/*.js (the CLIs and their shared chunks), fixtures/gpt2-mini, build/ (CUDA library xz-compressed +
-#                                              #   CUPTI library, built here)
+#                                              #   app/*.js (the CLIs, their shared code in chunks), fixtures/gpt2-mini,
+#                                              #   build/ (CUDA library xz-compressed + CUPTI library, built here)
 #   device:  run(command="bash scripts/device-check.sh run", carry=[".device"], timeout_s=420)
 #   here:    REHEARSE=1 OUT=/tmp/out scripts/device-check.sh run   # the same steps on the CPU emulator, gpt2-tiny
 #
