@@ -184,15 +184,15 @@ static cudaError_t resident_blocks(StepKernel kernel, size_t shared_bytes, int* 
 #endif
 }
 
-static void launch_cooperative(StepKernel kernel, int blocks, size_t shared_bytes, cudaStream_t stream, const StepTask* tasks,
-                               int n_tasks, StepBarrier* barrier) {
+template <typename... Params, typename... Args>
+static void launch_cooperative(void (*kernel)(Params...), int blocks, size_t shared_bytes, cudaStream_t stream, Args&&... args) {
 #ifdef __CUDACC__
   cudaLaunchAttribute attribute = {};
   attribute.id = cudaLaunchAttributeCooperative;
   attribute.val.cooperative = 1;
-  launch_with(attribute, stream, kernel, dim3(blocks), dim3(kStepThreads), shared_bytes, tasks, n_tasks, barrier);
+  launch_with(attribute, stream, kernel, dim3(blocks), dim3(kStepThreads), shared_bytes, std::forward<Args>(args)...);
 #else
-  emu_launch_cooperative(kernel, dim3(blocks), dim3(kStepThreads), shared_bytes, stream, tasks, n_tasks, barrier);
+  emu_launch_cooperative(kernel, dim3(blocks), dim3(kStepThreads), shared_bytes, stream, std::forward<Args>(args)...);
 #endif
 }
 
@@ -213,4 +213,22 @@ void persistent_step_launch(const StepLaunch& launch, void* device_buffer, cudaS
   const auto* tasks = static_cast<const StepTask*>(device_buffer);
   auto* barrier = reinterpret_cast<StepBarrier*>(static_cast<char*>(device_buffer) + tasks_bytes(launch.n_tasks));
   launch_cooperative(launch.kernel, launch.blocks, launch.shared_bytes, stream, tasks, launch.n_tasks, barrier);
+}
+
+// ---- what the grid barrier costs --------------------------------------------------------------------------------
+// n grid barriers in a row, as the step crosses one between tasks: each block counts itself in, then waits for all.
+// arrivals: (1), zero at launch  grid: (resident blocks, all co-resident)  block: (kStepThreads)
+__global__ void __launch_bounds__(kStepThreads) runtime_grid_barrier_kernel(unsigned* arrivals, int n) {
+  for (int i = 0; i < n; i++) {
+    grid_arrive(arrivals);
+    grid_wait(arrivals, (unsigned)(i + 1) * gridDim.x);
+  }
+}
+
+cudaError_t persistent_barrier_launch(unsigned* arrivals, int n, cudaStream_t stream, int* blocks) {
+  StepLaunch step = {};
+  pick<float, 1>(&step);  // the fp32 single-sequence step's grid
+  const cudaError_t e = resident_blocks(step.kernel, step.shared_bytes, blocks);
+  if (e == cudaSuccess) launch_cooperative(runtime_grid_barrier_kernel, *blocks, 0, stream, arrivals, n);
+  return e;
 }

@@ -379,12 +379,41 @@ extern "C" int cu_plan_run_n(const Plan* plan, int n) {
 // ---- the launch floor: empty kernels ------------------------------------------------------------------------------
 // launch: (1) x (1); does nothing, so its cost is all launch
 __global__ void runtime_empty_kernel(int) {}
+// launch: (1) x (1); lets its successor start and waits for its predecessor, as every kernel of the graph-pdl step
+__global__ void runtime_pdl_empty_kernel(int) {
+  let_successor_start();
+  wait_for_predecessor();
+}
 
-// Launches n empty kernels eagerly (after one warm-up), then replays them captured as one graph:
-// out[0] host µs per launch call, out[1] device µs per kernel launched back to back (the launch rate the GPU
-// sustains), out[2] device µs per kernel node of a graph replay.
+// Device µs per node of a graph of n `kernel` launches (captured with programmatic dependent launch when
+// `programmatic`), from the second replay (the first uploads it).
+static cudaError_t time_graph_nodes(int n, void (*kernel)(int), bool programmatic, EventPair& events, double* us_per_node) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t e = cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal);
+  if (e != cudaSuccess) return e;
+  g_overlapped = programmatic;
+  for (int i = 0; i < n; i++) LAUNCH_ON(g_stream, kernel, 1, 1, i);
+  g_overlapped = false;
+  e = cudaStreamEndCapture(g_stream, &graph);
+  if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
+  if (e == cudaSuccess) e = cudaGraphLaunch(exec, g_stream);
+  if (e == cudaSuccess) e = cudaEventRecord(events.start, g_stream);
+  if (e == cudaSuccess) e = cudaGraphLaunch(exec, g_stream);
+  if (e == cudaSuccess) e = cudaEventRecord(events.end, g_stream);
+  if (e == cudaSuccess) e = cudaEventSynchronize(events.end);
+  if (e == cudaSuccess) *us_per_node = events.elapsed_ms() * 1e3 / n;
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  return e;
+}
+
+// Launches n empty kernels eagerly (after one warm-up), then replays them captured as one graph, plainly and with
+// programmatic dependent launch: out[0] host µs per launch call, out[1] device µs per kernel launched back to back
+// (the launch rate the GPU sustains), out[2] device µs per kernel node of a graph replay, out[3] per node of the
+// graph-pdl kind.
 extern "C" int cu_measure_launch(int n, double* out) {
-  out[0] = out[1] = out[2] = 0.0;
+  out[0] = out[1] = out[2] = out[3] = 0.0;
   if (n <= 0) return cudaErrorInvalidValue;
   EventPair events;
   cudaError_t e = events.create();
@@ -402,21 +431,32 @@ extern "C" int cu_measure_launch(int n, double* out) {
   out[0] = std::chrono::duration<double, std::micro>(t1 - t0).count() / n;
   out[1] = events.elapsed_ms() * 1e3 / n;
 
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  if ((e = cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal)) != cudaSuccess) return e;
-  for (int i = 0; i < n; i++) LAUNCH_ON(g_stream, runtime_empty_kernel, 1, 1, i);
-  e = cudaStreamEndCapture(g_stream, &graph);
-  if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
-  if (e == cudaSuccess) e = cudaGraphLaunch(exec, g_stream);  // warm-up: uploads the graph
+  if ((e = time_graph_nodes(n, runtime_empty_kernel, false, events, &out[2])) != cudaSuccess) return e;
+  return time_graph_nodes(n, runtime_pdl_empty_kernel, true, events, &out[3]);
+}
+
+// n grid barriers of the persistent step (persistent_barrier_launch), after a warm-up launch of n: out[0] device
+// µs per barrier, out[1] the blocks that met at each.
+extern "C" int cu_measure_grid_barrier(int n, double* out) {
+  out[0] = out[1] = 0.0;
+  if (n <= 0) return cudaErrorInvalidValue;
+  DeviceBuffer arrivals;
+  EventPair events;
+  int blocks = 0;
+  cudaError_t e = cudaMalloc(&arrivals.ptr, sizeof(unsigned));
+  if (e == cudaSuccess) e = events.create();
+  if (e == cudaSuccess) e = cudaMemsetAsync(arrivals.ptr, 0, sizeof(unsigned), g_stream);
+  if (e == cudaSuccess) e = persistent_barrier_launch(static_cast<unsigned*>(arrivals.ptr), n, g_stream, &blocks);
+  if (e == cudaSuccess) e = cudaMemsetAsync(arrivals.ptr, 0, sizeof(unsigned), g_stream);
   if (e == cudaSuccess) e = cudaEventRecord(events.start, g_stream);
-  if (e == cudaSuccess) e = cudaGraphLaunch(exec, g_stream);
+  if (e == cudaSuccess) e = persistent_barrier_launch(static_cast<unsigned*>(arrivals.ptr), n, g_stream, &blocks);
   if (e == cudaSuccess) e = cudaEventRecord(events.end, g_stream);
   if (e == cudaSuccess) e = cudaEventSynchronize(events.end);
-  if (e == cudaSuccess) out[2] = events.elapsed_ms() * 1e3 / n;
-  if (exec) cudaGraphExecDestroy(exec);
-  if (graph) cudaGraphDestroy(graph);
-  return e;
+  if (e == cudaSuccess) e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  out[0] = events.elapsed_ms() * 1e3 / n;
+  out[1] = blocks;
+  return cudaSuccess;
 }
 
 // ---- peaks measured on the spot ----------------------------------------------------------------------------------

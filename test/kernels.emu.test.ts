@@ -112,11 +112,19 @@ describe("graphs and replay on the emulator", () => {
     arena.release();
   });
 
-  test("the launch floor: empty kernels eagerly and as graph nodes give positive per-launch costs", () => {
+  test("the launch floor: empty kernels eagerly and as graph nodes (plain and programmatic) give positive per-launch costs", () => {
     const l = emu.measureLaunch(100);
     expect(l.hostUs).toBeGreaterThan(0);
     expect(l.eagerDeviceUs).toBeGreaterThan(0);
     expect(l.graphNodeUs).toBeGreaterThan(0);
+    expect(l.pdlNodeUs).toBeGreaterThan(0);
+  });
+
+  test("the grid barrier: n in a row among every resident block (the emulator's 4), a positive cost each; none is an error", () => {
+    const b = emu.measureGridBarrier(20);
+    expect(b.blocks).toBe(4);
+    expect(b.us).toBeGreaterThan(0);
+    expect(() => emu.measureGridBarrier(0)).toThrow(/grid barrier measurement/);
   });
 
   test("device info describes the emulated device", () => {

@@ -8,6 +8,7 @@ import type { DtypeName } from "../src/ops.ts";
 import { encodePlan, type PlanOp } from "../src/plan.ts";
 import { buildPredictions, gpuModelFor, measuredSteps } from "../src/profile/predictions.ts";
 import type { InterventionsSection } from "../src/profile/types.ts";
+import { renderReport } from "../src/report/markdown.ts";
 import { validateSummary } from "../src/report/schema.ts";
 import { syntheticSummary } from "./helpers/synthetic-profile.ts";
 
@@ -28,7 +29,7 @@ describe("the kernel model beside the measurements", () => {
   test("every cached point in a modelled mode gets its predicted step, with a range around it, and validates", () => {
     const summary = syntheticSummary();
     const cached = summary.points.filter((p) => p.mode !== "uncached");
-    const p = buildPredictions("h200", PRESETS.gpt2!, "fused", measuredSteps(summary.points, f32), shapesOf, assumed);
+    const p = buildPredictions("h200", PRESETS.gpt2!, "fused", measuredSteps(summary.points, f32), shapesOf, assumed, summary.device.launch);
     expect(p.points.map((q) => [q.mode, q.context, q.dtype, q.batch])).toEqual(cached.map((q) => [q.mode, q.context, "f32", 1]));
     for (const q of p.points) {
       expect(q.optimistic_ms).toBeLessThanOrEqual(q.predicted_ms);
@@ -39,6 +40,21 @@ describe("the kernel model beside the measurements", () => {
     const at = (mode: string) => p.points.find((q) => q.mode === mode && q.context === 32)!.predicted_ms;
     expect(at("graph")).toBeLessThan(at("eager"));
     expect(validateSummary({ ...summary, predictions: p })).toEqual([]);
+  });
+
+  test("the model's launch parameters stand beside this run's measurements of them (the A40 has no programmatic launch)", () => {
+    const launch = syntheticSummary().device.launch;
+    const p = buildPredictions("h200", PRESETS.gpt2!, "fused", [], shapesOf, assumed, launch);
+    expect(p.launch_parameters).toEqual([
+      { parameter: "graph node gap", model_us: 1.0, low_us: 0.6, high_us: 2.0, measured_us: launch.graph_node_us },
+      { parameter: "graph-pdl node gap", model_us: 0.4, low_us: 0.2, high_us: 0.8, measured_us: launch.pdl_node_us },
+      { parameter: "grid barrier (persistent)", model_us: 0.6, low_us: 0.3, high_us: 1.5, measured_us: launch.grid_barrier_us },
+    ]);
+    const a40 = buildPredictions("a40", PRESETS.gpt2!, "fused", [], shapesOf, assumed, { ...launch, pdl_node_us: null });
+    expect(a40.launch_parameters.map((r) => [r.parameter, r.measured_us])).toEqual([["graph node gap", 0.8], ["grid barrier (persistent)", 0.7]]);
+    const report = renderReport({ ...syntheticSummary(), predictions: p });
+    expect(report).toContain("| grid barrier (persistent) | 0.60 | 0.3–1.5 | 0.70 |");
+    expect(report).toContain("| graph-pdl node gap | 0.40 | 0.2–0.8 | 0.50 |");
   });
 
   test("the interventions' steps join the study's, except the one that repeats the study's own configuration and mode", () => {
@@ -57,7 +73,7 @@ describe("the kernel model beside the measurements", () => {
   test("every intervention's step is predicted at its own storage types and batch: bf16 halves the bytes, a batch shares the weights", () => {
     const at = (dtype: DtypeName, batch: number, mode = "graph") => ({ dtype, kv_dtype: dtype, batch, mode, context: 512, measured_ms: 1 });
     const steps = [at("f32", 1), at("bf16", 1), at("f32", 4), at("f32", 1, "uncached")];
-    const p = buildPredictions("h200", PRESETS.gpt2!, "fused", steps, shapesOf, assumed);
+    const p = buildPredictions("h200", PRESETS.gpt2!, "fused", steps, shapesOf, assumed, syntheticSummary().device.launch);
     expect(p.points.map((q) => [q.dtype, q.batch])).toEqual([["f32", 1], ["bf16", 1], ["f32", 4]]);
     const [f32One, bf16One, f32Four] = p.points.map((q) => q.predicted_ms) as [number, number, number];
     expect(bf16One).toBeLessThan(0.75 * f32One);

@@ -10,7 +10,10 @@ withoutColour();
 describe("renderReport", () => {
   const summary = syntheticSummary();
   test("states the launch floor measured with empty ops", () => {
-    expect(renderReport(summary)).toContain("Launch floor: an empty op costs 2.50 us on the host per call; back to back the device retires one every 1.20 us, and a graph node costs 0.80 us (synthetic).");
+    expect(renderReport(summary)).toContain(
+      "Launch floor: an empty op costs 2.50 us on the host per call; back to back the device retires one every 1.20 us; a graph node costs 0.80 us, " +
+        "a programmatic (graph-pdl) node 0.50 us, and a grid barrier of the persistent step 0.70 us (synthetic).",
+    );
   });
   const report = renderReport(summary);
 

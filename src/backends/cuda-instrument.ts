@@ -7,6 +7,9 @@ import {
   type TraceResult, type TracedStep,
 } from "./instrument.ts";
 
+/** grid barriers per measurement (the emulator's fibers switch at each: fewer there) */
+const GRID_BARRIERS = 1000, EMULATED_GRID_BARRIERS = 20;
+
 /**
  * CUPTI records → one traced step per host window [h0, h1) (CUPTI's clock, ns since the tracer's origin).
  * A step's kernels are those starting in its window (up to the next step's start), in start order, matched
@@ -56,7 +59,8 @@ export interface CudaTimers {
   synchronize(): void;
   measureCopyBandwidth(bytes: number, iters: number): number;
   measureFp32Peak(): number;
-  measureLaunch(n: number): { hostUs: number; eagerDeviceUs: number; graphNodeUs: number };
+  measureLaunch(n: number): { hostUs: number; eagerDeviceUs: number; graphNodeUs: number; pdlNodeUs: number };
+  measureGridBarrier(n: number): { us: number; blocks: number };
 }
 
 export class CudaInstrument implements Instrument {
@@ -129,12 +133,16 @@ export class CudaInstrument implements Instrument {
     return { ...stepsFromCupti(windows, tracer.kernels(), tracer.apiCalls(), tracer.dropped(), ops, label), wallMs };
   }
 
-  /** Empty kernels launched from C++ eagerly and as graph nodes (cu_measure_launch), after a warm-up. */
+  /** Empty kernels launched from C++ eagerly and as graph nodes (cu_measure_launch), after a warm-up; the grid barrier. */
   measureLaunch(): LaunchFloor {
     const l = this.backend.measureLaunch(EMPTY_OPS);
+    const barriers = this.backend.kind === "emu" ? EMULATED_GRID_BARRIERS : GRID_BARRIERS;
+    const barrier = this.backend.measureGridBarrier(barriers);
     return {
-      host_us: l.hostUs, device_us: l.eagerDeviceUs, graph_node_us: l.graphNodeUs,
-      how_measured: `${EMPTY_OPS} empty kernels launched from C++ back to back (host clock per call, events per kernel), then as one ${EMPTY_OPS}-node graph`,
+      host_us: l.hostUs, device_us: l.eagerDeviceUs, graph_node_us: l.graphNodeUs, pdl_node_us: l.pdlNodeUs, grid_barrier_us: barrier.us,
+      how_measured:
+        `${EMPTY_OPS} empty kernels launched from C++ back to back (host clock per call, events per kernel), then as one ${EMPTY_OPS}-node graph, ` +
+        `plain and with programmatic dependent launch; ${barriers} grid barriers of the persistent step in one cooperative launch of ${barrier.blocks} blocks`,
     };
   }
 

@@ -33,6 +33,7 @@ interface CudaSymbols {
   cu_measure_copy_bandwidth(bytes: number, iters: number, out: Float64Array): number;
   cu_measure_fp32_peak(out: Float64Array): number;
   cu_measure_launch(n: number, out: Float64Array): number;
+  cu_measure_grid_barrier(n: number, out: Float64Array): number;
 }
 
 const CUDA_ERROR_UNKNOWN = 999; // cudaErrorUnknown, when a failed call left no code behind
@@ -212,11 +213,18 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
     return out[0]!;
   }
 
-  /** empty kernels: host µs per eager launch call, device µs per back-to-back kernel and per graph node */
-  measureLaunch(n: number): { hostUs: number; eagerDeviceUs: number; graphNodeUs: number } {
-    const out = new Float64Array(3);
+  /** empty kernels: host µs per eager launch call, device µs per back-to-back kernel, per graph node and per graph-pdl node */
+  measureLaunch(n: number): { hostUs: number; eagerDeviceUs: number; graphNodeUs: number; pdlNodeUs: number } {
+    const out = new Float64Array(4);
     this.check(this.cu.cu_measure_launch(n, out), "launch measurement");
-    return { hostUs: out[0]!, eagerDeviceUs: out[1]!, graphNodeUs: out[2]! };
+    return { hostUs: out[0]!, eagerDeviceUs: out[1]!, graphNodeUs: out[2]!, pdlNodeUs: out[3]! };
+  }
+
+  /** the persistent step's grid barrier, n in a row: device µs per barrier, and the blocks that met at it */
+  measureGridBarrier(n: number): { us: number; blocks: number } {
+    const out = new Float64Array(2);
+    this.check(this.cu.cu_measure_grid_barrier(n, out), "grid barrier measurement");
+    return { us: out[0]!, blocks: out[1]! };
   }
 
   measureFp32Peak(): number {

@@ -72,6 +72,10 @@ export interface LaunchFloor {
   device_us: number | null;
   /** GPU µs per empty kernel node in a graph replay */
   graph_node_us: number | null;
+  /** GPU µs per node of a graph captured with programmatic dependent launch (each kernel lets its successor start, then waits) */
+  pdl_node_us: number | null;
+  /** GPU µs per grid barrier of the persistent step, among its resident blocks */
+  grid_barrier_us: number | null;
   how_measured: string;
 }
 

@@ -28,6 +28,7 @@ export const CUDA_SYMBOLS = {
   cu_measure_copy_bandwidth: { args: [u64, i32, ptr], returns: i32 },
   cu_measure_fp32_peak: { args: [ptr], returns: i32 },
   cu_measure_launch: { args: [i32, ptr], returns: i32 },
+  cu_measure_grid_barrier: { args: [i32, ptr], returns: i32 },
 } as const satisfies Record<string, { args: readonly FFIType[]; returns: FFIType }>;
 
 /** CuDeviceInfo (cuda/cuda_api.h): its size and the byte offsets of its fields. */

@@ -3,13 +3,14 @@
 // storage types and batch (at the working estimates and at both ends of their ranges), so that the first run
 // on the GPU calibrates the model. Predictions, labelled so.
 import type { LaunchShape } from "../backends/backend.ts";
+import type { LaunchFloor } from "../backends/instrument.ts";
 import type { GPT2Config } from "../model/config.ts";
 import { disassemble, findCuobjdump } from "../native/sass.ts";
 import { DTYPES } from "../ops.ts";
 import type { PlanKind, PlanOp, StepLayout } from "../plan.ts";
 import { decodeKernelInputs, persistentRegisters } from "../verify/prediction.ts";
 import { sassFacts, type SassFacts } from "../verify/sass-checks.ts";
-import { GPU_MODELS, MODEL_MODES, predictRange, type GpuModel, type GpuName, type ModelMode, type PredictionRange } from "./kernel-model.ts";
+import { GPU_MODELS, MODEL_MODES, predictRange, type Estimate, type GpuModel, type GpuName, type ModelMode, type PredictionRange } from "./kernel-model.ts";
 import type { InterventionConfig, InterventionsSection, PredictionsSection, StudyPoint } from "./types.ts";
 
 /** The model's GPU for a device name ("NVIDIA H200" → h200), or null where the model has none. */
@@ -53,7 +54,7 @@ export function measuredSteps(points: readonly StudyPoint[], config: Interventio
 /** Every measured step in a modelled mode, with the model's step time at its context, storage types and batch beside it. */
 export function buildPredictions(
   gpu: GpuName, config: GPT2Config, plan: PlanKind, measured: readonly MeasuredStep[], shapesOf: (ops: PlanOp[]) => LaunchShape[],
-  sass: { facts: SassFacts[] | null; note: string },
+  sass: { facts: SassFacts[] | null; note: string }, launch: LaunchFloor,
 ): PredictionsSection {
   const model: GpuModel = GPU_MODELS[gpu];
   const cache = new Map<string, PredictionRange>();
@@ -76,5 +77,18 @@ export function buildPredictions(
       measured_over_predicted: m.measured_ms / (predicted / 1e3),
     }];
   });
-  return { gpu: model.name, how: `kernel model (src/profile/kernel-model.ts), launch shapes from the library's launchers, ${sass.note}`, points: rows };
+  return {
+    gpu: model.name, how: `kernel model (src/profile/kernel-model.ts), launch shapes from the library's launchers, ${sass.note}`, points: rows,
+    launch_parameters: launchParameters(model, launch),
+  };
+}
+
+/** The model's costs per launch or barrier (its least known parameters) beside this run's empty-kernel measurements. */
+function launchParameters(model: GpuModel, launch: LaunchFloor): PredictionsSection["launch_parameters"] {
+  const rows: [string, Estimate | null, number | null][] = [
+    ["graph node gap", model.graphNodeUs, launch.graph_node_us],
+    ["graph-pdl node gap", model.pdlNodeUs, launch.pdl_node_us],
+    ["grid barrier (persistent)", model.gridBarrierUs, launch.grid_barrier_us],
+  ];
+  return rows.flatMap(([parameter, e, measured]) => (e ? [{ parameter, model_us: e.value, low_us: e.low, high_us: e.high, measured_us: measured }] : []));
 }

@@ -87,11 +87,11 @@ export function seedTable(cfg: GPT2Config, points: StudyPoint[], contexts: numbe
 }
 
 /** On a GPU the kernel model has parameters for, its prediction beside every measured cached step. */
-function predictionsOf(backend: Backend, cfg: GPT2Config, plan: PlanKind, measured: MeasuredStep[]): PredictionsSection | undefined {
+function predictionsOf(backend: Backend, cfg: GPT2Config, plan: PlanKind, measured: MeasuredStep[], launch: LaunchFloor): PredictionsSection | undefined {
   const gpu = gpuModelFor(backend.deviceName);
   const kernels = backend.kernels;
   if (!gpu || !kernels) return undefined;
-  return buildPredictions(gpu, cfg, plan, measured, (ops) => kernels.launchShapes(encodePlan(ops)), librarySass(kernels.libraryPath));
+  return buildPredictions(gpu, cfg, plan, measured, (ops) => kernels.launchShapes(encodePlan(ops)), librarySass(kernels.libraryPath), launch);
 }
 
 function interventionsMethod(opts: StudyOptions): string {
@@ -157,7 +157,7 @@ export function buildSummary(args: {
   const interventions = result.interventions && opts.interventions
     ? buildInterventions(cfg, opts.plan, result.interventions, opts.interventions.mode.name, peaks, points, interventionsMethod(opts), { dtype, kv: kv_dtype })
     : undefined;
-  const predictions = predictionsOf(backend, cfg, opts.plan, measuredSteps(points, { dtype, kv_dtype, batch: 1 }, interventions));
+  const predictions = predictionsOf(backend, cfg, opts.plan, measuredSteps(points, { dtype, kv_dtype, batch: 1 }, interventions), launch);
   const overheads = result.measured.flatMap((m) => (m.tracing_overhead === null ? [] : [m.tracing_overhead]));
   return {
     schema_version: SCHEMA_VERSION,

@@ -116,7 +116,7 @@ export interface DeviceDescription extends BackendDescription {
  * 4: storage types and batches — settings.dtype/kv_dtype, model.dtype, interventions; 5: predictions per storage
  * types and batch, the attribution's launch part as eager against the fastest other mode: launch.mode, mode_ms).
  */
-export const SCHEMA_VERSION = 5;
+export const SCHEMA_VERSION = 6;
 
 export interface ProfileSummary {
   schema_version: typeof SCHEMA_VERSION;
@@ -161,6 +161,14 @@ export interface PredictionsSection {
     pessimistic_ms: number;
     measured_over_predicted: number;
   })[];
+  /** the model's launch parameters beside what this run measured of them with empty kernels (LaunchFloor) */
+  launch_parameters: {
+    parameter: string;
+    model_us: number;
+    low_us: number;
+    high_us: number;
+    measured_us: number | null;
+  }[];
 }
 
 // ---- interventions: bytes (storage types) and batch, the floor attributed by experiment -----------

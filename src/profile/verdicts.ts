@@ -140,7 +140,9 @@ export function launchVerdict(points: StudyPoint[], launch: LaunchFloor, opsOf: 
   const ops = opsOf("eager", context);
   const step = Math.min(...cached.filter((p) => p.context === context).map((p) => p.device_ms.median));
   const hostMs = (ops * launch.host_us) / 1e3;
-  const graph = launch.graph_node_us === null ? "" : `; as graph nodes, ${ops} × ${launch.graph_node_us.toFixed(2)} us = ${((ops * launch.graph_node_us) / 1e3).toFixed(3)} ms`;
+  const as = (what: string, n: number, us: number | null) => (us === null ? "" : `; ${what}, ${n} × ${us.toFixed(2)} us = ${((n * us) / 1e3).toFixed(3)} ms`);
+  // the persistent step crosses a grid barrier between ops: one fewer than its ops
+  const graph = as("as graph nodes", ops, launch.graph_node_us) + as("as graph-pdl nodes", ops, launch.pdl_node_us) + as("as the persistent step's grid barriers", ops - 1, launch.grid_barrier_us);
   return [
     `Launch floor at context ${context}: ${ops} ops × ${launch.host_us.toFixed(2)} us per empty launch = ${hostMs.toFixed(3)} ms of host time per step${graph}, ` +
       `against a fastest cached step of ${step.toFixed(3)} ms (${((100 * hostMs) / step).toFixed(0)}%).`,

@@ -2,7 +2,7 @@
 import type { ProfileSummary } from "../profile/types.ts";
 import { OUTPUT_FILES } from "./output-files.ts";
 import {
-  breakdownPoints, endToEndTable, interventionsTable, predictionsTable, runLine, launchFloorSentence, memoryTable, modeLabel, peerSentences, peersTable, questionSentence, regimeTable,
+  breakdownPoints, endToEndTable, interventionsTable, launchParametersTable, predictionsTable, runLine, launchFloorSentence, memoryTable, modeLabel, peerSentences, peersTable, questionSentence, regimeTable,
   seedTable, splitTable, topOpsTable, withSplit, workTable, type TableData,
 } from "./sections.ts";
 import { formatDuration, formatRate, type Cell, type Column } from "./tables.ts";
@@ -89,6 +89,9 @@ export function renderReport(summary: ProfileSummary): string {
         `The kernel model beside the measurements (${md(s.predictions.gpu)})`,
         `PREDICTED figures, not measurements: ${md(s.predictions.how)}. Measured ÷ predicted is what the first run on this GPU calibrates the model by.`,
         markdownTable(predictionsTable(s)),
+        "The model's costs per launch and per barrier, its least known parameters, beside this run's measurements with empty kernels " +
+          "(a node between empty kernels; in a step the kernels' own ramp and tail come on top):",
+        markdownTable(launchParametersTable(s)),
       )]
       : []),
     section("End-to-end generation", markdownTable(endToEndTable(s))),

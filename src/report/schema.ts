@@ -226,7 +226,10 @@ export const PROFILE_SUMMARY_SCHEMA = {
       name: text,
       detail: { type: "object", additionalProperties: { type: ["string", "number"] } },
       peaks: object({ bytes_per_s: nonNegative, flops_per_s: nonNegative, how_measured: text }),
-      launch: object({ host_us: nonNegative, device_us: nullableNumber, graph_node_us: nullableNumber, how_measured: text }),
+      launch: object({
+        host_us: nonNegative, device_us: nullableNumber, graph_node_us: nullableNumber, pdl_node_us: nullableNumber, grid_barrier_us: nullableNumber,
+        how_measured: text,
+      }),
     }),
     model: object({ config: gpt2Config, source: text, parameters: count, dtype, weight_bytes: nonNegative }),
     settings: object({
@@ -257,6 +260,10 @@ export const PROFILE_SUMMARY_SCHEMA = {
           mode: text, context: count, ...interventionConfig, measured_ms: nonNegative, predicted_ms: nonNegative, optimistic_ms: nonNegative, pessimistic_ms: nonNegative,
           measured_over_predicted: nonNegative,
         }),
+      },
+      launch_parameters: {
+        type: "array",
+        items: object({ parameter: text, model_us: nonNegative, low_us: nonNegative, high_us: nonNegative, measured_us: nullableNumber }),
       },
     }),
   }, ["peers", "interventions", "predictions"]),

@@ -27,8 +27,10 @@ function headlineRow(s: ProfileSummary): SeedRow | undefined {
 export function launchFloorSentence(s: ProfileSummary): string {
   const l = s.device.launch;
   const device = l.device_us === null ? "" : `; back to back the device retires one every ${l.device_us.toFixed(2)} us`;
-  const graph = l.graph_node_us === null ? "" : `, and a graph node costs ${l.graph_node_us.toFixed(2)} us`;
-  return `Launch floor: an empty op costs ${l.host_us.toFixed(2)} us on the host per call${device}${graph} (${l.how_measured}).`;
+  const graph = l.graph_node_us === null ? "" : `; a graph node costs ${l.graph_node_us.toFixed(2)} us`;
+  const pdl = l.pdl_node_us === null ? "" : `, a programmatic (graph-pdl) node ${l.pdl_node_us.toFixed(2)} us`;
+  const barrier = l.grid_barrier_us === null ? "" : `, and a grid barrier of the persistent step ${l.grid_barrier_us.toFixed(2)} us`;
+  return `Launch floor: an empty op costs ${l.host_us.toFixed(2)} us on the host per call${device}${graph}${pdl}${barrier} (${l.how_measured}).`;
 }
 
 /** The question, with this run's numbers in it. */
@@ -302,6 +304,19 @@ export function interventionsTable(s: ProfileSummary): TableData {
 // ---- the kernel model's predictions beside the measurements -----------------------------------------
 
 /** Per measured cached point: the kernel model's PREDICTED step (working estimate and range) and the measured one. */
+/** The model's launch parameters (PREDICTED leads) beside what this run measured of them. */
+export function launchParametersTable(s: ProfileSummary): TableData {
+  return {
+    columns: [
+      { header: "parameter" },
+      { header: "model (us)", format: fixed(2) },
+      { header: "model range (us)", align: "right" },
+      { header: "measured here (us)", format: fixed(2) },
+    ],
+    rows: (s.predictions?.launch_parameters ?? []).map((p) => [p.parameter, p.model_us, `${p.low_us.toFixed(1)}–${p.high_us.toFixed(1)}`, p.measured_us]),
+  };
+}
+
 export function predictionsTable(s: ProfileSummary): TableData {
   return {
     columns: [

@@ -69,8 +69,7 @@ export const LAUNCH_MODES = [
     kernelPerOp: true,
     available: (backend) => backend.graphs && backend.programmaticLaunch,
     run: (step, n) => step.native().runGraphPdl!(n),
-    // the empty-kernel floor is measured for plain graph nodes; a programmatic node costs no more
-    floorUs: (launch) => launch.graph_node_us ?? launch.host_us,
+    floorUs: (launch) => launch.pdl_node_us ?? launch.graph_node_us ?? launch.host_us,
   },
   {
     name: "persistent",
@@ -81,9 +80,9 @@ export const LAUNCH_MODES = [
     // instantiated for the fused plan's bodies with the cache in the weights' storage type (cuda/persistent.cu)
     available: (backend, step) => backend.persistentStep && step.plan === "fused" && step.kv === step.weights,
     run: (step, n) => step.native().runPersistent!(n),
-    // no launch per op: one graph node per token (~1 µs against a step of ~0.1 ms), the grid barriers between its
-    // ops inside the kernel's own time
-    floorUs: () => 0,
+    // no launch per op (one graph node per token, ~1 µs against a step of ~0.1 ms): what dispatches an op is the
+    // grid barrier before it
+    floorUs: (launch) => launch.grid_barrier_us ?? 0,
   },
 ] as const satisfies readonly LaunchMode[];
 
