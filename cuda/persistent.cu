@@ -225,10 +225,13 @@ __global__ void __launch_bounds__(kStepThreads) runtime_grid_barrier_kernel(unsi
   }
 }
 
-cudaError_t persistent_barrier_launch(unsigned* arrivals, int n, cudaStream_t stream, int* blocks) {
+cudaError_t persistent_barrier_blocks(int* blocks) {
   StepLaunch step = {};
   pick<float, 1>(&step);  // the fp32 single-sequence step's grid
-  const cudaError_t e = resident_blocks(step.kernel, step.shared_bytes, blocks);
-  if (e == cudaSuccess) launch_cooperative(runtime_grid_barrier_kernel, *blocks, 0, stream, arrivals, n);
-  return e;
+  return resident_blocks(step.kernel, step.shared_bytes, blocks);
+}
+
+cudaError_t persistent_barrier_launch(unsigned* arrivals, int n, int blocks, cudaStream_t stream) {
+  launch_cooperative(runtime_grid_barrier_kernel, blocks, 0, stream, arrivals, n);
+  return cudaGetLastError();
 }

@@ -27,6 +27,8 @@ cudaError_t persistent_step_prepare(const StepRecorder& recorded, StepLaunch* ou
 size_t persistent_buffer_bytes(int n_tasks);
 // Launches the step, its tasks uploaded to the start of device_buffer, as one cooperative launch on `stream`.
 void persistent_step_launch(const StepLaunch& launch, void* device_buffer, cudaStream_t stream);
-// Launches n grid barriers in a row (the step's barrier, nothing between them) on the fp32 single-sequence step's
-// resident blocks, as one cooperative launch on `stream`; *blocks: that grid. `arrivals` must be zero.
-cudaError_t persistent_barrier_launch(unsigned* arrivals, int n, cudaStream_t stream, int* blocks);
+// The grid of the fp32 single-sequence step: the blocks its kernel keeps resident.
+cudaError_t persistent_barrier_blocks(int* blocks);
+// Launches n grid barriers in a row (the step's barrier, nothing between them) on `blocks` blocks (at most
+// persistent_barrier_blocks), as one cooperative launch on `stream`. `arrivals` must be zero.
+cudaError_t persistent_barrier_launch(unsigned* arrivals, int n, int blocks, cudaStream_t stream);

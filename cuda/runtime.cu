@@ -4,6 +4,8 @@
 #include <string.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 
 #include "cuda_api.h"
 #include "launch.h"
@@ -395,7 +397,9 @@ static cudaError_t time_graph_nodes(int n, void (*kernel)(int), bool programmati
   g_overlapped = programmatic;
   for (int i = 0; i < n; i++) LAUNCH_ON(g_stream, kernel, 1, 1, i);
   g_overlapped = false;
+  const cudaError_t launched = cudaGetLastError();  // a failed launch ends the capture's validity; its error is ours
   e = cudaStreamEndCapture(g_stream, &graph);
+  if (e != cudaSuccess && launched != cudaSuccess) e = launched;
   if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
   if (e == cudaSuccess) e = cudaGraphLaunch(exec, g_stream);
   if (e == cudaSuccess) e = cudaEventRecord(events.start, g_stream);
@@ -411,7 +415,7 @@ static cudaError_t time_graph_nodes(int n, void (*kernel)(int), bool programmati
 // Launches n empty kernels eagerly (after one warm-up), then replays them captured as one graph, plainly and with
 // programmatic dependent launch: out[0] host µs per launch call, out[1] device µs per kernel launched back to back
 // (the launch rate the GPU sustains), out[2] device µs per kernel node of a graph replay, out[3] per node of the
-// graph-pdl kind.
+// graph-pdl kind (NaN where that capture fails: a device without programmatic launch; the rest still stands).
 extern "C" int cu_measure_launch(int n, double* out) {
   out[0] = out[1] = out[2] = out[3] = 0.0;
   if (n <= 0) return cudaErrorInvalidValue;
@@ -432,7 +436,11 @@ extern "C" int cu_measure_launch(int n, double* out) {
   out[1] = events.elapsed_ms() * 1e3 / n;
 
   if ((e = time_graph_nodes(n, runtime_empty_kernel, false, events, &out[2])) != cudaSuccess) return e;
-  return time_graph_nodes(n, runtime_pdl_empty_kernel, true, events, &out[3]);
+  if (time_graph_nodes(n, runtime_pdl_empty_kernel, true, events, &out[3]) != cudaSuccess) {
+    out[3] = std::nan("");
+    cudaGetLastError();
+  }
+  return cudaSuccess;
 }
 
 // n grid barriers of the persistent step (persistent_barrier_launch), after a warm-up launch of n: out[0] device
@@ -443,16 +451,18 @@ extern "C" int cu_measure_grid_barrier(int n, double* out) {
   DeviceBuffer arrivals;
   EventPair events;
   int blocks = 0;
-  cudaError_t e = cudaMalloc(&arrivals.ptr, sizeof(unsigned));
+  cudaError_t e = persistent_barrier_blocks(&blocks);
+  if (e == cudaSuccess && (uint64_t)n * (uint64_t)blocks > UINT32_MAX) e = cudaErrorInvalidValue;  // the counter's range
+  if (e == cudaSuccess) e = cudaMalloc(&arrivals.ptr, sizeof(unsigned));
   if (e == cudaSuccess) e = events.create();
-  if (e == cudaSuccess) e = cudaMemsetAsync(arrivals.ptr, 0, sizeof(unsigned), g_stream);
-  if (e == cudaSuccess) e = persistent_barrier_launch(static_cast<unsigned*>(arrivals.ptr), n, g_stream, &blocks);
-  if (e == cudaSuccess) e = cudaMemsetAsync(arrivals.ptr, 0, sizeof(unsigned), g_stream);
+  auto* counter = static_cast<unsigned*>(arrivals.ptr);
+  if (e == cudaSuccess) e = cudaMemsetAsync(counter, 0, sizeof(unsigned), g_stream);
+  if (e == cudaSuccess) e = persistent_barrier_launch(counter, n, blocks, g_stream);
+  if (e == cudaSuccess) e = cudaMemsetAsync(counter, 0, sizeof(unsigned), g_stream);
   if (e == cudaSuccess) e = cudaEventRecord(events.start, g_stream);
-  if (e == cudaSuccess) e = persistent_barrier_launch(static_cast<unsigned*>(arrivals.ptr), n, g_stream, &blocks);
+  if (e == cudaSuccess) e = persistent_barrier_launch(counter, n, blocks, g_stream);
   if (e == cudaSuccess) e = cudaEventRecord(events.end, g_stream);
   if (e == cudaSuccess) e = cudaEventSynchronize(events.end);
-  if (e == cudaSuccess) e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   out[0] = events.elapsed_ms() * 1e3 / n;
   out[1] = blocks;

@@ -59,7 +59,7 @@ export interface CudaTimers {
   synchronize(): void;
   measureCopyBandwidth(bytes: number, iters: number): number;
   measureFp32Peak(): number;
-  measureLaunch(n: number): { hostUs: number; eagerDeviceUs: number; graphNodeUs: number; pdlNodeUs: number };
+  measureLaunch(n: number): { hostUs: number; eagerDeviceUs: number; graphNodeUs: number; pdlNodeUs: number | null };
   measureGridBarrier(n: number): { us: number; blocks: number };
 }
 
@@ -142,7 +142,8 @@ export class CudaInstrument implements Instrument {
       host_us: l.hostUs, device_us: l.eagerDeviceUs, graph_node_us: l.graphNodeUs, pdl_node_us: l.pdlNodeUs, grid_barrier_us: barrier.us,
       how_measured:
         `${EMPTY_OPS} empty kernels launched from C++ back to back (host clock per call, events per kernel), then as one ${EMPTY_OPS}-node graph, ` +
-        `plain and with programmatic dependent launch; ${barriers} grid barriers of the persistent step in one cooperative launch of ${barrier.blocks} blocks`,
+        `plain and with programmatic dependent launch; ${barriers} grid barriers of the persistent step in one cooperative launch on the fp32 ` +
+        `single-sequence step's ${barrier.blocks} resident blocks`,
     };
   }
 

@@ -213,11 +213,11 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
     return out[0]!;
   }
 
-  /** empty kernels: host µs per eager launch call, device µs per back-to-back kernel, per graph node and per graph-pdl node */
-  measureLaunch(n: number): { hostUs: number; eagerDeviceUs: number; graphNodeUs: number; pdlNodeUs: number } {
+  /** empty kernels: host µs per eager launch call, device µs per back-to-back kernel, per graph node and per graph-pdl node (null: no programmatic launch) */
+  measureLaunch(n: number): { hostUs: number; eagerDeviceUs: number; graphNodeUs: number; pdlNodeUs: number | null } {
     const out = new Float64Array(4);
     this.check(this.cu.cu_measure_launch(n, out), "launch measurement");
-    return { hostUs: out[0]!, eagerDeviceUs: out[1]!, graphNodeUs: out[2]!, pdlNodeUs: out[3]! };
+    return { hostUs: out[0]!, eagerDeviceUs: out[1]!, graphNodeUs: out[2]!, pdlNodeUs: Number.isNaN(out[3]) ? null : out[3]! };
   }
 
   /** the persistent step's grid barrier, n in a row: device µs per barrier, and the blocks that met at it */

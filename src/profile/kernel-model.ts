@@ -59,7 +59,7 @@ export interface GpuModel {
   gridBarrierUs: Estimate;
 }
 
-const GRID_BARRIER = "estimate: a fence and an atomic arrival at L2, then the waiting blocks' poll seeing the last one: 2-4 L2 round trips plus the blocks' skew; calibrated by the first GPU run (persistent against graph-pdl)";
+const GRID_BARRIER = "estimate: a fence and an atomic arrival at L2, then the waiting blocks' poll seeing the last one: 2-4 L2 round trips plus the blocks' skew; measured by `profile` on the device (1000 barriers in one cooperative launch), and calibrated by the first GPU run's persistent steps";
 
 const LAUNCH_FLOOR = "calibrated by the launch floor `profile` measures on the device (empty kernels)";
 

@@ -141,8 +141,9 @@ export function launchVerdict(points: StudyPoint[], launch: LaunchFloor, opsOf: 
   const step = Math.min(...cached.filter((p) => p.context === context).map((p) => p.device_ms.median));
   const hostMs = (ops * launch.host_us) / 1e3;
   const as = (what: string, n: number, us: number | null) => (us === null ? "" : `; ${what}, ${n} × ${us.toFixed(2)} us = ${((n * us) / 1e3).toFixed(3)} ms`);
-  // the persistent step crosses a grid barrier between ops: one fewer than its ops
-  const graph = as("as graph nodes", ops, launch.graph_node_us) + as("as graph-pdl nodes", ops, launch.pdl_node_us) + as("as the persistent step's grid barriers", ops - 1, launch.grid_barrier_us);
+  // the persistent step (fused plan only: where it ran) crosses a grid barrier between ops, one fewer than its ops
+  const barriers = cached.some((p) => p.mode === "persistent") ? as("as the persistent step's grid barriers", ops - 1, launch.grid_barrier_us) : "";
+  const graph = as("as graph nodes", ops, launch.graph_node_us) + as("as graph-pdl nodes", ops, launch.pdl_node_us) + barriers;
   return [
     `Launch floor at context ${context}: ${ops} ops × ${launch.host_us.toFixed(2)} us per empty launch = ${hostMs.toFixed(3)} ms of host time per step${graph}, ` +
       `against a fastest cached step of ${step.toFixed(3)} ms (${((100 * hostMs) / step).toFixed(0)}%).`,

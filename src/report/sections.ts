@@ -303,7 +303,6 @@ export function interventionsTable(s: ProfileSummary): TableData {
 
 // ---- the kernel model's predictions beside the measurements -----------------------------------------
 
-/** Per measured cached point: the kernel model's PREDICTED step (working estimate and range) and the measured one. */
 /** The model's launch parameters (PREDICTED leads) beside what this run measured of them. */
 export function launchParametersTable(s: ProfileSummary): TableData {
   return {
@@ -317,6 +316,7 @@ export function launchParametersTable(s: ProfileSummary): TableData {
   };
 }
 
+/** Per measured cached point: the kernel model's PREDICTED step (working estimate and range) and the measured one. */
 export function predictionsTable(s: ProfileSummary): TableData {
   return {
     columns: [
