@@ -195,3 +195,12 @@ template <typename... Ptrs> int row_vec4_count(int n, const Ptrs*... ptrs) {
 // them (the rest predicated off), so that a batch's instantiations stay four per kernel.
 static_assert(MAX_BATCH == 8, "batched kernels are instantiated for 1, 2, 4 and 8 rows");
 inline int batch_bucket(int rows) { return rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : MAX_BATCH; }
+// Calls f(std::integral_constant<int, batch_bucket(rows)>{}): the instantiation for those rows.
+template <typename F> decltype(auto) with_batch_bucket(int rows, F&& f) {
+  switch (batch_bucket(rows)) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    default: return f(std::integral_constant<int, MAX_BATCH>{});
+  }
+}

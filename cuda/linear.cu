@@ -38,22 +38,14 @@ template <MatvecOp kOp, typename W, int kWidth, int kRows> MatvecKernel matvec_k
 template <MatvecOp kOp, typename W> MatvecKernel pick_matvec(int rows, bool vec) {
   constexpr int V = kVecOf<W>;
   if (!vec) return matvec_kernel<kOp, W, 1, kMatvecMaxRows>();
-  switch (batch_bucket(rows)) {
-    case 1: return matvec_kernel<kOp, W, V, 1>();
-    case 2: return matvec_kernel<kOp, W, V, 2>();
-    case 4: return matvec_kernel<kOp, W, V, 4>();
-    default: return matvec_kernel<kOp, W, V, kMatvecMaxRows>();
-  }
+  return with_batch_bucket(rows, [](auto bucket) { return matvec_kernel<kOp, W, V, decltype(bucket)::value>(); });
 }
 
-// The persistent step's task for a fused decode op (a plain linear has none).
+// The persistent step's task for a fused decode op (a plain linear has none: its LAUNCH fails the recording).
 template <MatvecOp kOp> static void record_matvec(StepRecorder* step, dim3 grid, const MatvecArgs& a, bool vec, int wdtype) {
-  if constexpr (kOp == kOpLinear) {
-    step->reject();
-  } else {
-    const StepTaskKind kind = kOp == kOpLnQkv ? kTaskLnQkv : kOp == kOpLnLinearGelu ? kTaskLnLinearGelu : kTaskLinearResidual;
-    step->add(kind, grid, a, vec, wdtype, kOp == kOpLnQkv ? a.kvdtype : kStepNone, batch_bucket(a.rows));
-  }
+  static_assert(kOp != kOpLinear, "a plain linear has no task form");
+  const StepTaskKind kind = kOp == kOpLnQkv ? kTaskLnQkv : kOp == kOpLnLinearGelu ? kTaskLnLinearGelu : kTaskLinearResidual;
+  step->add(kind, grid, a, vec, wdtype, kOp == kOpLnQkv ? a.kvdtype : kStepNone, batch_bucket(a.rows));
 }
 
 // Launches the 16-byte variant when every row of weight, bias and out starts 16-byte aligned (OC a multiple of
@@ -69,9 +61,11 @@ template <MatvecOp kOp> static void launch_matvec(const MatvecArgs& a, int wdtyp
       rt_fail(cudaErrorInvalidValue);
       return;
     }
-    if (StepRecorder* step = rt_step_recorder()) {
-      record_matvec<kOp>(step, grid, a, vec, wdtype);
-      return;
+    if constexpr (kOp != kOpLinear) {
+      if (StepRecorder* step = rt_step_recorder()) {
+        record_matvec<kOp>(step, grid, a, vec, wdtype);
+        return;
+      }
     }
     const MatvecKernel kernel = pick_matvec<kOp, W>(a.rows, vec);
     LAUNCH(kernel, grid, kMatvecThreads, a, rt_overlapped());

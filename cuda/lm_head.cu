@@ -25,12 +25,8 @@ template <bool kFused, typename W, int kRows> LmHeadKernel lm_head_kernel_of() {
 }
 // The instantiation for `rows` sequences: batch_bucket(rows) rows of x accumulated.
 template <bool kFused, typename W> LmHeadKernel pick_lm_head(int rows) {
-  switch (batch_bucket(rows)) {
-    case 1: return lm_head_kernel_of<kFused, W, 1>();
-    case 2: return lm_head_kernel_of<kFused, W, 2>();
-    case 4: return lm_head_kernel_of<kFused, W, 4>();
-    default: return lm_head_kernel_of<kFused, W, kLmHeadMaxRows>();
-  }
+  static_assert(kLmHeadMaxRows == MAX_BATCH, "the largest bucket is a whole batch");
+  return with_batch_bucket(rows, [](auto bucket) { return lm_head_kernel_of<kFused, W, decltype(bucket)::value>(); });
 }
 
 // Enough blocks to fill every SM as deep as the instantiation's registers allow, but at least one group of 4 rows
@@ -63,9 +59,9 @@ template <bool kFused> static void launch_lm_head(LmHeadArgs a, int wdtype) {
       g.x = a.x + (size_t)s0 * a.x_stride;
       if (kFused) g.seq = a.seq + (size_t)s0 * (a.max_ctx + 1), g.state = a.state + s0 * STATE_INTS;
       if (rt_reject_unless(batch_bucket(g.rows) * a.C <= kLmHeadMaxFloats)) return;  // x's rows the kernel reads fit
-      if (StepRecorder* step = rt_step_recorder()) {
-        if (kFused) step->add(kTaskLnLmHeadArgmax, dim3(lm_head_blocks(a.V, g.rows)), g, true, wdtype, kStepNone, batch_bucket(g.rows));
-        else step->reject();
+      StepRecorder* step = kFused ? rt_step_recorder() : nullptr;  // an unfused LM head's LAUNCH fails the recording
+      if (step) {
+        step->add(kTaskLnLmHeadArgmax, dim3(lm_head_blocks(a.V, g.rows)), g, true, wdtype, kStepNone, batch_bucket(g.rows));
         continue;
       }
       const LmHeadKernel kernel = pick_lm_head<kFused, W>(g.rows);

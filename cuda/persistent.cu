@@ -42,6 +42,9 @@ template <typename Args> __device__ __forceinline__ const Args& task_args(const 
   return *reinterpret_cast<const Args*>(task.args);
 }
 
+static_assert(kStepTaskArgBytes == max_size(max_size(sizeof(EmbedArgs), sizeof(MatvecArgs)), max_size(sizeof(AttnArgs), sizeof(LmHeadArgs))),
+              "a task holds the largest of the bodies' arguments, and no more");
+
 // A task as 16-byte pieces, in shared memory (StepTask itself has constructors, which __shared__ variables cannot).
 constexpr int kTaskPieces = sizeof(StepTask) / sizeof(uint4);
 static_assert(sizeof(StepTask) % sizeof(uint4) == 0 && kTaskPieces <= kStepThreads, "a task in 16-byte pieces, one per thread");
@@ -145,14 +148,10 @@ __global__ void __launch_bounds__(kStepThreads, step_min_blocks_per_sm<W, kRows>
     if (i + 1 < n_tasks) grid_arrive(&barrier->arrivals);  // nothing waits for the last task: its end is the kernel's
   }
   // Every block saw all (n_tasks - 1) x blocks arrivals before it leaves, so when the last one leaves no arrival
-  // is in flight and no block reads the counter again: the next launch starts from zero.
-  if (threadIdx.x == 0) {
-    __threadfence();
-    if (atomicAdd(&barrier->departures, 1u) + 1 == gridDim.x) {
-      barrier->arrivals = 0;
-      barrier->departures = 0;
-    }
-  }
+  // is in flight and no block reads the counter again: the next launch starts from zero (arrive_last resets the
+  // departures).
+  __shared__ bool last_to_leave;
+  if (arrive_last(&barrier->departures, gridDim.x, &last_to_leave) && threadIdx.x == 0) barrier->arrivals = 0;
 }
 
 // The instantiation for weights and cache in W and batch bucket kRows, with its shared memory.
@@ -161,12 +160,7 @@ template <typename W, int kRows> static void pick(StepLaunch* out) {
   out->shared_bytes = StepShared<W, kRows>::kBytes;
 }
 template <typename W> static void pick_for_rows(int rows, StepLaunch* out) {
-  switch (rows) {
-    case 1: return pick<W, 1>(out);
-    case 2: return pick<W, 2>(out);
-    case 4: return pick<W, 4>(out);
-    default: return pick<W, MAX_BATCH>(out);
-  }
+  with_batch_bucket(rows, [&](auto bucket) { pick<W, decltype(bucket)::value>(out); });
 }
 
 // Blocks of the kernel that fit on the device at once (a cooperative launch needs them all resident).

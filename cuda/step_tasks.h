@@ -12,7 +12,7 @@
 // The bodies the persistent step kernel runs (each the 16-byte variant of its op's kernel).
 enum StepTaskKind : int32_t { kTaskEmbed, kTaskLnQkv, kTaskAttention, kTaskLnLinearGelu, kTaskLinearResidual, kTaskLnLmHeadArgmax };
 
-constexpr int kStepTaskArgBytes = 192;  // the largest of the bodies' argument structs (static_assert in add)
+constexpr int kStepTaskArgBytes = 128;  // the largest of the bodies' argument structs (cuda/persistent.cu asserts it)
 
 // One task: `kind`'s body over the virtual blocks of `grid`, with the argument struct in `args`.
 struct StepTask {
