@@ -54,11 +54,13 @@ pack() {
 }
 
 # The hot kernels' SASS, as the device's own cuobjdump reads the library there.
-find_cuobjdump() {
-  local tool=${CUDA_HOME}/bin/cuobjdump
-  [[ -x $tool ]] || tool=$(command -v cuobjdump) || tool=../shared/cuda-binutils/cuobjdump
+# A CUDA tool from $CUDA_HOME/bin, else PATH, else beside the project (../shared/cuda-binutils).
+find_cuda_tool() {
+  local tool=${CUDA_HOME}/bin/$1
+  [[ -x $tool ]] || tool=$(command -v "$1") || tool=../shared/cuda-binutils/$1
   [[ -x $tool ]] && echo "$tool"
 }
+find_cuobjdump() { find_cuda_tool cuobjdump; }
 dump_sass() {
   local tool
   tool=$(find_cuobjdump) || { echo "no cuobjdump (\$CUDA_HOME/bin, PATH, ../shared/cuda-binutils)"; return 1; }
@@ -113,7 +115,7 @@ run() {
   else
     step "build" "$log" 150 "$bun" "$app/build.$ext" cuda cupti cpu
   fi
-  export -f find_cuobjdump dump_sass
+  export -f find_cuda_tool find_cuobjdump dump_sass
   export HOT_KERNELS OUT CUDA_HOME
   if [[ ${REHEARSE:-} && -f build/libgpt2_cuda.so ]] && ! find_cuobjdump >/dev/null; then
     step "sass" "$log" 5 echo "sass: not rehearsed (no cuobjdump here: \$CUDA_HOME/bin, PATH, ../shared/cuda-binutils)"
@@ -141,8 +143,8 @@ run() {
   # last, with what time is left: the persistent step kernel (a grid barrier, blocks co-resident) under
   # compute-sanitizer's memcheck and synccheck
   if [[ ! ${REHEARSE:-} ]]; then
-    local sanitizer=${CUDA_HOME}/bin/compute-sanitizer
-    [[ -x $sanitizer ]] || sanitizer=$(command -v compute-sanitizer) || sanitizer=""
+    local sanitizer
+    sanitizer=$(find_cuda_tool compute-sanitizer) || sanitizer=""
     for tool in memcheck synccheck; do
       if [[ -z $sanitizer ]]; then echo "sanitizer $tool: no compute-sanitizer" | tee -a "$log"; continue; fi
       step "sanitizer $tool" "$log" 40 "$sanitizer" --tool "$tool" --target-processes all --error-exitcode 1 \

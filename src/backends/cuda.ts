@@ -40,6 +40,8 @@ const CUDA_ERROR_UNKNOWN = 999; // cudaErrorUnknown, when a failed call left no 
 const CUDA_ERROR_NOT_SUPPORTED = 801; // cudaErrorNotSupported: the persistent step cannot run this plan
 /** cu_graph_capture's kind (CU_CAPTURE_* in cuda/cuda_api.h; test/abi-layout.test.ts compares them) */
 export const CAPTURE_KINDS: Record<GraphCapture, number> = { plain: 0, programmatic: 1, persistent: 2 };
+/** each capture as its launch mode's step is named in errors */
+const CAPTURE_NAMES: Record<GraphCapture, string> = { plain: "graph", programmatic: "graph-pdl", persistent: "persistent step" };
 
 const unavailable = (why: string) => new UserError(`CUDA backend unavailable: ${why}`);
 
@@ -154,13 +156,13 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
       graphs.set(capture, graph!);
       return graph!;
     };
-    const replay = (capture: GraphCapture, what: string) => (n = 1) => this.check(this.cu.cu_graph_launch(captured(capture), n), what);
+    const replay = (capture: GraphCapture) => (n = 1) => this.check(this.cu.cu_graph_launch(captured(capture), n), `${CAPTURE_NAMES[capture]} launch`);
     return {
       ops: plan.ops.length,
       runNative: (n = 1) => this.check(this.cu.cu_plan_run_n(native.handle, n), "eager-native step"),
-      runGraph: replay("plain", "graph launch"),
-      runGraphPdl: this.programmaticLaunch ? replay("programmatic", "graph-pdl launch") : undefined,
-      runPersistent: replay("persistent", "persistent step launch"),
+      runGraph: replay("plain"),
+      runGraphPdl: this.programmaticLaunch ? replay("programmatic") : undefined,
+      runPersistent: replay("persistent"),
       graphKernelNodes: (capture = "plain") => this.cu.cu_graph_kernel_nodes(captured(capture)),
       destroy: () => {
         for (const g of graphs.values()) this.cu.cu_graph_destroy(g);
@@ -174,7 +176,7 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
     if (capture === "persistent" && code === CUDA_ERROR_NOT_SUPPORTED) {
       throw new UserError("the persistent step runs the fused plan's decode step, its cache in the weights' storage type: this step is not one (use another --mode, or matching --dtype and --kv-dtype)");
     }
-    return this.check(code, `${capture === "plain" ? "graph" : capture === "programmatic" ? "graph-pdl" : "persistent step"} capture`) as never;
+    return this.check(code, `${CAPTURE_NAMES[capture]} capture`) as never;
   }
 
   /**

@@ -8,7 +8,7 @@ import { decodeTokens, encodeText, parsePromptIds } from "../model/tokenizer.ts"
 import { DTYPE_NAMES, MAX_BATCH, type DtypeName } from "../ops.ts";
 import { PLAN_KINDS, type PlanKind } from "../plan.ts";
 import { generateBatch } from "../run/generate.ts";
-import { availableModes, LAUNCH_MODE_NAMES, launchMode, replayMode, type LaunchModeName } from "../run/launch-modes.ts";
+import { LAUNCH_MODE_NAMES, launchMode, replayMode, unavailableMode, type LaunchModeName } from "../run/launch-modes.ts";
 import { Session } from "../run/session.ts";
 import { summarize } from "../stats.ts";
 import { DEFAULT_PRESET, intFlag, loadWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
@@ -68,9 +68,7 @@ await runCli(async () => {
   const backend = await openBackend(argv.backend, { threads, note: say });
   const mode = argv.mode === "replay" ? replayMode(backend) : launchMode(argv.mode as LaunchModeName);
   const form = { plan: argv.plan, weights: placement.weights, kv: placement.kv };
-  if (!mode.available(backend, form)) {
-    throw new UserError(`launch mode ${mode.name} is not available on the ${backend.kind} backend for the ${argv.plan} plan with weights ${placement.weights} and cache ${placement.kv} (available: ${availableModes(backend, form).map((m) => m.name).join(", ")})`);
-  }
+  if (!mode.available(backend, form)) throw unavailableMode(mode.name, backend, form);
   const session = new Session(backend, weights, { plan: argv.plan, placement });
   const cache = argv.cache === "on";
   if (!cache && mode.name !== "eager") say(`note: --cache off recomputes eagerly; --mode ${argv.mode} applies to cached steps only`);

@@ -20,7 +20,7 @@ import { createProgress } from "../report/progress.ts";
 import { renderTerminalSummary } from "../report/terminal.ts";
 import { writeProfileOutputs, type WrittenOutputs } from "../report/write.ts";
 import { PLAN_KINDS, type PlanKind } from "../plan.ts";
-import { availableModes, LAUNCH_MODE_NAMES, launchMode, replayMode, type LaunchModeName, type StepForm } from "../run/launch-modes.ts";
+import { availableModes, LAUNCH_MODE_NAMES, launchMode, replayMode, unavailableMode, type LaunchModeName, type StepForm } from "../run/launch-modes.ts";
 import type { Placement } from "../run/model-buffers.ts";
 import { DTYPE_NAMES, MAX_BATCH, type DtypeName } from "../ops.ts";
 import { DEFAULT_PRESET, intFlag, loadWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
@@ -35,9 +35,7 @@ const MAX_REPEATS = 100_000;
 function modesFor(choice: (typeof MODE_CHOICES)[number], backend: Backend, step: StepForm): StudyMode[] {
   const available = availableModes(backend, step).map((m) => m.name as LaunchModeName);
   if (choice === "all") return ["uncached", ...available];
-  if (!launchMode(choice).available(backend, step)) {
-    throw new UserError(`mode ${choice} is not available on the ${backend.kind} backend for the ${step.plan} plan with weights ${step.weights} and cache ${step.kv} (available: ${available.join(", ")}, all)`);
-  }
+  if (!launchMode(choice).available(backend, step)) throw unavailableMode(choice, backend, step, ["all"]);
   return [choice];
 }
 

@@ -242,13 +242,12 @@ export interface LoadBatch {
   firstUse: number | null;
 }
 
-/** Batches of global loads over instructions [from, to) in program order. */
-export function loadBatches(instructions: SassInstruction[], from = 0, to = instructions.length): LoadBatch[] {
+/** Batches of global loads over instructions in program order. */
+export function loadBatches(instructions: SassInstruction[]): LoadBatch[] {
   const batches: LoadBatch[] = [];
   let pending = new Set<number>();
   let batch: LoadBatch | null = null;
-  for (let k = from; k < to; k++) {
-    const inst = instructions[k]!;
+  for (const inst of instructions) {
     if (batch && reads(inst).some((r) => pending.has(r))) {
       batch.firstUse = inst.address;
       batches.push(batch);

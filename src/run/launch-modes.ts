@@ -2,6 +2,7 @@
 // the study, generate, bench, reports) takes modes from this list. Adding a mode is one entry.
 import type { Backend } from "../backends/backend.ts";
 import type { LaunchFloor } from "../backends/instrument.ts";
+import { UserError } from "../errors.ts";
 import type { DtypeName } from "../ops.ts";
 import type { PlanKind } from "../plan.ts";
 import type { CompiledStep } from "./step.ts";
@@ -77,8 +78,7 @@ export const LAUNCH_MODES = [
     phrase: "the persistent step kernel",
     // its ops are tasks inside one kernel: a trace sees one record per step, not one per op
     kernelPerOp: false,
-    // instantiated for the fused plan's bodies with the cache in the weights' storage type (cuda/persistent.cu)
-    available: (backend, step) => backend.persistentStep && step.plan === "fused" && step.kv === step.weights,
+    available: (backend, step) => backend.persistentStep && persistentStepRuns(step),
     run: (step, n) => step.native().runPersistent!(n),
     // no launch per op (one graph node per token, ~1 µs against a step of ~0.1 ms): what dispatches an op is the
     // grid barrier before it
@@ -91,6 +91,19 @@ export const LAUNCH_MODE_NAMES: readonly LaunchModeName[] = LAUNCH_MODES.map((m)
 
 export function launchMode(name: LaunchModeName): LaunchMode {
   return LAUNCH_MODES.find((m) => m.name === name)!;
+}
+
+/** Whether the persistent step kernel is built for a step of this form: the fused plan's bodies, the cache in the weights' storage type (cuda/persistent.cu). */
+export function persistentStepRuns(step: StepForm): boolean {
+  return step.plan === "fused" && step.kv === step.weights;
+}
+
+/** The error for a mode this backend cannot run a step of this form in, naming the modes it can (and `more` choices). */
+export function unavailableMode(name: string, backend: Backend, step: StepForm, more: readonly string[] = []): UserError {
+  const available = [...availableModes(backend, step).map((m) => m.name), ...more];
+  return new UserError(
+    `launch mode ${name} is not available on the ${backend.kind} backend for the ${step.plan} plan with weights ${step.weights} and cache ${step.kv} (available: ${available.join(", ")})`,
+  );
 }
 
 /** The modes this backend can run a step of this form in, in list order. */

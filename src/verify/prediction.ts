@@ -8,7 +8,8 @@ import type { GPT2Config } from "../model/config.ts";
 import { DTYPE_BYTES, dtypeOf, kernelFamily, MAX_BATCH, namedArgs, type DtypeName } from "../ops.ts";
 import { F32_SINGLE, planShape, type PlanKind, type PlanOp, type StepLayout } from "../plan.ts";
 import { predictStep, type GpuModel, type KernelInput, type StepPrediction } from "../profile/kernel-model.ts";
-import { elementType, rowBucket, storageKernel, weightKernel, type SassFacts } from "./sass-checks.ts";
+import { persistentStepRuns } from "../run/launch-modes.ts";
+import { elementType, persistentStepKernel, storageKernel, weightKernel, type SassFacts } from "./sass-checks.ts";
 
 /** cuda/linear.cu kMatvecLoads: weight rows (16-byte loads) per matvec thread. */
 const MATVEC_LOADS = 8;
@@ -52,7 +53,7 @@ export function activeLoads(op: PlanOp): number {
  * block requests into L2 before the barrier ahead of the op (a matvec's weights of its tile, the LM head's first
  * vocabulary rows, attention's chunk of earlier keys and values); 0 for an op it has none for.
  */
-export function lookAheadBytes(op: PlanOp, context: number): number {
+function lookAheadBytes(op: PlanOp, context: number): number {
   switch (op.family) {
     case "attention": {
       const { C, n_head, kvdtype } = namedArgs("attention", op.args);
@@ -136,9 +137,10 @@ export function decodeKernelInputs(
 const persistentMaxRegisters = (layout: StepLayout) => (DTYPE_BYTES[dtypeOf(layout.dtypes.weights)] < 4 && layout.batch > 2 ? 255 : 128);
 
 /** The persistent step kernel's instantiation for a step (cuda/persistent.cu), or null where the step has none. */
-export function persistentKernel(plan: PlanKind, layout: StepLayout): string | null {
-  if (plan !== "fused" || layout.dtypes.weights !== layout.dtypes.kv) return null;
-  return `persistent_step_kernel<${elementType(dtypeOf(layout.dtypes.weights))}, ${rowBucket(layout.batch)}>`;
+function persistentKernel(plan: PlanKind, layout: StepLayout): string | null {
+  const weights = dtypeOf(layout.dtypes.weights);
+  if (!persistentStepRuns({ plan, weights, kv: dtypeOf(layout.dtypes.kv) })) return null;
+  return persistentStepKernel(weights, layout.batch);
 }
 
 /** Its registers per thread (from the SASS; the most it is compiled for where that was not read), or null. */

@@ -40,6 +40,8 @@ export function weightKernel(family: keyof typeof MATVEC_KERNELS | keyof typeof 
 }
 /** The C++ element type of a storage type (cuda/dtypes.h). */
 export const elementType = (dtype: DtypeName) => ELEMENT_TYPES[dtype].type;
+/** The persistent step kernel's instantiation for weights and cache in `dtype` and `rows` rows (cuda/persistent.cu). */
+export const persistentStepKernel = (dtype: DtypeName, rows: number) => `persistent_step_kernel<${ELEMENT_TYPES[dtype].type}, ${rowBucket(rows)}>`;
 /** The 16-byte-load instantiation of a kernel templated on one storage type (attention and kv_append: the cache's; embed: the tables'). */
 export const storageKernel = (base: string, dtype: DtypeName) => `${base}<${ELEMENT_TYPES[dtype].type}, ${ELEMENT_TYPES[dtype].vector}>`;
 
@@ -133,7 +135,7 @@ export function runTaskCases(source: string): Map<number, string> {
  * source lines pass through that kind's case of run_task (cases: runTaskCases). Null where its SASS carries no
  * source lines (attachSourceLines).
  */
-export function persistentBodyLoads(f: SassFunction, cases: Map<number, string>): Partial<Record<BodyKind, number | null>> | null {
+function persistentBodyLoads(f: SassFunction, cases: Map<number, string>): Partial<Record<BodyKind, number | null>> | null {
   if (!f.instructions.some((i) => i.source?.length)) return null;
   const kinds = f.instructions.map((i) => i.source?.map((s) => (s.file.endsWith("/persistent.cu") ? cases.get(s.line) : undefined)).find((k) => k));
   const out: Partial<Record<BodyKind, number | null>> = {};
@@ -142,13 +144,14 @@ export function persistentBodyLoads(f: SassFunction, cases: Map<number, string>)
   return out;
 }
 
-/** The standalone kernel a persistent instantiation's body of `kind` must match (`persistent_step_kernel<W, rows>`). */
-function ownKernel(persistent: string, kind: BodyKind): string {
-  const [, type, rows] = /^persistent_step_kernel<(.+), (\d+)>$/.exec(persistent)!;
-  const dtype = DTYPE_NAMES.find((d) => ELEMENT_TYPES[d].type === type)!;
-  const family = PERSISTENT_BODIES[kind];
-  return family === "attention" ? storageKernel("attention_kernel", dtype) : weightKernel(family, dtype, Number(rows));
-}
+/** For each persistent step instantiation, the standalone kernel each hot body must match. */
+const OWN_KERNELS = new Map(DTYPE_NAMES.flatMap((dtype) => ROW_BUCKETS.map((rows) => [
+  persistentStepKernel(dtype, rows),
+  (kind: BodyKind) => {
+    const family = PERSISTENT_BODIES[kind];
+    return family === "attention" ? storageKernel("attention_kernel", dtype) : weightKernel(family, dtype, rows);
+  },
+] as const)));
 
 /** The built library's kernels; the persistent step kernels' with their source lines where nvdisasm is found. */
 export function librarySassFunctions(libraryPath: string, cuobjdump: string, nvdisasm = findNvdisasm()): SassFunction[] {
@@ -176,11 +179,11 @@ function persistentBodiesRow(functions: SassFunction[], requirements: SassRequir
     const loads = persistentBodyLoads(f, cases);
     if (!loads) return { check: "sass persistent bodies", detail: `not read: no source lines in ${f.kernel} (${f.noSourceLines ?? "a library built without -lineinfo"})`, error: null, status: "skip" };
     for (const kind of Object.keys(PERSISTENT_BODIES) as BodyKind[]) {
-      const own = ownKernel(f.kernel, kind);
+      const own = OWN_KERNELS.get(f.kernel)?.(kind);
       const need = requirements.find((r) => r.kernel === own)?.minWideLoads;
       const have = loads[kind] ?? 0;
       seen.add(`${PERSISTENT_BODIES[kind]} ${have}`);
-      if (need === undefined) short.push(`${f.kernel} ${PERSISTENT_BODIES[kind]}: no requirement for ${own}`);
+      if (need === undefined) short.push(`${f.kernel} ${PERSISTENT_BODIES[kind]}: no requirement for ${own ?? "an unknown instantiation"}`);
       else if (have < need) short.push(`${f.kernel} ${PERSISTENT_BODIES[kind]} ${have} (< ${need})`);
     }
   }
