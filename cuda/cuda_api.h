@@ -76,11 +76,12 @@ int cu_measure_copy_bandwidth(uint64_t bytes, int iters, double* out_bytes_per_s
 int cu_measure_fp32_peak(double* out_flops_per_s);
 
 // The launch floor, from n empty kernels: out[0] host µs per eager launch call, out[1] device µs per kernel
-// launched back to back, out[2] device µs per kernel node of a graph replay, out[3] per node of a graph captured
+// launched back to back from a full queue (behind a spin kernel), out[2] device µs per kernel node of a graph replay, out[3] per node of a graph captured
 // with programmatic dependent launch (each kernel lets its successor start and waits for its predecessor).
 int cu_measure_launch(int n, double* out);
 // The persistent step's grid barrier, n in a row in one cooperative launch on the fp32 single-sequence step's
-// resident blocks: out[0] device µs per barrier, out[1] the blocks.
+// resident blocks: out[0] device µs per barrier, out[1] the blocks, out[2] µs per barrier with skewed arrivals
+// (beyond the last arrival), out[3] and out[4] the sequentially consistent design without and with skew.
 int cu_measure_grid_barrier(int n, double* out);
 
 #ifdef __cplusplus

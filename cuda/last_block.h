@@ -3,6 +3,7 @@
 // arrive merges the group's partials in a fixed order (so the result is the same whichever block came last)
 // and resets the counter to zero for the next launch.
 #pragma once
+#include "device_counter.h"
 
 constexpr int kMaxGridCounters = 4096;  // arrival counters at the start of an op's partials buffer (cuda/ops.h)
 
@@ -22,17 +23,18 @@ size_t matvec_partials_bytes(int max_rows, int max_in, int max_out);
 
 // Counts this block in on `counter`, one of `group_blocks` blocks; true in the last block of the group to
 // arrive, which then also resets the counter. Every thread of the (one-dimensional) block calls it; is_last
-// points to __shared__ memory.
+// points to __shared__ memory. Thread 0's acq_rel count releases the block's partials (written before the
+// __syncthreads) and, in the last block, acquires every other block's: each count reads the one before it.
 __device__ __forceinline__ bool arrive_last(unsigned* counter, unsigned group_blocks, bool* is_last) {
-  __threadfence();  // this thread's partials are visible device-wide before the block is counted
   __syncthreads();
   if (threadIdx.x == 0) {
-    *is_last = atomicAdd(counter, 1u) + 1 == group_blocks;
-    if (*is_last) *counter = 0;  // every block of the group has counted: the next launch starts from zero
+    DeviceCounter count(*counter);
+    *is_last = count.fetch_add(1u, cuda::std::memory_order_acq_rel) + 1 == group_blocks;
+    // every block of the group has counted: the next launch (or task, after the grid barrier's release) starts from zero
+    if (*is_last) count.store(0u, cuda::std::memory_order_relaxed);
   }
 #ifndef PLANT_MISSING_BARRIER  // planted for test/kernels.emu.test.ts: threads may read is_last before it is set
   __syncthreads();
 #endif
-  if (*is_last) __threadfence();  // order the merge's reads after the other blocks' partials
   return *is_last;
 }

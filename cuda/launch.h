@@ -11,6 +11,7 @@
 
 #include <utility>
 
+#include "device_counter.h"
 #include "op_table.h"
 
 // Hooks implemented by cuda/runtime.cu.
@@ -112,6 +113,14 @@ __device__ __forceinline__ void prefetch_lines_l2(const L2Lines& l) {
   }
 }
 
+// What a resident block of the persistent step requests into L2 before it waits: its next virtual block of the same
+// task (a task with more virtual blocks than resident blocks runs in rounds), and its first one of the next task.
+struct LookAhead {
+  L2Lines lines[2];  // the next round's, the next task's
+  __device__ __forceinline__ L2Lines& next_round() { return lines[0]; }
+  __device__ __forceinline__ L2Lines& next_task() { return lines[1]; }
+};
+
 // ---- where a kernel body runs -------------------------------------------------------------------------------
 // The decode step's kernel bodies (cuda/linear.h, attention.h, embed.h, lm_head.h) run either as a launch of their
 // own, block blockIdx of gridDim waiting for the predecessor kernel (own_launch), or as a task of the persistent
@@ -121,34 +130,46 @@ __device__ __forceinline__ void prefetch_lines_l2(const L2Lines& l) {
 struct BlockPlace {
   uint3 idx;
   dim3 grid;
-  const unsigned* arrivals;  // the persistent step's grid barrier (null: a launch of its own)
+  unsigned* arrivals;        // the persistent step's grid barrier (null: a launch of its own)
   unsigned arrivals_needed;  // arrivals that mean the previous task is done (0: nothing to wait for)
   bool overlapped;           // a launch of its own that may overlap its predecessor (graph-pdl)
-  const L2Lines* look_ahead;  // the persistent step: what of the next task to request before the wait (in shared memory)
+  const LookAhead* look_ahead;  // the persistent step: what to request into L2 behind the block's loads (in shared memory)
 };
 __device__ __forceinline__ BlockPlace own_launch(bool overlapped = false) { return {blockIdx, gridDim, nullptr, 0u, overlapped, nullptr}; }
 
 // The grid barrier of the persistent step: every resident block counts itself in on `arrivals` when it has done
-// its share of a task (after its threads' writes, made visible device-wide first), and a block waits, before it
-// reads a task's inputs (or, with no share of the task, before it counts itself in), until all blocks have
-// arrived from every earlier task. Thread 0 polls; the block's other threads wait for it at the barrier. The
-// loads a thread issued before the wait stay before it (the fence), so a task's weight stream overlaps the wait
+// its share of a task, and a block waits, before it reads a task's inputs (or, with no share of the task, before it
+// counts itself in), until all blocks have arrived from every earlier task. One thread per block arrives (a release
+// after the block's __syncthreads: cuda/device_counter.h) and polls (acquire loads, sleeping between them so 264
+// pollers leave the counter's L2 slice to the arrivals); the block's other threads wait for it at the barrier. The
+// loads a thread issued before the wait stay before it (the CTA fence), so a task's weight stream overlaps the wait
 // as it overlaps a predecessor kernel under programmatic launch.
-__device__ __forceinline__ void grid_arrive(unsigned* arrivals) {
+constexpr unsigned kPollFirstSleepNs = 32, kPollMaxSleepNs = 128;  // leads for the first GPU run's barrier probe
+// kScFence: the sequentially consistent design (__threadfence, then a relaxed atomic), which only the barrier probe
+// runs, to measure what the release saves (cuda/persistent.cu runtime_grid_barrier_kernel).
+template <bool kScFence = false> __device__ __forceinline__ void grid_arrive(unsigned* arrivals) {
   __syncthreads();
-  if (threadIdx.x == 0) {
+  if (threadIdx.x != 0) return;
+  if constexpr (kScFence) {
     __threadfence();
     atomicAdd(arrivals, 1u);
+  } else {
+    DeviceCounter(*arrivals).fetch_add(1u, cuda::std::memory_order_release);
   }
 }
-__device__ __forceinline__ void grid_wait(const unsigned* arrivals, unsigned needed) {
+// kBackoff: sleep between polls (the step); without, polls back to back (the probe's sequentially consistent design).
+template <bool kBackoff = true> __device__ __forceinline__ void grid_wait(unsigned* arrivals, unsigned needed) {
 #if defined(__CUDACC__)
   asm volatile("fence.acq_rel.cta;" ::: "memory");
   if (threadIdx.x == 0) {
-    unsigned seen;
+    const DeviceCounter count(*arrivals);
+    // the first poll does not sleep; every poll's load inside the loop (hoisted before it, the load would join the
+    // body's weight loads in the straight code the SASS checks read as one batch)
+    unsigned ns = 0;
     do {
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(arrivals) : "memory");
-    } while (seen < needed);
+      if (kBackoff && ns) __nanosleep(ns);
+      ns = ns ? min(2 * ns, kPollMaxSleepNs) : kPollFirstSleepNs;
+    } while (count.load(cuda::std::memory_order_acquire) < needed);
   }
 #else
   if (threadIdx.x == 0) emu::wait_until_at_least(arrivals, needed);
@@ -156,15 +177,17 @@ __device__ __forceinline__ void grid_wait(const unsigned* arrivals, unsigned nee
   __syncthreads();
 }
 
-// Before the persistent step's wait (its first virtual block of a task), the block's own loads issued, it requests
-// what it reads first of the next task into L2: queued behind its own, they keep the memory busy through this
-// task's merge and the barrier after it. The block's threads are done with the look-ahead (in shared memory)
-// before thread 0 may wait, so no shared memory is live across the wait (the emulator's rule, cuda/emu).
+// In the persistent step, before its wait (its first virtual block of a task) and its own loads issued, a block
+// requests into L2 its second round of the task and what it reads first of the next task: queued behind its own,
+// they keep the memory busy through this round's merge, the task's merge and the barrier after it. The block's
+// threads are done with the look-ahead (in shared memory) before thread 0 may wait, so no shared memory is live
+// across the wait (the emulator's rule, cuda/emu).
 __device__ __forceinline__ void wait_for_inputs(const BlockPlace& at) {
   if (!at.arrivals) {
     wait_for_predecessor(at.overlapped);
   } else if (at.arrivals_needed) {
-    prefetch_lines_l2(*at.look_ahead);
+#pragma unroll 1  // one loop of requests in every body, not two (the fp32 8-row bodies would spill)
+    for (const L2Lines& lines : at.look_ahead->lines) prefetch_lines_l2(lines);
     __syncthreads();
     grid_wait(at.arrivals, at.arrivals_needed);
   }

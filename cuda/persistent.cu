@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(kStepThreads, step_min_blocks_per_sm<W, kRows>
 #else
   __shared__ float4 shared[StepShared<W, kRows>::kBytes / sizeof(float4)];
 #endif
-  __shared__ L2Lines next;  // in shared memory rather than registers, which the bodies need
+  __shared__ LookAhead ahead;  // in shared memory rather than registers, which the bodies need
   // The task being run, copied into shared memory. Read from global memory, its arguments were reloaded after every
   // 16-byte load (an asm volatile, which the compiler assumes may write memory) and the next load waited for the
   // reload: the matvec and LM head bodies kept 1-2 loads in flight, not their kernels' 8 (the SASS check of the
@@ -130,13 +130,22 @@ __global__ void __launch_bounds__(kStepThreads, step_min_blocks_per_sm<W, kRows>
   for (int i = 0; i < n_tasks; i++) {
     const StepTask& task = copy_task(current[i % 2], tasks[i]);
     // the first virtual block a resident block takes waits for every block's arrival from the previous tasks,
-    // having requested its first lines of the next task into L2 (wait_for_inputs)
-    if (threadIdx.x == 0) next = i + 1 < n_tasks ? look_ahead_of<W>(tasks[i + 1], blockIdx.x) : L2Lines{};
+    // having requested its next round and its first lines of the next task into L2 (wait_for_inputs)
+    if (threadIdx.x == 0) {
+      ahead.next_round() = look_ahead_of<W>(tasks[i], blockIdx.x + gridDim.x);
+      ahead.next_task() = i + 1 < n_tasks ? look_ahead_of<W>(tasks[i + 1], blockIdx.x) : L2Lines{};
+    }
     __syncthreads();
     const dim3 grid = task.grid;
     const unsigned virtual_blocks = grid.x * grid.y * grid.z;
-    BlockPlace at = {{0, 0, 0}, grid, &barrier->arrivals, (unsigned)i * gridDim.x, false, &next};
+    BlockPlace at = {{0, 0, 0}, grid, &barrier->arrivals, (unsigned)i * gridDim.x, false, &ahead};
     for (unsigned v = blockIdx.x; v < virtual_blocks; v += gridDim.x) {
+      // a later round has no wait to request behind: from the second on, the round after it is requested first
+      if (v >= blockIdx.x + gridDim.x && v + gridDim.x < virtual_blocks) {
+        if (threadIdx.x == 0) ahead.next_round() = look_ahead_of<W>(task, v + gridDim.x);
+        __syncthreads();
+        prefetch_lines_l2(ahead.next_round());
+      }
       at.idx = virtual_block(grid, v);
       run_task<W, kRows>(task, at, shared);
       at.arrivals_needed = 0;
@@ -210,13 +219,30 @@ void persistent_step_launch(const StepLaunch& launch, void* device_buffer, cudaS
 }
 
 // ---- what the grid barrier costs --------------------------------------------------------------------------------
-// n grid barriers in a row, as the step crosses one between tasks: each block counts itself in, then waits for all.
-// arrivals: (1), zero at launch  grid: (resident blocks, all co-resident)  block: (kStepThreads)
-__global__ void __launch_bounds__(kStepThreads) runtime_grid_barrier_kernel(unsigned* arrivals, int n) {
-  for (int i = 0; i < n; i++) {
-    grid_arrive(arrivals);
-    grid_wait(arrivals, (unsigned)(i + 1) * gridDim.x);
+// Skewed arrivals: before barrier i, block b spins skew_cycles x ((b + i) % kBarrierSkewSpread) SM cycles, so the
+// blocks come in at different times, the last a different one each time, as blocks finish a task's share.
+constexpr int kBarrierSkewSpread = 8;
+constexpr long long kBarrierSkewCycles = 256;  // up to 1,792 cycles apart: ~0.9 µs at the H200's 1.98 GHz
+__device__ __forceinline__ void spin_cycles(long long cycles) {
+  for (const long long start = clock64(); clock64() - start < cycles;) {
   }
+}
+
+// n grid barriers in a row, as the step crosses one between tasks: each block counts itself in, then waits for all
+// (kScFence: the sequentially consistent design with polls back to back, for comparison), each after its skew.
+// arrivals: (1), zero at launch  grid: (resident blocks, all co-resident)  block: (kStepThreads)
+template <bool kScFence>
+__global__ void __launch_bounds__(kStepThreads) runtime_grid_barrier_kernel(unsigned* arrivals, int n, long long skew_cycles) {
+  for (int i = 0; i < n; i++) {
+    spin_cycles(skew_cycles * (long long)((blockIdx.x + i) % kBarrierSkewSpread));
+    grid_arrive<kScFence>(arrivals);
+    grid_wait<!kScFence>(arrivals, (unsigned)(i + 1) * gridDim.x);
+  }
+}
+// The skewed run's spins alone: every block spins the longest skew n times, with no barrier.
+// grid: (blocks)  block: (kStepThreads)
+__global__ void __launch_bounds__(kStepThreads) runtime_skew_kernel(int n, long long skew_cycles) {
+  for (int i = 0; i < n; i++) spin_cycles(skew_cycles * (kBarrierSkewSpread - 1));
 }
 
 cudaError_t persistent_barrier_blocks(int* blocks) {
@@ -225,7 +251,18 @@ cudaError_t persistent_barrier_blocks(int* blocks) {
   return resident_blocks(step.kernel, step.shared_bytes, blocks);
 }
 
-cudaError_t persistent_barrier_launch(unsigned* arrivals, int n, int blocks, cudaStream_t stream) {
-  launch_cooperative(runtime_grid_barrier_kernel, blocks, 0, stream, arrivals, n);
+cudaError_t persistent_barrier_launch(const BarrierProbe& probe, unsigned* arrivals, int n, int blocks, cudaStream_t stream) {
+  const long long skew = probe.skewed ? kBarrierSkewCycles : 0;
+  switch (probe.kind) {
+    case BarrierProbe::kStep:
+      launch_cooperative(runtime_grid_barrier_kernel<false>, blocks, 0, stream, arrivals, n, skew);
+      break;
+    case BarrierProbe::kScFence:
+      launch_cooperative(runtime_grid_barrier_kernel<true>, blocks, 0, stream, arrivals, n, skew);
+      break;
+    case BarrierProbe::kSkewAlone:
+      launch_cooperative(runtime_skew_kernel, blocks, 0, stream, n, kBarrierSkewCycles);
+      break;
+  }
   return cudaGetLastError();
 }

@@ -29,6 +29,13 @@ size_t persistent_buffer_bytes(int n_tasks);
 void persistent_step_launch(const StepLaunch& launch, void* device_buffer, cudaStream_t stream);
 // The grid of the fp32 single-sequence step: the blocks its kernel keeps resident.
 cudaError_t persistent_barrier_blocks(int* blocks);
-// Launches n grid barriers in a row (the step's barrier, nothing between them) on `blocks` blocks (at most
-// persistent_barrier_blocks), as one cooperative launch on `stream`. `arrivals` must be zero.
-cudaError_t persistent_barrier_launch(unsigned* arrivals, int n, int blocks, cudaStream_t stream);
+// What the barrier probe runs n times in a row on the step's resident blocks: the step's grid barrier, or the
+// sequentially consistent design (a __threadfence before the arrival, polls back to back); each with or without
+// skewed arrivals; or (kSkewAlone) the skewed runs' spins with no barrier, to subtract.
+struct BarrierProbe {
+  enum Kind { kStep, kScFence, kSkewAlone } kind;
+  bool skewed;
+};
+// Launches the probe on `blocks` blocks (at most persistent_barrier_blocks), as one cooperative launch on `stream`.
+// `arrivals` must be zero.
+cudaError_t persistent_barrier_launch(const BarrierProbe& probe, unsigned* arrivals, int n, int blocks, cudaStream_t stream);

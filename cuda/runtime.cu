@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <algorithm>
 #include <cstdint>
 
 #include "cuda_api.h"
@@ -412,9 +413,21 @@ static cudaError_t time_graph_nodes(int n, void (*kernel)(int), bool programmati
   return e;
 }
 
+// launch: (1) x (1); spins `cycles` SM cycles, so that the launches enqueued behind it find a full queue
+__global__ void runtime_spin_kernel(long long cycles) {
+  for (const long long start = clock64(); clock64() - start < cycles;) {
+  }
+}
+
+// Empty kernels a spin kernel holds back for the device's rate: the launches queued behind one kernel before the
+// host blocks are bounded (about a thousand), so the back-to-back run stays well inside them.
+constexpr int kQueuedEmptyKernels = 500;
+
 // Launches n empty kernels eagerly (after one warm-up), then replays them captured as one graph, plainly and with
 // programmatic dependent launch: out[0] host µs per launch call, out[1] device µs per kernel launched back to back
-// (the launch rate the GPU sustains), out[2] device µs per kernel node of a graph replay, out[3] per node of the
+// (the launch rate the GPU sustains: kQueuedEmptyKernels of them enqueued behind a spin kernel that outlasts their
+// issue, so the queue is full when they start, as in the usual launch-latency microbenchmarks; issued without it,
+// they would measure the host's rate), out[2] device µs per kernel node of a graph replay, out[3] per node of the
 // graph-pdl kind (NaN where that capture fails: a device without programmatic launch; the rest still stands).
 extern "C" int cu_measure_launch(int n, double* out) {
   out[0] = out[1] = out[2] = out[3] = 0.0;
@@ -425,15 +438,24 @@ extern "C" int cu_measure_launch(int n, double* out) {
   LAUNCH_ON(g_stream, runtime_empty_kernel, 1, 1, 0);
   if ((e = cudaStreamSynchronize(g_stream)) != cudaSuccess) return e;
 
-  if ((e = cudaEventRecord(events.start, g_stream)) != cudaSuccess) return e;
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < n; i++) LAUNCH_ON(g_stream, runtime_empty_kernel, 1, 1, i);
   const auto t1 = std::chrono::steady_clock::now();
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  if ((e = cudaStreamSynchronize(g_stream)) != cudaSuccess) return e;
+  out[0] = std::chrono::duration<double, std::micro>(t1 - t0).count() / n;
+
+  // the spin outlasts twice the queued launches' issue, and 2 ms at least
+  int clock_khz = 0;
+  if ((e = cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0)) != cudaSuccess) return e;
+  const double spin_us = std::max(2000.0, 2.0 * kQueuedEmptyKernels * out[0]);
+  LAUNCH_ON(g_stream, runtime_spin_kernel, 1, 1, (long long)(spin_us * clock_khz / 1e3));
+  if ((e = cudaEventRecord(events.start, g_stream)) != cudaSuccess) return e;
+  for (int i = 0; i < kQueuedEmptyKernels; i++) LAUNCH_ON(g_stream, runtime_empty_kernel, 1, 1, i);
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
   if ((e = cudaEventRecord(events.end, g_stream)) != cudaSuccess) return e;
   if ((e = cudaEventSynchronize(events.end)) != cudaSuccess) return e;
-  out[0] = std::chrono::duration<double, std::micro>(t1 - t0).count() / n;
-  out[1] = events.elapsed_ms() * 1e3 / n;
+  out[1] = events.elapsed_ms() * 1e3 / kQueuedEmptyKernels;
 
   if ((e = time_graph_nodes(n, runtime_empty_kernel, false, events, &out[2])) != cudaSuccess) return e;
   if (time_graph_nodes(n, runtime_pdl_empty_kernel, true, events, &out[3]) != cudaSuccess) {
@@ -443,10 +465,23 @@ extern "C" int cu_measure_launch(int n, double* out) {
   return cudaSuccess;
 }
 
-// n grid barriers of the persistent step (persistent_barrier_launch), after a warm-up launch of n: out[0] device
-// µs per barrier, out[1] the blocks that met at each.
+// Device ms of one probe launch of n (persistent_barrier_launch), its counter zeroed first.
+static cudaError_t time_barrier_probe(BarrierProbe probe, unsigned* counter, int n, int blocks, EventPair& events, double* ms) {
+  cudaError_t e = cudaMemsetAsync(counter, 0, sizeof(unsigned), g_stream);
+  if (e == cudaSuccess) e = cudaEventRecord(events.start, g_stream);
+  if (e == cudaSuccess) e = persistent_barrier_launch(probe, counter, n, blocks, g_stream);
+  if (e == cudaSuccess) e = cudaEventRecord(events.end, g_stream);
+  if (e == cudaSuccess) e = cudaEventSynchronize(events.end);
+  if (e == cudaSuccess) *ms = events.elapsed_ms();
+  return e;
+}
+
+// n grid barriers in a row on the fp32 single-sequence step's resident blocks, after a warm-up launch: out[0] device
+// µs per barrier of the step's design with every block arriving at once, out[1] the blocks that met at each,
+// out[2] the same with skewed arrivals (their spins alone subtracted: what the barrier adds after the last
+// arrival), out[3] and out[4] the sequentially consistent design without and with skew.
 extern "C" int cu_measure_grid_barrier(int n, double* out) {
-  out[0] = out[1] = 0.0;
+  for (int i = 0; i < 5; i++) out[i] = 0.0;
   if (n <= 0) return cudaErrorInvalidValue;
   DeviceBuffer arrivals;
   EventPair events;
@@ -455,17 +490,22 @@ extern "C" int cu_measure_grid_barrier(int n, double* out) {
   if (e == cudaSuccess && (uint64_t)n * (uint64_t)blocks > UINT32_MAX) e = cudaErrorInvalidValue;  // the counter's range
   if (e == cudaSuccess) e = cudaMalloc(&arrivals.ptr, sizeof(unsigned));
   if (e == cudaSuccess) e = events.create();
-  auto* counter = static_cast<unsigned*>(arrivals.ptr);
-  if (e == cudaSuccess) e = cudaMemsetAsync(counter, 0, sizeof(unsigned), g_stream);
-  if (e == cudaSuccess) e = persistent_barrier_launch(counter, n, blocks, g_stream);
-  if (e == cudaSuccess) e = cudaMemsetAsync(counter, 0, sizeof(unsigned), g_stream);
-  if (e == cudaSuccess) e = cudaEventRecord(events.start, g_stream);
-  if (e == cudaSuccess) e = persistent_barrier_launch(counter, n, blocks, g_stream);
-  if (e == cudaSuccess) e = cudaEventRecord(events.end, g_stream);
-  if (e == cudaSuccess) e = cudaEventSynchronize(events.end);
   if (e != cudaSuccess) return e;
-  out[0] = events.elapsed_ms() * 1e3 / n;
+  auto* counter = static_cast<unsigned*>(arrivals.ptr);
+  const auto time = [&](BarrierProbe probe, double* ms) { return time_barrier_probe(probe, counter, n, blocks, events, ms); };
+  double warm = 0, step = 0, step_skewed = 0, sc = 0, sc_skewed = 0, skew_alone = 0;
+  if ((e = time({BarrierProbe::kStep, false}, &warm)) != cudaSuccess) return e;
+  if ((e = time({BarrierProbe::kStep, false}, &step)) != cudaSuccess) return e;
+  if ((e = time({BarrierProbe::kSkewAlone, true}, &skew_alone)) != cudaSuccess) return e;
+  if ((e = time({BarrierProbe::kStep, true}, &step_skewed)) != cudaSuccess) return e;
+  if ((e = time({BarrierProbe::kScFence, false}, &sc)) != cudaSuccess) return e;
+  if ((e = time({BarrierProbe::kScFence, true}, &sc_skewed)) != cudaSuccess) return e;
+  const double us_per = 1e3 / n;
+  out[0] = step * us_per;
   out[1] = blocks;
+  out[2] = (step_skewed - skew_alone) * us_per;
+  out[3] = sc * us_per;
+  out[4] = (sc_skewed - skew_alone) * us_per;
   return cudaSuccess;
 }
 

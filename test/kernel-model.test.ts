@@ -167,7 +167,7 @@ describe("inputs read from the code", () => {
 
   test("without the SASS the model assumes the design's loads; with it, at most what the SASS holds", () => {
     const ops = planShape(gpt2, 1);
-    const facts = [{ kernel: "linear_residual_kernel<float, 4, 1>", registers: 40, wideLoadsInFlight: 2, wideLoadsBeforeWait: 0, localAccesses: 0, waits: true, nonCoherentLoads: 0, fmaShare: 0.5, l2Prefetches: 0 }];
+    const facts = [{ kernel: "linear_residual_kernel<float, 4, 1>", registers: 40, wideLoadsInFlight: 2, wideLoadsBeforeWait: 0, localAccesses: 0, waits: true, nonCoherentLoads: 0, fmaShare: 0.5, l2Prefetches: 0, scFences: 0, sleeps: 0 }];
     const [, , , withSass] = kernelInputs(ops, 8, shapesOf(ops), facts);
     expect(withSass).toMatchObject({ family: "linear_residual", loadsInFlight: 2, registers: 40, prefetches: false, fmaShare: 0.5 });
     const [, , , without] = kernelInputs(ops, 8, shapesOf(ops), null);

@@ -8,8 +8,14 @@ import type { StudyPoint } from "../src/profile/types.ts";
 import { launchVerdict } from "../src/profile/verdicts.ts";
 import { launchMode } from "../src/run/launch-modes.ts";
 
-const launch: LaunchFloor = { host_us: 2.5, device_us: 1.2, graph_node_us: 0.8, pdl_node_us: 0.5, grid_barrier_us: 0.7, how_measured: "synthetic" };
-const cpu: LaunchFloor = { host_us: 0.05, device_us: null, graph_node_us: null, pdl_node_us: null, grid_barrier_us: null, how_measured: "synthetic" };
+const launch: LaunchFloor = {
+  host_us: 2.5, device_us: 1.2, graph_node_us: 0.8, pdl_node_us: 0.5,
+  grid_barrier_us: 0.7, grid_barrier_skewed_us: 0.6, grid_barrier_sc_us: 1.6, grid_barrier_sc_skewed_us: 2.1, how_measured: "synthetic",
+};
+const cpu: LaunchFloor = {
+  host_us: 0.05, device_us: null, graph_node_us: null, pdl_node_us: null,
+  grid_barrier_us: null, grid_barrier_skewed_us: null, grid_barrier_sc_us: null, grid_barrier_sc_skewed_us: null, how_measured: "synthetic",
+};
 
 describe("the launch floor per mode", () => {
   test("each mode's per-op floor is its own measured dispatch: a call, a graph node, a programmatic node, a barrier", () => {
@@ -19,6 +25,11 @@ describe("the launch floor per mode", () => {
     expect(launchMode("graph").floorUs(launch, null)).toBe(0.8);
     expect(launchMode("graph-pdl").floorUs(launch, null)).toBe(0.5);
     expect(launchMode("persistent").floorUs(launch, null)).toBe(0.7);
+  });
+
+  test("the persistent step's barrier is the dearer of its two arrival patterns, never the sequentially consistent design's", () => {
+    expect(launchMode("persistent").floorUs({ ...launch, grid_barrier_skewed_us: 1.1 }, null)).toBe(1.1);
+    expect(launchMode("persistent").floorUs({ ...launch, grid_barrier_skewed_us: null }, null)).toBe(0.7);
   });
 
   test("where a cost was not measured, the next one stands in (graph-pdl: the graph node; persistent: nothing)", () => {

@@ -12,7 +12,8 @@ describe("renderReport", () => {
   test("states the launch floor measured with empty ops", () => {
     expect(renderReport(summary)).toContain(
       "Launch floor: an empty op costs 2.50 us on the host per call; back to back the device retires one every 1.20 us; a graph node costs 0.80 us, " +
-        "a programmatic (graph-pdl) node 0.50 us, and a grid barrier of the persistent step 0.70 us (synthetic).",
+        "a programmatic (graph-pdl) node 0.50 us, and a grid barrier of the persistent step 0.70 us with every block arriving at once, " +
+        "0.90 us past the last of skewed arrivals (the sequentially consistent design: 1.60 and 2.10 us) (synthetic).",
     );
   });
   const report = renderReport(summary);

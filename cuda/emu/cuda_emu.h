@@ -34,6 +34,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <atomic>
 #include <functional>
 #include <tuple>
 #include <utility>
@@ -143,6 +144,36 @@ inline unsigned atomicInc(unsigned* address, unsigned limit) {
   *address = old >= limit ? 0 : old + 1;
   return old;
 }
+
+// ---- libcu++'s atomic_ref (<cuda/atomic>), as cuda/device_counter.h uses it: plain reads and writes, exact for the
+// same reason; the memory orders and scopes are accepted and have nothing to order here -----------------------------
+namespace cuda {
+enum thread_scope { thread_scope_system, thread_scope_device, thread_scope_block, thread_scope_thread };
+namespace std {
+using ::std::memory_order;
+using ::std::memory_order_relaxed;
+using ::std::memory_order_acquire;
+using ::std::memory_order_release;
+using ::std::memory_order_acq_rel;
+using ::std::memory_order_seq_cst;
+}  // namespace std
+template <typename T, thread_scope> class atomic_ref {
+ public:
+  explicit atomic_ref(T& value) : value_(value) {}
+  T load(::std::memory_order) const { return value_; }
+  void store(T v, ::std::memory_order) const { value_ = v; }
+  T fetch_add(T v, ::std::memory_order) const { return atomicAdd(&value_, v); }
+
+ private:
+  T& value_;
+};
+}  // namespace cuda
+
+// ---- clocks and sleeps -------------------------------------------------------------------------------------------
+// clock64(): a monotonic count (nanoseconds here; SM cycles on a GPU), so spin loops on it end. __nanosleep: a fiber
+// never sleeps; a wait that needs another block to move goes through emu::wait_until_at_least.
+long long clock64();
+inline void __nanosleep(unsigned) {}
 
 // ---- loads and math intrinsics ------------------------------------------------------------------------------
 template <typename T> T __ldg(const T* p) { return *p; }

@@ -74,6 +74,11 @@ void submit_launch(dim3 grid, dim3 block, cudaStream_t stream, KernelBody body, 
 
 using emu::g_sticky;
 
+long long clock64() {
+  using namespace std::chrono;
+  return duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count();
+}
+
 cudaError_t cudaGetLastError() {
   cudaError_t e = g_sticky;
   g_sticky = cudaSuccess;

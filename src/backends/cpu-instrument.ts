@@ -98,7 +98,7 @@ export class CpuInstrument implements Instrument {
     const t0 = nowMs();
     for (let i = 0; i < EMPTY_OPS; i++) call();
     const hostUs = ((nowMs() - t0) * 1e3) / EMPTY_OPS;
-    return { host_us: hostUs, device_us: null, graph_node_us: null, pdl_node_us: null, grid_barrier_us: null, how_measured: `${EMPTY_OPS} empty ops (GELU of 0 elements) through bun:ffi, after as many warm-up calls` };
+    return { host_us: hostUs, device_us: null, graph_node_us: null, pdl_node_us: null, grid_barrier_us: null, grid_barrier_skewed_us: null, grid_barrier_sc_us: null, grid_barrier_sc_skewed_us: null, how_measured: `${EMPTY_OPS} empty ops (GELU of 0 elements) through bun:ffi, after as many warm-up calls` };
   }
 
   close(): void {}

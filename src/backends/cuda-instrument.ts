@@ -52,6 +52,15 @@ export interface StepEvents {
   destroy(): void;
 }
 
+/** cu_measure_grid_barrier: µs per barrier with every block arriving at once and skewed, in the step's design and the sequentially consistent one. */
+export interface GridBarrierMeasurement {
+  us: number;
+  blocks: number;
+  skewedUs: number;
+  scUs: number;
+  scSkewedUs: number;
+}
+
 /** What the instrument uses of the CUDA backend. */
 export interface CudaTimers {
   readonly kind: "cuda" | "emu";
@@ -60,7 +69,7 @@ export interface CudaTimers {
   measureCopyBandwidth(bytes: number, iters: number): number;
   measureFp32Peak(): number;
   measureLaunch(n: number): { hostUs: number; eagerDeviceUs: number; graphNodeUs: number; pdlNodeUs: number | null };
-  measureGridBarrier(n: number): { us: number; blocks: number };
+  measureGridBarrier(n: number): GridBarrierMeasurement;
 }
 
 export class CudaInstrument implements Instrument {
@@ -139,11 +148,15 @@ export class CudaInstrument implements Instrument {
     const barriers = this.backend.kind === "emu" ? EMULATED_GRID_BARRIERS : GRID_BARRIERS;
     const barrier = this.backend.measureGridBarrier(barriers);
     return {
-      host_us: l.hostUs, device_us: l.eagerDeviceUs, graph_node_us: l.graphNodeUs, pdl_node_us: l.pdlNodeUs, grid_barrier_us: barrier.us,
+      host_us: l.hostUs, device_us: l.eagerDeviceUs, graph_node_us: l.graphNodeUs, pdl_node_us: l.pdlNodeUs, grid_barrier_us: barrier.us, grid_barrier_skewed_us: barrier.skewedUs,
+      grid_barrier_sc_us: barrier.scUs, grid_barrier_sc_skewed_us: barrier.scSkewedUs,
       how_measured:
-        `${EMPTY_OPS} empty kernels launched from C++ back to back (host clock per call, events per kernel), then as one ${EMPTY_OPS}-node graph, ` +
-        `plain and with programmatic dependent launch; ${barriers} grid barriers of the persistent step in one cooperative launch on the fp32 ` +
-        `single-sequence step's ${barrier.blocks} resident blocks`,
+        `${EMPTY_OPS} empty kernels launched from C++ (host clock per call), then 500 enqueued behind a spin kernel that outlasts their issue ` +
+        `(events: the device's rate from a full queue), then as one ${EMPTY_OPS}-node graph, plain and with programmatic dependent launch; ` +
+        `${barriers} grid barriers of the persistent step in one cooperative launch on the fp32 single-sequence step's ${barrier.blocks} ` +
+        `resident blocks, every block arriving at once, then with arrivals skewed by up to 1,792 SM cycles (the spins alone subtracted), ` +
+        `each in the step's design (one release arrival per block, acquire polls with a sleep between them) and in the sequentially ` +
+        `consistent one (a __threadfence before each arrival, polls back to back)`,
     };
   }
 

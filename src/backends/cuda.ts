@@ -6,6 +6,7 @@ import { ensureBuilt, hasNvcc, hasPrebuilt } from "../native/build.ts";
 import { CUDA_SYMBOLS, CU_DEVICE_INFO, CU_LAUNCH_SHAPE, decodeDeviceInfo, type CuDeviceInfo } from "../native/cuda-symbols.ts";
 import { probeDriver } from "../native/driver.ts";
 import type { EncodedPlan } from "../plan.ts";
+import type { GridBarrierMeasurement } from "./cuda-instrument.ts";
 import { HOST_STUDY_DEFAULTS, type BackendDescription, type GraphCapture, type KernelLaunches, type LaunchShape, type RecordedStep, type StudyDefaults } from "./backend.ts";
 import { CudaInstrument, type CudaTimers, type StepEvents } from "./cuda-instrument.ts";
 import type { Instrument } from "./instrument.ts";
@@ -222,11 +223,11 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
     return { hostUs: out[0]!, eagerDeviceUs: out[1]!, graphNodeUs: out[2]!, pdlNodeUs: Number.isNaN(out[3]) ? null : out[3]! };
   }
 
-  /** the persistent step's grid barrier, n in a row: device µs per barrier, and the blocks that met at it */
-  measureGridBarrier(n: number): { us: number; blocks: number } {
-    const out = new Float64Array(2);
+  /** the persistent step's grid barrier, n in a row: device µs per barrier (at once, skewed; and in the sequentially consistent design), the blocks that met at it */
+  measureGridBarrier(n: number): GridBarrierMeasurement {
+    const out = new Float64Array(5);
     this.check(this.cu.cu_measure_grid_barrier(n, out), "grid barrier measurement");
-    return { us: out[0]!, blocks: out[1]! };
+    return { us: out[0]!, blocks: out[1]!, skewedUs: out[2]!, scUs: out[3]!, scSkewedUs: out[4]! };
   }
 
   measureFp32Peak(): number {

@@ -74,8 +74,13 @@ export interface LaunchFloor {
   graph_node_us: number | null;
   /** GPU µs per node of a graph captured with programmatic dependent launch (each kernel lets its successor start, then waits) */
   pdl_node_us: number | null;
-  /** GPU µs per grid barrier of the persistent step, among its resident blocks */
+  /** GPU µs per grid barrier of the persistent step among its resident blocks, every block arriving at once */
   grid_barrier_us: number | null;
+  /** the same with the blocks arriving at different times: µs past the last arrival (their spins subtracted) */
+  grid_barrier_skewed_us: number | null;
+  /** the sequentially consistent design (a __threadfence before each arrival, polls back to back), at once and skewed */
+  grid_barrier_sc_us: number | null;
+  grid_barrier_sc_skewed_us: number | null;
   how_measured: string;
 }
 
@@ -104,3 +109,9 @@ export const nowMs = () => Bun.nanoseconds() / 1e6;
 export const PEAK_CALLS = 8;
 /** empty ops per launch-floor measurement */
 export const EMPTY_OPS = 2000;
+
+/** The persistent step's barrier as it dispatches an op: the dearer of its two arrival patterns (null: not measured). */
+export function gridBarrierUs(launch: LaunchFloor): number | null {
+  const measured = [launch.grid_barrier_us, launch.grid_barrier_skewed_us].filter((x): x is number => x !== null);
+  return measured.length ? Math.max(...measured) : null;
+}

@@ -115,9 +115,11 @@ export interface DeviceDescription extends BackendDescription {
  * summary.json's layout version (2: per-mode results keyed by launch mode name; 3: settings.plan;
  * 4: storage types and batches — settings.dtype/kv_dtype, model.dtype, interventions; 5: predictions per storage
  * types and batch, the attribution's launch part as eager against the fastest other mode: launch.mode, mode_ms;
- * 6: the launch floor's graph-pdl node and grid barrier, the predictions' launch_parameters).
+ * 6: the launch floor's graph-pdl node and grid barrier, the predictions' launch_parameters; 7: the grid barrier
+ * with skewed arrivals and in the sequentially consistent design, op times that overlap counted by their marginal
+ * cost (breakdown.overlapping_ops), the predictions per op family beside the traced kernels).
  */
-export const SCHEMA_VERSION = 6;
+export const SCHEMA_VERSION = 7;
 
 export interface ProfileSummary {
   schema_version: typeof SCHEMA_VERSION;

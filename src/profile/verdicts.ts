@@ -1,6 +1,6 @@
 // Verdicts computed from the study's numbers: one sentence per mode on where its step's time goes, the answer
 // to "is the per-token floor launch overhead?", the seed's question per context, and the launch floor.
-import type { LaunchFloor, Peaks } from "../backends/instrument.ts";
+import { gridBarrierUs, type LaunchFloor, type Peaks } from "../backends/instrument.ts";
 import { launchMode, type LaunchModeName } from "../run/launch-modes.ts";
 import { stepsOf, type SplitNumbers } from "./aggregate.ts";
 import type { SeedRow, StepTrace, StudyMode, StudyPoint } from "./types.ts";
@@ -142,7 +142,7 @@ export function launchVerdict(points: StudyPoint[], launch: LaunchFloor, opsOf: 
   const hostMs = (ops * launch.host_us) / 1e3;
   const as = (what: string, n: number, us: number | null) => (us === null ? "" : `; ${what}, ${n} × ${us.toFixed(2)} us = ${((n * us) / 1e3).toFixed(3)} ms`);
   // the persistent step (fused plan only: where it ran) crosses a grid barrier between ops, one fewer than its ops
-  const barriers = cached.some((p) => p.mode === "persistent") ? as("as the persistent step's grid barriers", ops - 1, launch.grid_barrier_us) : "";
+  const barriers = cached.some((p) => p.mode === "persistent") ? as("as the persistent step's grid barriers", ops - 1, gridBarrierUs(launch)) : "";
   const graph = as("as graph nodes", ops, launch.graph_node_us) + as("as graph-pdl nodes", ops, launch.pdl_node_us) + barriers;
   return [
     `Launch floor at context ${context}: ${ops} ops × ${launch.host_us.toFixed(2)} us per empty launch = ${hostMs.toFixed(3)} ms of host time per step${graph}, ` +

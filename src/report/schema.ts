@@ -228,6 +228,7 @@ export const PROFILE_SUMMARY_SCHEMA = {
       peaks: object({ bytes_per_s: nonNegative, flops_per_s: nonNegative, how_measured: text }),
       launch: object({
         host_us: nonNegative, device_us: nullableNumber, graph_node_us: nullableNumber, pdl_node_us: nullableNumber, grid_barrier_us: nullableNumber,
+        grid_barrier_skewed_us: nullableNumber, grid_barrier_sc_us: nullableNumber, grid_barrier_sc_skewed_us: nullableNumber,
         how_measured: text,
       }),
     }),

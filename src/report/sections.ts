@@ -29,7 +29,11 @@ export function launchFloorSentence(s: ProfileSummary): string {
   const device = l.device_us === null ? "" : `; back to back the device retires one every ${l.device_us.toFixed(2)} us`;
   const graph = l.graph_node_us === null ? "" : `; a graph node costs ${l.graph_node_us.toFixed(2)} us`;
   const pdl = l.pdl_node_us === null ? "" : `, a programmatic (graph-pdl) node ${l.pdl_node_us.toFixed(2)} us`;
-  const barrier = l.grid_barrier_us === null ? "" : `, and a grid barrier of the persistent step ${l.grid_barrier_us.toFixed(2)} us`;
+  const us = (x: number | null) => (x === null ? "–" : x.toFixed(2));
+  const barrier = l.grid_barrier_us === null
+    ? ""
+    : `, and a grid barrier of the persistent step ${us(l.grid_barrier_us)} us with every block arriving at once, ` +
+      `${us(l.grid_barrier_skewed_us)} us past the last of skewed arrivals (the sequentially consistent design: ${us(l.grid_barrier_sc_us)} and ${us(l.grid_barrier_sc_skewed_us)} us)`;
   return `Launch floor: an empty op costs ${l.host_us.toFixed(2)} us on the host per call${device}${graph}${pdl}${barrier} (${l.how_measured}).`;
 }
 

@@ -1,7 +1,7 @@
 // How a cached decode step is launched: each launch mode is one value here, and everything else (sessions,
 // the study, generate, bench, reports) takes modes from this list. Adding a mode is one entry.
 import type { Backend } from "../backends/backend.ts";
-import type { LaunchFloor } from "../backends/instrument.ts";
+import { gridBarrierUs, type LaunchFloor } from "../backends/instrument.ts";
 import { UserError } from "../errors.ts";
 import type { DtypeName } from "../ops.ts";
 import type { PlanKind } from "../plan.ts";
@@ -81,8 +81,8 @@ export const LAUNCH_MODES = [
     available: (backend, step) => backend.persistentStep && persistentStepRuns(step),
     run: (step, n) => step.native().runPersistent!(n),
     // no launch per op (one graph node per token, ~1 µs against a step of ~0.1 ms): what dispatches an op is the
-    // grid barrier before it
-    floorUs: (launch) => launch.grid_barrier_us ?? 0,
+    // grid barrier before it, at the dearer of its two arrival patterns
+    floorUs: (launch) => gridBarrierUs(launch) ?? 0,
   },
 ] as const satisfies readonly LaunchMode[];
 

@@ -2,7 +2,8 @@
 // GPU: the hot kernels keep their 16-byte loads in flight together (and so does each body the persistent step
 // kernel inlines, found by its source lines), nothing touches local memory, registers stay within the budget the
 // launch shapes assume, and every kernel of the step waits for its predecessor and reads through coherent loads
-// only (what programmatic dependent launch needs: cuda/launch.h).
+// only (what programmatic dependent launch needs: cuda/launch.h), with no sequentially consistent fence, and the
+// persistent step backs off between the polls of its grid barrier.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 
@@ -87,6 +88,10 @@ export interface SassFacts {
   fmaShare: number | null;
   /** requests that L2 fetch a line nothing waits for (prefetch.global.L2: CCTL.E.PF2), the persistent step's look-ahead */
   l2Prefetches: number;
+  /** sequentially consistent fences (MEMBAR.SC: what __threadfence() compiles to), which no barrier or merge needs */
+  scFences: number;
+  /** NANOSLEEP: a poll that backs off */
+  sleeps: number;
 }
 
 export function sassFacts(f: SassFunction): SassFacts {
@@ -103,6 +108,8 @@ export function sassFacts(f: SassFunction): SassFacts {
     nonCoherentLoads: f.instructions.filter((i) => isGlobalLoad(i) && /\.CONSTANT(\.|$)/.test(i.opcode)).length,
     fmaShare: fmaShare(f),
     l2Prefetches: f.instructions.filter((i) => /^CCTL(\.[A-Z0-9]+)*\.PF2$/.test(i.opcode)).length,
+    scFences: f.instructions.filter((i) => /^MEMBAR\.SC(\.|$)/.test(i.opcode)).length,
+    sleeps: f.instructions.filter((i) => i.opcode === "NANOSLEEP").length,
   };
 }
 
@@ -218,6 +225,18 @@ export function sassChecks(functions: SassFunction[], requirements = SASS_REQUIR
     rows.push(verdict("sass persistent look-ahead",
       blind.length ? `no L2 prefetch in ${blind.join(", ")}` : `${persistent.length} persistent step kernels request the next op's weights into L2 (CCTL.E.PF2)`,
       blind.length === 0));
+  }
+  const fenced = facts.filter((f) => isStepKernel(f.kernel) && f.scFences > 0).map((f) => `${f.kernel} (${f.scFences})`);
+  rows.push(verdict("sass fences",
+    fenced.length ? `sequentially consistent fences (MEMBAR.SC) in ${fenced.join(", ")}`
+      : "no step kernel has a sequentially consistent fence: the merges and the grid barrier release and acquire (cuda/device_counter.h)",
+    fenced.length === 0));
+  if (persistent.length > 0) {
+    const spinning = persistent.filter((f) => f.sleeps === 0).map((f) => f.kernel);
+    rows.push(verdict("sass persistent poll",
+      spinning.length ? `no NANOSLEEP in ${spinning.join(", ")}: the grid barrier's poll does not back off`
+        : `${persistent.length} persistent step kernels sleep between the grid barrier's polls (NANOSLEEP)`,
+      spinning.length === 0));
   }
   const unsafe = facts.filter((f) => isStepKernel(f.kernel) && (!f.waits || f.nonCoherentLoads > 0)).map((f) => f.kernel);
   rows.push(verdict("sass programmatic launch",

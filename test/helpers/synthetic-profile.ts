@@ -172,7 +172,7 @@ export function syntheticSummary(steps: StepTrace[] = syntheticSteps(), cfg: GPT
       name: "Synthetic GPU <sm_90> & co",
       detail: { sms: 132, memory_bytes: 141e9 },
       peaks,
-      launch: { host_us: 2.5, device_us: 1.2, graph_node_us: 0.8, pdl_node_us: 0.5, grid_barrier_us: 0.7, how_measured: "synthetic" },
+      launch: { host_us: 2.5, device_us: 1.2, graph_node_us: 0.8, pdl_node_us: 0.5, grid_barrier_us: 0.7, grid_barrier_skewed_us: 0.9, grid_barrier_sc_us: 1.6, grid_barrier_sc_skewed_us: 2.1, how_measured: "synthetic" },
     },
     model: { config: cfg, source: "synthetic", parameters: parameterCount(cfg), dtype: "f32", weight_bytes },
     settings: { modes: syntheticModes, plan: "unfused", contexts: syntheticContexts, repeats: stepsPerPoint, warmup: 1, kernels: true, dtype: "f32", kv_dtype: "f32" },
