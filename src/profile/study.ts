@@ -71,8 +71,8 @@ export const AGREEMENT_PROMPT = 8;
 const nowMs = () => Bun.nanoseconds() / 1e6;
 
 /**
- * Units of progress in a study: every (context, mode) point timed, then traced, then one end-to-end run per
- * mode, then every intervention configuration at every context.
+ * Units of progress in a study: every (context, mode) point timed, one end-to-end run per mode, every
+ * intervention configuration at every context, then every point traced.
  */
 export function studyUnits(opts: Pick<StudyOptions, "contexts" | "modes" | "kernels" | "interventions">): number {
   const interventions = opts.contexts.length * (opts.interventions?.placements.length ?? 0);
@@ -93,9 +93,10 @@ export class Study {
   }
 
   /**
-   * Two passes: every point is timed first, with tracing never switched on (CUPTI attached to the driver
-   * can slow launches); then every point is traced, its cache filled again. The peers (if any) are timed
-   * in the first pass beside the modes and checked token for token after the second; end-to-end runs come last.
+   * Everything that is timed comes before tracing is first switched on (CUPTI attached to the driver can slow
+   * launches, and stays attached): every point (the peers, if any, beside the modes), then the end-to-end runs
+   * and the interventions; then every point is traced, its cache filled again, and the peers are checked token
+   * for token.
    */
   async run(peers?: PeerSet): Promise<StudyResult> {
     const memory = this.measureMemory();
@@ -116,6 +117,17 @@ export class Study {
       const trace = this.opts.kernels && peers ? await peers.traceTorch() : null;
       if (trace) peerTraces.push(trace);
     }
+    const endToEnd: EndToEnd[] = [];
+    for (const mode of this.opts.modes) {
+      progress(`end to end, ${mode}`);
+      await this.checkpoint();
+      endToEnd.push(this.endToEnd(mode));
+    }
+    const interventions = this.opts.interventions;
+    const samples = interventions && await measureInterventions(this.backend, this.instrument, this.weights, interventions.placements, interventions.mode, this.session, {
+      ...this.opts, checkpoint: () => this.checkpoint(),
+      onContext: (context) => progress(`interventions at context ${context}: ${interventions.placements.length} configurations`, interventions.placements.length),
+    });
     const traces: StepTrace[] = [];
     let dropped = 0;
     let mismatched = 0;
@@ -133,17 +145,6 @@ export class Study {
       }
     }
     const peerResult = peers ? await this.checkPeers(peers, peerSamples, peerTraces) : undefined;
-    const endToEnd: EndToEnd[] = [];
-    for (const mode of this.opts.modes) {
-      progress(`end to end, ${mode}`);
-      await this.checkpoint();
-      endToEnd.push(this.endToEnd(mode));
-    }
-    const interventions = this.opts.interventions;
-    const samples = interventions && await measureInterventions(this.backend, this.instrument, this.weights, interventions.placements, interventions.mode, this.session, {
-      ...this.opts, checkpoint: () => this.checkpoint(),
-      onContext: (context) => progress(`interventions at context ${context}: ${interventions.placements.length} configurations`, interventions.placements.length),
-    });
     this.opts.onProgress?.(total, total, "done");
     return { measured, traces, dropped, mismatched, endToEnd, memory, ...(peerResult ? { peers: peerResult } : {}), ...(samples ? { interventions: samples } : {}) };
   }
