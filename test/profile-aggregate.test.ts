@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import type { HostInterval, OpInterval } from "../src/backends/instrument.ts";
 import type { StepTrace } from "../src/profile/types.ts";
-import { aggregateOps, buildBreakdown, byFamily, byLayer, medianSplit, stepSplit, unionMs } from "../src/profile/aggregate.ts";
+import { aggregateOps, buildBreakdown, byFamily, byLayer, familyMsPerStep, medianSplit, opTimesMs, overlappingOps, stepSplit, unionMs } from "../src/profile/aggregate.ts";
 import { seedVerdict, splitVerdicts, type ModeSplit } from "../src/profile/verdicts.ts";
 import { syntheticSteps } from "./helpers/synthetic-profile.ts";
 
@@ -52,6 +52,40 @@ describe("aggregateOps", () => {
 
   test("breakdown's op time is per step", () => {
     expect(buildBreakdown(steps).op_sum_ms).toBeCloseTo(0.45, 12); // 0.9 ms over 2 steps
+    expect(buildBreakdown(steps).overlapping_ops).toBe(0);
+  });
+});
+
+describe("overlapping ops (graph-pdl: each kernel starts while its predecessor runs)", () => {
+  // synthetic records: kernel 1 starts 100 µs into kernel 0 and sits in its wait until kernel 0 ends; kernel 2 starts
+  // inside kernel 1 and even before kernel 0 ends; then a 50 µs gap before kernel 3 (idle, charged to no op)
+  const overlapped: StepTrace = {
+    mode: "graph-pdl", context: 8, host: [],
+    ops: [op(0, "ln_qkv", 0, 0, 300), op(1, "attention", 0, 100, 400), op(2, "linear_residual", 0, 250, 700), op(3, "ln_linear_gelu", 0, 750, 900)],
+  };
+
+  test("each op counts from the later of its start and its predecessor's end: the ops sum to the busy time, not past the step", () => {
+    expect(opTimesMs(overlapped).map((t) => t.ms)).toEqual([0.3, 0.1, 0.3, 0.15]);
+    const durations = overlapped.ops.reduce((a, o) => a + (o.end_us - o.start_us) / 1e3, 0);
+    expect(durations).toBeCloseTo(1.2, 12); // the records alone exceed the 0.9 ms step
+    const b = buildBreakdown([overlapped]);
+    expect(b.op_sum_ms).toBeCloseTo(stepSplit(overlapped).busy_ms, 12);
+    expect(b.op_sum_ms).toBeCloseTo(0.85, 12);
+    expect(b.overlapping_ops).toBe(2);
+    expect(b.families.find((f) => f.key === "attention")!.total_ms).toBeCloseTo(0.1, 12);
+    expect(b.families.reduce((a, f) => a + f.share, 0)).toBeCloseTo(1, 12);
+  });
+
+  test("records out of plan order are counted in plan order; ops one after another keep their durations", () => {
+    const shuffled: StepTrace = { ...overlapped, ops: [...overlapped.ops].reverse() };
+    expect(opTimesMs(shuffled).map((t) => [t.op.index, t.ms])).toEqual([[0, 0.3], [1, 0.1], [2, 0.3], [3, 0.15]]);
+    const sequential: StepTrace = { mode: "eager", context: 8, host: [], ops: [op(0, "linear", 0, 0, 300), op(1, "gelu", 0, 300, 400), op(2, "linear", 1, 420, 500)] };
+    expect(opTimesMs(sequential).map((t) => t.ms)).toEqual([0.3, 0.1, 0.08]);
+    expect(overlappingOps(shuffled)).toBe(2);
+  });
+
+  test("family time per step uses the marginal times too", () => {
+    expect(familyMsPerStep([overlapped]).get("attention")).toBeCloseTo(0.1, 12);
   });
 });
 

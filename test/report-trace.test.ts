@@ -40,6 +40,22 @@ describe("buildProfileTrace", () => {
     expect(trace.otherData).toEqual(run);
   });
 
+  test("kernels that overlap the one before (graph-pdl) go on lanes of their own: the trace stays valid and every kernel is kept", () => {
+    const step = syntheticStep(oneLayer, { mode: "graph-pdl", context: 2, start_us: 0, launch_us: 6, gap_us: 1, kernel_us: 4, correlation: 1 });
+    // each kernel starts 2 µs before its predecessor ends, as under programmatic dependent launch
+    const ops = step.ops.map((o, i) => ({ ...o, start_us: 200 + 3 * i, end_us: 205 + 3 * i }));
+    const trace = buildProfileTrace([{ ...step, ops }], { backend: "cuda", run });
+    expect(validateTrace(trace)).toEqual([]);
+    const kernels = trace.traceEvents.filter((e): e is CompleteEvent => e.ph === "X" && e.cat === "kernel");
+    expect(kernels).toHaveLength(ops.length);
+    expect(kernels.map((k) => k.tid)).toEqual(ops.map((_, i) => 2 + (i % 2)));
+    const lanes = trace.traceEvents.flatMap((e) => (e.ph === "M" && e.name === "thread_name" && e.tid >= 2 ? [e.args.name] : []));
+    expect(lanes).toEqual(["GPU stream", "GPU stream: overlapping the kernel before (2)"]);
+    // the same kernels on one track would not be a valid trace
+    const oneTrack = { ...trace, traceEvents: trace.traceEvents.map((e) => (e.ph === "X" && e.cat === "kernel" ? { ...e, tid: 2 } : e)) };
+    expect(validateTrace(oneTrack).some((p) => p.includes("partly overlaps"))).toBe(true);
+  });
+
   test("the full synthetic profile validates", () => {
     expect(validateTrace(buildProfileTrace(syntheticSteps(), { backend: "cuda", run }))).toEqual([]);
   });

@@ -1,8 +1,8 @@
 // From traced steps to numbers: op aggregates (Nsight's cuda_gpu_kern_sum shape) and where a step's time
 // goes (busy / idle / host issue / launch API). The sentences drawn from them are in verdicts.ts.
-import type { OpInterval } from "../backends/instrument.ts";
+import type { OpInterval, TracedStep } from "../backends/instrument.ts";
 import { summarize } from "../stats.ts";
-import type { OpAggregate, StepTrace, StudyMode, TimeSplit } from "./types.ts";
+import type { Breakdown, OpAggregate, StepTrace, StudyMode, TimeSplit } from "./types.ts";
 
 const US_PER_MS = 1000;
 
@@ -12,15 +12,38 @@ export const byFamily: OpKey = (op) => op.family;
 export const byLayer: OpKey = (op) => (op.layer === null ? op.label : `h${op.layer}`);
 export const byKernelName: OpKey = (op) => op.name;
 
-const durationMs = (i: { start_us: number; end_us: number }) => (i.end_us - i.start_us) / US_PER_MS;
+/**
+ * Each op's time in a step (ms), in the step's op order: from the later of its start and the end of the ops
+ * before it to its own end. Where ops run one after another that is the op's duration; where an op starts while
+ * its predecessor still runs (graph-pdl: a kernel's record then includes its wait for the predecessor) it is the
+ * op's marginal cost, so the ops sum to the step's busy time instead of double-counting the overlap.
+ */
+export function opTimesMs(step: TracedStep): { op: OpInterval; ms: number }[] {
+  let before = Number.NEGATIVE_INFINITY;
+  return [...step.ops].sort((a, b) => a.index - b.index).map((op) => {
+    const ms = Math.max(0, op.end_us - Math.max(op.start_us, before)) / US_PER_MS;
+    before = Math.max(before, op.end_us);
+    return { op, ms };
+  });
+}
 
-/** One row per key over every op interval of `steps`; per-call statistics; sorted by total time, descending. */
+/** Ops of a step that start before the ops ahead of them have ended. */
+export function overlappingOps(step: TracedStep): number {
+  let before = Number.NEGATIVE_INFINITY;
+  return [...step.ops].sort((a, b) => a.index - b.index).filter((op) => {
+    const overlaps = op.start_us < before;
+    before = Math.max(before, op.end_us);
+    return overlaps;
+  }).length;
+}
+
+/** One row per key over every op of `steps` (each at its time in its step, opTimesMs); per-call statistics; sorted by total time, descending. */
 export function aggregateOps(steps: readonly StepTrace[], keyOf: OpKey): OpAggregate[] {
   const durationsByKey = new Map<string, number[]>();
-  for (const op of steps.flatMap((s) => s.ops)) {
+  for (const { op, ms } of steps.flatMap(opTimesMs)) {
     const key = keyOf(op);
     const list = durationsByKey.get(key) ?? [];
-    list.push(durationMs(op));
+    list.push(ms);
     durationsByKey.set(key, list);
   }
   const rows = [...durationsByKey].map(([key, durations]) => {
@@ -33,20 +56,20 @@ export function aggregateOps(steps: readonly StepTrace[], keyOf: OpKey): OpAggre
   return rows.sort((a, b) => b.total_ms - a.total_ms || a.key.localeCompare(b.key));
 }
 
-/** Per-family and per-layer tables of one (mode, context)'s traced steps, and the median op time per step. */
-export function buildBreakdown(steps: readonly StepTrace[]): { families: OpAggregate[]; layers: OpAggregate[]; op_sum_ms: number } {
+/** Per-family and per-layer tables of one (mode, context)'s traced steps, the median op time per step, and how many of a step's ops overlap their predecessors (median). */
+export function buildBreakdown(steps: readonly StepTrace[]): Breakdown {
   if (steps.length === 0) throw new RangeError("buildBreakdown: no steps");
   const families = aggregateOps(steps, byFamily);
   // the median step's op time: one slow call in one step must not move the per-step figure
-  const op_sum_ms = summarize(steps.map((s) => s.ops.reduce((a, op) => a + durationMs(op), 0))).median;
-  return { families, layers: aggregateOps(steps, byLayer), op_sum_ms };
+  const op_sum_ms = summarize(steps.map((s) => opTimesMs(s).reduce((a, t) => a + t.ms, 0))).median;
+  return { families, layers: aggregateOps(steps, byLayer), op_sum_ms, overlapping_ops: summarize(steps.map(overlappingOps)).median };
 }
 
 /** Median over the steps of each family's time per step (ms). */
 export function familyMsPerStep(steps: readonly StepTrace[]): Map<string, number> {
   const perStep = steps.map((s) => {
     const totals = new Map<string, number>();
-    for (const op of s.ops) totals.set(op.family, (totals.get(op.family) ?? 0) + durationMs(op));
+    for (const { op, ms } of opTimesMs(s)) totals.set(op.family, (totals.get(op.family) ?? 0) + ms);
     return totals;
   });
   const families = new Set(perStep.flatMap((t) => [...t.keys()]));

@@ -33,6 +33,20 @@ export interface OpAggregate {
   share: number;
 }
 
+/**
+ * A traced point's op time by family and by layer. Each op counts from the later of its start and its
+ * predecessor's end (aggregate.ts opTimesMs): its duration where ops run one after another, its marginal cost
+ * where they overlap (overlapping_ops > 0: graph-pdl), so that the ops sum to the busy time.
+ */
+export interface Breakdown {
+  families: OpAggregate[];
+  layers: OpAggregate[];
+  /** the median step's op time */
+  op_sum_ms: number;
+  /** median ops per step that started before their predecessor ended */
+  overlapping_ops: number;
+}
+
 /** Where one step's time goes. */
 export interface TimeSplit {
   step_ms: number;
@@ -54,7 +68,7 @@ export interface StudyPoint {
   device_ms: Stats;
   /** host wall time per token */
   host_ms: Stats;
-  breakdown?: { families: OpAggregate[]; layers: OpAggregate[]; op_sum_ms: number };
+  breakdown?: Breakdown;
   split?: TimeSplit;
   work: Work;
   /** achieved rates over the median device time, and as shares of the measured peaks */

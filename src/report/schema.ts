@@ -74,6 +74,7 @@ const studyPoint = object(
       families: { type: "array", items: { $ref: "#/$defs/opAggregate" } },
       layers: { type: "array", items: { $ref: "#/$defs/opAggregate" } },
       op_sum_ms: nonNegative,
+      overlapping_ops: nonNegative,
     }),
     split: { $ref: "#/$defs/timeSplit" },
     work: { $ref: "#/$defs/work" },

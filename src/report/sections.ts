@@ -1,6 +1,6 @@
 // What report.md and the terminal summary share: the tables' contents and the sentences, drawn from a
 // ProfileSummary alone. markdown.ts and terminal.ts lay them out.
-import type { OpAggregate, PeerResult, ProfileSummary, SeedRow, StudyMode, StudyPoint } from "../profile/types.ts";
+import type { Breakdown, OpAggregate, PeerResult, ProfileSummary, SeedRow, StudyMode, StudyPoint } from "../profile/types.ts";
 import { bestCachedMs } from "../profile/verdicts.ts";
 import type { LaunchModeName } from "../run/launch-modes.ts";
 import { formatBytes, formatDuration, formatRate, type Cell, type Column } from "./tables.ts";
@@ -114,6 +114,13 @@ export function breakdownPoints(s: ProfileSummary): (StudyPoint & { breakdown: N
     if (!seen || p.context > seen.context) byMode.set(p.mode, { ...p, breakdown: p.breakdown });
   }
   return [...byMode.values()];
+}
+
+/** How a traced point's op times were counted, where its ops overlap (graph-pdl); "" where they ran one after another. */
+export function opTimeNote(b: Breakdown): string {
+  if (b.overlapping_ops === 0) return "";
+  return `${b.overlapping_ops} of its ops per step start while the op before them still runs, so a kernel's record includes its wait for ` +
+    "the predecessor: each op counts from its predecessor's end to its own end (its marginal cost), and the ops sum to the busy time.";
 }
 
 export function topOpsTable(families: OpAggregate[]): TableData {

@@ -3,7 +3,7 @@ import chalk from "chalk";
 
 import type { ProfileSummary } from "../profile/types.ts";
 import {
-  breakdownPoints, interventionsTable, predictionsTable, modeLabel, peerSentences, peersTable, questionSentence, runLine, seedTable, splitTable, topOpsTable, withSplit, type TableData,
+  breakdownPoints, interventionsTable, opTimeNote, predictionsTable, modeLabel, peerSentences, peersTable, questionSentence, runLine, seedTable, splitTable, topOpsTable, withSplit, type TableData,
 } from "./sections.ts";
 import { formatDuration, renderTable } from "./tables.ts";
 
@@ -14,7 +14,7 @@ export function renderTerminalSummary(s: ProfileSummary): string {
   const heading = (t: string) => chalk.bold.underline(t);
   const tops = breakdownPoints(s).flatMap((p) => [
     heading(`Top operations: ${modeLabel(p.mode)} at context ${p.context}`),
-    terminalTable(topOpsTable(p.breakdown.families), [`Op time total per step: ${formatDuration(p.breakdown.op_sum_ms)}`]),
+    terminalTable(topOpsTable(p.breakdown.families), [`Op time total per step: ${formatDuration(p.breakdown.op_sum_ms)}`, opTimeNote(p.breakdown)].filter(Boolean)),
     "",
   ]);
   return [

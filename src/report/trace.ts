@@ -293,9 +293,27 @@ function launchFlows(step: StepTrace): { launch: HostInterval; op: OpInterval }[
 }
 
 /**
+ * Device lanes for one mode's ops, in start order: each op on the first lane whose last op has ended, so ops that
+ * overlap (graph-pdl: a kernel starts while its predecessor runs) sit on lanes of their own instead of partly
+ * overlapping on one track, which Perfetto does not draw. Lane 0 is the device track itself.
+ */
+export function deviceLanes(ops: readonly OpInterval[]): Map<OpInterval, number> {
+  const laneEnds: number[] = [];
+  const lanes = new Map<OpInterval, number>();
+  for (const op of [...ops].sort((a, b) => a.start_us - b.start_us || a.index - b.index)) {
+    let lane = laneEnds.findIndex((end) => end <= op.start_us + EPS_US);
+    if (lane < 0) lane = laneEnds.push(op.end_us) - 1;
+    laneEnds[lane] = op.end_us;
+    lanes.set(op, lane);
+  }
+  return lanes;
+}
+
+/**
  * The profile's trace: one process per mode (in order of appearance), each with a host track (step
  * issue, launch calls nested inside) and a device track (kernels or native ops, with their launch
- * shape in args), launch → kernel arrows, and a per-step counter of busy / idle device time.
+ * shape in args; kernels that overlap the one before them on lanes below it), launch → kernel arrows, and a
+ * per-step counter of busy / idle device time.
  * Flow ids are numbered here (correlation ids stay in args), so they are unique across modes.
  */
 export function buildProfileTrace(steps: readonly StepTrace[], meta: TraceMeta): ChromeTrace {
@@ -303,21 +321,28 @@ export function buildProfileTrace(steps: readonly StepTrace[], meta: TraceMeta):
   const modes: StudyMode[] = [...new Set(steps.map((s) => s.mode))];
   const pidOf = (mode: StudyMode) => modes.indexOf(mode) + 1;
   const deviceTrack = meta.backend === "cuda" ? "GPU stream" : "CPU native ops";
+  const laneOf = new Map<OpInterval, number>();
   modes.forEach((mode, i) => {
+    const lanes = deviceLanes(steps.filter((s) => s.mode === mode).flatMap((s) => s.ops));
+    for (const [op, lane] of lanes) laneOf.set(op, lane);
     b.process(pidOf(mode), `${mode} (${meta.backend})`, i);
     b.thread(pidOf(mode), HOST_TID, meta.backend === "cuda" ? "host: step issue + launches" : "host: dispatch between ops", 0);
-    b.thread(pidOf(mode), DEVICE_TID, deviceTrack, 1);
+    const laneCount = 1 + Math.max(0, ...lanes.values());
+    for (let lane = 0; lane < laneCount; lane++) {
+      b.thread(pidOf(mode), DEVICE_TID + lane, lane === 0 ? deviceTrack : `${deviceTrack}: overlapping the kernel before (${lane + 1})`, 1 + lane);
+    }
   });
   let flowId = 1;
   const opCat = meta.backend === "cuda" ? "kernel" : "cpu_op";
   for (const step of steps) {
     const pid = pidOf(step.mode);
+    const tidOf = (op: OpInterval) => DEVICE_TID + (laneOf.get(op) ?? 0);
     for (const h of step.host) b.slice({ pid, tid: HOST_TID, ...hostSlice(h, meta.backend) });
     for (const op of step.ops) {
-      b.slice({ pid, tid: DEVICE_TID, name: op.name, cat: opCat, ts: op.start_us, dur: op.end_us - op.start_us, args: opArgs(op, step) });
+      b.slice({ pid, tid: tidOf(op), name: op.name, cat: opCat, ts: op.start_us, dur: op.end_us - op.start_us, args: opArgs(op, step) });
     }
     for (const { launch, op } of launchFlows(step)) {
-      b.flow(flowId++, "ac2g", "ac2g", { pid, tid: HOST_TID, ts: launch.start_us }, { pid, tid: DEVICE_TID, ts: op.start_us });
+      b.flow(flowId++, "ac2g", "ac2g", { pid, tid: HOST_TID, ts: launch.start_us }, { pid, tid: tidOf(op), ts: op.start_us });
     }
     const split = stepSplit(step);
     const stepStart = Math.min(...step.host.map((h) => h.start_us), ...step.ops.map((o) => o.start_us));
