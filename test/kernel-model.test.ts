@@ -7,7 +7,7 @@ import { CudaBackend } from "../src/backends/cuda.ts";
 import { PRESETS } from "../src/model/config.ts";
 import { DTYPES } from "../src/ops.ts";
 import { encodePlan, planShape, type PlanOp } from "../src/plan.ts";
-import { GPU_MODELS, gpuAt, MODEL_MODES, predictKernel, predictStep, type KernelInput } from "../src/profile/kernel-model.ts";
+import { blocksBeside, GPU_MODELS, gpuAt, LATER_ROUND_L2_TRIPS, MODEL_MODES, predictKernel, predictStep, type KernelInput } from "../src/profile/kernel-model.ts";
 import { activeLoads, kernelInputs, predictDecodeStep } from "../src/verify/prediction.ts";
 
 const h200 = GPU_MODELS.h200;
@@ -107,6 +107,32 @@ describe("GPT-2 small's decode step", () => {
     expect(step({ ...matvec, lookAheadBytes: 0 })).toBeCloseTo(node + first.kernelUs + barrier + second.kernelUs - hidden, 9);
     // no persistent kernel (null registers): no persistent step
     expect(predictStep([matvec, matvec], h200, null).modes.persistent).toBeNull();
+  });
+
+  test("persistent rounds: an op of more virtual blocks than the kernel keeps resident pays each later round's dependent steps", () => {
+    // 128 registers: 2 blocks of 256 per SM, 264 resident; c_fc's 288 virtual blocks run in two rounds
+    const fits = { ...matvec, blocks: 264 }, over = { ...matvec, blocks: 288 }, thrice = { ...matvec, blocks: 3 * 264 };
+    const step = (k: KernelInput) => predictStep([matvec, k], h200, 128).modes.persistent!;
+    expect(step(over) - step(fits)).toBeCloseTo(LATER_ROUND_L2_TRIPS * h200.l2LatencyUs.value, 9);
+    expect(step(thrice) - step(fits)).toBeCloseTo(2 * LATER_ROUND_L2_TRIPS * h200.l2LatencyUs.value, 9);
+    // the graph modes run their own grids, which fit: no rounds there
+    expect(predictStep([matvec, over], h200, 128).modes.graph).toBeCloseTo(predictStep([matvec, fits], h200, 128).modes.graph!, 9);
+  });
+
+  test("graph-pdl: only the blocks that fit beside the predecessor's start early and hide their first round trip", () => {
+    // 288 blocks at 3 per SM: 24 SMs hold 3 (4,096 registers left), 108 hold 2 (24,576 left: one more block of 80 x 256)
+    const prev = predictKernel({ ...matvec, registers: 80 }, h200);
+    expect(blocksBeside(predictKernel({ ...matvec, registers: 80, blocks: 216 }, h200), prev, h200)).toBe(108);
+    expect(blocksBeside(predictKernel({ ...matvec, registers: 64, blocks: 528 }, h200), prev, h200)).toBe(108);
+    expect(blocksBeside(predictKernel({ ...matvec, registers: 32, blocks: 100 }, h200), prev, h200)).toBe(100); // at most its own blocks
+    expect(blocksBeside(predictKernel({ ...matvec, registers: 128, blocks: 216 }, h200), prev, h200)).toBe(0); // 24,576 registers left: none of 32,768
+    // the step: a successor with no room beside its predecessor hides nothing; one with room for all of it hides the whole trip
+    const pdl = (a: KernelInput, b: KernelInput) => predictStep([a, b], h200).modes["graph-pdl"]!;
+    const node = h200.pdlNodeUs!.value;
+    const none = { ...matvec, registers: 128, blocks: 216 }, all = { ...matvec, registers: 40, blocks: 216 };
+    const sum = (a: KernelInput, b: KernelInput) => predictKernel(a, h200).kernelUs + predictKernel(b, h200).kernelUs + 2 * node;
+    expect(pdl({ ...matvec, registers: 80 }, none)).toBeCloseTo(sum({ ...matvec, registers: 80 }, none), 9);
+    expect(pdl({ ...matvec, registers: 80 }, all)).toBeLessThan(sum({ ...matvec, registers: 80 }, all));
   });
 
   test("the optimistic and pessimistic ends bracket the working estimate in every mode; the A40 has no graph-pdl", () => {

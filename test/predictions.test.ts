@@ -48,13 +48,38 @@ describe("the kernel model beside the measurements", () => {
     expect(p.launch_parameters).toEqual([
       { parameter: "graph node gap", model_us: 1.0, low_us: 0.6, high_us: 2.0, measured_us: launch.graph_node_us },
       { parameter: "graph-pdl node gap", model_us: 0.4, low_us: 0.2, high_us: 0.8, measured_us: launch.pdl_node_us },
-      { parameter: "grid barrier (persistent)", model_us: 0.6, low_us: 0.3, high_us: 1.5, measured_us: launch.grid_barrier_us },
+      { parameter: "grid barrier (persistent), blocks arriving at once", model_us: 0.7, low_us: 0.4, high_us: 2.0, measured_us: launch.grid_barrier_us },
+      { parameter: "grid barrier (persistent), skewed arrivals", model_us: 0.7, low_us: 0.4, high_us: 2.0, measured_us: launch.grid_barrier_skewed_us },
     ]);
     const a40 = buildPredictions("a40", PRESETS.gpt2!, "fused", [], shapesOf, assumed, { ...launch, pdl_node_us: null });
-    expect(a40.launch_parameters.map((r) => [r.parameter, r.measured_us])).toEqual([["graph node gap", 0.8], ["grid barrier (persistent)", 0.7]]);
+    expect(a40.launch_parameters.map((r) => [r.parameter, r.measured_us])).toEqual([
+      ["graph node gap", 0.8], ["grid barrier (persistent), blocks arriving at once", 0.7], ["grid barrier (persistent), skewed arrivals", 0.9],
+    ]);
     const report = renderReport({ ...syntheticSummary(), predictions: p });
-    expect(report).toContain("| grid barrier (persistent) | 0.60 | 0.3–1.5 | 0.70 |");
+    expect(report).toContain("| grid barrier (persistent), blocks arriving at once | 0.70 | 0.4–2.0 | 0.70 |");
+    expect(report).toContain("| grid barrier (persistent), skewed arrivals | 0.70 | 0.4–2.0 | 0.90 |");
     expect(report).toContain("| graph-pdl node gap | 0.40 | 0.2–0.8 | 0.50 |");
+  });
+
+  test("per op family the model's kernels stand beside the traced ones, only where the kernels did not overlap (not graph-pdl)", () => {
+    const summary = syntheticSummary();
+    const families = new Map([["ln_qkv", 0.03], ["attention", 0.01]]);
+    const traced = [
+      { mode: "graph", context: 32, familyMs: families, overlappingOps: 0 },
+      { mode: "graph-pdl", context: 32, familyMs: families, overlappingOps: 61 },
+    ];
+    const p = buildPredictions("h200", PRESETS.gpt2!, "fused", [], shapesOf, assumed, summary.device.launch, traced, f32);
+    expect(p.kernels.map((k) => [k.mode, k.context, k.family, k.calls])).toEqual([["graph", 32, "ln_qkv", 12], ["graph", 32, "attention", 12]]);
+    for (const k of p.kernels) {
+      expect(k.optimistic_us).toBeLessThanOrEqual(k.predicted_us);
+      expect(k.predicted_us).toBeLessThanOrEqual(k.pessimistic_us);
+      expect(k.measured_over_predicted).toBeCloseTo(k.measured_us / k.predicted_us, 12);
+    }
+    expect(p.kernels[0]!.measured_us).toBeCloseTo(30, 9);
+    expect(p.kernels_how).toContain("not in graph-pdl");
+    expect(validateSummary({ ...summary, predictions: p })).toEqual([]);
+    const report = renderReport({ ...summary, predictions: p });
+    expect(report).toMatch(/\| graph \| 32 \| ln_qkv \| 12 \| 30\.00 \|/);
   });
 
   test("the interventions' steps join the study's, except the one that repeats the study's own configuration and mode", () => {

@@ -17,13 +17,17 @@
 //   graph:               sum of (kernel + graph node gap)
 //   graph-pdl:           sum of (kernel - hidden + programmatic node gap), hidden = the first DRAM round trip
 //                        of a kernel that issues its loads before waiting for its predecessor, as far as the
-//                        predecessor's own non-streaming time covers it
-//   persistent:          one graph node + sum of (kernel' + grid barrier - saved) over the ops after the first,
-//                        kernel' = the op's body run by the persistent kernel's resident blocks (its registers set
-//                        how many); saved = the share of its memory phase its look-ahead covers (what every resident
-//                        block's first virtual block reads, requested into L2 right behind the block's loads of the
-//                        previous op), at most the previous op's merge and the barrier, when the memory would idle;
-//                        else the hidden first round trip as for graph-pdl
+//                        predecessor's own non-streaming time covers it, for the share of its blocks that fit on
+//                        the SMs beside the predecessor's (registers, threads, block slots): the rest start only as
+//                        the predecessor's blocks leave
+//   persistent:          one graph node + sum of (kernel' + rounds' + grid barrier - saved) over the ops after the
+//                        first, kernel' = the op's body run by the persistent kernel's resident blocks (its
+//                        registers set how many); rounds' = for an op of more virtual blocks than resident ones,
+//                        each later round's dependent steps: its loads from L2 (requested there before the wait),
+//                        its partial stored and counted; saved = the share of its memory phase its look-ahead covers
+//                        (what every resident block's first virtual block reads, requested into L2 right behind the
+//                        block's loads of the previous op), at most the previous op's merge and the barrier, when the
+//                        memory would idle; else the hidden first round trip as for graph-pdl
 import type { OpFamily } from "../ops.ts";
 
 /** A parameter's working value, its plausible range, and where it comes from. */
@@ -59,7 +63,7 @@ export interface GpuModel {
   gridBarrierUs: Estimate;
 }
 
-const GRID_BARRIER = "estimate: a fence and an atomic arrival at L2, then the waiting blocks' poll seeing the last one: 2-4 L2 round trips plus the blocks' skew; measured by `profile` on the device (1000 barriers in one cooperative launch), and calibrated by the first GPU run's persistent steps";
+const GRID_BARRIER = "estimate: the last block's release (MEMBAR.ALL.GPU: its stores acknowledged, an L2 round trip) and its atomic at L2, then a poller's acquire load seeing it, up to a 128 ns sleep late: 3 L2 round trips and half a sleep, ~0.5-0.8 µs; up to 2 µs with 264 pollers on one line (a review's figure for the sequentially consistent design it replaced: 1-2 µs); measured by `profile` on the device (1000 barriers in one cooperative launch, every block at once and with skewed arrivals, beside the sequentially consistent design), and calibrated by the first GPU run's persistent steps";
 
 const LAUNCH_FLOOR = "calibrated by the launch floor `profile` measures on the device (empty kernels)";
 
@@ -76,7 +80,7 @@ export const GPU_MODELS = {
     nativeHostUs: { value: 2.5, low: 1.5, high: 4, source: `lead: cudaLaunchKernel from C++; ${LAUNCH_FLOOR}` },
     graphNodeUs: { value: 1.0, low: 0.6, high: 2.0, source: `lead: ~1 µs between dependent kernel nodes; ${LAUNCH_FLOOR}` },
     pdlNodeUs: { value: 0.4, low: 0.2, high: 0.8, source: "guess: the dependent grid is already resident and waiting; what remains is the predecessor's completion reaching it" },
-    gridBarrierUs: { value: 0.6, low: 0.3, high: 1.5, source: GRID_BARRIER },
+    gridBarrierUs: { value: 0.7, low: 0.4, high: 2.0, source: GRID_BARRIER },
   },
   a40: {
     name: "NVIDIA A40",
@@ -89,7 +93,7 @@ export const GPU_MODELS = {
     nativeHostUs: { value: 2.5, low: 1.5, high: 4, source: `as for the H200; ${LAUNCH_FLOOR}` },
     graphNodeUs: { value: 1.2, low: 0.8, high: 2.0, source: `lead; ${LAUNCH_FLOOR}` },
     pdlNodeUs: null,
-    gridBarrierUs: { value: 0.8, low: 0.4, high: 2.0, source: GRID_BARRIER },
+    gridBarrierUs: { value: 0.9, low: 0.5, high: 2.4, source: GRID_BARRIER },
   },
 } as const satisfies Record<string, GpuModel>;
 export type GpuName = keyof typeof GPU_MODELS;
@@ -157,9 +161,26 @@ export interface KernelPrediction extends KernelInput {
 
 const LOAD_BYTES = 16;
 
+/** Blocks of `k` one SM holds beside `besides` blocks of `other` (registers, threads and block slots; shared memory is not modelled). */
+function blocksPerSm(k: Pick<KernelInput, "threads" | "registers">, gpu: GpuModel, other?: Pick<KernelInput, "threads" | "registers">, besides = 0): number {
+  const threads = gpu.maxThreadsPerSm - besides * (other?.threads ?? 0);
+  const registers = gpu.registersPerSm - besides * (other ? other.registers * other.threads : 0);
+  return Math.max(0, Math.min(gpu.maxBlocksPerSm - besides, Math.floor(threads / k.threads), Math.floor(registers / (k.registers * k.threads))));
+}
+
 export function residentBlocks(k: Pick<KernelInput, "blocks" | "threads" | "registers">, gpu: GpuModel): number {
-  const perSm = Math.min(gpu.maxBlocksPerSm, Math.floor(gpu.maxThreadsPerSm / k.threads), Math.floor(gpu.registersPerSm / (k.registers * k.threads)));
-  return Math.min(k.blocks, gpu.sms * Math.max(perSm, 1));
+  return Math.min(k.blocks, gpu.sms * Math.max(blocksPerSm(k, gpu), 1));
+}
+
+/**
+ * Blocks of `k` that start while its predecessor's resident blocks still hold the SMs (programmatic launch: the
+ * dependent grid is scheduled once every block of the predecessor has started), spread as the block scheduler
+ * spreads the predecessor's: some SMs one block more than the others.
+ */
+export function blocksBeside(k: KernelPrediction, prev: KernelPrediction, gpu: GpuModel): number {
+  const fewer = Math.floor(prev.residentBlocks / gpu.sms), withOneMore = prev.residentBlocks % gpu.sms;
+  const fit = withOneMore * blocksPerSm(k, gpu, prev, fewer + 1) + (gpu.sms - withOneMore) * blocksPerSm(k, gpu, prev, fewer);
+  return Math.min(k.blocks, fit);
 }
 
 export function predictKernel(k: KernelInput, gpu: GpuModel): KernelPrediction {
@@ -234,10 +255,23 @@ function hiddenFirstTrip(k: KernelPrediction, prev: KernelPrediction | undefined
   return k.prefetches ? Math.min(gpu.dramLatencyUs.value, k.latencyUs, Math.max(cover, 0)) : 0;
 }
 
-/** The kernels one after another, each hiding its first round trip behind its predecessor where it prefetches, with `nodeUs` between them. */
+/**
+ * The kernels one after another, with `nodeUs` between them, each hiding its first round trip behind its
+ * predecessor where it prefetches, in the share of its blocks that start beside the predecessor's.
+ */
 function programmatic(kernels: readonly KernelPrediction[], gpu: GpuModel, nodeUs: number): number {
-  return kernels.reduce((sum, k, i) => sum + k.kernelUs - hiddenFirstTrip(k, kernels[i - 1], gpu) + nodeUs, 0);
+  return kernels.reduce((sum, k, i) => {
+    const prev = kernels[i - 1];
+    const early = prev ? blocksBeside(k, prev, gpu) / k.blocks : 0;
+    return sum + k.kernelUs - early * hiddenFirstTrip(k, prev, gpu) + nodeUs;
+  }, 0);
 }
+
+/**
+ * Dependent L2 round trips of each round of a persistent-step op after its first (virtual blocks beyond the resident
+ * ones): its loads, requested into L2 before the wait (cuda/persistent.cu), its partial stored, its count.
+ */
+export const LATER_ROUND_L2_TRIPS = 3;
 
 /**
  * The step as the persistent kernel runs it (registers: the kernel's, from its SASS): every op's body on the
@@ -246,17 +280,20 @@ function programmatic(kernels: readonly KernelPrediction[], gpu: GpuModel, nodeU
  * (lookAheadBytes: what one virtual block's first lines come to, which every resident block requests into L2 right
  * behind its own loads of the previous op, so they are queued before that idle time begins) has the share of its
  * memory phase (its bandwidth, or latency, term) those lines cover done there, as far as the idle time reaches.
- * An op without one hides its own loads issued before the wait, as under graph-pdl.
+ * An op without one hides its own loads issued before the wait, as under graph-pdl. An op of more virtual blocks
+ * than the kernel keeps resident runs in rounds, each later one adding its dependent steps (LATER_ROUND_L2_TRIPS).
  */
 function persistentStep(kernels: readonly KernelInput[], gpu: GpuModel, registers: number): number {
   const bodies = kernels.map((k) => predictKernel({ ...k, registers }, gpu));
   const barrierUs = gpu.gridBarrierUs.value;
+  const grid = gpu.sms * Math.max(blocksPerSm({ threads: kernels[0]?.threads ?? 1, registers }, gpu), 1);
   return bodies.reduce((sum, k, i) => {
+    const laterRoundsUs = (Math.ceil(k.blocks / grid) - 1) * LATER_ROUND_L2_TRIPS * gpu.l2LatencyUs.value;
     const prev = bodies[i - 1];
-    if (!prev) return sum + k.kernelUs;
+    if (!prev) return sum + k.kernelUs + laterRoundsUs;
     const covered = Math.min(1, (k.lookAheadBytes * k.residentBlocks) / k.bytes);
     const savedUs = k.lookAheadBytes > 0 ? Math.min(prev.chainUs + barrierUs, covered * k.streamUs) : hiddenFirstTrip(k, prev, gpu);
-    return sum + barrierUs + k.kernelUs - savedUs;
+    return sum + barrierUs + k.kernelUs + laterRoundsUs - savedUs;
   }, gpu.graphNodeUs.value);
 }
 

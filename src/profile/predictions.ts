@@ -51,10 +51,22 @@ export function measuredSteps(points: readonly StudyPoint[], config: Interventio
   return [...study, ...configs.filter((m) => !measured.has(key(m)))];
 }
 
-/** Every measured step in a modelled mode, with the model's step time at its context, storage types and batch beside it. */
+/** One traced point of the study (its own storage types, one sequence): its op families' median time per step, and how many of its ops overlapped their predecessors. */
+export interface TracedFamilies {
+  mode: string;
+  context: number;
+  familyMs: ReadonlyMap<string, number>;
+  overlappingOps: number;
+}
+
+/**
+ * Every measured step in a modelled mode, with the model's step time at its context, storage types and batch beside
+ * it; and per op family, the model's kernels beside the traced ones where the kernels ran one after another (in
+ * graph-pdl a kernel's record holds its wait for the predecessor: its duration is not the kernel's own time).
+ */
 export function buildPredictions(
   gpu: GpuName, config: GPT2Config, plan: PlanKind, measured: readonly MeasuredStep[], shapesOf: (ops: PlanOp[]) => LaunchShape[],
-  sass: { facts: SassFacts[] | null; note: string }, launch: LaunchFloor,
+  sass: { facts: SassFacts[] | null; note: string }, launch: LaunchFloor, traced: readonly TracedFamilies[] = [], study?: InterventionConfig,
 ): PredictionsSection {
   const model: GpuModel = GPU_MODELS[gpu];
   const cache = new Map<string, PredictionRange>();
@@ -77,8 +89,23 @@ export function buildPredictions(
       measured_over_predicted: m.measured_ms / (predicted / 1e3),
     }];
   });
+  const kernels = study ? traced.filter((t) => t.overlappingOps === 0 && isModelled(t.mode)).flatMap((t) => {
+    const step = stepAt({ ...study, mode: t.mode, context: t.context, measured_ms: 0 });
+    return [...t.familyMs].map(([family, ms]) => {
+      const sum = (p: PredictionRange["mid"]) => p.kernels.filter((k) => k.family === family).reduce((s, k) => s + k.kernelUs, 0);
+      const predicted = sum(step.mid);
+      return {
+        mode: t.mode, context: t.context, family, calls: step.mid.kernels.filter((k) => k.family === family).length, measured_us: ms * 1e3,
+        predicted_us: predicted, optimistic_us: sum(step.fast), pessimistic_us: sum(step.slow), measured_over_predicted: predicted > 0 ? (ms * 1e3) / predicted : null,
+      };
+    });
+  }) : [];
+  const overlapped = [...new Set(traced.filter((t) => t.overlappingOps > 0).map((t) => t.mode))];
   return {
     gpu: model.name, how: `kernel model (src/profile/kernel-model.ts), launch shapes from the library's launchers, ${sass.note}`, points: rows,
+    kernels,
+    kernels_how: "per op family, the kernels' time per step alone (no gaps between them) beside the traced kernels' median per step, " +
+      `where the kernels ran one after another${overlapped.length ? ` (not in ${overlapped.join(", ")}: its kernels overlap, and a record holds its wait for the predecessor)` : ""}`,
     launch_parameters: launchParameters(model, launch),
   };
 }
@@ -88,7 +115,8 @@ function launchParameters(model: GpuModel, launch: LaunchFloor): PredictionsSect
   const rows: [string, Estimate | null, number | null][] = [
     ["graph node gap", model.graphNodeUs, launch.graph_node_us],
     ["graph-pdl node gap", model.pdlNodeUs, launch.pdl_node_us],
-    ["grid barrier (persistent)", model.gridBarrierUs, launch.grid_barrier_us],
+    ["grid barrier (persistent), blocks arriving at once", model.gridBarrierUs, launch.grid_barrier_us],
+    ["grid barrier (persistent), skewed arrivals", model.gridBarrierUs, launch.grid_barrier_skewed_us],
   ];
   return rows.flatMap(([parameter, e, measured]) => (e ? [{ parameter, model_us: e.value, low_us: e.low, high_us: e.high, measured_us: measured }] : []));
 }

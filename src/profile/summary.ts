@@ -16,7 +16,7 @@ import { buildInterventions } from "./interventions-summary.ts";
 import { buildPeersSection } from "./peers-summary.ts";
 import { buildPredictions, gpuModelFor, librarySass, measuredSteps, type MeasuredStep } from "./predictions.ts";
 import { tracedByOp, type Measured, type StudyOptions, type StudyResult } from "./study.ts";
-import { SCHEMA_VERSION, type KernelRegime, type PeersSection, type PredictionsSection, type ProfileSummary, type SeedRow, type StepTrace, type StudyMode, type StudyPoint } from "./types.ts";
+import { SCHEMA_VERSION, type InterventionConfig, type KernelRegime, type PeersSection, type PredictionsSection, type ProfileSummary, type SeedRow, type StepTrace, type StudyMode, type StudyPoint } from "./types.ts";
 import { launchVerdict, modeSplitOf, splitVerdicts, studyVerdicts, uncachedBaselineVerdict } from "./verdicts.ts";
 import { cachedStepWork, classifyRegime, flopReduction, sumWork, uncachedStepWork } from "./work-model.ts";
 
@@ -86,12 +86,17 @@ export function seedTable(cfg: GPT2Config, points: StudyPoint[], contexts: numbe
   });
 }
 
-/** On a GPU the kernel model has parameters for, its prediction beside every measured cached step. */
-function predictionsOf(backend: Backend, cfg: GPT2Config, plan: PlanKind, measured: MeasuredStep[], launch: LaunchFloor): PredictionsSection | undefined {
+/** On a GPU the kernel model has parameters for, its prediction beside every measured cached step and every traced kernel family. */
+function predictionsOf(
+  backend: Backend, cfg: GPT2Config, plan: PlanKind, measured: MeasuredStep[], launch: LaunchFloor, points: StudyPoint[], traces: readonly StepTrace[], study: InterventionConfig,
+): PredictionsSection | undefined {
   const gpu = gpuModelFor(backend.deviceName);
   const kernels = backend.kernels;
   if (!gpu || !kernels) return undefined;
-  return buildPredictions(gpu, cfg, plan, measured, (ops) => kernels.launchShapes(encodePlan(ops)), librarySass(kernels.libraryPath), launch);
+  const traced = points.flatMap((p) => (p.breakdown && p.mode !== "uncached"
+    ? [{ mode: p.mode, context: p.context, familyMs: familyMsPerStep(stepsOf(traces, p.mode, p.context)), overlappingOps: p.breakdown.overlapping_ops }]
+    : []));
+  return buildPredictions(gpu, cfg, plan, measured, (ops) => kernels.launchShapes(encodePlan(ops)), librarySass(kernels.libraryPath), launch, traced, study);
 }
 
 function interventionsMethod(opts: StudyOptions): string {
@@ -157,7 +162,8 @@ export function buildSummary(args: {
   const interventions = result.interventions && opts.interventions
     ? buildInterventions(cfg, opts.plan, result.interventions, opts.interventions.mode.name, peaks, points, interventionsMethod(opts), { dtype, kv: kv_dtype })
     : undefined;
-  const predictions = predictionsOf(backend, cfg, opts.plan, measuredSteps(points, { dtype, kv_dtype, batch: 1 }, interventions), launch);
+  const study = { dtype, kv_dtype, batch: 1 };
+  const predictions = predictionsOf(backend, cfg, opts.plan, measuredSteps(points, study, interventions), launch, points, result.traces, study);
   const overheads = result.measured.flatMap((m) => (m.tracing_overhead === null ? [] : [m.tracing_overhead]));
   return {
     schema_version: SCHEMA_VERSION,

@@ -178,6 +178,20 @@ export interface PredictionsSection {
     pessimistic_ms: number;
     measured_over_predicted: number;
   })[];
+  /** per op family at each traced point whose kernels did not overlap: the model's kernel time per step beside the traced one */
+  kernels: {
+    mode: string;
+    context: number;
+    family: string;
+    calls: number;
+    measured_us: number;
+    predicted_us: number;
+    optimistic_us: number;
+    pessimistic_us: number;
+    measured_over_predicted: number | null;
+  }[];
+  /** what the per-family rows compare, and which traced modes they leave out */
+  kernels_how: string;
   /** the model's launch parameters beside what this run measured of them with empty kernels (LaunchFloor) */
   launch_parameters: {
     parameter: string;

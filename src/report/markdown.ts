@@ -2,7 +2,7 @@
 import type { ProfileSummary } from "../profile/types.ts";
 import { OUTPUT_FILES } from "./output-files.ts";
 import {
-  breakdownPoints, endToEndTable, interventionsTable, launchParametersTable, predictionsTable, runLine, launchFloorSentence, memoryTable, modeLabel, peerSentences, peersTable, questionSentence, regimeTable,
+  breakdownPoints, endToEndTable, opTimeNote, interventionsTable, kernelPredictionsTable, launchParametersTable, predictionsTable, runLine, launchFloorSentence, memoryTable, modeLabel, peerSentences, peersTable, questionSentence, regimeTable,
   seedTable, splitTable, topOpsTable, withSplit, workTable, type TableData,
 } from "./sections.ts";
 import { formatDuration, formatRate, type Cell, type Column } from "./tables.ts";
@@ -89,6 +89,8 @@ export function renderReport(summary: ProfileSummary): string {
         `The kernel model beside the measurements (${md(s.predictions.gpu)})`,
         `PREDICTED figures, not measurements: ${md(s.predictions.how)}. Measured ÷ predicted is what the first run on this GPU calibrates the model by.`,
         markdownTable(predictionsTable(s)),
+        `Per kernel: ${md(s.predictions.kernels_how)}.`,
+        markdownTable(kernelPredictionsTable(s)),
         "The model's costs per launch and per barrier, its least known parameters, beside this run's measurements with empty kernels " +
           "(a node between empty kernels; in a step the kernels' own ramp and tail come on top):",
         markdownTable(launchParametersTable(s)),
@@ -104,7 +106,9 @@ export function renderReport(summary: ProfileSummary): string {
     ),
     section(
       "Top operations per mode",
-      ...breakdownPoints(s).map((p) => `**${modeLabel(p.mode)}** at context ${p.context} (op time ${formatDuration(p.breakdown.op_sum_ms)} per step)\n\n${markdownTable(topOpsTable(p.breakdown.families))}`),
+      ...breakdownPoints(s).map((p) =>
+        [`**${modeLabel(p.mode)}** at context ${p.context} (op time ${formatDuration(p.breakdown.op_sum_ms)} per step)`, opTimeNote(p.breakdown), markdownTable(topOpsTable(p.breakdown.families))]
+          .filter(Boolean).join("\n\n")),
       `Every kernel, per mode and context, with Nsight's columns: [${f.kernels}](${f.kernels}).`,
     ),
     section(

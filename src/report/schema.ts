@@ -263,6 +263,14 @@ export const PROFILE_SUMMARY_SCHEMA = {
           measured_over_predicted: nonNegative,
         }),
       },
+      kernels: {
+        type: "array",
+        items: object({
+          mode: text, context: count, family: text, calls: count, measured_us: nonNegative, predicted_us: nonNegative, optimistic_us: nonNegative,
+          pessimistic_us: nonNegative, measured_over_predicted: nullableNumber,
+        }),
+      },
+      kernels_how: text,
       launch_parameters: {
         type: "array",
         items: object({ parameter: text, model_us: nonNegative, low_us: nonNegative, high_us: nonNegative, measured_us: nullableNumber }),

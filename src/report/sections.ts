@@ -327,6 +327,25 @@ export function launchParametersTable(s: ProfileSummary): TableData {
   };
 }
 
+/** Per traced point whose kernels ran one after another and op family: the model's PREDICTED kernel time per step beside the traced one. */
+export function kernelPredictionsTable(s: ProfileSummary): TableData {
+  return {
+    columns: [
+      { header: "mode" },
+      { header: "context (tokens)" },
+      { header: "op family" },
+      { header: "kernels per step" },
+      { header: "traced (us)", format: fixed(2) },
+      { header: "PREDICTED (us)", format: fixed(2) },
+      { header: "predicted range (us)", align: "right" },
+      { header: "traced ÷ predicted", format: fixed(2) },
+    ],
+    rows: (s.predictions?.kernels ?? []).map((k) => [
+      k.mode, k.context, k.family, k.calls, k.measured_us, k.predicted_us, `${k.optimistic_us.toFixed(2)}–${k.pessimistic_us.toFixed(2)}`, k.measured_over_predicted,
+    ]),
+  };
+}
+
 /** Per measured cached point: the kernel model's PREDICTED step (working estimate and range) and the measured one. */
 export function predictionsTable(s: ProfileSummary): TableData {
   return {
