@@ -1,11 +1,12 @@
-// Builds the native libraries when missing or stale (a stamp holds a hash of sources, flags and compiler).
+// Builds the native libraries when missing or stale (a stamp holds a hash of sources, flags and compiler;
+// with DECODE_FLOOR_CARRIED=1, a library whose sources hash matches is used as built: see stampOf).
 //   cpu  — the CPU backend: the CPU twins cuda/*.cpp + the shared op table, g++ (its own thread pool; OpenMP only for simd)
 //   cuda — the CUDA backend: cuda/*.cu kernels + runtime, nvcc for sm_90 plus PTX (other GPUs JIT)
 //   emu  — the same .cu sources compiled by g++ against cuda/emu/cuda_emu.h: the kernels' code on the CPU
 //   cupti — the CUPTI tracer, its own library so the CUDA one loads without CUPTI
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { existsSync, mkdirSync, readFileSync, readdirSync, realpathSync, statSync, writeFileSync } from "node:fs";
+import { basename, dirname, join, resolve } from "node:path";
 
 import { opTableHeader } from "../ops.ts";
 
@@ -17,6 +18,8 @@ const CUDA_DIR = join(ROOT, "cuda");
 const GENERATED_INCLUDE = join(BUILD_DIR, "include");
 export const CUDA_HOME = process.env.CUDA_HOME ?? "/usr/local/cuda";
 const NVCC = process.env.NVCC ?? (existsSync(join(CUDA_HOME, "bin/nvcc")) ? join(CUDA_HOME, "bin/nvcc") : "nvcc");
+/** Set to 1 where libraries travelled with their stamps (scripts/device-check.sh on a lent GPU): see stampOf. */
+export const CARRIED_ENV = "DECODE_FLOOR_CARRIED";
 
 export type Target = "cpu" | "cuda" | "emu" | "cupti";
 export const TARGETS: Target[] = ["cpu", "emu", "cuda", "cupti"];
@@ -49,7 +52,57 @@ const kernelSources = () => filesIn(CUDA_DIR, ".cu");
 
 interface Recipe {
   sources: string[];
+  /** the compiler and the flags the stamp hashes: the same wherever the project is */
   command: (out: string) => string[];
+  /** the flags that say where this machine keeps a dependency, appended to the command and not hashed */
+  located?: (say: (line: string) => void) => string[];
+}
+
+/** Files under `root` (links followed, each folder once) whose name passes `match`, the shallowest first. */
+function findUnder(root: string, match: (name: string) => boolean, maxDepth = 8): string[] {
+  const found: string[] = [];
+  const seen = new Set<string>();
+  const walk = (dir: string, depth: number) => {
+    let real: string;
+    try {
+      real = realpathSync(dir);
+    } catch {
+      return; // a dangling link
+    }
+    if (seen.has(real) || depth > maxDepth) return;
+    seen.add(real);
+    for (const name of readdirSync(dir).sort()) {
+      const path = join(dir, name);
+      let isDir: boolean;
+      try {
+        isDir = statSync(path).isDirectory();
+      } catch {
+        continue;
+      }
+      if (isDir) walk(path, depth + 1);
+      else if (match(name)) found.push(path);
+    }
+  };
+  if (existsSync(root)) walk(root, 0);
+  const depth = (p: string) => p.split("/").length;
+  return found.sort((a, b) => depth(a) - depth(b) || a.localeCompare(b));
+}
+
+/**
+ * CUPTI's header and library, anywhere under CUDA_HOME (beside the toolkit's own, under extras/CUPTI or
+ * targets/<arch>: installs differ): -I, -L, the rpath and the library to link, said once when building.
+ */
+function locateCupti(say: (line: string) => void): string[] {
+  const found = findUnder(CUDA_HOME, (n) => n === "cupti.h" || n.startsWith("libcupti.so"));
+  const header = found.find((p) => basename(p) === "cupti.h");
+  // the unversioned name is what -lcupti finds; a toolkit with only libcupti.so.N is linked by that name
+  const libs = found.filter((p) => basename(p) !== "cupti.h");
+  const lib = libs.find((p) => basename(p) === "libcupti.so") ?? libs[0];
+  if (!header || !lib) throw new Error(`build cupti: no ${header ? "libcupti.so*" : "cupti.h"} under ${CUDA_HOME} (set CUDA_HOME)`);
+  say(`cupti: header ${header}, library ${lib}`);
+  const libDir = dirname(lib);
+  const link = basename(lib) === "libcupti.so" ? "-lcupti" : `-l:${basename(lib)}`;
+  return [`-I${dirname(header)}`, `-L${libDir}`, `-Wl,-rpath,${libDir}`, link];
 }
 
 function recipe(target: Target): Recipe {
@@ -81,22 +134,22 @@ function recipe(target: Target): Recipe {
       return { sources, command: (out) => [NVCC, ...flags, ...sources, "-o", out] };
     }
     case "cupti": {
-      // CUPTI sits beside the toolkit's own headers and libraries, or (some installs) under extras/CUPTI
       const sources = filesIn(join(CUDA_DIR, "cupti"), ".cpp");
-      const homes = [CUDA_HOME, join(CUDA_HOME, "extras/CUPTI")];
-      const includes = homes.map((h) => join(h, "include")).filter((d) => existsSync(d)).map((d) => `-I${d}`);
-      const libs = homes.map((h) => join(h, "lib64")).filter((d) => existsSync(d)).flatMap((d) => [`-L${d}`, `-Wl,-rpath,${d}`]);
-      const flags = ["-O2", "-fPIC", "-shared", "-std=c++17", "-Wall", "-Werror", ...includes];
-      return { sources, command: (out) => ["g++", ...flags, ...sources, "-o", out, ...libs, "-lcupti"] };
+      const flags = ["-O2", "-fPIC", "-shared", "-std=c++17", "-Wall", "-Werror"];
+      // CUPTI's folders come last: the library after the sources that need it
+      return { sources, command: (out) => ["g++", ...flags, ...sources, "-o", out], located: locateCupti };
     }
   }
 }
 
 /**
  * A library's stamp: the hash of its sources, headers and flags (paths relative to the project and the
- * toolkit, so a copy of the project elsewhere hashes the same), then that with the compiler's version. A
- * library is up to date when both match; where the compiler is missing (a GPU machine without nvcc), a
- * library built elsewhere is used when its sources hash matches.
+ * toolkit, and not the located flags, so a copy of the project elsewhere hashes the same), then that with
+ * the compiler's version. A library is up to date when both match. A library built elsewhere is used when
+ * its sources hash matches where the compiler is missing (a GPU machine without nvcc), and also, whatever
+ * compiler is present, where DECODE_FLOOR_CARRIED=1: the lent GPU's run uses the libraries built and checked
+ * here rather than rebuilding them under its own compilers (a new warning there fails -Werror, another
+ * ptxas's schedule can fail the SASS checks).
  */
 function stampOf(r: Recipe, compilerVersion: string): { full: string; sources: string } {
   const portable = (s: string) => s.split(ROOT).join("<root>").split(CUDA_HOME).join("<cuda>");
@@ -158,7 +211,7 @@ export interface BuildOptions {
 export function ensureBuilt(target: Target, opts: BuildOptions = {}): BuildResult {
   const base = recipe(target);
   const extra = opts.extraFlags ?? [];
-  const r: Recipe = { sources: base.sources, command: (o) => { const c = base.command(o); return [c[0]!, ...extra, ...c.slice(1)]; } };
+  const r: Recipe = { ...base, command: (o) => { const c = base.command(o); return [c[0]!, ...extra, ...c.slice(1)]; } };
   const out = libraryPath(target, opts.variant);
   if (r.sources.length === 0) throw new Error(`build ${target}: no sources found under ${CUDA_DIR}`);
   writeGeneratedHeaders();
@@ -166,15 +219,15 @@ export function ensureBuilt(target: Target, opts: BuildOptions = {}): BuildResul
   const stamp = stampOf(r, version);
   const stampFile = `${out}.stamp`;
   const built = existsSync(out) ? readStamp(stampFile) : null;
-  if (!version) {
-    if (built?.sources === stamp.sources) return { target, path: out, rebuilt: false, log: "" }; // built elsewhere
-    throw new Error(`build ${target}: compiler not found (${target === "cuda" ? NVCC : "g++"}), and no library built from these sources`);
-  }
+  const carried = process.env[CARRIED_ENV] === "1";
+  if ((!version || carried) && built?.sources === stamp.sources) return { target, path: out, rebuilt: false, log: "" }; // built elsewhere
+  if (!version) throw new Error(`build ${target}: compiler not found (${target === "cuda" ? NVCC : "g++"}), and no library built from these sources`);
   if (built?.full === stamp.full) return { target, path: out, rebuilt: false, log: "" };
   mkdirSync(BUILD_DIR, { recursive: true });
-  if (!opts.quiet) process.stderr.write(`building ${target} library…\n`);
+  const say = (line: string) => { if (!opts.quiet) process.stderr.write(`${line}\n`); };
+  say(`building ${target} library…`);
   const tmp = `${out}.tmp`;
-  const p = Bun.spawnSync(r.command(tmp), { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
+  const p = Bun.spawnSync([...r.command(tmp), ...(r.located?.(say) ?? [])], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
   const log = p.stdout.toString() + p.stderr.toString();
   if (!p.success) throw new Error(`build ${target} failed (exit ${p.exitCode}):\n${log}`);
   // rename atomically so a concurrent loader never sees a half-written library
