@@ -6,11 +6,12 @@ import { join } from "node:path";
 
 import { loadModel } from "../src/model/weights.ts";
 import { llamaPeerUnavailable } from "../src/peers/llama.ts";
-import { parsePeers, PeerSet } from "../src/peers/peer-set.ts";
+import { parsePeers, parseTorchVariants, PeerSet } from "../src/peers/peer-set.ts";
 import { PeerFailure, PeerProcess } from "../src/peers/process.ts";
 import { findTorchPython } from "../src/peers/torch.ts";
 import { expectUserError } from "./helpers/expect.ts";
 
+const ROOT = join(import.meta.dir, "..");
 const FIXTURE = join(import.meta.dir, "fixtures/gpt2-tiny");
 const expected = JSON.parse(readFileSync(join(FIXTURE, "expected.json"), "utf8")) as { prompt: number[]; generated: number[] };
 const torchMissing = "missing" in findTorchPython();
@@ -21,6 +22,25 @@ test("--peers: names, all, and one line for an unknown peer", () => {
   expect(parsePeers("all")).toEqual(["torch", "llama.cpp"]);
   expect(parsePeers("llama.cpp,torch,torch")).toEqual(["llama.cpp", "torch"]);
   expectUserError(() => parsePeers("torch,vllm"), /--peers: "vllm" is not a peer \(peers: torch, llama\.cpp, all\)/);
+});
+
+test("--torch-variants: all five by default, a comma list, and one line naming the valid ones for a bad name", () => {
+  expect(parseTorchVariants(undefined)).toEqual(["seed", "static", "graph", "compile", "hf"]);
+  expect(parseTorchVariants("static, seed,seed")).toEqual(["static", "seed"]);
+  expectUserError(() => parseTorchVariants("seed,eager"), /--torch-variants: "eager" is not a PyTorch variant \(variants: seed, static, graph, compile, hf\)/);
+  expectUserError(() => parseTorchVariants(","), /--torch-variants: "," is not a PyTorch variant/);
+});
+
+test("--torch-variants through bun src/cli/profile.ts: a bad name, or no PyTorch peer to choose for, is one error line", () => {
+  for (const [args, message] of [
+    [["--peers", "torch", "--torch-variants", "seed,eager"], /^error: --torch-variants: "eager" is not a PyTorch variant \(variants: seed, static, graph, compile, hf\)$/],
+    [["--torch-variants", "seed"], /^error: --torch-variants chooses the PyTorch peer's variants: give --peers torch \(or all\) too$/],
+  ] as const) {
+    const p = Bun.spawnSync([process.execPath, join(ROOT, "src/cli/profile.ts"), "--backend", "cpu", ...args], { stdout: "pipe", stderr: "pipe" });
+    expect(p.exitCode).not.toBe(0);
+    expect(p.stdout.toString()).toBe("");
+    expect(p.stderr.toString().trimEnd()).toMatch(message);
+  }
 });
 
 describe.skipIf(torchMissing && llamaMissing)("both peers on gpt2-tiny's weights (seeded weights written out as the study does)", () => {

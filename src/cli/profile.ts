@@ -12,7 +12,7 @@ import { BACKEND_CHOICES, openBackend, type BackendChoice } from "../backends/se
 import { runCli, UserError } from "../errors.ts";
 import type { GPT2Weights } from "../model/weights.ts";
 import { ROOT } from "../native/build.ts";
-import { parsePeers, PeerSet } from "../peers/peer-set.ts";
+import { parsePeers, parseTorchVariants, PeerSet, TORCH_VARIANTS, type TorchVariant } from "../peers/peer-set.ts";
 import { AGREEMENT_PROMPT, AGREEMENT_TOKENS, Study, studyUnits, type StudyOptions } from "../profile/study.ts";
 import { buildSummary } from "../profile/summary.ts";
 import type { StudyMode } from "../profile/types.ts";
@@ -78,10 +78,10 @@ function defaultOutDir(backend: Backend, mode: string, withPeers: boolean, plan:
 }
 
 /** The peers, on the project's weights, with the project's threads, holding every context the study visits. */
-async function openPeers(names: ReturnType<typeof parsePeers>, backend: Backend, weights: GPT2Weights, modelDir: string | undefined, opts: StudyOptions, say: (l: string) => void) {
+async function openPeers(names: ReturnType<typeof parsePeers>, torchVariants: TorchVariant[], backend: Backend, weights: GPT2Weights, modelDir: string | undefined, opts: StudyOptions, say: (l: string) => void) {
   const threads = backend.describe().detail.threads;
   const set = await PeerSet.open({
-    peers: names, weights, modelDir, device: backend.kind === "cuda" ? "cuda" : "cpu",
+    peers: names, torchVariants, weights, modelDir, device: backend.kind === "cuda" ? "cuda" : "cpu",
     threads: typeof threads === "number" ? threads : cpus().length,
     maxContext: Math.max(...opts.contexts, AGREEMENT_PROMPT + AGREEMENT_TOKENS),
     fillSeed: opts.seed, say,
@@ -113,6 +113,7 @@ await runCli(async () => {
       .option("seed", { type: "number", default: 0, describe: "seed of the random weights and prompts" })
       .option("threads", { type: "number", describe: "CPU backend threads" })
       .option("peers", { type: "string", describe: "torch, llama.cpp (comma-separated) or all: PyTorch and llama.cpp on the same weights, timed beside the modes" })
+      .option("torch-variants", { type: "string", describe: `the PyTorch peer's variants (${TORCH_VARIANTS.join(", ")}; comma-separated; default: all)` })
       .option("dtypes", { type: "string", describe: `storage types of the weights to compare (${DTYPE_NAMES.join(", ")}; comma-separated); the first is the study's own (default: the checkpoint's, f32 for seeded weights)` })
       .option("kv-dtype", { choices: DTYPE_NAMES, describe: "storage type of the KV cache in every configuration (default: each configuration's weight type)" })
       .option("batches", { type: "string", describe: `sequences per step to compare (1..${MAX_BATCH}, comma-separated, e.g. 1,4): every storage type × batch is timed in the fastest launch mode` }),
@@ -122,6 +123,8 @@ await runCli(async () => {
   if (argv.force && argv.out === undefined) throw new UserError("--force replaces what an explicit --out holds; the default output directory never replaces an earlier run");
   const threads = argv.threads === undefined ? undefined : intFlag("threads", argv.threads, 1, 1024);
   const peerNames = parsePeers(argv.peers);
+  const torchVariants = parseTorchVariants(argv["torch-variants"]);
+  if (argv["torch-variants"] !== undefined && !peerNames.includes("torch")) throw new UserError("--torch-variants chooses the PyTorch peer's variants: give --peers torch (or all) too");
   let output = argv.out === undefined ? undefined : ProfileOutput.prepare(argv.out, { fresh: false, force: argv.force });
   const interrupt = watchSignals();
   let backend: Backend | undefined;
@@ -165,7 +168,7 @@ await runCli(async () => {
     const peaks = instrument.measurePeaks();
     await interrupt.checkpoint();
     const launch = instrument.measureLaunch();
-    peers = peerNames.length ? await openPeers(peerNames, backend, weights, argv.model, opts, say) : undefined;
+    peers = peerNames.length ? await openPeers(peerNames, torchVariants, backend, weights, argv.model, opts, say) : undefined;
     study = new Study(backend, instrument, weights, opts);
     await interrupt.checkpoint();
     progress = createProgress({ total: studyUnits(opts), label: "profile" });

@@ -14,8 +14,9 @@ import { findTorchPython, startTorchPeer } from "./torch.ts";
 
 export const PEER_NAMES = ["torch", "llama.cpp"] as const;
 export type PeerName = (typeof PEER_NAMES)[number];
-/** The PyTorch variants the study asks for (each that cannot run here says why) */
-const TORCH_VARIANTS = ["seed", "static", "graph", "compile", "hf"];
+/** The PyTorch variants the study can ask for (each that cannot run here says why) */
+export const TORCH_VARIANTS = ["seed", "static", "graph", "compile", "hf"] as const;
+export type TorchVariant = (typeof TORCH_VARIANTS)[number];
 
 /** `--peers torch,llama.cpp` or `all` (undefined: none). */
 export function parsePeers(flag: string | undefined): PeerName[] {
@@ -24,6 +25,15 @@ export function parsePeers(flag: string | undefined): PeerName[] {
   const bad = names.find((n) => !(PEER_NAMES as readonly string[]).includes(n));
   if (bad !== undefined || names.length === 0) throw new UserError(`--peers: ${JSON.stringify(bad ?? flag)} is not a peer (peers: ${PEER_NAMES.join(", ")}, all)`);
   return [...new Set(names)] as PeerName[];
+}
+
+/** `--torch-variants seed,static` (undefined: all of them): a cold torch.compile alone can take a minute. */
+export function parseTorchVariants(flag: string | undefined): TorchVariant[] {
+  if (flag === undefined) return [...TORCH_VARIANTS];
+  const names = flag.split(",").map((s) => s.trim()).filter(Boolean);
+  const bad = names.find((n) => !(TORCH_VARIANTS as readonly string[]).includes(n));
+  if (bad !== undefined || names.length === 0) throw new UserError(`--torch-variants: ${JSON.stringify(bad ?? flag)} is not a PyTorch variant (variants: ${TORCH_VARIANTS.join(", ")})`);
+  return [...new Set(names)] as TorchVariant[];
 }
 
 /** One way a peer runs the step: a subject of the study beside the project's own modes. */
@@ -43,6 +53,8 @@ export interface PeerSubject {
 
 export interface PeerSetOptions {
   peers: PeerName[];
+  /** the PyTorch peer's variants (default: all) */
+  torchVariants?: TorchVariant[];
   weights: GPT2Weights;
   /** the checkpoint the project loaded, if any (else the seeded weights are written out) */
   modelDir?: string;
@@ -107,7 +119,7 @@ export class PeerSet {
         const found = findTorchPython();
         if ("missing" in found) return this.skip("PyTorch", found.missing);
         started = await startTorchPeer({
-          python: found.python, modelDir: this.modelDir(), device: o.device, threads: o.threads, variants: TORCH_VARIANTS,
+          python: found.python, modelDir: this.modelDir(), device: o.device, threads: o.threads, variants: o.torchVariants ?? [...TORCH_VARIANTS],
           cacheRows: o.maxContext + 1, fillSeed: o.fillSeed,
         });
       } else {
