@@ -32,7 +32,6 @@ type CpuLibrary = ReturnType<typeof openCpuLibrary>;
 
 export class CpuBackend extends NativeBackend implements CpuTimers {
   readonly kind = "cpu" as const;
-  readonly deviceName: string;
   readonly graphs = false;
   readonly programmaticLaunch = false;
   readonly persistentStep = false;
@@ -44,7 +43,11 @@ export class CpuBackend extends NativeBackend implements CpuTimers {
   private constructor(lib: CpuLibrary) {
     super(lib.symbols, () => lib.close());
     this.cpu = lib.symbols;
-    this.deviceName = `${cpus()[0]?.model ?? "CPU"} × ${this.cpu.cpu_threads()} threads`;
+  }
+
+  /** the CPU and the threads the library runs on now (--threads sets them after the library opens) */
+  get deviceName(): string {
+    return `${cpus()[0]?.model ?? "CPU"} × ${this.cpu.cpu_threads()} threads`;
   }
 
   static open(threads?: number): CpuBackend {
