@@ -24,7 +24,8 @@ export const LARGE_SAVING = 0.3;
 export const NOISE = 0.05;
 
 /** Three significant digits for sentences: "0.132 ms", "5.20 ms", "41.0 ms", "312 ms". */
-const ms = (x: number) => `${Math.abs(x) >= 100 ? x.toFixed(0) : x.toPrecision(3)} ms`;
+/** A time in a sentence: three significant digits, whole ms from 100 on. */
+export const ms = (x: number) => `${Math.abs(x) >= 100 ? x.toFixed(0) : x.toPrecision(3)} ms`;
 /** A share as a whole percentage: "5%". */
 export const pct = (x: number) => `${Math.round(x * 100)}%`;
 const idleShare = (s: SplitNumbers) => (s.step_ms > 0 ? s.idle_ms / s.step_ms : 0);

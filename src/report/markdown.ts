@@ -12,11 +12,12 @@ function md(text: string): string {
   return text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 }
 
-function mdCell(text: string): string {
+/** Text from the data, safe in a markdown table cell: no raw HTML, no table breaks. */
+export function mdCell(text: string): string {
   return md(text).replace(/\|/g, "\\|").replace(/\r?\n/g, " ");
 }
 
-function markdownTable({ columns, rows }: TableData): string {
+export function markdownTable({ columns, rows }: TableData): string {
   const align = (c: Column, i: number) => c.align ?? (rows.some((r) => typeof r[i] === "number") ? "right" : "left");
   const text = (cell: Cell, c: Column) => (cell === null ? "–" : typeof cell === "number" ? (c.format ?? String)(cell) : cell);
   return [

@@ -1,6 +1,6 @@
 // JSON Schema (draft 2020-12) of summary.json, i.e. of ProfileSummary (src/profile/types.ts), and its validator.
 // Keep the two in step: the tests validate a synthetic ProfileSummary against this schema.
-import Ajv2020 from "ajv/dist/2020.js";
+import Ajv2020, { type ErrorObject } from "ajv/dist/2020.js";
 
 import { DTYPE_NAMES, MAX_BATCH, OP_FAMILIES } from "../ops.ts";
 import { PLAN_KINDS } from "../plan.ts";
@@ -289,8 +289,12 @@ const validate = ajv.compile(PROFILE_SUMMARY_SCHEMA);
 
 /** Problems that make `obj` not a ProfileSummary, as "<JSON pointer>: <message>" (empty when valid). */
 export function validateSummary(obj: unknown): string[] {
-  if (validate(obj)) return [];
-  return (validate.errors ?? []).map((e) => {
+  return validate(obj) ? [] : schemaProblems(validate.errors);
+}
+
+/** Ajv's errors as "<JSON pointer>: <message>". */
+export function schemaProblems(errors: ErrorObject[] | null | undefined): string[] {
+  return (errors ?? []).map((e) => {
     const extra = e.keyword === "additionalProperties" ? ` (${String(e.params.additionalProperty)})` : "";
     return `${e.instancePath || "/"}: ${e.message ?? e.keyword}${extra}`;
   });
