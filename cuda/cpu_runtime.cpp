@@ -105,10 +105,22 @@ void fill_pattern(float* data, size_t begin, size_t end) {
   for (size_t i = begin; i < end; i++) data[i] = (float)(i & 1023);
 }
 
+constexpr size_t kReadChunkFloats = 1 << 18;  // 1 MB chunks: the pool shares a pass out in these
+int read_chunks(size_t n) { return (int)((n + kReadChunkFloats - 1) / kReadChunkFloats); }
+size_t read_chunk_end(int c, size_t n) { return (c + 1) * kReadChunkFloats < n ? (c + 1) * kReadChunkFloats : n; }
+
+// data[begin:end] summed in kReadAccumulators independent vectors, so that several cache lines are in flight and
+// no add waits for the one before it.
+constexpr int kReadAccumulators = 4;
 float sum_floats(const float* data, size_t begin, size_t end) {
+  vecf acc[kReadAccumulators] = {};
+  size_t i = begin;
+  for (; i + kReadAccumulators * kVecFloats <= end; i += kReadAccumulators * kVecFloats)
+#pragma GCC unroll 4
+    for (int k = 0; k < kReadAccumulators; k++) acc[k] += load_vec(data + i + k * kVecFloats);
   float total = 0.0f;
-#pragma omp simd reduction(+ : total)
-  for (size_t i = begin; i < end; i++) total += data[i];
+  for (; i < end; i++) total += data[i];
+  for (int k = 0; k < kReadAccumulators; k++) total += sum_lanes(acc[k]);
   return total;
 }
 
@@ -417,28 +429,31 @@ int prof_read(int64_t* out, int max) {
   return n;
 }
 
-// Read bandwidth: the threads sum a buffer of `bytes` in 1 MB chunks, best of `iters` passes (bytes/s).
-double cpu_measure_read_bandwidth(uint64_t bytes, int iters) {
-  constexpr size_t kChunkFloats = 1 << 18;
+// The read-bandwidth probe's buffer (src/backends/read-probe.ts): huge pages where the kernel gives them, so that
+// faulting gigabytes in takes a fraction of a second, then written once by the pool.
+int cpu_read_prepare(void* data, uint64_t bytes) {
+  if (!data || bytes % sizeof(float) != 0) return kInvalidValue;
+  madvise(data, bytes, MADV_HUGEPAGE);  // advice only: without it the pass reads the same bytes
+  float* f = static_cast<float*>(data);
   const size_t n = bytes / sizeof(float);
-  float* data = static_cast<float*>(be_alloc(n * sizeof(float)));
-  if (!data) return 0.0;
-  const int chunks = (int)((n + kChunkFloats - 1) / kChunkFloats);
-  const auto chunk_end = [=](int c) { return (c + 1) * kChunkFloats < n ? (c + 1) * kChunkFloats : n; };
-  parallel_chunks(chunks, [=](int c) { fill_pattern(data, c * kChunkFloats, chunk_end(c)); });
+  parallel_chunks(read_chunks(n), [=](int c) { fill_pattern(f, c * kReadChunkFloats, read_chunk_end(c, n)); });
+  return kOk;
+}
+
+// One pass of the pool's threads over the first `bytes` of the probe's buffer, each chunk summed into independent
+// vector accumulators (one would make a core's adds, not the memory, the limit): seconds.
+double cpu_read_pass(const void* data, uint64_t bytes) {
+  const float* f = static_cast<const float*>(data);
+  const size_t n = bytes / sizeof(float);
+  const int chunks = read_chunks(n);
   std::vector<float> sums(chunks);
   float* chunk_sums = sums.data();
-  double best_s = 1e30;
-  for (int it = 0; it < iters; it++) {
-    const int64_t t0 = now_ns();
-    parallel_chunks(chunks, [=](int c) { chunk_sums[c] = sum_floats(data, c * kChunkFloats, chunk_end(c)); });
-    const double s = (now_ns() - t0) * 1e-9;
-    if (s < best_s) best_s = s;
-  }
+  const int64_t t0 = now_ns();
+  parallel_chunks(chunks, [=](int c) { chunk_sums[c] = sum_floats(f, c * kReadChunkFloats, read_chunk_end(c, n)); });
+  const double s = (now_ns() - t0) * 1e-9;
   volatile float sink = 0.0f;
   for (float x : sums) sink = sink + x;
-  be_free(data);
-  return (double)(n * sizeof(float)) / best_s;
+  return s;
 }
 
 // fp32 arithmetic peak: chunks of independent FMA chains in the widest vector registers (those the

@@ -23,8 +23,10 @@ typedef struct ProfRecord {
   int64_t end_ns;
 } ProfRecord;
 
-// Machine peaks measured on the spot: read bandwidth (bytes/s) and fp32 FMA rate (FLOP/s).
-double cpu_measure_read_bandwidth(uint64_t bytes, int iters);
+// Machine peaks measured on the spot. The read-bandwidth probe's buffer (`bytes` of be_alloc's, a multiple of 4)
+// prepared once, then one pass over its first `bytes` timed (seconds); the fp32 FMA rate (FLOP/s).
+int cpu_read_prepare(void* data, uint64_t bytes);
+double cpu_read_pass(const void* data, uint64_t bytes);
 double cpu_measure_fp32_peak(int iters);
 
 // Runs `jobs` jobs of 1..64 chunks of uneven length through the thread pool; returns how many chunks did not

@@ -4,6 +4,7 @@ import type { PlanOp } from "../plan.ts";
 import {
   EMPTY_OPS, nowMs, opInterval, type HostInterval, type Instrument, type LaunchFloor, type OpInterval, type Peaks, type TimedStep, type TraceResult, type TracedStep,
 } from "./instrument.ts";
+import { ReadProbe, type ReadProbeBackend } from "./read-probe.ts";
 
 /**
  * On the CPU the host runs the ops itself: what it spends issuing a step is the time between them
@@ -21,6 +22,8 @@ function dispatchGaps(label: string, startUs: number, endUs: number, ops: OpInte
 
 /** Passes of cpu_measure_fp32_peak (~2 ms each): on a shared machine only a pass every thread ran undisturbed counts. */
 export const FP32_PEAK_PASSES = 20;
+/** read passes at the probe's size, after its sweep */
+const READ_PROBE_PASSES = 8;
 
 /** One op's native timer record (CLOCK_MONOTONIC ns). */
 export interface CpuOpRecord {
@@ -30,14 +33,13 @@ export interface CpuOpRecord {
 }
 
 /** What the instrument uses of the CPU backend. */
-export interface CpuTimers {
+export interface CpuTimers extends ReadProbeBackend {
   readonly ops: OpSymbols;
   readonly threads: number;
   startTimers(): void;
   stopTimers(): { records: CpuOpRecord[]; dropped: number };
   /** the op timers' clock (CLOCK_MONOTONIC), ns */
   nowNs(): number;
-  measureReadBandwidth(bytes: number, iters: number): number;
   measureFp32Peak(passes?: number): number;
 }
 
@@ -80,14 +82,20 @@ export class CpuInstrument implements Instrument {
     return { steps, dropped, mismatchedSteps, wallMs };
   }
 
-  measurePeaks(): Peaks {
-    const bytes = this.backend.measureReadBandwidth(512 * 2 ** 20, 8);
-    const flops = this.backend.measureFp32Peak();
-    return {
-      bytes_per_s: bytes,
-      flops_per_s: flops,
-      how_measured: `read bandwidth: best of 8 passes summing 512 MiB on ${this.backend.threads} threads; fp32: 12 independent FMA chains in the widest vectors, 4 chunks of 2^18 steps per thread, best of ${FP32_PEAK_PASSES}`,
-    };
+  measurePeaks(stepBytes: number): Peaks {
+    const probe = ReadProbe.open(this.backend, stepBytes);
+    try {
+      for (let i = 0; i < READ_PROBE_PASSES; i++) probe.pass();
+      const read = probe.report();
+      return {
+        bytes_per_s: read.bytes_per_s,
+        flops_per_s: this.backend.measureFp32Peak(),
+        how_measured: `${read.how_measured}; fp32: 12 independent FMA chains in the widest vectors, 4 chunks of 2^18 steps per thread, best of ${FP32_PEAK_PASSES}`,
+        read_probe: read,
+      };
+    } finally {
+      probe.close();
+    }
   }
 
   /** An empty op (GELU of 0 elements) through bun:ffi, timed over many calls: the CPU's dispatch floor. */

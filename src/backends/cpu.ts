@@ -4,7 +4,7 @@ import { cpus } from "node:os";
 import { ensureBuilt } from "../native/build.ts";
 import { CPU_SYMBOLS } from "../native/symbols.ts";
 import type { EncodedPlan } from "../plan.ts";
-import { HOST_STUDY_DEFAULTS, type BackendDescription, type MemoryInfo, type RecordedStep } from "./backend.ts";
+import { HOST_STUDY_DEFAULTS, type BackendDescription, type DeviceBuffer, type MemoryInfo, type RecordedStep } from "./backend.ts";
 import { CpuInstrument, FP32_PEAK_PASSES, type CpuOpRecord, type CpuTimers } from "./cpu-instrument.ts";
 import type { Instrument } from "./instrument.ts";
 import { NativeBackend, openLibrary } from "./native.ts";
@@ -15,7 +15,8 @@ interface CpuSymbols {
   cpu_threads(): number;
   cpu_resident_bytes(): number | bigint;
   cpu_set_threads(n: number): void;
-  cpu_measure_read_bandwidth(bytes: number, iters: number): number;
+  cpu_read_prepare(data: number, bytes: number): number;
+  cpu_read_pass(data: number, bytes: number): number;
   cpu_measure_fp32_peak(iters: number): number;
   cpu_pool_check(jobs: number): number;
   prof_enable(on: number): void;
@@ -111,8 +112,14 @@ export class CpuBackend extends NativeBackend implements CpuTimers {
     return Number(this.cpu.cpu_now_ns());
   }
 
-  measureReadBandwidth(bytes: number, iters: number): number {
-    return this.cpu.cpu_measure_read_bandwidth(bytes, iters);
+  /** the read probe's buffer (src/backends/read-probe.ts): huge pages where given, written once */
+  readPrepare(buffer: DeviceBuffer): void {
+    if (this.cpu.cpu_read_prepare(buffer.ptr, buffer.bytes) !== 0) throw new RangeError(`read probe: a buffer of ${buffer.bytes} bytes`);
+  }
+
+  /** seconds of one read pass over the first `bytes` of the probe's buffer */
+  readPass(buffer: DeviceBuffer, bytes: number): number {
+    return this.cpu.cpu_read_pass(buffer.ptr, bytes);
   }
 
   measureFp32Peak(passes = FP32_PEAK_PASSES): number {

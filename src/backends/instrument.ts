@@ -2,6 +2,7 @@
 // the cost of dispatching an op with no work in it. Each backend supplies its own (Backend.instrument()).
 import type { OpFamily } from "../ops.ts";
 import type { PlanOp } from "../plan.ts";
+import type { ReadProbeReport } from "./read-probe.ts";
 
 export interface TimedStep {
   /** device time of the step (CUDA events; the wall time on the CPU) */
@@ -16,6 +17,8 @@ export interface Peaks {
   bytes_per_s: number;
   flops_per_s: number;
   how_measured: string;
+  /** the CPU's read probe, its size, sweep and passes (src/backends/read-probe.ts); a GPU's peaks are a device copy */
+  read_probe?: ReadProbeReport;
 }
 
 /** One timed interval of one op (a kernel on the GPU, a native op on the CPU), relative to the run's start. */
@@ -92,7 +95,8 @@ export interface Instrument {
   time(run: () => void): TimedStep;
   /** runs `count` steps (each after `before`) with op tracing on; `label` names the host intervals */
   trace(run: () => void, before: () => void, count: number, ops: PlanOp[], label: string): TraceResult;
-  measurePeaks(): Peaks;
+  /** the machine's peaks; a read bandwidth probe reads at least `stepBytes` where memory allows */
+  measurePeaks(stepBytes: number): Peaks;
   /** the cost of dispatching an op with no work in it */
   measureLaunch(): LaunchFloor;
   close(): void;

@@ -13,7 +13,7 @@ import { runCli, UserError } from "../errors.ts";
 import type { GPT2Weights } from "../model/weights.ts";
 import { ROOT } from "../native/build.ts";
 import { parsePeers, parseTorchVariants, PeerSet, TORCH_VARIANTS, type TorchVariant } from "../peers/peer-set.ts";
-import { AGREEMENT_PROMPT, AGREEMENT_TOKENS, Study, studyUnits, type StudyOptions } from "../profile/study.ts";
+import { AGREEMENT_PROMPT, AGREEMENT_TOKENS, largestStepBytes, Study, studyUnits, type StudyOptions } from "../profile/study.ts";
 import { buildSummary } from "../profile/summary.ts";
 import type { StudyMode } from "../profile/types.ts";
 import { createProgress } from "../report/progress.ts";
@@ -165,7 +165,7 @@ await runCli(async () => {
     }
     instrument = backend.instrument();
     say(`device: ${backend.deviceName} (${backend.kind}); every point timed first, then ${opts.kernels ? "traced" : "not traced (--no-kernels)"}`);
-    const peaks = instrument.measurePeaks();
+    const peaks = instrument.measurePeaks(largestStepBytes(weights.config, opts));
     await interrupt.checkpoint();
     const launch = instrument.measureLaunch();
     peers = peerNames.length ? await openPeers(peerNames, torchVariants, backend, weights, argv.model, opts, say) : undefined;

@@ -3,12 +3,12 @@
 // them, generate end to end, and measure the cache's memory.
 import type { Backend } from "../backends/backend.ts";
 import type { Instrument, TimedStep } from "../backends/instrument.ts";
-import { kvCacheBytesPerToken } from "../model/config.ts";
+import { kvCacheBytesPerToken, type GPT2Config } from "../model/config.ts";
 import type { GPT2Weights } from "../model/weights.ts";
-import { DTYPE_BYTES } from "../ops.ts";
+import { DTYPE_BYTES, DTYPES } from "../ops.ts";
 import type { PeerSet } from "../peers/peer-set.ts";
 import type { PeerDispatchSplit } from "../peers/process.ts";
-import type { PlanKind, PlanOp } from "../plan.ts";
+import type { PlanKind, PlanOp, StepLayout } from "../plan.ts";
 import { generate } from "../run/generate.ts";
 import { launchMode, type LaunchMode } from "../run/launch-modes.ts";
 import { cacheBytes, type Placement } from "../run/model-buffers.ts";
@@ -18,6 +18,7 @@ import { measureInterventions, type InterventionSample } from "./interventions.t
 import type { PeerMeasurements } from "./peers-summary.ts";
 import { promptOf } from "./prompts.ts";
 import type { EndToEnd, MemoryReport, StepTrace, StudyMode } from "./types.ts";
+import { cachedStepWork, sumWork } from "./work-model.ts";
 
 export interface StudyOptions {
   modes: StudyMode[];
@@ -78,6 +79,19 @@ export function studyUnits(opts: Pick<StudyOptions, "contexts" | "modes" | "kern
   const interventions = opts.contexts.length * (opts.interventions?.placements.length ?? 0);
   const traced = opts.kernels ? opts.modes.filter(tracedByOp).length : 0;
   return opts.contexts.length * (opts.modes.length + traced) + opts.modes.length + interventions;
+}
+
+/**
+ * The most bytes one cached step of the study reads (work model): its largest context, in whichever of its
+ * configurations moves the most. The CPU's read probe reads at least this much (src/backends/read-probe.ts).
+ */
+export function largestStepBytes(config: GPT2Config, opts: Pick<StudyOptions, "contexts" | "plan" | "placement" | "interventions">): number {
+  const context = Math.max(...opts.contexts);
+  const placements = [opts.placement, ...(opts.interventions?.placements ?? [])];
+  return Math.max(...placements.map((p) => {
+    const layout: StepLayout = { batch: p.batch, dtypes: { weights: DTYPES[p.weights], kv: DTYPES[p.kv] } };
+    return sumWork(cachedStepWork(config, context, opts.plan, layout)).bytes;
+  }));
 }
 
 /** Whether a mode's steps are traced op by op: the uncached step and every mode that launches a kernel per op. */

@@ -226,7 +226,16 @@ export const PROFILE_SUMMARY_SCHEMA = {
       backend: { enum: ["cpu", "cuda"] },
       name: text,
       detail: { type: "object", additionalProperties: { type: ["string", "number"] } },
-      peaks: object({ bytes_per_s: nonNegative, flops_per_s: nonNegative, how_measured: text }),
+      peaks: object({
+        bytes_per_s: nonNegative, flops_per_s: nonNegative, how_measured: text,
+        read_probe: object({
+          bytes_per_s: nonNegative,
+          passes: object({ count: count, min: nonNegative, median: nonNegative, max: nonNegative }),
+          buffer_bytes: nonNegative, knee_bytes: nonNegative,
+          sweep: { type: "array", items: object({ bytes: nonNegative, bytes_per_s: nonNegative }) },
+          capped: { type: "boolean" }, how_measured: text,
+        }),
+      }, ["read_probe"]),
       launch: object({
         host_us: nonNegative, device_us: nullableNumber, graph_node_us: nullableNumber, pdl_node_us: nullableNumber, grid_barrier_us: nullableNumber,
         grid_barrier_skewed_us: nullableNumber, grid_barrier_sc_us: nullableNumber, grid_barrier_sc_skewed_us: nullableNumber,

@@ -1,0 +1,126 @@
+// The CPU's read bandwidth from memory, the floor a decode step's bytes are held against (bench cpu, profile). A
+// buffer that the last-level cache can serve reads faster than memory, and a VM's reported LLC size is not to be
+// trusted (the development VM reports 480 MiB), so the probe finds its size: a sweep of buffer sizes, in rounds,
+// finds where the bandwidth stops falling (the knee); the probe reads the larger of that and the
+// step's own bytes, capped at a quarter of free memory. One buffer serves the sweep and the passes (each size its
+// first bytes), so gigabytes are faulted in once.
+import { freemem } from "node:os";
+
+import { summarize } from "../stats.ts";
+import type { DeviceBuffer } from "./backend.ts";
+
+/** What the probe uses of the CPU backend (cuda/cpu_runtime.cpp cpu_read_prepare, cpu_read_pass). */
+export interface ReadProbeBackend {
+  readonly threads: number;
+  alloc(bytes: number): DeviceBuffer;
+  free(buffer: DeviceBuffer): void;
+  readPrepare(buffer: DeviceBuffer): void;
+  /** seconds of one pass over the first `bytes` of `buffer` */
+  readPass(buffer: DeviceBuffer, bytes: number): number;
+}
+
+/** The probe's figure and how it was had (summary.json: device.peaks.read_probe). */
+export interface ReadProbeReport {
+  /** the best pass at buffer_bytes: the floor's bandwidth */
+  bytes_per_s: number;
+  /** every pass at buffer_bytes, bytes/s */
+  passes: { count: number; min: number; median: number; max: number };
+  buffer_bytes: number;
+  /** the smallest size of the sweep reading within KNEE_MARGIN of the sizes from it up (their median): where the bandwidth stops falling */
+  knee_bytes: number;
+  /** the best pass at each size of the sweep, bytes/s */
+  sweep: { bytes: number; bytes_per_s: number }[];
+  /** whether memory capped the buffer below the step's bytes */
+  capped: boolean;
+  how_measured: string;
+}
+
+const MIB = 2 ** 20;
+const SWEEP_FIRST_BYTES = 32 * MIB;
+/** the sweep's largest size, unless the step's bytes are larger: past any LLC a machine of this kind has */
+const SWEEP_TOP_BYTES = 4 * 2 ** 30;
+/**
+ * rounds of one timed pass per size, in turn, each right after an untimed one of the same size (whatever the cache
+ * holds of it is then there): a drift of a shared machine's bandwidth lasting a round misses the other rounds
+ */
+const SWEEP_ROUNDS = 5;
+/** a size reading within this share of the sizes from it up has stopped falling */
+const KNEE_MARGIN = 0.1;
+const MEMORY_SHARE = 0.25;
+
+/** The sweep's sizes: SWEEP_FIRST_BYTES doubling, then `top` itself. */
+function sweepSizes(top: number): number[] {
+  const sizes: number[] = [];
+  for (let s = SWEEP_FIRST_BYTES; s < top; s *= 2) sizes.push(s);
+  return [...sizes, top];
+}
+
+/**
+ * The smallest size whose best pass is within KNEE_MARGIN of the median of its own and every larger size's: where the
+ * bandwidth has stopped falling (a median, so one slow size of a noisy sweep does not move the knee to it).
+ */
+export function kneeOf(sweep: readonly { bytes: number; bytes_per_s: number }[]): number {
+  const median = (k: number) => summarize(sweep.slice(k).map((p) => p.bytes_per_s)).median;
+  return sweep.find((p, k) => p.bytes_per_s <= median(k) * (1 + KNEE_MARGIN))!.bytes;
+}
+
+export class ReadProbe {
+  private readonly samples: number[] = [];
+
+  private constructor(
+    private readonly backend: ReadProbeBackend,
+    private readonly buffer: DeviceBuffer,
+    readonly bytes: number,
+    private readonly sweep: { bytes: number; bytes_per_s: number }[],
+    private readonly capped: boolean,
+  ) {}
+
+  /** Allocates and fills the buffer, sweeps it, and settles the probe's size for a step of `stepBytes`. */
+  static open(backend: ReadProbeBackend, stepBytes: number, freeBytes = freemem()): ReadProbe {
+    const cap = Math.floor((freeBytes * MEMORY_SHARE) / MIB) * MIB;
+    const top = Math.min(cap, Math.max(SWEEP_TOP_BYTES, Math.ceil(stepBytes / MIB) * MIB));
+    const buffer = backend.alloc(top);
+    backend.readPrepare(buffer);
+    const sizes = sweepSizes(top);
+    const best = sizes.map(() => 0);
+    for (let r = 0; r < SWEEP_ROUNDS; r++) {
+      sizes.forEach((bytes, i) => {
+        backend.readPass(buffer, bytes); // what the cache can hold of this size is in it, as for back-to-back steps
+        best[i] = Math.max(best[i]!, bytes / backend.readPass(buffer, bytes));
+      });
+    }
+    const sweep = sizes.map((bytes, i) => ({ bytes, bytes_per_s: best[i]! }));
+    const bytes = Math.min(top, Math.max(kneeOf(sweep), Math.ceil(stepBytes / MIB) * MIB));
+    return new ReadProbe(backend, buffer, bytes, sweep, bytes < stepBytes);
+  }
+
+  /** One pass at the probe's size, kept for the report: bytes/s. */
+  pass(): number {
+    const bytesPerS = this.bytes / this.backend.readPass(this.buffer, this.bytes);
+    this.samples.push(bytesPerS);
+    return bytesPerS;
+  }
+
+  report(): ReadProbeReport {
+    if (this.samples.length === 0) throw new RangeError("ReadProbe.report: no pass taken");
+    const s = summarize(this.samples);
+    const gib = (b: number) => (b < 2 ** 30 ? `${Math.round(b / MIB)} MiB` : `${+(b / 2 ** 30).toPrecision(3)} GiB`);
+    return {
+      bytes_per_s: s.max,
+      passes: { count: this.samples.length, min: s.min, median: s.median, max: s.max },
+      buffer_bytes: this.bytes,
+      knee_bytes: kneeOf(this.sweep),
+      sweep: this.sweep,
+      capped: this.capped,
+      how_measured:
+        `read bandwidth: best of ${this.samples.length} passes summing ${gib(this.bytes)} on ${this.backend.threads} threads ` +
+        `(median ${(s.median / 1e9).toFixed(1)}, ${(s.min / 1e9).toFixed(1)}–${(s.max / 1e9).toFixed(1)} GB/s); the size is the larger of the step's ` +
+        `bytes and where a sweep of ${gib(this.sweep[0]!.bytes)}–${gib(this.sweep[this.sweep.length - 1]!.bytes)} stops falling ` +
+        `(${gib(kneeOf(this.sweep))}), capped at a quarter of free memory${this.capped ? " (which capped it below the step's bytes)" : ""}`,
+    };
+  }
+
+  close(): void {
+    this.backend.free(this.buffer);
+  }
+}
