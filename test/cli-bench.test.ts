@@ -23,10 +23,17 @@ function loadProcesses(): string[] {
 const number = String.raw`(\d+\.\d+)`;
 
 describe("bench cpu sections", () => {
-  test("--decode: a row per context with the floor's bytes and step ÷ floor", () => {
+  test("--decode: the probe's size, passes and sweep, the floor's kind, a row per context with the floor's bytes and step ÷ floor", () => {
     const r = bench("cpu", "--decode", "--contexts", "8,40", "--steps", "2");
     expect(r.code).toBe(0);
-    expect(r.stdout).toMatch(new RegExp(`read bandwidth: ${number} GB/s`));
+    const probe = new RegExp(`read bandwidth: best of (\\d+) passes summing ([\\d.]+ [MG]iB) on \\d+ threads \\(median ${number}, ${number}–${number} GB/s\\)`).exec(r.stdout);
+    expect(probe).not.toBeNull();
+    expect(Number(probe![1])).toBe(10); // 5 rounds of 2 passes
+    expect(r.stdout).toMatch(/sweep \(best pass per size\): 33\.6 MB [\d.]+, 67\.1 MB [\d.]+, .*4\.3 GB [\d.]+ GB\/s/);
+    // the floor's kind follows from the weights against the sweep's knee, both printed
+    const kind = /^(DRAM floor|cache floor, not a DRAM floor): the weights \(494\.6 MB\) are (past|below) the sweep's knee/m.exec(r.stdout);
+    expect(kind).not.toBeNull();
+    expect(kind![2]).toBe(kind![1] === "DRAM floor" ? "past" : "below");
     for (const context of [8, 40]) {
       const row = r.stdout.split("\n").find((line) => line.trimStart().startsWith(`${context} `));
       expect(row).toBeDefined();
@@ -34,11 +41,20 @@ describe("bench cpu sections", () => {
       const cells = row!.trim().split(/\s+/);
       expect(Number(cells[1])).toBeCloseTo(494.6, 0); // GPT-2 small's weights read per step
       expect(Number(cells[2])).toBeCloseTo((2 * 12 * (context + 1) * 768 * 4) / 1e6, 1); // K and V rows read
-      const [median, p10] = [Number(cells.at(-2)), Number(cells.at(-1)!.replace(/[()]/g, ""))];
-      expect(median).toBeGreaterThan(0);
-      expect(p10).toBeGreaterThan(0);
-      expect(p10).toBeLessThanOrEqual(median);
+      const median = Number(cells.at(-2));
+      const [min, max] = cells.at(-1)!.replace(/[()]/g, "").split("–").map(Number);
+      expect(min).toBeGreaterThan(0);
+      expect(min).toBeLessThanOrEqual(median);
+      expect(median).toBeLessThanOrEqual(max!);
     }
+  });
+
+  test("--decode --model DIR: the checkpoint's step, its weights far below any knee: a cache floor, said so", () => {
+    const r = bench("cpu", "--decode", "--model", join(ROOT, "test/fixtures/gpt2-tiny"), "--contexts", "4", "--steps", "2");
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain("decode — the cached step ÷ its memory floor (goal ≤ 1.3), gpt2-tiny");
+    expect(r.stdout).toMatch(/^cache floor, not a DRAM floor: the weights \([\d.]+ [kM]B\) are below the sweep's knee/m);
+    expect(r.stdout.split("\n").some((line) => line.trimStart().startsWith("4 "))).toBe(true);
   });
 
   test("--contend 1: quiet and loaded steps, a slowdown, and the competing program gone afterwards", () => {
@@ -80,6 +96,9 @@ describe("bench: bad flags, one line, exit ≠ 0", () => {
     [["cpu", "--steps", "0"], "--steps must be an integer in 1..∞ (got 0)"],
     [["cpu", "--fast"], "Unknown argument: fast"],
     [["cpu", "--contend", "1", "--contend", "2"], "--contend is given 2 times; give it once"],
+    [["cpu", "--preset", "gpt2-huge"], 'Invalid values: Argument: preset, Given: "gpt2-huge", Choices: "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"'],
+    [["cpu", "--model", "test/fixtures/gpt2-tiny", "--preset", "gpt2"], "Arguments model and preset are mutually exclusive"],
+    [["cpu", "--model", "/nonexistent-model-dir"], "model directory not found: /nonexistent-model-dir"],
     [[], "name a benchmark: cpu"],
   ])("bench %p", (args, message) => {
     const r = bench(...args);

@@ -1,8 +1,10 @@
 // bun run bench cpu — the CPU backend against this machine's own limits, measured in one run:
 //   decode   the cached step at contexts 8, 128, 512, 1000 ÷ its memory floor, (weight bytes + KV bytes
-//            read) ÷ the read bandwidth measured in the same run                          goal ≤ 1.3
+//            read) ÷ the read bandwidth a probe past the last-level cache measures in the same run, its
+//            passes between the steps (src/backends/read-probe.ts)                         goal ≤ 1.3
+// The model: GPT-2 small's shapes with seeded weights, another preset's (--preset), or a checkpoint (--model).
 //   contend  the cached step while another program runs N busy threads ÷ the quiet step   goal ≤ 3 (N = 2)
-//   prefill  the many-rows linear on GPT-2 small's four shapes (and the many-query attention), GFLOP/s
+//   prefill  the many-rows linear on the model's four shapes (and the many-query attention), GFLOP/s
 //            against the measured FMA peak and OpenBLAS's sgemm when it is installed      goal ≤ 1.3× OpenBLAS
 // --decode, --contend N and --prefill each name a section; given any, only those run (none: all three).
 import { spawn, type Subprocess } from "bun";
@@ -12,27 +14,30 @@ import yargs from "yargs";
 import { hideBin } from "yargs/helpers";
 
 import { CpuBackend } from "../backends/cpu.ts";
+import { ReadProbe } from "../backends/read-probe.ts";
 import { FP32_PEAK_PASSES } from "../backends/cpu-instrument.ts";
 import { runCli, UserError } from "../errors.ts";
-import { PRESETS, type GPT2Config } from "../model/config.ts";
-import { randomWeights } from "../model/weights.ts";
+import type { GPT2Config } from "../model/config.ts";
 import { openOpenBlas } from "../native/openblas.ts";
 import { DTYPES } from "../ops.ts";
 import { cachedStepWork, stepWork, sumWork } from "../profile/work-model.ts";
+import { formatBytes } from "../report/tables.ts";
 import { availableModes, replayMode, type LaunchMode } from "../run/launch-modes.ts";
 import { Session } from "../run/session.ts";
 import { summarize } from "../stats.ts";
-import { intFlag, parseFlags } from "./common.ts";
+import { DEFAULT_PRESET, intFlag, loadWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
 import { writeStdout } from "./outputs.ts";
 
 const DEFAULT_CONTEXTS = [8, 128, 512, 1000];
 const DEFAULT_CONTEND_THREADS = 2;
 const CONTEND_CONTEXT = 128;
+/** The contention section's context, within the model's positions. */
+const contendContext = (cfg: GPT2Config) => Math.min(CONTEND_CONTEXT, cfg.n_positions - 1);
 const CONTEND_ROUNDS = 4;
 const PREFILL_ROWS = [128, 1000];
 const PREFILL_REPEATS = 7;
-const BANDWIDTH_BUFFER_BYTES = 512 * 2 ** 20;
-const BANDWIDTH_PASSES = 8;
+const DECODE_ROUNDS = 5;
+const PROBE_PASSES_PER_ROUND = 2;
 const WARMUP_STEPS = 3;
 
 const nowMs = () => Bun.nanoseconds() / 1e6;
@@ -66,32 +71,52 @@ function timeCachedSteps(session: Session, context: number, steps: number, mode:
   return ms.slice(WARMUP_STEPS);
 }
 
+/**
+ * Rounds of probe passes and cached steps in turn (each context and mode, then the next round), so that a drift of
+ * the shared machine's memory bandwidth hits the step and its floor alike: each round's floor is the step's bytes
+ * at the round's best probe pass, and a context's ratio is the median over the rounds of its step ÷ its floor.
+ */
 function benchDecode(backend: CpuBackend, session: Session, contexts: number[], steps: number): void {
   const cfg = session.config;
   const modes = availableModes(backend, session.form);
   const replay = replayMode(backend);
-  const measureBandwidth = () => backend.measureReadBandwidth(BANDWIDTH_BUFFER_BYTES, BANDWIDTH_PASSES);
-  const bandwidthBefore = measureBandwidth();
-  // contexts and modes in rounds, so that a drift of the shared machine spreads over all of them
-  const rounds = 3;
-  const perRound = Math.max(1, Math.ceil(steps / rounds));
-  const samples = new Map(contexts.map((c) => [c, new Map<LaunchMode, number[]>(modes.map((m) => [m, []]))]));
-  for (let r = 0; r < rounds; r++) {
-    for (const c of contexts) for (const m of modes) samples.get(c)!.get(m)!.push(...timeCachedSteps(session, c, perRound, m));
-  }
-  const bandwidth = Math.max(bandwidthBefore, measureBandwidth());
-  line(`\ndecode — the cached step ÷ its memory floor (goal ≤ 1.3)`);
-  line(`read bandwidth: ${(bandwidth / 1e9).toFixed(2)} GB/s (best of 2×${BANDWIDTH_PASSES} passes over ${BANDWIDTH_BUFFER_BYTES / 2 ** 20} MiB, ${backend.threads} threads, before and after)`);
-  line(`floor = (weight bytes + KV bytes read) ÷ read bandwidth; ${rounds} rounds of ${perRound} steps per context and mode, medians (p10–p90)`);
-  line(`÷ floor: ${replay.name}'s median step ÷ floor (its p10 ÷ floor, the undisturbed steps of a shared machine)`);
-  line(`context  weights MB  KV MB  floor ms   ${modes.map((m) => `${m.name} ms`.padEnd(22)).join("")}÷ floor`);
-  for (const c of contexts) {
-    const { weights, kv } = floorBytes(cfg, c);
-    const floorMs = ((weights + kv) / bandwidth) * 1e3;
-    const cell = (ms: number[]) => { const x = summarize(ms); return `${x.median.toFixed(2).padStart(7)} (${x.p10.toFixed(1)}–${x.p90.toFixed(1)})`.padEnd(22); };
-    const replayed = summarize(samples.get(c)!.get(replay)!);
-    const ratios = `${(replayed.median / floorMs).toFixed(2)} (${(replayed.p10 / floorMs).toFixed(2)})`;
-    line(`${String(c).padStart(7)}  ${(weights / 1e6).toFixed(1).padStart(10)}  ${(kv / 1e6).toFixed(1).padStart(5)}  ${floorMs.toFixed(2).padStart(8)}   ${modes.map((m) => cell(samples.get(c)!.get(m)!)).join("")}${ratios}`);
+  const bytesAt = (c: number) => { const { weights, kv } = floorBytes(cfg, c); return weights + kv; };
+  const probe = ReadProbe.open(backend, Math.max(...contexts.map(bytesAt)));
+  try {
+    const perRound = Math.max(1, Math.ceil(steps / DECODE_ROUNDS));
+    const samples = new Map(contexts.map((c) => [c, new Map<LaunchMode, number[]>(modes.map((m) => [m, []]))]));
+    const ratios = new Map(contexts.map((c) => [c, [] as number[]]));
+    for (let r = 0; r < DECODE_ROUNDS; r++) {
+      const bandwidth = Math.max(...Array.from({ length: PROBE_PASSES_PER_ROUND }, () => probe.pass()));
+      for (const c of contexts) {
+        for (const m of modes) samples.get(c)!.get(m)!.push(...timeCachedSteps(session, c, perRound, m));
+        const replayed = samples.get(c)!.get(replay)!.slice(-perRound);
+        ratios.get(c)!.push(summarize(replayed).median / ((bytesAt(c) / bandwidth) * 1e3));
+      }
+    }
+    const read = probe.report();
+    const weights = floorBytes(cfg, contexts[0]!).weights;
+    const kind = weights >= read.knee_bytes ? "DRAM floor" : "cache floor";
+    line(`\ndecode — the cached step ÷ its memory floor (goal ≤ 1.3), ${cfg.name}: ${(weights / 1e6).toFixed(0)} MB of weights`);
+    line(read.how_measured);
+    line(`sweep (best pass per size): ${read.sweep.map((p) => `${formatBytes(p.bytes)} ${(p.bytes_per_s / 1e9).toFixed(1)}`).join(", ")} GB/s`);
+    line(
+      kind === "DRAM floor"
+        ? `DRAM floor: the weights (${formatBytes(weights)}) are past the sweep's knee (${formatBytes(read.knee_bytes)}), so memory serves the step`
+        : `cache floor, not a DRAM floor: the weights (${formatBytes(weights)}) are below the sweep's knee (${formatBytes(read.knee_bytes)}), so the last-level cache serves part of every step`,
+    );
+    line(`${DECODE_ROUNDS} rounds of ${PROBE_PASSES_PER_ROUND} probe passes, then ${perRound} steps per context and mode; medians (p10–p90)`);
+    line(`÷ floor: ${replay.name}'s median step in a round ÷ (bytes ÷ that round's best probe pass), the median over the rounds (their min–max)`);
+    line(`context  weights MB  KV MB  floor ms   ${modes.map((m) => `${m.name} ms`.padEnd(22)).join("")}÷ ${kind}`);
+    for (const c of contexts) {
+      const { weights: w, kv } = floorBytes(cfg, c);
+      const floorMs = ((w + kv) / read.bytes_per_s) * 1e3;
+      const cell = (ms: number[]) => { const x = summarize(ms); return `${x.median.toFixed(2).padStart(7)} (${x.p10.toFixed(1)}–${x.p90.toFixed(1)})`.padEnd(22); };
+      const rs = summarize(ratios.get(c)!);
+      line(`${String(c).padStart(7)}  ${(w / 1e6).toFixed(1).padStart(10)}  ${(kv / 1e6).toFixed(1).padStart(5)}  ${floorMs.toFixed(2).padStart(8)}   ${modes.map((m) => cell(samples.get(c)!.get(m)!)).join("")}${rs.median.toFixed(2)} (${rs.min.toFixed(2)}–${rs.max.toFixed(2)})`);
+    }
+  } finally {
+    probe.close();
   }
 }
 
@@ -110,6 +135,7 @@ async function startLoad(threads: number): Promise<Subprocess<"ignore", "pipe", 
 
 async function benchContention(session: Session, threads: number, steps: number): Promise<void> {
   const replay = replayMode(session.backend);
+  const context = contendContext(session.config);
   const child = await startLoad(threads);
   const quiet: number[] = [];
   const loaded: number[] = [];
@@ -119,10 +145,10 @@ async function benchContention(session: Session, threads: number, steps: number)
     for (let r = 0; r < CONTEND_ROUNDS; r++) {
       child.kill("SIGSTOP");
       await Bun.sleep(50);
-      quiet.push(...timeCachedSteps(session, CONTEND_CONTEXT, perRound, replay));
+      quiet.push(...timeCachedSteps(session, context, perRound, replay));
       child.kill("SIGCONT");
       await Bun.sleep(50);
-      loaded.push(...timeCachedSteps(session, CONTEND_CONTEXT, perRound, replay));
+      loaded.push(...timeCachedSteps(session, context, perRound, replay));
     }
   } finally {
     child.kill("SIGCONT");
@@ -130,7 +156,7 @@ async function benchContention(session: Session, threads: number, steps: number)
     await child.exited;
   }
   const q = summarize(quiet), l = summarize(loaded);
-  line(`\ncontention — the cached step at context ${CONTEND_CONTEXT} while another program runs ${threads} busy thread${threads === 1 ? "" : "s"} (goal ≤ 3× with 2)`);
+  line(`\ncontention — the cached step at context ${context} while another program runs ${threads} busy thread${threads === 1 ? "" : "s"} (goal ≤ 3× with 2)`);
   line(`${CONTEND_ROUNDS} rounds of ${perRound} quiet steps (competitor frozen) and ${perRound} loaded steps, ${replay.name}; medians (p10–p90)`);
   line(`quiet  ${q.median.toFixed(2)} ms (${q.p10.toFixed(1)}–${q.p90.toFixed(1)})`);
   line(`loaded ${l.median.toFixed(2)} ms (${l.p10.toFixed(1)}–${l.p90.toFixed(1)})`);
@@ -170,7 +196,7 @@ async function benchPrefill(backend: CpuBackend, cfg: GPT2Config): Promise<void>
     return buf;
   };
   const inp = floats(maxT * 4 * C), weight = floats(4 * C * C), bias = floats(4 * C), out = floats(maxT * 4 * C);
-  line(`\nprefill — the many-rows linear (out = inp @ W + b, fp32) on GPT-2 small's shapes (goal ≤ 1.3× OpenBLAS sgemm)`);
+  line(`\nprefill — the many-rows linear (out = inp @ W + b, fp32) on ${cfg.name}'s shapes (goal ≤ 1.3× OpenBLAS sgemm)`);
   line(`FMA peak: ${(peak / 1e9).toFixed(1)} GFLOP/s (${backend.threads} threads, best of ${FP32_PEAK_PASSES} passes); times are best of ${PREFILL_REPEATS}, ours and OpenBLAS's in turn, each timed call right after an untimed one`);
   line(`OpenBLAS: ${"missing" in blas ? `absent — ${blas.missing}` : blas.config}`);
   line(`shape                   ours GFLOP/s  % peak  OpenBLAS GFLOP/s  ours ÷ OpenBLAS time`);
@@ -206,14 +232,19 @@ function benchManyQueryAttention(backend: CpuBackend, cfg: GPT2Config, peak: num
   }
 }
 
-async function benchCpu(sections: Sections, steps: number, contexts: number[]): Promise<void> {
-  const cfg = PRESETS.gpt2!;
+async function benchCpu(sections: Sections, steps: number, contextsFlag: string | undefined, model: { dir?: string; preset: string }): Promise<void> {
+  // the flags are checked before anything is printed: a bad one is one error line and nothing else
+  const modelLines: string[] = [];
+  const weights = loadWeights(model.dir, model.preset, 0, (text) => modelLines.push(text));
+  const cfg = weights.config;
+  const contexts = parseContexts(contextsFlag, cfg.n_positions - 1);
   const backend = CpuBackend.open();
   line(`machine: ${backend.deviceName}; date ${new Date().toISOString()}; load average ${load()} (1, 5, 15 min) at the start`);
+  for (const text of modelLines) line(text);
   if (sections.decode || sections.contend) {
-    const longest = Math.max(...(sections.decode ? contexts : []), sections.contend ? CONTEND_CONTEXT : 0);
-    line(`model: GPT-2 small shapes, seeded random weights; prefilling ${longest} tokens…`);
-    const session = new Session(backend, randomWeights(cfg, 0), { maxRows: cfg.n_positions });
+    const longest = Math.max(...(sections.decode ? contexts : []), sections.contend ? contendContext(cfg) : 0);
+    line(`model: ${cfg.name}; prefilling ${longest} tokens…`);
+    const session = new Session(backend, weights, { maxRows: cfg.n_positions });
     session.prefill(Array.from({ length: longest }, (_, i) => (i * 7919) % cfg.vocab_size));
     if (sections.decode) benchDecode(backend, session, contexts, steps);
     if (sections.contend) await benchContention(session, sections.contend, steps);
@@ -224,7 +255,9 @@ async function benchCpu(sections: Sections, steps: number, contexts: number[]): 
   backend.close();
 }
 
-function parseContexts(text: string, max: number): number[] {
+/** --contexts, or the defaults the model holds. */
+function parseContexts(text: string | undefined, max: number): number[] {
+  if (text === undefined) return DEFAULT_CONTEXTS.filter((c) => c <= max);
   const contexts = text.split(",").map((s) => Number(s.trim()));
   const bad = contexts.find((c) => !Number.isInteger(c) || c < 1 || c > max);
   if (bad !== undefined || contexts.length === 0) throw new UserError(`--contexts must be integers in 1..${max}, comma-separated (got ${text})`);
@@ -232,14 +265,16 @@ function parseContexts(text: string, max: number): number[] {
 }
 
 await runCli(async () => {
-  const maxContext = PRESETS.gpt2!.n_positions - 1;
   await parseFlags(
     yargs(hideBin(process.argv))
       .scriptName("bun run bench")
       .command("cpu", "the CPU backend against this machine's memory floor, under contention, and against OpenBLAS", (y) =>
         y
           .option("steps", { type: "number", default: 30, describe: "timed steps per context (decode) and per side (contend)" })
-          .option("contexts", { type: "string", default: DEFAULT_CONTEXTS.join(","), describe: `decode contexts, comma-separated (1..${maxContext})` })
+          .option("contexts", { type: "string", describe: `decode contexts, comma-separated, below the model's n_positions (default ${DEFAULT_CONTEXTS.join(",")})` })
+          .option("model", { type: "string", describe: "a Hugging Face GPT-2 checkpoint folder (model.safetensors + config.json)" })
+          .option("preset", { choices: PRESET_CHOICES, describe: `without --model: whose exact shapes the seeded random weights take (default ${DEFAULT_PRESET})` })
+          .conflicts("model", "preset")
           .option("decode", { type: "boolean", describe: "run the decode section" })
           .option("contend", { type: "number", describe: `run the contention section with N competing threads (all sections: ${DEFAULT_CONTEND_THREADS})` })
           .option("prefill", { type: "boolean", describe: "run the prefill section" }),
@@ -248,7 +283,7 @@ await runCli(async () => {
           const sections: Sections = named
             ? { decode: a.decode === true, contend: a.contend === undefined ? 0 : intFlag("contend", a.contend, 1, 64), prefill: a.prefill === true }
             : { decode: true, contend: DEFAULT_CONTEND_THREADS, prefill: true };
-          await benchCpu(sections, intFlag("steps", a.steps, 1), parseContexts(a.contexts, maxContext));
+          await benchCpu(sections, intFlag("steps", a.steps, 1), a.contexts, { dir: a.model, preset: a.preset ?? DEFAULT_PRESET });
         })
       .demandCommand(1, "name a benchmark: cpu"),
   );
