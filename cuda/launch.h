@@ -102,12 +102,14 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   (void)p;
 #endif
 }
-// The block's threads share the lines out, one line each in turn; a row's last byte too (a row need not start on a line).
+// The block's threads share the lines out, one line each in turn; where rows do not start on a line, a row's last
+// byte too (it may fall in one line more).
 __device__ __forceinline__ void prefetch_lines_l2(const L2Lines& l) {
-  const int per_row = (l.row_bytes + kL2LineBytes - 1) / kL2LineBytes + 1;
+  const bool off_line = (reinterpret_cast<uintptr_t>(l.first) | l.stride) % kL2LineBytes != 0;
+  const int lines = (l.row_bytes + kL2LineBytes - 1) / kL2LineBytes, per_row = lines + off_line;
   for (int k = (int)threadIdx.x; k < l.rows * per_row; k += (int)blockDim.x) {
     const int row = k / per_row, line = k % per_row;
-    const size_t at = (size_t)row * l.stride + (line == per_row - 1 ? l.row_bytes - 1 : line * kL2LineBytes);
+    const size_t at = (size_t)row * l.stride + (line == lines ? l.row_bytes - 1 : line * kL2LineBytes);
     prefetch_l2(l.first + at);
     if (l.second) prefetch_l2(l.second + at);
   }

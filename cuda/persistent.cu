@@ -131,10 +131,9 @@ __global__ void __launch_bounds__(kStepThreads, step_min_blocks_per_sm<W, kRows>
     const StepTask& task = copy_task(current[i % 2], tasks[i]);
     // the first virtual block a resident block takes waits for every block's arrival from the previous tasks,
     // having requested its next round and its first lines of the next task into L2 (wait_for_inputs)
-    if (threadIdx.x == 0) {
-      ahead.next_round() = look_ahead_of<W>(tasks[i], blockIdx.x + gridDim.x);
-      ahead.next_task() = i + 1 < n_tasks ? look_ahead_of<W>(tasks[i + 1], blockIdx.x) : L2Lines{};
-    }
+    // two warps work them out side by side (each a chain of dependent loads of the task list), neither copying the task
+    if (threadIdx.x == kWarpSize) ahead.next_round() = look_ahead_of<W>(tasks[i], blockIdx.x + gridDim.x);
+    if (threadIdx.x == 2 * kWarpSize) ahead.next_task() = i + 1 < n_tasks ? look_ahead_of<W>(tasks[i + 1], blockIdx.x) : L2Lines{};
     __syncthreads();
     const dim3 grid = task.grid;
     const unsigned virtual_blocks = grid.x * grid.y * grid.z;

@@ -1,8 +1,8 @@
 // scripts/device-check.sh, rehearsed on the CPU: `run` with REHEARSE=1 takes the same steps in the same order
 // (build, the hot kernels' SASS, the fused profile with the interventions, generate in every launch mode and
 // their bit-identity on gpt2-tiny, the unfused profile; the steps that need a GPU logged "not rehearsed") through
-// the emulator, under the same budget and per-step timeouts, and leaves at most 8 files in $OUT as the device
-// returns them. With a packed .device/ (scripts/device-check.sh pack: Bun xz-compressed takes ~90 s the first
+// the emulator, under the same budget (its timeouts 4x, for 2 shared cores), and leaves at most 8 files in $OUT as
+// the device returns them. With a packed .device/ (scripts/device-check.sh pack: Bun xz-compressed takes ~90 s the first
 // time, so this test only repacks where .device/bun.xz is already there) the rehearsal runs the bundled CLIs.
 import { describe, expect, test } from "bun:test";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";

@@ -2,7 +2,6 @@
 // the cost of dispatching an op with no work in it. Each backend supplies its own (Backend.instrument()).
 import type { OpFamily } from "../ops.ts";
 import type { PlanOp } from "../plan.ts";
-import type { ReadProbeReport } from "./read-probe.ts";
 
 export interface TimedStep {
   /** device time of the step (CUDA events; the wall time on the CPU) */
@@ -13,11 +12,27 @@ export interface TimedStep {
   issueMs: number;
 }
 
+/** The probe's figure and how it was had (summary.json: device.peaks.read_probe). */
+export interface ReadProbeReport {
+  /** the best pass at buffer_bytes: the floor's bandwidth */
+  bytes_per_s: number;
+  /** every pass at buffer_bytes, bytes/s */
+  passes: { count: number; min: number; median: number; max: number };
+  buffer_bytes: number;
+  /** where the sweep stops falling (src/backends/read-probe.ts kneeOf) */
+  knee_bytes: number;
+  /** the best pass at each size of the sweep, bytes/s */
+  sweep: { bytes: number; bytes_per_s: number }[];
+  /** whether memory capped the buffer below the step's bytes */
+  capped: boolean;
+  how_measured: string;
+}
+
 export interface Peaks {
   bytes_per_s: number;
   flops_per_s: number;
   how_measured: string;
-  /** the CPU's read probe, its size, sweep and passes (src/backends/read-probe.ts); a GPU's peaks are a device copy */
+  /** the CPU's read probe, its size, sweep and passes; a GPU's peaks are a device copy */
   read_probe?: ReadProbeReport;
 }
 

@@ -8,6 +8,7 @@ import { freemem } from "node:os";
 
 import { summarize } from "../stats.ts";
 import type { DeviceBuffer } from "./backend.ts";
+import type { ReadProbeReport } from "./instrument.ts";
 
 /** What the probe uses of the CPU backend (cuda/cpu_runtime.cpp cpu_read_prepare, cpu_read_pass). */
 export interface ReadProbeBackend {
@@ -17,22 +18,6 @@ export interface ReadProbeBackend {
   readPrepare(buffer: DeviceBuffer): void;
   /** seconds of one pass over the first `bytes` of `buffer` */
   readPass(buffer: DeviceBuffer, bytes: number): number;
-}
-
-/** The probe's figure and how it was had (summary.json: device.peaks.read_probe). */
-export interface ReadProbeReport {
-  /** the best pass at buffer_bytes: the floor's bandwidth */
-  bytes_per_s: number;
-  /** every pass at buffer_bytes, bytes/s */
-  passes: { count: number; min: number; median: number; max: number };
-  buffer_bytes: number;
-  /** the smallest size of the sweep reading within KNEE_MARGIN of the sizes from it up (their median): where the bandwidth stops falling */
-  knee_bytes: number;
-  /** the best pass at each size of the sweep, bytes/s */
-  sweep: { bytes: number; bytes_per_s: number }[];
-  /** whether memory capped the buffer below the step's bytes */
-  capped: boolean;
-  how_measured: string;
 }
 
 const MIB = 2 ** 20;
