@@ -1,5 +1,5 @@
 // The profile's data model: what `bun run profile` measures, and what every report is drawn from.
-// summary.json is exactly a ProfileSummary (schema: src/report/schema.ts, documented in the README).
+// summary.json is exactly a ProfileSummary (schema: src/report/schema.ts, documented in docs/summary-schema.md).
 import type { BackendDescription } from "../backends/backend.ts";
 import type { LaunchFloor, Peaks, TracedStep } from "../backends/instrument.ts";
 import type { GPT2Config } from "../model/config.ts";
