@@ -5,7 +5,7 @@
 // (positions are read from device memory), so one captured graph serves every context length. The cache is read
 // in its storage type (cuda/dtypes.h): 16-byte loads of 4 floats or 8 halves, widened where they are used.
 #include "attention.h"
-#include "step_tasks.h"
+#include "dispatch.h"
 
 constexpr int kKvAppendThreads = 256;
 constexpr size_t kScratchAlignment = 16;
@@ -46,8 +46,8 @@ extern "C" void op_kv_append(void* k_cache, void* v_cache, const float* qkv, con
     constexpr int V = kVecOf<K>;
     const bool vec = C % V == 0 && aligned16(k_cache) && aligned16(v_cache) && aligned16(qkv);
     const auto kernel = vec ? kv_append_kernel<K, V> : kv_append_kernel<K, 1>;
-    LAUNCH(kernel, dim3(T, B), kKvAppendThreads, static_cast<K*>(k_cache), static_cast<K*>(v_cache), qkv, state, T, C, max_ctx,
-           vec ? C / V : 0);
+    launch_op(kernel, {.grid = dim3(T, B), .block = kKvAppendThreads}, static_cast<K*>(k_cache), static_cast<K*>(v_cache), qkv,
+              state, T, C, max_ctx, vec ? C / V : 0);
   });
 }
 
@@ -74,9 +74,9 @@ static AttnScratch scratch_layout(float* scratch, int rows, int C, int n_head, i
 }
 
 // grid: (n_chunks, n_head, B·T)  block: (kAttnThreads): one block per (chunk, head, row) of the body (cuda/attention.h)
-template <typename K, int kWidth> __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a, bool overlapped) {
+template <typename K, int kWidth> __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a, Overlap overlap) {
   __shared__ AttnShared<kWidth> shared;
-  attention<K, kWidth>(a, own_launch(overlapped), shared);
+  attention<K, kWidth>(a, own_launch(overlap), shared);
 }
 
 extern "C" size_t op_attention_scratch_bytes(int rows, int C, int n_head, int max_ctx) {
@@ -92,13 +92,15 @@ extern "C" void op_attention(float* out, float* scratch, const float* qkv, const
   if (rt_reject_unless(is_storage_type(kvdtype) && heads_fit && B >= 1 && T >= 1 && B * T <= max_ctx)) return;
   const int hs = C / n_head;
   const dim3 grid(attention_chunks(max_ctx), n_head, B * T);
-  const AttnArgs a = {out, scratch_layout(scratch, B * T, C, n_head, max_ctx), qkv, k_cache, v_cache, state, T, C, n_head, max_ctx};
+  const AttnArgs a = {.out = out, .scratch = scratch_layout(scratch, B * T, C, n_head, max_ctx), .qkv = qkv,
+                      .k_cache = k_cache, .v_cache = v_cache, .state = state, .T = T, .C = C, .n_head = n_head,
+                      .max_ctx = max_ctx};
   with_storage(kvdtype, [&](auto kind) {
     using K = decltype(kind);
     constexpr int V = kVecOf<K>;
     const bool vec = hs % V == 0 && aligned16(k_cache) && aligned16(v_cache);
-    if (StepRecorder* step = rt_step_recorder()) return step->add(kTaskAttention, grid, a, vec, kStepNone, kvdtype, kStepNone);
     const auto kernel = vec ? attention_kernel<K, V> : attention_kernel<K, 1>;
-    LAUNCH(kernel, grid, kAttnThreads, a, rt_overlapped());
+    const StepTaskForm task = {.kind = kTaskAttention, .vec = vec, .variant = {.kvdtype = kvdtype}};
+    launch_step_op(kernel, {.grid = grid, .block = kAttnThreads}, task, a);
   });
 }

@@ -1,6 +1,6 @@
 // op_gelu, op_residual: flat elementwise kernels, one float4 (or, for the tail, one float) per thread.
 #include "gelu.h"
-#include "launch.h"
+#include "dispatch.h"
 #include "ops.h"
 
 constexpr int kElementwiseThreads = 256;
@@ -41,12 +41,12 @@ __global__ void __launch_bounds__(kElementwiseThreads)
 
 extern "C" void op_gelu(float* out, const float* inp, int N) {
   const int n_vec4 = vec4_count(N, out, inp);
-  LAUNCH(gelu_kernel, ceil_div(elementwise_threads(N, n_vec4), kElementwiseThreads), kElementwiseThreads, out, inp, N,
-         n_vec4);
+  const Geometry at = {.grid = ceil_div(elementwise_threads(N, n_vec4), kElementwiseThreads), .block = kElementwiseThreads};
+  launch_op(gelu_kernel, at, out, inp, N, n_vec4);
 }
 
 extern "C" void op_residual(float* out, const float* a, const float* b, int N) {
   const int n_vec4 = vec4_count(N, out, a, b);
-  LAUNCH(residual_kernel, ceil_div(elementwise_threads(N, n_vec4), kElementwiseThreads), kElementwiseThreads, out, a, b,
-         N, n_vec4);
+  const Geometry at = {.grid = ceil_div(elementwise_threads(N, n_vec4), kElementwiseThreads), .block = kElementwiseThreads};
+  launch_op(residual_kernel, at, out, a, b, N, n_vec4);
 }

@@ -1,7 +1,7 @@
 // op_embed: token + position embedding of each sequence's rows of this step, the tables in their storage type
 // (the body in cuda/embed.h).
+#include "dispatch.h"
 #include "embed.h"
-#include "step_tasks.h"
 
 template <typename W, int kWidth> __global__ void __launch_bounds__(kEmbedThreads) embed_kernel(EmbedArgs a) {
   embed<W, kWidth>(a, own_launch());
@@ -14,9 +14,10 @@ extern "C" void op_embed(float* out, const int* seq, const int* state, const voi
     using W = decltype(w);
     constexpr int V = kVecOf<W>;
     const bool vec = C % V == 0 && aligned16(out) && aligned16(wte) && aligned16(wpe);
-    const EmbedArgs a = {out, seq, state, wte, wpe, T, C, max_ctx, vec ? C / V : 0};
-    if (StepRecorder* step = rt_step_recorder()) return step->add(kTaskEmbed, dim3(T, B), a, vec, wdtype, kStepNone, kStepNone);
+    const EmbedArgs a = {.out = out, .seq = seq, .state = state, .wte = wte, .wpe = wpe, .T = T, .C = C,
+                         .max_ctx = max_ctx, .n_units = vec ? C / V : 0};
     const auto kernel = vec ? embed_kernel<W, V> : embed_kernel<W, 1>;
-    LAUNCH(kernel, dim3(T, B), kEmbedThreads, a);
+    const StepTaskForm task = {.kind = kTaskEmbed, .vec = vec, .variant = {.wdtype = wdtype}};
+    launch_step_op(kernel, {.grid = dim3(T, B), .block = kEmbedThreads}, task, a);
   });
 }

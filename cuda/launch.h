@@ -1,11 +1,6 @@
-// Kernel launches for the .cu sources, identical under nvcc and the CPU emulator (cuda/emu/cuda_emu.h).
-//
-//   LAUNCH(kernel, grid, block, args...)
-// launches `kernel` on the runtime's current stream (cu_set_stream in cuda/cuda_api.h) with static shared
-// memory only, then folds cudaGetLastError() into the library's sticky error (be_last_error in
-// cuda/runtime.h). A templated kernel takes one template argument at most (the macro splits on commas).
-// While rt_overlapped() (the graph-pdl capture), the launch carries programmatic stream serialization; while the
-// persistent step is recorded, it launches nothing and fails the recording (the fused ops record tasks instead).
+// The bare launch for the .cu sources, identical under nvcc and the CPU emulator (cuda/emu/cuda_emu.h), and what a
+// kernel body needs of where it runs. The ops launch through cuda/dispatch.h, which decides what a launch means in
+// each launch mode.
 #pragma once
 #include <stdint.h>
 
@@ -16,16 +11,15 @@
 
 // Hooks implemented by cuda/runtime.cu.
 cudaStream_t rt_current_stream();
-void rt_note_launch();              // folds cudaGetLastError() into the sticky error
+void rt_note_launch();                      // folds cudaGetLastError() into the sticky error
 void rt_note_shape(dim3 grid, dim3 block);  // the launch's shape, kept while cu_plan_launch_shapes asks
-void rt_fail(cudaError_t error);    // records an error found on the host (e.g. an unsupported shape)
-int rt_sm_count();                  // multiprocessors on the current device
-bool rt_overlapped();               // true while launching the graph-pdl step (below)
-bool rt_step_rejects_launch();      // true while recording the persistent step (cuda/step_tasks.h), which then fails:
-                                    // a plain launch has no task form
+void rt_fail(cudaError_t error);            // records an error found on the host (e.g. an unsupported shape)
+int rt_sm_count();                          // multiprocessors on the current device
+bool rt_overlapped();                       // while capturing the graph-pdl step: launches may overlap (below)
 
-// LAUNCH_ON: the bare launch on a given stream, leaving its error to cudaGetLastError(). The emulator runs
-// kernels one after another, so a programmatic launch is plain stream order there.
+// launch_on: `kernel` on `stream` with static shared memory only, its error left to cudaGetLastError(); with
+// programmatic stream serialization while rt_overlapped(). The emulator runs kernels one after another, so a
+// programmatic launch is plain stream order there.
 #ifdef __CUDACC__
 // A launch with one launch attribute (programmatic serialization, cooperative) and `smem` bytes of dynamic shared memory.
 template <typename... Params, typename... Args>
@@ -52,23 +46,18 @@ void launch_on(cudaStream_t stream, void (*kernel)(Params...), dim3 grid, dim3 b
   attribute.val.programmaticStreamSerializationAllowed = 1;
   launch_with(attribute, stream, kernel, grid, block, 0, std::forward<Args>(args)...);
 }
-#define LAUNCH_ON(stream, kernel, grid, block, ...) launch_on((stream), (kernel), (grid), (block), __VA_ARGS__)
 #else
-#define LAUNCH_ON(stream, kernel, grid, block, ...) emu_launch(kernel, (grid), (block), 0, (stream), __VA_ARGS__)
+template <typename... Params, typename... Args>
+void launch_on(cudaStream_t stream, void (*kernel)(Params...), dim3 grid, dim3 block, Args&&... args) {
+  emu_launch(kernel, grid, block, 0, stream, std::forward<Args>(args)...);
+}
 #endif
-#define LAUNCH(kernel, grid, block, ...)                                  \
-  do {                                                                    \
-    if (rt_step_rejects_launch()) break;                                  \
-    rt_note_shape(dim3(grid), dim3(block));                               \
-    LAUNCH_ON(rt_current_stream(), kernel, grid, block, __VA_ARGS__);     \
-    rt_note_launch();                                                     \
-  } while (0)
 
 // Programmatic dependent launch (sm_90). In the graph-pdl launch mode (cu_graph_capture with programmatic set)
 // a step's kernels are launched so that each may start while its predecessor is still running. Every kernel of the step therefore
 // calls wait_for_predecessor() before it touches anything an earlier kernel of the step writes (or reads),
 // and reads such data with coherent loads only (cuda/cols.h). A kernel may first issue loads of data that no
-// kernel of the step writes (weights); wait_for_predecessor(rt_overlapped()) then pins them before the wait with
+// kernel of the step writes (weights); wait_for_predecessor(overlap) then pins them before the wait with
 // a fence, so they overlap the predecessor (ptxas otherwise hoists the wait above them). The fence's branch
 // also keeps those loads issued together, before the first is used. Without the launch attribute the wait
 // returns at once. let_successor_start(): the next kernel's blocks may be scheduled now; they still wait for
@@ -137,7 +126,11 @@ struct BlockPlace {
   bool overlapped;           // a launch of its own that may overlap its predecessor (graph-pdl)
   const LookAhead* look_ahead;  // the persistent step: what to request into L2 behind the block's loads (in shared memory)
 };
-__device__ __forceinline__ BlockPlace own_launch(bool overlapped = false) { return {blockIdx, gridDim, nullptr, 0u, overlapped, nullptr}; }
+// The last parameter of a kernel that may overlap its predecessor: whether this launch does (graph-pdl), so that the
+// kernel pins its early loads before the wait. cuda/dispatch.h supplies it; the launcher never passes it.
+// A bool, not a type of its own: ptxas allocates the scalar bodies' registers differently for a class or an enum.
+using Overlap = bool;
+__device__ __forceinline__ BlockPlace own_launch(Overlap overlap = false) { return {blockIdx, gridDim, nullptr, 0u, overlap, nullptr}; }
 
 // The grid barrier of the persistent step: every resident block counts itself in on `arrivals` when it has done
 // its share of a task, and a block waits, before it reads a task's inputs (or, with no share of the task, before it

@@ -1,7 +1,7 @@
 // op_layernorm: per-row normalisation, two-pass (mean, then variance of the deviations) for accuracy, over
 // the row held in registers: the row, its weight and its bias are each read once.
 #include "cols.h"
-#include "launch.h"
+#include "dispatch.h"
 #include "ops.h"
 #include "warp.h"
 
@@ -14,7 +14,7 @@ constexpr int kLayernormUnits = 4;  // column groups (kWidth floats) per thread:
 template <int kWidth>
 __global__ void __launch_bounds__(kLayernormThreads)
     layernorm_kernel(float* __restrict__ out, const float* __restrict__ inp, const float* __restrict__ weight,
-                     const float* __restrict__ bias, int C, float eps, bool overlapped) {
+                     const float* __restrict__ bias, int C, float eps, Overlap overlap) {
   __shared__ float partial[kWarpSize];
   let_successor_start();
   const int groups = C / kWidth;
@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(kLayernormThreads)
     w[k] = g < groups ? load_cols<kWidth>(weight + g * kWidth) : Cols<kWidth>{};
     b[k] = g < groups ? load_cols<kWidth>(bias + g * kWidth) : Cols<kWidth>{};
   }
-  wait_for_predecessor(overlapped);
+  wait_for_predecessor(overlap);
   const float* row = inp + (size_t)blockIdx.x * C;
 #pragma unroll
   for (int k = 0; k < kLayernormUnits; k++) {
@@ -65,8 +65,6 @@ extern "C" void op_layernorm(float* out, const float* inp, const float* weight, 
     rt_fail(cudaErrorInvalidValue);
     return;
   }
-  if (vec)
-    LAUNCH(layernorm_kernel<kVecWidth>, T, kLayernormThreads, out, inp, weight, bias, C, eps, rt_overlapped());
-  else
-    LAUNCH(layernorm_kernel<1>, T, kLayernormThreads, out, inp, weight, bias, C, eps, rt_overlapped());
+  const auto kernel = vec ? layernorm_kernel<kVecWidth> : layernorm_kernel<1>;
+  launch_op(kernel, {.grid = T, .block = kLayernormThreads}, out, inp, weight, bias, C, eps);
 }

@@ -3,16 +3,16 @@
 //                    all rows with 16-byte loads, split over C across blocks with a fixed-order merge
 //                    (cuda/last_block.h); the fused decode ops are the same body with another input and output step.
 //   rows > 8 (prefill, the uncached step): linear_tiled_kernel, a shared-memory tiled matrix product.
+#include "dispatch.h"
 #include "linear.h"
-#include "step_tasks.h"
 
 // Each kernel: kWidth elements of W per weight access, kRows rows (sequences) accumulated at once.
 #define MATVEC_KERNEL(name, op)                                                                                  \
   template <typename W, int kWidth, int kRows>                                                                   \
   __global__ void __launch_bounds__(kMatvecThreads, MatvecShape<kWidth, kRows, input_of(op)>::kMinBlocksPerSm)   \
-      name(MatvecArgs a, bool overlapped) {                                                                      \
+      name(MatvecArgs a, Overlap overlap) {                                                                      \
     __shared__ MatvecShared<kWidth, kRows, input_of(op)> shared;                                                 \
-    matvec<W, kWidth, kRows, op>(a, own_launch(overlapped), shared);                                             \
+    matvec<W, kWidth, kRows, op>(a, own_launch(overlap), shared);                                                \
   }
 // out: (rows, OC) = inp (rows, C) @ weight + bias
 MATVEC_KERNEL(linear_matvec_kernel, kOpLinear)
@@ -24,7 +24,7 @@ MATVEC_KERNEL(ln_linear_gelu_kernel, kOpLnLinearGelu)
 MATVEC_KERNEL(linear_residual_kernel, kOpLinearResidual)
 #undef MATVEC_KERNEL
 
-using MatvecKernel = void (*)(MatvecArgs, bool);
+using MatvecKernel = void (*)(MatvecArgs, Overlap);
 
 template <MatvecOp kOp, typename W, int kWidth, int kRows> MatvecKernel matvec_kernel() {
   if constexpr (kOp == kOpLinear) return linear_matvec_kernel<W, kWidth, kRows>;
@@ -41,11 +41,12 @@ template <MatvecOp kOp, typename W> MatvecKernel pick_matvec(int rows, bool vec)
   return with_batch_bucket(rows, [](auto bucket) { return matvec_kernel<kOp, W, V, decltype(bucket)::value>(); });
 }
 
-// The persistent step's task for a fused decode op (a plain linear has none: its LAUNCH fails the recording).
-template <MatvecOp kOp> static void record_matvec(StepRecorder* step, dim3 grid, const MatvecArgs& a, bool vec, int wdtype) {
+// The persistent step's task form of a fused decode op (a plain linear has none).
+template <MatvecOp kOp> static StepTaskForm matvec_task(const MatvecArgs& a, bool vec, int wdtype) {
   static_assert(kOp != kOpLinear, "a plain linear has no task form");
   const StepTaskKind kind = kOp == kOpLnQkv ? kTaskLnQkv : kOp == kOpLnLinearGelu ? kTaskLnLinearGelu : kTaskLinearResidual;
-  step->add(kind, grid, a, vec, wdtype, kOp == kOpLnQkv ? a.kvdtype : kStepNone, batch_bucket(a.rows));
+  const int kvdtype = kOp == kOpLnQkv ? a.kvdtype : kStepNone;
+  return {.kind = kind, .vec = vec, .variant = {.wdtype = wdtype, .kvdtype = kvdtype, .rows = batch_bucket(a.rows)}};
 }
 
 // Launches the 16-byte variant when every row of weight, bias and out starts 16-byte aligned (OC a multiple of
@@ -61,14 +62,10 @@ template <MatvecOp kOp> static void launch_matvec(const MatvecArgs& a, int wdtyp
       rt_fail(cudaErrorInvalidValue);
       return;
     }
-    if constexpr (kOp != kOpLinear) {
-      if (StepRecorder* step = rt_step_recorder()) {
-        record_matvec<kOp>(step, grid, a, vec, wdtype);
-        return;
-      }
-    }
     const MatvecKernel kernel = pick_matvec<kOp, W>(a.rows, vec);
-    LAUNCH(kernel, grid, kMatvecThreads, a, rt_overlapped());
+    const Geometry at = {.grid = grid, .block = kMatvecThreads};
+    if constexpr (kOp == kOpLinear) launch_op(kernel, at, a);
+    else launch_step_op(kernel, at, matvec_task<kOp>(a, vec, wdtype), a);
   });
 }
 
@@ -149,13 +146,14 @@ extern "C" void op_linear(float* out, float* partials, const float* inp, const v
   if (rows > kMatvecMaxRows) {
     with_storage(wdtype, [&](auto w) {
       using W = decltype(w);
-      LAUNCH(linear_tiled_kernel<W>, dim3(ceil_div(OC, kTileCols), ceil_div(rows, kTileRows)), dim3(kTiledThreadsX, kTiledThreadsY),
-             out, inp, static_cast<const W*>(weight), bias, rows, C, OC);
+      const Geometry at = {.grid = dim3(ceil_div(OC, kTileCols), ceil_div(rows, kTileRows)),
+                           .block = dim3(kTiledThreadsX, kTiledThreadsY)};
+      launch_op(linear_tiled_kernel<W>, at, out, inp, static_cast<const W*>(weight), bias, rows, C, OC);
     });
     return;
   }
-  MatvecArgs a = {};
-  a.out = out, a.scratch = op_scratch(partials), a.inp = inp, a.weight = weight, a.bias = bias, a.rows = rows, a.C = C, a.OC = OC;
+  const MatvecArgs a = {.out = out, .scratch = op_scratch(partials), .inp = inp, .weight = weight, .bias = bias,
+                        .rows = rows, .C = C, .OC = OC};
   launch_matvec<kOpLinear>(a, wdtype);
 }
 
@@ -163,25 +161,23 @@ extern "C" void op_ln_qkv(float* qkv, void* k_cache, void* v_cache, float* parti
                           const float* ln_bias, const void* weight, const float* bias, const int* state, int B, int C, int max_ctx,
                           float eps, int wdtype, int kvdtype) {
   if (rt_reject_unless(is_storage_type(kvdtype))) return;
-  MatvecArgs a = {};
-  a.out = qkv, a.scratch = op_scratch(partials), a.inp = x, a.weight = weight, a.bias = bias, a.rows = B, a.C = C, a.OC = 3 * C;
-  a.ln_weight = ln_weight, a.ln_bias = ln_bias, a.eps = eps;
-  a.k_cache = k_cache, a.v_cache = v_cache, a.kvdtype = kvdtype, a.state = state, a.max_ctx = max_ctx;
+  const MatvecArgs a = {.out = qkv, .scratch = op_scratch(partials), .inp = x, .weight = weight, .bias = bias,
+                        .rows = B, .C = C, .OC = 3 * C, .ln_weight = ln_weight, .ln_bias = ln_bias, .eps = eps,
+                        .k_cache = k_cache, .v_cache = v_cache, .kvdtype = kvdtype, .state = state, .max_ctx = max_ctx};
   // the vector variant's groups of k and v land in the caches' rows: they must start 16-byte aligned too
   launch_matvec<kOpLnQkv>(a, wdtype, aligned16(k_cache) && aligned16(v_cache));
 }
 
 extern "C" void op_ln_linear_gelu(float* out, float* partials, const float* x, const float* ln_weight, const float* ln_bias,
                                   const void* weight, const float* bias, int B, int C, int OC, float eps, int wdtype) {
-  MatvecArgs a = {};
-  a.out = out, a.scratch = op_scratch(partials), a.inp = x, a.weight = weight, a.bias = bias, a.rows = B, a.C = C, a.OC = OC;
-  a.ln_weight = ln_weight, a.ln_bias = ln_bias, a.eps = eps;
+  const MatvecArgs a = {.out = out, .scratch = op_scratch(partials), .inp = x, .weight = weight, .bias = bias,
+                        .rows = B, .C = C, .OC = OC, .ln_weight = ln_weight, .ln_bias = ln_bias, .eps = eps};
   launch_matvec<kOpLnLinearGelu>(a, wdtype);
 }
 
 extern "C" void op_linear_residual(float* x, float* partials, const float* inp, const void* weight, const float* bias, int B, int C,
                                    int OC, int wdtype) {
-  MatvecArgs a = {};
-  a.out = x, a.scratch = op_scratch(partials), a.inp = inp, a.weight = weight, a.bias = bias, a.rows = B, a.C = C, a.OC = OC;
+  const MatvecArgs a = {.out = x, .scratch = op_scratch(partials), .inp = inp, .weight = weight, .bias = bias,
+                        .rows = B, .C = C, .OC = OC};
   launch_matvec<kOpLinearResidual>(a, wdtype);
 }

@@ -1,23 +1,23 @@
 // op_lm_head: logits of each sequence's last row against the tied embedding; op_argmax: greedy next token of each
 // sequence; op_ln_lm_head_argmax: both, after the final layer norm, in one launch.
+#include "dispatch.h"
 #include "lm_head.h"
-#include "step_tasks.h"
 
 // Blocks of 256 threads per SM the instantiation for `rows` sequences is compiled for: its registers allow that many.
 __host__ __device__ constexpr int lm_head_min_blocks(int rows) { return rows <= 1 ? 4 : rows <= 2 ? 3 : 2; }
 
 #define LM_HEAD_KERNEL(name, fused)                                                                 \
   template <typename W, int kWidth, int kRows>                                                      \
-  __global__ void __launch_bounds__(kLmHeadThreads, lm_head_min_blocks(kRows)) name(LmHeadArgs a, \
-                                                                                      bool overlapped) { \
+  __global__ void __launch_bounds__(kLmHeadThreads, lm_head_min_blocks(kRows))                    \
+      name(LmHeadArgs a, Overlap overlap) {                                                         \
     __shared__ LmHeadShared shared;                                                                 \
-    lm_head<W, kWidth, kRows, fused>(a, own_launch(overlapped), shared);                            \
+    lm_head<W, kWidth, kRows, fused>(a, own_launch(overlap), shared);                               \
   }
 LM_HEAD_KERNEL(lm_head_kernel, false)
 LM_HEAD_KERNEL(ln_lm_head_argmax_kernel, true)
 #undef LM_HEAD_KERNEL
 
-using LmHeadKernel = void (*)(LmHeadArgs, bool);
+using LmHeadKernel = void (*)(LmHeadArgs, Overlap);
 
 template <bool kFused, typename W, int kRows> LmHeadKernel lm_head_kernel_of() {
   if constexpr (kFused) return ln_lm_head_argmax_kernel<W, kVecOf<W>, kRows>;
@@ -57,15 +57,16 @@ template <bool kFused> static void launch_lm_head(LmHeadArgs a, int wdtype) {
       g.rows = std::min(per_launch, B - s0);
       g.logits = a.logits + (size_t)s0 * a.V;
       g.x = a.x + (size_t)s0 * a.x_stride;
-      if (kFused) g.seq = a.seq + (size_t)s0 * (a.max_ctx + 1), g.state = a.state + s0 * STATE_INTS;
-      if (rt_reject_unless(batch_bucket(g.rows) * a.C <= kLmHeadMaxFloats)) return;  // x's rows the kernel reads fit
-      StepRecorder* step = kFused ? rt_step_recorder() : nullptr;  // an unfused LM head's LAUNCH fails the recording
-      if (step) {
-        step->add(kTaskLnLmHeadArgmax, dim3(lm_head_blocks(a.V, g.rows)), g, true, wdtype, kStepNone, batch_bucket(g.rows));
-        continue;
+      if (kFused) {
+        g.seq = a.seq + (size_t)s0 * (a.max_ctx + 1);
+        g.state = a.state + s0 * STATE_INTS;
       }
+      if (rt_reject_unless(batch_bucket(g.rows) * a.C <= kLmHeadMaxFloats)) return;  // x's rows the kernel reads fit
       const LmHeadKernel kernel = pick_lm_head<kFused, W>(g.rows);
-      LAUNCH(kernel, lm_head_blocks(a.V, g.rows), kLmHeadThreads, g, rt_overlapped());
+      const Geometry at = {.grid = lm_head_blocks(a.V, g.rows), .block = kLmHeadThreads};
+      const StepTaskForm task = {.kind = kTaskLnLmHeadArgmax, .vec = true, .variant = {.wdtype = wdtype, .rows = batch_bucket(g.rows)}};
+      if constexpr (kFused) launch_step_op(kernel, at, task, g);
+      else launch_op(kernel, at, g);
     }
   });
 }
@@ -137,25 +138,23 @@ extern "C" size_t op_partials_bytes(int max_rows, int max_in, int max_out, int V
 }
 
 extern "C" void op_lm_head(float* logits, const float* inp, const void* wte, int B, int T, int C, int V, int wdtype) {
-  LmHeadArgs a = {};
-  a.logits = logits, a.x = inp + (size_t)(T - 1) * C, a.x_stride = T * C, a.wte = wte, a.rows = B, a.C = C, a.V = V;
+  const LmHeadArgs a = {.logits = logits, .x = inp + (size_t)(T - 1) * C, .x_stride = T * C, .wte = wte, .rows = B,
+                        .C = C, .V = V};
   launch_lm_head<false>(a, wdtype);
 }
 
 extern "C" void op_ln_lm_head_argmax(float* logits, int* seq, int* state, float* partials, const float* x, const float* ln_weight,
                                      const float* ln_bias, const void* wte, int B, int C, int V, int max_ctx, float eps, int wdtype) {
-  LmHeadArgs a = {};
-  a.logits = logits, a.x = x, a.x_stride = C, a.wte = wte, a.rows = B, a.C = C, a.V = V;
-  a.ln_weight = ln_weight, a.ln_bias = ln_bias, a.eps = eps, a.seq = seq, a.state = state, a.scratch = op_scratch(partials);
-  a.max_ctx = max_ctx;
+  const LmHeadArgs a = {.logits = logits, .x = x, .x_stride = C, .wte = wte, .rows = B, .C = C, .V = V,
+                        .ln_weight = ln_weight, .ln_bias = ln_bias, .eps = eps, .seq = seq, .state = state,
+                        .scratch = op_scratch(partials), .max_ctx = max_ctx};
   launch_lm_head<true>(a, wdtype);
 }
 
 extern "C" void op_argmax(int* seq, int* state, float* partials, const float* logits, int B, int V, int T, int max_ctx) {
   if (rt_reject_unless(B >= 1 && B <= kMaxGridCounters)) return;
   const dim3 grid(argmax_blocks(V), B);
-  if (aligned16(logits) && (B == 1 || V % kVecWidth == 0))  // every sequence's row starts 16-byte aligned
-    LAUNCH(argmax_kernel<kVecWidth>, grid, kArgmaxThreads, seq, state, op_scratch(partials), logits, V, T, max_ctx);
-  else
-    LAUNCH(argmax_kernel<1>, grid, kArgmaxThreads, seq, state, op_scratch(partials), logits, V, T, max_ctx);
+  const bool vec = aligned16(logits) && (B == 1 || V % kVecWidth == 0);  // every sequence's row starts 16-byte aligned
+  const auto kernel = vec ? argmax_kernel<kVecWidth> : argmax_kernel<1>;
+  launch_op(kernel, {.grid = grid, .block = kArgmaxThreads}, seq, state, op_scratch(partials), logits, V, T, max_ctx);
 }

@@ -63,49 +63,83 @@ __device__ __forceinline__ const StepTask& copy_task(SharedTask& to, const StepT
 // Virtual block v of a grid as its (x, y, z) index, x fastest, as a launch numbers its blocks.
 __device__ __forceinline__ uint3 virtual_block(dim3 grid, unsigned v) { return {v % grid.x, v / grid.x % grid.y, v / (grid.x * grid.y)}; }
 
+// The bodies, a row per task kind (cuda/step_tasks.h STEP_TASK_KINDS), the list run_task and look_ahead_of switch
+// over. run: one virtual block of the task, in the instantiation's shared memory; lines: what the virtual block
+// at `at` reads first that L2 may fetch ahead (weights; attention's earlier cache rows; none for the embedding's two
+// rows). test/sass.test.ts reads each row's run to find the body's instructions in the step kernel.
+template <StepTaskKind> struct StepBody;
+template <typename Shared> __device__ __forceinline__ Shared& shared_as(float4* shared) { return *reinterpret_cast<Shared*>(shared); }
+template <typename W> constexpr int kV = kVecOf<W>;
+
+template <> struct StepBody<kTaskEmbed> {
+  template <typename W, int kRows> __device__ static void run(const StepTask& t, const BlockPlace& at, float4*) {
+    embed<W, kV<W>>(task_args<EmbedArgs>(t), at);
+  }
+  template <typename W> __device__ static L2Lines lines(const StepTask&, const BlockPlace&) { return {}; }
+};
+template <> struct StepBody<kTaskLnQkv> {
+  template <typename W, int kRows> __device__ static void run(const StepTask& t, const BlockPlace& at, float4* s) {
+    matvec<W, kV<W>, kRows, kOpLnQkv>(task_args<MatvecArgs>(t), at, shared_as<typename StepShared<W, kRows>::LnMatvec>(s));
+  }
+  template <typename W> __device__ static L2Lines lines(const StepTask& t, const BlockPlace& at) {
+    return matvec_lines<W, kV<W>>(task_args<MatvecArgs>(t), at);
+  }
+};
+template <> struct StepBody<kTaskAttention> {
+  template <typename W, int kRows> __device__ static void run(const StepTask& t, const BlockPlace& at, float4* s) {
+    attention<W, kV<W>>(task_args<AttnArgs>(t), at, shared_as<typename StepShared<W, kRows>::Attn>(s));
+  }
+  template <typename W> __device__ static L2Lines lines(const StepTask& t, const BlockPlace& at) {
+    return attention_lines<W>(task_args<AttnArgs>(t), at);
+  }
+};
+template <> struct StepBody<kTaskLnLinearGelu> {
+  template <typename W, int kRows> __device__ static void run(const StepTask& t, const BlockPlace& at, float4* s) {
+    matvec<W, kV<W>, kRows, kOpLnLinearGelu>(task_args<MatvecArgs>(t), at, shared_as<typename StepShared<W, kRows>::LnMatvec>(s));
+  }
+  template <typename W> __device__ static L2Lines lines(const StepTask& t, const BlockPlace& at) {
+    return matvec_lines<W, kV<W>>(task_args<MatvecArgs>(t), at);
+  }
+};
+template <> struct StepBody<kTaskLinearResidual> {
+  template <typename W, int kRows> __device__ static void run(const StepTask& t, const BlockPlace& at, float4* s) {
+    matvec<W, kV<W>, kRows, kOpLinearResidual>(task_args<MatvecArgs>(t), at, shared_as<typename StepShared<W, kRows>::Matvec>(s));
+  }
+  template <typename W> __device__ static L2Lines lines(const StepTask& t, const BlockPlace& at) {
+    return matvec_lines<W, kV<W>>(task_args<MatvecArgs>(t), at);
+  }
+};
+template <> struct StepBody<kTaskLnLmHeadArgmax> {
+  template <typename W, int kRows> __device__ static void run(const StepTask& t, const BlockPlace& at, float4* s) {
+    lm_head<W, kV<W>, kRows, true>(task_args<LmHeadArgs>(t), at, shared_as<LmHeadShared>(s));
+  }
+  template <typename W> __device__ static L2Lines lines(const StepTask& t, const BlockPlace& at) {
+    return lm_head_lines<W>(task_args<LmHeadArgs>(t), at);
+  }
+};
+
 // One virtual block of a task.
 template <typename W, int kRows>
 __device__ __forceinline__ void run_task(const StepTask& task, const BlockPlace& at, float4* shared) {
-  using S = StepShared<W, kRows>;
-  constexpr int V = kVecOf<W>;
-  switch (task.kind) {
-    case kTaskEmbed:
-      embed<W, V>(task_args<EmbedArgs>(task), at);
-      break;
-    case kTaskLnQkv:
-      matvec<W, V, kRows, kOpLnQkv>(task_args<MatvecArgs>(task), at, *reinterpret_cast<typename S::LnMatvec*>(shared));
-      break;
-    case kTaskAttention:
-      attention<W, V>(task_args<AttnArgs>(task), at, *reinterpret_cast<typename S::Attn*>(shared));
-      break;
-    case kTaskLnLinearGelu:
-      matvec<W, V, kRows, kOpLnLinearGelu>(task_args<MatvecArgs>(task), at, *reinterpret_cast<typename S::LnMatvec*>(shared));
-      break;
-    case kTaskLinearResidual:
-      matvec<W, V, kRows, kOpLinearResidual>(task_args<MatvecArgs>(task), at, *reinterpret_cast<typename S::Matvec*>(shared));
-      break;
-    case kTaskLnLmHeadArgmax:
-      lm_head<W, V, kRows, true>(task_args<LmHeadArgs>(task), at, *reinterpret_cast<LmHeadShared*>(shared));
-      break;
-  }
+#define RUN_BODY(kind) \
+  case kind:           \
+    StepBody<kind>::run<W, kRows>(task, at, shared); \
+    break;
+  switch (task.kind) { STEP_TASK_KINDS(RUN_BODY) }
+#undef RUN_BODY
 }
 
-// The look-ahead for a task's virtual block `v` (none past the task's blocks): the matvecs' and the LM head's
-// weights, attention's earlier cache rows (the embedding reads two rows: none).
+// The look-ahead for a task's virtual block `v` (none past the task's blocks).
 template <typename W> __device__ __forceinline__ L2Lines look_ahead_of(const StepTask& task, unsigned v) {
   const dim3 grid = task.grid;
   if (v >= grid.x * grid.y * grid.z) return {};
   const BlockPlace at = {virtual_block(grid, v), grid, nullptr, 0u, false, nullptr};
-  switch (task.kind) {
-    case kTaskAttention:
-      return attention_lines<W>(task_args<AttnArgs>(task), at);
-    case kTaskLnQkv: case kTaskLnLinearGelu: case kTaskLinearResidual:
-      return matvec_lines<W, kVecOf<W>>(task_args<MatvecArgs>(task), at);
-    case kTaskLnLmHeadArgmax:
-      return lm_head_lines<W>(task_args<LmHeadArgs>(task), at);
-    default:
-      return {};
-  }
+#define BODY_LINES(kind) \
+  case kind:             \
+    return StepBody<kind>::lines<W>(task, at);
+  switch (task.kind) { STEP_TASK_KINDS(BODY_LINES) }
+#undef BODY_LINES
+  return {};
 }
 
 // tasks: (n_tasks), run in order  grid: (resident blocks, all co-resident)  block: (kStepThreads)

@@ -83,10 +83,6 @@ int rt_sm_count() {
 
 bool rt_overlapped() { return g_overlapped; }
 StepRecorder* rt_step_recorder() { return g_step_recorder; }
-bool rt_step_rejects_launch() {
-  if (g_step_recorder) g_step_recorder->reject();
-  return g_step_recorder != nullptr;
-}
 void rt_note_shape(dim3 grid, dim3 block) {
   if (!g_shapes) return;
   if (g_shapes_count < g_shapes_max) {
@@ -175,7 +171,7 @@ extern "C" int be_fill_u32(void* dst, uint32_t value, size_t count) {
   if (count == 0) return cudaSuccess;
   const size_t blocks = (count + kFillThreads - 1) / kFillThreads;
   const int grid = blocks < (size_t)kFillMaxBlocks ? (int)blocks : kFillMaxBlocks;
-  LAUNCH_ON(g_stream, runtime_fill_u32_kernel, grid, kFillThreads, static_cast<uint32_t*>(dst), value, count);
+  launch_on(g_stream, runtime_fill_u32_kernel, grid, kFillThreads, static_cast<uint32_t*>(dst), value, count);
   return cudaGetLastError();
 }
 
@@ -396,7 +392,7 @@ static cudaError_t time_graph_nodes(int n, void (*kernel)(int), bool programmati
   cudaError_t e = cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal);
   if (e != cudaSuccess) return e;
   g_overlapped = programmatic;
-  for (int i = 0; i < n; i++) LAUNCH_ON(g_stream, kernel, 1, 1, i);
+  for (int i = 0; i < n; i++) launch_on(g_stream, kernel, 1, 1, i);
   g_overlapped = false;
   const cudaError_t launched = cudaGetLastError();  // a failed launch ends the capture's validity; its error is ours
   e = cudaStreamEndCapture(g_stream, &graph);
@@ -435,11 +431,11 @@ extern "C" int cu_measure_launch(int n, double* out) {
   EventPair events;
   cudaError_t e = events.create();
   if (e != cudaSuccess) return e;
-  LAUNCH_ON(g_stream, runtime_empty_kernel, 1, 1, 0);
+  launch_on(g_stream, runtime_empty_kernel, 1, 1, 0);
   if ((e = cudaStreamSynchronize(g_stream)) != cudaSuccess) return e;
 
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < n; i++) LAUNCH_ON(g_stream, runtime_empty_kernel, 1, 1, i);
+  for (int i = 0; i < n; i++) launch_on(g_stream, runtime_empty_kernel, 1, 1, i);
   const auto t1 = std::chrono::steady_clock::now();
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
   if ((e = cudaStreamSynchronize(g_stream)) != cudaSuccess) return e;
@@ -449,9 +445,9 @@ extern "C" int cu_measure_launch(int n, double* out) {
   int clock_khz = 0;
   if ((e = cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, g_device)) != cudaSuccess) return e;
   const double spin_us = std::max(2000.0, 2.0 * kQueuedEmptyKernels * out[0]);
-  LAUNCH_ON(g_stream, runtime_spin_kernel, 1, 1, (long long)(spin_us * clock_khz / 1e3));
+  launch_on(g_stream, runtime_spin_kernel, 1, 1, (long long)(spin_us * clock_khz / 1e3));
   if ((e = cudaEventRecord(events.start, g_stream)) != cudaSuccess) return e;
-  for (int i = 0; i < kQueuedEmptyKernels; i++) LAUNCH_ON(g_stream, runtime_empty_kernel, 1, 1, i);
+  for (int i = 0; i < kQueuedEmptyKernels; i++) launch_on(g_stream, runtime_empty_kernel, 1, 1, i);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
   if ((e = cudaEventRecord(events.end, g_stream)) != cudaSuccess) return e;
   if ((e = cudaEventSynchronize(events.end)) != cudaSuccess) return e;
@@ -542,9 +538,9 @@ extern "C" int cu_measure_fp32_peak(double* out_flops_per_s) {
   if (e == cudaSuccess) e = events.create();
   if (e != cudaSuccess) return e;
   float* out = static_cast<float*>(sink.ptr);
-  LAUNCH_ON(g_stream, runtime_fma_peak_kernel, blocks, kPeakThreads, out, seed, kPeakIters);  // warm-up
+  launch_on(g_stream, runtime_fma_peak_kernel, blocks, kPeakThreads, out, seed, kPeakIters);  // warm-up
   e = cudaEventRecord(events.start, g_stream);
-  LAUNCH_ON(g_stream, runtime_fma_peak_kernel, blocks, kPeakThreads, out, seed, kPeakIters);
+  launch_on(g_stream, runtime_fma_peak_kernel, blocks, kPeakThreads, out, seed, kPeakIters);
   if (e == cudaSuccess) e = cudaGetLastError();
   if (e == cudaSuccess) e = cudaEventRecord(events.end, g_stream);
   if (e == cudaSuccess) e = cudaEventSynchronize(events.end);

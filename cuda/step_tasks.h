@@ -1,7 +1,7 @@
 // The persistent step's task list (cuda/persistent.cu): while cu_graph_capture records a plan for the persistent
-// launch mode, the launchers of the fused decode ops (cuda/embed.cu, linear.cu, attention.cu, lm_head.cu) append
-// their launch as a task (the kernel body, its grid of virtual blocks, its arguments) instead of launching it. Every
-// other launch, and a variant the persistent kernel is not built for, makes the recording fail.
+// launch mode, a fused decode op's launch (cuda/dispatch.h launch_step_op) appends its task (the kernel body, its
+// grid of virtual blocks, its arguments) instead of launching. Every other launch, and a variant the persistent
+// kernel is not built for, makes the recording fail.
 #pragma once
 #include <string.h>
 
@@ -9,8 +9,18 @@
 
 #include "launch.h"
 
-// The bodies the persistent step kernel runs (each the 16-byte variant of its op's kernel).
-enum StepTaskKind : int32_t { kTaskEmbed, kTaskLnQkv, kTaskAttention, kTaskLnLinearGelu, kTaskLinearResidual, kTaskLnLmHeadArgmax };
+// The bodies the persistent step kernel runs (each the 16-byte variant of its op's kernel): one list for the kinds
+// and for the switches over them (cuda/persistent.cu).
+#define STEP_TASK_KINDS(X) \
+  X(kTaskEmbed)            \
+  X(kTaskLnQkv)            \
+  X(kTaskAttention)        \
+  X(kTaskLnLinearGelu)     \
+  X(kTaskLinearResidual)   \
+  X(kTaskLnLmHeadArgmax)
+#define STEP_TASK_ENUMERATOR(kind) kind,
+enum StepTaskKind : int32_t { STEP_TASK_KINDS(STEP_TASK_ENUMERATOR) };
+#undef STEP_TASK_ENUMERATOR
 
 constexpr int kStepTaskArgBytes = 128;  // the largest of the bodies' argument structs (cuda/persistent.cu asserts it)
 
@@ -29,20 +39,27 @@ struct StepVariant {
   int wdtype = kStepNone, kvdtype = kStepNone, rows = kStepNone;
 };
 
+// A fused decode op's task form: the body that runs it, whether the launcher chose the 16-byte variant (the only
+// one the step kernel runs), and the variant it needs (kStepNone where it has no weights, cache or rows).
+struct StepTaskForm {
+  StepTaskKind kind;
+  bool vec;
+  StepVariant variant;
+};
+
 // The tasks of one plan, and whether every launch of it could be recorded as one.
 class StepRecorder {
  public:
-  // Appends a task; `vec` is whether the launcher chose the 16-byte variant (the only one the step kernel runs).
-  // wdtype, kvdtype, rows: this op's storage types and batch bucket (kStepNone where it has none); they must agree
-  // with every other task's.
-  template <typename Args> void add(StepTaskKind kind, dim3 grid, const Args& args, bool vec, int wdtype, int kvdtype, int rows) {
+  // Appends a task over the virtual blocks of `grid`; its variant must agree with every other task's.
+  template <typename Args> void add(const StepTaskForm& form, dim3 grid, const Args& args) {
     static_assert(sizeof(Args) <= kStepTaskArgBytes, "a body's arguments fit a task");
-    if (!vec || !agree(variant_.wdtype, wdtype) || !agree(variant_.kvdtype, kvdtype) || !agree(variant_.rows, rows)) {
+    const StepVariant& v = form.variant;
+    if (!form.vec || !agree(variant_.wdtype, v.wdtype) || !agree(variant_.kvdtype, v.kvdtype) || !agree(variant_.rows, v.rows)) {
       supported_ = false;
       return;
     }
     StepTask task = {};
-    task.kind = kind;
+    task.kind = form.kind;
     task.grid = grid;
     memcpy(task.args, &args, sizeof args);
     tasks_.push_back(task);

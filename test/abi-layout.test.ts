@@ -26,7 +26,7 @@ function measuredLayouts(): Map<string, number> {
   const dir = mkdtempSync(join(tmpdir(), "abi-layout-"));
   try {
     const exe = join(dir, "layout");
-    const build = Bun.spawnSync(["g++", "-std=c++17", "-Icuda", `-I${writeGeneratedHeaders()}`, "-x", "c++", "-", "-o", exe], { cwd: ROOT, stdin: Buffer.from(source) });
+    const build = Bun.spawnSync(["g++", "-std=c++20", "-Icuda", `-I${writeGeneratedHeaders()}`, "-x", "c++", "-", "-o", exe], { cwd: ROOT, stdin: Buffer.from(source) });
     if (!build.success) throw new Error(`the layout program did not compile:\n${build.stderr.toString()}`);
     const lines = Bun.spawnSync([exe]).stdout.toString().trim().split("\n");
     return new Map(lines.map((line) => {

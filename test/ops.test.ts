@@ -20,7 +20,7 @@ function compilePlanAgainst(header: string): { code: number; stderr: string } {
   const dir = mkdtempSync(join(tmpdir(), "op-table-"));
   try {
     writeFileSync(join(dir, "op_table.h"), header);
-    const p = Bun.spawnSync(["g++", "-std=c++17", "-fsyntax-only", `-I${dir}`, "-Icuda", "cuda/plan.cpp"], { cwd: ROOT });
+    const p = Bun.spawnSync(["g++", "-std=c++20", "-fsyntax-only", `-I${dir}`, "-Icuda", "cuda/plan.cpp"], { cwd: ROOT });
     return { code: p.exitCode, stderr: p.stderr.toString() };
   } finally {
     rmSync(dir, { recursive: true, force: true });

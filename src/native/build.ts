@@ -112,13 +112,13 @@ function recipe(target: Target): Recipe {
       const sources = [...cpuTwins(), plan, join(CUDA_DIR, "cpu_runtime.cpp")];
       // No -z nodelete: dlclose() runs the library's destructors, which join its thread pool's workers first
       // (libgomp's threads could not be joined, and unmapping the library under them crashed at exit).
-      const flags = ["-O3", "-march=native", "-fopenmp-simd", "-fPIC", "-shared", "-std=c++17", "-Wall", "-Wextra", "-Werror", `-I${GENERATED_INCLUDE}`];
+      const flags = ["-O3", "-march=native", "-fopenmp-simd", "-fPIC", "-shared", "-std=c++20", "-Wall", "-Wextra", "-Werror", `-I${GENERATED_INCLUDE}`];
       return { sources, command: (out) => ["g++", ...flags, ...sources, "-o", out] };
     }
     case "emu": {
       const emuDir = join(CUDA_DIR, "emu");
       const sources = [...kernelSources(), ...filesIn(emuDir, ".cpp"), plan];
-      const flags = ["-O2", "-g", "-fPIC", "-shared", "-std=c++17", "-Wall", "-Werror", "-Wno-unknown-pragmas", `-I${emuDir}`, `-I${GENERATED_INCLUDE}`];
+      const flags = ["-O2", "-g", "-fPIC", "-shared", "-std=c++20", "-Wall", "-Werror", "-Wno-unknown-pragmas", `-I${emuDir}`, `-I${GENERATED_INCLUDE}`];
       // .cu files are compiled as C++ with the emulation header forced in first
       const cu = kernelSources().flatMap((f) => ["-x", "c++", "-include", join(emuDir, "cuda_emu.h"), f]);
       const rest = [...filesIn(emuDir, ".cpp"), plan];
@@ -127,7 +127,7 @@ function recipe(target: Target): Recipe {
     case "cuda": {
       const sources = [...kernelSources(), plan];
       const flags = [
-        "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC,-Wall,-Werror",
+        "-O3", "-std=c++20", "-shared", "-Xcompiler", "-fPIC,-Wall,-Werror",
         "-gencode", "arch=compute_90,code=sm_90", "-gencode", "arch=compute_90,code=compute_90",
         "--resource-usage", "-Werror", "all-warnings", "-lineinfo", `-I${GENERATED_INCLUDE}`,
       ];
@@ -135,7 +135,7 @@ function recipe(target: Target): Recipe {
     }
     case "cupti": {
       const sources = filesIn(join(CUDA_DIR, "cupti"), ".cpp");
-      const flags = ["-O2", "-fPIC", "-shared", "-std=c++17", "-Wall", "-Werror"];
+      const flags = ["-O2", "-fPIC", "-shared", "-std=c++20", "-Wall", "-Werror"];
       // CUPTI's folders come last: the library after the sources that need it
       return { sources, command: (out) => ["g++", ...flags, ...sources, "-o", out], located: locateCupti };
     }

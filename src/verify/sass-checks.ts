@@ -122,24 +122,27 @@ const PERSISTENT_BODIES = {
 } as const;
 type BodyKind = keyof typeof PERSISTENT_BODIES;
 
-/** The lines of run_task's switch in cuda/persistent.cu (its text), each with the task kind whose case it is in. */
+/**
+ * The lines of each body's run in cuda/persistent.cu (its text: the `StepBody<kTask…>` rows), each with its task
+ * kind: an instruction inlined through one of them belongs to that kind's body.
+ */
 export function runTaskCases(source: string): Map<number, string> {
   const cases = new Map<number, string>();
-  let inRunTask = false, kind: string | null = null;
+  let kind: string | null = null, inRun = false, depth = 0;
   source.split("\n").forEach((text, k) => {
-    if (/^__device__\b.*\bvoid run_task\(/.test(text)) inRunTask = true;
-    else if (inRunTask && /^}/.test(text)) inRunTask = false;
-    if (!inRunTask) return;
-    kind = /\bcase (kTask\w+):/.exec(text)?.[1] ?? kind;
-    if (kind) cases.set(k + 1, kind);
-    if (/\bbreak;/.test(text)) kind = null;
+    kind = /^template <> struct StepBody<(kTask\w+)>/.exec(text)?.[1] ?? kind;
+    if (kind && /\bvoid run\(/.test(text)) inRun = true;
+    if (!kind || !inRun) return;
+    cases.set(k + 1, kind);
+    depth += (text.match(/{/g)?.length ?? 0) - (text.match(/}/g)?.length ?? 0);
+    if (depth === 0) inRun = false; // the run function's closing brace
   });
   return cases;
 }
 
 /**
  * 16-byte loads in flight of each hot body a persistent step kernel inlines, by task kind: the instructions whose
- * source lines pass through that kind's case of run_task (cases: runTaskCases). Null where its SASS carries no
+ * source lines pass through that kind's run (cases: runTaskCases). Null where its SASS carries no
  * source lines (attachSourceLines).
  */
 function persistentBodyLoads(f: SassFunction, cases: Map<number, string>): Partial<Record<BodyKind, number | null>> | null {
