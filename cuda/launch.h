@@ -53,15 +53,11 @@ void launch_on(cudaStream_t stream, void (*kernel)(Params...), dim3 grid, dim3 b
 }
 #endif
 
-// Programmatic dependent launch (sm_90). In the graph-pdl launch mode (cu_graph_capture with programmatic set)
-// a step's kernels are launched so that each may start while its predecessor is still running. Every kernel of the step therefore
-// calls wait_for_predecessor() before it touches anything an earlier kernel of the step writes (or reads),
-// and reads such data with coherent loads only (cuda/cols.h). A kernel may first issue loads of data that no
-// kernel of the step writes (weights); wait_for_predecessor(overlap) then pins them before the wait with
-// a fence, so they overlap the predecessor (ptxas otherwise hoists the wait above them). The fence's branch
-// also keeps those loads issued together, before the first is used. Without the launch attribute the wait
-// returns at once. let_successor_start(): the next kernel's blocks may be scheduled now; they still wait for
-// this kernel to finish before reading its output.
+// Programmatic dependent launch (sm_90, the graph-pdl mode): a kernel may start while its predecessor runs, so it
+// waits before it touches what an earlier kernel of the step writes or reads, and reads that coherently
+// (cuda/cols.h). Weights it loads first; wait_for_predecessor(overlap) pins them before the wait with a fence
+// (ptxas otherwise hoists the wait above them, and the fence keeps them issued together). Without the launch
+// attribute the wait returns at once. let_successor_start: the next kernel's blocks may be scheduled now.
 #if defined(__CUDACC__)
 __device__ __forceinline__ void wait_for_predecessor(bool pin_earlier_loads = false) {
   if (pin_earlier_loads) asm volatile("fence.acq_rel.cta;" ::: "memory");
@@ -113,11 +109,9 @@ struct LookAhead {
 };
 
 // ---- where a kernel body runs -------------------------------------------------------------------------------
-// The decode step's kernel bodies (cuda/linear.h, attention.h, embed.h, lm_head.h) run either as a launch of their
-// own, block blockIdx of gridDim waiting for the predecessor kernel (own_launch), or as a task of the persistent
-// step kernel (cuda/persistent.cu): virtual block `idx` of the task's `grid`, run by whichever resident block
-// takes it, waiting at the step's grid barrier for the previous task. Either way a body issues its weight loads
-// first and then calls wait_for_inputs(at) before it touches anything an earlier op of the step wrote.
+// A body (cuda/linear.h, attention.h, embed.h, lm_head.h) runs as a launch of its own (own_launch) or as virtual
+// block `idx` of a persistent step task (cuda/persistent.cu). Either way it issues its weight loads, then
+// wait_for_inputs(at), then reads what an earlier op wrote.
 struct BlockPlace {
   uint3 idx;
   dim3 grid;
@@ -126,22 +120,18 @@ struct BlockPlace {
   bool overlapped;           // a launch of its own that may overlap its predecessor (graph-pdl)
   const LookAhead* look_ahead;  // the persistent step: what to request into L2 behind the block's loads (in shared memory)
 };
-// The last parameter of a kernel that may overlap its predecessor: whether this launch does (graph-pdl), so that the
-// kernel pins its early loads before the wait. cuda/dispatch.h supplies it; the launcher never passes it.
-// A bool, not a type of its own: ptxas allocates the scalar bodies' registers differently for a class or an enum.
+// A kernel's last parameter where it may overlap its predecessor (graph-pdl): then it pins its early loads before
+// the wait. cuda/dispatch.h supplies it. A bool: as a class or an enum, ptxas gives the scalar bodies other registers.
 using Overlap = bool;
 __device__ __forceinline__ BlockPlace own_launch(Overlap overlap = false) { return {blockIdx, gridDim, nullptr, 0u, overlap, nullptr}; }
 
-// The grid barrier of the persistent step: every resident block counts itself in on `arrivals` when it has done
-// its share of a task, and a block waits, before it reads a task's inputs (or, with no share of the task, before it
-// counts itself in), until all blocks have arrived from every earlier task. One thread per block arrives (a release
-// after the block's __syncthreads: cuda/device_counter.h) and polls (acquire loads, sleeping between them so 264
-// pollers leave the counter's L2 slice to the arrivals); the block's other threads wait for it at the barrier. The
-// loads a thread issued before the wait stay before it (the CTA fence), so a task's weight stream overlaps the wait
-// as it overlaps a predecessor kernel under programmatic launch.
+// The persistent step's grid barrier: a block counts itself in on `arrivals` when done with its share of a task, and
+// waits, before it reads a task's inputs, until every block has arrived from every earlier task. Thread 0 arrives (a
+// release after __syncthreads: cuda/device_counter.h) and polls (acquire loads, sleeping between them so 264 pollers
+// leave the counter's L2 slice to the arrivals). The CTA fence keeps the loads issued before the wait before it, so
+// a task's weights stream during the wait.
 constexpr unsigned kPollFirstSleepNs = 32, kPollMaxSleepNs = 128;  // leads for the first GPU run's barrier probe
-// kScFence: the sequentially consistent design (__threadfence, then a relaxed atomic), which only the barrier probe
-// runs, to measure what the release saves (cuda/persistent.cu runtime_grid_barrier_kernel).
+// kScFence: __threadfence then a relaxed atomic, which only the barrier probe runs, to measure what the release saves.
 template <bool kScFence = false> __device__ __forceinline__ void grid_arrive(unsigned* arrivals) {
   __syncthreads();
   if (threadIdx.x != 0) return;
@@ -158,8 +148,7 @@ template <bool kBackoff = true> __device__ __forceinline__ void grid_wait(unsign
   asm volatile("fence.acq_rel.cta;" ::: "memory");
   if (threadIdx.x == 0) {
     const DeviceCounter count(*arrivals);
-    // the first poll does not sleep; every poll's load inside the loop (hoisted before it, the load would join the
-    // body's weight loads in the straight code the SASS checks read as one batch)
+    // the first poll does not sleep; the load stays in the loop (hoisted, it would join the body's weight loads)
     unsigned ns = 0;
     do {
       if (kBackoff && ns) __nanosleep(ns);
@@ -188,8 +177,7 @@ __device__ __forceinline__ void wait_for_inputs(const BlockPlace& at) {
   }
 }
 
-// Records cudaErrorInvalidValue for an op asked for what this library does not run (a storage type, a batch
-// shape); true when it did, so the launcher returns without launching anything.
+// Records cudaErrorInvalidValue for what this library does not run (a storage type, a batch shape); true then.
 inline bool rt_reject_unless(bool supported) {
   if (!supported) rt_fail(cudaErrorInvalidValue);
   return !supported;
