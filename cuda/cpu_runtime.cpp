@@ -261,8 +261,8 @@ extern "C" int cpu_pool_check(int jobs) {
     const int chunks = 1 + job % kMaxChunks;
     for (int c = 0; c < chunks; c++) runs[c].store(0, std::memory_order_relaxed);
     parallel_chunks(chunks, [&](int c) {
-      for (volatile int spin = 0; spin < 2000 + (job * 7 + c) % 2000; spin = spin + 1) {  // a few microseconds
-      }
+      volatile int spin = 0;  // a few microseconds
+      while (spin < 2000 + (job * 7 + c) % 2000) spin = spin + 1;
       runs[c].fetch_add(1, std::memory_order_relaxed);
     });
     for (int c = 0; c < chunks; c++) failures += runs[c].load(std::memory_order_relaxed) != 1;

@@ -1,3 +1,4 @@
+// biome-ignore-all lint/suspicious/noExplicitAny: summaries taken apart field by field, on purpose
 // The comparison of profile runs on synthetic summaries (a faster run, one inside the noise, other models and
 // plans) and on the committed version-5 profiles; the older versions' schemas derived from the current one.
 import { describe, expect, test } from "bun:test";

@@ -156,7 +156,7 @@ describe("results do not depend on which thread ran which chunk", () => {
     };
     const one = outputs(1), two = outputs(Math.max(2, threads));
     backend.cpu.cpu_set_threads(threads);
-    one.forEach((o, i) => expect(Buffer.from(two[i]!.buffer).equals(Buffer.from(o.buffer))).toBe(true));
+    for (const [i, o] of one.entries()) expect(Buffer.from(two[i]!.buffer).equals(Buffer.from(o.buffer))).toBe(true);
   });
 });
 
@@ -302,11 +302,25 @@ describe.each(NARROW)("%s weights and KV cache against the float64 reference on 
 
 describe("kv_append's rounding, bit for bit against src/model/dtypes.ts", () => {
   const f32Bits = new Uint32Array(1), f32 = new Float32Array(f32Bits.buffer);
-  const fromBits = (word: number) => ((f32Bits[0] = word), f32[0]!);
-  const bitsOf = (x: number) => ((f32[0] = x), f32Bits[0]!);
+  const fromBits = (word: number) => {
+    f32Bits[0] = word;
+    return f32[0]!;
+  };
+  const bitsOf = (x: number) => {
+    f32[0] = x;
+    return f32Bits[0]!;
+  };
   const h16 = new Uint16Array(1), f16 = new Float16Array(h16.buffer);
-  const valueOf16 = (dtype: DtypeName, bits: number) => (dtype === "bf16" ? bf16Value(bits) : ((h16[0] = bits), f16[0]!));
-  const bitsOf16 = (dtype: DtypeName, x: number) => (dtype === "bf16" ? bf16Bits(x) : ((f16[0] = x), h16[0]!));
+  const valueOf16 = (dtype: DtypeName, bits: number) => {
+    if (dtype === "bf16") return bf16Value(bits);
+    h16[0] = bits;
+    return f16[0]!;
+  };
+  const bitsOf16 = (dtype: DtypeName, x: number) => {
+    if (dtype === "bf16") return bf16Bits(x);
+    f16[0] = x;
+    return h16[0]!;
+  };
 
   // NaNs with payloads and signs, fp32's extremes and subnormals (bf16 rounds FLT_MAX up to Inf; f16 from 65520 on)
   const SPECIALS = [NaN, fromBits(0x7f800001), fromBits(0xffc00001), fromBits(0x7fffffff), 3.4028234663852886e38, -3.4028234663852886e38, 1e-40, -1e-40, 1e5, -1e5, 1e-10];

@@ -29,10 +29,16 @@ function fakeBackend() {
   const allocated: number[] = [], freed: number[] = [], prepared: number[] = [], reads: number[] = [];
   const backend: ReadProbeBackend = {
     threads: 2,
-    alloc: (bytes) => (allocated.push(bytes), { ptr: 1, bytes }),
+    alloc: (bytes) => {
+      allocated.push(bytes);
+      return { ptr: 1, bytes };
+    },
     free: (b: DeviceBuffer) => void freed.push(b.bytes),
     readPrepare: (b) => void prepared.push(b.bytes),
-    readPass: (_b, bytes) => (reads.push(bytes), bytes / (bytes <= 480 * MIB ? 60e9 : 22e9)),
+    readPass: (_b, bytes) => {
+      reads.push(bytes);
+      return bytes / (bytes <= 480 * MIB ? 60e9 : 22e9);
+    },
   };
   return { backend, allocated, freed, prepared, reads };
 }

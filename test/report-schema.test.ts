@@ -1,3 +1,4 @@
+// biome-ignore-all lint/suspicious/noExplicitAny: summaries taken apart field by field, on purpose
 import { describe, expect, test } from "bun:test";
 import { validateSummary } from "../src/report/schema.ts";
 import { syntheticSummary } from "./helpers/synthetic-profile.ts";

@@ -46,7 +46,10 @@ function layout(tensors: Record<string, RawTensor>): { header: Record<string, un
   }
   const data = new Uint8Array(offset);
   let at = 0;
-  for (const c of chunks) (data.set(c, at), (at += c.length));
+  for (const c of chunks) {
+    data.set(c, at);
+    at += c.length;
+  }
   return { header, data };
 }
 
@@ -214,7 +217,7 @@ describe("parseSafetensors", () => {
 
   test("firstDuplicateKey follows objects and arrays, and reads keys only where keys stand", () => {
     expect(firstDuplicateKey(`{"a":1,"b":{"a":2},"c":["a","a"],"d":[{"x":1},{"x":2}]}`)).toBeNull();
-    expect(firstDuplicateKey(`{"a":"b","b":"a","s":"\\\"","a":0}`)).toBe("a");
+    expect(firstDuplicateKey(`{"a":"b","b":"a","s":"\\"","a":0}`)).toBe("a");
     expect(firstDuplicateKey(`[{"x":1,"y":{"z":[1,{"q":1,"q":2}]}}]`)).toBe("q");
     expect(firstDuplicateKey(`{"k,":1,"k":2}`)).toBeNull();
   });

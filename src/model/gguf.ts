@@ -78,12 +78,24 @@ class ByteSink {
 
 function scalar(out: ByteSink, kind: ScalarKind, v: number | string | boolean): void {
   switch (kind) {
-    case "u32": return out.u32(v as number);
-    case "i32": return out.i32(v as number);
-    case "f32": return out.f32(v as number);
-    case "u64": return out.u64(v as number);
-    case "bool": return out.u8(v ? 1 : 0);
-    case "string": return out.string(v as string);
+    case "u32":
+      out.u32(v as number);
+      return;
+    case "i32":
+      out.i32(v as number);
+      return;
+    case "f32":
+      out.f32(v as number);
+      return;
+    case "u64":
+      out.u64(v as number);
+      return;
+    case "bool":
+      out.u8(v ? 1 : 0);
+      return;
+    case "string":
+      out.string(v as string);
+      return;
   }
 }
 

@@ -47,8 +47,14 @@ export function parameterSpecs(cfg: GPT2Config): ParameterSpec[] {
   const C = cfg.n_embd;
   const specs: ParameterSpec[] = [];
   const add = (name: string, shape: number[], init: Init) => specs.push({ name, shape, init });
-  const norm = (p: string) => (add(`${p}.weight`, [C], "ones"), add(`${p}.bias`, [C], "zeros"));
-  const linear = (p: string, inC: number, outC: number) => (add(`${p}.weight`, [inC, outC], "normal"), add(`${p}.bias`, [outC], "zeros"));
+  const norm = (p: string) => {
+    add(`${p}.weight`, [C], "ones");
+    add(`${p}.bias`, [C], "zeros");
+  };
+  const linear = (p: string, inC: number, outC: number) => {
+    add(`${p}.weight`, [inC, outC], "normal");
+    add(`${p}.bias`, [outC], "zeros");
+  };
   add("wte.weight", [cfg.vocab_size, C], "normal");
   add("wpe.weight", [cfg.n_positions, C], "normal");
   for (let i = 0; i < cfg.n_layer; i++) {

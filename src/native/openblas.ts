@@ -41,9 +41,10 @@ const THREAD_TIMEOUT_LOG2 = "4";
  * value there afterwards, or null where no glibc was found to ask.
  */
 function setNativeEnvDefault(name: string, value: string): string | null {
-  let libc;
+  const symbols = { setenv: { args: [ptr, ptr, i32], returns: i32 }, getenv: { args: [ptr], returns: FFIType.cstring } } as const;
+  let libc: ReturnType<typeof dlopen<typeof symbols>>;
   try {
-    libc = dlopen("libc.so.6", { setenv: { args: [ptr, ptr, i32], returns: i32 }, getenv: { args: [ptr], returns: FFIType.cstring } });
+    libc = dlopen("libc.so.6", symbols);
   } catch {
     return null;
   }

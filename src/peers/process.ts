@@ -90,8 +90,7 @@ export class PeerProcess {
     const decoder = new TextDecoder();
     for await (const chunk of this.proc.stdout) {
       this.buffered += decoder.decode(chunk, { stream: true });
-      let nl: number;
-      while ((nl = this.buffered.indexOf("\n")) >= 0) {
+      for (let nl = this.buffered.indexOf("\n"); nl >= 0; nl = this.buffered.indexOf("\n")) {
         const line = this.buffered.slice(0, nl);
         this.buffered = this.buffered.slice(nl + 1);
         if (line.trim()) yield line;

@@ -31,7 +31,7 @@ export function findTorchPython(env: Record<string, string | undefined> = proces
 }
 
 function probe(python: string, env: Record<string, string | undefined>): TorchPython | { problem: string } {
-  let r;
+  let r: Bun.SyncSubprocess<"pipe", "pipe">;
   try {
     r = Bun.spawnSync([python, "-c", "import sys, torch; print(sys.executable); print(torch.__version__)"], { env, timeout: PROBE_TIMEOUT_MS, stdout: "pipe", stderr: "pipe" });
   } catch {

@@ -27,5 +27,5 @@ export function renderCompareReport(c: Comparison): string {
     ...(c.not_compared.length ? [section("Not compared", c.not_compared.map((n) => `- ${mdCell(n.what)}: ${mdCell(n.why)}`).join("\n"))] : []),
     section("Commands", ...c.runs.map((r) => `${mdCell(r.label)}:\n\n\`\`\`sh\n${r.command}\n\`\`\``)),
   ];
-  return parts.join("\n").trimEnd() + "\n";
+  return `${parts.join("\n").trimEnd()}\n`;
 }

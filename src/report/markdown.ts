@@ -146,8 +146,8 @@ export function renderReport(summary: ProfileSummary): string {
       runLine(s),
       `${s.tool.name} ${s.tool.version}; model ${s.model.config.name} (${s.model.parameters.toLocaleString("en-US")} parameters, ${s.model.source}); ` +
         `modes ${s.settings.modes.join(", ")}; contexts ${s.settings.contexts.join(", ")}; ${s.settings.repeats} repeats after ${s.settings.warmup} warm-up.`,
-      "```sh\n" + summary.command + "\n```",
+      `\`\`\`sh\n${summary.command}\n\`\`\``,
     ),
   ];
-  return parts.join("\n").trimEnd() + "\n";
+  return `${parts.join("\n").trimEnd()}\n`;
 }

@@ -94,7 +94,7 @@ function csvField(cell: Cell): string {
 
 /** RFC 4180 CSV: a header row, fields quoted when they hold a comma, quote or line break; "\n" line ends. */
 export function toCsv(columns: readonly string[], rows: readonly Cell[][]): string {
-  return [columns, ...rows].map((row) => row.map(csvField).join(",")).join("\n") + "\n";
+  return `${[columns, ...rows].map((row) => row.map(csvField).join(",")).join("\n")}\n`;
 }
 
 export interface KernelSummary {

@@ -234,12 +234,15 @@ export function validateTrace(obj: unknown): string[] {
   if (!isObject(obj) || !Array.isArray(obj.traceEvents)) return ["not an object with a traceEvents array"];
   const events: Raw[] = [];
   const problems: string[] = [];
-  obj.traceEvents.forEach((e: unknown, i) => {
-    if (!isObject(e)) return problems.push(`event ${i}: not an object`);
+  for (const [i, e] of (obj.traceEvents as unknown[]).entries()) {
+    if (!isObject(e)) {
+      problems.push(`event ${i}: not an object`);
+      continue;
+    }
     const found = fieldProblems(e, `event ${i} (${String(e.ph)} "${String(e.name)}")`);
     problems.push(...found);
     if (found.length === 0) events.push(e);
-  });
+  }
   const slicesByTrack = new Map<string, Slice[]>();
   for (const e of events.filter((x) => x.ph === "X")) {
     const list = slicesByTrack.get(trackKey(e)) ?? [];

@@ -62,13 +62,17 @@ function generateCached(session: Session, { prompts, maxNewTokens, mode }: Gener
   const where = (b: number) => (prompts.length > 1 ? ` of sequence ${b + 1}` : "");
   // the logits of every step are checked (outside the timing): argmax over NaN would pick token 0 silently
   if (maxNewTokens > 0) {
-    timed("prefill", () => prompts.forEach((prompt, b) => session.prefill(prompt, b)));
-    prompts.forEach((prompt, b) =>
-      session.checkLogits(`after the prompt${where(b)} (${prompt.length} tokens)`, prompt.length, () => session.setPosition(0, b), b));
+    timed("prefill", () => {
+      for (const [b, prompt] of prompts.entries()) session.prefill(prompt, b);
+    });
+    for (const [b, prompt] of prompts.entries())
+      session.checkLogits(`after the prompt${where(b)} (${prompt.length} tokens)`, prompt.length, () => session.setPosition(0, b), b);
   }
   for (let i = 1; i < maxNewTokens; i++) {
     timed("decode", () => session.run(1, mode));
-    const reset = () => prompts.forEach((prompt, b) => session.setPosition(prompt.length + i - 1, b));
+    const reset = () => {
+      for (const [b, prompt] of prompts.entries()) session.setPosition(prompt.length + i - 1, b);
+    };
     session.checkLogits(`of generated token ${i + 1} (position ${prompts[0]!.length + i - 1}${prompts.length > 1 ? " in sequence 1" : ""})`, 1, reset);
   }
   return collect(session, prompts, maxNewTokens, tokenMs, tokenKinds);
@@ -76,14 +80,14 @@ function generateCached(session: Session, { prompts, maxNewTokens, mode }: Gener
 
 function generateUncached(session: Session, { prompts, maxNewTokens }: GenerateOptions): GenerateResult {
   const tokenMs: number[] = [];
-  prompts.forEach((prompt, b) => session.setSequence(prompt, b));
+  for (const [b, prompt] of prompts.entries()) session.setSequence(prompt, b);
   const eager = launchMode("eager");
   for (let i = 0; i < maxNewTokens; i++) {
     const t0 = nowMs();
-    prompts.forEach((prompt, b) => {
+    for (const [b, prompt] of prompts.entries()) {
       session.setPosition(0, b);
       eager.run(session.sequenceStep(b, prompt.length + i), 1);
-    });
+    }
     session.backend.synchronize();
     tokenMs.push(nowMs() - t0);
     prompts.forEach((prompt, b) => {

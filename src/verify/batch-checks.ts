@@ -363,7 +363,7 @@ const roundingCases: KernelCase[] = KV_DTYPES.map((kv) => ({
       arena.backend.ops.op_kv_append(k.ptr, v.ptr, arena.put(qkv).ptr, arena.put(stateAt(1)).ptr, 1, 1, C, maxCtx, DTYPES[kv]);
       const rowBytes = C * DTYPE_BYTES[kv];
       const got = [k, v].map((b) => arena.bytes(b).subarray(rowBytes, 2 * rowBytes));
-      if (arena === pair.device) got.forEach((g, i) => pair.note(i ? "v" : "k", asWords(g)));
+      if (arena === pair.device) for (const [i, g] of got.entries()) pair.note(i ? "v" : "k", asWords(g));
       return got.every((g, i) => sameBytes(g, want[i]!));
     }) ? 0 : Infinity;
   },

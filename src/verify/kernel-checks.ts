@@ -5,7 +5,7 @@
 // compared with the first bit for bit.
 import type { Backend } from "../backends/backend.ts";
 import { DTYPES } from "../ops.ts";
-import { DeviceArena } from "./arena.ts";
+import type { DeviceArena } from "./arena.ts";
 import { BATCH_DTYPE_CASES } from "./batch-checks.ts";
 import { maxRelativeError, randomFloats } from "./compare.ts";
 import { expectedArgmax, KERNEL_TOLERANCE, Pair, stateAt, type KernelCase } from "./kernel-case.ts";
