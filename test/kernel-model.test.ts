@@ -5,8 +5,8 @@ import { afterAll, describe, expect, test } from "bun:test";
 
 import { CudaBackend } from "../src/backends/cuda.ts";
 import { PRESETS } from "../src/model/config.ts";
-import { DTYPES } from "../src/ops.ts";
-import { encodePlan, planShape, type PlanOp } from "../src/plan.ts";
+import type { DtypeName } from "../src/ops.ts";
+import { DEFAULT_STEP_FORM, encodePlan, planShape, type PlanOp } from "../src/plan.ts";
 import { blocksBeside, GPU_MODELS, gpuAt, LATER_ROUND_L2_TRIPS, MODEL_MODES, predictKernel, predictStep, type KernelInput } from "../src/profile/kernel-model.ts";
 import { activeLoads, kernelInputs, predictDecodeStep } from "../src/verify/prediction.ts";
 
@@ -50,8 +50,8 @@ describe("one kernel", () => {
 });
 
 describe("GPT-2 small's decode step", () => {
-  const fused = predictDecodeStep(gpt2, "fused", 1023, h200, shapesOf, null);
-  const unfused = predictDecodeStep(gpt2, "unfused", 1023, h200, shapesOf, null);
+  const fused = predictDecodeStep(gpt2, DEFAULT_STEP_FORM, 1023, h200, shapesOf, null);
+  const unfused = predictDecodeStep(gpt2, { ...DEFAULT_STEP_FORM, plan: "unfused" }, 1023, h200, shapesOf, null);
 
   test("the bytes floor is every byte once at the bandwidth; the kernels add to at least it", () => {
     const bytes = planShape(gpt2, 1).reduce((s, op) => s + op.work(1023).bytes, 0);
@@ -136,21 +136,21 @@ describe("GPT-2 small's decode step", () => {
   });
 
   test("the optimistic and pessimistic ends bracket the working estimate in every mode; the A40 has no graph-pdl", () => {
-    const [fast, slow] = (["optimistic", "pessimistic"] as const).map((end) => predictDecodeStep(gpt2, "fused", 1023, gpuAt(h200, end), shapesOf, null));
+    const [fast, slow] = (["optimistic", "pessimistic"] as const).map((end) => predictDecodeStep(gpt2, DEFAULT_STEP_FORM, 1023, gpuAt(h200, end), shapesOf, null));
     for (const m of MODEL_MODES) {
       expect(fast!.modes[m]!).toBeLessThanOrEqual(fused.modes[m]!);
       expect(slow!.modes[m]!).toBeGreaterThanOrEqual(fused.modes[m]!);
     }
-    expect(predictDecodeStep(gpt2, "fused", 1023, GPU_MODELS.a40, shapesOf, null).modes["graph-pdl"]).toBeNull();
+    expect(predictDecodeStep(gpt2, DEFAULT_STEP_FORM, 1023, GPU_MODELS.a40, shapesOf, null).modes["graph-pdl"]).toBeNull();
   });
 });
 
 describe("storage types and batches (predictions)", () => {
-  const at = (batch: number, dtype: number, context = 1023) =>
-    predictDecodeStep(gpt2, "fused", context, h200, shapesOf, null, { batch, dtypes: { weights: dtype, kv: dtype } });
+  const at = (batch: number, dtype: DtypeName, context = 1023) =>
+    predictDecodeStep(gpt2, { plan: "fused", batch, weights: dtype, kv: dtype }, context, h200, shapesOf, null);
 
   test("bf16 weights and cache halve the bytes floor (activations stay fp32) and cut every memory-bound kernel", () => {
-    const [f32, bf16] = [at(1, DTYPES.f32), at(1, DTYPES.bf16)];
+    const [f32, bf16] = [at(1, "f32"), at(1, "bf16")];
     expect(bf16.bytesFloorUs / f32.bytesFloorUs).toBeGreaterThan(0.49);
     expect(bf16.bytesFloorUs / f32.bytesFloorUs).toBeLessThan(0.51);
     expect(bf16.modes.graph!).toBeLessThan(f32.modes.graph!);
@@ -159,7 +159,7 @@ describe("storage types and batches (predictions)", () => {
   });
 
   test("a batch reads each weight once: at a short context B = 4 moves about B = 1's bytes and does 4x the FLOPs", () => {
-    const [one, four] = [at(1, DTYPES.f32, 8), at(4, DTYPES.f32, 8)];
+    const [one, four] = [at(1, "f32", 8), at(4, "f32", 8)];
     const flops = (p: typeof one) => p.kernels.reduce((s, k) => s + k.flops, 0);
     expect(four.bytesFloorUs / one.bytesFloorUs).toBeLessThan(1.05);
     expect(flops(four) / flops(one)).toBeCloseTo(4, 6);
@@ -187,7 +187,7 @@ describe("inputs read from the code", () => {
     const loads = Object.fromEntries(planShape(gpt2, 1).map((op) => [op.family, activeLoads(op)]));
     expect(loads).toMatchObject({ ln_qkv: 8, linear_residual: 8, ln_linear_gelu: 8, ln_lm_head_argmax: 8, attention: 8 });
     // a bf16 cache: 16-byte loads of 8 halves, 2 keys and 2 values per thread at head size 64
-    const bf16 = planShape(gpt2, 1, "fused", { batch: 1, dtypes: { weights: DTYPES.bf16, kv: DTYPES.bf16 } });
+    const bf16 = planShape(gpt2, 1, { ...DEFAULT_STEP_FORM, weights: "bf16", kv: "bf16" });
     expect(activeLoads(bf16.find((op) => op.family === "attention")!)).toBe(4);
   });
 

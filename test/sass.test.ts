@@ -11,8 +11,7 @@ import { join } from "node:path";
 
 import { findCuobjdump, findNvdisasm, fmaShare, loadBatches, loadFacts, loops, parseRegisterCounts, parseSass, parseSourceLines, type SassFunction } from "../src/native/sass.ts";
 import { PRESETS } from "../src/model/config.ts";
-import { planShape } from "../src/plan.ts";
-import { DTYPES } from "../src/ops.ts";
+import { PLAN_KINDS, planShape } from "../src/plan.ts";
 import { activeLoads, factsFor, kernelOf } from "../src/verify/prediction.ts";
 import { librarySassFunctions, runTaskCases, sassChecks, sassFacts, SASS_REQUIREMENTS } from "../src/verify/sass-checks.ts";
 
@@ -204,10 +203,10 @@ describe.skipIf(skipReason !== null)("the built CUDA library's SASS", () => {
   test("the kernel model's loads per thread for GPT-2 small's hot kernels never exceed what their SASS holds in flight, in every storage type and batch", () => {
     const facts = library().map(sassFacts);
     const hot = new Set(SASS_REQUIREMENTS.map((r) => r.kernel));
-    const layouts = [[1, DTYPES.f32], [4, DTYPES.bf16], [8, DTYPES.f16], [3, DTYPES.f32]] as const;
-    for (const [batch, dtype] of layouts)
-      for (const plan of ["fused", "unfused"] as const)
-        for (const op of planShape(PRESETS.gpt2!, 1, plan, { batch, dtypes: { weights: dtype, kv: dtype } })) {
+    const forms = [[1, "f32"], [4, "bf16"], [8, "f16"], [3, "f32"]] as const;
+    for (const [batch, dtype] of forms)
+      for (const plan of PLAN_KINDS)
+        for (const op of planShape(PRESETS.gpt2!, 1, { plan, batch, weights: dtype, kv: dtype })) {
           const name = kernelOf(op);
           if (!name || !hot.has(name)) continue;
           const f = factsFor(op, facts)!;

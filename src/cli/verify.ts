@@ -20,9 +20,8 @@ import { ensureBuilt, hasNvcc, hasPrebuilt, libraryPath, ROOT } from "../native/
 import { emuSchedule } from "../native/emu-schedule.ts";
 import { findCuobjdump } from "../native/sass.ts";
 import { missingFamilies, readResourceUsage, type KernelResources } from "../native/resource-usage.ts";
-import { DTYPES } from "../ops.ts";
-import { encodePlan, F32_SINGLE, PLAN_KINDS, type PlanKind, type PlanOp, type StepLayout } from "../plan.ts";
-import { GPU_MODELS, predictRange } from "../profile/kernel-model.ts";
+import { DEFAULT_STEP_FORM, encodePlan, PLAN_KINDS, type PlanOp, type StepForm } from "../plan.ts";
+import { GPU_MODELS, predictRange, type GpuModel } from "../profile/kernel-model.ts";
 import { kernelPredictionTable, layoutPredictionTable, parameterTable, stepPredictionTable, type LayoutCase, type StepCase } from "../report/prediction-tables.ts";
 import { renderTable } from "../report/tables.ts";
 import { freshSeed } from "../verify/arena.ts";
@@ -121,23 +120,21 @@ function printPredictions(device: CudaBackend, sass: SassFacts[] | null): void {
   const config = PRESETS.gpt2!;
   const context = config.n_positions - 1; // the last position a decode step can fill
   const shapesOf = (ops: PlanOp[]) => device.launchShapes(encodePlan(ops));
-  const stepKernels = (plan: PlanKind, ctx: number, layout?: StepLayout) => decodeKernelInputs(config, plan, ctx, shapesOf, sass, layout);
+  const predict = (form: StepForm, ctx: number, model: GpuModel) =>
+    predictRange(decodeKernelInputs(config, form, ctx, shapesOf, sass), model, persistentRegisters(form, sass));
   const cases: StepCase[] = (["h200", "a40"] as const).flatMap((gpu) => PLAN_KINDS.flatMap((plan) => [8, context].map((ctx): StepCase => ({
-    gpu, plan, context: ctx, predict: (model) => predictRange(stepKernels(plan, ctx), model, persistentRegisters(plan, F32_SINGLE, sass)),
+    gpu, plan, context: ctx, predict: (model) => predict({ ...DEFAULT_STEP_FORM, plan }, ctx, model),
   }))));
   const out = (line: string) => process.stdout.write(`${line}\n`);
   const source = sass ? "loads in flight and registers from the SASS" : "SASS not read here: the design's loads and 64 registers assumed";
   out(`\nPREDICTED (kernel model, src/profile/kernel-model.ts; not measured) — GPT-2 small decode step, fused plan, context ${context}, ${GPU_MODELS.h200.name};`);
   out(`launch shapes from ${device.deviceName}'s launchers, ${source}:`);
-  out(kernelPredictionTable(predictDecodeStep(config, "fused", context, GPU_MODELS.h200, shapesOf, sass)));
+  out(kernelPredictionTable(predictDecodeStep(config, DEFAULT_STEP_FORM, context, GPU_MODELS.h200, shapesOf, sass)));
   out("\nPREDICTED step time per launch mode, ms at the working estimates (optimistic-pessimistic ends of their ranges):");
   out(stepPredictionTable(cases));
   const layouts: LayoutCase[] = (["f32", "bf16"] as const).flatMap((dtype) => [1, 4, 8].map((batch): LayoutCase => ({
     dtype, batch,
-    predict: (model) => {
-      const layout: StepLayout = { batch, dtypes: { weights: DTYPES[dtype], kv: DTYPES[dtype] } };
-      return predictRange(stepKernels("fused", context, layout), model, persistentRegisters("fused", layout, sass));
-    },
+    predict: (model) => predict({ plan: "fused", batch, weights: dtype, kv: dtype }, context, model),
   })));
   out(`\nPREDICTED fused step by storage type and batch (${GPU_MODELS.h200.name}, context ${context}), ms at the working estimates (ranges):`);
   out(layoutPredictionTable("h200", layouts));

@@ -6,8 +6,7 @@ import type { LaunchShape } from "../backends/backend.ts";
 import type { LaunchFloor } from "../backends/instrument.ts";
 import type { GPT2Config } from "../model/config.ts";
 import { disassemble, findCuobjdump } from "../native/sass.ts";
-import { DTYPES } from "../ops.ts";
-import type { PlanKind, PlanOp, StepLayout } from "../plan.ts";
+import type { PlanKind, PlanOp, StepForm } from "../plan.ts";
 import { decodeKernelInputs, persistentRegisters } from "../verify/prediction.ts";
 import { sassFacts, type SassFacts } from "../verify/sass-checks.ts";
 import { GPU_MODELS, MODEL_MODES, predictRange, type Estimate, type GpuModel, type GpuName, type ModelMode, type PredictionRange } from "./kernel-model.ts";
@@ -73,8 +72,8 @@ export function buildPredictions(
   const stepAt = (m: MeasuredStep) => {
     const key = `${m.context} ${m.dtype} ${m.kv_dtype} ${m.batch}`;
     if (!cache.has(key)) {
-      const layout: StepLayout = { batch: m.batch, dtypes: { weights: DTYPES[m.dtype], kv: DTYPES[m.kv_dtype] } };
-      cache.set(key, predictRange(decodeKernelInputs(config, plan, m.context, shapesOf, sass.facts, layout), model, persistentRegisters(plan, layout, sass.facts)));
+      const form: StepForm = { plan, batch: m.batch, weights: m.dtype, kv: m.kv_dtype };
+      cache.set(key, predictRange(decodeKernelInputs(config, form, m.context, shapesOf, sass.facts), model, persistentRegisters(form, sass.facts)));
     }
     return cache.get(key)!;
   };

@@ -6,7 +6,7 @@
 import type { LaunchShape } from "../backends/backend.ts";
 import type { GPT2Config } from "../model/config.ts";
 import { DTYPE_BYTES, dtypeOf, kernelFamily, MAX_BATCH, namedArgs, type DtypeName } from "../ops.ts";
-import { F32_SINGLE, planShape, type PlanKind, type PlanOp, type StepLayout } from "../plan.ts";
+import { planShape, type PlanOp, type StepForm } from "../plan.ts";
 import { predictStep, type GpuModel, type KernelInput, type StepPrediction } from "../profile/kernel-model.ts";
 import { persistentStepRuns } from "../run/launch-modes.ts";
 import { elementType, persistentStepKernel, storageKernel, weightKernel, type SassFacts } from "./sass-checks.ts";
@@ -126,34 +126,31 @@ export function kernelInputs(ops: readonly PlanOp[], context: number, shapes: re
 
 /** A decode step's kernels as the model reads them: the plan, its launch shapes (shapesOf, captured once) and the SASS facts. */
 export function decodeKernelInputs(
-  config: GPT2Config, plan: PlanKind, context: number,
-  shapesOf: (ops: PlanOp[]) => LaunchShape[], sass: readonly SassFacts[] | null, layout: StepLayout = F32_SINGLE,
+  config: GPT2Config, form: StepForm, context: number, shapesOf: (ops: PlanOp[]) => LaunchShape[], sass: readonly SassFacts[] | null,
 ): KernelInput[] {
-  const ops = planShape(config, 1, plan, layout);
+  const ops = planShape(config, 1, form);
   return kernelInputs(ops, context, shapesOf(ops), sass);
 }
 
 /** cuda/persistent.cu step_min_blocks_per_sm: two blocks of 256 per SM (128 registers), one for batched 16-bit steps. */
-const persistentMaxRegisters = (layout: StepLayout) => (DTYPE_BYTES[dtypeOf(layout.dtypes.weights)] < 4 && layout.batch > 2 ? 255 : 128);
+const persistentMaxRegisters = (form: StepForm) => (DTYPE_BYTES[form.weights] < 4 && form.batch > 2 ? 255 : 128);
 
 /** The persistent step kernel's instantiation for a step (cuda/persistent.cu), or null where the step has none. */
-function persistentKernel(plan: PlanKind, layout: StepLayout): string | null {
-  const weights = dtypeOf(layout.dtypes.weights);
-  if (!persistentStepRuns({ plan, weights, kv: dtypeOf(layout.dtypes.kv) })) return null;
-  return persistentStepKernel(weights, layout.batch);
+function persistentKernel(form: StepForm): string | null {
+  if (!persistentStepRuns(form)) return null;
+  return persistentStepKernel(form.weights, form.batch);
 }
 
 /** Its registers per thread (from the SASS; the most it is compiled for where that was not read), or null. */
-export function persistentRegisters(plan: PlanKind, layout: StepLayout, sass: readonly SassFacts[] | null): number | null {
-  const kernel = persistentKernel(plan, layout);
+export function persistentRegisters(form: StepForm, sass: readonly SassFacts[] | null): number | null {
+  const kernel = persistentKernel(form);
   if (kernel === null) return null;
-  return sass?.find((f) => f.kernel === kernel)?.registers ?? persistentMaxRegisters(layout);
+  return sass?.find((f) => f.kernel === kernel)?.registers ?? persistentMaxRegisters(form);
 }
 
 /** A decode step's prediction for a GPU. */
 export function predictDecodeStep(
-  config: GPT2Config, plan: PlanKind, context: number, gpu: GpuModel,
-  shapesOf: (ops: PlanOp[]) => LaunchShape[], sass: readonly SassFacts[] | null, layout: StepLayout = F32_SINGLE,
+  config: GPT2Config, form: StepForm, context: number, gpu: GpuModel, shapesOf: (ops: PlanOp[]) => LaunchShape[], sass: readonly SassFacts[] | null,
 ): StepPrediction {
-  return predictStep(decodeKernelInputs(config, plan, context, shapesOf, sass, layout), gpu, persistentRegisters(plan, layout, sass));
+  return predictStep(decodeKernelInputs(config, form, context, shapesOf, sass), gpu, persistentRegisters(form, sass));
 }
