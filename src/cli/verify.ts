@@ -18,9 +18,10 @@ import { PRESETS } from "../model/config.ts";
 import { loadModel, randomWeights } from "../model/weights.ts";
 import { ensureBuilt, hasNvcc, hasPrebuilt, libraryPath, ROOT } from "../native/build.ts";
 import { emuSchedule } from "../native/emu-schedule.ts";
+import type { KernelFacts } from "../native/kernel-facts.ts";
 import { findCuobjdump } from "../native/sass.ts";
 import { missingFamilies, readResourceUsage, type KernelResources } from "../native/resource-usage.ts";
-import { DEFAULT_STEP_FORM, encodePlan, PLAN_KINDS, type PlanOp, type StepForm } from "../plan.ts";
+import { DEFAULT_STEP_FORM, PLAN_KINDS, type StepForm } from "../plan.ts";
 import { GPU_MODELS, predictRange, type GpuModel } from "../profile/kernel-model.ts";
 import { kernelPredictionTable, layoutPredictionTable, parameterTable, stepPredictionTable, type LayoutCase, type StepCase } from "../report/prediction-tables.ts";
 import { renderTable } from "../report/tables.ts";
@@ -29,7 +30,7 @@ import { KERNEL_CASES, runKernelCases } from "../verify/kernel-checks.ts";
 import {
   againstCpu, cachedEqualsUncached, fixtureChecks, findFixture, graphMemoryStable, modesBitIdentical, plansAgree, readFixture, type CheckRow,
 } from "../verify/model-checks.ts";
-import { decodeKernelInputs, persistentRegisters, predictDecodeStep } from "../verify/prediction.ts";
+import { decodeKernelInputs, persistentKernel, predictDecodeStep } from "../verify/prediction.ts";
 import { librarySassFunctions, sassChecks, sassFacts, type SassFacts } from "../verify/sass-checks.ts";
 import { parseFlags } from "./common.ts";
 import { writeStdout } from "./outputs.ts";
@@ -59,13 +60,16 @@ function buildChecks(): CheckRow[] {
   ];
 }
 
-/** The SASS checks of the built library, and its facts for the kernel model (null where it cannot be read). */
-function sassRows(): { rows: CheckRow[]; facts: SassFacts[] | null } {
+/**
+ * The SASS checks of the built library, and its facts for the kernel model (null where it cannot be read); `kernels`:
+ * the kernels' facts of the device under test (the CUDA library's, or the emulator's from the same sources).
+ */
+function sassRows(kernels: KernelFacts): { rows: CheckRow[]; facts: SassFacts[] | null } {
   const cuobjdump = findCuobjdump();
   if (!hasNvcc() && !hasPrebuilt("cuda")) return { rows: [skip("sass", "no CUDA library here (no nvcc)")], facts: null };
   if (!cuobjdump) return { rows: [skip("sass", "no cuobjdump in $CUDA_HOME/bin or ../shared/cuda-binutils")], facts: null };
   const functions = librarySassFunctions(libraryPath("cuda"), cuobjdump);
-  return { rows: sassChecks(functions), facts: functions.map(sassFacts) };
+  return { rows: sassChecks(functions, kernels), facts: functions.map(sassFacts) };
 }
 
 /** The device under test: the GPU, or (auto, without one) the kernels' sources on the CPU emulator. */
@@ -119,9 +123,9 @@ function modelChecks(device: CudaBackend, cpu: Backend): Check[] {
 function printPredictions(device: CudaBackend, sass: SassFacts[] | null): void {
   const config = PRESETS.gpt2!;
   const context = config.n_positions - 1; // the last position a decode step can fill
-  const shapesOf = (ops: PlanOp[]) => device.launchShapes(encodePlan(ops));
+  const { kernels } = device;
   const predict = (form: StepForm, ctx: number, model: GpuModel) =>
-    predictRange(decodeKernelInputs(config, form, ctx, shapesOf, sass), model, persistentRegisters(form, sass));
+    predictRange(decodeKernelInputs(config, form, ctx, kernels, sass), model, persistentKernel(form, kernels.facts, sass));
   const cases: StepCase[] = (["h200", "a40"] as const).flatMap((gpu) => PLAN_KINDS.flatMap((plan) => [8, context].map((ctx): StepCase => ({
     gpu, plan, context: ctx, predict: (model) => predict({ ...DEFAULT_STEP_FORM, plan }, ctx, model),
   }))));
@@ -129,7 +133,7 @@ function printPredictions(device: CudaBackend, sass: SassFacts[] | null): void {
   const source = sass ? "loads in flight and registers from the SASS" : "SASS not read here: the design's loads and 64 registers assumed";
   out(`\nPREDICTED (kernel model, src/profile/kernel-model.ts; not measured) — GPT-2 small decode step, fused plan, context ${context}, ${GPU_MODELS.h200.name};`);
   out(`launch shapes from ${device.deviceName}'s launchers, ${source}:`);
-  out(kernelPredictionTable(predictDecodeStep(config, DEFAULT_STEP_FORM, context, GPU_MODELS.h200, shapesOf, sass)));
+  out(kernelPredictionTable(predictDecodeStep(config, DEFAULT_STEP_FORM, context, GPU_MODELS.h200, kernels, sass)));
   out("\nPREDICTED step time per launch mode, ms at the working estimates (optimistic-pessimistic ends of their ranges):");
   out(stepPredictionTable(cases));
   const layouts: LayoutCase[] = (["f32", "bf16"] as const).flatMap((dtype) => [1, 4, 8].map((batch): LayoutCase => ({
@@ -152,9 +156,9 @@ await runCli(async () => {
   const t0 = Date.now();
   const seed = argv.seed ?? freshSeed();
   const rows: CheckRow[] = buildChecks();
-  const sass = sassRows();
-  rows.push(...sass.rows);
   const { device, noGpuLine } = openDevice(argv.backend);
+  const sass = sassRows(device.kernels.facts);
+  rows.push(...sass.rows);
   const cpu = CpuBackend.open();
   say(`device: ${device.deviceName} (${device.kind}); reference: CPU backend (${cpu.deviceName}); seed ${seed}`);
   if (noGpuLine !== null) {

@@ -44,6 +44,9 @@ export interface GpuModel {
   maxThreadsPerSm: number;
   maxBlocksPerSm: number;
   registersPerSm: number;
+  /** the most registers a thread may have, and the unit a thread's registers are allocated in */
+  maxRegistersPerThread: number;
+  registerUnit: number;
   /** streaming reads from device memory, bytes/s */
   bandwidth: Estimate;
   /** fp32 FMA throughput, FLOP/s */
@@ -71,7 +74,7 @@ const LAUNCH_FLOOR = "calibrated by the launch floor `profile` measures on the d
 export const GPU_MODELS = {
   h200: {
     name: "NVIDIA H200 (SXM)",
-    sms: 132, maxThreadsPerSm: 2048, maxBlocksPerSm: 32, registersPerSm: 65536,
+    sms: 132, maxThreadsPerSm: 2048, maxBlocksPerSm: 32, registersPerSm: 65536, maxRegistersPerThread: 255, registerUnit: 8,
     bandwidth: { value: 4.3e12, low: 4.0e12, high: 4.8e12, source: "device-to-device copy measured at ~4.3 TB/s on this workplace's H200 (KINDS.md, 2026-10-28 and 11-04); 4.8 TB/s datasheet" },
     flops: { value: 67e12, low: 50e12, high: 67e12, source: "datasheet fp32 (H200.md)" },
     dramLatencyUs: { value: 0.5, low: 0.3, high: 0.7, source: "lead: HBM round trips of several hundred ns unloaded in published Hopper microbenchmarks, more under load (issue 9: 0.3-0.6 µs)" },
@@ -84,7 +87,7 @@ export const GPU_MODELS = {
   },
   a40: {
     name: "NVIDIA A40",
-    sms: 84, maxThreadsPerSm: 1536, maxBlocksPerSm: 16, registersPerSm: 65536,
+    sms: 84, maxThreadsPerSm: 1536, maxBlocksPerSm: 16, registersPerSm: 65536, maxRegistersPerThread: 255, registerUnit: 8,
     bandwidth: { value: 0.6e12, low: 0.55e12, high: 0.696e12, source: "datasheet 696 GB/s (GDDR6, 384-bit); streaming reads typically reach ~85-90% of it" },
     flops: { value: 37.4e12, low: 30e12, high: 37.4e12, source: "datasheet fp32" },
     dramLatencyUs: { value: 0.6, low: 0.4, high: 0.8, source: "lead: GDDR6 round trips are somewhat longer than HBM's" },
@@ -98,26 +101,14 @@ export const GPU_MODELS = {
 } as const satisfies Record<string, GpuModel>;
 export type GpuName = keyof typeof GPU_MODELS;
 
-/**
- * Dependent L2 round trips a kernel spends after (or before) its data stream, from its code: reading the
- * position before the rows it selects, a layer norm's row, and the merge across blocks (a partial stored and
- * fenced, the arrival counter, the partials read back) — estimates, to be calibrated.
- */
-export const CHAIN_L2_TRIPS: Record<OpFamily, number> = {
-  embed: 2, // state, then the token id, before the two rows
-  layernorm: 1, // the row in, two block reductions, the row out
-  linear: 3, // the inputs arrive under the weights; the merge: partial + fence, counter, partials back
-  kv_append: 1, // state before the rows
-  attention: 4, // state before the keys; the merge as a matvec's
-  gelu: 0,
-  residual: 0,
-  lm_head: 1, // x staged after the wait (the weights already in flight)
-  argmax: 3, // the merge
-  ln_qkv: 3, // the layer norm's row arrives under the weights; the merge
-  ln_linear_gelu: 3,
-  linear_residual: 3,
-  ln_lm_head_argmax: 4, // the layer norm, then the argmax merge
-};
+/** The GPU whose machine code the library holds (src/native/build.ts builds sm_90): its register file bounds a kernel's registers. */
+export const SASS_GPU: GpuModel = GPU_MODELS.h200;
+
+/** Registers per thread a kernel compiled for `blocks` resident blocks of `threads` per SM may use (its __launch_bounds__). */
+export function registerBudget(gpu: GpuModel, threads: number, blocks: number): number {
+  const share = Math.floor(gpu.registersPerSm / (blocks * threads) / gpu.registerUnit) * gpu.registerUnit;
+  return Math.min(gpu.maxRegistersPerThread, share);
+}
 
 /** Families whose data come from device memory (weights, the KV cache); the rest touch activations in L2. */
 const STREAMS_FROM_DRAM: ReadonlySet<OpFamily> = new Set<OpFamily>(["embed", "linear", "attention", "lm_head", "ln_qkv", "ln_linear_gelu", "linear_residual", "ln_lm_head_argmax"]);
@@ -142,6 +133,10 @@ export interface KernelInput {
   lookAheadBytes: number;
   /** FFMA's share of the instructions its arithmetic issues (1: every instruction a multiply-add) */
   fmaShare: number;
+  /** dependent L2 round trips besides its data stream (cu_kernel_facts: merges, reductions, the position read first) */
+  chainL2Trips: number;
+  /** bytes of one of its vector loads */
+  loadBytes: number;
 }
 
 export interface KernelPrediction extends KernelInput {
@@ -158,8 +153,6 @@ export interface KernelPrediction extends KernelInput {
   /** predicted device time of the kernel alone */
   kernelUs: number;
 }
-
-const LOAD_BYTES = 16;
 
 /** Blocks of `k` one SM holds beside `besides` blocks of `other` (registers, threads and block slots; shared memory is not modelled). */
 function blocksPerSm(k: Pick<KernelInput, "threads" | "registers">, gpu: GpuModel, other?: Pick<KernelInput, "threads" | "registers">, besides = 0): number {
@@ -185,14 +178,14 @@ export function blocksBeside(k: KernelPrediction, prev: KernelPrediction, gpu: G
 
 export function predictKernel(k: KernelInput, gpu: GpuModel): KernelPrediction {
   const resident = residentBlocks(k, gpu);
-  const bytesInFlight = Math.max(resident * k.threads * k.loadsInFlight * LOAD_BYTES, 1);
+  const bytesInFlight = Math.max(resident * k.threads * k.loadsInFlight * k.loadBytes, 1);
   const roundTripUs = STREAMS_FROM_DRAM.has(k.family) ? gpu.dramLatencyUs.value : gpu.l2LatencyUs.value;
   const bandwidthUs = (k.bytes / gpu.bandwidth.value) * 1e6;
   const latencyUs = roundTripUs * Math.max(1, k.bytes / bytesInFlight);
   const computeUs = (k.flops / (gpu.flops.value * k.fmaShare)) * 1e6;
   const streamUs = Math.max(bandwidthUs, computeUs, latencyUs);
   const bound = streamUs === bandwidthUs ? "memory" : streamUs === computeUs ? "compute" : "latency";
-  const chainUs = CHAIN_L2_TRIPS[k.family] * gpu.l2LatencyUs.value;
+  const chainUs = k.chainL2Trips * gpu.l2LatencyUs.value;
   return { ...k, residentBlocks: resident, bytesInFlight, bandwidthUs, computeUs, latencyUs, streamUs, bound, chainUs, kernelUs: streamUs + chainUs };
 }
 
@@ -221,8 +214,8 @@ export interface PredictionRange {
   slow: StepPrediction;
 }
 
-export function predictRange(kernels: readonly KernelInput[], gpu: GpuModel, persistentRegisters: number | null = null): PredictionRange {
-  const at = (g: GpuModel) => predictStep(kernels, g, persistentRegisters);
+export function predictRange(kernels: readonly KernelInput[], gpu: GpuModel, persistent: PersistentKernel | null = null): PredictionRange {
+  const at = (g: GpuModel) => predictStep(kernels, g, persistent);
   return { mid: at(gpu), fast: at(gpuAt(gpu, "optimistic")), slow: at(gpuAt(gpu, "pessimistic")) };
 }
 
@@ -267,28 +260,33 @@ function programmatic(kernels: readonly KernelPrediction[], gpu: GpuModel, nodeU
   }, 0);
 }
 
-/**
- * Dependent L2 round trips of each round of a persistent-step op after its first (virtual blocks beyond the resident
- * ones): its loads, requested into L2 before the wait (cuda/persistent.cu), its partial stored, its count.
- */
-export const LATER_ROUND_L2_TRIPS = 3;
+/** The persistent step kernel as the model sees it. */
+export interface PersistentKernel {
+  /** registers per thread (from its SASS, or the most it is compiled for) */
+  registers: number;
+  /**
+   * dependent L2 round trips of each round of an op after its first (virtual blocks beyond the resident ones): its
+   * loads, requested into L2 before the wait, its partial stored, its count (cu_kernel_facts)
+   */
+  laterRoundL2Trips: number;
+}
 
 /**
- * The step as the persistent kernel runs it (registers: the kernel's, from its SASS): every op's body on the
+ * The step as the persistent kernel runs it (its registers set how many blocks are resident): every op's body on the
  * kernel's resident blocks, one graph node for the whole step, and between two ops a grid barrier. Across it the
  * memory would idle for the previous op's dependent tail (its merge) and the barrier. An op with a look-ahead
  * (lookAheadBytes: what one virtual block's first lines come to, which every resident block requests into L2 right
  * behind its own loads of the previous op, so they are queued before that idle time begins) has the share of its
  * memory phase (its bandwidth, or latency, term) those lines cover done there, as far as the idle time reaches.
  * An op without one hides its own loads issued before the wait, as under graph-pdl. An op of more virtual blocks
- * than the kernel keeps resident runs in rounds, each later one adding its dependent steps (LATER_ROUND_L2_TRIPS).
+ * than the kernel keeps resident runs in rounds, each later one adding its dependent steps (laterRoundL2Trips).
  */
-function persistentStep(kernels: readonly KernelInput[], gpu: GpuModel, registers: number): number {
+function persistentStep(kernels: readonly KernelInput[], gpu: GpuModel, { registers, laterRoundL2Trips }: PersistentKernel): number {
   const bodies = kernels.map((k) => predictKernel({ ...k, registers }, gpu));
   const barrierUs = gpu.gridBarrierUs.value;
   const grid = gpu.sms * Math.max(blocksPerSm({ threads: kernels[0]?.threads ?? 1, registers }, gpu), 1);
   return bodies.reduce((sum, k, i) => {
-    const laterRoundsUs = (Math.ceil(k.blocks / grid) - 1) * LATER_ROUND_L2_TRIPS * gpu.l2LatencyUs.value;
+    const laterRoundsUs = (Math.ceil(k.blocks / grid) - 1) * laterRoundL2Trips * gpu.l2LatencyUs.value;
     const prev = bodies[i - 1];
     if (!prev) return sum + k.kernelUs + laterRoundsUs;
     const covered = Math.min(1, (k.lookAheadBytes * k.residentBlocks) / k.bytes);
@@ -297,8 +295,8 @@ function persistentStep(kernels: readonly KernelInput[], gpu: GpuModel, register
   }, gpu.graphNodeUs.value);
 }
 
-/** persistentRegisters: the persistent step kernel's registers per thread, or null where the step has no such kernel. */
-export function predictStep(kernels: readonly KernelInput[], gpu: GpuModel, persistentRegisters: number | null = null): StepPrediction {
+/** persistent: the persistent step kernel, or null where the step has none. */
+export function predictStep(kernels: readonly KernelInput[], gpu: GpuModel, persistent: PersistentKernel | null = null): StepPrediction {
   const predicted = kernels.map((k) => predictKernel(k, gpu));
   const kernelSumUs = predicted.reduce((s, k) => s + k.kernelUs, 0);
   const bytesFloorUs = (predicted.reduce((s, k) => s + k.bytes, 0) / gpu.bandwidth.value) * 1e6;
@@ -311,7 +309,7 @@ export function predictStep(kernels: readonly KernelInput[], gpu: GpuModel, pers
       "eager-native": hostIssued(predicted, gpu.nativeHostUs.value, gpu.graphNodeUs.value),
       graph: kernelSumUs + predicted.length * gpu.graphNodeUs.value,
       "graph-pdl": gpu.pdlNodeUs ? programmatic(predicted, gpu, gpu.pdlNodeUs.value) : null,
-      persistent: persistentRegisters === null ? null : persistentStep(kernels, gpu, persistentRegisters),
+      persistent: persistent === null ? null : persistentStep(kernels, gpu, persistent),
     },
   };
 }

@@ -2,12 +2,12 @@
 // point of the study and every intervention's step gets the step time the model predicts for its launch mode,
 // storage types and batch (at the working estimates and at both ends of their ranges), so that the first run
 // on the GPU calibrates the model. Predictions, labelled so.
-import type { LaunchShape } from "../backends/backend.ts";
+import type { KernelLaunches } from "../backends/backend.ts";
 import type { LaunchFloor } from "../backends/instrument.ts";
 import type { GPT2Config } from "../model/config.ts";
 import { disassemble, findCuobjdump } from "../native/sass.ts";
-import type { PlanKind, PlanOp, StepForm } from "../plan.ts";
-import { decodeKernelInputs, persistentRegisters } from "../verify/prediction.ts";
+import type { PlanKind, StepForm } from "../plan.ts";
+import { decodeKernelInputs, persistentKernel } from "../verify/prediction.ts";
 import { sassFacts, type SassFacts } from "../verify/sass-checks.ts";
 import { GPU_MODELS, MODEL_MODES, predictRange, type Estimate, type GpuModel, type GpuName, type ModelMode, type PredictionRange } from "./kernel-model.ts";
 import type { InterventionConfig, InterventionsSection, PredictionsSection, StudyPoint } from "./types.ts";
@@ -64,7 +64,7 @@ export interface TracedFamilies {
  * graph-pdl a kernel's record holds its wait for the predecessor: its duration is not the kernel's own time).
  */
 export function buildPredictions(
-  gpu: GpuName, config: GPT2Config, plan: PlanKind, measured: readonly MeasuredStep[], shapesOf: (ops: PlanOp[]) => LaunchShape[],
+  gpu: GpuName, config: GPT2Config, plan: PlanKind, measured: readonly MeasuredStep[], library: KernelLaunches,
   sass: { facts: SassFacts[] | null; note: string }, launch: LaunchFloor, traced: readonly TracedFamilies[] = [], study?: InterventionConfig,
 ): PredictionsSection {
   const model: GpuModel = GPU_MODELS[gpu];
@@ -73,7 +73,7 @@ export function buildPredictions(
     const key = `${m.context} ${m.dtype} ${m.kv_dtype} ${m.batch}`;
     if (!cache.has(key)) {
       const form: StepForm = { plan, batch: m.batch, weights: m.dtype, kv: m.kv_dtype };
-      cache.set(key, predictRange(decodeKernelInputs(config, form, m.context, shapesOf, sass.facts), model, persistentRegisters(form, sass.facts)));
+      cache.set(key, predictRange(decodeKernelInputs(config, form, m.context, library, sass.facts), model, persistentKernel(form, library.facts, sass.facts)));
     }
     return cache.get(key)!;
   };

@@ -6,7 +6,7 @@ import type { Instrument, LaunchFloor, Peaks } from "../backends/instrument.ts";
 import { parameterCount, type GPT2Config } from "../model/config.ts";
 import type { GPT2Weights } from "../model/weights.ts";
 import type { OpFamily, Work } from "../ops.ts";
-import { encodePlan, type PlanKind, type StepForm } from "../plan.ts";
+import type { PlanKind, StepForm } from "../plan.ts";
 import { storedWeightBytes } from "../run/model-buffers.ts";
 import { launchMode, type LaunchModeName } from "../run/launch-modes.ts";
 import { summarize } from "../stats.ts";
@@ -95,7 +95,7 @@ function predictionsOf(
   const traced = points.flatMap((p) => (p.breakdown && p.mode !== "uncached"
     ? [{ mode: p.mode, context: p.context, familyMs: familyMsPerStep(stepsOf(traces, p.mode, p.context)), overlappingOps: p.breakdown.overlapping_ops }]
     : []));
-  return buildPredictions(gpu, cfg, plan, measured, (ops) => kernels.launchShapes(encodePlan(ops)), librarySass(kernels.libraryPath), launch, traced, study);
+  return buildPredictions(gpu, cfg, plan, measured, kernels, librarySass(kernels.libraryPath), launch, traced, study);
 }
 
 function interventionsMethod(opts: StudyOptions): string {
