@@ -1,4 +1,4 @@
-// The kernel model (src/profile/kernel-model.ts) and its inputs (src/verify/prediction.ts): the relations its
+// The kernel model (src/profile/kernel-model/: model.ts and its inputs, inputs.ts): the relations its
 // predictions must keep, and the launch shapes and kernel facts it reads from the C side through the emulator. No
 // timing is measured or asserted here: the model's numbers are predictions.
 import { afterAll, describe, expect, test } from "bun:test";
@@ -7,8 +7,10 @@ import { CudaBackend } from "../src/backends/cuda.ts";
 import { PRESETS } from "../src/model/config.ts";
 import type { DtypeName } from "../src/ops.ts";
 import { DEFAULT_STEP_FORM, encodePlan, planShape, type PlanOp } from "../src/plan.ts";
-import { blocksBeside, GPU_MODELS, gpuAt, MODEL_MODES, predictKernel, predictStep, type KernelInput, type PersistentKernel } from "../src/profile/kernel-model.ts";
-import { activeLoads, kernelInputs, persistentKernel, predictDecodeStep } from "../src/verify/prediction.ts";
+import {
+  activeLoads, blocksBeside, GPU_MODELS, gpuAt, kernelInputs, MODEL_MODES, persistentKernel, predictDecodeStep, predictKernel, predictStep,
+  type KernelInput, type PersistentKernel,
+} from "../src/profile/kernel-model/index.ts";
 
 const h200 = GPU_MODELS.h200;
 const gpt2 = PRESETS.gpt2!;

@@ -5,7 +5,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { CudaBackend } from "../src/backends/cuda.ts";
 import { PRESETS } from "../src/model/config.ts";
 import type { DtypeName } from "../src/ops.ts";
-import { buildPredictions, gpuModelFor, measuredSteps } from "../src/profile/predictions.ts";
+import { buildPredictions, gpuModelFor, measuredSteps } from "../src/profile/kernel-model/index.ts";
 import type { InterventionsSection } from "../src/profile/types.ts";
 import { renderReport } from "../src/report/markdown.ts";
 import { validateSummary } from "../src/report/schema.ts";

@@ -13,7 +13,7 @@ import { findCuobjdump, findNvdisasm, fmaShare, loadBatches, loadFacts, loops, p
 import { PRESETS } from "../src/model/config.ts";
 import { PLAN_KINDS, planShape } from "../src/plan.ts";
 import { libraryKernelFacts, type KernelFacts } from "../src/native/kernel-facts.ts";
-import { activeLoads, factsFor, kernelOf } from "../src/verify/prediction.ts";
+import { activeLoads, factsFor, kernelOf } from "../src/profile/kernel-model/index.ts";
 import { librarySassFunctions, runTaskCases, sassChecks, sassFacts, sassRequirements, taskFamily } from "../src/verify/sass-checks.ts";
 
 /** The kernels' facts (the emulator's library: the same sources as the CUDA one). */

@@ -22,7 +22,9 @@ import type { KernelFacts } from "../native/kernel-facts.ts";
 import { findCuobjdump } from "../native/sass.ts";
 import { missingFamilies, readResourceUsage, type KernelResources } from "../native/resource-usage.ts";
 import { DEFAULT_STEP_FORM, PLAN_KINDS, type StepForm } from "../plan.ts";
-import { GPU_MODELS, predictRange, type GpuModel } from "../profile/kernel-model.ts";
+import {
+  decodeKernelInputs, GPU_MODELS, persistentKernel, predictDecodeStep, predictRange, type GpuModel,
+} from "../profile/kernel-model/index.ts";
 import { kernelPredictionTable, layoutPredictionTable, parameterTable, stepPredictionTable, type LayoutCase, type StepCase } from "../report/prediction-tables.ts";
 import { renderTable } from "../report/tables.ts";
 import { freshSeed } from "../verify/arena.ts";
@@ -30,7 +32,6 @@ import { KERNEL_CASES, runKernelCases } from "../verify/kernel-checks.ts";
 import {
   againstCpu, cachedEqualsUncached, fixtureChecks, findFixture, graphMemoryStable, modesBitIdentical, plansAgree, readFixture, type CheckRow,
 } from "../verify/model-checks.ts";
-import { decodeKernelInputs, persistentKernel, predictDecodeStep } from "../verify/prediction.ts";
 import { librarySassFunctions, sassChecks, sassFacts, type SassFacts } from "../verify/sass-checks.ts";
 import { parseFlags } from "./common.ts";
 import { writeStdout } from "./outputs.ts";
@@ -131,7 +132,7 @@ function printPredictions(device: CudaBackend, sass: SassFacts[] | null): void {
   }))));
   const out = (line: string) => process.stdout.write(`${line}\n`);
   const source = sass ? "loads in flight and registers from the SASS" : "SASS not read here: the design's loads and 64 registers assumed";
-  out(`\nPREDICTED (kernel model, src/profile/kernel-model.ts; not measured) — GPT-2 small decode step, fused plan, context ${context}, ${GPU_MODELS.h200.name};`);
+  out(`\nPREDICTED (kernel model, src/profile/kernel-model/; not measured) — GPT-2 small decode step, fused plan, context ${context}, ${GPU_MODELS.h200.name};`);
   out(`launch shapes from ${device.deviceName}'s launchers, ${source}:`);
   out(kernelPredictionTable(predictDecodeStep(config, DEFAULT_STEP_FORM, context, GPU_MODELS.h200, kernels, sass)));
   out("\nPREDICTED step time per launch mode, ms at the working estimates (optimistic-pessimistic ends of their ranges):");

@@ -13,7 +13,7 @@ import { summarize } from "../stats.ts";
 import { buildBreakdown, familyMsPerStep, medianSplit, stepsOf } from "./aggregate.ts";
 import { buildInterventions } from "./interventions-summary.ts";
 import { buildPeersSection } from "./peers-summary.ts";
-import { buildPredictions, gpuModelFor, librarySass, measuredSteps, type MeasuredStep } from "./predictions.ts";
+import { buildPredictions, gpuModelFor, librarySass, measuredSteps, type MeasuredStep } from "./kernel-model/index.ts";
 import { tracedByOp, type Measured, type StudyOptions, type StudyResult } from "./study.ts";
 import { SCHEMA_VERSION, type InterventionConfig, type KernelRegime, type PeersSection, type PredictionsSection, type ProfileSummary, type SeedRow, type StepTrace, type StudyMode, type StudyPoint } from "./types.ts";
 import { launchVerdict, modeSplitOf, splitVerdicts, studyVerdicts, uncachedBaselineVerdict } from "./verdicts.ts";

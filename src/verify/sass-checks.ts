@@ -13,7 +13,7 @@ import { atBucket, perAccess, type KernelFacts } from "../native/kernel-facts.ts
 import { decodeKernel, familiesWithBody, PERSISTENT_STEP_KERNEL, persistentStepKernel } from "../native/kernel-names.ts";
 import { attachSourceLines, disassemble, findNvdisasm, fmaShare, isGlobalLoad, isWideLoad, loadFacts, type SassFunction } from "../native/sass.ts";
 import { DTYPE_NAMES, kernelFamily, OPS, type DtypeName, type OpFamily } from "../ops.ts";
-import { registerBudget, SASS_GPU } from "../profile/kernel-model.ts";
+import { registerBudget, SASS_GPU } from "../profile/kernel-model/gpus.ts";
 import type { CheckRow } from "./model-checks.ts";
 
 /** A hot kernel's design, as the SASS must show it. */

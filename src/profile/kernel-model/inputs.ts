@@ -2,17 +2,18 @@
 // work (src/ops.ts: bytes by storage type, FLOPs by batch), each launch's grid and block as the C launchers choose
 // them (captured, not run), the kernels' geometry and dependent chains as the library exports them
 // (cu_kernel_facts), and the SASS facts of the instantiation each op launches (loads in flight, registers, loads
-// issued before the wait, FFMA's share of the instructions). Everything built from them is a prediction
-// (src/profile/kernel-model.ts).
-import type { KernelLaunches, LaunchShape } from "../backends/backend.ts";
-import type { GPT2Config } from "../model/config.ts";
-import { atBucket, perAccess, type KernelFacts } from "../native/kernel-facts.ts";
-import { bodyOf, DECODE_KERNELS, decodeKernel, persistentStepKernel, tiledLinearKernel } from "../native/kernel-names.ts";
-import { DTYPE_BYTES, dtypeOf, kernelFamily, MAX_BATCH, namedArgs } from "../ops.ts";
-import { encodePlan, planShape, type PlanOp, type StepForm } from "../plan.ts";
-import { predictStep, registerBudget, SASS_GPU, type GpuModel, type KernelInput, type PersistentKernel, type StepPrediction } from "../profile/kernel-model.ts";
-import { persistentStepRuns } from "../run/launch-modes.ts";
-import type { SassFacts } from "./sass-checks.ts";
+// issued before the wait, FFMA's share of the instructions). Everything built from them is a prediction (model.ts).
+import type { KernelLaunches, LaunchShape } from "../../backends/backend.ts";
+import type { GPT2Config } from "../../model/config.ts";
+import { atBucket, perAccess, type KernelFacts } from "../../native/kernel-facts.ts";
+import { bodyOf, DECODE_KERNELS, decodeKernel, persistentStepKernel, tiledLinearKernel } from "../../native/kernel-names.ts";
+import { disassemble, findCuobjdump } from "../../native/sass.ts";
+import { DTYPE_BYTES, dtypeOf, kernelFamily, MAX_BATCH, namedArgs } from "../../ops.ts";
+import { encodePlan, planShape, type PlanOp, type StepForm } from "../../plan.ts";
+import { persistentStepRuns } from "../../run/launch-modes.ts";
+import { sassFacts, type SassFacts } from "../../verify/sass-checks.ts";
+import { registerBudget, SASS_GPU, type GpuModel } from "./gpus.ts";
+import { predictStep, type KernelInput, type PersistentKernel, type StepPrediction } from "./model.ts";
 
 /** 16-byte loads a thread of this op's kernel has for its arguments (the SASS may hold more, predicated off). */
 export function activeLoads(op: PlanOp, facts: KernelFacts): number {
@@ -73,6 +74,13 @@ export function kernelOf(op: PlanOp, facts: KernelFacts): string {
     case "storage": return decodeKernel(facts, op.family, dtypeOf(args[kernel.dtype]!), 1);
     default: return decodeKernel(facts, op.family, "f32", 1);
   }
+}
+
+/** SASS facts of the built CUDA library, or null (and why) where no disassembler is found. */
+export function librarySass(libraryPath: string): { facts: SassFacts[] | null; note: string } {
+  const cuobjdump = findCuobjdump();
+  if (!cuobjdump) return { facts: null, note: "no cuobjdump found: the kernels' design loads and 64 registers assumed" };
+  return { facts: disassemble(libraryPath, cuobjdump).map(sassFacts), note: "loads in flight and registers from the SASS of the library that ran" };
 }
 
 /** The SASS facts of the kernel an op launches (kernelOf), else of any kernel of its family. */
