@@ -18,7 +18,7 @@ const gpt2 = PRESETS.gpt2!;
 describe("the kernels' facts", () => {
   test.skipIf(!hasNvcc() && !hasPrebuilt("cuda"))("the CUDA library exports the emulator's facts", () => {
     expect(libraryKernelFacts(ensureBuilt("cuda", { quiet: true }).path)).toEqual(facts);
-  });
+  }, 600_000); // a stale library is rebuilt first
 
   test("batch buckets rise to MAX_BATCH; a launch takes the fewest rows that hold its own; every op has its chain", () => {
     expect(facts.batchBuckets.at(-1)).toBe(MAX_BATCH);

@@ -13,7 +13,7 @@ import { atBucket, perAccess, type KernelFacts } from "../native/kernel-facts.ts
 import { decodeKernel, familiesWithBody, PERSISTENT_STEP_KERNEL, persistentStepKernel } from "../native/kernel-names.ts";
 import { attachSourceLines, disassemble, findNvdisasm, fmaShare, isGlobalLoad, isWideLoad, loadFacts, type SassFunction } from "../native/sass.ts";
 import { DTYPE_NAMES, kernelFamily, OPS, type DtypeName, type OpFamily } from "../ops.ts";
-import { registerBudget, SASS_GPU } from "../profile/kernel-model/gpus.ts";
+import { registerBudget, SASS_GPU } from "../profile/kernel-model/gpus.ts"; // not index.ts: the model's inputs read this file
 import type { CheckRow } from "./model-checks.ts";
 
 /** A hot kernel's design, as the SASS must show it. */
@@ -34,7 +34,7 @@ function budget(threads: number, blocks: number): { maxRegisters: number; perSm:
 /** The head size the attention requirement's why clause counts units at: GPT-2's. */
 const GPT2_HEAD_SIZE = PRESETS.gpt2!.n_embd / PRESETS.gpt2!.n_head;
 
-/** The check's own bounds for kernels whose launch bounds leave ptxas free: the registers that keep this many blocks of theirs per SM. */
+/** The check's own register bounds where no launch bound sets one: attention keeps 2 blocks per SM, argmax and layernorm 64 registers. */
 const ATTENTION_BLOCKS_PER_SM = 2, SMALL_KERNEL_REGISTERS = 64;
 /** Fewest 16-byte loads in flight the check asks of attention (a chunk's key and value rows) and layernorm (the row, its weight and bias). */
 const ATTENTION_LOADS = 8, LAYERNORM_LOADS = 4;
