@@ -16,6 +16,10 @@ constexpr int kAttnThreads = 256;
 constexpr int kAttnMaxHeadSize = 128;
 constexpr int kAttnLanesPerKey = kAttnThreads / kAttnKeysPerChunk;  // threads sharing one key's score: 4
 constexpr int kAttnMergeBatch = 8;                                  // chunks whose partials a merging thread loads at once
+// Dependent L2 round trips besides the cache stream (the kernel model's chain): the state before the keys, then the
+// merge as a matvec's; kv_append's: the state before the rows.
+constexpr int kAttnChainL2Trips = 4;
+constexpr int kKvAppendChainL2Trips = 1;
 static_assert(kAttnLanesPerKey >= 1 && kWarpSize % kAttnLanesPerKey == 0, "a key's threads sit in one warp");
 static_assert(kAttnMaxHeadSize <= kAttnThreads, "the merge gives each head dimension a thread");
 

@@ -37,6 +37,9 @@ constexpr int kMatvecOutputsPerPass = kMatvecThreads / kMatvecMergeLanes;  // 64
 constexpr int kMatvecMergeLoads = 8;                                  // partial loads each merging lane has in flight
 constexpr int kMatvecStageFloats = kMatvecSlots * kMatvecOutputsPerPass * 4;  // 32 KB: a round of the block's sums
 constexpr int kMatvecMaxLayernormC = 4096;
+// Dependent L2 round trips besides the weight stream (the kernel model's chain): the inputs arrive under the
+// weights; then the merge: the partial stored and fenced, the arrival counter, the partials read back.
+constexpr int kMatvecChainL2Trips = 3;
 static_assert(kMatvecSlots % kMatvecMergeLanes == 0 && kMatvecThreads % kWarpSize == 0, "whole warps merge");
 
 enum MatvecInput { kInputAsIs, kInputLayernorm };

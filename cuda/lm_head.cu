@@ -5,6 +5,7 @@
 
 // Blocks of 256 threads per SM the instantiation for `rows` sequences is compiled for: its registers allow that many.
 __host__ __device__ constexpr int lm_head_min_blocks(int rows) { return rows <= 1 ? 4 : rows <= 2 ? 3 : 2; }
+int lm_head_min_blocks_per_sm(int rows) { return lm_head_min_blocks(rows); }
 
 #define LM_HEAD_KERNEL(name, fused)                                                                 \
   template <typename W, int kWidth, int kRows>                                                      \

@@ -20,6 +20,7 @@ constexpr int kLmHeadWarps = kLmHeadThreads / kWarpSize;
 constexpr int kLmHeadRowsPerWarp = 4;      // vocabulary rows a warp works on at once
 constexpr int kLmHeadChunksPerBatch = 2;   // 16-byte chunks of each of those rows per lane and batch: 8 loads in flight
 constexpr int kLmHeadBatchChunks = kLmHeadChunksPerBatch * kWarpSize;      // chunks of a row per batch
+constexpr int kLmHeadRowsPerBlock = kLmHeadWarps * kLmHeadRowsPerWarp;     // vocabulary rows a block's warps take first
 constexpr int kLmHeadMaxRows = MAX_BATCH;  // sequences per launch (op_table.h)
 static_assert(kLmHeadRowsPerWarp * kLmHeadMaxRows <= kWarpSize, "a warp's sums spread over its lanes");
 constexpr int kLmHeadMaxFloats = 8192;     // the sequences' rows x staged in 32 KB of shared memory
@@ -27,6 +28,13 @@ constexpr int kArgmaxThreads = 256;
 constexpr int kArgmaxVecPerThread = 4;     // 16-byte loads in flight per thread
 constexpr int kArgmaxVecPerBlock = kArgmaxThreads * kArgmaxVecPerThread;
 constexpr int kArgmaxMergeBatch = 8;
+// Dependent L2 round trips besides the data stream (the kernel model's chain): the LM head stages x after the wait
+// (the weights already in flight); argmax has its merge; the fused op the layer norm's row, then the argmax merge.
+constexpr int kLmHeadChainL2Trips = 1;
+constexpr int kArgmaxChainL2Trips = 3;
+constexpr int kLnLmHeadArgmaxChainL2Trips = 4;
+// Blocks of kLmHeadThreads per SM the LM head's instantiation for `rows` sequences is compiled for (cuda/lm_head.cu).
+int lm_head_min_blocks_per_sm(int rows);
 
 // ---- argmax pieces, shared by op_argmax and the fused op_ln_lm_head_argmax --------------------------------------
 // Is (value, index) a better argmax candidate than (best, best_index)? Larger wins, then the lower index; NaN
@@ -210,11 +218,11 @@ template <int kRows, bool kFused> __device__ __forceinline__ void stage_x(float*
 // The persistent step's look-ahead for virtual block `at` (cuda/persistent.cu): the vocabulary rows its warps
 // take first, 32 consecutive rows.
 template <typename W> __device__ __forceinline__ L2Lines lm_head_lines(const LmHeadArgs& a, const BlockPlace& at) {
-  const int row0 = at.idx.x * kLmHeadWarps * kLmHeadRowsPerWarp;
+  const int row0 = at.idx.x * kLmHeadRowsPerBlock;
   if (row0 >= a.V) return {};
   const size_t row_bytes = (size_t)a.C * sizeof(W);
   return {reinterpret_cast<const char*>(static_cast<const W*>(a.wte) + (size_t)row0 * a.C), nullptr, row_bytes,
-          min(kLmHeadWarps * kLmHeadRowsPerWarp, a.V - row0), (int)row_bytes};
+          min(kLmHeadRowsPerBlock, a.V - row0), (int)row_bytes};
 }
 
 // The block's shared memory: the sequences' rows of x.

@@ -25,6 +25,7 @@ static_assert(kStepThreads == kEmbedThreads && kStepThreads == kMatvecThreads &&
 // Resident blocks per SM the instantiation is compiled for: two (at most 128 registers per thread), or one where
 // the batched 16-bit bodies would spill within 128 (the SASS check finds any local memory).
 template <typename W, int kRows> __host__ __device__ constexpr int step_min_blocks_per_sm() { return sizeof(W) < 4 && kRows >= 4 ? 1 : 2; }
+int persistent_min_blocks_per_sm(int wdtype, int rows) { int n = 0; with_storage(wdtype, [&](auto w) { with_batch_bucket(rows, [&](auto r) { n = step_min_blocks_per_sm<decltype(w), decltype(r)::value>(); }); }); return n; }
 
 constexpr size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 

@@ -12,6 +12,12 @@ struct StepBarrier {
 
 using StepKernel = void (*)(const StepTask*, int, StepBarrier*);
 
+// Dependent L2 round trips of each round of a task after its first (virtual blocks beyond the resident ones): its
+// loads, requested into L2 before the wait, its partial stored, its count.
+constexpr int kStepLaterRoundL2Trips = 3;
+// Blocks per SM the instantiation for weights and cache in `wdtype` and `rows` sequences is compiled for.
+int persistent_min_blocks_per_sm(int wdtype, int rows);
+
 // The instantiation a recorded step runs on, and its cooperative grid: every block the device holds at once.
 struct StepLaunch {
   StepKernel kernel;

@@ -246,7 +246,7 @@ export function opTableHeader(table: Readonly<Record<string, OpSpec>> = OPS): st
     "#pragma once",
     "",
     `enum { STATE_POS = ${STATE_POS}, STATE_INTS = ${STATE_INTS}, PLAN_SLOTS = ${PLAN_SLOTS}, MAX_BATCH = ${MAX_BATCH} };`,
-    `enum { ${DTYPE_NAMES.map((n) => `DTYPE_${n.toUpperCase()} = ${DTYPES[n]}`).join(", ")} };`,
+    `enum { ${DTYPE_NAMES.map((n) => `DTYPE_${n.toUpperCase()} = ${DTYPES[n]}`).join(", ")}, DTYPE_COUNT = ${DTYPE_NAMES.length} };`,
     "",
     "// X(enum name, C function, opcode, C function type), in opcode order",
     `#define DECODE_OPS(X) \\\n${rows.join(" \\\n")}`,

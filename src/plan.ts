@@ -3,8 +3,8 @@
 // op table (cuda/plan.h) to run in one call or to be captured as a CUDA graph. Each op carries its work.
 import type { GPT2Config } from "./model/config.ts";
 import {
-  cFunction, DTYPES, floatParams, opWork, OPS, PLAN_SLOTS, positionalArgs, type OpArgs, type OpFamily, type OpOutput, type OpSpec, type OpSymbols, type Param,
-  type Work,
+  cFunction, DTYPES, floatParams, opWork, OPS, PLAN_SLOTS, positionalArgs, type DtypeName, type OpArgs, type OpFamily, type OpOutput, type OpSpec, type OpSymbols,
+  type Param, type Work,
 } from "./ops.ts";
 
 /** One op: its family, where it sits in the model, its op_* arguments in signature order, and its work. */
@@ -74,9 +74,20 @@ export interface ModelBuffers {
 export type PlanKind = "fused" | "unfused";
 export const PLAN_KINDS: readonly PlanKind[] = ["fused", "unfused"];
 
-/** How many sequences a step runs and how its weights and cache are stored (DTYPES codes). */
-export type StepLayout = Pick<ModelBuffers, "batch" | "dtypes">;
-export const F32_SINGLE: StepLayout = { batch: 1, dtypes: { weights: DTYPES.f32, kv: DTYPES.f32 } };
+/**
+ * What a step is: its plan, how many sequences it decodes together, and how its weights (matrices and embedding
+ * tables) and its KV cache are stored.
+ */
+export interface StepForm {
+  plan: PlanKind;
+  batch: number;
+  weights: DtypeName;
+  kv: DtypeName;
+}
+/** The step when nothing else is asked for: the fused plan, one sequence, fp32 weights and cache. */
+export const DEFAULT_STEP_FORM: StepForm = { plan: "fused", batch: 1, weights: "f32", kv: "f32" };
+/** A step form's storage types as the op arguments' DTYPES codes (ModelBuffers.dtypes). */
+export const dtypeCodes = (form: Pick<StepForm, "weights" | "kv">) => ({ weights: DTYPES[form.weights], kv: DTYPES[form.kv] });
 
 /** One op of the plan, its work bound to its arguments. */
 export function planOp<F extends OpFamily>(family: F, label: string, layer: number | null, args: OpArgs<F>): PlanOp {
@@ -157,13 +168,15 @@ function fusedDecodeStep(m: ModelBuffers): PlanOp[] {
  * The plan's shape without a backend: every pointer 0. Its ops have the real families, labels, sizes and
  * work — what the work model counts — and must never run.
  */
-export function planShape(config: GPT2Config, T: number, kind: PlanKind = "fused", layout: StepLayout = F32_SINGLE): PlanOp[] {
+export function planShape(config: GPT2Config, T: number, form: StepForm = DEFAULT_STEP_FORM): PlanOp[] {
   const pair = { weight: 0, bias: 0 };
   const layer: LayerBuffers = { ln_1: pair, c_attn: pair, attn_c_proj: pair, ln_2: pair, c_fc: pair, mlp_c_proj: pair };
   const nowhere = { wte: 0, wpe: 0, seq: 0, state: 0, x: 0, ln: 0, qkv: 0, att: 0, proj: 0, fc: 0, act: 0, logits: 0, scratch: 0, partials: 0 };
   const zeros = Array.from({ length: config.n_layer }, () => 0);
-  const buffers = { config, ...layout, ...nowhere, layers: zeros.map(() => layer), ln_f: pair, kCache: zeros, vCache: zeros, maxRows: layout.batch * T };
-  return decodeStep(buffers, T, kind);
+  const buffers: ModelBuffers = {
+    config, batch: form.batch, dtypes: dtypeCodes(form), ...nowhere, layers: zeros.map(() => layer), ln_f: pair, kCache: zeros, vCache: zeros, maxRows: form.batch * T,
+  };
+  return decodeStep(buffers, T, form.plan);
 }
 
 /** Encodes ops as plan records: int64 slots, a float as its bit pattern in the low 32 bits. */

@@ -9,10 +9,11 @@ import { CAPTURE_KINDS } from "../src/backends/cuda.ts";
 import { writeGeneratedHeaders } from "../src/native/build.ts";
 import { CU_DEVICE_INFO, CU_LAUNCH_SHAPE } from "../src/native/cuda-symbols.ts";
 import { TRACE_API, TRACE_KERNEL } from "../src/native/cupti.ts";
+import { CU_KERNEL_FACTS } from "../src/native/kernel-facts.ts";
 import { fieldBytes, type StructLayout } from "../src/native/struct-layout.ts";
 
 const ROOT = join(import.meta.dir, "..");
-const LAYOUTS: StructLayout[] = [CU_DEVICE_INFO, CU_LAUNCH_SHAPE, TRACE_KERNEL, TRACE_API];
+const LAYOUTS: StructLayout[] = [CU_DEVICE_INFO, CU_LAUNCH_SHAPE, CU_KERNEL_FACTS, TRACE_KERNEL, TRACE_API];
 
 /** "<struct> <field|sizeof> <bytes>" lines printed by a program compiled from the C headers. */
 function measuredLayouts(): Map<string, number> {

@@ -1,23 +1,29 @@
-// The kernel model (src/profile/kernel-model.ts) and its inputs (src/verify/prediction.ts): the relations its
-// predictions must keep, and the launch shapes it reads from the C launchers through the emulator. No timing
-// is measured or asserted here: the model's numbers are predictions.
+// The kernel model (src/profile/kernel-model/: model.ts and its inputs, inputs.ts): the relations its
+// predictions must keep, and the launch shapes and kernel facts it reads from the C side through the emulator. No
+// timing is measured or asserted here: the model's numbers are predictions.
 import { afterAll, describe, expect, test } from "bun:test";
 
 import { CudaBackend } from "../src/backends/cuda.ts";
 import { PRESETS } from "../src/model/config.ts";
-import { DTYPES } from "../src/ops.ts";
-import { encodePlan, planShape, type PlanOp } from "../src/plan.ts";
-import { blocksBeside, GPU_MODELS, gpuAt, LATER_ROUND_L2_TRIPS, MODEL_MODES, predictKernel, predictStep, type KernelInput } from "../src/profile/kernel-model.ts";
-import { activeLoads, kernelInputs, predictDecodeStep } from "../src/verify/prediction.ts";
+import type { DtypeName } from "../src/ops.ts";
+import { DEFAULT_STEP_FORM, encodePlan, planShape, type PlanOp } from "../src/plan.ts";
+import {
+  activeLoads, blocksBeside, GPU_MODELS, gpuAt, kernelInputs, MODEL_MODES, persistentKernel, predictDecodeStep, predictKernel, predictStep,
+  type KernelInput, type PersistentKernel,
+} from "../src/profile/kernel-model/index.ts";
 
 const h200 = GPU_MODELS.h200;
 const gpt2 = PRESETS.gpt2!;
 const emu = CudaBackend.open({ emulated: true });
 afterAll(() => emu.close());
 const shapesOf = (ops: PlanOp[]) => emu.launchShapes(encodePlan(ops));
+const facts = emu.kernels.facts;
+/** A persistent step kernel of `registers` registers per thread, its later rounds as the library's. */
+const persistent = (registers: number): PersistentKernel => ({ registers, laterRoundL2Trips: facts.persistent.laterRoundL2Trips });
 
 const matvec: KernelInput = {
   label: "m", family: "linear_residual", bytes: 9.4e6, flops: 4.7e6, blocks: 288, threads: 256, registers: 62, loadsInFlight: 8, prefetches: true, fmaShare: 1, lookAheadBytes: 32768,
+  chainL2Trips: 3, loadBytes: 16,
 };
 
 describe("one kernel", () => {
@@ -50,8 +56,8 @@ describe("one kernel", () => {
 });
 
 describe("GPT-2 small's decode step", () => {
-  const fused = predictDecodeStep(gpt2, "fused", 1023, h200, shapesOf, null);
-  const unfused = predictDecodeStep(gpt2, "unfused", 1023, h200, shapesOf, null);
+  const fused = predictDecodeStep(gpt2, DEFAULT_STEP_FORM, 1023, h200, emu.kernels, null);
+  const unfused = predictDecodeStep(gpt2, { ...DEFAULT_STEP_FORM, plan: "unfused" }, 1023, h200, emu.kernels, null);
 
   test("the bytes floor is every byte once at the bandwidth; the kernels add to at least it", () => {
     const bytes = planShape(gpt2, 1).reduce((s, op) => s + op.work(1023).bytes, 0);
@@ -74,10 +80,10 @@ describe("GPT-2 small's decode step", () => {
   });
 
   test("persistent: one graph node and a grid barrier between ops, no faster than the bytes, and slower for a dearer barrier", () => {
-    const kernels = kernelInputs(planShape(gpt2, 1), 1023, shapesOf(planShape(gpt2, 1)), null);
-    const at = (barrierUs: number, gpu = h200) => predictStep(kernels, { ...gpu, gridBarrierUs: { ...gpu.gridBarrierUs, value: barrierUs } }, 128);
+    const kernels = kernelInputs(planShape(gpt2, 1), 1023, shapesOf(planShape(gpt2, 1)), facts, null);
+    const at = (barrierUs: number, gpu = h200) => predictStep(kernels, { ...gpu, gridBarrierUs: { ...gpu.gridBarrierUs, value: barrierUs } }, persistent(128));
     for (const end of ["optimistic", "pessimistic"] as const) {
-      const step = predictStep(kernels, gpuAt(h200, end), 128);
+      const step = predictStep(kernels, gpuAt(h200, end), persistent(128));
       expect(step.modes.persistent!).toBeGreaterThanOrEqual(step.bytesFloorUs);
     }
     expect(fused.modes.persistent!).toBeGreaterThanOrEqual(fused.bytesFloorUs);
@@ -93,7 +99,7 @@ describe("GPT-2 small's decode step", () => {
     const [first, second] = [predictKernel(matvec, h200), predictKernel(matvec, h200)];
     const node = h200.graphNodeUs.value, barrier = h200.gridBarrierUs.value;
     const step = (k: KernelInput, barrierUs: number = barrier) =>
-      predictStep([matvec, k], { ...h200, gridBarrierUs: { ...h200.gridBarrierUs, value: barrierUs } }, matvec.registers).modes.persistent!;
+      predictStep([matvec, k], { ...h200, gridBarrierUs: { ...h200.gridBarrierUs, value: barrierUs } }, persistent(matvec.registers)).modes.persistent!;
     // the whole second op fits its look-ahead; the idle time (the first op's merge and the barrier) is shorter than its bytes' time
     expect(first.chainUs + barrier).toBeLessThan(second.bandwidthUs);
     expect(step({ ...matvec, lookAheadBytes: 1e9 })).toBeCloseTo(node + first.kernelUs + barrier + second.kernelUs - (first.chainUs + barrier), 9);
@@ -112,11 +118,11 @@ describe("GPT-2 small's decode step", () => {
   test("persistent rounds: an op of more virtual blocks than the kernel keeps resident pays each later round's dependent steps", () => {
     // 128 registers: 2 blocks of 256 per SM, 264 resident; c_fc's 288 virtual blocks run in two rounds
     const fits = { ...matvec, blocks: 264 }, over = { ...matvec, blocks: 288 }, thrice = { ...matvec, blocks: 3 * 264 };
-    const step = (k: KernelInput) => predictStep([matvec, k], h200, 128).modes.persistent!;
-    expect(step(over) - step(fits)).toBeCloseTo(LATER_ROUND_L2_TRIPS * h200.l2LatencyUs.value, 9);
-    expect(step(thrice) - step(fits)).toBeCloseTo(2 * LATER_ROUND_L2_TRIPS * h200.l2LatencyUs.value, 9);
+    const step = (k: KernelInput) => predictStep([matvec, k], h200, persistent(128)).modes.persistent!;
+    expect(step(over) - step(fits)).toBeCloseTo(facts.persistent.laterRoundL2Trips * h200.l2LatencyUs.value, 9);
+    expect(step(thrice) - step(fits)).toBeCloseTo(2 * facts.persistent.laterRoundL2Trips * h200.l2LatencyUs.value, 9);
     // the graph modes run their own grids, which fit: no rounds there
-    expect(predictStep([matvec, over], h200, 128).modes.graph).toBeCloseTo(predictStep([matvec, fits], h200, 128).modes.graph!, 9);
+    expect(predictStep([matvec, over], h200, persistent(128)).modes.graph).toBeCloseTo(predictStep([matvec, fits], h200, persistent(128)).modes.graph!, 9);
   });
 
   test("graph-pdl: only the blocks that fit beside the predecessor's start early and hide their first round trip", () => {
@@ -136,21 +142,21 @@ describe("GPT-2 small's decode step", () => {
   });
 
   test("the optimistic and pessimistic ends bracket the working estimate in every mode; the A40 has no graph-pdl", () => {
-    const [fast, slow] = (["optimistic", "pessimistic"] as const).map((end) => predictDecodeStep(gpt2, "fused", 1023, gpuAt(h200, end), shapesOf, null));
+    const [fast, slow] = (["optimistic", "pessimistic"] as const).map((end) => predictDecodeStep(gpt2, DEFAULT_STEP_FORM, 1023, gpuAt(h200, end), emu.kernels, null));
     for (const m of MODEL_MODES) {
       expect(fast!.modes[m]!).toBeLessThanOrEqual(fused.modes[m]!);
       expect(slow!.modes[m]!).toBeGreaterThanOrEqual(fused.modes[m]!);
     }
-    expect(predictDecodeStep(gpt2, "fused", 1023, GPU_MODELS.a40, shapesOf, null).modes["graph-pdl"]).toBeNull();
+    expect(predictDecodeStep(gpt2, DEFAULT_STEP_FORM, 1023, GPU_MODELS.a40, emu.kernels, null).modes["graph-pdl"]).toBeNull();
   });
 });
 
 describe("storage types and batches (predictions)", () => {
-  const at = (batch: number, dtype: number, context = 1023) =>
-    predictDecodeStep(gpt2, "fused", context, h200, shapesOf, null, { batch, dtypes: { weights: dtype, kv: dtype } });
+  const at = (batch: number, dtype: DtypeName, context = 1023) =>
+    predictDecodeStep(gpt2, { plan: "fused", batch, weights: dtype, kv: dtype }, context, h200, emu.kernels, null);
 
   test("bf16 weights and cache halve the bytes floor (activations stay fp32) and cut every memory-bound kernel", () => {
-    const [f32, bf16] = [at(1, DTYPES.f32), at(1, DTYPES.bf16)];
+    const [f32, bf16] = [at(1, "f32"), at(1, "bf16")];
     expect(bf16.bytesFloorUs / f32.bytesFloorUs).toBeGreaterThan(0.49);
     expect(bf16.bytesFloorUs / f32.bytesFloorUs).toBeLessThan(0.51);
     expect(bf16.modes.graph!).toBeLessThan(f32.modes.graph!);
@@ -159,7 +165,7 @@ describe("storage types and batches (predictions)", () => {
   });
 
   test("a batch reads each weight once: at a short context B = 4 moves about B = 1's bytes and does 4x the FLOPs", () => {
-    const [one, four] = [at(1, DTYPES.f32, 8), at(4, DTYPES.f32, 8)];
+    const [one, four] = [at(1, "f32", 8), at(4, "f32", 8)];
     const flops = (p: typeof one) => p.kernels.reduce((s, k) => s + k.flops, 0);
     expect(four.bytesFloorUs / one.bytesFloorUs).toBeLessThan(1.05);
     expect(flops(four) / flops(one)).toBeCloseTo(4, 6);
@@ -174,7 +180,7 @@ describe("storage types and batches (predictions)", () => {
 describe("inputs read from the code", () => {
   test("launch shapes come from the C launchers: matvecs (OC/32, C/256), attention (chunks, heads), the LM head filling the SMs", () => {
     const ops = planShape(gpt2, 1);
-    const inputs = kernelInputs(ops, 100, shapesOf(ops), null);
+    const inputs = kernelInputs(ops, 100, shapesOf(ops), facts, null);
     const by = (label: string) => inputs.find((k) => k.label === label)!;
     expect(by("h0.attn.ln_qkv").blocks).toBe((3 * 768 / 32) * (768 / 256));
     expect(by("h0.mlp.c_proj").blocks).toBe((768 / 32) * (3072 / 256));
@@ -184,20 +190,37 @@ describe("inputs read from the code", () => {
   });
 
   test("a thread's loads for GPT-2 small's shapes: 8 weight rows per matvec thread, 2 chunks of 4 vocabulary rows, 4 keys and 4 values", () => {
-    const loads = Object.fromEntries(planShape(gpt2, 1).map((op) => [op.family, activeLoads(op)]));
+    const loads = Object.fromEntries(planShape(gpt2, 1).map((op) => [op.family, activeLoads(op, facts)]));
     expect(loads).toMatchObject({ ln_qkv: 8, linear_residual: 8, ln_linear_gelu: 8, ln_lm_head_argmax: 8, attention: 8 });
     // a bf16 cache: 16-byte loads of 8 halves, 2 keys and 2 values per thread at head size 64
-    const bf16 = planShape(gpt2, 1, "fused", { batch: 1, dtypes: { weights: DTYPES.bf16, kv: DTYPES.bf16 } });
-    expect(activeLoads(bf16.find((op) => op.family === "attention")!)).toBe(4);
+    const bf16 = planShape(gpt2, 1, { ...DEFAULT_STEP_FORM, weights: "bf16", kv: "bf16" });
+    expect(activeLoads(bf16.find((op) => op.family === "attention")!, facts)).toBe(4);
   });
 
   test("without the SASS the model assumes the design's loads; with it, at most what the SASS holds", () => {
     const ops = planShape(gpt2, 1);
-    const facts = [{ kernel: "linear_residual_kernel<float, 4, 1>", registers: 40, wideLoadsInFlight: 2, wideLoadsBeforeWait: 0, localAccesses: 0, waits: true, nonCoherentLoads: 0, fmaShare: 0.5, l2Prefetches: 0, scFences: 0, sleeps: 0 }];
-    const [, , , withSass] = kernelInputs(ops, 8, shapesOf(ops), facts);
+    const sass = [{ kernel: "linear_residual_kernel<float, 4, 1>", registers: 40, wideLoadsInFlight: 2, wideLoadsBeforeWait: 0, localAccesses: 0, waits: true, nonCoherentLoads: 0, fmaShare: 0.5, l2Prefetches: 0, scFences: 0, sleeps: 0 }];
+    const [, , , withSass] = kernelInputs(ops, 8, shapesOf(ops), facts, sass);
     expect(withSass).toMatchObject({ family: "linear_residual", loadsInFlight: 2, registers: 40, prefetches: false, fmaShare: 0.5 });
-    const [, , , without] = kernelInputs(ops, 8, shapesOf(ops), null);
+    const [, , , without] = kernelInputs(ops, 8, shapesOf(ops), facts, null);
     expect(without).toMatchObject({ loadsInFlight: 8, registers: 64, prefetches: false, fmaShare: 1 });
+  });
+});
+
+describe("the kernels' facts from the library", () => {
+  test("a thread's loads, the chains, the look-aheads and the persistent kernel follow cu_kernel_facts, not copies of them", () => {
+    const ops = planShape(gpt2, 1);
+    const shapes = shapesOf(ops);
+    const at = (f: typeof facts) => kernelInputs(ops, 1023, shapes, f, null).find((k) => k.label === "h0.mlp.c_proj")!;
+    const changed = { ...facts, accessBytes: 32, matvec: { ...facts.matvec, loads: 4, tileBytes: 256 }, chainL2Trips: { ...facts.chainL2Trips, linear_residual: 7 } };
+    expect([at(facts).loadsInFlight, at(facts).chainL2Trips, at(facts).lookAheadBytes, at(facts).loadBytes]).toEqual([8, 3, 256 * 128, 16]);
+    expect([at(changed).loadsInFlight, at(changed).chainL2Trips, at(changed).lookAheadBytes, at(changed).loadBytes]).toEqual([4, 7, 256 * 256, 32]);
+    expect(predictKernel(at(changed), h200).chainUs).toBeCloseTo(7 * h200.l2LatencyUs.value, 9);
+    const bf16x4 = { plan: "fused", batch: 4, weights: "bf16", kv: "bf16" } as const;
+    expect(persistentKernel(bf16x4, facts, null)).toEqual({ registers: 255, laterRoundL2Trips: 3 }); // 1 block of 256 per SM
+    expect(persistentKernel(DEFAULT_STEP_FORM, facts, null)!.registers).toBe(128); // 2 blocks of 256 per SM
+    const oneBlock = { ...facts, persistent: { ...facts.persistent, minBlocksPerSm: { ...facts.persistent.minBlocksPerSm, f32: [4, 4, 4, 4] }, laterRoundL2Trips: 5 } };
+    expect(persistentKernel(DEFAULT_STEP_FORM, oneBlock, null)).toEqual({ registers: 64, laterRoundL2Trips: 5 });
   });
 });
 

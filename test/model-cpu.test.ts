@@ -8,7 +8,7 @@ import { roundInPlace, roundTo } from "../src/model/dtypes.ts";
 import { loadModel, materializeWeights, parameterSpecs } from "../src/model/weights.ts";
 import type { DtypeName } from "../src/ops.ts";
 import { ensureBuilt } from "../src/native/build.ts";
-import { compileEager, decodeStep, type PlanOp } from "../src/plan.ts";
+import { compileEager, decodeStep, DEFAULT_STEP_FORM, type PlanOp } from "../src/plan.ts";
 import { generate, generateBatch } from "../src/run/generate.ts";
 import { launchMode } from "../src/run/launch-modes.ts";
 import { Session } from "../src/run/session.ts";
@@ -140,8 +140,8 @@ describe("a batch decodes each sequence as it decodes alone", () => {
   test.each([
     ["fused", true, "eager"], ["fused", true, "eager-native"], ["unfused", true, "eager"], ["fused", false, "eager"],
   ] as const)("batch of %s plan (cache %p, %s): 4 sequences at different positions, bit for bit", (plan, cache, mode) => {
-    const batched = new Session(backend, weights, { plan, placement: { batch: prompts.length, weights: "f32", kv: "f32" } });
-    const single = new Session(backend, weights, { plan });
+    const batched = new Session(backend, weights, { form: { ...DEFAULT_STEP_FORM, plan, batch: prompts.length } });
+    const single = new Session(backend, weights, { form: { ...DEFAULT_STEP_FORM, plan } });
     try {
       const together = run(batched, prompts, cache, mode);
       const alone = prompts.map((p) => run(single, [p], cache, mode)[0]!);
@@ -165,7 +165,7 @@ describe("the model stored in bf16 and f16", () => {
   test.each([
     ["bf16", "f32"], ["f16", "f32"], ["bf16", "bf16"], ["f16", "f16"], ["f32", "bf16"],
   ] as const)("weights %s, cache %s: logits at every position within 1e-4 of a float64 GPT-2 on the same rounded values", (dtype, kv) => {
-    const s = new Session(backend, weights, { placement: { batch: 1, weights: dtype, kv } });
+    const s = new Session(backend, weights, { form: { ...DEFAULT_STEP_FORM, weights: dtype, kv } });
     try {
       const want = gpt2Ref(stored(dtype), weights.config, expected.sequence, (x) => roundTo(kv, x));
       expect(maxRelativeError(s.logitsAtEveryPosition(expected.sequence), want)).toBeLessThan(1e-4);
@@ -175,7 +175,7 @@ describe("the model stored in bf16 and f16", () => {
   });
 
   test.each(["bf16", "f16"] as const)("%s: cached == uncached greedy tokens and the launch modes agree bit for bit", (dtype) => {
-    const s = new Session(backend, weights, { placement: { batch: 1, weights: dtype, kv: dtype } });
+    const s = new Session(backend, weights, { form: { ...DEFAULT_STEP_FORM, weights: dtype, kv: dtype } });
     try {
       const run = (cache: boolean, mode: "eager" | "eager-native") =>
         generate(s, { prompt: expected.prompt, maxNewTokens: 40, cache, mode: launchMode(mode) }).generatedIds;

@@ -6,10 +6,9 @@ import { join } from "node:path";
 
 import { CudaBackend } from "../src/backends/cuda.ts";
 import { loadModel } from "../src/model/weights.ts";
-import { PLAN_KINDS, type PlanKind } from "../src/plan.ts";
+import { DEFAULT_STEP_FORM, PLAN_KINDS, type PlanKind, type StepForm } from "../src/plan.ts";
 import { generateBatch } from "../src/run/generate.ts";
 import { availableModes, launchMode } from "../src/run/launch-modes.ts";
-import type { Placement } from "../src/run/model-buffers.ts";
 import { Session } from "../src/run/session.ts";
 import {
   cachedEqualsUncached, fixtureChecks, graphMemoryStable, modesBitIdentical, plansAgree, readFixture,
@@ -48,7 +47,7 @@ test("the fused and unfused plans agree", () => {
 
 test("a fused decode step is 5 kernels per layer plus 2 in both graphs; the unfused one 11 plus 4", () => {
   for (const [plan, perLayer, outside] of [["fused", 5, 2], ["unfused", 11, 4]] as const) {
-    const s = new Session(emu, weights, { plan });
+    const s = new Session(emu, weights, { form: { ...DEFAULT_STEP_FORM, plan } });
     try {
       const native = s.step(1).native();
       const kernels = weights.config.n_layer * perLayer + outside;
@@ -66,9 +65,9 @@ test("graph replays allocate nothing", () => {
   expect(graphMemoryStable(emu, weights, 20).status).toBe("pass");
 }, EMU_TIMEOUT_MS);
 
-/** Generates from each prompt in one session of `placement` (as many sequences as prompts); the tokens per sequence. */
-function tokensOf(placement: Placement, prompts: number[][], mode: string, plan: (typeof PLAN_KINDS)[number], maxNewTokens: number): number[][] {
-  const s = new Session(emu, weights, { placement, plan });
+/** Generates from each prompt in one session of `form` (as many sequences as prompts); the tokens per sequence. */
+function tokensOf(form: StepForm, prompts: number[][], mode: string, maxNewTokens: number): number[][] {
+  const s = new Session(emu, weights, { form });
   try {
     return generateBatch(s, { prompts, maxNewTokens, cache: true, mode: launchMode(mode as "eager") }).generatedIds;
   } finally {
@@ -80,7 +79,7 @@ test.each(PLAN_KINDS.flatMap((plan) => (["f32", "bf16", "f16"] as const).map((dt
   "a batch of 3 sequences gives each the tokens it gets alone, in every launch mode (%s plan, weights and cache %s)",
   (plan, dtype) => {
     const prompts = [fixture.prompt, [5, 9, 2], [7, 3, 1, 4, 1, 5, 9, 2, 6, 5]]; // prefills of 1..8 rows and over 8
-    const alone = prompts.map((p) => tokensOf({ batch: 1, weights: dtype, kv: dtype }, [p], "eager", plan, 6)[0]!);
+    const alone = prompts.map((p) => tokensOf({ plan, batch: 1, weights: dtype, kv: dtype }, [p], "eager", 6)[0]!);
     for (const mode of availableModes(emu, { plan, weights: dtype, kv: dtype }).map((m) => m.name))
-      expect([mode, tokensOf({ batch: 3, weights: dtype, kv: dtype }, prompts, mode, plan, 6)]).toEqual([mode, alone]);
+      expect([mode, tokensOf({ plan, batch: 3, weights: dtype, kv: dtype }, prompts, mode, 6)]).toEqual([mode, alone]);
   }, EMU_TIMEOUT_MS);

@@ -5,8 +5,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { CudaBackend } from "../src/backends/cuda.ts";
 import { PRESETS } from "../src/model/config.ts";
 import type { DtypeName } from "../src/ops.ts";
-import { encodePlan, type PlanOp } from "../src/plan.ts";
-import { buildPredictions, gpuModelFor, measuredSteps } from "../src/profile/predictions.ts";
+import { buildPredictions, gpuModelFor, measuredSteps } from "../src/profile/kernel-model/index.ts";
 import type { InterventionsSection } from "../src/profile/types.ts";
 import { renderReport } from "../src/report/markdown.ts";
 import { validateSummary } from "../src/report/schema.ts";
@@ -14,7 +13,6 @@ import { syntheticSummary } from "./helpers/synthetic-profile.ts";
 
 const emu = CudaBackend.open({ emulated: true });
 afterAll(() => emu.close());
-const shapesOf = (ops: PlanOp[]) => emu.kernels.launchShapes(encodePlan(ops));
 const assumed = { facts: null, note: "assumed" };
 const f32 = { dtype: "f32", kv_dtype: "f32", batch: 1 } as const;
 
@@ -29,7 +27,7 @@ describe("the kernel model beside the measurements", () => {
   test("every cached point in a modelled mode gets its predicted step, with a range around it, and validates", () => {
     const summary = syntheticSummary();
     const cached = summary.points.filter((p) => p.mode !== "uncached");
-    const p = buildPredictions("h200", PRESETS.gpt2!, "fused", measuredSteps(summary.points, f32), shapesOf, assumed, summary.device.launch);
+    const p = buildPredictions("h200", PRESETS.gpt2!, "fused", measuredSteps(summary.points, f32), emu.kernels, assumed, summary.device.launch);
     expect(p.points.map((q) => [q.mode, q.context, q.dtype, q.batch])).toEqual(cached.map((q) => [q.mode, q.context, "f32", 1]));
     for (const q of p.points) {
       expect(q.optimistic_ms).toBeLessThanOrEqual(q.predicted_ms);
@@ -44,14 +42,14 @@ describe("the kernel model beside the measurements", () => {
 
   test("the model's launch parameters stand beside this run's measurements of them (the A40 has no programmatic launch)", () => {
     const launch = syntheticSummary().device.launch;
-    const p = buildPredictions("h200", PRESETS.gpt2!, "fused", [], shapesOf, assumed, launch);
+    const p = buildPredictions("h200", PRESETS.gpt2!, "fused", [], emu.kernels, assumed, launch);
     expect(p.launch_parameters).toEqual([
       { parameter: "graph node gap", model_us: 1.0, low_us: 0.6, high_us: 2.0, measured_us: launch.graph_node_us },
       { parameter: "graph-pdl node gap", model_us: 0.4, low_us: 0.2, high_us: 0.8, measured_us: launch.pdl_node_us },
       { parameter: "grid barrier (persistent), blocks arriving at once", model_us: 0.7, low_us: 0.4, high_us: 2.0, measured_us: launch.grid_barrier_us },
       { parameter: "grid barrier (persistent), skewed arrivals", model_us: 0.7, low_us: 0.4, high_us: 2.0, measured_us: launch.grid_barrier_skewed_us },
     ]);
-    const a40 = buildPredictions("a40", PRESETS.gpt2!, "fused", [], shapesOf, assumed, { ...launch, pdl_node_us: null });
+    const a40 = buildPredictions("a40", PRESETS.gpt2!, "fused", [], emu.kernels, assumed, { ...launch, pdl_node_us: null });
     expect(a40.launch_parameters.map((r) => [r.parameter, r.measured_us])).toEqual([
       ["graph node gap", 0.8], ["grid barrier (persistent), blocks arriving at once", 0.7], ["grid barrier (persistent), skewed arrivals", 0.9],
     ]);
@@ -68,7 +66,7 @@ describe("the kernel model beside the measurements", () => {
       { mode: "graph", context: 32, familyMs: families, overlappingOps: 0 },
       { mode: "graph-pdl", context: 32, familyMs: families, overlappingOps: 61 },
     ];
-    const p = buildPredictions("h200", PRESETS.gpt2!, "fused", [], shapesOf, assumed, summary.device.launch, traced, f32);
+    const p = buildPredictions("h200", PRESETS.gpt2!, "fused", [], emu.kernels, assumed, summary.device.launch, traced, f32);
     expect(p.kernels.map((k) => [k.mode, k.context, k.family, k.calls])).toEqual([["graph", 32, "ln_qkv", 12], ["graph", 32, "attention", 12]]);
     for (const k of p.kernels) {
       expect(k.optimistic_us).toBeLessThanOrEqual(k.predicted_us);
@@ -98,7 +96,7 @@ describe("the kernel model beside the measurements", () => {
   test("every intervention's step is predicted at its own storage types and batch: bf16 halves the bytes, a batch shares the weights", () => {
     const at = (dtype: DtypeName, batch: number, mode = "graph") => ({ dtype, kv_dtype: dtype, batch, mode, context: 512, measured_ms: 1 });
     const steps = [at("f32", 1), at("bf16", 1), at("f32", 4), at("f32", 1, "uncached")];
-    const p = buildPredictions("h200", PRESETS.gpt2!, "fused", steps, shapesOf, assumed, syntheticSummary().device.launch);
+    const p = buildPredictions("h200", PRESETS.gpt2!, "fused", steps, emu.kernels, assumed, syntheticSummary().device.launch);
     expect(p.points.map((q) => [q.dtype, q.batch])).toEqual([["f32", 1], ["bf16", 1], ["f32", 4]]);
     const [f32One, bf16One, f32Four] = p.points.map((q) => q.predicted_ms) as [number, number, number];
     expect(bf16One).toBeLessThan(0.75 * f32One);

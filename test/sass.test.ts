@@ -11,10 +11,13 @@ import { join } from "node:path";
 
 import { findCuobjdump, findNvdisasm, fmaShare, loadBatches, loadFacts, loops, parseRegisterCounts, parseSass, parseSourceLines, type SassFunction } from "../src/native/sass.ts";
 import { PRESETS } from "../src/model/config.ts";
-import { planShape } from "../src/plan.ts";
-import { DTYPES } from "../src/ops.ts";
-import { activeLoads, factsFor, kernelOf } from "../src/verify/prediction.ts";
-import { librarySassFunctions, runTaskCases, sassChecks, sassFacts, SASS_REQUIREMENTS } from "../src/verify/sass-checks.ts";
+import { PLAN_KINDS, planShape } from "../src/plan.ts";
+import { libraryKernelFacts, type KernelFacts } from "../src/native/kernel-facts.ts";
+import { activeLoads, factsFor, kernelOf } from "../src/profile/kernel-model/index.ts";
+import { librarySassFunctions, runTaskCases, sassChecks, sassFacts, sassRequirements, taskFamily } from "../src/verify/sass-checks.ts";
+
+/** The kernels' facts (the emulator's library: the same sources as the CUDA one). */
+const facts = libraryKernelFacts(ensureBuilt("emu", { quiet: true }).path);
 
 const listing = (name: string, lines: string[]) =>
   [`\t\tFunction : ${name}`, '\t.headerflags\t@"EF_CUDA_SM90"', ...lines.map((l, i) => `        /*${(i * 16).toString(16).padStart(4, "0")}*/  ${l} ;  /* 0x0 */`)].join("\n");
@@ -131,6 +134,9 @@ describe("SASS reader", () => {
     expect(runOf("kTaskLnLmHeadArgmax")).toMatch(/lm_head<W, kV<W>, kRows, true>/);
     expect(new Set(cases.values())).toEqual(new Set(["kTaskEmbed", "kTaskLnQkv", "kTaskAttention", "kTaskLnLinearGelu", "kTaskLinearResidual", "kTaskLnLmHeadArgmax"]));
     expect([...cases.keys()].some((n) => /\blines\(|_lines</.test(lines[n - 1]!))).toBe(false);
+    // each task kind names the op family whose body it runs
+    expect([...new Set(cases.values())].map(taskFamily)).toEqual(["embed", "ln_qkv", "attention", "ln_linear_gelu", "linear_residual", "ln_lm_head_argmax"]);
+    expect(taskFamily("kTaskNoSuchOp")).toBeNull();
   });
 
   test("registers per kernel from the ELF listing", () => {
@@ -142,7 +148,7 @@ describe("SASS reader", () => {
     const fns = parseSass(`${batched}\n${serial}`);
     fns[0]!.registers = 40;
     fns[1]!.registers = 40;
-    const rows = sassChecks(fns, [
+    const rows = sassChecks(fns, facts, [
       { kernel: "batched", minWideLoads: 4, maxRegisters: 64, why: "" },
       { kernel: "serial", minWideLoads: 4, maxRegisters: 64, why: "" },
       { kernel: "batched", minWideLoads: 4, maxRegisters: 32, why: "" },
@@ -156,7 +162,7 @@ describe("SASS reader", () => {
     const probe = listing("_Z27runtime_grid_barrier_kernelILb1EEvPjix", ["MEMBAR.SC.GPU", "EXIT"]); // the runtime's probe is no step kernel
     const spinning = listing("_Z22persistent_step_kernelIfLi1EEvPK8StepTaskiP11StepBarrier", ["ACQBULK", "LD.E.STRONG.GPU R4, desc[UR4][R2.64]", "CCTL.E.PF2 [R6]", "EXIT"]);
     const sleeping = spinning.replace("CCTL.E.PF2 [R6]", "CCTL.E.PF2 [R6] ;  /* 0x0 */\n        /*0040*/  NANOSLEEP R0").replace("Function : _Z22persistent_step_kernelIfLi1E", "Function : _Z22persistent_step_kernelIfLi2E");
-    const row = (fns: SassFunction[], check: string) => sassChecks(fns, []).find((r) => r.check === check)!;
+    const row = (fns: SassFunction[], check: string) => sassChecks(fns, facts, []).find((r) => r.check === check)!;
     expect(row(parseSass(`${fenced}\n${released}\n${probe}`), "sass fences")).toMatchObject({ status: "fail", detail: expect.stringContaining("merged (1)") });
     expect(row(parseSass(`${released}\n${probe}`), "sass fences").status).toBe("pass");
     const poll = row(parseSass(`${spinning}\n${sleeping}`), "sass persistent poll");
@@ -180,44 +186,48 @@ describe.skipIf(skipReason !== null)("the built CUDA library's SASS", () => {
   let disassembled: SassFunction[] | undefined;
   /** the library's kernels, disassembled once */
   const library = () => (disassembled ??= librarySassFunctions(ensureBuilt("cuda", { quiet: true }).path, cuobjdump!));
+  let builtFacts: KernelFacts | undefined;
+  /** the kernel facts of the library whose SASS is read, and its requirements */
+  const built = () => (builtFacts ??= libraryKernelFacts(ensureBuilt("cuda", { quiet: true }).path));
+  const requirements = () => sassRequirements(built());
 
   test("every hot kernel keeps its loads in flight within its register budget; no local memory; every step kernel waits and loads coherently", () => {
     const fns = library();
-    const rows = sassChecks(fns);
+    const rows = sassChecks(fns, built());
     for (const r of rows) console.log(`${r.status}  ${r.check}: ${r.detail}`);
     // the persistent kernels' bodies are read through nvdisasm's source lines: skipped, and said so, without it
     const unread = (r: (typeof rows)[number]) => !findNvdisasm() && r.check === "sass persistent bodies" && r.status === "skip";
     expect(rows.filter((r) => r.status !== "pass" && !unread(r))).toEqual([]);
-    expect(rows).toHaveLength(SASS_REQUIREMENTS.length + 6); // + local memory, the persistent bodies, look-ahead and poll, fences, programmatic launch
+    expect(rows).toHaveLength(requirements().length + 6); // + local memory, the persistent bodies, look-ahead and poll, fences, programmatic launch
   }, 600_000);
 
   /** The requirements of the matvec family: every storage type and row count. */
-  const matvecs = SASS_REQUIREMENTS.filter((r) => /^(linear_matvec|ln_qkv|ln_linear_gelu|linear_residual)_kernel</.test(r.kernel)).map((r) => r.kernel);
+  const matvecs = () => requirements().filter((r) => /^(linear_matvec|ln_qkv|ln_linear_gelu|linear_residual)_kernel</.test(r.kernel)).map((r) => r.kernel);
 
   test("the matvecs issue their 8 weight loads before waiting for the predecessor (programmatic launch prefetches them)", () => {
     const fns = library();
-    expect(matvecs).toHaveLength(4 * 3 * 4); // 4 ops x fp32, bf16, f16 x 1, 2, 4, 8 rows
-    for (const name of matvecs) expect([name, sassFacts(fns.find((f) => f.kernel === name)!).wideLoadsBeforeWait]).toEqual([name, 8]);
+    expect(matvecs()).toHaveLength(4 * 3 * 4); // 4 ops x fp32, bf16, f16 x 1, 2, 4, 8 rows
+    for (const name of matvecs()) expect([name, sassFacts(fns.find((f) => f.kernel === name)!).wideLoadsBeforeWait]).toEqual([name, 8]);
   }, 600_000);
 
   test("the kernel model's loads per thread for GPT-2 small's hot kernels never exceed what their SASS holds in flight, in every storage type and batch", () => {
-    const facts = library().map(sassFacts);
-    const hot = new Set(SASS_REQUIREMENTS.map((r) => r.kernel));
-    const layouts = [[1, DTYPES.f32], [4, DTYPES.bf16], [8, DTYPES.f16], [3, DTYPES.f32]] as const;
-    for (const [batch, dtype] of layouts)
-      for (const plan of ["fused", "unfused"] as const)
-        for (const op of planShape(PRESETS.gpt2!, 1, plan, { batch, dtypes: { weights: dtype, kv: dtype } })) {
-          const name = kernelOf(op);
-          if (!name || !hot.has(name)) continue;
-          const f = factsFor(op, facts)!;
+    const sass = library().map(sassFacts);
+    const hot = new Set(requirements().map((r) => r.kernel));
+    const forms = [[1, "f32"], [4, "bf16"], [8, "f16"], [3, "f32"]] as const;
+    for (const [batch, dtype] of forms)
+      for (const plan of PLAN_KINDS)
+        for (const op of planShape(PRESETS.gpt2!, 1, { plan, batch, weights: dtype, kv: dtype })) {
+          const name = kernelOf(op, built());
+          if (!hot.has(name)) continue;
+          const f = factsFor(op, sass, built())!;
           expect(f.kernel).toBe(name);
-          expect(activeLoads(op)).toBeLessThanOrEqual(f.wideLoadsInFlight!);
+          expect(activeLoads(op, built())).toBeLessThanOrEqual(f.wideLoadsInFlight!);
         }
   }, 600_000);
 
   test("planted serialisation (-DPLANT_SERIAL_MATVEC, #pragma unroll 1 in the matvec) fails the check in every matvec instantiation, and only there", () => {
     const path = ensureBuilt("cuda", { quiet: true, extraFlags: ["-DPLANT_SERIAL_MATVEC"], variant: "planted_serial" }).path;
-    const rows = sassChecks(librarySassFunctions(path, cuobjdump!));
+    const rows = sassChecks(librarySassFunctions(path, cuobjdump!), built());
     // the persistent step kernels inline the planted matvec too: they may spill with it (and only they), and the
     // check of their bodies fails on the matvec bodies, and only on them
     const local = rows.find((r) => r.check === "sass local memory")!;
@@ -230,14 +240,14 @@ describe.skipIf(skipReason !== null)("the built CUDA library's SASS", () => {
       expect(shortBodies).toHaveLength(12 * 3); // every persistent kernel's three matvec bodies
     }
     const failed = rows.filter((r) => r.status === "fail" && r !== local && r !== bodies).map((r) => r.check);
-    expect(failed).toEqual(matvecs.map((k) => `sass ${k}`));
+    expect(failed).toEqual(matvecs().map((k) => `sass ${k}`));
     for (const kernel of ["linear_matvec_kernel<float, 4, 1>", "ln_qkv_kernel<__nv_bfloat16, 8, 8>"])
       expect(rows.find((r) => r.check === `sass ${kernel}`)!.detail).toMatch(/^1 x 16-byte loads/);
   }, 600_000);
 
   test("planted task arguments in global memory (-DPLANT_TASK_IN_GLOBAL, the persistent kernel's first version) fail the persistent bodies, and only them", () => {
     const path = ensureBuilt("cuda", { quiet: true, extraFlags: ["-DPLANT_TASK_IN_GLOBAL"], variant: "planted_task" }).path;
-    const rows = sassChecks(librarySassFunctions(path, cuobjdump!));
+    const rows = sassChecks(librarySassFunctions(path, cuobjdump!), built());
     // the planted kernel reloads its arguments, which may make the persistent kernels (and only they) spill
     const local = rows.find((r) => r.check === "sass local memory")!;
     expectOnlyPersistentSpills(local);

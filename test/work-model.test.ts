@@ -1,8 +1,8 @@
 import { describe, expect, test } from "bun:test";
 import { kvCacheBytesPerToken, parameterCount, type GPT2Config } from "../src/model/config.ts";
 
-import { decodeStep, F32_SINGLE, type LayerBuffers, type ModelBuffers } from "../src/plan.ts";
-import { attendedKeys, DTYPES } from "../src/ops.ts";
+import { decodeStep, DEFAULT_STEP_FORM, dtypeCodes, type LayerBuffers, type ModelBuffers, type StepForm } from "../src/plan.ts";
+import { attendedKeys, type DtypeName } from "../src/ops.ts";
 import {
   cachedStepWork,
   classifyRegime,
@@ -13,6 +13,8 @@ import {
   uncachedStepWork,
   type OpWork,
 } from "../src/profile/work-model.ts";
+
+const UNFUSED: StepForm = { ...DEFAULT_STEP_FORM, plan: "unfused" };
 
 const gpt2: GPT2Config = {
   name: "gpt2",
@@ -29,7 +31,7 @@ const familyFlops = (ops: OpWork[], family: OpWork["family"]) =>
 
 describe("stepWork", () => {
   test("lists the plan in order with layer labels", () => {
-    const ops = stepWork(gpt2, 1, 10, "unfused");
+    const ops = stepWork(gpt2, 1, 10, UNFUSED);
     expect(ops.length).toBe(1 + 12 * 11 + 3);
     expect(ops[0]!.label).toBe("embed");
     expect(ops.slice(1, 12).map((o) => o.label)).toEqual([
@@ -54,11 +56,11 @@ describe("stepWork", () => {
     expect(ops.length).toBe(1 + 12 * 5 + 1);
     expect(ops.slice(0, 6).map((o) => o.family)).toEqual(["embed", "ln_qkv", "attention", "linear_residual", "ln_linear_gelu", "linear_residual"]);
     expect(ops.at(-1)!.family).toBe("ln_lm_head_argmax");
-    expect(stepWork(gpt2, 2, 0)).toEqual(stepWork(gpt2, 2, 0, "unfused"));
+    expect(stepWork(gpt2, 2, 0)).toEqual(stepWork(gpt2, 2, 0, UNFUSED));
   });
 
   test("fusing keeps the FLOPs, the weights and the cache rows, and moves fewer activation bytes", () => {
-    const fused = sumWork(stepWork(gpt2, 1, 500)), unfused = sumWork(stepWork(gpt2, 1, 500, "unfused"));
+    const fused = sumWork(stepWork(gpt2, 1, 500)), unfused = sumWork(stepWork(gpt2, 1, 500, UNFUSED));
     expect(fused.flops).toBe(unfused.flops);
     expect(fused.weight_bytes).toBe(unfused.weight_bytes);
     expect(fused.kv_bytes).toBe(unfused.kv_bytes);
@@ -70,10 +72,10 @@ describe("stepWork", () => {
     const pair = { weight: 1, bias: 1 };
     const layer: LayerBuffers = { ln_1: pair, c_attn: pair, attn_c_proj: pair, ln_2: pair, c_fc: pair, mlp_c_proj: pair };
     const pointers = { wte: 1, wpe: 1, seq: 1, state: 1, x: 1, ln: 1, qkv: 1, att: 1, proj: 1, fc: 1, act: 1, logits: 1, scratch: 1, partials: 1 };
-    const buffers: ModelBuffers = { config: tiny, ...F32_SINGLE, ...pointers, layers: [layer, layer], ln_f: pair, kCache: [1, 1], vCache: [1, 1], maxRows: 4 };
+    const buffers: ModelBuffers = { config: tiny, batch: 1, dtypes: dtypeCodes(DEFAULT_STEP_FORM), ...pointers, layers: [layer, layer], ln_f: pair, kCache: [1, 1], vCache: [1, 1], maxRows: 4 };
     expect(stepWork(tiny, 3, 5)).toEqual(opsWork(decodeStep(buffers, 3), 5));
     expect(stepWork(tiny, 1, 5)).toEqual(opsWork(decodeStep(buffers, 1), 5));
-    expect(stepWork(tiny, 1, 5, "unfused")).toEqual(opsWork(decodeStep(buffers, 1, "unfused"), 5));
+    expect(stepWork(tiny, 1, 5, UNFUSED)).toEqual(opsWork(decodeStep(buffers, 1, "unfused"), 5));
   });
 
   test("rejects steps outside the model's positions", () => {
@@ -132,7 +134,7 @@ describe("cached step of GPT-2 small at 1,000 tokens of context", () => {
 describe("uncached vs cached", () => {
   const ctx = 255;
   const T = ctx + 1;
-  const cached = cachedStepWork(gpt2, ctx, "unfused"); // families compared op for op
+  const cached = cachedStepWork(gpt2, ctx, UNFUSED); // families compared op for op
   const uncached = uncachedStepWork(gpt2, ctx);
 
   test("recomputes T = context + 1 rows from position 0", () => {
@@ -184,9 +186,8 @@ describe("classifyRegime", () => {
 });
 
 describe("storage types and batches in the work model", () => {
-  const layout = (batch: number, weights: number, kv: number) => ({ batch, dtypes: { weights, kv } });
-  const step = (batch: number, weights: number, kv: number, context = 500) => sumWork(cachedStepWork(gpt2, context, "fused", layout(batch, weights, kv)));
-  const { f32, bf16, f16 } = DTYPES;
+  const step = (batch: number, weights: DtypeName, kv: DtypeName, context = 500) => sumWork(cachedStepWork(gpt2, context, { plan: "fused", batch, weights, kv }));
+  const [f32, bf16, f16] = ["f32", "bf16", "f16"] as const;
   const matrices = 12 * (768 * 3 * 768 + 768 * 768 + 2 * 768 * 3072) + 50257 * 768; // c_attn, c_proj, c_fc, mlp c_proj; wte
 
   test("bf16 or f16 weights halve the matrices' bytes; biases and norms stay fp32", () => {

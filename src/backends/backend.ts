@@ -1,6 +1,7 @@
 // One interface for every backend: the CPU library, the CUDA library, and the CUDA sources emulated on the CPU.
 // A backend describes itself — its device, what it can do, how it is measured, its study defaults — so
 // that nothing above it branches on which backend it is.
+import type { KernelFacts } from "../native/kernel-facts.ts";
 import type { OpSymbols } from "../ops.ts";
 import type { EncodedPlan } from "../plan.ts";
 import type { Instrument } from "./instrument.ts";
@@ -44,10 +45,14 @@ export interface LaunchShape {
   block: [number, number, number];
 }
 
-/** A backend whose ops are GPU kernels: each op's launch shape (captured from the launchers, not run) and the library holding them. */
+/**
+ * A backend whose ops are GPU kernels: each op's launch shape (captured from the launchers, not run), the library
+ * holding them, and the kernels' facts it exports (their geometry and dependent chains).
+ */
 export interface KernelLaunches {
   launchShapes(plan: EncodedPlan): LaunchShape[];
   readonly libraryPath: string;
+  readonly facts: KernelFacts;
 }
 
 export interface MemoryInfo {

@@ -5,6 +5,7 @@ import { UserError } from "../errors.ts";
 import { ensureBuilt, hasNvcc, hasPrebuilt } from "../native/build.ts";
 import { CUDA_SYMBOLS, CU_DEVICE_INFO, CU_LAUNCH_SHAPE, decodeDeviceInfo, type CuDeviceInfo } from "../native/cuda-symbols.ts";
 import { probeDriver } from "../native/driver.ts";
+import { readKernelFacts, type KernelFactsSymbol } from "../native/kernel-facts.ts";
 import type { EncodedPlan } from "../plan.ts";
 import type { GridBarrierMeasurement } from "./cuda-instrument.ts";
 import { HOST_STUDY_DEFAULTS, type BackendDescription, type GraphCapture, type KernelLaunches, type LaunchShape, type RecordedStep, type StudyDefaults } from "./backend.ts";
@@ -13,7 +14,7 @@ import type { Instrument } from "./instrument.ts";
 import { NativeBackend, openLibrary } from "./native.ts";
 
 /** cuda_api.h as called from TypeScript (handles and device pointers as numbers). */
-interface CudaSymbols {
+interface CudaSymbols extends KernelFactsSymbol {
   cu_device_count(out: Int32Array): number;
   cu_device_info(device: number, out: Uint8Array): number;
   cu_stream_create(): number | null;
@@ -120,7 +121,7 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
     this.deviceName = this.device.name;
     this.programmaticLaunch = emulated || this.device.ccMajor >= 9;
     this.studyDefaults = emulated ? HOST_STUDY_DEFAULTS : GPU_STUDY;
-    this.kernels = { launchShapes: (plan) => this.launchShapes(plan), libraryPath };
+    this.kernels = { launchShapes: (plan) => this.launchShapes(plan), libraryPath, facts: readKernelFacts(this.cu) };
   }
 
   describe(): BackendDescription {

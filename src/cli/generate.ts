@@ -6,7 +6,7 @@ import { BACKEND_CHOICES, openBackend, type BackendChoice } from "../backends/se
 import { runCli, UserError } from "../errors.ts";
 import { decodeTokens, encodeText, parsePromptIds } from "../model/tokenizer.ts";
 import { DTYPE_NAMES, MAX_BATCH, type DtypeName } from "../ops.ts";
-import { PLAN_KINDS, type PlanKind } from "../plan.ts";
+import { PLAN_KINDS, type PlanKind, type StepForm } from "../plan.ts";
 import { generateBatch } from "../run/generate.ts";
 import { LAUNCH_MODE_NAMES, launchMode, replayMode, unavailableMode, type LaunchModeName } from "../run/launch-modes.ts";
 import { Session } from "../run/session.ts";
@@ -63,13 +63,12 @@ await runCli(async () => {
   const prompts = given.length === batch ? given : Array.from({ length: batch }, () => given[0]!);
   if (dumpLogits && batch > 1) throw new UserError("--dump-logits writes one sequence's logits: use it with one prompt and --batch 1");
   const dtype: DtypeName = argv.dtype ?? weights.storedAs;
-  const placement = { batch, weights: dtype, kv: argv["kv-dtype"] ?? dtype };
+  const form: StepForm = { plan: argv.plan, batch, weights: dtype, kv: argv["kv-dtype"] ?? dtype };
   modelLines.forEach(say);
   const backend = await openBackend(argv.backend, { threads, note: say });
   const mode = argv.mode === "replay" ? replayMode(backend) : launchMode(argv.mode as LaunchModeName);
-  const form = { plan: argv.plan, weights: placement.weights, kv: placement.kv };
   if (!mode.available(backend, form)) throw unavailableMode(mode.name, backend, form);
-  const session = new Session(backend, weights, { plan: argv.plan, placement });
+  const session = new Session(backend, weights, { form });
   const cache = argv.cache === "on";
   if (!cache && mode.name !== "eager") say(`note: --cache off recomputes eagerly; --mode ${argv.mode} applies to cached steps only`);
   const result = generateBatch(session, { prompts, maxNewTokens: maxNew, cache, mode });
@@ -88,8 +87,8 @@ await runCli(async () => {
     generated_ids: perSequence(result.generatedIds),
     text: perSequence(texts),
     batch,
-    dtype: placement.weights,
-    kv_dtype: placement.kv,
+    dtype: form.weights,
+    kv_dtype: form.kv,
     backend: backend.kind,
     device: backend.deviceName,
     cache: argv.cache,
@@ -107,7 +106,7 @@ await runCli(async () => {
     writeStdout(result.promptIds.map((ids, b) => `${decodeTokens(ids, cfg.vocab_size)}${texts[b]}\n`).join(""));
     const step = batch === 1 ? "token" : `step of ${batch} tokens`;
     const perToken = summary.median_step_ms === null ? "" : `, median ${summary.median_step_ms.toFixed(3)} ms per ${cache ? "cached" : "recomputed"} ${step} after the first`;
-    const storage = `weights ${placement.weights}, cache ${placement.kv}`;
+    const storage = `weights ${form.weights}, cache ${form.kv}`;
     say(`${backend.kind} (${backend.deviceName}), cache ${argv.cache}, mode ${summary.mode}, plan ${summary.plan}, ${storage}: ${maxNew} tokens${batch > 1 ? ` × ${batch} sequences` : ""}${perToken}`);
   }
   session.close();

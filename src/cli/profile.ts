@@ -19,9 +19,8 @@ import type { StudyMode } from "../profile/types.ts";
 import { createProgress } from "../report/progress.ts";
 import { renderTerminalSummary } from "../report/terminal.ts";
 import { writeProfileOutputs, type WrittenOutputs } from "../report/write.ts";
-import { PLAN_KINDS, type PlanKind } from "../plan.ts";
-import { availableModes, LAUNCH_MODE_NAMES, launchMode, replayMode, unavailableMode, type LaunchModeName, type StepForm } from "../run/launch-modes.ts";
-import type { Placement } from "../run/model-buffers.ts";
+import { PLAN_KINDS, type PlanKind, type StepForm } from "../plan.ts";
+import { availableModes, LAUNCH_MODE_NAMES, launchMode, replayMode, unavailableMode, type LaunchModeName } from "../run/launch-modes.ts";
 import { DTYPE_NAMES, MAX_BATCH, type DtypeName } from "../ops.ts";
 import { DEFAULT_PRESET, intFlag, loadWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
 import { watchSignals } from "./interrupt.ts";
@@ -140,15 +139,14 @@ await runCli(async () => {
     const e2eMax = cfg.n_positions - E2E_PROMPT;
     const dtypes = listFlag("dtypes", argv.dtypes, DTYPE_NAMES, [weights.storedAs]);
     const batches = listFlag("batches", argv.batches, BATCH_CHOICES, ["1"]).map(Number);
-    const placementOf = (dtype: DtypeName, batch: number): Placement => ({ batch, weights: dtype, kv: argv["kv-dtype"] ?? dtype });
-    const studied = placementOf(dtypes[0]!, 1);
-    const modes = modesFor(argv.mode, backend, { plan: argv.plan, weights: studied.weights, kv: studied.kv });
-    const placements = dtypes.flatMap((dtype) => batches.map((batch) => placementOf(dtype, batch)));
+    const formOf = (dtype: DtypeName, batch: number): StepForm => ({ plan: argv.plan, batch, weights: dtype, kv: argv["kv-dtype"] ?? dtype });
+    const studied = formOf(dtypes[0]!, 1);
+    const modes = modesFor(argv.mode, backend, studied);
+    const forms = dtypes.flatMap((dtype) => batches.map((batch) => formOf(dtype, batch)));
     const opts: StudyOptions = {
       modes,
-      plan: argv.plan,
-      placement: studied,
-      ...(placements.length > 1 ? { interventions: { placements, mode: fastestMode(backend) } } : {}),
+      form: studied,
+      ...(forms.length > 1 ? { interventions: { forms, mode: fastestMode(backend) } } : {}),
       contexts: contextsFor(argv.contexts, backend, cfg.n_positions, say),
       repeats: intFlag("repeats", argv.repeats ?? defaults.repeats, 1, MAX_REPEATS),
       warmup: intFlag("warmup", argv.warmup ?? defaults.warmup, 0, MAX_REPEATS),

@@ -18,11 +18,13 @@ import { PRESETS } from "../model/config.ts";
 import { loadModel, randomWeights } from "../model/weights.ts";
 import { ensureBuilt, hasNvcc, hasPrebuilt, libraryPath, ROOT } from "../native/build.ts";
 import { emuSchedule } from "../native/emu-schedule.ts";
+import type { KernelFacts } from "../native/kernel-facts.ts";
 import { findCuobjdump } from "../native/sass.ts";
 import { missingFamilies, readResourceUsage, type KernelResources } from "../native/resource-usage.ts";
-import { DTYPES } from "../ops.ts";
-import { encodePlan, F32_SINGLE, PLAN_KINDS, type PlanKind, type PlanOp, type StepLayout } from "../plan.ts";
-import { GPU_MODELS, predictRange } from "../profile/kernel-model.ts";
+import { DEFAULT_STEP_FORM, PLAN_KINDS, type StepForm } from "../plan.ts";
+import {
+  decodeKernelInputs, GPU_MODELS, persistentKernel, predictDecodeStep, predictRange, type GpuModel,
+} from "../profile/kernel-model/index.ts";
 import { kernelPredictionTable, layoutPredictionTable, parameterTable, stepPredictionTable, type LayoutCase, type StepCase } from "../report/prediction-tables.ts";
 import { renderTable } from "../report/tables.ts";
 import { freshSeed } from "../verify/arena.ts";
@@ -30,7 +32,6 @@ import { KERNEL_CASES, runKernelCases } from "../verify/kernel-checks.ts";
 import {
   againstCpu, cachedEqualsUncached, fixtureChecks, findFixture, graphMemoryStable, modesBitIdentical, plansAgree, readFixture, type CheckRow,
 } from "../verify/model-checks.ts";
-import { decodeKernelInputs, persistentRegisters, predictDecodeStep } from "../verify/prediction.ts";
 import { librarySassFunctions, sassChecks, sassFacts, type SassFacts } from "../verify/sass-checks.ts";
 import { parseFlags } from "./common.ts";
 import { writeStdout } from "./outputs.ts";
@@ -60,13 +61,16 @@ function buildChecks(): CheckRow[] {
   ];
 }
 
-/** The SASS checks of the built library, and its facts for the kernel model (null where it cannot be read). */
-function sassRows(): { rows: CheckRow[]; facts: SassFacts[] | null } {
+/**
+ * The SASS checks of the built library, and its facts for the kernel model (null where it cannot be read); `kernels`:
+ * the kernels' facts of the device under test (the CUDA library's, or the emulator's from the same sources).
+ */
+function sassRows(kernels: KernelFacts): { rows: CheckRow[]; facts: SassFacts[] | null } {
   const cuobjdump = findCuobjdump();
   if (!hasNvcc() && !hasPrebuilt("cuda")) return { rows: [skip("sass", "no CUDA library here (no nvcc)")], facts: null };
   if (!cuobjdump) return { rows: [skip("sass", "no cuobjdump in $CUDA_HOME/bin or ../shared/cuda-binutils")], facts: null };
   const functions = librarySassFunctions(libraryPath("cuda"), cuobjdump);
-  return { rows: sassChecks(functions), facts: functions.map(sassFacts) };
+  return { rows: sassChecks(functions, kernels), facts: functions.map(sassFacts) };
 }
 
 /** The device under test: the GPU, or (auto, without one) the kernels' sources on the CPU emulator. */
@@ -120,24 +124,22 @@ function modelChecks(device: CudaBackend, cpu: Backend): Check[] {
 function printPredictions(device: CudaBackend, sass: SassFacts[] | null): void {
   const config = PRESETS.gpt2!;
   const context = config.n_positions - 1; // the last position a decode step can fill
-  const shapesOf = (ops: PlanOp[]) => device.launchShapes(encodePlan(ops));
-  const stepKernels = (plan: PlanKind, ctx: number, layout?: StepLayout) => decodeKernelInputs(config, plan, ctx, shapesOf, sass, layout);
+  const { kernels } = device;
+  const predict = (form: StepForm, ctx: number, model: GpuModel) =>
+    predictRange(decodeKernelInputs(config, form, ctx, kernels, sass), model, persistentKernel(form, kernels.facts, sass));
   const cases: StepCase[] = (["h200", "a40"] as const).flatMap((gpu) => PLAN_KINDS.flatMap((plan) => [8, context].map((ctx): StepCase => ({
-    gpu, plan, context: ctx, predict: (model) => predictRange(stepKernels(plan, ctx), model, persistentRegisters(plan, F32_SINGLE, sass)),
+    gpu, plan, context: ctx, predict: (model) => predict({ ...DEFAULT_STEP_FORM, plan }, ctx, model),
   }))));
   const out = (line: string) => process.stdout.write(`${line}\n`);
   const source = sass ? "loads in flight and registers from the SASS" : "SASS not read here: the design's loads and 64 registers assumed";
-  out(`\nPREDICTED (kernel model, src/profile/kernel-model.ts; not measured) — GPT-2 small decode step, fused plan, context ${context}, ${GPU_MODELS.h200.name};`);
+  out(`\nPREDICTED (kernel model, src/profile/kernel-model/; not measured) — GPT-2 small decode step, fused plan, context ${context}, ${GPU_MODELS.h200.name};`);
   out(`launch shapes from ${device.deviceName}'s launchers, ${source}:`);
-  out(kernelPredictionTable(predictDecodeStep(config, "fused", context, GPU_MODELS.h200, shapesOf, sass)));
+  out(kernelPredictionTable(predictDecodeStep(config, DEFAULT_STEP_FORM, context, GPU_MODELS.h200, kernels, sass)));
   out("\nPREDICTED step time per launch mode, ms at the working estimates (optimistic-pessimistic ends of their ranges):");
   out(stepPredictionTable(cases));
   const layouts: LayoutCase[] = (["f32", "bf16"] as const).flatMap((dtype) => [1, 4, 8].map((batch): LayoutCase => ({
     dtype, batch,
-    predict: (model) => {
-      const layout: StepLayout = { batch, dtypes: { weights: DTYPES[dtype], kv: DTYPES[dtype] } };
-      return predictRange(stepKernels("fused", context, layout), model, persistentRegisters("fused", layout, sass));
-    },
+    predict: (model) => predict({ plan: "fused", batch, weights: dtype, kv: dtype }, context, model),
   })));
   out(`\nPREDICTED fused step by storage type and batch (${GPU_MODELS.h200.name}, context ${context}), ms at the working estimates (ranges):`);
   out(layoutPredictionTable("h200", layouts));
@@ -155,9 +157,9 @@ await runCli(async () => {
   const t0 = Date.now();
   const seed = argv.seed ?? freshSeed();
   const rows: CheckRow[] = buildChecks();
-  const sass = sassRows();
-  rows.push(...sass.rows);
   const { device, noGpuLine } = openDevice(argv.backend);
+  const sass = sassRows(device.kernels.facts);
+  rows.push(...sass.rows);
   const cpu = CpuBackend.open();
   say(`device: ${device.deviceName} (${device.kind}); reference: CPU backend (${cpu.deviceName}); seed ${seed}`);
   if (noGpuLine !== null) {

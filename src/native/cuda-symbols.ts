@@ -3,6 +3,7 @@
 // Every i32 return is a cudaError_t (0 = success); a null handle means failure (be_last_error says why).
 import { FFIType } from "bun:ffi";
 
+import { KERNEL_FACTS_SYMBOL } from "./kernel-facts.ts";
 import { cString, fieldBytes, type StructLayout } from "./struct-layout.ts";
 
 const { ptr, i32, u64 } = FFIType;
@@ -29,6 +30,7 @@ export const CUDA_SYMBOLS = {
   cu_measure_fp32_peak: { args: [ptr], returns: i32 },
   cu_measure_launch: { args: [i32, ptr], returns: i32 },
   cu_measure_grid_barrier: { args: [i32, ptr], returns: i32 },
+  ...KERNEL_FACTS_SYMBOL,
 } as const satisfies Record<string, { args: readonly FFIType[]; returns: FFIType }>;
 
 /** CuDeviceInfo (cuda/cuda_api.h): its size and the byte offsets of its fields. */

@@ -3,8 +3,7 @@
 // attribution of the cached step's time to launch mode, bytes and batch, measured.
 import type { Peaks } from "../backends/instrument.ts";
 import type { GPT2Config } from "../model/config.ts";
-import { DTYPES, type DtypeName } from "../ops.ts";
-import type { PlanKind } from "../plan.ts";
+import type { DtypeName } from "../ops.ts";
 import type { InterventionSample } from "./interventions.ts";
 import type { Attribution, InterventionPoint, InterventionsSection, StudyPoint } from "./types.ts";
 import { LARGE_SAVING, NOISE, pct } from "./verdicts.ts";
@@ -18,11 +17,11 @@ const CHEAP_BATCH = 0.5;
 const ratio = (x: number) => `${x.toFixed(x >= 10 ? 0 : 2)}×`;
 
 export function buildInterventions(
-  cfg: GPT2Config, plan: PlanKind, samples: InterventionSample[], mode: string, peaks: Peaks, studyPoints: StudyPoint[], method: string,
+  cfg: GPT2Config, samples: InterventionSample[], mode: string, peaks: Peaks, studyPoints: StudyPoint[], method: string,
   base: { dtype: DtypeName; kv: DtypeName },
 ): InterventionsSection {
-  const points = samples.map(({ placement: p, context, step_ms }): InterventionPoint => {
-    const work = sumWork(cachedStepWork(cfg, context, plan, { batch: p.batch, dtypes: { weights: DTYPES[p.weights], kv: DTYPES[p.kv] } }));
+  const points = samples.map(({ form: p, context, step_ms }): InterventionPoint => {
+    const work = sumWork(cachedStepWork(cfg, context, p));
     const s = step_ms.median / 1e3;
     const flops_per_s = work.flops / s, bytes_per_s = work.bytes / s;
     const intensity = work.flops / work.bytes;

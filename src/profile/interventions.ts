@@ -5,16 +5,15 @@
 import type { Backend } from "../backends/backend.ts";
 import type { Instrument, TimedStep } from "../backends/instrument.ts";
 import type { GPT2Weights } from "../model/weights.ts";
-import type { PlanKind } from "../plan.ts";
+import type { StepForm } from "../plan.ts";
 import type { LaunchMode } from "../run/launch-modes.ts";
-import type { Placement } from "../run/model-buffers.ts";
 import { Session } from "../run/session.ts";
 import { summarize, type Stats } from "../stats.ts";
 import { promptOf } from "./prompts.ts";
 
 /** One configuration's samples at one context: device time per step (every sequence's token). */
 export interface InterventionSample {
-  placement: Placement;
+  form: StepForm;
   context: number;
   step_ms: Stats;
 }
@@ -23,27 +22,26 @@ export interface InterventionOptions {
   contexts: number[];
   repeats: number;
   warmup: number;
-  plan: PlanKind;
   seed: number;
   /** a safe point between steps, outside the timed region */
   checkpoint: () => Promise<void>;
   onContext?: (context: number) => void;
 }
 
-const sameConfig = (a: Placement, b: Placement) => a.batch === b.batch && a.weights === b.weights && a.kv === b.kv;
+const sameForm = (a: StepForm, b: StepForm) => a.plan === b.plan && a.batch === b.batch && a.weights === b.weights && a.kv === b.kv;
 
 /**
- * Times every placement's cached decode step in `mode` at every context. `reuse` is a session already
- * holding one of the placements (the study's own); the others are placed here and freed at the end.
+ * Times every form's cached decode step in `mode` at every context. `reuse` is a session already holding one of
+ * the forms (the study's own); the others are placed here and freed at the end.
  */
 export async function measureInterventions(
-  backend: Backend, instrument: Instrument, weights: GPT2Weights, placements: Placement[], mode: LaunchMode,
+  backend: Backend, instrument: Instrument, weights: GPT2Weights, forms: StepForm[], mode: LaunchMode,
   reuse: Session, opts: InterventionOptions,
 ): Promise<InterventionSample[]> {
   const owned: Session[] = [];
-  const sessions = placements.map((placement) => {
-    if (sameConfig(placement, reuse.resident.placement)) return reuse;
-    const s = new Session(backend, weights, { placement, plan: opts.plan });
+  const sessions = forms.map((form) => {
+    if (sameForm(form, reuse.form)) return reuse;
+    const s = new Session(backend, weights, { form });
     owned.push(s);
     return s;
   });
@@ -52,7 +50,7 @@ export async function measureInterventions(
     for (const context of opts.contexts) {
       opts.onContext?.(context);
       const timed = await timeContext(sessions, instrument, mode, context, opts);
-      samples.push(...placements.map((placement, i) => ({ placement, context, step_ms: summarize(timed[i]!.map((t) => t.deviceMs)) })));
+      samples.push(...forms.map((form, i) => ({ form, context, step_ms: summarize(timed[i]!.map((t) => t.deviceMs)) })));
     }
     return samples;
   } finally {
@@ -77,7 +75,7 @@ async function timeContext(sessions: Session[], instrument: Instrument, mode: La
     for (const [i, s] of sessions.entries()) samples[i]!.push(await timeOne(s));
   }
   for (const s of sessions) {
-    const what = `of the ${mode.name} step at context ${context} (batch ${s.batch}, weights ${s.resident.placement.weights}, cache ${s.resident.placement.kv})`;
+    const what = `of the ${mode.name} step at context ${context} (batch ${s.batch}, weights ${s.form.weights}, cache ${s.form.kv})`;
     s.checkLogits(what, 1, () => s.setPosition(context));
   }
   return samples;

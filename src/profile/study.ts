@@ -5,13 +5,13 @@ import type { Backend } from "../backends/backend.ts";
 import type { Instrument, TimedStep } from "../backends/instrument.ts";
 import { kvCacheBytesPerToken, type GPT2Config } from "../model/config.ts";
 import type { GPT2Weights } from "../model/weights.ts";
-import { DTYPE_BYTES, DTYPES } from "../ops.ts";
+import { DTYPE_BYTES } from "../ops.ts";
 import type { PeerSet } from "../peers/peer-set.ts";
 import type { PeerDispatchSplit } from "../peers/process.ts";
-import type { PlanKind, PlanOp, StepLayout } from "../plan.ts";
+import type { PlanOp, StepForm } from "../plan.ts";
 import { generate } from "../run/generate.ts";
 import { launchMode, type LaunchMode } from "../run/launch-modes.ts";
-import { cacheBytes, type Placement } from "../run/model-buffers.ts";
+import { cacheBytes } from "../run/model-buffers.ts";
 import { Session } from "../run/session.ts";
 import { summarize, type Stats } from "../stats.ts";
 import { measureInterventions, type InterventionSample } from "./interventions.ts";
@@ -22,12 +22,10 @@ import { cachedStepWork, sumWork } from "./work-model.ts";
 
 export interface StudyOptions {
   modes: StudyMode[];
-  /** the ops of the cached decode step */
-  plan: PlanKind;
-  /** how the study's model is stored (one sequence) */
-  placement: Placement;
+  /** the study's cached decode step: its plan and storage types (one sequence) */
+  form: StepForm;
   /** the cached step again with other storage types and batches, in one launch mode (profile --dtypes, --batches) */
-  interventions?: { placements: Placement[]; mode: LaunchMode };
+  interventions?: { forms: StepForm[]; mode: LaunchMode };
   contexts: number[];
   repeats: number;
   warmup: number;
@@ -76,7 +74,7 @@ const nowMs = () => Bun.nanoseconds() / 1e6;
  * intervention configuration at every context, then every point traced.
  */
 export function studyUnits(opts: Pick<StudyOptions, "contexts" | "modes" | "kernels" | "interventions">): number {
-  const interventions = opts.contexts.length * (opts.interventions?.placements.length ?? 0);
+  const interventions = opts.contexts.length * (opts.interventions?.forms.length ?? 0);
   const traced = opts.kernels ? opts.modes.filter(tracedByOp).length : 0;
   return opts.contexts.length * (opts.modes.length + traced) + opts.modes.length + interventions;
 }
@@ -85,13 +83,10 @@ export function studyUnits(opts: Pick<StudyOptions, "contexts" | "modes" | "kern
  * The most bytes one cached step of the study reads (work model): its largest context, in whichever of its
  * configurations moves the most. The CPU's read probe reads at least this much (src/backends/read-probe.ts).
  */
-export function largestStepBytes(config: GPT2Config, opts: Pick<StudyOptions, "contexts" | "plan" | "placement" | "interventions">): number {
+export function largestStepBytes(config: GPT2Config, opts: Pick<StudyOptions, "contexts" | "form" | "interventions">): number {
   const context = Math.max(...opts.contexts);
-  const placements = [opts.placement, ...(opts.interventions?.placements ?? [])];
-  return Math.max(...placements.map((p) => {
-    const layout: StepLayout = { batch: p.batch, dtypes: { weights: DTYPES[p.weights], kv: DTYPES[p.kv] } };
-    return sumWork(cachedStepWork(config, context, opts.plan, layout)).bytes;
-  }));
+  const forms = [opts.form, ...(opts.interventions?.forms ?? [])];
+  return Math.max(...forms.map((form) => sumWork(cachedStepWork(config, context, form)).bytes));
 }
 
 /** Whether a mode's steps are traced op by op: the uncached step and every mode that launches a kernel per op. */
@@ -103,7 +98,7 @@ export class Study {
 
   constructor(readonly backend: Backend, readonly instrument: Instrument, readonly weights: GPT2Weights, readonly opts: StudyOptions) {
     this.memoryBefore = backend.memInfo().free;
-    this.session = new Session(backend, weights, { plan: opts.plan, placement: opts.placement });
+    this.session = new Session(backend, weights, { form: opts.form });
   }
 
   /**
@@ -138,9 +133,9 @@ export class Study {
       endToEnd.push(this.endToEnd(mode));
     }
     const interventions = this.opts.interventions;
-    const samples = interventions && await measureInterventions(this.backend, this.instrument, this.weights, interventions.placements, interventions.mode, this.session, {
+    const samples = interventions && await measureInterventions(this.backend, this.instrument, this.weights, interventions.forms, interventions.mode, this.session, {
       ...this.opts, checkpoint: () => this.checkpoint(),
-      onContext: (context) => progress(`interventions at context ${context}: ${interventions.placements.length} configurations`, interventions.placements.length),
+      onContext: (context) => progress(`interventions at context ${context}: ${interventions.forms.length} configurations`, interventions.forms.length),
     });
     const traces: StepTrace[] = [];
     let dropped = 0;
@@ -302,14 +297,14 @@ export class Study {
     s.run(1);
     s.backend.synchronize();
     const afterWarmup = this.backend.memInfo().free;
-    const placement = s.resident.placement;
-    const extra = this.backend.alloc(cacheBytes(cfg, placement));
+    const form = s.form;
+    const extra = this.backend.alloc(cacheBytes(cfg, form));
     this.backend.fill32(extra, 0); // touch every page: host memory is committed on first write
     this.backend.synchronize();
     const afterCache = this.backend.memInfo().free;
     this.backend.free(extra);
     const a = s.resident.allocations;
-    const perTokenFormula = kvCacheBytesPerToken(cfg, DTYPE_BYTES[placement.kv]);
+    const perTokenFormula = kvCacheBytesPerToken(cfg, DTYPE_BYTES[form.kv]);
     const measuredCache = this.memoryBefore === 0 ? 0 : afterWarmup - afterCache;
     const weightBytes = a.weights.bytes;
     const ownBytes = a.weights.bytes + a.cache.bytes + a.activations.bytes;

@@ -6,15 +6,14 @@ import type { Instrument, LaunchFloor, Peaks } from "../backends/instrument.ts";
 import { parameterCount, type GPT2Config } from "../model/config.ts";
 import type { GPT2Weights } from "../model/weights.ts";
 import type { OpFamily, Work } from "../ops.ts";
-import { DTYPES } from "../ops.ts";
-import { encodePlan, type PlanKind, type StepLayout } from "../plan.ts";
+import type { PlanKind, StepForm } from "../plan.ts";
 import { storedWeightBytes } from "../run/model-buffers.ts";
 import { launchMode, type LaunchModeName } from "../run/launch-modes.ts";
 import { summarize } from "../stats.ts";
 import { buildBreakdown, familyMsPerStep, medianSplit, stepsOf } from "./aggregate.ts";
 import { buildInterventions } from "./interventions-summary.ts";
 import { buildPeersSection } from "./peers-summary.ts";
-import { buildPredictions, gpuModelFor, librarySass, measuredSteps, type MeasuredStep } from "./predictions.ts";
+import { buildPredictions, gpuModelFor, librarySass, measuredSteps, type MeasuredStep } from "./kernel-model/index.ts";
 import { tracedByOp, type Measured, type StudyOptions, type StudyResult } from "./study.ts";
 import { SCHEMA_VERSION, type InterventionConfig, type KernelRegime, type PeersSection, type PredictionsSection, type ProfileSummary, type SeedRow, type StepTrace, type StudyMode, type StudyPoint } from "./types.ts";
 import { launchVerdict, modeSplitOf, splitVerdicts, studyVerdicts, uncachedBaselineVerdict } from "./verdicts.ts";
@@ -22,8 +21,8 @@ import { cachedStepWork, classifyRegime, flopReduction, sumWork, uncachedStepWor
 
 export const TOOL = { name: "decode-floor", version: "0.1.0" };
 
-function stepWorkOf(cfg: GPT2Config, plan: PlanKind, layout: StepLayout, mode: StudyMode, context: number) {
-  return mode === "uncached" ? uncachedStepWork(cfg, context, layout) : cachedStepWork(cfg, context, plan, layout);
+function stepWorkOf(cfg: GPT2Config, form: StepForm, mode: StudyMode, context: number) {
+  return mode === "uncached" ? uncachedStepWork(cfg, context, form) : cachedStepWork(cfg, context, form);
 }
 
 /**
@@ -54,9 +53,9 @@ function achieved(work: Work, ms: number, peaks: Peaks, floorUs: number, opsPerS
  * Each op family's regime at a traced point: its work per step over its median time per step (calls of
  * different shapes — c_attn, c_proj, c_fc — are summed, not averaged); launch-bound judged per call.
  */
-function regimesOf(cfg: GPT2Config, plan: PlanKind, layout: StepLayout, point: StudyPoint, steps: readonly StepTrace[], peaks: Peaks, floorUs: number): KernelRegime[] {
+function regimesOf(cfg: GPT2Config, form: StepForm, point: StudyPoint, steps: readonly StepTrace[], peaks: Peaks, floorUs: number): KernelRegime[] {
   if (!point.breakdown || steps.length === 0) return [];
-  const ops = stepWorkOf(cfg, plan, layout, point.mode, point.context);
+  const ops = stepWorkOf(cfg, form, point.mode, point.context);
   return [...familyMsPerStep(steps)].map(([key, ms]) => {
     const family = key as OpFamily;
     const mine = ops.filter((o) => o.family === family);
@@ -96,7 +95,7 @@ function predictionsOf(
   const traced = points.flatMap((p) => (p.breakdown && p.mode !== "uncached"
     ? [{ mode: p.mode, context: p.context, familyMs: familyMsPerStep(stepsOf(traces, p.mode, p.context)), overlappingOps: p.breakdown.overlapping_ops }]
     : []));
-  return buildPredictions(gpu, cfg, plan, measured, (ops) => kernels.launchShapes(encodePlan(ops)), librarySass(kernels.libraryPath), launch, traced, study);
+  return buildPredictions(gpu, cfg, plan, measured, kernels, librarySass(kernels.libraryPath), launch, traced, study);
 }
 
 function interventionsMethod(opts: StudyOptions): string {
@@ -136,13 +135,13 @@ export function buildSummary(args: {
 }): ProfileSummary {
   const { backend, weights, opts, peaks, launch, result } = args;
   const cfg = weights.config;
-  const { weights: dtype, kv: kv_dtype } = opts.placement;
-  const layout: StepLayout = { batch: 1, dtypes: { weights: DTYPES[dtype], kv: DTYPES[kv_dtype] } };
-  const opsOf = (mode: StudyMode, context: number) => stepWorkOf(cfg, opts.plan, layout, mode, context).length;
+  const { form } = opts;
+  const { weights: dtype, kv: kv_dtype } = form;
+  const opsOf = (mode: StudyMode, context: number) => stepWorkOf(cfg, form, mode, context).length;
   const floorUs = (mode: StudyMode, context: number) => floorFor(mode, backend, launch, result.measured, opsOf(mode, context));
   const points: StudyPoint[] = result.measured.map((m) => {
     const steps = stepsOf(result.traces, m.mode, m.context);
-    const work = sumWork(stepWorkOf(cfg, opts.plan, layout, m.mode, m.context));
+    const work = sumWork(stepWorkOf(cfg, form, m.mode, m.context));
     const point: StudyPoint = {
       mode: m.mode, context: m.context, device_ms: m.device_ms, host_ms: m.host_ms, work,
       achieved: achieved(work, m.device_ms.median, peaks, floorUs(m.mode, m.context), opsOf(m.mode, m.context)),
@@ -160,10 +159,10 @@ export function buildSummary(args: {
   }
   const seed = seedTable(cfg, points, opts.contexts);
   const interventions = result.interventions && opts.interventions
-    ? buildInterventions(cfg, opts.plan, result.interventions, opts.interventions.mode.name, peaks, points, interventionsMethod(opts), { dtype, kv: kv_dtype })
+    ? buildInterventions(cfg, result.interventions, opts.interventions.mode.name, peaks, points, interventionsMethod(opts), { dtype, kv: kv_dtype })
     : undefined;
   const study = { dtype, kv_dtype, batch: 1 };
-  const predictions = predictionsOf(backend, cfg, opts.plan, measuredSteps(points, study, interventions), launch, points, result.traces, study);
+  const predictions = predictionsOf(backend, cfg, form.plan, measuredSteps(points, study, interventions), launch, points, result.traces, study);
   const overheads = result.measured.flatMap((m) => (m.tracing_overhead === null ? [] : [m.tracing_overhead]));
   return {
     schema_version: SCHEMA_VERSION,
@@ -177,10 +176,10 @@ export function buildSummary(args: {
     device: { ...backend.describe(), peaks, launch },
     model: { config: cfg, source: weights.source, parameters: parameterCount(cfg), dtype, weight_bytes: storedWeightBytes(cfg, dtype) },
     settings: {
-      modes: opts.modes, plan: opts.plan, contexts: opts.contexts, repeats: opts.repeats, warmup: opts.warmup, kernels: opts.kernels, dtype, kv_dtype,
+      modes: opts.modes, plan: form.plan, contexts: opts.contexts, repeats: opts.repeats, warmup: opts.warmup, kernels: opts.kernels, dtype, kv_dtype,
     },
     points,
-    regimes: points.flatMap((p) => regimesOf(cfg, opts.plan, layout, p, stepsOf(result.traces, p.mode, p.context), peaks, floorUs(p.mode, p.context))),
+    regimes: points.flatMap((p) => regimesOf(cfg, form, p, stepsOf(result.traces, p.mode, p.context), peaks, floorUs(p.mode, p.context))),
     seed_table: seed,
     end_to_end: result.endToEnd,
     memory: result.memory,

@@ -1,6 +1,6 @@
 // The kernel model's predictions as tables (bun run verify): per kernel of one step, and per step in every
 // launch mode with each estimate's optimistic and pessimistic ends. Every figure is labelled a prediction.
-import { GPU_MODELS, MODEL_MODES, type GpuModel, type GpuName, type KernelPrediction, type PredictionRange, type StepPrediction } from "../profile/kernel-model.ts";
+import { GPU_MODELS, MODEL_MODES, type GpuModel, type GpuName, type KernelPrediction, type PredictionRange, type StepPrediction } from "../profile/kernel-model/index.ts";
 import { renderTable } from "./tables.ts";
 
 const us = (x: number) => x.toFixed(2);

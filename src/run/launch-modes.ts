@@ -3,16 +3,11 @@
 import type { Backend } from "../backends/backend.ts";
 import { gridBarrierUs, type LaunchFloor } from "../backends/instrument.ts";
 import { UserError } from "../errors.ts";
-import type { DtypeName } from "../ops.ts";
-import type { PlanKind } from "../plan.ts";
+import type { StepForm } from "../plan.ts";
 import type { CompiledStep } from "./step.ts";
 
 /** What a mode's availability depends on besides the backend: the cached step's plan and storage types. */
-export interface StepForm {
-  plan: PlanKind;
-  weights: DtypeName;
-  kv: DtypeName;
-}
+type ModeForm = Pick<StepForm, "plan" | "weights" | "kv">;
 
 export interface LaunchMode {
   readonly name: string;
@@ -23,7 +18,7 @@ export interface LaunchMode {
   /** whether each op of the step is a kernel of its own (a trace then splits the step by op) */
   readonly kernelPerOp: boolean;
   /** whether the backend runs a step of this form in this mode */
-  available(backend: Backend, step: StepForm): boolean;
+  available(backend: Backend, step: ModeForm): boolean;
   /** `n` steps back to back with no host synchronisation between them (asynchronous on CUDA) */
   run(step: CompiledStep, n: number): void;
   /**
@@ -94,12 +89,12 @@ export function launchMode(name: LaunchModeName): LaunchMode {
 }
 
 /** Whether the persistent step kernel is built for a step of this form: the fused plan's bodies, the cache in the weights' storage type (cuda/persistent.cu). */
-export function persistentStepRuns(step: StepForm): boolean {
+export function persistentStepRuns(step: ModeForm): boolean {
   return step.plan === "fused" && step.kv === step.weights;
 }
 
 /** The error for a mode this backend cannot run a step of this form in, naming the modes it can (and `more` choices). */
-export function unavailableMode(name: string, backend: Backend, step: StepForm, more: readonly string[] = []): UserError {
+export function unavailableMode(name: string, backend: Backend, step: ModeForm, more: readonly string[] = []): UserError {
   const available = [...availableModes(backend, step).map((m) => m.name), ...more];
   return new UserError(
     `launch mode ${name} is not available on the ${backend.kind} backend for the ${step.plan} plan with weights ${step.weights} and cache ${step.kv} (available: ${available.join(", ")})`,
@@ -107,7 +102,7 @@ export function unavailableMode(name: string, backend: Backend, step: StepForm, 
 }
 
 /** The modes this backend can run a step of this form in, in list order. */
-export function availableModes(backend: Backend, step: StepForm): LaunchMode[] {
+export function availableModes(backend: Backend, step: ModeForm): LaunchMode[] {
   return LAUNCH_MODES.filter((m) => m.available(backend, step));
 }
 

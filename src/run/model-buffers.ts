@@ -6,8 +6,8 @@ import type { GPT2Config } from "../model/config.ts";
 import { StorageConverter } from "../model/dtypes.ts";
 import { nameOf, numel } from "../model/safetensors.ts";
 import { parameterSpecs, type GPT2Weights, type ParameterSpec } from "../model/weights.ts";
-import { DTYPE_BYTES, DTYPES, dtypeOf, STATE_INTS, type DtypeName } from "../ops.ts";
-import type { ModelBuffers } from "../plan.ts";
+import { DTYPE_BYTES, dtypeOf, STATE_INTS, type DtypeName } from "../ops.ts";
+import { DEFAULT_STEP_FORM, dtypeCodes, type ModelBuffers, type StepForm } from "../plan.ts";
 
 const ALIGN = 256; // bytes: every tensor starts on a 256-byte boundary (16-byte vector loads, coalescing)
 const FLOAT = 4;
@@ -26,14 +26,6 @@ class Arena {
   }
 }
 
-/** How a model is laid out on a backend: sequences per step and storage types. */
-export interface Placement {
-  batch: number;
-  weights: DtypeName;
-  kv: DtypeName;
-}
-export const SINGLE_F32: Placement = { batch: 1, weights: "f32", kv: "f32" };
-
 /** Matrices and embedding tables are stored in the weight dtype; biases and layer-norm parameters stay fp32. */
 export const storedInWeightDtype = (spec: ParameterSpec) => spec.shape.length === 2;
 
@@ -44,7 +36,8 @@ export function storedWeightBytes(cfg: GPT2Config, dtype: DtypeName): number {
 
 export interface ResidentModel {
   buffers: ModelBuffers;
-  placement: Placement;
+  /** the steps it is placed for: their sequences and storage types (and plan) */
+  form: StepForm;
   /** what was allocated, for memory accounting */
   allocations: { weights: DeviceBuffer; cache: DeviceBuffer; activations: DeviceBuffer };
   free(): void;
@@ -55,10 +48,10 @@ export interface ResidentModel {
  * copy of the model is held on the host), then allocates cache and activations for steps of up to maxRows rows
  * (default: n_positions, or the batch if larger).
  */
-export function placeModel(backend: Backend, weights: GPT2Weights, placement: Placement = SINGLE_F32, maxRows?: number): ResidentModel {
+export function placeModel(backend: Backend, weights: GPT2Weights, form: StepForm = DEFAULT_STEP_FORM, maxRows?: number): ResidentModel {
   const cfg = weights.config;
-  const rows = maxRows ?? Math.max(cfg.n_positions, placement.batch);
-  const narrow = new StorageConverter(placement.weights);
+  const rows = maxRows ?? Math.max(cfg.n_positions, form.batch);
+  const narrow = new StorageConverter(form.weights);
   const bytesPer = (spec: ParameterSpec) => (storedInWeightDtype(spec) ? narrow.bytesPerElement : FLOAT);
   const weightArena = new Arena();
   const specs = parameterSpecs(cfg);
@@ -76,13 +69,13 @@ export function placeModel(backend: Backend, weights: GPT2Weights, placement: Pl
   const w = (name: string) => weightBuffer.ptr + offsets.get(name)!;
   const pair = (prefix: string) => ({ weight: w(`${prefix}.weight`), bias: w(`${prefix}.bias`) });
 
-  const cache = allocateCache(backend, cfg, placement);
-  const acts = allocateActivations(backend, cfg, rows, placement.batch);
+  const cache = allocateCache(backend, cfg, form);
+  const acts = allocateActivations(backend, cfg, rows, form.batch);
 
   const buffers: ModelBuffers = {
     config: cfg,
-    batch: placement.batch,
-    dtypes: { weights: DTYPES[placement.weights], kv: DTYPES[placement.kv] },
+    batch: form.batch,
+    dtypes: dtypeCodes(form),
     wte: w("wte.weight"),
     wpe: w("wpe.weight"),
     layers: Array.from({ length: cfg.n_layer }, (_, i) => ({
@@ -97,7 +90,7 @@ export function placeModel(backend: Backend, weights: GPT2Weights, placement: Pl
   };
   return {
     buffers,
-    placement,
+    form,
     allocations: { weights: weightBuffer, cache: cache.buffer, activations: acts.buffer },
     free() {
       backend.free(weightBuffer);
@@ -107,17 +100,20 @@ export function placeModel(backend: Backend, weights: GPT2Weights, placement: Pl
   };
 }
 
+/** What the cache's size depends on: the sequences and the cache's storage type. */
+type CacheForm = Pick<StepForm, "batch" | "kv">;
+
 /** One layer's K (or V) cache: every sequence's n_positions rows of n_embd values in the cache dtype. */
-const layerCacheBytes = (cfg: GPT2Config, p: Placement) => align(p.batch * cfg.n_positions * cfg.n_embd * DTYPE_BYTES[p.kv]);
+const layerCacheBytes = (cfg: GPT2Config, form: CacheForm) => align(form.batch * cfg.n_positions * cfg.n_embd * DTYPE_BYTES[form.kv]);
 
 /** KV cache bytes as allocated: 2 × n_layer × batch × n_positions × n_embd × cache dtype bytes (each layer's K and V aligned). */
-export function cacheBytes(cfg: GPT2Config, placement: Placement = SINGLE_F32): number {
-  return 2 * cfg.n_layer * layerCacheBytes(cfg, placement);
+export function cacheBytes(cfg: GPT2Config, form: CacheForm = DEFAULT_STEP_FORM): number {
+  return 2 * cfg.n_layer * layerCacheBytes(cfg, form);
 }
 
-function allocateCache(backend: Backend, cfg: GPT2Config, placement: Placement) {
-  const per = layerCacheBytes(cfg, placement);
-  const buffer = backend.alloc(cacheBytes(cfg, placement)); // zeroed by be_alloc's contract (cuda/runtime.h), not touched here
+function allocateCache(backend: Backend, cfg: GPT2Config, form: CacheForm) {
+  const per = layerCacheBytes(cfg, form);
+  const buffer = backend.alloc(cacheBytes(cfg, form)); // zeroed by be_alloc's contract (cuda/runtime.h), not touched here
   const k = Array.from({ length: cfg.n_layer }, (_, l) => buffer.ptr + 2 * l * per);
   const v = Array.from({ length: cfg.n_layer }, (_, l) => buffer.ptr + (2 * l + 1) * per);
   return { buffer, k, v };

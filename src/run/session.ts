@@ -5,35 +5,31 @@ import type { Backend } from "../backends/backend.ts";
 import { UserError } from "../errors.ts";
 import type { GPT2Weights } from "../model/weights.ts";
 import { STATE_INTS, STATE_POS } from "../ops.ts";
-import { decodeStep, type PlanKind } from "../plan.ts";
-import { launchMode, type LaunchMode, type StepForm } from "./launch-modes.ts";
+import { decodeStep, DEFAULT_STEP_FORM, type PlanKind, type StepForm } from "../plan.ts";
+import { launchMode, type LaunchMode } from "./launch-modes.ts";
 import { firstNonFinite, firstNonFiniteOp, nonFiniteMessage } from "./finite.ts";
-import { placeModel, SINGLE_F32, sequenceView, type Placement, type ResidentModel } from "./model-buffers.ts";
+import { placeModel, sequenceView, type ResidentModel } from "./model-buffers.ts";
 import { CompiledStep } from "./step.ts";
 
 const INT32_BYTES = 4;
 const FLOAT_BYTES = 4;
 
 export interface SessionOptions {
-  /** sequences and storage types (default: one sequence, fp32) */
-  placement?: Placement;
+  /** its decode steps' plan (several-row steps are unfused either way), sequences and storage types (default: DEFAULT_STEP_FORM) */
+  form?: StepForm;
   /** the most rows a step may have (default: n_positions, or the batch if larger) */
   maxRows?: number;
-  /** the ops of its decode steps (src/plan.ts PlanKind; several-row steps are unfused either way) */
-  plan?: PlanKind;
 }
 
 export class Session {
   readonly resident: ResidentModel;
-  readonly plan: PlanKind;
   /** compiled steps by "<sequence or all>:<T>" */
   private readonly steps = new Map<string, CompiledStep>();
   private readonly stateWords: Int32Array;
   private logitsCheck: Float32Array<ArrayBuffer> | undefined;
 
   constructor(readonly backend: Backend, readonly weights: GPT2Weights, opts: SessionOptions = {}) {
-    this.plan = opts.plan ?? "fused";
-    this.resident = placeModel(backend, weights, opts.placement ?? SINGLE_F32, opts.maxRows);
+    this.resident = placeModel(backend, weights, opts.form ?? DEFAULT_STEP_FORM, opts.maxRows);
     this.stateWords = new Int32Array(this.batch * STATE_INTS);
   }
 
@@ -41,14 +37,19 @@ export class Session {
     return this.weights.config;
   }
 
-  /** what the launch modes a step can run in depend on (src/run/launch-modes.ts) */
+  /** its decode steps: plan, sequences and storage types (what the launch modes a step can run in depend on) */
   get form(): StepForm {
-    return { plan: this.plan, weights: this.resident.placement.weights, kv: this.resident.placement.kv };
+    return this.resident.form;
+  }
+
+  /** the ops of its decode steps */
+  get plan(): PlanKind {
+    return this.form.plan;
   }
 
   /** sequences decoded together */
   get batch(): number {
-    return this.resident.placement.batch;
+    return this.form.batch;
   }
 
   /** The step for T new rows of every sequence, compiled once and kept (T = 1 is the decode step). */

@@ -6,7 +6,7 @@ import { join } from "node:path";
 
 import type { Backend } from "../backends/backend.ts";
 import type { GPT2Weights } from "../model/weights.ts";
-import { PLAN_KINDS, type PlanKind } from "../plan.ts";
+import { DEFAULT_STEP_FORM, PLAN_KINDS, type PlanKind } from "../plan.ts";
 import { generate } from "../run/generate.ts";
 import { availableModes, launchMode, type LaunchMode } from "../run/launch-modes.ts";
 import { Session } from "../run/session.ts";
@@ -51,7 +51,7 @@ export function readFixture(dir: string): Fixture {
 
 /** The fixture's logits at every position and its greedy continuation in every launch mode, cached and not. */
 export function fixtureChecks(device: Backend, weights: GPT2Weights, f: Fixture, plan: PlanKind = "fused"): CheckRow[] {
-  const s = new Session(device, weights, { plan });
+  const s = new Session(device, weights, { form: { ...DEFAULT_STEP_FORM, plan } });
   try {
     const err = maxRelativeError(s.logitsAtEveryPosition(f.sequence), f.logits);
     const rows = [row(`${f.name} logits`, `${f.sequence.length} positions vs numpy float64`, err <= LOGIT_TOLERANCE, err)];
@@ -83,7 +83,7 @@ export function againstCpu(device: Backend, cpu: Backend, weights: GPT2Weights, 
 
 /** Every launch mode generates the same tokens, and leaves bit-identical logits. */
 export function modesBitIdentical(device: Backend, weights: GPT2Weights, prompt: number[], n: number, plan: PlanKind = "fused"): CheckRow {
-  const s = new Session(device, weights, { plan });
+  const s = new Session(device, weights, { form: { ...DEFAULT_STEP_FORM, plan } });
   try {
     const modes = availableModes(device, s.form);
     const runs = modes.map((mode) => {
@@ -104,7 +104,7 @@ export function modesBitIdentical(device: Backend, weights: GPT2Weights, prompt:
  * largest |logit|); anything wider is a failure.
  */
 export function cachedEqualsUncached(device: Backend, weights: GPT2Weights, prompt: number[], n: number, plan: PlanKind = "fused"): CheckRow {
-  const s = new Session(device, weights, { plan });
+  const s = new Session(device, weights, { form: { ...DEFAULT_STEP_FORM, plan } });
   try {
     const eager = launchMode("eager");
     const cached = generate(s, { prompt, maxNewTokens: n, cache: true, mode: eager }).generatedIds;
@@ -130,7 +130,7 @@ export function cachedEqualsUncached(device: Backend, weights: GPT2Weights, prom
  */
 export function plansAgree(device: Backend, weights: GPT2Weights, prompt: number[], n: number): CheckRow {
   const runs = PLAN_KINDS.map((plan) => {
-    const s = new Session(device, weights, { plan });
+    const s = new Session(device, weights, { form: { ...DEFAULT_STEP_FORM, plan } });
     try {
       const ids = generate(s, { prompt, maxNewTokens: n, cache: true, mode: launchMode("eager") }).generatedIds;
       return { plan, ids, logits: s.readLogits(), session: s };

@@ -7,9 +7,13 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 
+import { PRESETS } from "../model/config.ts";
 import { ROOT } from "../native/build.ts";
+import { atBucket, perAccess, type KernelFacts } from "../native/kernel-facts.ts";
+import { decodeKernel, familiesWithBody, PERSISTENT_STEP_KERNEL, persistentStepKernel } from "../native/kernel-names.ts";
 import { attachSourceLines, disassemble, findNvdisasm, fmaShare, isGlobalLoad, isWideLoad, loadFacts, type SassFunction } from "../native/sass.ts";
-import { DTYPE_NAMES, MAX_BATCH, type DtypeName } from "../ops.ts";
+import { DTYPE_NAMES, kernelFamily, OPS, type DtypeName, type OpFamily } from "../ops.ts";
+import { registerBudget, SASS_GPU } from "../profile/kernel-model/gpus.ts"; // not index.ts: the model's inputs read this file
 import type { CheckRow } from "./model-checks.ts";
 
 /** A hot kernel's design, as the SASS must show it. */
@@ -22,54 +26,50 @@ export interface SassRequirement {
   why: string;
 }
 
-/** The C++ element type of each storage type (cuda/dtypes.h), and its elements per 16-byte load. */
-const ELEMENT_TYPES: Record<DtypeName, { type: string; vector: number }> = {
-  f32: { type: "float", vector: 4 }, bf16: { type: "__nv_bfloat16", vector: 8 }, f16: { type: "__half", vector: 8 },
-};
-/** Rows (sequences) a matvec or LM head instantiation accumulates at once: a launch takes the fewest that hold its rows. */
-export const ROW_BUCKETS = [1, 2, 4, MAX_BATCH] as const;
-export const rowBucket = (rows: number) => ROW_BUCKETS.find((b) => b >= rows) ?? MAX_BATCH;
-
-const MATVEC_KERNELS = { linear: "linear_matvec_kernel", ln_qkv: "ln_qkv_kernel", ln_linear_gelu: "ln_linear_gelu_kernel", linear_residual: "linear_residual_kernel" } as const;
-const LM_HEAD_KERNELS = { lm_head: "lm_head_kernel", ln_lm_head_argmax: "ln_lm_head_argmax_kernel" } as const;
-
-/** The 16-byte-load instantiation of a matvec or LM head kernel for weights in `dtype` and `rows` rows. */
-export function weightKernel(family: keyof typeof MATVEC_KERNELS | keyof typeof LM_HEAD_KERNELS, dtype: DtypeName, rows: number): string {
-  const base = family in MATVEC_KERNELS ? MATVEC_KERNELS[family as keyof typeof MATVEC_KERNELS] : LM_HEAD_KERNELS[family as keyof typeof LM_HEAD_KERNELS];
-  const { type, vector } = ELEMENT_TYPES[dtype];
-  return `${base}<${type}, ${vector}, ${rowBucket(rows)}>`;
+/** Registers a thread of a kernel compiled for `blocks` blocks of `threads` per SM may use, and those blocks in words. */
+function budget(threads: number, blocks: number): { maxRegisters: number; perSm: string } {
+  return { maxRegisters: registerBudget(SASS_GPU, threads, blocks), perSm: `${blocks} blocks of ${threads} per SM` };
 }
-/** The C++ element type of a storage type (cuda/dtypes.h). */
-export const elementType = (dtype: DtypeName) => ELEMENT_TYPES[dtype].type;
-/** The persistent step kernel's instantiation for weights and cache in `dtype` and `rows` rows (cuda/persistent.cu). */
-export const persistentStepKernel = (dtype: DtypeName, rows: number) => `persistent_step_kernel<${ELEMENT_TYPES[dtype].type}, ${rowBucket(rows)}>`;
-/** The 16-byte-load instantiation of a kernel templated on one storage type (attention and kv_append: the cache's; embed: the tables'). */
-export const storageKernel = (base: string, dtype: DtypeName) => `${base}<${ELEMENT_TYPES[dtype].type}, ${ELEMENT_TYPES[dtype].vector}>`;
 
-const WHY_MATVEC = "8 weight rows per thread in flight, every load feeding all rows";
-/** Registers a matvec instantiation may use: 3 blocks of 256 per SM (80) up to 32 accumulators, else 2 (128). */
-const matvecRegisters = (dtype: DtypeName, rows: number) => (rows * ELEMENT_TYPES[dtype].vector <= 32 ? 80 : 128);
-/** Registers an LM head instantiation may use: 4, 3 or 2 blocks of 256 per SM for 1, 2, or 4-8 rows. */
-const lmHeadRegisters = (rows: number) => (rows <= 1 ? 64 : rows <= 2 ? 80 : 128);
+/** The head size the attention requirement's why clause counts units at: GPT-2's. */
+const GPT2_HEAD_SIZE = PRESETS.gpt2!.n_embd / PRESETS.gpt2!.n_head;
 
-export const SASS_REQUIREMENTS: SassRequirement[] = [
-  ...DTYPE_NAMES.flatMap((dtype) => ROW_BUCKETS.flatMap((rows): SassRequirement[] => [
-    ...(Object.keys(MATVEC_KERNELS) as (keyof typeof MATVEC_KERNELS)[]).map((family) => ({
-      kernel: weightKernel(family, dtype, rows), minWideLoads: 8, maxRegisters: matvecRegisters(dtype, rows),
-      why: `${WHY_MATVEC} (${rows}); <= ${matvecRegisters(dtype, rows)} registers: ${matvecRegisters(dtype, rows) === 80 ? 3 : 2} blocks of 256 per SM`,
-    })),
-    ...(Object.keys(LM_HEAD_KERNELS) as (keyof typeof LM_HEAD_KERNELS)[]).map((family) => ({
-      kernel: weightKernel(family, dtype, rows), minWideLoads: 8, maxRegisters: lmHeadRegisters(rows),
-      why: `2 chunks of each of 4 vocabulary rows per lane, every load feeding all ${rows} rows`,
-    })),
-  ])),
-  ...DTYPE_NAMES.map((dtype) => ({
-    kernel: storageKernel("attention_kernel", dtype), minWideLoads: 8, maxRegisters: 128,
-    why: `a chunk's key and value rows issued together (${dtype === "f32" ? "8 of 16" : "4 of 8"} units used at head size 64); 2 blocks of 256 per SM`,
-  })),
-  { kernel: "argmax_kernel<4>", minWideLoads: 4, maxRegisters: 64, why: "4 float4 of logits per thread in flight" },
-  { kernel: "layernorm_kernel<4>", minWideLoads: 4, maxRegisters: 64, why: "the row, its weight and its bias in one pass" },
-];
+/** The check's own register bounds where no launch bound sets one: attention keeps 2 blocks per SM, argmax and layernorm 64 registers. */
+const ATTENTION_BLOCKS_PER_SM = 2, SMALL_KERNEL_REGISTERS = 64;
+/** Fewest 16-byte loads in flight the check asks of attention (a chunk's key and value rows) and layernorm (the row, its weight and bias). */
+const ATTENTION_LOADS = 8, LAYERNORM_LOADS = 4;
+
+/** Every hot kernel's design, in every storage type and batch bucket the library is built for. */
+export function sassRequirements(facts: KernelFacts): SassRequirement[] {
+  const { matvec, lmHead } = facts;
+  const lmHeadLoads = lmHead.rowsPerWarp * lmHead.chunksPerBatch;
+  const attentionUnits = (dtype: DtypeName, headSize: number) => (2 * headSize) / facts.attention.lanesPerKey / perAccess(facts, dtype);
+  return [
+    ...DTYPE_NAMES.flatMap((dtype) => facts.batchBuckets.flatMap((rows): SassRequirement[] => [
+      ...familiesWithBody("matvec").map((family) => {
+        const b = budget(matvec.threads, atBucket(facts, matvec.minBlocksPerSm[dtype], rows));
+        return {
+          kernel: decodeKernel(facts, family, dtype, rows), minWideLoads: matvec.loads, maxRegisters: b.maxRegisters,
+          why: `${matvec.loads} weight rows per thread in flight, every load feeding all rows (${rows}); <= ${b.maxRegisters} registers: ${b.perSm}`,
+        };
+      }),
+      ...familiesWithBody("lm_head").map((family) => ({
+        kernel: decodeKernel(facts, family, dtype, rows), minWideLoads: lmHeadLoads,
+        maxRegisters: budget(lmHead.threads, atBucket(facts, lmHead.minBlocksPerSm, rows)).maxRegisters,
+        why: `${lmHead.chunksPerBatch} chunks of each of ${lmHead.rowsPerWarp} vocabulary rows per lane, every load feeding all ${rows} rows`,
+      })),
+    ])),
+    ...DTYPE_NAMES.map((dtype) => {
+      const b = budget(facts.attention.threads, ATTENTION_BLOCKS_PER_SM);
+      return {
+        kernel: decodeKernel(facts, "attention", dtype, 1), minWideLoads: ATTENTION_LOADS, maxRegisters: b.maxRegisters,
+        why: `a chunk's key and value rows issued together (${attentionUnits(dtype, GPT2_HEAD_SIZE)} of ${attentionUnits(dtype, facts.attention.maxHeadSize)} units used at head size ${GPT2_HEAD_SIZE}); ${b.perSm}`,
+      };
+    }),
+    { kernel: decodeKernel(facts, "argmax", "f32", 1), minWideLoads: facts.argmax.loads, maxRegisters: SMALL_KERNEL_REGISTERS, why: `${facts.argmax.loads} float4 of logits per thread in flight` },
+    { kernel: decodeKernel(facts, "layernorm", "f32", 1), minWideLoads: LAYERNORM_LOADS, maxRegisters: SMALL_KERNEL_REGISTERS, why: "the row, its weight and its bias in one pass" },
+  ];
+}
 
 /** The facts of one kernel the checks and the kernel model use. */
 export interface SassFacts {
@@ -114,13 +114,13 @@ export function sassFacts(f: SassFunction): SassFacts {
 }
 
 // ---- the persistent step kernel's bodies ------------------------------------------------------------------------
-const isPersistent = (kernel: string) => kernel.startsWith("persistent_step_kernel<");
-/** The task kinds whose body is a hot kernel's (cuda/step_tasks.h StepTaskKind), and that kernel's family. */
-const PERSISTENT_BODIES = {
-  kTaskLnQkv: "ln_qkv", kTaskAttention: "attention", kTaskLnLinearGelu: "ln_linear_gelu",
-  kTaskLinearResidual: "linear_residual", kTaskLnLmHeadArgmax: "ln_lm_head_argmax",
-} as const;
-type BodyKind = keyof typeof PERSISTENT_BODIES;
+const isPersistent = (kernel: string) => kernel.startsWith(`${PERSISTENT_STEP_KERNEL}<`);
+
+/** The op family a task kind runs the body of, by its name (cuda/step_tasks.h StepTaskKind: kTaskLnQkv → ln_qkv), or null. */
+export function taskFamily(kind: string): OpFamily | null {
+  const family = kind.replace(/^kTask/, "").replace(/(?<=[a-z0-9])(?=[A-Z])/g, "_").toLowerCase();
+  return family in OPS ? (family as OpFamily) : null;
+}
 
 /**
  * The lines of each body's run in cuda/persistent.cu (its text: the `StepBody<kTask…>` rows), each with its task
@@ -141,27 +141,22 @@ export function runTaskCases(source: string): Map<number, string> {
 }
 
 /**
- * 16-byte loads in flight of each hot body a persistent step kernel inlines, by task kind: the instructions whose
- * source lines pass through that kind's run (cases: runTaskCases). Null where its SASS carries no
- * source lines (attachSourceLines).
+ * 16-byte loads in flight of each body in `bodies` (task kinds) a persistent step kernel inlines: the instructions
+ * whose source lines pass through that kind's run (cases: runTaskCases). Null where its SASS carries
+ * no source lines (attachSourceLines).
  */
-function persistentBodyLoads(f: SassFunction, cases: Map<number, string>): Partial<Record<BodyKind, number | null>> | null {
+function persistentBodyLoads(f: SassFunction, cases: Map<number, string>, bodies: readonly string[]): Map<string, number | null> | null {
   if (!f.instructions.some((i) => i.source?.length)) return null;
   const kinds = f.instructions.map((i) => i.source?.map((s) => (s.file.endsWith("/persistent.cu") ? cases.get(s.line) : undefined)).find((k) => k));
-  const out: Partial<Record<BodyKind, number | null>> = {};
-  for (const kind of Object.keys(PERSISTENT_BODIES) as BodyKind[])
-    if (kinds.includes(kind)) out[kind] = loadFacts(f, (k) => kinds[k] === kind).wideLoadsInFlight;
-  return out;
+  return new Map(bodies.filter((kind) => kinds.includes(kind)).map((kind) => [kind, loadFacts(f, (k) => kinds[k] === kind).wideLoadsInFlight]));
 }
 
-/** For each persistent step instantiation, the standalone kernel each hot body must match. */
-const OWN_KERNELS = new Map(DTYPE_NAMES.flatMap((dtype) => ROW_BUCKETS.map((rows) => [
-  persistentStepKernel(dtype, rows),
-  (kind: BodyKind) => {
-    const family = PERSISTENT_BODIES[kind];
-    return family === "attention" ? storageKernel("attention_kernel", dtype) : weightKernel(family, dtype, rows);
-  },
-] as const)));
+/** For each persistent step instantiation, the standalone kernel of each op family whose body it runs (the same template arguments). */
+function ownKernels(facts: KernelFacts): Map<string, (family: OpFamily) => string> {
+  return new Map(DTYPE_NAMES.flatMap((dtype) => facts.batchBuckets.map((rows) => [
+    persistentStepKernel(facts, dtype, rows), (family: OpFamily) => decodeKernel(facts, family, dtype, rows),
+  ] as const)));
+}
 
 /** The built library's kernels; the persistent step kernels' with their source lines where nvdisasm is found. */
 export function librarySassFunctions(libraryPath: string, cuobjdump: string, nvdisasm = findNvdisasm()): SassFunction[] {
@@ -179,22 +174,31 @@ export function librarySassFunctions(libraryPath: string, cuobjdump: string, nvd
   return functions;
 }
 
-/** One row: every hot body of every persistent step kernel holds at least its own kernel's required loads in flight. */
-function persistentBodiesRow(functions: SassFunction[], requirements: SassRequirement[]): CheckRow | null {
+/**
+ * One row: every hot body of every persistent step kernel holds at least its own kernel's required loads in flight.
+ * The bodies are run_task's cases (cuda/persistent.cu) whose op family has a hot kernel (a requirement).
+ */
+function persistentBodiesRow(functions: SassFunction[], facts: KernelFacts, requirements: SassRequirement[]): CheckRow | null {
   const persistent = functions.filter((f) => isPersistent(f.kernel));
   if (persistent.length === 0) return null;
   const cases = runTaskCases(readFileSync(join(ROOT, "cuda/persistent.cu"), "utf8"));
+  const hot = new Set(requirements.map((r) => kernelFamily(r.kernel)));
+  const bodies = [...new Set(cases.values())].flatMap((kind) => {
+    const family = taskFamily(kind);
+    return family && hot.has(family) ? [{ kind, family }] : [];
+  });
+  const own = ownKernels(facts);
   const short: string[] = [], seen = new Set<string>();
   for (const f of persistent) {
-    const loads = persistentBodyLoads(f, cases);
+    const loads = persistentBodyLoads(f, cases, bodies.map((b) => b.kind));
     if (!loads) return { check: "sass persistent bodies", detail: `not read: no source lines in ${f.kernel} (${f.noSourceLines ?? "a library built without -lineinfo"})`, error: null, status: "skip" };
-    for (const kind of Object.keys(PERSISTENT_BODIES) as BodyKind[]) {
-      const own = OWN_KERNELS.get(f.kernel)?.(kind);
-      const need = requirements.find((r) => r.kernel === own)?.minWideLoads;
-      const have = loads[kind] ?? 0;
-      seen.add(`${PERSISTENT_BODIES[kind]} ${have}`);
-      if (need === undefined) short.push(`${f.kernel} ${PERSISTENT_BODIES[kind]}: no requirement for ${own ?? "an unknown instantiation"}`);
-      else if (have < need) short.push(`${f.kernel} ${PERSISTENT_BODIES[kind]} ${have} (< ${need})`);
+    for (const { kind, family } of bodies) {
+      const ownKernel = own.get(f.kernel)?.(family);
+      const need = requirements.find((r) => r.kernel === ownKernel)?.minWideLoads;
+      const have = loads.get(kind) ?? 0;
+      seen.add(`${family} ${have}`);
+      if (need === undefined) short.push(`${f.kernel} ${family}: no requirement for ${ownKernel ?? "an unknown instantiation"}`);
+      else if (have < need) short.push(`${f.kernel} ${family} ${have} (< ${need})`);
     }
   }
   const detail = short.length ? `too few 16-byte loads in flight: ${short.join("; ")}`
@@ -207,29 +211,29 @@ const isStepKernel = (kernel: string) => !kernel.startsWith("runtime_");
 
 const verdict = (check: string, detail: string, ok: boolean): CheckRow => ({ check, detail, error: null, status: ok ? "pass" : "fail" });
 
-/** One row per requirement and per library-wide rule. */
-export function sassChecks(functions: SassFunction[], requirements = SASS_REQUIREMENTS): CheckRow[] {
-  const facts = functions.map(sassFacts);
+/** One row per requirement and per library-wide rule; `facts`: the library's kernel facts (cu_kernel_facts). */
+export function sassChecks(functions: SassFunction[], facts: KernelFacts, requirements = sassRequirements(facts)): CheckRow[] {
+  const read = functions.map(sassFacts);
   const rows = requirements.map((r) => {
-    const f = facts.find((x) => x.kernel === r.kernel);
+    const f = read.find((x) => x.kernel === r.kernel);
     if (!f) return verdict(`sass ${r.kernel}`, "not in the library", false);
     const loads = f.wideLoadsInFlight ?? 0;
     const ok = loads >= r.minWideLoads && f.registers !== null && f.registers <= r.maxRegisters;
     const detail = `${loads} x 16-byte loads in flight (>= ${r.minWideLoads}), ${f.registers ?? "?"} registers (<= ${r.maxRegisters})`;
     return verdict(`sass ${r.kernel}`, detail, ok);
   });
-  const local = facts.filter((f) => f.localAccesses > 0).map((f) => f.kernel);
+  const local = read.filter((f) => f.localAccesses > 0).map((f) => f.kernel);
   rows.push(verdict("sass local memory", local.length ? `LDL/STL in ${local.join(", ")}` : "no kernel touches local memory", local.length === 0));
-  const bodies = persistentBodiesRow(functions, requirements);
+  const bodies = persistentBodiesRow(functions, facts, requirements);
   if (bodies) rows.push(bodies);
-  const persistent = facts.filter((f) => isPersistent(f.kernel));
+  const persistent = read.filter((f) => isPersistent(f.kernel));
   const blind = persistent.filter((f) => f.l2Prefetches === 0).map((f) => f.kernel);
   if (persistent.length > 0) {
     rows.push(verdict("sass persistent look-ahead",
       blind.length ? `no L2 prefetch in ${blind.join(", ")}` : `${persistent.length} persistent step kernels request the next op's weights into L2 (CCTL.E.PF2)`,
       blind.length === 0));
   }
-  const fenced = facts.filter((f) => isStepKernel(f.kernel) && f.scFences > 0).map((f) => `${f.kernel} (${f.scFences})`);
+  const fenced = read.filter((f) => isStepKernel(f.kernel) && f.scFences > 0).map((f) => `${f.kernel} (${f.scFences})`);
   rows.push(verdict("sass fences",
     fenced.length ? `sequentially consistent fences (MEMBAR.SC) in ${fenced.join(", ")}`
       : "no step kernel has a sequentially consistent fence: the merges and the grid barrier release and acquire (cuda/device_counter.h)",
@@ -241,7 +245,7 @@ export function sassChecks(functions: SassFunction[], requirements = SASS_REQUIR
         : `${persistent.length} persistent step kernels sleep between the grid barrier's polls (NANOSLEEP)`,
       spinning.length === 0));
   }
-  const unsafe = facts.filter((f) => isStepKernel(f.kernel) && (!f.waits || f.nonCoherentLoads > 0)).map((f) => f.kernel);
+  const unsafe = read.filter((f) => isStepKernel(f.kernel) && (!f.waits || f.nonCoherentLoads > 0)).map((f) => f.kernel);
   rows.push(verdict("sass programmatic launch",
     unsafe.length ? `no wait, or non-coherent loads, in ${unsafe.join(", ")}` : "every step kernel waits for its predecessor and loads coherently",
     unsafe.length === 0));

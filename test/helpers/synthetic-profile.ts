@@ -4,6 +4,7 @@
 import { kvCacheBytesPerToken, parameterCount, type GPT2Config } from "../../src/model/config.ts";
 import type { HostInterval, OpInterval } from "../../src/backends/instrument.ts";
 import type { OpFamily } from "../../src/ops.ts";
+import { DEFAULT_STEP_FORM, type StepForm } from "../../src/plan.ts";
 import { buildBreakdown, medianSplit, stepSplit, stepsOf } from "../../src/profile/aggregate.ts";
 import { seedTable } from "../../src/profile/summary.ts";
 import { SCHEMA_VERSION, type ProfileSummary, type StepTrace, type StudyMode, type StudyPoint } from "../../src/profile/types.ts";
@@ -17,6 +18,9 @@ import {
   type OpWork,
 } from "../../src/profile/work-model.ts";
 import { summarize } from "../../src/stats.ts";
+
+/** The synthetic profile's step: the unfused plan (one kernel per op), one sequence, fp32. */
+const UNFUSED: StepForm = { ...DEFAULT_STEP_FORM, plan: "unfused" };
 
 export const tinyConfig: GPT2Config = {
   name: "tiny",
@@ -48,7 +52,7 @@ function kernelName(family: OpInterval["family"]): string {
 
 /** Eager (or uncached): one launch per op; each kernel starts when its launch returns or the previous kernel ends. */
 function eagerStep(cfg: GPT2Config, shape: StepShape, T: number, pos: number): StepTrace {
-  const plan = stepWork(cfg, T, pos, "unfused");
+  const plan = stepWork(cfg, T, pos, UNFUSED);
   const host: HostInterval[] = [];
   const ops: OpInterval[] = [];
   let hostAt = shape.start_us + shape.gap_us;
@@ -72,7 +76,7 @@ function syntheticOp(w: OpWork, index: number, start_us: number, kernel_us: numb
 
 /** Graph: one launch call; the kernels then run back to back, all under the launch's correlation id. */
 function graphStep(cfg: GPT2Config, shape: StepShape): StepTrace {
-  const plan = stepWork(cfg, 1, shape.context, "unfused");
+  const plan = stepWork(cfg, 1, shape.context, UNFUSED);
   const launchStart = shape.start_us + shape.gap_us;
   const launchEnd = launchStart + shape.launch_us;
   const host: HostInterval[] = [
@@ -127,7 +131,7 @@ function studyPoint(cfg: GPT2Config, steps: StepTrace[], mode: StudyMode, contex
   const mine = stepsOf(steps, mode, context);
   const split = medianSplit(mine);
   const device_ms = summarize(mine.map((s) => stepSplit(s).step_ms));
-  const work = sumWork(mode === "uncached" ? uncachedStepWork(cfg, context) : cachedStepWork(cfg, context, "unfused"));
+  const work = sumWork(mode === "uncached" ? uncachedStepWork(cfg, context) : cachedStepWork(cfg, context, UNFUSED));
   const seconds = device_ms.median / 1000;
   const flops_per_s = work.flops / seconds;
   const bytes_per_s = work.bytes / seconds;

@@ -2,30 +2,15 @@
 // point of the study and every intervention's step gets the step time the model predicts for its launch mode,
 // storage types and batch (at the working estimates and at both ends of their ranges), so that the first run
 // on the GPU calibrates the model. Predictions, labelled so.
-import type { LaunchShape } from "../backends/backend.ts";
-import type { LaunchFloor } from "../backends/instrument.ts";
-import type { GPT2Config } from "../model/config.ts";
-import { disassemble, findCuobjdump } from "../native/sass.ts";
-import { DTYPES } from "../ops.ts";
-import type { PlanKind, PlanOp, StepLayout } from "../plan.ts";
-import { decodeKernelInputs, persistentRegisters } from "../verify/prediction.ts";
-import { sassFacts, type SassFacts } from "../verify/sass-checks.ts";
-import { GPU_MODELS, MODEL_MODES, predictRange, type Estimate, type GpuModel, type GpuName, type ModelMode, type PredictionRange } from "./kernel-model.ts";
-import type { InterventionConfig, InterventionsSection, PredictionsSection, StudyPoint } from "./types.ts";
-
-/** The model's GPU for a device name ("NVIDIA H200" → h200), or null where the model has none. */
-export function gpuModelFor(deviceName: string): GpuName | null {
-  if (/H200/i.test(deviceName)) return "h200";
-  if (/\bA40\b/i.test(deviceName)) return "a40";
-  return null;
-}
-
-/** SASS facts of the built CUDA library, or null (and why) where no disassembler is found. */
-export function librarySass(libraryPath: string): { facts: SassFacts[] | null; note: string } {
-  const cuobjdump = findCuobjdump();
-  if (!cuobjdump) return { facts: null, note: "no cuobjdump found: the kernels' design loads and 64 registers assumed" };
-  return { facts: disassemble(libraryPath, cuobjdump).map(sassFacts), note: "loads in flight and registers from the SASS of the library that ran" };
-}
+import type { KernelLaunches } from "../../backends/backend.ts";
+import type { LaunchFloor } from "../../backends/instrument.ts";
+import type { GPT2Config } from "../../model/config.ts";
+import type { PlanKind, StepForm } from "../../plan.ts";
+import type { SassFacts } from "../../verify/sass-checks.ts";
+import type { InterventionConfig, InterventionsSection, PredictionsSection, StudyPoint } from "../types.ts";
+import { GPU_MODELS, type Estimate, type GpuModel, type GpuName } from "./gpus.ts";
+import { decodeKernelInputs, persistentKernel } from "./inputs.ts";
+import { MODEL_MODES, predictRange, type ModelMode, type PredictionRange } from "./model.ts";
 
 const isModelled = (mode: string): mode is ModelMode => (MODEL_MODES as readonly string[]).includes(mode);
 
@@ -65,7 +50,7 @@ export interface TracedFamilies {
  * graph-pdl a kernel's record holds its wait for the predecessor: its duration is not the kernel's own time).
  */
 export function buildPredictions(
-  gpu: GpuName, config: GPT2Config, plan: PlanKind, measured: readonly MeasuredStep[], shapesOf: (ops: PlanOp[]) => LaunchShape[],
+  gpu: GpuName, config: GPT2Config, plan: PlanKind, measured: readonly MeasuredStep[], library: KernelLaunches,
   sass: { facts: SassFacts[] | null; note: string }, launch: LaunchFloor, traced: readonly TracedFamilies[] = [], study?: InterventionConfig,
 ): PredictionsSection {
   const model: GpuModel = GPU_MODELS[gpu];
@@ -73,8 +58,8 @@ export function buildPredictions(
   const stepAt = (m: MeasuredStep) => {
     const key = `${m.context} ${m.dtype} ${m.kv_dtype} ${m.batch}`;
     if (!cache.has(key)) {
-      const layout: StepLayout = { batch: m.batch, dtypes: { weights: DTYPES[m.dtype], kv: DTYPES[m.kv_dtype] } };
-      cache.set(key, predictRange(decodeKernelInputs(config, plan, m.context, shapesOf, sass.facts, layout), model, persistentRegisters(plan, layout, sass.facts)));
+      const form: StepForm = { plan, batch: m.batch, weights: m.dtype, kv: m.kv_dtype };
+      cache.set(key, predictRange(decodeKernelInputs(config, form, m.context, library, sass.facts), model, persistentKernel(form, library.facts, sass.facts)));
     }
     return cache.get(key)!;
   };
@@ -102,7 +87,7 @@ export function buildPredictions(
   }) : [];
   const overlapped = [...new Set(traced.filter((t) => t.overlappingOps > 0).map((t) => t.mode))];
   return {
-    gpu: model.name, how: `kernel model (src/profile/kernel-model.ts), launch shapes from the library's launchers, ${sass.note}`, points: rows,
+    gpu: model.name, how: `kernel model (src/profile/kernel-model/), launch shapes from the library's launchers, ${sass.note}`, points: rows,
     kernels,
     kernels_how: "per op family, the kernels' time per step alone (no gaps between them) beside the traced kernels' median per step, " +
       `where the kernels ran one after another${overlapped.length ? ` (not in ${overlapped.join(", ")}: its kernels overlap, and a record holds its wait for the predecessor)` : ""}`,

@@ -1,0 +1,146 @@
+// The kernel model's inputs for a decode step, from what the code itself says: the plan's ops and their
+// work (src/ops.ts: bytes by storage type, FLOPs by batch), each launch's grid and block as the C launchers choose
+// them (captured, not run), the kernels' geometry and dependent chains as the library exports them
+// (cu_kernel_facts), and the SASS facts of the instantiation each op launches (loads in flight, registers, loads
+// issued before the wait, FFMA's share of the instructions). Everything built from them is a prediction (model.ts).
+import type { KernelLaunches, LaunchShape } from "../../backends/backend.ts";
+import type { GPT2Config } from "../../model/config.ts";
+import { atBucket, perAccess, type KernelFacts } from "../../native/kernel-facts.ts";
+import { bodyOf, DECODE_KERNELS, decodeKernel, persistentStepKernel, tiledLinearKernel } from "../../native/kernel-names.ts";
+import { disassemble, findCuobjdump } from "../../native/sass.ts";
+import { DTYPE_BYTES, dtypeOf, kernelFamily, MAX_BATCH, namedArgs } from "../../ops.ts";
+import { encodePlan, planShape, type PlanOp, type StepForm } from "../../plan.ts";
+import { persistentStepRuns } from "../../run/launch-modes.ts";
+import { sassFacts, type SassFacts } from "../../verify/sass-checks.ts";
+import { registerBudget, SASS_GPU, type GpuModel } from "./gpus.ts";
+import { predictStep, type KernelInput, type PersistentKernel, type StepPrediction } from "./model.ts";
+
+/** 16-byte loads a thread of this op's kernel has for its arguments (the SASS may hold more, predicated off). */
+export function activeLoads(op: PlanOp, facts: KernelFacts): number {
+  const body = bodyOf(op.family);
+  if (body === "matvec") return facts.matvec.loads;
+  if (body === "lm_head") {
+    const { C, wdtype } = namedArgs(op.family, op.args) as { C: number; wdtype: number };
+    const { rowsPerWarp, chunksPerBatch } = facts.lmHead;
+    const chunksPerLane = Math.ceil(C / perAccess(facts, dtypeOf(wdtype)) / facts.warpSize);
+    return rowsPerWarp * Math.min(chunksPerBatch, chunksPerLane);
+  }
+  switch (op.family) {
+    case "attention": {
+      const { C, n_head, kvdtype } = namedArgs("attention", op.args);
+      const { threads, lanesPerKey, keysPerChunk } = facts.attention;
+      const units = C / n_head / perAccess(facts, dtypeOf(kvdtype));
+      const parts = Math.floor(threads / units);
+      return Math.ceil(units / lanesPerKey) + Math.ceil(keysPerChunk / parts);
+    }
+    case "argmax": return facts.argmax.loads;
+    case "layernorm": return 3; // a float4 of the row, its weight and its bias (C <= 1024)
+    case "embed": case "kv_append": case "residual": return 2;
+    default: return 1; // gelu
+  }
+}
+
+/**
+ * The persistent step's look-ahead for an op at `context` (cuda/persistent.cu look_ahead_of): the bytes one virtual
+ * block requests into L2 before the barrier ahead of the op (a matvec's weights of its tile, the LM head's first
+ * vocabulary rows, attention's chunk of earlier keys and values); 0 for an op it has none for.
+ */
+function lookAheadBytes(op: PlanOp, context: number, facts: KernelFacts): number {
+  switch (op.family) {
+    case "attention": {
+      const { C, n_head, kvdtype } = namedArgs("attention", op.args);
+      return 2 * Math.min(facts.attention.keysPerChunk, context) * (C / n_head) * DTYPE_BYTES[dtypeOf(kvdtype)];
+    }
+    case "ln_qkv": case "ln_linear_gelu": case "linear_residual":
+      return Math.min(facts.matvec.rowsPerSplit, namedArgs(op.family, op.args).C) * facts.matvec.tileBytes;
+    case "ln_lm_head_argmax": {
+      const { C, V, wdtype } = namedArgs("ln_lm_head_argmax", op.args);
+      return Math.min(facts.lmHead.rowsPerBlock, V) * C * DTYPE_BYTES[dtypeOf(wdtype)];
+    }
+    default:
+      return 0;
+  }
+}
+
+/** The kernel the launchers pick for an op on 16-byte-aligned buffers (every pointer of planShape is 0). */
+export function kernelOf(op: PlanOp, facts: KernelFacts): string {
+  const args = namedArgs(op.family, op.args) as Readonly<Record<string, number>>;
+  const kernel = DECODE_KERNELS[op.family];
+  switch (kernel.of) {
+    case "weights": {
+      const rows = args.B ?? args.rows!, weights = dtypeOf(args.wdtype!);
+      return op.family === "linear" && rows > MAX_BATCH ? tiledLinearKernel(weights) : decodeKernel(facts, op.family, weights, rows);
+    }
+    case "storage": return decodeKernel(facts, op.family, dtypeOf(args[kernel.dtype]!), 1);
+    default: return decodeKernel(facts, op.family, "f32", 1);
+  }
+}
+
+/** SASS facts of the built CUDA library, or null (and why) where no disassembler is found. */
+export function librarySass(libraryPath: string): { facts: SassFacts[] | null; note: string } {
+  const cuobjdump = findCuobjdump();
+  if (!cuobjdump) return { facts: null, note: "no cuobjdump found: the kernels' design loads and 64 registers assumed" };
+  return { facts: disassemble(libraryPath, cuobjdump).map(sassFacts), note: "loads in flight and registers from the SASS of the library that ran" };
+}
+
+/** The SASS facts of the kernel an op launches (kernelOf), else of any kernel of its family. */
+export function factsFor(op: PlanOp, sass: readonly SassFacts[], facts: KernelFacts): SassFacts | undefined {
+  const name = kernelOf(op, facts);
+  return sass.find((f) => f.kernel === name) ?? sass.find((f) => kernelFamily(f.kernel) === op.family);
+}
+
+/** Registers assumed for a kernel whose SASS was not read. */
+const UNREAD_REGISTERS = 64;
+
+/** The model's view of each kernel of a decode step at `context`, launched as `shapes` says, built as `facts` says. */
+export function kernelInputs(
+  ops: readonly PlanOp[], context: number, shapes: readonly LaunchShape[], facts: KernelFacts, sass: readonly SassFacts[] | null,
+): KernelInput[] {
+  if (shapes.length !== ops.length) throw new Error(`${shapes.length} launch shapes for ${ops.length} ops`);
+  return ops.map((op, i) => {
+    const { grid, block } = shapes[i]!;
+    const work = op.work(context);
+    const read = sass ? factsFor(op, sass, facts) : undefined;
+    const active = activeLoads(op, facts);
+    return {
+      label: op.label,
+      family: op.family,
+      bytes: work.bytes,
+      flops: work.flops,
+      blocks: grid[0] * grid[1] * grid[2],
+      threads: block[0] * block[1] * block[2],
+      registers: read?.registers ?? UNREAD_REGISTERS,
+      loadsInFlight: Math.min(active, read?.wideLoadsInFlight ?? active),
+      prefetches: (read?.wideLoadsBeforeWait ?? 0) > 0,
+      lookAheadBytes: lookAheadBytes(op, context, facts),
+      fmaShare: read?.fmaShare ?? 1,
+      chainL2Trips: facts.chainL2Trips[op.family],
+      loadBytes: facts.accessBytes,
+    };
+  });
+}
+
+/** A decode step's kernels as the model reads them: the plan, its launch shapes and kernel facts from the library, and the SASS facts. */
+export function decodeKernelInputs(config: GPT2Config, form: StepForm, context: number, kernels: KernelLaunches, sass: readonly SassFacts[] | null): KernelInput[] {
+  const ops = planShape(config, 1, form);
+  return kernelInputs(ops, context, kernels.launchShapes(encodePlan(ops)), kernels.facts, sass);
+}
+
+/**
+ * The persistent step kernel of a step (cuda/persistent.cu), or null where the step has none: its registers per
+ * thread from the SASS, or the most its launch bounds allow where that was not read.
+ */
+export function persistentKernel(form: StepForm, facts: KernelFacts, sass: readonly SassFacts[] | null): PersistentKernel | null {
+  if (!persistentStepRuns(form)) return null;
+  const { threads, minBlocksPerSm, laterRoundL2Trips } = facts.persistent;
+  const name = persistentStepKernel(facts, form.weights, form.batch);
+  const compiledFor = registerBudget(SASS_GPU, threads, atBucket(facts, minBlocksPerSm[form.weights], form.batch));
+  return { registers: sass?.find((f) => f.kernel === name)?.registers ?? compiledFor, laterRoundL2Trips };
+}
+
+/** A decode step's prediction for a GPU. */
+export function predictDecodeStep(
+  config: GPT2Config, form: StepForm, context: number, gpu: GpuModel, kernels: KernelLaunches, sass: readonly SassFacts[] | null,
+): StepPrediction {
+  return predictStep(decodeKernelInputs(config, form, context, kernels, sass), gpu, persistentKernel(form, kernels.facts, sass));
+}
