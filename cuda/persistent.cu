@@ -148,19 +148,14 @@ template <typename W> __device__ __forceinline__ L2Lines look_ahead_of(const Ste
 template <typename W, int kRows>
 __global__ void __launch_bounds__(kStepThreads, step_min_blocks_per_sm<W, kRows>())
     persistent_step_kernel(const StepTask* tasks, int n_tasks, StepBarrier* barrier) {
-#ifdef __CUDACC__
   extern __shared__ float4 shared[];
-#else
-  __shared__ float4 shared[StepShared<W, kRows>::kBytes / sizeof(float4)];
-#endif
   __shared__ LookAhead ahead;  // in shared memory rather than registers, which the bodies need
   // The task being run, copied into shared memory. Read from global memory, its arguments were reloaded after every
   // 16-byte load (an asm volatile, which the compiler assumes may write memory) and the next load waited for the
   // reload: the matvec and LM head bodies kept 1-2 loads in flight, not their kernels' 8 (the SASS check of the
-  // persistent bodies). Two copies, for the emulator, whose one __shared__ serves all blocks (on a GPU the barrier in
-  // grid_arrive already separates a block's reads of task i - 1 from its copy of task i): a block copies task i after
-  // its wait in task i - 1, which no block passes before every block is done with task i - 2, so no block still reads
-  // the copy that task i overwrites; and every block writes the same bytes.
+  // persistent bodies). Two copies, task i in current[i % 2]: one would do (the __syncthreads in grid_arrive separates
+  // a block's last reads of a task from its copy of the next), but at one fixed address ptxas keeps 4 of the fp32
+  // single-row linear_residual body's 8 loads in flight.
   __shared__ SharedTask current[2];
   for (int i = 0; i < n_tasks; i++) {
     const StepTask& task = copy_task(current[i % 2], tasks[i]);

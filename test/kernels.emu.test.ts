@@ -144,18 +144,20 @@ describe("emulator: misuse is an error, not a hang (emu_selftest in cuda/emu/emu
     [5, "a grid barrier in a normal launch (blocks one after another)", 719],
     [6, "a cooperative grid barrier one block never arrives at", 719],
     [7, "a cooperative launch of 5 blocks x 256 threads (over 1024)", 720], // cudaErrorCooperativeLaunchTooLarge
+    [11, "48 KiB + 1 byte of static shared memory", 719],
   ])("case %d: %s → %d", (which, _what, code) => {
     expect(selftest.symbols.emu_selftest(which)).toBe(code);
   });
 });
 
-describe("emulator: cooperative launches meet at grid barriers (emu_selftest in cuda/emu/emu_selftest.cpp)", () => {
+describe("emulator: cooperative launches meet at grid barriers, each block with its own shared memory (emu_selftest in cuda/emu/emu_selftest.cpp)", () => {
   const selftest = dlopen(ensureBuilt("emu", { quiet: true }).path, {
     emu_selftest: { args: [FFIType.i32], returns: FFIType.i32 },
     emu_selftest_arrival_order: { args: [], returns: FFIType.i64 },
   });
   afterAll(() => selftest.close());
   const gridBarrier = 4, gridBarrierInGraph = 8; // 0: every block summed every block's slots right; -1: wrong sums
+  const sharedPerBlock = 9, sharedStartsPoisoned = 10; // 0: as said; -1: a block read what it should not
 
   test.each([0, order1, order2])("4 blocks x 256 threads, 3 phases, schedule %d: the sums are right", (order) => {
     schedule.set(order);
@@ -165,6 +167,16 @@ describe("emulator: cooperative launches meet at grid barriers (emu_selftest in 
   test.each([0, order1])("captured on a stream and replayed as a graph, schedule %d: still cooperative", (order) => {
     schedule.set(order);
     expect(selftest.symbols.emu_selftest(gridBarrierInGraph)).toBe(0);
+  });
+
+  test.each([0, order1, order2])("2 blocks, schedule %d: each keeps its own shared memory, static and dynamic, across a wait", (order) => {
+    schedule.set(order);
+    expect(selftest.symbols.emu_selftest(sharedPerBlock)).toBe(0);
+  });
+
+  test.each([0, order1])("blocks one after another, schedule %d: the first finds shared memory poisoned, the next what it left", (order) => {
+    schedule.set(order);
+    expect(selftest.symbols.emu_selftest(sharedStartsPoisoned)).toBe(0);
   });
 
   test("two seeds interleave the blocks differently at the barriers, and both sum right", () => {

@@ -11,8 +11,13 @@
 // every block's fibers alive at once, at most 1024 threads in the whole grid (emu::cooperative_max_blocks), and
 // switches to another block, picked in the same seeded order, when a block can go no further than a wait in
 // emu::wait_until_at_least: a grid barrier works.
-// __shared__ is `static`, one copy for all blocks: correct because blocks overlap only at such waits, so a
-// block's shared memory must not be live across a wait_until_at_least (another block may overwrite it).
+// Shared memory is each block's own, as on a GPU: the emulator's build compiles a copy of every source
+// (src/native/emu-source.ts) in which `__shared__ T name[dims];` reads `auto& name = emu::block_shared<T[dims]>(…)`
+// and `extern __shared__ T name[];` reads `T* const name = emu::dynamic_shared<T>()` (the launch's dynamic
+// bytes), one declaration a line; any other __shared__ fails the build. Every resident block has its own area, so a
+// block switch copies nothing. A launch's shared memory starts poisoned (0xff bytes: NaN, -1), as a GPU's is not
+// zeroed; blocks run one after another share one area, so a block finds what the block before it left, as a block
+// may on a GPU.
 // Atomics are plain read-modify-writes and __threadfence() is a no-op: fibers never preempt each other, so
 // nothing runs between an atomic's read and its write, and every write is seen by whatever runs after it.
 // A launch whose block is not a valid shape, or whose threads can no longer make progress (a barrier some
@@ -37,13 +42,13 @@
 #include <atomic>
 #include <functional>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 // ---- keywords -------------------------------------------------------------------------------------------
 #define __global__
 #define __device__
 #define __host__
-#define __shared__ static
 #define __forceinline__ inline __attribute__((always_inline))
 #define __restrict__ __restrict
 #define __launch_bounds__(...)
@@ -74,6 +79,31 @@ extern dim3 g_grid_dim;
 
 constexpr int kWarpSize = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
+
+// ---- shared memory, each block its own (the build's copies call these: the header comment) ----------------
+// The running block's static and dynamic shared memory, and the launch's number: a variable's place is assigned
+// at its first use in each launch, so a launch's variables lie together, as its kernel's on a GPU.
+extern unsigned char* g_static_shared;
+extern unsigned char* g_dynamic_shared;
+extern uint64_t g_launch_number;
+constexpr size_t kStaticSharedBytes = 48 * 1024;  // a GPU block's static shared memory at most
+// The offset of `bytes` aligned to `align` in the launch's static shared memory, there poisoned in every block's.
+// Past kStaticSharedBytes the launch fails (cudaErrorLaunchFailure) and the offset is 0.
+size_t place_shared(size_t bytes, size_t align);
+
+struct SharedPlace {
+  uint64_t launch = 0;  // the launch that placed it (0: none yet)
+  size_t offset = 0;
+};
+// Site: a lambda's closure type, one per declaration and per instantiation of the function around it.
+template <typename T, typename Site> T& block_shared(Site) {
+  static_assert(std::is_trivially_default_constructible<T>::value && std::is_trivially_destructible<T>::value,
+                "shared memory is never constructed or destroyed: its variables have no initialiser");
+  static SharedPlace place;
+  if (place.launch != g_launch_number) place = {g_launch_number, place_shared(sizeof(T), alignof(T))};
+  return *reinterpret_cast<T*>(g_static_shared + place.offset);
+}
+template <typename T> T* dynamic_shared() { return reinterpret_cast<T*>(g_dynamic_shared); }
 
 void block_barrier();
 // Parks the calling thread until *counter >= target (returns at once if it already is): the wait of a grid
@@ -337,8 +367,10 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 namespace emu {
 using KernelBody = std::function<void()>;  // one thread's run of the kernel
 // Runs the launch now, or records it when `stream` is capturing (a replay runs it the same way, cooperative
-// or not); a bad configuration or a stuck block becomes the error cudaGetLastError() returns.
-void submit_launch(dim3 grid, dim3 block, cudaStream_t stream, KernelBody body, bool cooperative);
+// or not), each block with `dynamic_shared_bytes` of dynamic shared memory; a bad configuration or a stuck block
+// becomes the error cudaGetLastError() returns.
+void submit_launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, cudaStream_t stream, KernelBody body,
+                   bool cooperative);
 // The most blocks of `block_threads` threads a cooperative launch may have (0 for an invalid block size):
 // the emulator's stand-in for the occupancy API a GPU build sizes its persistent grid with.
 int cooperative_max_blocks(int block_threads);
@@ -351,14 +383,14 @@ template <typename... Params, typename... Args> KernelBody bind_kernel(void (*ke
 }  // namespace emu
 
 template <typename... Params, typename... Args>
-void emu_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t /*dynamic_smem*/, cudaStream_t stream,
+void emu_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream,
                 Args&&... args) {
-  emu::submit_launch(grid, block, stream, emu::bind_kernel(kernel, std::forward<Args>(args)...), false);
+  emu::submit_launch(grid, block, dynamic_smem, stream, emu::bind_kernel(kernel, std::forward<Args>(args)...), false);
 }
 // As emu_launch, with every block resident at once (cudaLaunchCooperativeKernel): blocks may wait for each
 // other in emu::wait_until_at_least. More than 1024 threads in all fail with cudaErrorCooperativeLaunchTooLarge.
 template <typename... Params, typename... Args>
-void emu_launch_cooperative(void (*kernel)(Params...), dim3 grid, dim3 block, size_t /*dynamic_smem*/,
+void emu_launch_cooperative(void (*kernel)(Params...), dim3 grid, dim3 block, size_t dynamic_smem,
                             cudaStream_t stream, Args&&... args) {
-  emu::submit_launch(grid, block, stream, emu::bind_kernel(kernel, std::forward<Args>(args)...), true);
+  emu::submit_launch(grid, block, dynamic_smem, stream, emu::bind_kernel(kernel, std::forward<Args>(args)...), true);
 }

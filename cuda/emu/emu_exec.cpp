@@ -12,11 +12,15 @@
 // it finishes or until its only unfinished business is a wait in wait_until_at_least (a grid barrier) that
 // its own threads cannot end; then the scheduler picks the next block among those that can make progress
 // (index order with seed 0, else a seeded random one). Blocks therefore interleave only at such waits, which
-// is why a block's __shared__ memory (`static`, one copy for all blocks) must not be live across one, and why
-// atomics and __threadfence() stay exact: nothing runs between the read and the write of an atomic, and
+// is why atomics and __threadfence() stay exact: nothing runs between the read and the write of an atomic, and
 // every write is visible to whatever runs after it. When no block can make progress (every unfinished
 // thread waits for a condition nobody can make true, or at a barrier some threads never reach) the launch
 // fails with cudaErrorLaunchFailure instead of hanging.
+//
+// Shared memory: every resident block has its own static area (the variables a launch uses, placed at their first
+// use: emu::block_shared) and dynamic area (the launch's bytes), poisoned when the launch places them; blocks run
+// one after another share one, so a block finds what the block before it left, as on a GPU's multiprocessor. The
+// scheduler points emu::g_static_shared and g_dynamic_shared at the running block's before it resumes the block.
 //
 // Fibers switch with a hand-written x86-64 context switch (callee-saved registers + stack pointer),
 // about a hundred times cheaper than swapcontext, which makes a system call per switch; other
@@ -39,6 +43,9 @@ uint3 g_thread_idx;
 uint3 g_block_idx;
 dim3 g_block_dim;
 dim3 g_grid_dim;
+unsigned char* g_static_shared = nullptr;
+unsigned char* g_dynamic_shared = nullptr;
+uint64_t g_launch_number = 0;
 
 void set_launch_error(cudaError_t error);  // emu_runtime.cpp keeps the sticky error
 extern "C" __attribute__((visibility("hidden"))) void emu_fiber_main();
@@ -183,6 +190,42 @@ struct StackPool {
   }
 };
 
+// The resident blocks' shared memory, one slice per block, each its static area then its dynamic area, page-aligned;
+// mapped for the largest launch yet, touched only where poisoned: a slice's dynamic area when the launch starts,
+// a variable in every slice when the launch places it (place_shared).
+struct SharedPool {
+  unsigned char* base = nullptr;
+  size_t mapped = 0;
+  size_t slice_bytes = 0;    // this launch's, per resident block
+  size_t dynamic_bytes = 0;  // this launch's dynamic shared memory per block
+  int slices = 0;            // this launch's resident blocks
+  size_t static_used = 0;    // bytes of the static area this launch has placed so far
+
+  unsigned char* static_area(int slice) const { return base + (size_t)slice * slice_bytes; }
+  unsigned char* dynamic_area(int slice) const { return static_area(slice) + kStaticSharedBytes; }
+  // Maps and poisons the slices of a launch of `n` resident blocks; false if that failed.
+  bool ready(int n, size_t dynamic);
+};
+constexpr unsigned char kSharedPoison = 0xff;  // NaN as a float, -1 as an integer
+
+bool SharedPool::ready(int n, size_t dynamic) {
+  const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  slice_bytes = (kStaticSharedBytes + dynamic + page - 1) / page * page;
+  dynamic_bytes = dynamic;
+  slices = n;
+  static_used = 0;
+  const size_t need = slice_bytes * (size_t)n;
+  if (need > mapped) {
+    if (base) munmap(base, mapped);
+    void* p = mmap(nullptr, need, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    base = p == MAP_FAILED ? nullptr : static_cast<unsigned char*>(p);
+    mapped = base ? need : 0;
+    if (!base) return false;
+  }
+  for (int slice = 0; slice < n; slice++) memset(dynamic_area(slice), kSharedPoison, dynamic);
+  return true;
+}
+
 // One slot per stack: the resident blocks (one at a time, or all of a cooperative launch) take consecutive
 // slices of the fibers and their run orders. A block of n threads has ceil(n / 32) <= n warps, so the warps
 // of kMaxThreadsPerBlock threads in blocks of any size fit kMaxThreadsPerBlock collectives.
@@ -191,11 +234,14 @@ Wait g_waits[kMaxThreadsPerBlock];
 int g_orders[kMaxThreadsPerBlock];
 WarpCollective g_warps[kMaxThreadsPerBlock];
 StackPool g_stacks;
+SharedPool g_shared;
 
 struct Block {
   uint3 idx{0, 0, 0};
   int n_threads = 0;
   int first_slot = 0;  // its fibers' stack slots are first_slot .. first_slot + n_threads - 1
+  unsigned char* static_shared = nullptr;   // its slice of g_shared
+  unsigned char* dynamic_shared = nullptr;
   Fiber* fibers = nullptr;
   Wait* waits = nullptr;  // waits[t]: fibers[t]'s
   int* order = nullptr;  // the order a pass over the block runs its ready fibers in
@@ -216,10 +262,12 @@ Context g_scheduler;
 
 int warps_in(int n_threads) { return (n_threads + kWarpSize - 1) / kWarpSize; }
 
-// Gives the block the `slice`-th slice of fibers, orders and warps, with the thread indices of `shape`.
+// Gives the block the `slice`-th slice of fibers, orders, warps and shared memory, with the thread indices of `shape`.
 void place_block(Block& b, int slice, dim3 shape) {
   b.n_threads = (int)(shape.x * shape.y * shape.z);
   b.first_slot = slice * b.n_threads;
+  b.static_shared = g_shared.static_area(slice);
+  b.dynamic_shared = g_shared.dynamic_area(slice);
   b.fibers = g_fibers + b.first_slot;
   b.waits = g_waits + b.first_slot;
   b.order = g_orders + b.first_slot;
@@ -329,6 +377,8 @@ Progress run_block() {
 Progress resume_block(Block& b) {
   g_block = b;
   g_block_idx = b.idx;  // g_block_dim and g_grid_dim are the launch's, set once
+  g_static_shared = b.static_shared;
+  g_dynamic_shared = b.dynamic_shared;
   const Progress progress = run_block();
   b = g_block;
   return progress;
@@ -450,11 +500,22 @@ uint64_t warp_exchange(unsigned mask, uint64_t value, int src_lane) {
   return w.result[lane];
 }
 
+size_t place_shared(size_t bytes, size_t align) {
+  const size_t offset = (g_shared.static_used + align - 1) / align * align;
+  if (offset + bytes > kStaticSharedBytes) {
+    g_block.failed = true;
+    return 0;
+  }
+  g_shared.static_used = offset + bytes;
+  for (int slice = 0; slice < g_shared.slices; slice++) memset(g_shared.static_area(slice) + offset, kSharedPoison, bytes);
+  return offset;
+}
+
 int cooperative_max_blocks(int block_threads) {
   return block_threads >= 1 && block_threads <= kMaxThreadsPerBlock ? kMaxThreadsPerBlock / block_threads : 0;
 }
 
-void run_launch(dim3 grid, dim3 block, const KernelBody& body, bool cooperative) {
+void run_launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const KernelBody& body, bool cooperative) {
   if (!valid_configuration(grid, block)) {
     set_launch_error(cudaErrorInvalidConfiguration);
     return;
@@ -464,10 +525,11 @@ void run_launch(dim3 grid, dim3 block, const KernelBody& body, bool cooperative)
     set_launch_error(cudaErrorCooperativeLaunchTooLarge);
     return;
   }
-  if (!g_stacks.ready()) {
+  if (!g_stacks.ready() || !g_shared.ready(cooperative ? (int)n_blocks : 1, dynamic_shared_bytes)) {
     set_launch_error(cudaErrorMemoryAllocation);
     return;
   }
+  g_launch_number++;  // every block_shared variable is placed anew
   g_body = &body;
   g_block_dim = block;
   g_grid_dim = grid;

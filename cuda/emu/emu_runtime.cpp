@@ -12,6 +12,7 @@
 struct EmuGraphNode {
   cudaGraphNodeType type;
   dim3 grid, block;
+  size_t dynamic_shared_bytes;
   emu::KernelBody body;
   bool cooperative;
 };
@@ -27,7 +28,7 @@ struct EmuEvent {
 };
 
 namespace emu {
-void run_launch(dim3 grid, dim3 block, const KernelBody& body, bool cooperative);  // emu_exec.cpp
+void run_launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const KernelBody& body, bool cooperative);  // emu_exec.cpp
 
 namespace {
 // The emulated device: launch shapes computed from these match an H100/H200, so the emulator runs the
@@ -62,13 +63,14 @@ void set_launch_error(cudaError_t error) {
   if (g_sticky == cudaSuccess) g_sticky = error;
 }
 
-void submit_launch(dim3 grid, dim3 block, cudaStream_t stream, KernelBody body, bool cooperative) {
+void submit_launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, cudaStream_t stream, KernelBody body,
+                   bool cooperative) {
   EmuStream* s = resolve(stream);
   if (s->capture) {
-    s->capture->nodes.push_back({cudaGraphNodeTypeKernel, grid, block, std::move(body), cooperative});
+    s->capture->nodes.push_back({cudaGraphNodeTypeKernel, grid, block, dynamic_shared_bytes, std::move(body), cooperative});
     return;
   }
-  run_launch(grid, block, body, cooperative);
+  run_launch(grid, block, dynamic_shared_bytes, body, cooperative);
 }
 }  // namespace emu
 
@@ -267,7 +269,8 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsig
 }
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   if (!exec) return cudaErrorInvalidResourceHandle;
-  for (const EmuGraphNode& node : exec->nodes) emu::submit_launch(node.grid, node.block, stream, node.body, node.cooperative);
+  for (const EmuGraphNode& node : exec->nodes)
+    emu::submit_launch(node.grid, node.block, node.dynamic_shared_bytes, stream, node.body, node.cooperative);
   return cudaSuccess;
 }
 cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* count) {

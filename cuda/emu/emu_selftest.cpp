@@ -1,6 +1,7 @@
 // Deliberately broken launches, exported so test/kernels.emu.test.ts can check that the emulator reports
-// misuse as a launch error instead of hanging (cuda_emu.h), and grid barriers in cooperative launches, which
-// must compute the right sums. Returns cudaGetLastError() after the launch, or kWrongResult.
+// misuse as a launch error instead of hanging (cuda_emu.h), grid barriers in cooperative launches, which
+// must compute the right sums, and shared memory that is each block's own. Returns cudaGetLastError() after
+// the launch, or kWrongResult.
 #include "cuda_emu.h"
 
 #include <limits.h>
@@ -17,6 +18,9 @@ enum SelfTest {
   kGridBarrierBlockAbsent = 6,     // cooperative, but one block never arrives: the others wait forever
   kCooperativeTooLarge = 7,        // one block (of 256 threads) more than cooperative_max_blocks allows
   kGridBarrierInGraph = 8,         // cooperative launch captured on a stream, then replayed as a graph
+  kSharedPerBlock = 9,       // cooperative: each block's shared memory, static and dynamic, holds its own across a wait
+  kSharedStartsPoisoned = 10,  // blocks one after another: the first finds poison in shared memory, the next its leftovers
+  kStaticSharedTooLarge = 11,  // one byte over the 48 KiB of static shared memory a block may have
 };
 constexpr int kWrongResult = -1;  // the launch ran, but the kernel computed wrong values
 constexpr int kBlock = 64;
@@ -135,6 +139,76 @@ int grid_barrier_in_graph() {
   return result;
 }
 
+// ---- shared memory per block ------------------------------------------------------------------------------
+constexpr int kSharedBlocks = 2, kSharedThreads = 64;
+constexpr unsigned kPoisonWord = 0xffffffffu;  // four poison bytes
+
+struct SharedData {
+  unsigned arrivals;                    // both blocks count themselves in, then wait for both
+  int wrong[kSharedBlocks];             // per block: the threads that read back another value than they wrote
+  unsigned first_seen[kSharedBlocks];   // per block: the static variable before the block wrote it
+};
+SharedData g_shared_data;
+
+int shared_value(int block, int thread) { return 1000 * (block + 1) + thread; }
+
+// Every thread writes its value into the block's dynamic shared memory and thread 0 the block's index into a static
+// variable; the block crosses a grid-barrier wait, then every thread reads both back.
+void shared_per_block_kernel(SharedData* data) {
+  __shared__ int block_index;
+  extern __shared__ int values[];
+  values[threadIdx.x] = shared_value((int)blockIdx.x, (int)threadIdx.x);
+  if (threadIdx.x == 0) block_index = (int)blockIdx.x;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    atomicAdd(&data->arrivals, 1u);
+    emu::wait_until_at_least(&data->arrivals, gridDim.x);
+  }
+  __syncthreads();
+  if (values[threadIdx.x] != shared_value((int)blockIdx.x, (int)threadIdx.x) || block_index != (int)blockIdx.x)
+    atomicAdd(&data->wrong[blockIdx.x], 1);
+}
+
+// Thread 0 records what the static variable holds before the block writes it.
+void shared_first_seen_kernel(SharedData* data) {
+  __shared__ unsigned seen;
+  if (threadIdx.x == 0) {
+    data->first_seen[blockIdx.x] = seen;
+    seen = blockIdx.x;
+  }
+}
+
+void static_shared_too_large_kernel(int* out) {
+  __shared__ char bytes[48 * 1024 + 1];
+  bytes[threadIdx.x] = 1;
+  out[threadIdx.x] = bytes[threadIdx.x];
+}
+
+int shared_per_block() {
+  g_shared_data = {};
+  emu_launch_cooperative(shared_per_block_kernel, kSharedBlocks, kSharedThreads, kSharedThreads * sizeof(int), nullptr,
+                         &g_shared_data);
+  const cudaError_t error = cudaGetLastError();
+  if (error != cudaSuccess) return error;
+  for (int wrong : g_shared_data.wrong)
+    if (wrong) return kWrongResult;
+  return cudaSuccess;
+}
+
+// Twice, so the second launch's first block could find the first launch's leftovers: one block of each finds
+// poison, the other block the index the first left.
+int shared_starts_poisoned() {
+  for (int launch = 0; launch < 2; launch++) {
+    g_shared_data = {};
+    emu_launch(shared_first_seen_kernel, kSharedBlocks, kSharedThreads, 0, nullptr, &g_shared_data);
+    const cudaError_t error = cudaGetLastError();
+    if (error != cudaSuccess) return error;
+    const unsigned* seen = g_shared_data.first_seen;
+    if (!(seen[0] == kPoisonWord && seen[1] == 0) && !(seen[1] == kPoisonWord && seen[0] == 1)) return kWrongResult;
+  }
+  return cudaSuccess;
+}
+
 }  // namespace
 
 extern "C" int emu_selftest(int which) {
@@ -164,6 +238,13 @@ extern "C" int emu_selftest(int which) {
       return launch_grid_barrier(true, kCoopBlocks + 1, kNoAbsentBlock);
     case kGridBarrierInGraph:
       return grid_barrier_in_graph();
+    case kSharedPerBlock:
+      return shared_per_block();
+    case kSharedStartsPoisoned:
+      return shared_starts_poisoned();
+    case kStaticSharedTooLarge:
+      emu_launch(static_shared_too_large_kernel, 1, kBlock, 0, nullptr, out);
+      break;
     default:
       return cudaErrorInvalidValue;
   }

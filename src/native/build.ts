@@ -2,13 +2,15 @@
 // with DECODE_FLOOR_CARRIED=1, a library whose sources hash matches is used as built: see stampOf).
 //   cpu  — the CPU backend: the CPU twins cuda/*.cpp + the shared op table, g++ (its own thread pool; OpenMP only for simd)
 //   cuda — the CUDA backend: cuda/*.cu kernels + runtime, nvcc for sm_90 plus PTX (other GPUs JIT)
-//   emu  — the same .cu sources compiled by g++ against cuda/emu/cuda_emu.h: the kernels' code on the CPU
+//   emu  — the same .cu sources compiled by g++ against cuda/emu/cuda_emu.h: the kernels' code on the CPU (from a copy
+//          under build/emu-src/ whose shared-memory declarations are each emulated block's own: emu-source.ts)
 //   cupti — the CUPTI tracer, its own library so the CUDA one loads without CUPTI
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, readdirSync, realpathSync, statSync, writeFileSync } from "node:fs";
-import { basename, dirname, join, resolve } from "node:path";
+import { existsSync, mkdirSync, readFileSync, readdirSync, realpathSync, renameSync, statSync, writeFileSync } from "node:fs";
+import { basename, dirname, join, relative, resolve } from "node:path";
 
 import { opTableHeader } from "../ops.ts";
+import { emuSource } from "./emu-source.ts";
 
 /** The project root; DECODE_FLOOR_ROOT overrides it for bundled copies of the CLI (see scripts/device-check.sh). */
 export const ROOT = process.env.DECODE_FLOOR_ROOT ?? resolve(import.meta.dir, "../..");
@@ -16,6 +18,8 @@ export const BUILD_DIR = join(ROOT, "build");
 const CUDA_DIR = join(ROOT, "cuda");
 /** Headers generated from TypeScript sources (op_table.h from src/ops.ts). */
 const GENERATED_INCLUDE = join(BUILD_DIR, "include");
+/** The emulator's copies of cuda/ (emu-source.ts), laid out as there so that includes resolve among the copies. */
+const EMU_SOURCES = join(BUILD_DIR, "emu-src");
 export const CUDA_HOME = process.env.CUDA_HOME ?? "/usr/local/cuda";
 const NVCC = process.env.NVCC ?? (existsSync(join(CUDA_HOME, "bin/nvcc")) ? join(CUDA_HOME, "bin/nvcc") : "nvcc");
 /** Set to 1 where libraries travelled with their stamps (scripts/device-check.sh on a lent GPU): see stampOf. */
@@ -56,6 +60,17 @@ interface Recipe {
   command: (out: string) => string[];
   /** the flags that say where this machine keeps a dependency, appended to the command and not hashed */
   located?: (say: (line: string) => void) => string[];
+  /** files the build writes before compiling (the emulator's copies of the sources), hashed into the stamp */
+  generated?: () => { path: string; text: string }[];
+}
+
+/** Writes `text` to `path` unless it already holds it (renamed into place: a concurrent build reads old or new). */
+function writeIfChanged(path: string, text: string): void {
+  if (existsSync(path) && readFileSync(path, "utf8") === text) return;
+  mkdirSync(dirname(path), { recursive: true });
+  const tmp = `${path}.${process.pid}.tmp`;
+  writeFileSync(tmp, text);
+  renameSync(tmp, path);
 }
 
 /** Files under `root` (links followed, each folder once) whose name passes `match`, the shallowest first. */
@@ -118,11 +133,18 @@ function recipe(target: Target): Recipe {
     case "emu": {
       const emuDir = join(CUDA_DIR, "emu");
       const sources = [...kernelSources(), ...filesIn(emuDir, ".cpp"), plan];
-      const flags = ["-O2", "-g", "-fPIC", "-shared", "-std=c++20", "-Wall", "-Werror", "-Wno-unknown-pragmas", `-I${emuDir}`, `-I${GENERATED_INCLUDE}`];
+      // every file is compiled from its copy, headers included
+      const copy = (f: string) => join(EMU_SOURCES, relative(CUDA_DIR, f));
+      const copied = [...sources, ...filesIn(CUDA_DIR, ".h"), ...filesIn(emuDir, ".h")];
+      const flags = ["-O2", "-g", "-fPIC", "-shared", "-std=c++20", "-Wall", "-Werror", "-Wno-unknown-pragmas", `-I${copy(emuDir)}`, `-I${GENERATED_INCLUDE}`];
       // .cu files are compiled as C++ with the emulation header forced in first
-      const cu = kernelSources().flatMap((f) => ["-x", "c++", "-include", join(emuDir, "cuda_emu.h"), f]);
-      const rest = [...filesIn(emuDir, ".cpp"), plan];
-      return { sources, command: (out) => ["g++", ...flags, ...cu, "-x", "none", ...rest, "-o", out, "-lpthread"] };
+      const cu = kernelSources().flatMap((f) => ["-x", "c++", "-include", copy(join(emuDir, "cuda_emu.h")), copy(f)]);
+      const rest = [...filesIn(emuDir, ".cpp"), plan].map(copy);
+      return {
+        sources,
+        command: (out) => ["g++", ...flags, ...cu, "-x", "none", ...rest, "-o", out, "-lpthread"],
+        generated: () => copied.map((f) => ({ path: copy(f), text: emuSource(readFileSync(f, "utf8"), f) })),
+      };
     }
     case "cuda": {
       const sources = [...kernelSources(), plan];
@@ -156,6 +178,7 @@ function stampOf(r: Recipe, compilerVersion: string): { full: string; sources: s
   const h = createHash("sha256");
   h.update(portable(r.command("OUT").slice(1).join(" "))); // the flags, not where the compiler is
   for (const f of [...r.sources, ...headers()]) h.update(portable(f)).update(readFileSync(f));
+  for (const g of r.generated?.() ?? []) h.update(portable(g.path)).update(portable(g.text));
   h.update(opTableHeader());
   const sources = h.digest("hex");
   return { full: createHash("sha256").update(compilerVersion).update(sources).digest("hex"), sources };
@@ -226,6 +249,7 @@ export function ensureBuilt(target: Target, opts: BuildOptions = {}): BuildResul
   mkdirSync(BUILD_DIR, { recursive: true });
   const say = (line: string) => { if (!opts.quiet) process.stderr.write(`${line}\n`); };
   say(`building ${target} library…`);
+  for (const g of r.generated?.() ?? []) writeIfChanged(g.path, g.text);
   const tmp = `${out}.tmp`;
   const p = Bun.spawnSync([...r.command(tmp), ...(r.located?.(say) ?? [])], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
   const log = p.stdout.toString() + p.stderr.toString();
