@@ -31,13 +31,13 @@ export function biomeProblems(): string {
   return r.status === 0 ? "" : `${r.stdout}${r.stderr}`.trim();
 }
 
-/** Those of `files` that clang-format would change. */
+/** Those of `files` that clang-format would change (one run over all of them). */
 export function unformattedCpp(files: string[]): string[] {
-  return files.filter((file) => {
-    const r = run("clang-format", [`--style=file:${join(ROOT, ".clang-format")}`, "--dry-run", "--Werror", file]);
-    if (r.error) throw r.error;
-    return r.status !== 0;
-  });
+  const r = run("clang-format", [`--style=file:${join(ROOT, ".clang-format")}`, "--dry-run", "--Werror", ...files]);
+  if (r.error) throw r.error;
+  const flagged = new Set([...r.stderr.matchAll(/^(.+?):\d+:\d+: error:/gm)].map((m) => m[1]!));
+  if (r.status !== 0 && flagged.size === 0) throw new Error(`clang-format failed: ${r.stderr.trim()}`);
+  return files.filter((f) => flagged.has(f));
 }
 
 if (import.meta.main) {
