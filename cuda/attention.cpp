@@ -35,8 +35,8 @@ template <typename S> void store_row(S* dst, const float* src, int n) {
 }  // namespace
 
 // k_cache_b, v_cache_b: (max_ctx, C) rows [pos_b, pos_b + T) = the k and v parts of qkv: (B·T, 3C)
-extern "C" void op_kv_append(void* k_cache, void* v_cache, const float* qkv, const int* state, int B, int T, int C, int max_ctx,
-                             int kvdtype) {
+extern "C" void op_kv_append(void* k_cache, void* v_cache, const float* qkv, const int* state, int B, int T, int C,
+                             int max_ctx, int kvdtype) {
   OpTimer timer(OP_KV_APPEND);
   if (cpu_reject_unless(is_storage_type(kvdtype))) return;
   with_storage(kvdtype, [&](auto storage) {
@@ -58,9 +58,9 @@ extern "C" size_t op_attention_scratch_bytes(int, int, int, int) { return 0; }
 
 namespace {
 
-constexpr int kKeysPerRange = 32;                 // one query: 192 KB of K and V rows per chunk at C = 768
-constexpr int kQueryBlock = 64;                   // many queries: queries per chunk (a multiple of kTileCols)
-constexpr int kKeyBlock = 64;                     // many queries: keys scored at a time
+constexpr int kKeysPerRange = 32;  // one query: 192 KB of K and V rows per chunk at C = 768
+constexpr int kQueryBlock = 64;    // many queries: queries per chunk (a multiple of kTileCols)
+constexpr int kKeyBlock = 64;      // many queries: keys scored at a time
 static_assert(kQueryBlock % kTileCols == 0, "a query block is whole micro-tile panels");
 
 // Keys that query t (absolute position pos + t) attends to: cache rows [0, visible_keys).
@@ -97,8 +97,8 @@ template <typename S> void add_scaled_widened(float* acc, float p, const S* v, i
 
 // slots: (n_head, hs + 2) for keys [j0, j1)     scores: (n_head, j1 - j0) scratch     q: (C)
 template <typename S>
-void attend_key_range(float* slots, float* scores, const float* q, const S* k_cache, const S* v_cache, int j0, int j1, int C,
-                      int n_head, float scale) {
+void attend_key_range(float* slots, float* scores, const float* q, const S* k_cache, const S* v_cache, int j0, int j1,
+                      int C, int n_head, float scale) {
   const int hs = C / n_head, n = j1 - j0;
   for (int j = 0; j < n; j++) {
     const S* k = k_cache + (size_t)(j0 + j) * C;
@@ -121,7 +121,8 @@ void attend_key_range(float* slots, float* scores, const float* q, const S* k_ca
   }
   for (int j = 0; j < n; j++) {
     const S* v = v_cache + (size_t)(j0 + j) * C;
-    for (int h = 0; h < n_head; h++) add_scaled_widened(slots + (size_t)h * slot_floats(hs) + 2, scores[h * n + j], v + h * hs, hs);
+    for (int h = 0; h < n_head; h++)
+      add_scaled_widened(slots + (size_t)h * slot_floats(hs) + 2, scores[h * n + j], v + h * hs, hs);
   }
 }
 
@@ -152,8 +153,8 @@ void merge_ranges(float* out, const float* slots, int ranges, int C, int n_head)
 // every sequence are one list of chunks, shared by the threads; each sequence's slots are merged in range
 // order afterwards, so a sequence's result depends neither on the threads nor on the other sequences.
 template <typename S>
-void attend_one_query_each(float* out, const float* qkv, const S* k_cache, const S* v_cache, const int* state, int B, int C,
-                           int n_head, int max_ctx) {
+void attend_one_query_each(float* out, const float* qkv, const S* k_cache, const S* v_cache, const int* state, int B,
+                           int C, int n_head, int max_ctx) {
   const int hs = C / n_head;
   const float scale = 1.0f / sqrtf((float)hs);
   const size_t range_floats = (size_t)n_head * slot_floats(hs);
@@ -178,11 +179,12 @@ void attend_one_query_each(float* out, const float* qkv, const S* k_cache, const
       const int b = (int)(std::upper_bound(firsts, firsts + B + 1, (int)r) - firsts) - 1;
       const int j0 = ((int)r - firsts[b]) * kKeysPerRange;
       const size_t cache_offset = (size_t)b * max_ctx * C;
-      attend_key_range(all + range_floats * r, scores.data(), qkv + (size_t)b * 3 * C, k_cache + cache_offset, v_cache + cache_offset, j0,
-                       std::min(visible[b], j0 + kKeysPerRange), C, n_head, scale);
+      attend_key_range(all + range_floats * r, scores.data(), qkv + (size_t)b * 3 * C, k_cache + cache_offset,
+                       v_cache + cache_offset, j0, std::min(visible[b], j0 + kKeysPerRange), C, n_head, scale);
     }
   });
-  for (int b = 0; b < B; b++) merge_ranges(out + (size_t)b * C, all + range_floats * firsts[b], firsts[b + 1] - firsts[b], C, n_head);
+  for (int b = 0; b < B; b++)
+    merge_ranges(out + (size_t)b * C, all + range_floats * firsts[b], firsts[b + 1] - firsts[b], C, n_head);
 }
 
 // ---- Many queries: one head × a block of queries -----------------------------------------------------------
@@ -269,7 +271,8 @@ void fold_scores(QueryBlockScratch& w, int n, int kb0, int hs, float scale) {
   }
 }
 
-// out rows [t0, t1) (at most kQueryBlock), head h: queries from qkv (T, 3C) against cache rows [0, visible_keys(t1 - 1)).
+// out rows [t0, t1) (at most kQueryBlock), head h: queries from qkv (T, 3C) against cache rows [0, visible_keys(t1 -
+// 1)).
 template <typename S>
 void attend_query_block(float* out, const float* qkv, const S* k_cache, const S* v_cache, int pos, int t0, int t1,
                         int h, int C, int n_head, int max_ctx) {
@@ -298,8 +301,9 @@ void attend_query_block(float* out, const float* qkv, const S* k_cache, const S*
     fold_scores(w, n, kb0, hs, scale);
     for (int panel = 0; panel < kQueryBlock; panel += kTileCols)
       for (int r0 = 0; r0 < hs; r0 += kTileRows)
-        tile_multiply_rows(std::min(kTileRows, hs - r0), n, v_cols.rows_from(r0), w.scores_t.data() + panel, kQueryBlock,
-                           w.acc_t.data() + (size_t)r0 * kQueryBlock + panel, kQueryBlock, TileOut::kAdd, nullptr);
+        tile_multiply_rows(std::min(kTileRows, hs - r0), n, v_cols.rows_from(r0), w.scores_t.data() + panel,
+                           kQueryBlock, w.acc_t.data() + (size_t)r0 * kQueryBlock + panel, kQueryBlock, TileOut::kAdd,
+                           nullptr);
   }
   for (int q = 0; q < queries; q++) {
     float* y = out + (size_t)(t0 + q) * C + h * hs;
@@ -339,8 +343,8 @@ extern "C" void op_attention(float* out, float*, const float* qkv, const void* k
     if (T == 1) return attend_one_query_each(out, qkv, k, v, state, B, C, n_head, max_ctx);
     for (int b = 0; b < B; b++) {
       const size_t cache_offset = (size_t)b * max_ctx * C, row0 = (size_t)b * T;
-      attend_sequence(out + row0 * C, qkv + row0 * 3 * C, k + cache_offset, v + cache_offset, state[b * STATE_INTS + STATE_POS], T, C,
-                      n_head, max_ctx);
+      attend_sequence(out + row0 * C, qkv + row0 * 3 * C, k + cache_offset, v + cache_offset,
+                      state[b * STATE_INTS + STATE_POS], T, C, n_head, max_ctx);
     }
   });
 }

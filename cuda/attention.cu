@@ -12,8 +12,8 @@ constexpr size_t kScratchAlignment = 16;
 
 // ---- op_kv_append -------------------------------------------------------------------------------------------
 // k_cache, v_cache: (B, max_ctx, C) in K  qkv: (B·T, 3C) as [q | k | v]
-// grid: (T, B)  block: (kKvAppendThreads); row pos_b + t of sequence b's caches (skipped past max_ctx): n_units units of
-// kWidth values (16 bytes of K: kWidth = 4 floats or 8 halves; read as float4s), then the rest one by one.
+// grid: (T, B)  block: (kKvAppendThreads); row pos_b + t of sequence b's caches (skipped past max_ctx): n_units units
+// of kWidth values (16 bytes of K: kWidth = 4 floats or 8 halves; read as float4s), then the rest one by one.
 template <typename K, int kWidth>
 __global__ void __launch_bounds__(kKvAppendThreads)
     kv_append_kernel(K* __restrict__ k_cache, K* __restrict__ v_cache, const float* __restrict__ qkv,
@@ -38,22 +38,24 @@ __global__ void __launch_bounds__(kKvAppendThreads)
   }
 }
 
-extern "C" void op_kv_append(void* k_cache, void* v_cache, const float* qkv, const int* state, int B, int T, int C, int max_ctx,
-                             int kvdtype) {
+extern "C" void op_kv_append(void* k_cache, void* v_cache, const float* qkv, const int* state, int B, int T, int C,
+                             int max_ctx, int kvdtype) {
   if (rt_reject_unless(is_storage_type(kvdtype) && B >= 1 && T >= 1)) return;
   with_storage(kvdtype, [&](auto kind) {
     using K = decltype(kind);
     constexpr int V = kVecOf<K>;
     const bool vec = C % V == 0 && aligned16(k_cache) && aligned16(v_cache) && aligned16(qkv);
     const auto kernel = vec ? kv_append_kernel<K, V> : kv_append_kernel<K, 1>;
-    launch_op(kernel, {.grid = dim3(T, B), .block = kKvAppendThreads}, static_cast<K*>(k_cache), static_cast<K*>(v_cache), qkv,
-              state, T, C, max_ctx, vec ? C / V : 0);
+    launch_op(kernel, {.grid = dim3(T, B), .block = kKvAppendThreads}, static_cast<K*>(k_cache),
+              static_cast<K*>(v_cache), qkv, state, T, C, max_ctx, vec ? C / V : 0);
   });
 }
 
 // ---- op_attention -------------------------------------------------------------------------------------------
 static int attention_chunks(int max_ctx) { return ceil_div(max_ctx, kAttnKeysPerChunk); }
-static size_t align_scratch(size_t bytes) { return (bytes + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment; }
+static size_t align_scratch(size_t bytes) {
+  return (bytes + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
+}
 
 struct ScratchSizes {
   size_t counters, stats, acc;
@@ -62,7 +64,8 @@ struct ScratchSizes {
 // of different rows share one scratch, and one step's partials must never land on another's counters.
 static ScratchSizes scratch_sizes(int rows, int C, int n_head, int max_ctx) {
   const size_t partials = (size_t)rows * n_head * attention_chunks(max_ctx);
-  return {align_scratch((size_t)max_ctx * n_head * sizeof(unsigned)), align_scratch(partials * kStatsPerChunk * sizeof(float)),
+  return {align_scratch((size_t)max_ctx * n_head * sizeof(unsigned)),
+          align_scratch(partials * kStatsPerChunk * sizeof(float)),
           align_scratch(partials * (C / n_head) * sizeof(float))};
 }
 
@@ -74,7 +77,8 @@ static AttnScratch scratch_layout(float* scratch, int rows, int C, int n_head, i
 }
 
 // grid: (n_chunks, n_head, B·T)  block: (kAttnThreads): one block per (chunk, head, row) of the body (cuda/attention.h)
-template <typename K, int kWidth> __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a, Overlap overlap) {
+template <typename K, int kWidth>
+__global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a, Overlap overlap) {
   __shared__ AttnShared<kWidth> shared;
   attention<K, kWidth>(a, own_launch(overlap), shared);
 }
@@ -92,8 +96,15 @@ extern "C" void op_attention(float* out, float* scratch, const float* qkv, const
   if (rt_reject_unless(is_storage_type(kvdtype) && heads_fit && B >= 1 && T >= 1 && B * T <= max_ctx)) return;
   const int hs = C / n_head;
   const dim3 grid(attention_chunks(max_ctx), n_head, B * T);
-  const AttnArgs a = {.out = out, .scratch = scratch_layout(scratch, B * T, C, n_head, max_ctx), .qkv = qkv,
-                      .k_cache = k_cache, .v_cache = v_cache, .state = state, .T = T, .C = C, .n_head = n_head,
+  const AttnArgs a = {.out = out,
+                      .scratch = scratch_layout(scratch, B * T, C, n_head, max_ctx),
+                      .qkv = qkv,
+                      .k_cache = k_cache,
+                      .v_cache = v_cache,
+                      .state = state,
+                      .T = T,
+                      .C = C,
+                      .n_head = n_head,
                       .max_ctx = max_ctx};
   with_storage(kvdtype, [&](auto kind) {
     using K = decltype(kind);

@@ -15,7 +15,7 @@ constexpr int kAttnKeysPerChunk = 64;
 constexpr int kAttnThreads = 256;
 constexpr int kAttnMaxHeadSize = 128;
 constexpr int kAttnLanesPerKey = kAttnThreads / kAttnKeysPerChunk;  // threads sharing one key's score: 4
-constexpr int kAttnMergeBatch = 8;                                  // chunks whose partials a merging thread loads at once
+constexpr int kAttnMergeBatch = 8;  // chunks whose partials a merging thread loads at once
 // Dependent L2 round trips besides the cache stream (the kernel model's chain): the state before the keys, then the
 // merge as a matvec's; kv_append's: the state before the rows.
 constexpr int kAttnChainL2Trips = 4;
@@ -23,8 +23,9 @@ constexpr int kKvAppendChainL2Trips = 1;
 static_assert(kAttnLanesPerKey >= 1 && kWarpSize % kAttnLanesPerKey == 0, "a key's threads sit in one warp");
 static_assert(kAttnMaxHeadSize <= kAttnThreads, "the merge gives each head dimension a thread");
 
-// Loads per thread, one per unit of kWidth elements (16 bytes, or one element): a key lane's share of a key row (hs / kWidth / 4 units), and
-// a value thread's keys (64 / (256 / (hs / kWidth)) of them); both at most 128 / 4 / kWidth for hs <= 128.
+// Loads per thread, one per unit of kWidth elements (16 bytes, or one element): a key lane's share of a key row (hs /
+// kWidth / 4 units), and a value thread's keys (64 / (256 / (hs / kWidth)) of them); both at most 128 / 4 / kWidth for
+// hs <= 128.
 template <int kWidth> struct AttnUnits {
   static constexpr int value = kAttnMaxHeadSize / kAttnLanesPerKey / kWidth;
 };
@@ -60,8 +61,8 @@ template <typename K, int kWidth> struct ChunkRows {
 };
 
 template <typename K, int kWidth>
-__device__ __forceinline__ void load_chunk_rows(ChunkRows<K, kWidth>& r, const K* k, const K* v, int key0, int lo, int hi,
-                                                int C, int hs) {
+__device__ __forceinline__ void load_chunk_rows(ChunkRows<K, kWidth>& r, const K* k, const K* v, int key0, int lo,
+                                                int hi, int C, int hs) {
   const int units = hs / kWidth;
   const int key = key0 + (int)threadIdx.x / kAttnLanesPerKey, sub = threadIdx.x % kAttnLanesPerKey;
   const int parts = kAttnThreads / units, part = threadIdx.x / units, g = threadIdx.x % units;
@@ -78,8 +79,8 @@ __device__ __forceinline__ void load_chunk_rows(ChunkRows<K, kWidth>& r, const K
 // One chunk of n_keys keys (>= 1) from key0 for one (query, head): scores into p, then the partial
 // (max, sum, acc) into stats/acc. q: the head's query (hs floats) pre-scaled in shared memory.
 template <typename K, int kWidth>
-__device__ __forceinline__ void attend_chunk(float* stats, float* acc, const ChunkRows<K, kWidth>& r, const float* q, float* p,
-                                             Cols<kWidth>* value_partial, int n_keys, int hs) {
+__device__ __forceinline__ void attend_chunk(float* stats, float* acc, const ChunkRows<K, kWidth>& r, const float* q,
+                                             float* p, Cols<kWidth>* value_partial, int n_keys, int hs) {
   const int units = hs / kWidth;
   const int j = threadIdx.x / kAttnLanesPerKey, sub = threadIdx.x % kAttnLanesPerKey;
   float s = 0.0f;
@@ -190,8 +191,9 @@ template <typename K> __device__ __forceinline__ L2Lines attention_lines(const A
   if (key0 >= end) return {};
   const int hs = a.C / a.n_head;
   const size_t at_row = ((size_t)b * a.max_ctx + key0) * a.C + (size_t)h * hs;
-  return {reinterpret_cast<const char*>(static_cast<const K*>(a.k_cache) + at_row), reinterpret_cast<const char*>(static_cast<const K*>(a.v_cache) + at_row),
-          (size_t)a.C * sizeof(K), end - key0, (int)(hs * sizeof(K))};
+  return {reinterpret_cast<const char*>(static_cast<const K*>(a.k_cache) + at_row),
+          reinterpret_cast<const char*>(static_cast<const K*>(a.v_cache) + at_row), (size_t)a.C * sizeof(K), end - key0,
+          (int)(hs * sizeof(K))};
 }
 
 // grid: (n_chunks, n_head, B·T)  block: (kAttnThreads); block (c, h, row) takes keys [c * 64, (c + 1) * 64) of the
@@ -220,11 +222,13 @@ __device__ __forceinline__ void attention(const AttnArgs& a, const BlockPlace& a
   if (key0 < n_keys) {
     load_chunk_rows<K, kWidth>(rows, k, v, key0, pos, n_keys, C, hs);
     const float scale = 1.0f / sqrtf((float)hs);
-    for (int d = threadIdx.x; d < hs; d += blockDim.x) shared.q[d] = __ldcg(a.qkv + (size_t)row * 3 * C + h * hs + d) * scale;
+    for (int d = threadIdx.x; d < hs; d += blockDim.x)
+      shared.q[d] = __ldcg(a.qkv + (size_t)row * 3 * C + h * hs + d) * scale;
     __syncthreads();
     float* stats = a.scratch.stats + ((size_t)th * n_chunks + chunk) * kStatsPerChunk;
     float* acc = a.scratch.acc + ((size_t)th * n_chunks + chunk) * hs;
-    attend_chunk<K, kWidth>(stats, acc, rows, shared.q, shared.p, shared.value_partial, min(kAttnKeysPerChunk, n_keys - key0), hs);
+    attend_chunk<K, kWidth>(stats, acc, rows, shared.q, shared.p, shared.value_partial,
+                            min(kAttnKeysPerChunk, n_keys - key0), hs);
   }
   if (!arrive_last(a.scratch.counters + th, n_chunks, &is_last)) return;
   merge_chunks(a.out + (size_t)row * C + h * hs, a.scratch.stats + (size_t)th * n_chunks * kStatsPerChunk,

@@ -31,7 +31,8 @@ template <int kWidth> __device__ __forceinline__ void store_cols(float* p, const
     *p = c.v[0];
   } else {
 #pragma unroll
-    for (int i = 0; i < kWidth; i += 4) *reinterpret_cast<float4*>(p + i) = make_float4(c.v[i], c.v[i + 1], c.v[i + 2], c.v[i + 3]);
+    for (int i = 0; i < kWidth; i += 4)
+      *reinterpret_cast<float4*>(p + i) = make_float4(c.v[i], c.v[i + 1], c.v[i + 2], c.v[i + 3]);
   }
 }
 

@@ -55,7 +55,8 @@ template <int N, size_t... I> inline float sum_halves(typename Floats<N>::type v
   if constexpr (N == 1) {
     return v[0];
   } else {  // one vextract (or shuffle) and one add per level
-    const typename Floats<N / 2>::type low = __builtin_shufflevector(v, v, I...), high = __builtin_shufflevector(v, v, (I + N / 2)...);
+    const typename Floats<N / 2>::type low = __builtin_shufflevector(v, v, I...),
+                                       high = __builtin_shufflevector(v, v, (I + N / 2)...);
     return sum_halves<N / 2>(low + high, std::make_index_sequence<N / 4 ? N / 4 : 1>{});
   }
 }
@@ -63,7 +64,9 @@ template <int N, size_t... I> inline float sum_halves(typename Floats<N>::type v
 
 // The lanes' sum as a tree (the high half added to the low half, until one lane is left): the same sum
 // wherever it is taken, in log2(kVecFloats) dependent adds.
-inline float sum_lanes(vecf v) { return cpu_math_detail::sum_halves<kVecFloats>(v, std::make_index_sequence<kVecFloats / 2>{}); }
+inline float sum_lanes(vecf v) {
+  return cpu_math_detail::sum_halves<kVecFloats>(v, std::make_index_sequence<kVecFloats / 2>{});
+}
 
 // ---- Storage types (cuda/ops.h) ---------------------------------------------------------------------------
 //
@@ -103,7 +106,8 @@ template <typename U, typename F> inline U f16_to_f32_bits(U h) {
   const U magnitude = (h & 0x7fffu) << 13, exponent = magnitude & kF16ExponentMask;
   const U normal = magnitude + kF16Rebias;
   const U special = (normal + kF16Rebias) | (magnitude != kF16ExponentMask ? U{} + 0x00400000u : U{});  // NaN quiet bit
-  const U subnormal = __builtin_bit_cast(U, __builtin_bit_cast(F, magnitude + kF16MinNormal) - __builtin_bit_cast(F, U{} + kF16MinNormal));
+  const U subnormal = __builtin_bit_cast(
+      U, __builtin_bit_cast(F, magnitude + kF16MinNormal) - __builtin_bit_cast(F, U{} + kF16MinNormal));
   const U sign = (h & 0x8000u) << 16;
   return sign | (exponent == kF16ExponentMask ? special : exponent == 0 ? subnormal : normal);
 }
@@ -126,7 +130,8 @@ inline vecf load_widened(const Bf16* p) {  // vpmovzxwd, vpslld (GCC splits the 
   memcpy(&bits, p, sizeof bits);
 #if defined(__AVX512F__)
   constexpr __mmask16 kAll = 0xffff;  // zero-masking forms that keep every lane (see F16 below)
-  return __builtin_bit_cast(vecf, _mm512_maskz_slli_epi32(kAll, _mm512_maskz_cvtepu16_epi32(kAll, __builtin_bit_cast(__m256i, bits)), 16));
+  return __builtin_bit_cast(
+      vecf, _mm512_maskz_slli_epi32(kAll, _mm512_maskz_cvtepu16_epi32(kAll, __builtin_bit_cast(__m256i, bits)), 16));
 #else
   return __builtin_bit_cast(vecf, __builtin_convertvector(bits, vec_u32) << 16);
 #endif
@@ -140,7 +145,8 @@ inline vecf load_widened(const F16* p) {
 #elif defined(__F16C__) && defined(__AVX__)
   return __builtin_bit_cast(vecf, _mm256_cvtph_ps(__builtin_bit_cast(__m128i, bits)));  // vcvtph2ps ymm
 #else
-  return __builtin_bit_cast(vecf, cpu_math_detail::f16_to_f32_bits<vec_u32, vecf>(__builtin_convertvector(bits, vec_u32)));
+  return __builtin_bit_cast(vecf,
+                            cpu_math_detail::f16_to_f32_bits<vec_u32, vecf>(__builtin_convertvector(bits, vec_u32)));
 #endif
 }
 
@@ -182,7 +188,7 @@ template <typename S> inline S narrow_to(float x) { return narrow(x, (S*)nullptr
 namespace cpu_math_detail {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;  // ln 2 split so r = x - n ln2 stays exact
-constexpr float kExpClamp = 88.0f;                                 // e^88 is near FLT_MAX
+constexpr float kExpClamp = 88.0f;                                // e^88 is near FLT_MAX
 }  // namespace cpu_math_detail
 
 // max and min as comparisons: one vmaxps / vminps in a vectorised loop (fmaxf's NaN rules make GCC call libm)
@@ -225,7 +231,8 @@ struct StridedA {
 enum class TileOut { kStore, kStoreBias, kAdd };
 
 template <int Rows>
-inline void tile_multiply(int k, StridedA a, const float* b, size_t ldb, float* c, size_t ldc, TileOut out, const float* bias) {
+inline void tile_multiply(int k, StridedA a, const float* b, size_t ldb, float* c, size_t ldc, TileOut out,
+                          const float* bias) {
   vecf acc[Rows][kTileVecs] = {};
   const float* a_col = a.data;
   for (int p = 0; p < k; p++, a_col += a.col_stride) {
@@ -253,8 +260,8 @@ inline void tile_multiply(int k, StridedA a, const float* b, size_t ldb, float* 
 
 // tile_multiply for any rows in 1..kTileRows (the last row block of a matrix).
 template <int Rows = kTileRows>
-inline void tile_multiply_rows(int rows, int k, StridedA a, const float* b, size_t ldb, float* c, size_t ldc, TileOut out,
-                               const float* bias) {
+inline void tile_multiply_rows(int rows, int k, StridedA a, const float* b, size_t ldb, float* c, size_t ldc,
+                               TileOut out, const float* bias) {
   if constexpr (Rows > 1) {
     if (rows < Rows) return tile_multiply_rows<Rows - 1>(rows, k, a, b, ldb, c, ldc, out, bias);
   }

@@ -87,7 +87,8 @@ void futex_wake_all(std::atomic<uint32_t>& word) {
 
 // Polls `done()` for kSpinNs, then sleeps on `word` (announced through `sleepers`) until done() holds.
 // The waker changes `word` before it reads `sleepers` (both sequentially consistent), so no wake-up is lost.
-template <typename Done> void spin_then_sleep(std::atomic<uint32_t>& word, std::atomic<int>& sleepers, const Done& done) {
+template <typename Done>
+void spin_then_sleep(std::atomic<uint32_t>& word, std::atomic<int>& sleepers, const Done& done) {
   const int64_t give_up = now_ns() + kSpinNs;
   for (int i = 0; !done(); i++) {
     cpu_relax();
@@ -200,7 +201,8 @@ class Pool {
       std::atomic_thread_fence(std::memory_order_acquire);  // newer fields read above make the swap below fail
       if (chunk >= (uint32_t)chunks) return;
       // Success means the chunk was unclaimed, so the job (and the fields just read) was still this one.
-      if (!ticket_.compare_exchange_weak(ticket, ticket + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+      if (!ticket_.compare_exchange_weak(ticket, ticket + 1, std::memory_order_acq_rel, std::memory_order_acquire))
+        continue;
       fn(body, (int)chunk);
       if ((int)done_.fetch_add(1) + 1 == chunks && caller_sleeping_.load() > 0) futex_wake_all(done_);
       ticket = ticket_.load(std::memory_order_acquire);

@@ -14,13 +14,13 @@ extern "C" {
 // Device description, naturally aligned with no padding, read field by field from TypeScript at the offsets
 // of CU_DEVICE_INFO (src/native/cuda-symbols.ts; test/abi-layout.test.ts checks them against offsetof).
 typedef struct CuDeviceInfo {
-  char name[256];                    // NUL-terminated
-  int32_t cc_major;                  // compute capability
+  char name[256];    // NUL-terminated
+  int32_t cc_major;  // compute capability
   int32_t cc_minor;
-  int32_t sm_count;                  // multiprocessors
-  int32_t sm_clock_khz;              // peak SM clock
+  int32_t sm_count;      // multiprocessors
+  int32_t sm_clock_khz;  // peak SM clock
   uint64_t total_mem_bytes;
-  int32_t mem_clock_khz;             // peak memory clock
+  int32_t mem_clock_khz;  // peak memory clock
   int32_t mem_bus_width_bits;
   int32_t l2_bytes;
   int32_t max_smem_per_block_optin;  // bytes
@@ -52,8 +52,8 @@ int cu_event_destroy(void* event);
 //                            may start while its predecessor runs and waits for it in-kernel (cuda/launch.h); the
 //                            emulator runs it in order
 //   CU_CAPTURE_PERSISTENT    one node: the persistent step kernel running the plan's ops as tasks (cuda/persistent.cu);
-//                            cudaErrorNotSupported for a plan it cannot run (an unfused op, a prefill, a scalar variant,
-//                            a cache in another storage type than the weights)
+//                            cudaErrorNotSupported for a plan it cannot run (an unfused op, a prefill, a scalar
+//                            variant, a cache in another storage type than the weights)
 enum { CU_CAPTURE_PLAIN = 0, CU_CAPTURE_PROGRAMMATIC = 1, CU_CAPTURE_PERSISTENT = 2 };
 void* cu_graph_capture(const Plan* plan, int kind);
 int cu_graph_launch(void* graph, int n);  // n back-to-back replays on the current stream, no host sync
@@ -64,7 +64,7 @@ typedef struct CuLaunchShape {
   int32_t block[3];
 } CuLaunchShape;
 int cu_plan_launch_shapes(const Plan* plan, CuLaunchShape* out, int max);
-int cu_graph_kernel_nodes(void* graph);   // kernel nodes in the captured graph (negative: -error)
+int cu_graph_kernel_nodes(void* graph);  // kernel nodes in the captured graph (negative: -error)
 int cu_graph_destroy(void* graph);
 
 // Eager-native: n plan_run calls, every kernel launched from C++, no host sync.
@@ -76,8 +76,9 @@ int cu_measure_copy_bandwidth(uint64_t bytes, int iters, double* out_bytes_per_s
 int cu_measure_fp32_peak(double* out_flops_per_s);
 
 // The launch floor, from n empty kernels: out[0] host µs per eager launch call, out[1] device µs per kernel
-// launched back to back from a full queue (behind a spin kernel), out[2] device µs per kernel node of a graph replay, out[3] per node of a graph captured
-// with programmatic dependent launch (each kernel lets its successor start and waits for its predecessor).
+// launched back to back from a full queue (behind a spin kernel), out[2] device µs per kernel node of a graph replay,
+// out[3] per node of a graph captured with programmatic dependent launch (each kernel lets its successor start and
+// waits for its predecessor).
 int cu_measure_launch(int n, double* out);
 // The persistent step's grid barrier, n in a row in one cooperative launch on the fp32 single-sequence step's
 // resident blocks: out[0] device µs per barrier, out[1] the blocks, out[2] µs per barrier with skewed arrivals

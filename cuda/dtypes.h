@@ -24,9 +24,12 @@ template <typename W> constexpr int kVecOf = kAccessBytes / (int)sizeof(W);
 
 // Calls f(W{}) with W the element type of a known dtype (check is_storage_type first).
 template <typename F> inline void with_storage(int dtype, F&& f) {
-  if (dtype == DTYPE_BF16) f(__nv_bfloat16{});
-  else if (dtype == DTYPE_F16) f(__half{});
-  else f(float{});
+  if (dtype == DTYPE_BF16)
+    f(__nv_bfloat16{});
+  else if (dtype == DTYPE_F16)
+    f(__half{});
+  else
+    f(float{});
 }
 
 // kWidth consecutive elements of W as loaded: 32-bit words holding them (a 16-byte access, or one element).
@@ -63,8 +66,10 @@ template <typename W, int kWidth> __device__ __forceinline__ float widen(const P
 
 // The bits of x rounded to nearest even in a 16-bit type K.
 template <typename K> __device__ __forceinline__ uint32_t rounded_bits(float x) {
-  if constexpr (std::is_same_v<K, __nv_bfloat16>) return __bfloat16_as_ushort(__float2bfloat16_rn(x));
-  else return __half_as_ushort(__float2half_rn(x));
+  if constexpr (std::is_same_v<K, __nv_bfloat16>)
+    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+  else
+    return __half_as_ushort(__float2half_rn(x));
 }
 
 // p[0, n) = v rounded to K, as one access (n = 8 or 4: 16 or 8 bytes of halves; n floats as float4s) or one element.
@@ -75,7 +80,8 @@ template <typename K, int n> __device__ __forceinline__ void store_rounded(K* p,
       *p = v[0];
     } else {
 #pragma unroll
-      for (int i = 0; i < n; i += 4) *reinterpret_cast<float4*>(p + i) = make_float4(v[i], v[i + 1], v[i + 2], v[i + 3]);
+      for (int i = 0; i < n; i += 4)
+        *reinterpret_cast<float4*>(p + i) = make_float4(v[i], v[i + 1], v[i + 2], v[i + 3]);
     }
   } else if constexpr (n == 1) {
     *reinterpret_cast<unsigned short*>(p) = (unsigned short)rounded_bits<K>(v[0]);
@@ -83,14 +89,20 @@ template <typename K, int n> __device__ __forceinline__ void store_rounded(K* p,
     uint32_t w[n / 2];
 #pragma unroll
     for (int i = 0; i < n / 2; i++) w[i] = rounded_bits<K>(v[2 * i]) | rounded_bits<K>(v[2 * i + 1]) << 16;
-    if constexpr (n == 8) *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
-    else *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
+    if constexpr (n == 8)
+      *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+    else
+      *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
   }
 }
 
 // The same into element `at` of a buffer stored in `dtype` (a DTYPE_* code, checked by the launcher).
-template <int n> __device__ __forceinline__ void store_rounded_as(int dtype, void* base, size_t at, const float (&v)[n]) {
-  if (dtype == DTYPE_BF16) store_rounded<__nv_bfloat16, n>(static_cast<__nv_bfloat16*>(base) + at, v);
-  else if (dtype == DTYPE_F16) store_rounded<__half, n>(static_cast<__half*>(base) + at, v);
-  else store_rounded<float, n>(static_cast<float*>(base) + at, v);
+template <int n>
+__device__ __forceinline__ void store_rounded_as(int dtype, void* base, size_t at, const float (&v)[n]) {
+  if (dtype == DTYPE_BF16)
+    store_rounded<__nv_bfloat16, n>(static_cast<__nv_bfloat16*>(base) + at, v);
+  else if (dtype == DTYPE_F16)
+    store_rounded<__half, n>(static_cast<__half*>(base) + at, v);
+  else
+    store_rounded<float, n>(static_cast<float*>(base) + at, v);
 }

@@ -41,12 +41,14 @@ __global__ void __launch_bounds__(kElementwiseThreads)
 
 extern "C" void op_gelu(float* out, const float* inp, int N) {
   const int n_vec4 = vec4_count(N, out, inp);
-  const Geometry at = {.grid = ceil_div(elementwise_threads(N, n_vec4), kElementwiseThreads), .block = kElementwiseThreads};
+  const Geometry at = {.grid = ceil_div(elementwise_threads(N, n_vec4), kElementwiseThreads),
+                       .block = kElementwiseThreads};
   launch_op(gelu_kernel, at, out, inp, N, n_vec4);
 }
 
 extern "C" void op_residual(float* out, const float* a, const float* b, int N) {
   const int n_vec4 = vec4_count(N, out, a, b);
-  const Geometry at = {.grid = ceil_div(elementwise_threads(N, n_vec4), kElementwiseThreads), .block = kElementwiseThreads};
+  const Geometry at = {.grid = ceil_div(elementwise_threads(N, n_vec4), kElementwiseThreads),
+                       .block = kElementwiseThreads};
   launch_op(residual_kernel, at, out, a, b, N, n_vec4);
 }

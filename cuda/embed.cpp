@@ -7,14 +7,15 @@ namespace {
 // out: (C) = token_row + position_row, both widened from their storage type
 template <typename S> void add_rows(float* out, const S* token_row, const S* position_row, int C) {
   int c = 0;
-  for (; c + kVecFloats <= C; c += kVecFloats) store_vec(out + c, load_widened(token_row + c) + load_widened(position_row + c));
+  for (; c + kVecFloats <= C; c += kVecFloats)
+    store_vec(out + c, load_widened(token_row + c) + load_widened(position_row + c));
   for (; c < C; c++) out[c] = widen(token_row[c]) + widen(position_row[c]);
 }
 }  // namespace
 
 // out: (B·T, C) = wte[seq_b[pos_b + t]] + wpe[pos_b + t]     wte: (V, C)  wpe: (max_ctx, C), both in wdtype
-extern "C" void op_embed(float* out, const int* seq, const int* state, const void* wte, const void* wpe, int B, int T, int C,
-                         int max_ctx, int wdtype) {
+extern "C" void op_embed(float* out, const int* seq, const int* state, const void* wte, const void* wpe, int B, int T,
+                         int C, int max_ctx, int wdtype) {
   OpTimer timer(OP_EMBED);
   if (cpu_reject_unless(is_storage_type(wdtype))) return;
   with_storage(wdtype, [&](auto storage) {

@@ -8,7 +8,8 @@
 #include "ops.h"
 
 constexpr int kEmbedThreads = 256;
-constexpr int kEmbedChainL2Trips = 2;  // dependent L2 round trips (the kernel model's chain): the state, the token id, then the rows
+constexpr int kEmbedChainL2Trips =
+    2;  // dependent L2 round trips (the kernel model's chain): the state, the token id, then the rows
 
 // out: (B·T, C) = wte[seq_b[pos_b + t]] + wpe[pos_b + t]     seq: (B, max_ctx + 1)  wte: (V, C)  wpe: (max_ctx, C) in W
 struct EmbedArgs {

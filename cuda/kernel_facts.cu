@@ -18,10 +18,14 @@ static int chain_l2_trips(OpCode op) {
   switch (op) {
     case OP_EMBED: return kEmbedChainL2Trips;
     case OP_LAYERNORM: return kLayernormChainL2Trips;
-    case OP_LINEAR: case OP_LN_QKV: case OP_LN_LINEAR_GELU: case OP_LINEAR_RESIDUAL: return kMatvecChainL2Trips;
+    case OP_LINEAR:
+    case OP_LN_QKV:
+    case OP_LN_LINEAR_GELU:
+    case OP_LINEAR_RESIDUAL: return kMatvecChainL2Trips;
     case OP_KV_APPEND: return kKvAppendChainL2Trips;
     case OP_ATTENTION: return kAttnChainL2Trips;
-    case OP_GELU: case OP_RESIDUAL: return kElementwiseChainL2Trips;
+    case OP_GELU:
+    case OP_RESIDUAL: return kElementwiseChainL2Trips;
     case OP_LM_HEAD: return kLmHeadChainL2Trips;
     case OP_ARGMAX: return kArgmaxChainL2Trips;
     case OP_LN_LM_HEAD_ARGMAX: return kLnLmHeadArgmaxChainL2Trips;
@@ -35,8 +39,9 @@ static int matvec_min_blocks_per_sm(int dtype, int rows) {
   with_storage(dtype, [&](auto w) {
     with_batch_bucket(rows, [&](auto r) {
       constexpr int V = kVecOf<decltype(w)>, R = decltype(r)::value;
-      static_assert(MatvecShape<V, R, kInputAsIs>::kMinBlocksPerSm == MatvecShape<V, R, kInputLayernorm>::kMinBlocksPerSm,
-                    "every matvec op of an instantiation fits as many blocks");
+      static_assert(
+          MatvecShape<V, R, kInputAsIs>::kMinBlocksPerSm == MatvecShape<V, R, kInputLayernorm>::kMinBlocksPerSm,
+          "every matvec op of an instantiation fits as many blocks");
       n = MatvecShape<V, R, kInputAsIs>::kMinBlocksPerSm;
     });
   });

@@ -13,9 +13,7 @@ struct OpScratch {
   unsigned* counters;
   float* partials;
 };
-inline OpScratch op_scratch(float* buffer) {
-  return {reinterpret_cast<unsigned*>(buffer), buffer + kMaxGridCounters};
-}
+inline OpScratch op_scratch(float* buffer) { return {reinterpret_cast<unsigned*>(buffer), buffer + kMaxGridCounters}; }
 inline size_t op_scratch_bytes(size_t partial_bytes) { return kMaxGridCounters * sizeof(unsigned) + partial_bytes; }
 // Bytes of partial results a matvec of at most max_rows rows with C <= max_in and OC <= max_out leaves
 // (cuda/linear.cu); op_partials_bytes (cuda/lm_head.cu) takes the largest of the merging ops'.
@@ -30,7 +28,8 @@ __device__ __forceinline__ bool arrive_last(unsigned* counter, unsigned group_bl
   if (threadIdx.x == 0) {
     DeviceCounter count(*counter);
     *is_last = count.fetch_add(1u, cuda::std::memory_order_acq_rel) + 1 == group_blocks;
-    // every block of the group has counted: the next launch (or task, after the grid barrier's release) starts from zero
+    // every block of the group has counted: the next launch (or task, after the grid barrier's release) starts from
+    // zero
     if (*is_last) count.store(0u, cuda::std::memory_order_relaxed);
   }
 #ifndef PLANT_MISSING_BARRIER  // planted for test/kernels.emu.test.ts: threads may read is_last before it is set

@@ -21,10 +21,11 @@ bool rt_overlapped();                       // while capturing the graph-pdl ste
 // programmatic stream serialization while rt_overlapped(). The emulator runs kernels one after another, so a
 // programmatic launch is plain stream order there.
 #ifdef __CUDACC__
-// A launch with one launch attribute (programmatic serialization, cooperative) and `smem` bytes of dynamic shared memory.
+// A launch with one launch attribute (programmatic serialization, cooperative) and `smem` bytes of dynamic shared
+// memory.
 template <typename... Params, typename... Args>
-void launch_with(cudaLaunchAttribute attribute, cudaStream_t stream, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                 Args&&... args) {
+void launch_with(cudaLaunchAttribute attribute, cudaStream_t stream, void (*kernel)(Params...), dim3 grid, dim3 block,
+                 size_t smem, Args&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
@@ -118,12 +119,15 @@ struct BlockPlace {
   unsigned* arrivals;        // the persistent step's grid barrier (null: a launch of its own)
   unsigned arrivals_needed;  // arrivals that mean the previous task is done (0: nothing to wait for)
   bool overlapped;           // a launch of its own that may overlap its predecessor (graph-pdl)
-  const LookAhead* look_ahead;  // the persistent step: what to request into L2 behind the block's loads (in shared memory)
+  const LookAhead*
+      look_ahead;  // the persistent step: what to request into L2 behind the block's loads (in shared memory)
 };
 // A kernel's last parameter where it may overlap its predecessor (graph-pdl): then it pins its early loads before
 // the wait. cuda/dispatch.h supplies it. A bool: as a class or an enum, ptxas gives the scalar bodies other registers.
 using Overlap = bool;
-__device__ __forceinline__ BlockPlace own_launch(Overlap overlap = false) { return {blockIdx, gridDim, nullptr, 0u, overlap, nullptr}; }
+__device__ __forceinline__ BlockPlace own_launch(Overlap overlap = false) {
+  return {blockIdx, gridDim, nullptr, 0u, overlap, nullptr};
+}
 
 // The persistent step's grid barrier: a block counts itself in on `arrivals` when done with its share of a task, and
 // waits, before it reads a task's inputs, until every block has arrived from every earlier task. Thread 0 arrives (a
@@ -183,7 +187,7 @@ inline bool rt_reject_unless(bool supported) {
   return !supported;
 }
 
-constexpr int kVecWidth = 4;           // floats per 16-byte access
+constexpr int kVecWidth = 4;  // floats per 16-byte access
 constexpr uintptr_t kVecAlignment = 16;
 
 __host__ __device__ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }

@@ -23,7 +23,8 @@ void normalize_row(float* y, const float* x, const float* weight, const float* b
 }  // namespace
 
 // out: (T, C) = (inp - mean) / sqrt(var + eps) * weight + bias     inp: (T, C)  weight, bias: (C)
-extern "C" void op_layernorm(float* out, const float* inp, const float* weight, const float* bias, int T, int C, float eps) {
+extern "C" void op_layernorm(float* out, const float* inp, const float* weight, const float* bias, int T, int C,
+                             float eps) {
   OpTimer timer(OP_LAYERNORM);
   const long rows_per_chunk = C >= kRowFloatsPerChunk ? 1 : kRowFloatsPerChunk / C;
   parallel_range(T, rows_per_chunk, (long)T * C, [&](long t0, long t1) {

@@ -59,7 +59,8 @@ __global__ void __launch_bounds__(kLayernormThreads)
   }
 }
 
-extern "C" void op_layernorm(float* out, const float* inp, const float* weight, const float* bias, int T, int C, float eps) {
+extern "C" void op_layernorm(float* out, const float* inp, const float* weight, const float* bias, int T, int C,
+                             float eps) {
   const bool vec = row_vec4_count(C, out, inp, weight, bias) > 0;
   if (C > kLayernormThreads * kLayernormUnits * (vec ? kVecWidth : 1)) {
     rt_fail(cudaErrorInvalidValue);

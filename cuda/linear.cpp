@@ -36,7 +36,8 @@ int ceil_div(long a, long b) { return (int)((a + b - 1) / b); }
 // One output element's share of a pass: x[0:8] · (w0..w7 at one column), in the same order for every row and
 // width (a vector of columns or one column).
 template <typename V> inline V fold8(const float* x, const V (&w)[kRowsPerPass]) {
-  return (x[0] * w[0] + x[1] * w[1] + x[2] * w[2] + x[3] * w[3]) + (x[4] * w[4] + x[5] * w[5] + x[6] * w[6] + x[7] * w[7]);
+  return (x[0] * w[0] + x[1] * w[1] + x[2] * w[2] + x[3] * w[3]) +
+         (x[4] * w[4] + x[5] * w[5] + x[6] * w[6] + x[7] * w[7]);
 }
 
 // partial: (T, OC) = inp[:, c0:c1] @ weight[c0:c1, :]
@@ -58,7 +59,8 @@ void accumulate_band(float* partial, const float* inp, const S* weight, int T, i
     for (int o = 0; o < vector_cols; o += kVecFloats) {
       if (prefetch)
 #pragma GCC unroll 8
-        for (int b = 0; b < kPassBytesPerVector; b += 64) __builtin_prefetch(next_pass + (size_t)o * kRowsPerPass * sizeof(S) + b);
+        for (int b = 0; b < kPassBytesPerVector; b += 64)
+          __builtin_prefetch(next_pass + (size_t)o * kRowsPerPass * sizeof(S) + b);
       vecf wv[kRowsPerPass];
 #pragma GCC unroll 8
       for (int k = 0; k < kRowsPerPass; k++) wv[k] = load_widened(w + (size_t)k * OC + o);
@@ -135,11 +137,13 @@ void edge_tile(float* out, int OC, const float* a, int C, const float* panel, in
 template <typename S>
 void linear_panel_group(float* out, const float* inp, const S* weight, const float* bias, int C, int OC, int t0, int t1,
                         int p0, int p1) {
-  static thread_local std::vector<float> packed((size_t)kMaxPanelsPerChunk * kDepthBlock * kTileCols);  // 384 KB, per thread
+  static thread_local std::vector<float> packed((size_t)kMaxPanelsPerChunk * kDepthBlock *
+                                                kTileCols);  // 384 KB, per thread
   const auto panel = [&](int p) { return packed.data() + (size_t)(p - p0) * kDepthBlock * kTileCols; };
   for (int k0 = 0; k0 < C; k0 += kDepthBlock) {
     const int kc = std::min(kDepthBlock, C - k0);
-    for (int p = p0; p < p1; p++) pack_panel(panel(p), weight + (size_t)k0 * OC + p * kTileCols, OC, kc, std::min(kTileCols, OC - p * kTileCols));
+    for (int p = p0; p < p1; p++)
+      pack_panel(panel(p), weight + (size_t)k0 * OC + p * kTileCols, OC, kc, std::min(kTileCols, OC - p * kTileCols));
     const TileOut op = k0 == 0 ? TileOut::kStoreBias : TileOut::kAdd;
     for (int t = t0; t < t1; t += kTileRows) {
       const int rows = std::min(kTileRows, t1 - t);
@@ -170,7 +174,8 @@ void linear_many_rows(float* out, const float* inp, const S* weight, const float
     for (long c = c0; c < c1; c++) {
       const int g = (int)(c % groups), b = (int)(c / groups);
       const int t0 = b * rows_per_block, p0 = g * group;
-      linear_panel_group(out, inp, weight, bias, C, OC, t0, std::min(T, t0 + rows_per_block), p0, std::min(panels, p0 + group));
+      linear_panel_group(out, inp, weight, bias, C, OC, t0, std::min(T, t0 + rows_per_block), p0,
+                         std::min(panels, p0 + group));
     }
   });
 }
@@ -178,8 +183,8 @@ void linear_many_rows(float* out, const float* inp, const S* weight, const float
 }  // namespace
 
 // out: (rows, OC) = inp (rows, C) @ weight (C, OC) + bias (OC)
-extern "C" void op_linear(float* out, float*, const float* inp, const void* weight, const float* bias, int rows, int C, int OC,
-                          int wdtype) {
+extern "C" void op_linear(float* out, float*, const float* inp, const void* weight, const float* bias, int rows, int C,
+                          int OC, int wdtype) {
   OpTimer timer(OP_LINEAR);
   if (cpu_reject_unless(is_storage_type(wdtype))) return;
   with_storage(wdtype, [&](auto storage) {
@@ -191,11 +196,11 @@ extern "C" void op_linear(float* out, float*, const float* inp, const void* weig
   });
 }
 
-// ---- fused decode ops: the unfused twins in sequence (one row per sequence; the intermediate rows in a reused buffer),
-// their storage types checked first so that a rejected call writes nothing
-extern "C" void op_ln_qkv(float* qkv, void* k_cache, void* v_cache, float* partials, const float* x, const float* ln_weight,
-                          const float* ln_bias, const void* weight, const float* bias, const int* state, int B, int C, int max_ctx,
-                          float eps, int wdtype, int kvdtype) {
+// ---- fused decode ops: the unfused twins in sequence (one row per sequence; the intermediate rows in a reused
+// buffer), their storage types checked first so that a rejected call writes nothing
+extern "C" void op_ln_qkv(float* qkv, void* k_cache, void* v_cache, float* partials, const float* x,
+                          const float* ln_weight, const float* ln_bias, const void* weight, const float* bias,
+                          const int* state, int B, int C, int max_ctx, float eps, int wdtype, int kvdtype) {
   OpTimer timer(OP_LN_QKV);
   if (cpu_reject_unless(is_storage_type(wdtype) && is_storage_type(kvdtype))) return;
   static thread_local std::vector<float> normed;
@@ -205,8 +210,9 @@ extern "C" void op_ln_qkv(float* qkv, void* k_cache, void* v_cache, float* parti
   op_kv_append(k_cache, v_cache, qkv, state, B, 1, C, max_ctx, kvdtype);
 }
 
-extern "C" void op_ln_linear_gelu(float* out, float* partials, const float* x, const float* ln_weight, const float* ln_bias,
-                                  const void* weight, const float* bias, int B, int C, int OC, float eps, int wdtype) {
+extern "C" void op_ln_linear_gelu(float* out, float* partials, const float* x, const float* ln_weight,
+                                  const float* ln_bias, const void* weight, const float* bias, int B, int C, int OC,
+                                  float eps, int wdtype) {
   OpTimer timer(OP_LN_LINEAR_GELU);
   if (cpu_reject_unless(is_storage_type(wdtype))) return;
   static thread_local std::vector<float> normed;
@@ -216,8 +222,8 @@ extern "C" void op_ln_linear_gelu(float* out, float* partials, const float* x, c
   op_gelu(out, out, B * OC);
 }
 
-extern "C" void op_linear_residual(float* x, float* partials, const float* inp, const void* weight, const float* bias, int B, int C,
-                                   int OC, int wdtype) {
+extern "C" void op_linear_residual(float* x, float* partials, const float* inp, const void* weight, const float* bias,
+                                   int B, int C, int OC, int wdtype) {
   OpTimer timer(OP_LINEAR_RESIDUAL);
   if (cpu_reject_unless(is_storage_type(wdtype))) return;
   static thread_local std::vector<float> product;

@@ -7,12 +7,12 @@
 #include "linear.h"
 
 // Each kernel: kWidth elements of W per weight access, kRows rows (sequences) accumulated at once.
-#define MATVEC_KERNEL(name, op)                                                                                  \
-  template <typename W, int kWidth, int kRows>                                                                   \
-  __global__ void __launch_bounds__(kMatvecThreads, MatvecShape<kWidth, kRows, input_of(op)>::kMinBlocksPerSm)   \
-      name(MatvecArgs a, Overlap overlap) {                                                                      \
-    __shared__ MatvecShared<kWidth, kRows, input_of(op)> shared;                                                 \
-    matvec<W, kWidth, kRows, op>(a, own_launch(overlap), shared);                                                \
+#define MATVEC_KERNEL(name, op)                                                                                \
+  template <typename W, int kWidth, int kRows>                                                                 \
+  __global__ void __launch_bounds__(kMatvecThreads, MatvecShape<kWidth, kRows, input_of(op)>::kMinBlocksPerSm) \
+      name(MatvecArgs a, Overlap overlap) {                                                                    \
+    __shared__ MatvecShared<kWidth, kRows, input_of(op)> shared;                                               \
+    matvec<W, kWidth, kRows, op>(a, own_launch(overlap), shared);                                              \
   }
 // out: (rows, OC) = inp (rows, C) @ weight + bias
 MATVEC_KERNEL(linear_matvec_kernel, kOpLinear)
@@ -27,10 +27,14 @@ MATVEC_KERNEL(linear_residual_kernel, kOpLinearResidual)
 using MatvecKernel = void (*)(MatvecArgs, Overlap);
 
 template <MatvecOp kOp, typename W, int kWidth, int kRows> MatvecKernel matvec_kernel() {
-  if constexpr (kOp == kOpLinear) return linear_matvec_kernel<W, kWidth, kRows>;
-  else if constexpr (kOp == kOpLnQkv) return ln_qkv_kernel<W, kWidth, kRows>;
-  else if constexpr (kOp == kOpLnLinearGelu) return ln_linear_gelu_kernel<W, kWidth, kRows>;
-  else return linear_residual_kernel<W, kWidth, kRows>;
+  if constexpr (kOp == kOpLinear)
+    return linear_matvec_kernel<W, kWidth, kRows>;
+  else if constexpr (kOp == kOpLnQkv)
+    return ln_qkv_kernel<W, kWidth, kRows>;
+  else if constexpr (kOp == kOpLnLinearGelu)
+    return ln_linear_gelu_kernel<W, kWidth, kRows>;
+  else
+    return linear_residual_kernel<W, kWidth, kRows>;
 }
 
 // The instantiation for `rows` rows: 16-byte accesses with 1, 2, 4 or MAX_BATCH accumulated rows (the fewest that hold
@@ -44,7 +48,9 @@ template <MatvecOp kOp, typename W> MatvecKernel pick_matvec(int rows, bool vec)
 // The persistent step's task form of a fused decode op (a plain linear has none).
 template <MatvecOp kOp> static StepTaskForm matvec_task(const MatvecArgs& a, bool vec, int wdtype) {
   static_assert(kOp != kOpLinear, "a plain linear has no task form");
-  const StepTaskKind kind = kOp == kOpLnQkv ? kTaskLnQkv : kOp == kOpLnLinearGelu ? kTaskLnLinearGelu : kTaskLinearResidual;
+  const StepTaskKind kind = kOp == kOpLnQkv          ? kTaskLnQkv
+                            : kOp == kOpLnLinearGelu ? kTaskLnLinearGelu
+                                                     : kTaskLinearResidual;
   const int kvdtype = kOp == kOpLnQkv ? a.kvdtype : kStepNone;
   return {.kind = kind, .vec = vec, .variant = {.wdtype = wdtype, .kvdtype = kvdtype, .rows = batch_bucket(a.rows)}};
 }
@@ -55,7 +61,8 @@ template <MatvecOp kOp> static void launch_matvec(const MatvecArgs& a, int wdtyp
   if (rt_reject_unless(is_storage_type(wdtype) && a.rows >= 1 && a.rows <= kMatvecMaxRows)) return;
   with_storage(wdtype, [&](auto w) {
     using W = decltype(w);
-    const bool vec = also_vec && a.OC % kVecOf<W> == 0 && aligned16(a.weight) && row_vec4_count(a.OC, a.out, a.bias) > 0;
+    const bool vec =
+        also_vec && a.OC % kVecOf<W> == 0 && aligned16(a.weight) && row_vec4_count(a.OC, a.out, a.bias) > 0;
     const int width = vec ? kVecOf<W> : 1;
     const dim3 grid(ceil_div(a.OC, kMatvecTileGroups * width), ceil_div(a.C, kMatvecRowsPerSplit));
     if ((int)grid.x > kMaxGridCounters || (a.ln_weight && a.C > kMatvecMaxLayernormC)) {
@@ -64,8 +71,10 @@ template <MatvecOp kOp> static void launch_matvec(const MatvecArgs& a, int wdtyp
     }
     const MatvecKernel kernel = pick_matvec<kOp, W>(a.rows, vec);
     const Geometry at = {.grid = grid, .block = kMatvecThreads};
-    if constexpr (kOp == kOpLinear) launch_op(kernel, at, a);
-    else launch_step_op(kernel, at, matvec_task<kOp>(a, vec, wdtype), a);
+    if constexpr (kOp == kOpLinear)
+      launch_op(kernel, at, a);
+    else
+      launch_step_op(kernel, at, matvec_task<kOp>(a, vec, wdtype), a);
   });
 }
 
@@ -112,7 +121,8 @@ __global__ void __launch_bounds__(kTiledThreads)
 #pragma unroll
     for (int e = tid; e < kTileK * kTileCols; e += kTiledThreads) {
       const int k = k0 + e / kTileCols, n = col0 + e % kTileCols;
-      weight_tile[e / kTileCols][e % kTileCols] = k < C && n < OC ? widen(load_packed<W, 1>(weight + (size_t)k * OC + n), 0) : 0.0f;
+      weight_tile[e / kTileCols][e % kTileCols] =
+          k < C && n < OC ? widen(load_packed<W, 1>(weight + (size_t)k * OC + n), 0) : 0.0f;
     }
     __syncthreads();
 #pragma unroll
@@ -140,8 +150,8 @@ __global__ void __launch_bounds__(kTiledThreads)
   }
 }
 
-extern "C" void op_linear(float* out, float* partials, const float* inp, const void* weight, const float* bias, int rows, int C, int OC,
-                          int wdtype) {
+extern "C" void op_linear(float* out, float* partials, const float* inp, const void* weight, const float* bias,
+                          int rows, int C, int OC, int wdtype) {
   if (rt_reject_unless(is_storage_type(wdtype))) return;
   if (rows > kMatvecMaxRows) {
     with_storage(wdtype, [&](auto w) {
@@ -152,32 +162,67 @@ extern "C" void op_linear(float* out, float* partials, const float* inp, const v
     });
     return;
   }
-  const MatvecArgs a = {.out = out, .scratch = op_scratch(partials), .inp = inp, .weight = weight, .bias = bias,
-                        .rows = rows, .C = C, .OC = OC};
+  const MatvecArgs a = {.out = out,
+                        .scratch = op_scratch(partials),
+                        .inp = inp,
+                        .weight = weight,
+                        .bias = bias,
+                        .rows = rows,
+                        .C = C,
+                        .OC = OC};
   launch_matvec<kOpLinear>(a, wdtype);
 }
 
-extern "C" void op_ln_qkv(float* qkv, void* k_cache, void* v_cache, float* partials, const float* x, const float* ln_weight,
-                          const float* ln_bias, const void* weight, const float* bias, const int* state, int B, int C, int max_ctx,
-                          float eps, int wdtype, int kvdtype) {
+extern "C" void op_ln_qkv(float* qkv, void* k_cache, void* v_cache, float* partials, const float* x,
+                          const float* ln_weight, const float* ln_bias, const void* weight, const float* bias,
+                          const int* state, int B, int C, int max_ctx, float eps, int wdtype, int kvdtype) {
   if (rt_reject_unless(is_storage_type(kvdtype))) return;
-  const MatvecArgs a = {.out = qkv, .scratch = op_scratch(partials), .inp = x, .weight = weight, .bias = bias,
-                        .rows = B, .C = C, .OC = 3 * C, .ln_weight = ln_weight, .ln_bias = ln_bias, .eps = eps,
-                        .k_cache = k_cache, .v_cache = v_cache, .kvdtype = kvdtype, .state = state, .max_ctx = max_ctx};
+  const MatvecArgs a = {.out = qkv,
+                        .scratch = op_scratch(partials),
+                        .inp = x,
+                        .weight = weight,
+                        .bias = bias,
+                        .rows = B,
+                        .C = C,
+                        .OC = 3 * C,
+                        .ln_weight = ln_weight,
+                        .ln_bias = ln_bias,
+                        .eps = eps,
+                        .k_cache = k_cache,
+                        .v_cache = v_cache,
+                        .kvdtype = kvdtype,
+                        .state = state,
+                        .max_ctx = max_ctx};
   // the vector variant's groups of k and v land in the caches' rows: they must start 16-byte aligned too
   launch_matvec<kOpLnQkv>(a, wdtype, aligned16(k_cache) && aligned16(v_cache));
 }
 
-extern "C" void op_ln_linear_gelu(float* out, float* partials, const float* x, const float* ln_weight, const float* ln_bias,
-                                  const void* weight, const float* bias, int B, int C, int OC, float eps, int wdtype) {
-  const MatvecArgs a = {.out = out, .scratch = op_scratch(partials), .inp = x, .weight = weight, .bias = bias,
-                        .rows = B, .C = C, .OC = OC, .ln_weight = ln_weight, .ln_bias = ln_bias, .eps = eps};
+extern "C" void op_ln_linear_gelu(float* out, float* partials, const float* x, const float* ln_weight,
+                                  const float* ln_bias, const void* weight, const float* bias, int B, int C, int OC,
+                                  float eps, int wdtype) {
+  const MatvecArgs a = {.out = out,
+                        .scratch = op_scratch(partials),
+                        .inp = x,
+                        .weight = weight,
+                        .bias = bias,
+                        .rows = B,
+                        .C = C,
+                        .OC = OC,
+                        .ln_weight = ln_weight,
+                        .ln_bias = ln_bias,
+                        .eps = eps};
   launch_matvec<kOpLnLinearGelu>(a, wdtype);
 }
 
-extern "C" void op_linear_residual(float* x, float* partials, const float* inp, const void* weight, const float* bias, int B, int C,
-                                   int OC, int wdtype) {
-  const MatvecArgs a = {.out = x, .scratch = op_scratch(partials), .inp = inp, .weight = weight, .bias = bias,
-                        .rows = B, .C = C, .OC = OC};
+extern "C" void op_linear_residual(float* x, float* partials, const float* inp, const void* weight, const float* bias,
+                                   int B, int C, int OC, int wdtype) {
+  const MatvecArgs a = {.out = x,
+                        .scratch = op_scratch(partials),
+                        .inp = inp,
+                        .weight = weight,
+                        .bias = bias,
+                        .rows = B,
+                        .C = C,
+                        .OC = OC};
   launch_matvec<kOpLinearResidual>(a, wdtype);
 }

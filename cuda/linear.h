@@ -26,15 +26,15 @@
 // Every sum is taken in an order that does not depend on the batch, so each row gets the bits it gets alone.
 constexpr int kMatvecThreads = 256;
 constexpr int kMatvecWarps = kMatvecThreads / kWarpSize;
-constexpr int kMatvecTileGroups = 8;                                  // column groups per block: 128 bytes of a row
-constexpr int kMatvecSubRows = kWarpSize / kMatvecTileGroups;         // weight rows per warp load instruction: 4
-constexpr int kMatvecSlots = kMatvecWarps * kMatvecSubRows;           // threads sharing a column group: 32
-constexpr int kMatvecLoads = 8;                                       // weight loads in flight per thread
-constexpr int kMatvecRowsPerSplit = kMatvecSlots * kMatvecLoads;      // rows of C per block: 256
-constexpr int kMatvecMaxRows = MAX_BATCH;                             // input rows per launch (op_table.h)
-constexpr int kMatvecMergeLanes = 4;                                  // lanes adding up one output, then a shuffle tree
+constexpr int kMatvecTileGroups = 8;                              // column groups per block: 128 bytes of a row
+constexpr int kMatvecSubRows = kWarpSize / kMatvecTileGroups;     // weight rows per warp load instruction: 4
+constexpr int kMatvecSlots = kMatvecWarps * kMatvecSubRows;       // threads sharing a column group: 32
+constexpr int kMatvecLoads = 8;                                   // weight loads in flight per thread
+constexpr int kMatvecRowsPerSplit = kMatvecSlots * kMatvecLoads;  // rows of C per block: 256
+constexpr int kMatvecMaxRows = MAX_BATCH;                         // input rows per launch (op_table.h)
+constexpr int kMatvecMergeLanes = 4;                              // lanes adding up one output, then a shuffle tree
 constexpr int kMatvecOutputsPerPass = kMatvecThreads / kMatvecMergeLanes;  // 64
-constexpr int kMatvecMergeLoads = 8;                                  // partial loads each merging lane has in flight
+constexpr int kMatvecMergeLoads = 8;  // partial loads each merging lane has in flight
 constexpr int kMatvecStageFloats = kMatvecSlots * kMatvecOutputsPerPass * 4;  // 32 KB: a round of the block's sums
 constexpr int kMatvecMaxLayernormC = 4096;
 // Dependent L2 round trips besides the weight stream (the kernel model's chain): the inputs arrive under the
@@ -45,7 +45,9 @@ static_assert(kMatvecSlots % kMatvecMergeLanes == 0 && kMatvecThreads % kWarpSiz
 enum MatvecInput { kInputAsIs, kInputLayernorm };
 enum MatvecOutput { kStore, kStoreGelu, kAddTo, kStoreQkv };
 enum MatvecOp { kOpLinear, kOpLnQkv, kOpLnLinearGelu, kOpLinearResidual };
-__host__ __device__ constexpr MatvecInput input_of(MatvecOp op) { return op == kOpLnQkv || op == kOpLnLinearGelu ? kInputLayernorm : kInputAsIs; }
+__host__ __device__ constexpr MatvecInput input_of(MatvecOp op) {
+  return op == kOpLnQkv || op == kOpLnLinearGelu ? kInputLayernorm : kInputAsIs;
+}
 __host__ __device__ constexpr MatvecOutput output_of(MatvecOp op) {
   return op == kOpLnQkv ? kStoreQkv : op == kOpLnLinearGelu ? kStoreGelu : op == kOpLinearResidual ? kAddTo : kStore;
 }
@@ -73,16 +75,17 @@ struct MatvecArgs {
 
 // The shapes a kernel instantiation works in: kWidth elements of W per access, kRows accumulated rows.
 template <int kWidth, int kRows, MatvecInput kInput> struct MatvecShape {
-  static constexpr int kMergeWidth = kWidth < 4 ? kWidth : 4;            // floats per merged output
-  static constexpr int kChunks = kWidth / kMergeWidth;                    // merged outputs per row and group
+  static constexpr int kMergeWidth = kWidth < 4 ? kWidth : 4;  // floats per merged output
+  static constexpr int kChunks = kWidth / kMergeWidth;         // merged outputs per row and group
   static constexpr int kRowsPerRound = (kWidth * kRows <= 32 ? kRows : 32 / kWidth);  // rows summed per round
-  static constexpr int kUnits = kRowsPerRound * kChunks;                  // a thread's outputs per round
-  static constexpr int kOutputs = kRows * kMatvecTileGroups * kChunks;    // a tile's merged outputs per row set
+  static constexpr int kUnits = kRowsPerRound * kChunks;                              // a thread's outputs per round
+  static constexpr int kOutputs = kRows * kMatvecTileGroups * kChunks;  // a tile's merged outputs per row set
   static constexpr int kMergePasses = (kOutputs + kMatvecOutputsPerPass - 1) / kMatvecOutputsPerPass;
   static constexpr int kMergeBatch = kMatvecMergeLoads / kMergePasses;  // splits per lane and pass in one batch
   static constexpr int kSumFloats = kUnits * kMergeWidth * kMatvecThreads;
   static constexpr int kLayernormFloats = kRows == 1 ? kMatvecMaxLayernormC : 2 * kMatvecMaxLayernormC;
-  static constexpr int kStageFloats = kInput == kInputLayernorm && kLayernormFloats > kSumFloats ? kLayernormFloats : kSumFloats;
+  static constexpr int kStageFloats =
+      kInput == kInputLayernorm && kLayernormFloats > kSumFloats ? kLayernormFloats : kSumFloats;
   // blocks of 256 threads per SM the registers allow: 3 (at most 80 registers) up to 32 accumulators (kRows x kWidth:
   // 8 rows of floats, 4 of halves), else 2 (at most 128 registers)
   static constexpr int kMinBlocksPerSm = kRows * kWidth <= 32 ? 3 : 2;
@@ -93,7 +96,8 @@ template <int kWidth, int kRows, MatvecInput kInput> struct MatvecShape {
 // (zero past C and for rows past a.rows), as is or layer-normed (the rows staged group by group in `stage`, as
 // many at a time as fit, for their statistics).
 template <int kRows, MatvecInput kInput, int kStageFloats>
-__device__ __forceinline__ void matvec_prologue(const MatvecArgs& a, const BlockPlace& at, float (*xs)[kMatvecRowsPerSplit], float* stage) {
+__device__ __forceinline__ void matvec_prologue(const MatvecArgs& a, const BlockPlace& at,
+                                                float (*xs)[kMatvecRowsPerSplit], float* stage) {
   const int r = at.idx.y * kMatvecRowsPerSplit + (int)threadIdx.x;
   const bool in_c = r < a.C;
   if constexpr (kInput == kInputAsIs) {
@@ -126,8 +130,9 @@ __device__ __forceinline__ void matvec_prologue(const MatvecArgs& a, const Block
 // the rows in order. Weight loads predicated off past C or OC read as zeros. The weight loads come first, then the
 // wait for the predecessor, then the inputs.
 template <typename W, int kWidth, int kRows, MatvecInput kInput>
-__device__ __forceinline__ void matvec_products(Cols<kWidth> (&acc)[kRows], const MatvecArgs& a, int row0, int slot, int col,
-                                                float (*xs)[kMatvecRowsPerSplit], float* stage, const BlockPlace& at) {
+__device__ __forceinline__ void matvec_products(Cols<kWidth> (&acc)[kRows], const MatvecArgs& a, int row0, int slot,
+                                                int col, float (*xs)[kMatvecRowsPerSplit], float* stage,
+                                                const BlockPlace& at) {
   using Shape = MatvecShape<kWidth, kRows, kInput>;
   const W* weight = static_cast<const W*>(a.weight);
 #pragma unroll
@@ -137,7 +142,8 @@ __device__ __forceinline__ void matvec_products(Cols<kWidth> (&acc)[kRows], cons
 #pragma unroll
   for (int i = 0; i < kMatvecLoads; i++) {
     const int row = row0 + i * kMatvecSlots;
-    w[i] = row < a.C && col < a.OC ? load_packed<W, kWidth>(weight + ((unsigned)row * (unsigned)a.OC + (unsigned)col)) : Packed<W, kWidth>{};
+    w[i] = row < a.C && col < a.OC ? load_packed<W, kWidth>(weight + ((unsigned)row * (unsigned)a.OC + (unsigned)col))
+                                   : Packed<W, kWidth>{};
   }
   wait_for_inputs(at);
   matvec_prologue<kRows, kInput, Shape::kStageFloats>(a, at, xs, stage);
@@ -179,7 +185,8 @@ struct MergedOutput {
 template <int kWidth, int kRows, MatvecInput kInput>
 __device__ __forceinline__ MergedOutput merged_output(const MatvecArgs& a, const BlockPlace& at, int o) {
   using Shape = MatvecShape<kWidth, kRows, kInput>;
-  const int g = o % kMatvecTileGroups, chunk = o / kMatvecTileGroups % Shape::kChunks, b = o / kMatvecTileGroups / Shape::kChunks;
+  const int g = o % kMatvecTileGroups, chunk = o / kMatvecTileGroups % Shape::kChunks,
+            b = o / kMatvecTileGroups / Shape::kChunks;
   const int col = (at.idx.x * kMatvecTileGroups + g) * kWidth + chunk * Shape::kMergeWidth;
   return {b, col, o < Shape::kOutputs && b < a.rows && col < a.OC};
 }
@@ -196,8 +203,8 @@ template <int n> __device__ __forceinline__ void merge_lanes(Cols<n>& v) {
 // partials[split][b][col]. Round by round (as many rows as fit the staging area): every thread stages its
 // accumulators, then output o is added up by lanes 4o..4o+3 (lane p: slots p, p + 4, ...), and lane 4o stores it.
 template <int kWidth, int kRows, MatvecInput kInput>
-__device__ __forceinline__ void matvec_block_partial(const MatvecArgs& a, const BlockPlace& at, const Cols<kWidth> (&acc)[kRows],
-                                                     float* stage_floats) {
+__device__ __forceinline__ void matvec_block_partial(const MatvecArgs& a, const BlockPlace& at,
+                                                     const Cols<kWidth> (&acc)[kRows], float* stage_floats) {
   using Shape = MatvecShape<kWidth, kRows, kInput>;
   constexpr int M = Shape::kMergeWidth;
   Cols<M>* stage = reinterpret_cast<Cols<M>*>(stage_floats);  // [unit][thread]
@@ -221,7 +228,8 @@ __device__ __forceinline__ void matvec_block_partial(const MatvecArgs& a, const 
 #pragma unroll
     for (int k = 0; k < kMatvecSlots / kMatvecMergeLanes; k++) {
       const int s = p + k * kMatvecMergeLanes;  // slot s is thread (warp s / 4, lane (s % 4) * 8 + g)
-      add_cols(sum, stage[unit * kMatvecThreads + (s / kMatvecSubRows) * kWarpSize + (s % kMatvecSubRows) * kMatvecTileGroups + g]);
+      add_cols(sum, stage[unit * kMatvecThreads + (s / kMatvecSubRows) * kWarpSize +
+                          (s % kMatvecSubRows) * kMatvecTileGroups + g]);
     }
     merge_lanes(sum);
     const int rr = unit / Shape::kChunks, chunk = unit % Shape::kChunks;
@@ -232,7 +240,8 @@ __device__ __forceinline__ void matvec_block_partial(const MatvecArgs& a, const 
 }
 
 // The op's output step for row b, the kMergeWidth columns from col: value = bias + the product.
-template <int M, MatvecOutput kOutput> __device__ __forceinline__ void matvec_output(const MatvecArgs& a, int b, int col, Cols<M> value) {
+template <int M, MatvecOutput kOutput>
+__device__ __forceinline__ void matvec_output(const MatvecArgs& a, int b, int col, Cols<M> value) {
   float* out = a.out + (size_t)b * a.OC + col;
   if constexpr (kOutput == kStoreGelu) {
 #pragma unroll
@@ -248,7 +257,8 @@ template <int M, MatvecOutput kOutput> __device__ __forceinline__ void matvec_ou
     const int C = a.OC / 3;
     const int pos = __ldcg(a.state + b * STATE_INTS + STATE_POS);
     if (col < C || pos >= a.max_ctx) return;
-    const size_t at = ((size_t)b * a.max_ctx + pos) * C + (col < 2 * C ? col - C : col - 2 * C);  // a chunk never straddles
+    const size_t at =
+        ((size_t)b * a.max_ctx + pos) * C + (col < 2 * C ? col - C : col - 2 * C);  // a chunk never straddles
     store_rounded_as<M>(a.kvdtype, col < 2 * C ? a.k_cache : a.v_cache, at, value.v);
   }
 }
@@ -262,7 +272,9 @@ __device__ __forceinline__ void matvec_merge(const MatvecArgs& a, const BlockPla
   const int p = threadIdx.x % kMatvecMergeLanes;
   MergedOutput out[P];
 #pragma unroll
-  for (int pass = 0; pass < P; pass++) out[pass] = merged_output<kWidth, kRows, kInput>(a, at, pass * kMatvecOutputsPerPass + threadIdx.x / kMatvecMergeLanes);
+  for (int pass = 0; pass < P; pass++)
+    out[pass] =
+        merged_output<kWidth, kRows, kInput>(a, at, pass * kMatvecOutputsPerPass + threadIdx.x / kMatvecMergeLanes);
   Cols<M> sum[P] = {};
   for (int s0 = p; s0 < splits; s0 += kMatvecMergeLanes * kBatch) {
     Cols<M> v[P][kBatch];
@@ -271,9 +283,10 @@ __device__ __forceinline__ void matvec_merge(const MatvecArgs& a, const BlockPla
 #pragma unroll
       for (int j = 0; j < kBatch; j++) {
         const int split = s0 + j * kMatvecMergeLanes;
-        v[pass][j] = out[pass].valid && split < splits
-                         ? load_cols<M>(a.scratch.partials + ((size_t)split * a.rows + out[pass].b) * a.OC + out[pass].col)
-                         : Cols<M>{};
+        v[pass][j] =
+            out[pass].valid && split < splits
+                ? load_cols<M>(a.scratch.partials + ((size_t)split * a.rows + out[pass].b) * a.OC + out[pass].col)
+                : Cols<M>{};
       }
 #pragma unroll
     for (int pass = 0; pass < P; pass++)
@@ -292,7 +305,8 @@ __device__ __forceinline__ void matvec_merge(const MatvecArgs& a, const BlockPla
 
 // The persistent step's look-ahead for virtual block `at` (cuda/persistent.cu): its rows of C, the bytes of its
 // column tile in each (128, fewer in the last tile).
-template <typename W, int kWidth> __device__ __forceinline__ L2Lines matvec_lines(const MatvecArgs& a, const BlockPlace& at) {
+template <typename W, int kWidth>
+__device__ __forceinline__ L2Lines matvec_lines(const MatvecArgs& a, const BlockPlace& at) {
   const int row = at.idx.y * kMatvecRowsPerSplit, col = at.idx.x * kMatvecTileGroups * kWidth;
   if (row >= a.C || col >= a.OC) return {};
   const W* first = static_cast<const W*>(a.weight) + (size_t)row * a.OC + col;
@@ -309,7 +323,8 @@ template <int kWidth, int kRows, MatvecInput kInput> struct MatvecShared {
 // grid: (ceil(OC / (8 kWidth)) tiles, ceil(C / 256) splits)  block: (kMatvecThreads)
 // scratch: counters[tile], partials (splits, rows, OC)
 template <typename W, int kWidth, int kRows, MatvecOp kOp>
-__device__ __forceinline__ void matvec(const MatvecArgs& a, const BlockPlace& at, MatvecShared<kWidth, kRows, input_of(kOp)>& shared) {
+__device__ __forceinline__ void matvec(const MatvecArgs& a, const BlockPlace& at,
+                                       MatvecShared<kWidth, kRows, input_of(kOp)>& shared) {
   constexpr MatvecInput kInput = input_of(kOp);
   float* stage = reinterpret_cast<float*>(shared.stage4);
   let_successor_start();
@@ -317,7 +332,8 @@ __device__ __forceinline__ void matvec(const MatvecArgs& a, const BlockPlace& at
   const int slot = warp * kMatvecSubRows + lane / kMatvecTileGroups;
   const int col = (at.idx.x * kMatvecTileGroups + lane % kMatvecTileGroups) * kWidth;
   Cols<kWidth> acc[kRows];
-  matvec_products<W, kWidth, kRows, kInput>(acc, a, at.idx.y * kMatvecRowsPerSplit + slot, slot, col, shared.xs, stage, at);
+  matvec_products<W, kWidth, kRows, kInput>(acc, a, at.idx.y * kMatvecRowsPerSplit + slot, slot, col, shared.xs, stage,
+                                            at);
   matvec_block_partial<kWidth, kRows, kInput>(a, at, acc, stage);
   const unsigned splits = at.grid.y;
 #ifdef PLANT_BLOCK_ORDER  // planted for test/kernels.emu.test.ts: assumes the highest split finishes last

@@ -23,7 +23,8 @@ constexpr int kRowsPerVocabPass = 4;      // sequences scored per pass over a vo
 // loop to vectorise (or not) differently for different Rows: the columns past the last whole step go through
 // chain 0 a vector at a time, the last partial vector zero-padded.
 template <int Rows, typename S>
-__attribute__((always_inline)) inline void score_vocab_row(float* logits, size_t V, const float* const* x, const S* row, int C) {
+__attribute__((always_inline)) inline void score_vocab_row(float* logits, size_t V, const float* const* x, const S* row,
+                                                           int C) {
   constexpr int kStep = kDotChains * kVecFloats;
   vecf acc[Rows][kDotChains] = {};
   int c = 0;
@@ -68,7 +69,8 @@ void score_vocab_row_for(int rows, float* logits, size_t V, const float* const* 
 }
 
 // logits: (B, V) columns [v0, v1) = x[b] (C) @ wte[v0:v1]^T for every sequence b
-template <typename S> void score_vocab_rows(float* logits, const float* const* x, int B, const S* wte, long v0, long v1, int C, int V) {
+template <typename S>
+void score_vocab_rows(float* logits, const float* const* x, int B, const S* wte, long v0, long v1, int C, int V) {
   for (long v = v0; v < v1; v++) {
     const S* row = wte + v * C;
     for (int b = 0; b < B; b += kRowsPerVocabPass)
@@ -87,12 +89,13 @@ extern "C" void op_lm_head(float* logits, const float* inp, const void* wte, int
   const float* const* x = last_rows.data();
   with_storage(wdtype, [&](auto storage) {
     const auto* table = static_cast<const typename decltype(storage)::type*>(wte);
-    parallel_range(V, kVocabRowsPerChunk, (long)B * V * C, [=](long v0, long v1) { score_vocab_rows(logits, x, B, table, v0, v1, C, V); });
+    parallel_range(V, kVocabRowsPerChunk, (long)B * V * C,
+                   [=](long v0, long v1) { score_vocab_rows(logits, x, B, table, v0, v1, C, V); });
   });
 }
 
-// For each sequence b: seq_b[pos_b + T] = argmax(logits_b), written only if pos_b + T <= max_ctx; state_b[STATE_POS] += T
-// (ops.h: lowest index on ties, NaN never chosen, 0 when every logit is NaN)
+// For each sequence b: seq_b[pos_b + T] = argmax(logits_b), written only if pos_b + T <= max_ctx; state_b[STATE_POS] +=
+// T (ops.h: lowest index on ties, NaN never chosen, 0 when every logit is NaN)
 extern "C" void op_argmax(int* seq, int* state, float*, const float* logits, int B, int V, int T, int max_ctx) {
   OpTimer timer(OP_ARGMAX);
   for (int b = 0; b < B; b++) {
@@ -111,8 +114,9 @@ extern "C" void op_argmax(int* seq, int* state, float*, const float* logits, int
 extern "C" size_t op_partials_bytes(int, int, int, int) { return 0; }
 
 // logits: (B, V) = layernorm(x) @ wte^T, then each sequence's next token: op_layernorm, op_lm_head, op_argmax (T = 1)
-extern "C" void op_ln_lm_head_argmax(float* logits, int* seq, int* state, float* partials, const float* x, const float* ln_weight,
-                                     const float* ln_bias, const void* wte, int B, int C, int V, int max_ctx, float eps, int wdtype) {
+extern "C" void op_ln_lm_head_argmax(float* logits, int* seq, int* state, float* partials, const float* x,
+                                     const float* ln_weight, const float* ln_bias, const void* wte, int B, int C, int V,
+                                     int max_ctx, float eps, int wdtype) {
   OpTimer timer(OP_LN_LM_HEAD_ARGMAX);
   if (cpu_reject_unless(is_storage_type(wdtype))) return;  // before anything is written
   static thread_local std::vector<float> normed;

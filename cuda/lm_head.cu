@@ -7,12 +7,11 @@
 __host__ __device__ constexpr int lm_head_min_blocks(int rows) { return rows <= 1 ? 4 : rows <= 2 ? 3 : 2; }
 int lm_head_min_blocks_per_sm(int rows) { return lm_head_min_blocks(rows); }
 
-#define LM_HEAD_KERNEL(name, fused)                                                                 \
-  template <typename W, int kWidth, int kRows>                                                      \
-  __global__ void __launch_bounds__(kLmHeadThreads, lm_head_min_blocks(kRows))                    \
-      name(LmHeadArgs a, Overlap overlap) {                                                         \
-    __shared__ LmHeadShared shared;                                                                 \
-    lm_head<W, kWidth, kRows, fused>(a, own_launch(overlap), shared);                               \
+#define LM_HEAD_KERNEL(name, fused)                                                                                  \
+  template <typename W, int kWidth, int kRows>                                                                       \
+  __global__ void __launch_bounds__(kLmHeadThreads, lm_head_min_blocks(kRows)) name(LmHeadArgs a, Overlap overlap) { \
+    __shared__ LmHeadShared shared;                                                                                  \
+    lm_head<W, kWidth, kRows, fused>(a, own_launch(overlap), shared);                                                \
   }
 LM_HEAD_KERNEL(lm_head_kernel, false)
 LM_HEAD_KERNEL(ln_lm_head_argmax_kernel, true)
@@ -21,8 +20,10 @@ LM_HEAD_KERNEL(ln_lm_head_argmax_kernel, true)
 using LmHeadKernel = void (*)(LmHeadArgs, Overlap);
 
 template <bool kFused, typename W, int kRows> LmHeadKernel lm_head_kernel_of() {
-  if constexpr (kFused) return ln_lm_head_argmax_kernel<W, kVecOf<W>, kRows>;
-  else return lm_head_kernel<W, kVecOf<W>, kRows>;
+  if constexpr (kFused)
+    return ln_lm_head_argmax_kernel<W, kVecOf<W>, kRows>;
+  else
+    return lm_head_kernel<W, kVecOf<W>, kRows>;
 }
 // The instantiation for `rows` sequences: batch_bucket(rows) rows of x accumulated.
 template <bool kFused, typename W> LmHeadKernel pick_lm_head(int rows) {
@@ -65,9 +66,12 @@ template <bool kFused> static void launch_lm_head(LmHeadArgs a, int wdtype) {
       if (rt_reject_unless(batch_bucket(g.rows) * a.C <= kLmHeadMaxFloats)) return;  // x's rows the kernel reads fit
       const LmHeadKernel kernel = pick_lm_head<kFused, W>(g.rows);
       const Geometry at = {.grid = lm_head_blocks(a.V, g.rows), .block = kLmHeadThreads};
-      const StepTaskForm task = {.kind = kTaskLnLmHeadArgmax, .vec = true, .variant = {.wdtype = wdtype, .rows = batch_bucket(g.rows)}};
-      if constexpr (kFused) launch_step_op(kernel, at, task, g);
-      else launch_op(kernel, at, g);
+      const StepTaskForm task = {
+          .kind = kTaskLnLmHeadArgmax, .vec = true, .variant = {.wdtype = wdtype, .rows = batch_bucket(g.rows)}};
+      if constexpr (kFused)
+        launch_step_op(kernel, at, task, g);
+      else
+        launch_op(kernel, at, g);
     }
   });
 }
@@ -80,8 +84,8 @@ template <bool kFused> static void launch_lm_head(LmHeadArgs a, int wdtype) {
 // to arrive picks the best of its blocks' and writes the token.
 template <int kWidth>
 __global__ void __launch_bounds__(kArgmaxThreads)
-    argmax_kernel(int* __restrict__ seq, int* __restrict__ state, OpScratch scratch, const float* __restrict__ logits, int V,
-                  int T, int max_ctx) {
+    argmax_kernel(int* __restrict__ seq, int* __restrict__ state, OpScratch scratch, const float* __restrict__ logits,
+                  int V, int T, int max_ctx) {
   constexpr int kLoads = kArgmaxVecPerThread * kVecWidth / kWidth;
   __shared__ ArgmaxPartial warp_best[1][kWarpSize];
   __shared__ bool is_last;
@@ -95,7 +99,8 @@ __global__ void __launch_bounds__(kArgmaxThreads)
 #pragma unroll
   for (int k = 0; k < kLoads; k++) {
     const int i = first + k * kArgmaxThreads;
-    if (i < n_units) v[k] = load_cols<kWidth>(row + i * kWidth);
+    if (i < n_units)
+      v[k] = load_cols<kWidth>(row + i * kWidth);
     else
 #pragma unroll
       for (int j = 0; j < kWidth; j++) v[k].v[j] = NAN;
@@ -127,32 +132,48 @@ __global__ void __launch_bounds__(kArgmaxThreads)
     if (lane == 0) partials[blockIdx.x] = {best, best_index};
   }
   if (!arrive_last(scratch.counters + b, gridDim.x, &is_last)) return;
-  argmax_merge<1>(partials, gridDim.x, 1, seq + (size_t)b * (max_ctx + 1), state + b * STATE_INTS, T, max_ctx, warp_best);
+  argmax_merge<1>(partials, gridDim.x, 1, seq + (size_t)b * (max_ctx + 1), state + b * STATE_INTS, T, max_ctx,
+                  warp_best);
 }
 
 static int argmax_blocks(int V) { return max(1, ceil_div(V, kArgmaxVecPerBlock * kVecWidth)); }
 
 extern "C" size_t op_partials_bytes(int max_rows, int max_in, int max_out, int V) {
   const int rows = std::max(max_rows, 1);
-  const size_t argmax_bytes = (size_t)std::max(argmax_blocks(V) * rows, lm_head_blocks(V, rows) * std::min(rows, kLmHeadMaxRows)) * sizeof(ArgmaxPartial);
+  const size_t argmax_bytes =
+      (size_t)std::max(argmax_blocks(V) * rows, lm_head_blocks(V, rows) * std::min(rows, kLmHeadMaxRows)) *
+      sizeof(ArgmaxPartial);
   return op_scratch_bytes(std::max(matvec_partials_bytes(rows, max_in, max_out), argmax_bytes));
 }
 
 extern "C" void op_lm_head(float* logits, const float* inp, const void* wte, int B, int T, int C, int V, int wdtype) {
-  const LmHeadArgs a = {.logits = logits, .x = inp + (size_t)(T - 1) * C, .x_stride = T * C, .wte = wte, .rows = B,
-                        .C = C, .V = V};
+  const LmHeadArgs a = {
+      .logits = logits, .x = inp + (size_t)(T - 1) * C, .x_stride = T * C, .wte = wte, .rows = B, .C = C, .V = V};
   launch_lm_head<false>(a, wdtype);
 }
 
-extern "C" void op_ln_lm_head_argmax(float* logits, int* seq, int* state, float* partials, const float* x, const float* ln_weight,
-                                     const float* ln_bias, const void* wte, int B, int C, int V, int max_ctx, float eps, int wdtype) {
-  const LmHeadArgs a = {.logits = logits, .x = x, .x_stride = C, .wte = wte, .rows = B, .C = C, .V = V,
-                        .ln_weight = ln_weight, .ln_bias = ln_bias, .eps = eps, .seq = seq, .state = state,
-                        .scratch = op_scratch(partials), .max_ctx = max_ctx};
+extern "C" void op_ln_lm_head_argmax(float* logits, int* seq, int* state, float* partials, const float* x,
+                                     const float* ln_weight, const float* ln_bias, const void* wte, int B, int C, int V,
+                                     int max_ctx, float eps, int wdtype) {
+  const LmHeadArgs a = {.logits = logits,
+                        .x = x,
+                        .x_stride = C,
+                        .wte = wte,
+                        .rows = B,
+                        .C = C,
+                        .V = V,
+                        .ln_weight = ln_weight,
+                        .ln_bias = ln_bias,
+                        .eps = eps,
+                        .seq = seq,
+                        .state = state,
+                        .scratch = op_scratch(partials),
+                        .max_ctx = max_ctx};
   launch_lm_head<true>(a, wdtype);
 }
 
-extern "C" void op_argmax(int* seq, int* state, float* partials, const float* logits, int B, int V, int T, int max_ctx) {
+extern "C" void op_argmax(int* seq, int* state, float* partials, const float* logits, int B, int V, int T,
+                          int max_ctx) {
   if (rt_reject_unless(B >= 1 && B <= kMaxGridCounters)) return;
   const dim3 grid(argmax_blocks(V), B);
   const bool vec = aligned16(logits) && (B == 1 || V % kVecWidth == 0);  // every sequence's row starts 16-byte aligned

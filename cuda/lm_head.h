@@ -17,15 +17,15 @@
 
 constexpr int kLmHeadThreads = 256;
 constexpr int kLmHeadWarps = kLmHeadThreads / kWarpSize;
-constexpr int kLmHeadRowsPerWarp = 4;      // vocabulary rows a warp works on at once
-constexpr int kLmHeadChunksPerBatch = 2;   // 16-byte chunks of each of those rows per lane and batch: 8 loads in flight
-constexpr int kLmHeadBatchChunks = kLmHeadChunksPerBatch * kWarpSize;      // chunks of a row per batch
-constexpr int kLmHeadRowsPerBlock = kLmHeadWarps * kLmHeadRowsPerWarp;     // vocabulary rows a block's warps take first
-constexpr int kLmHeadMaxRows = MAX_BATCH;  // sequences per launch (op_table.h)
+constexpr int kLmHeadRowsPerWarp = 4;     // vocabulary rows a warp works on at once
+constexpr int kLmHeadChunksPerBatch = 2;  // 16-byte chunks of each of those rows per lane and batch: 8 loads in flight
+constexpr int kLmHeadBatchChunks = kLmHeadChunksPerBatch * kWarpSize;   // chunks of a row per batch
+constexpr int kLmHeadRowsPerBlock = kLmHeadWarps * kLmHeadRowsPerWarp;  // vocabulary rows a block's warps take first
+constexpr int kLmHeadMaxRows = MAX_BATCH;                               // sequences per launch (op_table.h)
 static_assert(kLmHeadRowsPerWarp * kLmHeadMaxRows <= kWarpSize, "a warp's sums spread over its lanes");
-constexpr int kLmHeadMaxFloats = 8192;     // the sequences' rows x staged in 32 KB of shared memory
+constexpr int kLmHeadMaxFloats = 8192;  // the sequences' rows x staged in 32 KB of shared memory
 constexpr int kArgmaxThreads = 256;
-constexpr int kArgmaxVecPerThread = 4;     // 16-byte loads in flight per thread
+constexpr int kArgmaxVecPerThread = 4;  // 16-byte loads in flight per thread
 constexpr int kArgmaxVecPerBlock = kArgmaxThreads * kArgmaxVecPerThread;
 constexpr int kArgmaxMergeBatch = 8;
 // Dependent L2 round trips besides the data stream (the kernel model's chain): the LM head stages x after the wait
@@ -54,7 +54,8 @@ __device__ __forceinline__ void warp_argmax(float& best, int& best_index, unsign
   }
 }
 
-// A block's (or a sequence's) best (value, index) in the partials buffer, after the arrival counter (cuda/last_block.h).
+// A block's (or a sequence's) best (value, index) in the partials buffer, after the arrival counter
+// (cuda/last_block.h).
 struct ArgmaxPartial {
   float value;
   int index;
@@ -65,8 +66,8 @@ struct ArgmaxPartial {
 // seq_b[pos_b + T] (if pos_b + T <= max_ctx; 0 when every logit was NaN), and state_b[STATE_POS] += T.
 // warp_best: __shared__ ArgmaxPartial[kSeqs][kWarpSize].
 template <int kSeqs>
-__device__ __forceinline__ void argmax_merge(const ArgmaxPartial* partials, int blocks, int n, int* seq, int* state, int T,
-                                             int max_ctx, ArgmaxPartial (*warp_best)[kWarpSize]) {
+__device__ __forceinline__ void argmax_merge(const ArgmaxPartial* partials, int blocks, int n, int* seq, int* state,
+                                             int T, int max_ctx, ArgmaxPartial (*warp_best)[kWarpSize]) {
   constexpr int kGroup = kArgmaxThreads / kSeqs;  // threads per sequence
   static_assert(kGroup % kWarpSize == 0, "a sequence's threads are whole warps");
   const int b = threadIdx.x / kGroup, j = threadIdx.x % kGroup;
@@ -78,7 +79,8 @@ __device__ __forceinline__ void argmax_merge(const ArgmaxPartial* partials, int 
     for (int i = 0; i < kArgmaxMergeBatch; i++) {
       const int k = k0 + i * kGroup;
       const ArgmaxPartial* at = partials + (size_t)b * blocks + k;
-      p[i] = b < n && k < blocks ? ArgmaxPartial{__ldcg(&at->value), __ldcg(&at->index)} : ArgmaxPartial{-INFINITY, INT_MAX};
+      p[i] = b < n && k < blocks ? ArgmaxPartial{__ldcg(&at->value), __ldcg(&at->index)}
+                                 : ArgmaxPartial{-INFINITY, INT_MAX};
     }
 #pragma unroll
     for (int i = 0; i < kArgmaxMergeBatch; i++)
@@ -90,28 +92,30 @@ __device__ __forceinline__ void argmax_merge(const ArgmaxPartial* partials, int 
   __syncthreads();
   if (j != 0 || b >= n) return;
   for (int w = 1; w < kGroup / kWarpSize; w++)
-    if (argmax_better(warp_best[b][w].value, warp_best[b][w].index, best, best_index)) best = warp_best[b][w].value, best_index = warp_best[b][w].index;
+    if (argmax_better(warp_best[b][w].value, warp_best[b][w].index, best, best_index))
+      best = warp_best[b][w].value, best_index = warp_best[b][w].index;
   int* pos = state + b * STATE_INTS + STATE_POS;
   const int next = __ldcg(pos) + T;
-  if (next <= max_ctx) seq[(size_t)b * (max_ctx + 1) + next] = best_index == INT_MAX ? 0 : best_index;  // INT_MAX: all NaN
+  if (next <= max_ctx)
+    seq[(size_t)b * (max_ctx + 1) + next] = best_index == INT_MAX ? 0 : best_index;  // INT_MAX: all NaN
   *pos = next;
 }
 
 // ---- op_lm_head and op_ln_lm_head_argmax --------------------------------------------------------------------
 // Sequences [0, rows) of one launch (the launcher offsets every pointer to the launch's first sequence).
 struct LmHeadArgs {
-  float* logits;     // (rows, V)
-  const float* x;    // row b at x + b * x_stride (C)
+  float* logits;   // (rows, V)
+  const float* x;  // row b at x + b * x_stride (C)
   int x_stride;
-  const void* wte;   // (V, C) in the kernel's storage type
+  const void* wte;  // (V, C) in the kernel's storage type
   int rows, C, V;
-  int n_chunks;      // 16-byte chunks per vocabulary row read as such (0: every element one by one)
+  int n_chunks;  // 16-byte chunks per vocabulary row read as such (0: every element one by one)
   // the fused op: x layer-normed first, then each sequence's next token from its logits
   const float* ln_weight;
   const float* ln_bias;
   float eps;
-  int* seq;          // (rows, max_ctx + 1)
-  int* state;        // (rows, STATE_INTS)
+  int* seq;    // (rows, max_ctx + 1)
+  int* state;  // (rows, STATE_INTS)
   OpScratch scratch;
   int max_ctx;
 };
@@ -131,8 +135,9 @@ __device__ __forceinline__ void load_batch(LmHeadBatch<W, kWidth>& batch, const 
 #pragma unroll
     for (int j = 0; j < kLmHeadChunksPerBatch; j++) {
       const int row = row0 + r, chunk = base + lane + j * kWarpSize;
-      batch.w[r][j] = row < a.V && chunk < a.n_chunks ? load_packed<W, kWidth>(wte + (size_t)row * a.C + (size_t)chunk * kWidth)
-                                                       : Packed<W, kWidth>{};
+      batch.w[r][j] = row < a.V && chunk < a.n_chunks
+                          ? load_packed<W, kWidth>(wte + (size_t)row * a.C + (size_t)chunk * kWidth)
+                          : Packed<W, kWidth>{};
     }
 }
 
@@ -233,7 +238,7 @@ struct LmHeadShared {
 template <typename W, int kWidth, int kRows, bool kFused>
 __device__ __forceinline__ void lm_head(const LmHeadArgs& a, const BlockPlace& at, LmHeadShared& shared) {
   constexpr int kValues = kLmHeadRowsPerWarp * kRows;  // a lane's sums: (row r, sequence b) at r * kRows + b
-  constexpr int kShift = 5 - log2_of<kValues>();        // the lanes holding value i: i << kShift and up
+  constexpr int kShift = 5 - log2_of<kValues>();       // the lanes holding value i: i << kShift and up
   __shared__ ArgmaxPartial warp_best[kRows][kWarpSize];
   __shared__ bool is_last;
   float* xs = reinterpret_cast<float*>(shared.x4);
@@ -260,7 +265,9 @@ __device__ __forceinline__ void lm_head(const LmHeadArgs& a, const BlockPlace& a
     for (int i = a.n_chunks * kWidth + lane; i < a.C; i += kWarpSize)  // the elements past the chunks, one by one
 #pragma unroll
       for (int r = 0; r < kLmHeadRowsPerWarp; r++) {
-        const float w = row0 + r < a.V ? widen(load_packed<W, 1>(static_cast<const W*>(a.wte) + (size_t)(row0 + r) * a.C + i), 0) : 0.0f;
+        const float w = row0 + r < a.V
+                            ? widen(load_packed<W, 1>(static_cast<const W*>(a.wte) + (size_t)(row0 + r) * a.C + i), 0)
+                            : 0.0f;
 #pragma unroll
         for (int b = 0; b < kRows; b++) acc[r][b] += xs[b * a.C + i] * w;
       }
@@ -283,7 +290,8 @@ __device__ __forceinline__ void lm_head(const LmHeadArgs& a, const BlockPlace& a
     if ((lane & ~((kRows - 1) << kShift)) == 0) warp_best[my_seq][warp] = {best, best_index};
     __syncthreads();
     ArgmaxPartial* partials = reinterpret_cast<ArgmaxPartial*>(a.scratch.partials);
-    if (warp < ceil_div(kRows * kLmHeadWarps, kWarpSize)) {  // thread (b, w): warp w's best of sequence b, then the block's
+    if (warp <
+        ceil_div(kRows * kLmHeadWarps, kWarpSize)) {  // thread (b, w): warp w's best of sequence b, then the block's
       const int b = threadIdx.x / kLmHeadWarps, w = threadIdx.x % kLmHeadWarps;
       float block_best = b < kRows ? warp_best[b][w].value : -INFINITY;
       int block_index = b < kRows ? warp_best[b][w].index : INT_MAX;

@@ -58,8 +58,8 @@ void op_layernorm(float* out, const float* inp, const float* weight, const float
 size_t op_partials_bytes(int max_rows, int max_in, int max_out, int V);
 
 // out: (rows, OC) = inp (rows, C) @ weight (C, OC) + bias (OC)    weight in HF Conv1D layout (input dim first), wdtype
-void op_linear(float* out, float* partials, const float* inp, const void* weight, const float* bias, int rows, int C, int OC,
-               int wdtype);
+void op_linear(float* out, float* partials, const float* inp, const void* weight, const float* bias, int rows, int C,
+               int OC, int wdtype);
 
 // Append each sequence's new keys and values to its caches at rows [pos_b, pos_b + T) (those below max_ctx).
 // k_cache, v_cache: (B, max_ctx, C) in kvdtype   qkv: (B·T, 3C) as [q | k | v]
@@ -84,8 +84,8 @@ void op_residual(float* out, const float* a, const float* b, int N);
 // logits: (B, V) = each sequence's last row inp[b·T + T - 1] (C) @ wte (V, C)^T    (LM head, tied embedding in wdtype)
 void op_lm_head(float* logits, const float* inp, const void* wte, int B, int T, int C, int V, int wdtype);
 
-// For each sequence b: seq_b[pos_b + T] = argmax(logits_b) (written only if pos_b + T <= max_ctx); state_b[STATE_POS] += T.
-// logits: (B, V). The lowest index wins a tie; a NaN logit is never chosen (it compares false with everything),
+// For each sequence b: seq_b[pos_b + T] = argmax(logits_b) (written only if pos_b + T <= max_ctx); state_b[STATE_POS]
+// += T. logits: (B, V). The lowest index wins a tie; a NaN logit is never chosen (it compares false with everything),
 // and the token is 0 when every logit is NaN.
 void op_argmax(int* seq, int* state, float* partials, const float* logits, int B, int V, int T, int max_ctx);
 
@@ -103,13 +103,14 @@ void op_ln_linear_gelu(float* out, float* partials, const float* x, const float*
                        const void* weight, const float* bias, int B, int C, int OC, float eps, int wdtype);
 
 // x: (B, OC) = x + (inp (B, C) @ weight (C, OC) + bias): op_linear, op_residual.
-void op_linear_residual(float* x, float* partials, const float* inp, const void* weight, const float* bias, int B, int C,
-                        int OC, int wdtype);
+void op_linear_residual(float* x, float* partials, const float* inp, const void* weight, const float* bias, int B,
+                        int C, int OC, int wdtype);
 
 // logits: (B, V) = layernorm(x) @ wte (V, C)^T, then each sequence's next token as op_argmax with T = 1:
 // op_layernorm, op_lm_head, op_argmax.
 void op_ln_lm_head_argmax(float* logits, int* seq, int* state, float* partials, const float* x, const float* ln_weight,
-                          const float* ln_bias, const void* wte, int B, int C, int V, int max_ctx, float eps, int wdtype);
+                          const float* ln_bias, const void* wte, int B, int C, int V, int max_ctx, float eps,
+                          int wdtype);
 
 #ifdef __cplusplus
 }

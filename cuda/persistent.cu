@@ -24,8 +24,16 @@ static_assert(kStepThreads == kEmbedThreads && kStepThreads == kMatvecThreads &&
               "every body runs on blocks of the same size");
 // Resident blocks per SM the instantiation is compiled for: two (at most 128 registers per thread), or one where
 // the batched 16-bit bodies would spill within 128 (the SASS check finds any local memory).
-template <typename W, int kRows> __host__ __device__ constexpr int step_min_blocks_per_sm() { return sizeof(W) < 4 && kRows >= 4 ? 1 : 2; }
-int persistent_min_blocks_per_sm(int wdtype, int rows) { int n = 0; with_storage(wdtype, [&](auto w) { with_batch_bucket(rows, [&](auto r) { n = step_min_blocks_per_sm<decltype(w), decltype(r)::value>(); }); }); return n; }
+template <typename W, int kRows> __host__ __device__ constexpr int step_min_blocks_per_sm() {
+  return sizeof(W) < 4 && kRows >= 4 ? 1 : 2;
+}
+int persistent_min_blocks_per_sm(int wdtype, int rows) {
+  int n = 0;
+  with_storage(wdtype, [&](auto w) {
+    with_batch_bucket(rows, [&](auto r) { n = step_min_blocks_per_sm<decltype(w), decltype(r)::value>(); });
+  });
+  return n;
+}
 
 constexpr size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
@@ -36,19 +44,22 @@ template <typename W, int kRows> struct StepShared {
   using LnMatvec = MatvecShared<V, kRows, kInputLayernorm>;
   using Matvec = MatvecShared<V, kRows, kInputAsIs>;
   using Attn = AttnShared<V>;
-  static constexpr size_t kBytes = max_size(max_size(sizeof(LnMatvec), sizeof(Matvec)), max_size(sizeof(Attn), sizeof(LmHeadShared)));
+  static constexpr size_t kBytes =
+      max_size(max_size(sizeof(LnMatvec), sizeof(Matvec)), max_size(sizeof(Attn), sizeof(LmHeadShared)));
 };
 
 template <typename Args> __device__ __forceinline__ const Args& task_args(const StepTask& task) {
   return *reinterpret_cast<const Args*>(task.args);
 }
 
-static_assert(kStepTaskArgBytes == max_size(max_size(sizeof(EmbedArgs), sizeof(MatvecArgs)), max_size(sizeof(AttnArgs), sizeof(LmHeadArgs))),
+static_assert(kStepTaskArgBytes == max_size(max_size(sizeof(EmbedArgs), sizeof(MatvecArgs)),
+                                            max_size(sizeof(AttnArgs), sizeof(LmHeadArgs))),
               "a task holds the largest of the bodies' arguments, and no more");
 
 // A task as 16-byte pieces, in shared memory (StepTask itself has constructors, which __shared__ variables cannot).
 constexpr int kTaskPieces = sizeof(StepTask) / sizeof(uint4);
-static_assert(sizeof(StepTask) % sizeof(uint4) == 0 && kTaskPieces <= kStepThreads, "a task in 16-byte pieces, one per thread");
+static_assert(sizeof(StepTask) % sizeof(uint4) == 0 && kTaskPieces <= kStepThreads,
+              "a task in 16-byte pieces, one per thread");
 using SharedTask = uint4[kTaskPieces];
 
 // The block's threads copy a task into shared memory, a piece each (visible after the next __syncthreads).
@@ -62,14 +73,18 @@ __device__ __forceinline__ const StepTask& copy_task(SharedTask& to, const StepT
 }
 
 // Virtual block v of a grid as its (x, y, z) index, x fastest, as a launch numbers its blocks.
-__device__ __forceinline__ uint3 virtual_block(dim3 grid, unsigned v) { return {v % grid.x, v / grid.x % grid.y, v / (grid.x * grid.y)}; }
+__device__ __forceinline__ uint3 virtual_block(dim3 grid, unsigned v) {
+  return {v % grid.x, v / grid.x % grid.y, v / (grid.x * grid.y)};
+}
 
 // The bodies, a row per task kind (cuda/step_tasks.h STEP_TASK_KINDS), the list run_task and look_ahead_of switch
 // over. run: one virtual block of the task, in the instantiation's shared memory; lines: what the virtual block
 // at `at` reads first that L2 may fetch ahead (weights; attention's earlier cache rows; none for the embedding's two
 // rows). test/sass.test.ts reads each row's run to find the body's instructions in the step kernel.
 template <StepTaskKind> struct StepBody;
-template <typename Shared> __device__ __forceinline__ Shared& shared_as(float4* shared) { return *reinterpret_cast<Shared*>(shared); }
+template <typename Shared> __device__ __forceinline__ Shared& shared_as(float4* shared) {
+  return *reinterpret_cast<Shared*>(shared);
+}
 template <typename W> constexpr int kV = kVecOf<W>;
 
 template <> struct StepBody<kTaskEmbed> {
@@ -80,7 +95,8 @@ template <> struct StepBody<kTaskEmbed> {
 };
 template <> struct StepBody<kTaskLnQkv> {
   template <typename W, int kRows> __device__ static void run(const StepTask& t, const BlockPlace& at, float4* s) {
-    matvec<W, kV<W>, kRows, kOpLnQkv>(task_args<MatvecArgs>(t), at, shared_as<typename StepShared<W, kRows>::LnMatvec>(s));
+    matvec<W, kV<W>, kRows, kOpLnQkv>(task_args<MatvecArgs>(t), at,
+                                      shared_as<typename StepShared<W, kRows>::LnMatvec>(s));
   }
   template <typename W> __device__ static L2Lines lines(const StepTask& t, const BlockPlace& at) {
     return matvec_lines<W, kV<W>>(task_args<MatvecArgs>(t), at);
@@ -96,7 +112,8 @@ template <> struct StepBody<kTaskAttention> {
 };
 template <> struct StepBody<kTaskLnLinearGelu> {
   template <typename W, int kRows> __device__ static void run(const StepTask& t, const BlockPlace& at, float4* s) {
-    matvec<W, kV<W>, kRows, kOpLnLinearGelu>(task_args<MatvecArgs>(t), at, shared_as<typename StepShared<W, kRows>::LnMatvec>(s));
+    matvec<W, kV<W>, kRows, kOpLnLinearGelu>(task_args<MatvecArgs>(t), at,
+                                             shared_as<typename StepShared<W, kRows>::LnMatvec>(s));
   }
   template <typename W> __device__ static L2Lines lines(const StepTask& t, const BlockPlace& at) {
     return matvec_lines<W, kV<W>>(task_args<MatvecArgs>(t), at);
@@ -104,7 +121,8 @@ template <> struct StepBody<kTaskLnLinearGelu> {
 };
 template <> struct StepBody<kTaskLinearResidual> {
   template <typename W, int kRows> __device__ static void run(const StepTask& t, const BlockPlace& at, float4* s) {
-    matvec<W, kV<W>, kRows, kOpLinearResidual>(task_args<MatvecArgs>(t), at, shared_as<typename StepShared<W, kRows>::Matvec>(s));
+    matvec<W, kV<W>, kRows, kOpLinearResidual>(task_args<MatvecArgs>(t), at,
+                                               shared_as<typename StepShared<W, kRows>::Matvec>(s));
   }
   template <typename W> __device__ static L2Lines lines(const StepTask& t, const BlockPlace& at) {
     return matvec_lines<W, kV<W>>(task_args<MatvecArgs>(t), at);
@@ -123,9 +141,7 @@ template <> struct StepBody<kTaskLnLmHeadArgmax> {
 template <typename W, int kRows>
 __device__ __forceinline__ void run_task(const StepTask& task, const BlockPlace& at, float4* shared) {
 #define RUN_BODY(kind) \
-  case kind:           \
-    StepBody<kind>::run<W, kRows>(task, at, shared); \
-    break;
+  case kind: StepBody<kind>::run<W, kRows>(task, at, shared); break;
   switch (task.kind) { STEP_TASK_KINDS(RUN_BODY) }
 #undef RUN_BODY
 }
@@ -136,8 +152,7 @@ template <typename W> __device__ __forceinline__ L2Lines look_ahead_of(const Ste
   if (v >= grid.x * grid.y * grid.z) return {};
   const BlockPlace at = {virtual_block(grid, v), grid, nullptr, 0u, false, nullptr};
 #define BODY_LINES(kind) \
-  case kind:             \
-    return StepBody<kind>::lines<W>(task, at);
+  case kind: return StepBody<kind>::lines<W>(task, at);
   switch (task.kind) { STEP_TASK_KINDS(BODY_LINES) }
 #undef BODY_LINES
   return {};
@@ -163,7 +178,8 @@ __global__ void __launch_bounds__(kStepThreads, step_min_blocks_per_sm<W, kRows>
     // having requested its next round and its first lines of the next task into L2 (wait_for_inputs)
     // two warps work them out side by side (each a chain of dependent loads of the task list), neither copying the task
     if (threadIdx.x == kWarpSize) ahead.next_round() = look_ahead_of<W>(tasks[i], blockIdx.x + gridDim.x);
-    if (threadIdx.x == 2 * kWarpSize) ahead.next_task() = i + 1 < n_tasks ? look_ahead_of<W>(tasks[i + 1], blockIdx.x) : L2Lines{};
+    if (threadIdx.x == 2 * kWarpSize)
+      ahead.next_task() = i + 1 < n_tasks ? look_ahead_of<W>(tasks[i + 1], blockIdx.x) : L2Lines{};
     __syncthreads();
     const dim3 grid = task.grid;
     const unsigned virtual_blocks = grid.x * grid.y * grid.z;
@@ -217,7 +233,8 @@ static cudaError_t resident_blocks(StepKernel kernel, size_t shared_bytes, int* 
 }
 
 template <typename... Params, typename... Args>
-static void launch_cooperative(void (*kernel)(Params...), int blocks, size_t shared_bytes, cudaStream_t stream, Args&&... args) {
+static void launch_cooperative(void (*kernel)(Params...), int blocks, size_t shared_bytes, cudaStream_t stream,
+                               Args&&... args) {
 #ifdef __CUDACC__
   cudaLaunchAttribute attribute = {};
   attribute.id = cudaLaunchAttributeCooperative;
@@ -261,7 +278,8 @@ __device__ __forceinline__ void spin_cycles(long long cycles) {
 // (kScFence: the sequentially consistent design with polls back to back, for comparison), each after its skew.
 // arrivals: (1), zero at launch  grid: (resident blocks, all co-resident)  block: (kStepThreads)
 template <bool kScFence>
-__global__ void __launch_bounds__(kStepThreads) runtime_grid_barrier_kernel(unsigned* arrivals, int n, long long skew_cycles) {
+__global__ void __launch_bounds__(kStepThreads)
+    runtime_grid_barrier_kernel(unsigned* arrivals, int n, long long skew_cycles) {
   for (int i = 0; i < n; i++) {
     spin_cycles(skew_cycles * (long long)((blockIdx.x + i) % kBarrierSkewSpread));
     grid_arrive<kScFence>(arrivals);
@@ -280,7 +298,8 @@ cudaError_t persistent_barrier_blocks(int* blocks) {
   return resident_blocks(step.kernel, step.shared_bytes, blocks);
 }
 
-cudaError_t persistent_barrier_launch(const BarrierProbe& probe, unsigned* arrivals, int n, int blocks, cudaStream_t stream) {
+cudaError_t persistent_barrier_launch(const BarrierProbe& probe, unsigned* arrivals, int n, int blocks,
+                                      cudaStream_t stream) {
   const long long skew = probe.skewed ? kBarrierSkewCycles : 0;
   switch (probe.kind) {
     case BarrierProbe::kStep:

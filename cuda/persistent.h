@@ -44,4 +44,5 @@ struct BarrierProbe {
 };
 // Launches the probe on `blocks` blocks (at most persistent_barrier_blocks), as one cooperative launch on `stream`.
 // `arrivals` must be zero.
-cudaError_t persistent_barrier_launch(const BarrierProbe& probe, unsigned* arrivals, int n, int blocks, cudaStream_t stream);
+cudaError_t persistent_barrier_launch(const BarrierProbe& probe, unsigned* arrivals, int n, int blocks,
+                                      cudaStream_t stream);

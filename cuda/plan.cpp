@@ -11,8 +11,9 @@
 #include <vector>
 
 // Every prototype in ops.h is the one src/ops.ts declares.
-#define PLAN_CHECK_PROTOTYPE(name, function, code, type) \
-  static_assert(std::is_same_v<decltype(function), type>, #function " in cuda/ops.h differs from its row in src/ops.ts");
+#define PLAN_CHECK_PROTOTYPE(name, function, code, type)  \
+  static_assert(std::is_same_v<decltype(function), type>, \
+                #function " in cuda/ops.h differs from its row in src/ops.ts");
 DECODE_OPS(PLAN_CHECK_PROTOTYPE)
 #undef PLAN_CHECK_PROTOTYPE
 
@@ -54,8 +55,7 @@ bool known_opcode(int64_t code) {
     DECODE_OPS(PLAN_KNOWN)
 #undef PLAN_KNOWN
     return true;
-    default:
-      return false;
+    default: return false;
   }
 }
 
@@ -64,9 +64,7 @@ bool known_opcode(int64_t code) {
 extern "C" void plan_dispatch(const int64_t* r) {
   switch (r[0]) {
 #define PLAN_CALL(name, function, code, type) \
-  case name:                                  \
-    call_with_slots(function, r + 1);         \
-    break;
+  case name: call_with_slots(function, r + 1); break;
     DECODE_OPS(PLAN_CALL)
 #undef PLAN_CALL
   }

@@ -7,7 +7,8 @@
 
 #include "warp.h"
 
-constexpr int kRowStatsLoads = 4;  // row elements a thread has in flight per pass over the rows (at least one of each row)
+constexpr int kRowStatsLoads =
+    4;  // row elements a thread has in flight per pass over the rows (at least one of each row)
 
 struct RowStats {
   float mean;
@@ -32,11 +33,11 @@ template <int kRows> __device__ __forceinline__ void block_sums(float (&v)[kRows
 
 // staged: (n, C) = rows [0, n) of x (n <= kRows, row stride C), each row's mean and 1 / sqrt(var + eps) to
 // every thread in st[b]. The rows are read once, through L2 (they are a predecessor's output), 4 / kRows
-// elements of every row per thread at a time (at least one); the variance is that of the deviations (a second pass over the
-// staged copy, each thread over the elements it staged). partial: __shared__ float[kRows][kWarpSize].
+// elements of every row per thread at a time (at least one); the variance is that of the deviations (a second pass over
+// the staged copy, each thread over the elements it staged). partial: __shared__ float[kRows][kWarpSize].
 template <int kRows>
-__device__ __forceinline__ void stage_rows_stats(RowStats (&st)[kRows], float* staged, const float* x, int n, int C, float eps,
-                                                 float (*partial)[kWarpSize]) {
+__device__ __forceinline__ void stage_rows_stats(RowStats (&st)[kRows], float* staged, const float* x, int n, int C,
+                                                 float eps, float (*partial)[kWarpSize]) {
   constexpr int kBatch = kRows < kRowStatsLoads ? kRowStatsLoads / kRows : 1;
   const int threads = blockDim.x;
   float sum[kRows] = {};

@@ -31,7 +31,7 @@ int g_sm_count = 0;
 cudaStream_t g_own_stream = nullptr;  // created by be_init
 cudaStream_t g_stream = nullptr;      // current stream; the legacy stream until be_init
 int g_sticky = cudaSuccess;
-bool g_overlapped = false;  // while capturing the graph-pdl step: launches allow programmatic overlap
+bool g_overlapped = false;                // while capturing the graph-pdl step: launches allow programmatic overlap
 StepRecorder* g_step_recorder = nullptr;  // while recording the persistent step: launchers append tasks to it
 // while cu_plan_launch_shapes runs: where LAUNCH writes each launch's grid and block
 CuLaunchShape* g_shapes = nullptr;
@@ -278,7 +278,9 @@ static cudaError_t prepare_persistent_step(const Plan* plan, StepLaunch* launch,
   const size_t bytes = persistent_buffer_bytes(launch->n_tasks);
   if (e == cudaSuccess) e = cudaMalloc(buffer, bytes);
   if (e == cudaSuccess) e = cudaMemsetAsync(*buffer, 0, bytes, g_stream);
-  if (e == cudaSuccess) e = cudaMemcpyAsync(*buffer, recorder.tasks().data(), launch->n_tasks * sizeof(StepTask), cudaMemcpyHostToDevice, g_stream);
+  if (e == cudaSuccess)
+    e = cudaMemcpyAsync(*buffer, recorder.tasks().data(), launch->n_tasks * sizeof(StepTask), cudaMemcpyHostToDevice,
+                        g_stream);
   return e == cudaSuccess ? cudaStreamSynchronize(g_stream) : e;
 }
 
@@ -386,7 +388,8 @@ __global__ void runtime_pdl_empty_kernel(int) {
 
 // Device µs per node of a graph of n `kernel` launches (captured with programmatic dependent launch when
 // `programmatic`), from the second replay (the first uploads it).
-static cudaError_t time_graph_nodes(int n, void (*kernel)(int), bool programmatic, EventPair& events, double* us_per_node) {
+static cudaError_t time_graph_nodes(int n, void (*kernel)(int), bool programmatic, EventPair& events,
+                                    double* us_per_node) {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   cudaError_t e = cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal);
@@ -462,7 +465,8 @@ extern "C" int cu_measure_launch(int n, double* out) {
 }
 
 // Device ms of one probe launch of n (persistent_barrier_launch), its counter zeroed first.
-static cudaError_t time_barrier_probe(BarrierProbe probe, unsigned* counter, int n, int blocks, EventPair& events, double* ms) {
+static cudaError_t time_barrier_probe(BarrierProbe probe, unsigned* counter, int n, int blocks, EventPair& events,
+                                      double* ms) {
   cudaError_t e = cudaMemsetAsync(counter, 0, sizeof(unsigned), g_stream);
   if (e == cudaSuccess) e = cudaEventRecord(events.start, g_stream);
   if (e == cudaSuccess) e = persistent_barrier_launch(probe, counter, n, blocks, g_stream);
@@ -483,12 +487,15 @@ extern "C" int cu_measure_grid_barrier(int n, double* out) {
   EventPair events;
   int blocks = 0;
   cudaError_t e = persistent_barrier_blocks(&blocks);
-  if (e == cudaSuccess && (uint64_t)n * (uint64_t)blocks > UINT32_MAX) e = cudaErrorInvalidValue;  // the counter's range
+  if (e == cudaSuccess && (uint64_t)n * (uint64_t)blocks > UINT32_MAX)
+    e = cudaErrorInvalidValue;  // the counter's range
   if (e == cudaSuccess) e = cudaMalloc(&arrivals.ptr, sizeof(unsigned));
   if (e == cudaSuccess) e = events.create();
   if (e != cudaSuccess) return e;
   auto* counter = static_cast<unsigned*>(arrivals.ptr);
-  const auto time = [&](BarrierProbe probe, double* ms) { return time_barrier_probe(probe, counter, n, blocks, events, ms); };
+  const auto time = [&](BarrierProbe probe, double* ms) {
+    return time_barrier_probe(probe, counter, n, blocks, events, ms);
+  };
   double warm = 0, step = 0, step_skewed = 0, sc = 0, sc_skewed = 0, skew_alone = 0;
   // each kernel once untimed first: the module loads its functions lazily, at their first launch
   for (BarrierProbe::Kind kind : {BarrierProbe::kStep, BarrierProbe::kScFence, BarrierProbe::kSkewAlone})

@@ -54,7 +54,8 @@ class StepRecorder {
   template <typename Args> void add(const StepTaskForm& form, dim3 grid, const Args& args) {
     static_assert(sizeof(Args) <= kStepTaskArgBytes, "a body's arguments fit a task");
     const StepVariant& v = form.variant;
-    if (!form.vec || !agree(variant_.wdtype, v.wdtype) || !agree(variant_.kvdtype, v.kvdtype) || !agree(variant_.rows, v.rows)) {
+    if (!form.vec || !agree(variant_.wdtype, v.wdtype) || !agree(variant_.kvdtype, v.kvdtype) ||
+        !agree(variant_.rows, v.rows)) {
       supported_ = false;
       return;
     }
@@ -67,7 +68,9 @@ class StepRecorder {
   // A launch with no task form (an unfused op, a prefill's tiled matvec, ...).
   void reject() { supported_ = false; }
 
-  bool supported() const { return supported_ && !tasks_.empty() && variant_.wdtype != kStepNone && variant_.rows != kStepNone; }
+  bool supported() const {
+    return supported_ && !tasks_.empty() && variant_.wdtype != kStepNone && variant_.rows != kStepNone;
+  }
   const std::vector<StepTask>& tasks() const { return tasks_; }
   const StepVariant& variant() const { return variant_; }
 

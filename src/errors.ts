@@ -2,7 +2,10 @@
 export class UserError extends Error {
   override name = "UserError";
   /** the process's exit status: 1, or 128 + the signal's number for an interruption */
-  constructor(message: string, readonly exitCode = 1) {
+  constructor(
+    message: string,
+    readonly exitCode = 1,
+  ) {
     super(message);
   }
 }

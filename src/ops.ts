@@ -99,7 +99,10 @@ const SOFTMAX_FLOPS_PER_SCORE = 5;
 const none = { flops: 0, activations: 0, weights: 0, vectors: 0, kv: 0, token_ids: 0 };
 
 function op<const P extends readonly Param[]>(
-  code: number, params: P, output: (args: ArgsOf<P>) => OpOutput | null, counts: (args: ArgsOf<P>, pos: number) => Partial<Counts>,
+  code: number,
+  params: P,
+  output: (args: ArgsOf<P>) => OpOutput | null,
+  counts: (args: ArgsOf<P>, pos: number) => Partial<Counts>,
 ): OpSpec<P> {
   return { code, params, output, counts: (args, pos) => ({ ...none, ...counts(args, pos) }) };
 }
@@ -114,62 +117,266 @@ export function attendedKeys(T: number, pos: number): number {
 // elements). `rows` = B * T where only the row count matters. Fused decode ops take one row per sequence (T = 1).
 export const OPS = {
   // out: (B·T, C) = wte[seq_b[pos_b + t]] + wpe[pos_b + t]       wte: (V, C)  wpe: (max_ctx, C)
-  embed: op(1, [["out", "float*"], ["seq", "const int*"], ["state", "const int*"], ["wte", "const void*"], ["wpe", "const void*"], ["B", "int"], ["T", "int"], ["C", "int"], ["max_ctx", "int"], ["wdtype", "int"]],
+  embed: op(
+    1,
+    [
+      ["out", "float*"],
+      ["seq", "const int*"],
+      ["state", "const int*"],
+      ["wte", "const void*"],
+      ["wpe", "const void*"],
+      ["B", "int"],
+      ["T", "int"],
+      ["C", "int"],
+      ["max_ctx", "int"],
+      ["wdtype", "int"],
+    ],
     ({ out, B, T, C }) => ({ ptr: out, floats: B * T * C }),
-    ({ B, T, C }) => ({ flops: B * T * C, activations: B * T * C, weights: 2 * B * T * C, token_ids: B * T })),
+    ({ B, T, C }) => ({ flops: B * T * C, activations: B * T * C, weights: 2 * B * T * C, token_ids: B * T }),
+  ),
   // out: (rows, C) = (inp - mean) / sqrt(var + eps) * weight + bias
-  layernorm: op(2, [["out", "float*"], ["inp", "const float*"], ["weight", "const float*"], ["bias", "const float*"], ["rows", "int"], ["C", "int"], ["eps", "float"]],
+  layernorm: op(
+    2,
+    [
+      ["out", "float*"],
+      ["inp", "const float*"],
+      ["weight", "const float*"],
+      ["bias", "const float*"],
+      ["rows", "int"],
+      ["C", "int"],
+      ["eps", "float"],
+    ],
     ({ out, rows, C }) => ({ ptr: out, floats: rows * C }),
-    ({ rows, C }) => ({ flops: LAYERNORM_FLOPS_PER_ELEMENT * rows * C, activations: 2 * rows * C, vectors: 2 * C })),
+    ({ rows, C }) => ({ flops: LAYERNORM_FLOPS_PER_ELEMENT * rows * C, activations: 2 * rows * C, vectors: 2 * C }),
+  ),
   // out: (rows, OC) = inp (rows, C) @ weight (C, OC) + bias (OC)
-  linear: op(3, [["out", "float*"], ["partials", "float*"], ["inp", "const float*"], ["weight", "const void*"], ["bias", "const float*"], ["rows", "int"], ["C", "int"], ["OC", "int"], ["wdtype", "int"]],
+  linear: op(
+    3,
+    [
+      ["out", "float*"],
+      ["partials", "float*"],
+      ["inp", "const float*"],
+      ["weight", "const void*"],
+      ["bias", "const float*"],
+      ["rows", "int"],
+      ["C", "int"],
+      ["OC", "int"],
+      ["wdtype", "int"],
+    ],
     ({ out, rows, OC }) => ({ ptr: out, floats: rows * OC }),
-    ({ rows, C, OC }) => ({ flops: 2 * rows * C * OC + rows * OC, activations: rows * C + rows * OC, weights: C * OC, vectors: OC })),
+    ({ rows, C, OC }) => ({
+      flops: 2 * rows * C * OC + rows * OC,
+      activations: rows * C + rows * OC,
+      weights: C * OC,
+      vectors: OC,
+    }),
+  ),
   // k_cache_b, v_cache_b rows [pos_b, pos_b + T) = the k and v parts of qkv (B·T, 3C)
-  kv_append: op(4, [["k_cache", "void*"], ["v_cache", "void*"], ["qkv", "const float*"], ["state", "const int*"], ["B", "int"], ["T", "int"], ["C", "int"], ["max_ctx", "int"], ["kvdtype", "int"]],
+  kv_append: op(
+    4,
+    [
+      ["k_cache", "void*"],
+      ["v_cache", "void*"],
+      ["qkv", "const float*"],
+      ["state", "const int*"],
+      ["B", "int"],
+      ["T", "int"],
+      ["C", "int"],
+      ["max_ctx", "int"],
+      ["kvdtype", "int"],
+    ],
     () => null,
-    ({ B, T, C }) => ({ activations: 2 * B * T * C, kv: 2 * B * T * C })),
+    ({ B, T, C }) => ({ activations: 2 * B * T * C, kv: 2 * B * T * C }),
+  ),
   // out: (B·T, C) = softmax(q K_b^T / sqrt(hs)) V_b over sequence b's cache rows [0, pos_b + t], every head: QK^T
   // and AV are 2 multiply-adds per key per channel, plus the softmax; reads q and each sequence's rows [0, pos + T)
-  attention: op(5, [["out", "float*"], ["scratch", "float*"], ["qkv", "const float*"], ["k_cache", "const void*"], ["v_cache", "const void*"], ["state", "const int*"], ["B", "int"], ["T", "int"], ["C", "int"], ["n_head", "int"], ["max_ctx", "int"], ["kvdtype", "int"]],
+  attention: op(
+    5,
+    [
+      ["out", "float*"],
+      ["scratch", "float*"],
+      ["qkv", "const float*"],
+      ["k_cache", "const void*"],
+      ["v_cache", "const void*"],
+      ["state", "const int*"],
+      ["B", "int"],
+      ["T", "int"],
+      ["C", "int"],
+      ["n_head", "int"],
+      ["max_ctx", "int"],
+      ["kvdtype", "int"],
+    ],
     ({ out, B, T, C }) => ({ ptr: out, floats: B * T * C }),
     ({ B, T, C, n_head }, pos) => {
       const keys = B * attendedKeys(T, pos);
-      return { flops: 2 * 2 * C * keys + SOFTMAX_FLOPS_PER_SCORE * n_head * keys, activations: 2 * B * T * C, kv: 2 * B * (pos + T) * C };
-    }),
+      return {
+        flops: 2 * 2 * C * keys + SOFTMAX_FLOPS_PER_SCORE * n_head * keys,
+        activations: 2 * B * T * C,
+        kv: 2 * B * (pos + T) * C,
+      };
+    },
+  ),
   // out: (N) = gelu_new(inp)
-  gelu: op(6, [["out", "float*"], ["inp", "const float*"], ["N", "int"]],
+  gelu: op(
+    6,
+    [
+      ["out", "float*"],
+      ["inp", "const float*"],
+      ["N", "int"],
+    ],
     ({ out, N }) => ({ ptr: out, floats: N }),
-    ({ N }) => ({ flops: GELU_FLOPS_PER_ELEMENT * N, activations: 2 * N })),
+    ({ N }) => ({ flops: GELU_FLOPS_PER_ELEMENT * N, activations: 2 * N }),
+  ),
   // out: (N) = a + b
-  residual: op(7, [["out", "float*"], ["a", "const float*"], ["b", "const float*"], ["N", "int"]],
+  residual: op(
+    7,
+    [
+      ["out", "float*"],
+      ["a", "const float*"],
+      ["b", "const float*"],
+      ["N", "int"],
+    ],
     ({ out, N }) => ({ ptr: out, floats: N }),
-    ({ N }) => ({ flops: N, activations: 3 * N })),
+    ({ N }) => ({ flops: N, activations: 3 * N }),
+  ),
   // logits: (B, V) = each sequence's last row inp[b * T + T - 1] (C) @ wte (V, C)^T: the tied embedding read once
-  lm_head: op(8, [["logits", "float*"], ["inp", "const float*"], ["wte", "const void*"], ["B", "int"], ["T", "int"], ["C", "int"], ["V", "int"], ["wdtype", "int"]],
+  lm_head: op(
+    8,
+    [
+      ["logits", "float*"],
+      ["inp", "const float*"],
+      ["wte", "const void*"],
+      ["B", "int"],
+      ["T", "int"],
+      ["C", "int"],
+      ["V", "int"],
+      ["wdtype", "int"],
+    ],
     ({ logits, B, V }) => ({ ptr: logits, floats: B * V }),
-    ({ B, C, V }) => ({ flops: 2 * B * C * V, activations: B * (C + V), weights: V * C })),
+    ({ B, C, V }) => ({ flops: 2 * B * C * V, activations: B * (C + V), weights: V * C }),
+  ),
   // seq_b[pos_b + T] = argmax(logits_b); state_b[STATE_POS] += T, for each sequence b
-  argmax: op(9, [["seq", "int*"], ["state", "int*"], ["partials", "float*"], ["logits", "const float*"], ["B", "int"], ["V", "int"], ["T", "int"], ["max_ctx", "int"]],
+  argmax: op(
+    9,
+    [
+      ["seq", "int*"],
+      ["state", "int*"],
+      ["partials", "float*"],
+      ["logits", "const float*"],
+      ["B", "int"],
+      ["V", "int"],
+      ["T", "int"],
+      ["max_ctx", "int"],
+    ],
     () => null,
-    ({ B, V }) => ({ flops: B * V, activations: B * V, token_ids: B })),
+    ({ B, V }) => ({ flops: B * V, activations: B * V, token_ids: B }),
+  ),
   // ---- fused decode ops (one row per sequence): each is a chain of the ops above in one launch
   // qkv: (B, 3C) = layernorm(x) @ weight + bias, and its k, v thirds to each sequence's cache row pos_b: layernorm, linear, kv_append
-  ln_qkv: op(10, [["qkv", "float*"], ["k_cache", "void*"], ["v_cache", "void*"], ["partials", "float*"], ["x", "const float*"], ["ln_weight", "const float*"], ["ln_bias", "const float*"], ["weight", "const void*"], ["bias", "const float*"], ["state", "const int*"], ["B", "int"], ["C", "int"], ["max_ctx", "int"], ["eps", "float"], ["wdtype", "int"], ["kvdtype", "int"]],
+  ln_qkv: op(
+    10,
+    [
+      ["qkv", "float*"],
+      ["k_cache", "void*"],
+      ["v_cache", "void*"],
+      ["partials", "float*"],
+      ["x", "const float*"],
+      ["ln_weight", "const float*"],
+      ["ln_bias", "const float*"],
+      ["weight", "const void*"],
+      ["bias", "const float*"],
+      ["state", "const int*"],
+      ["B", "int"],
+      ["C", "int"],
+      ["max_ctx", "int"],
+      ["eps", "float"],
+      ["wdtype", "int"],
+      ["kvdtype", "int"],
+    ],
     ({ qkv, B, C }) => ({ ptr: qkv, floats: B * 3 * C }),
-    ({ B, C }) => ({ flops: B * (LAYERNORM_FLOPS_PER_ELEMENT * C + 2 * C * 3 * C + 3 * C), activations: B * (C + 3 * C), weights: 3 * C * C, vectors: 2 * C + 3 * C, kv: 2 * B * C })),
+    ({ B, C }) => ({
+      flops: B * (LAYERNORM_FLOPS_PER_ELEMENT * C + 2 * C * 3 * C + 3 * C),
+      activations: B * (C + 3 * C),
+      weights: 3 * C * C,
+      vectors: 2 * C + 3 * C,
+      kv: 2 * B * C,
+    }),
+  ),
   // out: (B, OC) = gelu(layernorm(x) @ weight + bias): layernorm, linear, gelu
-  ln_linear_gelu: op(11, [["out", "float*"], ["partials", "float*"], ["x", "const float*"], ["ln_weight", "const float*"], ["ln_bias", "const float*"], ["weight", "const void*"], ["bias", "const float*"], ["B", "int"], ["C", "int"], ["OC", "int"], ["eps", "float"], ["wdtype", "int"]],
+  ln_linear_gelu: op(
+    11,
+    [
+      ["out", "float*"],
+      ["partials", "float*"],
+      ["x", "const float*"],
+      ["ln_weight", "const float*"],
+      ["ln_bias", "const float*"],
+      ["weight", "const void*"],
+      ["bias", "const float*"],
+      ["B", "int"],
+      ["C", "int"],
+      ["OC", "int"],
+      ["eps", "float"],
+      ["wdtype", "int"],
+    ],
     ({ out, B, OC }) => ({ ptr: out, floats: B * OC }),
-    ({ B, C, OC }) => ({ flops: B * (LAYERNORM_FLOPS_PER_ELEMENT * C + 2 * C * OC + OC + GELU_FLOPS_PER_ELEMENT * OC), activations: B * (C + OC), weights: C * OC, vectors: 2 * C + OC })),
+    ({ B, C, OC }) => ({
+      flops: B * (LAYERNORM_FLOPS_PER_ELEMENT * C + 2 * C * OC + OC + GELU_FLOPS_PER_ELEMENT * OC),
+      activations: B * (C + OC),
+      weights: C * OC,
+      vectors: 2 * C + OC,
+    }),
+  ),
   // x: (B, OC) = x + inp (B, C) @ weight + bias: linear, residual
-  linear_residual: op(12, [["x", "float*"], ["partials", "float*"], ["inp", "const float*"], ["weight", "const void*"], ["bias", "const float*"], ["B", "int"], ["C", "int"], ["OC", "int"], ["wdtype", "int"]],
+  linear_residual: op(
+    12,
+    [
+      ["x", "float*"],
+      ["partials", "float*"],
+      ["inp", "const float*"],
+      ["weight", "const void*"],
+      ["bias", "const float*"],
+      ["B", "int"],
+      ["C", "int"],
+      ["OC", "int"],
+      ["wdtype", "int"],
+    ],
     ({ x, B, OC }) => ({ ptr: x, floats: B * OC }),
-    ({ B, C, OC }) => ({ flops: B * (2 * C * OC + 2 * OC), activations: B * (C + 2 * OC), weights: C * OC, vectors: OC })),
+    ({ B, C, OC }) => ({
+      flops: B * (2 * C * OC + 2 * OC),
+      activations: B * (C + 2 * OC),
+      weights: C * OC,
+      vectors: OC,
+    }),
+  ),
   // logits: (B, V) = layernorm(x) @ wte^T, then each sequence's next token: layernorm, lm_head, argmax
-  ln_lm_head_argmax: op(13, [["logits", "float*"], ["seq", "int*"], ["state", "int*"], ["partials", "float*"], ["x", "const float*"], ["ln_weight", "const float*"], ["ln_bias", "const float*"], ["wte", "const void*"], ["B", "int"], ["C", "int"], ["V", "int"], ["max_ctx", "int"], ["eps", "float"], ["wdtype", "int"]],
+  ln_lm_head_argmax: op(
+    13,
+    [
+      ["logits", "float*"],
+      ["seq", "int*"],
+      ["state", "int*"],
+      ["partials", "float*"],
+      ["x", "const float*"],
+      ["ln_weight", "const float*"],
+      ["ln_bias", "const float*"],
+      ["wte", "const void*"],
+      ["B", "int"],
+      ["C", "int"],
+      ["V", "int"],
+      ["max_ctx", "int"],
+      ["eps", "float"],
+      ["wdtype", "int"],
+    ],
     ({ logits, B, V }) => ({ ptr: logits, floats: B * V }),
-    ({ B, C, V }) => ({ flops: B * (LAYERNORM_FLOPS_PER_ELEMENT * C + 2 * C * V + V), activations: B * (C + V), weights: V * C, vectors: 2 * C, token_ids: B })),
+    ({ B, C, V }) => ({
+      flops: B * (LAYERNORM_FLOPS_PER_ELEMENT * C + 2 * C * V + V),
+      activations: B * (C + V),
+      weights: V * C,
+      vectors: 2 * C,
+      token_ids: B,
+    }),
+  ),
 } as const;
 
 export type OpFamily = keyof typeof OPS;
@@ -200,7 +407,9 @@ export function positionalArgs<F extends OpFamily>(family: F, args: OpArgs<F>): 
   const params = OPS[family].params as readonly Param[];
   const given = Object.keys(args);
   if (given.length !== params.length || params.some(([name]) => !given.includes(name))) {
-    throw new Error(`${family}: arguments ${given.join(", ")} do not match its parameters ${params.map(([n]) => n).join(", ")}`);
+    throw new Error(
+      `${family}: arguments ${given.join(", ")} do not match its parameters ${params.map(([n]) => n).join(", ")}`,
+    );
   }
   return params.map(([name]) => (args as Record<string, number>)[name]!);
 }
@@ -217,7 +426,12 @@ const BYTES_PER_TOKEN_ID = 4;
 export function workOf(c: Counts, wdtype: number = DTYPES.f32, kvdtype: number = DTYPES.f32): Work {
   const weight_bytes = c.weights * dtypeBytesOf(wdtype) + c.vectors * BYTES_PER_FLOAT;
   const kv_bytes = c.kv * dtypeBytesOf(kvdtype);
-  return { flops: c.flops, bytes: c.activations * BYTES_PER_FLOAT + weight_bytes + kv_bytes + c.token_ids * BYTES_PER_TOKEN_ID, weight_bytes, kv_bytes };
+  return {
+    flops: c.flops,
+    bytes: c.activations * BYTES_PER_FLOAT + weight_bytes + kv_bytes + c.token_ids * BYTES_PER_TOKEN_ID,
+    weight_bytes,
+    kv_bytes,
+  };
 }
 
 /** The work of one call: its counts in bytes at the dtypes its own arguments name. */
@@ -231,7 +445,12 @@ export function opWork(spec: OpSpec, args: Readonly<Record<string, number>>, pos
  * `void linear_matvec_kernel<4>(float*, …)`); the longest family that fits wins. Null for the runtime's own kernels.
  */
 export function kernelFamily(kernelName: string): OpFamily | null {
-  const base = kernelName.replace(/[(<].*$/, "").trim().split(/\s+/).pop() ?? "";
+  const base =
+    kernelName
+      .replace(/[(<].*$/, "")
+      .trim()
+      .split(/\s+/)
+      .pop() ?? "";
   const fits = OP_FAMILIES.filter((f) => base.startsWith(`${f}_`));
   return fits.sort((a, b) => b.length - a.length)[0] ?? null;
 }
@@ -240,7 +459,10 @@ export function kernelFamily(kernelName: string): OpFamily | null {
 export function opTableHeader(table: Readonly<Record<string, OpSpec>> = OPS): string {
   const rows = Object.entries(table)
     .sort(([, a], [, b]) => a.code - b.code)
-    .map(([family, spec]) => `  X(OP_${family.toUpperCase()}, op_${family}, ${spec.code}, void(${spec.params.map(([, t]) => t).join(", ")}))`);
+    .map(
+      ([family, spec]) =>
+        `  X(OP_${family.toUpperCase()}, op_${family}, ${spec.code}, void(${spec.params.map(([, t]) => t).join(", ")}))`,
+    );
   return [
     "// Generated from src/ops.ts by src/native/build.ts: edit the op table there, not this file.",
     "#pragma once",

@@ -3,8 +3,21 @@
 // op table (cuda/plan.h) to run in one call or to be captured as a CUDA graph. Each op carries its work.
 import type { GPT2Config } from "./model/config.ts";
 import {
-  cFunction, DTYPES, floatParams, opWork, OPS, PLAN_SLOTS, positionalArgs, type DtypeName, type OpArgs, type OpFamily, type OpOutput, type OpSpec, type OpSymbols,
-  type Param, type Work,
+  cFunction,
+  DTYPES,
+  floatParams,
+  opWork,
+  OPS,
+  PLAN_SLOTS,
+  positionalArgs,
+  type DtypeName,
+  type OpArgs,
+  type OpFamily,
+  type OpOutput,
+  type OpSpec,
+  type OpSymbols,
+  type Param,
+  type Work,
 } from "./ops.ts";
 
 /** One op: its family, where it sits in the model, its op_* arguments in signature order, and its work. */
@@ -87,42 +100,102 @@ export interface StepForm {
 /** The step when nothing else is asked for: the fused plan, one sequence, fp32 weights and cache. */
 export const DEFAULT_STEP_FORM: StepForm = { plan: "fused", batch: 1, weights: "f32", kv: "f32" };
 /** A step form's storage types as the op arguments' DTYPES codes (ModelBuffers.dtypes). */
-export const dtypeCodes = (form: Pick<StepForm, "weights" | "kv">) => ({ weights: DTYPES[form.weights], kv: DTYPES[form.kv] });
+export const dtypeCodes = (form: Pick<StepForm, "weights" | "kv">) => ({
+  weights: DTYPES[form.weights],
+  kv: DTYPES[form.kv],
+});
 
 /** One op of the plan, its work bound to its arguments. */
 export function planOp<F extends OpFamily>(family: F, label: string, layer: number | null, args: OpArgs<F>): PlanOp {
   const spec = OPS[family] as unknown as OpSpec<readonly Param[]>;
-  return { family, label, layer, args: positionalArgs(family, args), work: (pos) => opWork(spec, args, pos), output: spec.output(args) };
+  return {
+    family,
+    label,
+    layer,
+    args: positionalArgs(family, args),
+    work: (pos) => opWork(spec, args, pos),
+    output: spec.output(args),
+  };
 }
 
 /** Builds the step for T new rows of each of the buffers' sequences, at the positions held in `state`. */
 export function decodeStep(m: ModelBuffers, T: number, kind: PlanKind = "fused"): PlanOp[] {
   const rows = m.batch * T;
-  if (!Number.isInteger(T) || T < 1 || rows > m.maxRows) throw new Error(`decodeStep: ${m.batch} × T=${T} rows outside 1..${m.maxRows}`);
+  if (!Number.isInteger(T) || T < 1 || rows > m.maxRows)
+    throw new Error(`decodeStep: ${m.batch} × T=${T} rows outside 1..${m.maxRows}`);
   return kind === "fused" && T === 1 ? fusedDecodeStep(m) : unfusedStep(m, T);
 }
 
 /** One launch per op, for T rows of each sequence. */
 function unfusedStep(m: ModelBuffers, T: number): PlanOp[] {
   const { n_embd: C, n_head, n_positions: max_ctx, vocab_size: V, layer_norm_epsilon: eps } = m.config;
-  const { batch: B, dtypes: { weights: wdtype, kv: kvdtype } } = m;
+  const {
+    batch: B,
+    dtypes: { weights: wdtype, kv: kvdtype },
+  } = m;
   const rows = B * T;
   const plan: PlanOp[] = [];
-  const op = <F extends OpFamily>(family: F, label: string, layer: number | null, args: OpArgs<F>) => plan.push(planOp(family, label, layer, args));
+  const op = <F extends OpFamily>(family: F, label: string, layer: number | null, args: OpArgs<F>) =>
+    plan.push(planOp(family, label, layer, args));
   const layernorm = (label: string, layer: number | null, norm: { weight: number; bias: number }) =>
     op("layernorm", label, layer, { out: m.ln, inp: m.x, ...norm, rows, C, eps });
-  const linear = (label: string, layer: number, out: number, inp: number, w: { weight: number; bias: number }, inC: number, OC: number) =>
-    op("linear", label, layer, { out, partials: m.partials, inp, ...w, rows, C: inC, OC, wdtype });
+  const linear = (
+    label: string,
+    layer: number,
+    out: number,
+    inp: number,
+    w: { weight: number; bias: number },
+    inC: number,
+    OC: number,
+  ) => op("linear", label, layer, { out, partials: m.partials, inp, ...w, rows, C: inC, OC, wdtype });
 
-  op("embed", "embed", null, { out: m.x, seq: m.seq, state: m.state, wte: m.wte, wpe: m.wpe, B, T, C, max_ctx, wdtype }); // x = wte[tokens] + wpe[positions]
+  op("embed", "embed", null, {
+    out: m.x,
+    seq: m.seq,
+    state: m.state,
+    wte: m.wte,
+    wpe: m.wpe,
+    B,
+    T,
+    C,
+    max_ctx,
+    wdtype,
+  }); // x = wte[tokens] + wpe[positions]
   m.layers.forEach((w, l) => {
     const h = `h${l}`;
     const [k_cache, v_cache] = [m.kCache[l]!, m.vCache[l]!];
     layernorm(`${h}.ln_1`, l, w.ln_1); //                                                   a = ln_1(x)
     linear(`${h}.attn.c_attn`, l, m.qkv, m.ln, w.c_attn, C, 3 * C); //                      q, k, v = a @ W_attn
-    op("kv_append", `${h}.attn.kv_append`, l, { k_cache, v_cache, qkv: m.qkv, state: m.state, B, T, C, max_ctx, kvdtype }); // cache ← k, v
-    op("attention", `${h}.attn.attend`, l, //                                                y = softmax(q K^T / √d) V (causal)
-      { out: m.att, scratch: m.scratch, qkv: m.qkv, k_cache, v_cache, state: m.state, B, T, C, n_head, max_ctx, kvdtype });
+    op("kv_append", `${h}.attn.kv_append`, l, {
+      k_cache,
+      v_cache,
+      qkv: m.qkv,
+      state: m.state,
+      B,
+      T,
+      C,
+      max_ctx,
+      kvdtype,
+    }); // cache ← k, v
+    op(
+      "attention",
+      `${h}.attn.attend`,
+      l, //                                                y = softmax(q K^T / √d) V (causal)
+      {
+        out: m.att,
+        scratch: m.scratch,
+        qkv: m.qkv,
+        k_cache,
+        v_cache,
+        state: m.state,
+        B,
+        T,
+        C,
+        n_head,
+        max_ctx,
+        kvdtype,
+      },
+    );
     linear(`${h}.attn.c_proj`, l, m.proj, m.att, w.attn_c_proj, C, C); //                   y @ W_proj
     op("residual", `${h}.attn.residual`, l, { out: m.x, a: m.x, b: m.proj, N: rows * C }); // x = x + attn
     layernorm(`${h}.ln_2`, l, w.ln_2); //                                                   a = ln_2(x)
@@ -133,16 +206,29 @@ function unfusedStep(m: ModelBuffers, T: number): PlanOp[] {
   });
   layernorm("ln_f", null, m.ln_f); //                                                        a = ln_f(x)
   op("lm_head", "lm_head", null, { logits: m.logits, inp: m.ln, wte: m.wte, B, T, C, V, wdtype }); // logits = a[-1] @ wte^T per sequence
-  op("argmax", "argmax", null, { seq: m.seq, state: m.state, partials: m.partials, logits: m.logits, B, V, T, max_ctx }); // next = argmax(logits); pos += T
+  op("argmax", "argmax", null, {
+    seq: m.seq,
+    state: m.state,
+    partials: m.partials,
+    logits: m.logits,
+    B,
+    V,
+    T,
+    max_ctx,
+  }); // next = argmax(logits); pos += T
   return plan;
 }
 
 /** The same math for one row per sequence, the fused decode ops in five launches per layer. */
 function fusedDecodeStep(m: ModelBuffers): PlanOp[] {
   const { n_embd: C, n_head, n_positions: max_ctx, vocab_size: V, layer_norm_epsilon: eps } = m.config;
-  const { batch: B, dtypes: { weights: wdtype, kv: kvdtype } } = m;
+  const {
+    batch: B,
+    dtypes: { weights: wdtype, kv: kvdtype },
+  } = m;
   const plan: PlanOp[] = [];
-  const op = <F extends OpFamily>(family: F, label: string, layer: number | null, args: OpArgs<F>) => plan.push(planOp(family, label, layer, args));
+  const op = <F extends OpFamily>(family: F, label: string, layer: number | null, args: OpArgs<F>) =>
+    plan.push(planOp(family, label, layer, args));
   const { partials, state, x } = m;
   const ln = (norm: { weight: number; bias: number }) => ({ ln_weight: norm.weight, ln_bias: norm.bias, eps });
 
@@ -150,17 +236,42 @@ function fusedDecodeStep(m: ModelBuffers): PlanOp[] {
   m.layers.forEach((w, l) => {
     const h = `h${l}`;
     const [k_cache, v_cache] = [m.kCache[l]!, m.vCache[l]!];
-    op("ln_qkv", `${h}.attn.ln_qkv`, l, //                                                  q, k, v = ln_1(x) @ W_attn; cache ← k, v
-      { qkv: m.qkv, k_cache, v_cache, partials, x, ...ln(w.ln_1), ...w.c_attn, state, B, C, max_ctx, wdtype, kvdtype });
-    op("attention", `${h}.attn.attend`, l, //                                                y = softmax(q K^T / √d) V (causal)
-      { out: m.att, scratch: m.scratch, qkv: m.qkv, k_cache, v_cache, state, B, T: 1, C, n_head, max_ctx, kvdtype });
+    op(
+      "ln_qkv",
+      `${h}.attn.ln_qkv`,
+      l, //                                                  q, k, v = ln_1(x) @ W_attn; cache ← k, v
+      { qkv: m.qkv, k_cache, v_cache, partials, x, ...ln(w.ln_1), ...w.c_attn, state, B, C, max_ctx, wdtype, kvdtype },
+    );
+    op(
+      "attention",
+      `${h}.attn.attend`,
+      l, //                                                y = softmax(q K^T / √d) V (causal)
+      { out: m.att, scratch: m.scratch, qkv: m.qkv, k_cache, v_cache, state, B, T: 1, C, n_head, max_ctx, kvdtype },
+    );
     op("linear_residual", `${h}.attn.c_proj`, l, { x, partials, inp: m.att, ...w.attn_c_proj, B, C, OC: C, wdtype }); //  x = x + y @ W_proj
-    op("ln_linear_gelu", `${h}.mlp.ln_c_fc`, l, //                                          g = gelu(ln_2(x) @ W_fc)
-      { out: m.act, partials, x, ...ln(w.ln_2), ...w.c_fc, B, C, OC: 4 * C, wdtype });
-    op("linear_residual", `${h}.mlp.c_proj`, l, { x, partials, inp: m.act, ...w.mlp_c_proj, B, C: 4 * C, OC: C, wdtype }); // x = x + g @ W_proj
+    op(
+      "ln_linear_gelu",
+      `${h}.mlp.ln_c_fc`,
+      l, //                                          g = gelu(ln_2(x) @ W_fc)
+      { out: m.act, partials, x, ...ln(w.ln_2), ...w.c_fc, B, C, OC: 4 * C, wdtype },
+    );
+    op("linear_residual", `${h}.mlp.c_proj`, l, {
+      x,
+      partials,
+      inp: m.act,
+      ...w.mlp_c_proj,
+      B,
+      C: 4 * C,
+      OC: C,
+      wdtype,
+    }); // x = x + g @ W_proj
   });
-  op("ln_lm_head_argmax", "ln_f.lm_head.argmax", null, //                                    logits = ln_f(x) @ wte^T; next = argmax; pos += 1
-    { logits: m.logits, seq: m.seq, state, partials, x, ...ln(m.ln_f), wte: m.wte, B, C, V, max_ctx, wdtype });
+  op(
+    "ln_lm_head_argmax",
+    "ln_f.lm_head.argmax",
+    null, //                                    logits = ln_f(x) @ wte^T; next = argmax; pos += 1
+    { logits: m.logits, seq: m.seq, state, partials, x, ...ln(m.ln_f), wte: m.wte, B, C, V, max_ctx, wdtype },
+  );
   return plan;
 }
 
@@ -171,10 +282,33 @@ function fusedDecodeStep(m: ModelBuffers): PlanOp[] {
 export function planShape(config: GPT2Config, T: number, form: StepForm = DEFAULT_STEP_FORM): PlanOp[] {
   const pair = { weight: 0, bias: 0 };
   const layer: LayerBuffers = { ln_1: pair, c_attn: pair, attn_c_proj: pair, ln_2: pair, c_fc: pair, mlp_c_proj: pair };
-  const nowhere = { wte: 0, wpe: 0, seq: 0, state: 0, x: 0, ln: 0, qkv: 0, att: 0, proj: 0, fc: 0, act: 0, logits: 0, scratch: 0, partials: 0 };
+  const nowhere = {
+    wte: 0,
+    wpe: 0,
+    seq: 0,
+    state: 0,
+    x: 0,
+    ln: 0,
+    qkv: 0,
+    att: 0,
+    proj: 0,
+    fc: 0,
+    act: 0,
+    logits: 0,
+    scratch: 0,
+    partials: 0,
+  };
   const zeros = Array.from({ length: config.n_layer }, () => 0);
   const buffers: ModelBuffers = {
-    config, batch: form.batch, dtypes: dtypeCodes(form), ...nowhere, layers: zeros.map(() => layer), ln_f: pair, kCache: zeros, vCache: zeros, maxRows: form.batch * T,
+    config,
+    batch: form.batch,
+    dtypes: dtypeCodes(form),
+    ...nowhere,
+    layers: zeros.map(() => layer),
+    ln_f: pair,
+    kCache: zeros,
+    vCache: zeros,
+    maxRows: form.batch * T,
   };
   return decodeStep(buffers, T, form.plan);
 }
@@ -205,28 +339,65 @@ type Call = (...args: number[]) => void;
 
 /** A closure making exactly one call with fixed arguments: no spread, no allocation per call. */
 function bindCall(fn: Call, a: readonly number[]): () => void {
-  const [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18] = a as number[] as number[] & { length: 19 } as [
-    number, number, number, number, number, number, number, number, number, number, number, number, number, number, number, number, number, number, number,
-  ];
+  const [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18] =
+    a as number[] as number[] & { length: 19 } as [
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+    ];
   switch (a.length) {
-    case 3: return () => fn(a0, a1, a2);
-    case 4: return () => fn(a0, a1, a2, a3);
-    case 5: return () => fn(a0, a1, a2, a3, a4);
-    case 6: return () => fn(a0, a1, a2, a3, a4, a5);
-    case 7: return () => fn(a0, a1, a2, a3, a4, a5, a6);
-    case 8: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7);
-    case 9: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8);
-    case 10: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
-    case 11: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10);
-    case 12: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11);
-    case 13: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12);
-    case 14: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13);
-    case 15: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14);
-    case 16: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15);
-    case 17: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16);
-    case 18: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17);
-    case 19: return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18);
-    default: throw new Error(`no eager call for ${a.length} arguments (a plan record holds ${PLAN_SLOTS - 1})`);
+    case 3:
+      return () => fn(a0, a1, a2);
+    case 4:
+      return () => fn(a0, a1, a2, a3);
+    case 5:
+      return () => fn(a0, a1, a2, a3, a4);
+    case 6:
+      return () => fn(a0, a1, a2, a3, a4, a5);
+    case 7:
+      return () => fn(a0, a1, a2, a3, a4, a5, a6);
+    case 8:
+      return () => fn(a0, a1, a2, a3, a4, a5, a6, a7);
+    case 9:
+      return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+    case 10:
+      return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+    case 11:
+      return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10);
+    case 12:
+      return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11);
+    case 13:
+      return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12);
+    case 14:
+      return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13);
+    case 15:
+      return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14);
+    case 16:
+      return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15);
+    case 17:
+      return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16);
+    case 18:
+      return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17);
+    case 19:
+      return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18);
+    default:
+      throw new Error(`no eager call for ${a.length} arguments (a plan record holds ${PLAN_SLOTS - 1})`);
   }
 }
 

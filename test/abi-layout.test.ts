@@ -22,18 +22,31 @@ function measuredLayouts(): Map<string, number> {
     `printf("${l.struct} sizeof %zu\\n", sizeof(${l.struct}));`,
     ...Object.keys(l.fields).map((f) => `printf("${l.struct} ${f} %zu\\n", offsetof(${l.struct}, ${f}));`),
   ]);
-  const captures = Object.keys(CAPTURE_KINDS).map((k) => `printf("capture ${k} %d\\n", (int)CU_CAPTURE_${k.toUpperCase()});`);
-  const source = ["#include <cstddef>", "#include <cstdio>", ...headers, '#include "cuda_api.h"', `int main() {\n${[...prints, ...captures].join("\n")}\n}`].join("\n");
+  const captures = Object.keys(CAPTURE_KINDS).map(
+    (k) => `printf("capture ${k} %d\\n", (int)CU_CAPTURE_${k.toUpperCase()});`,
+  );
+  const source = [
+    "#include <cstddef>",
+    "#include <cstdio>",
+    ...headers,
+    '#include "cuda_api.h"',
+    `int main() {\n${[...prints, ...captures].join("\n")}\n}`,
+  ].join("\n");
   const dir = mkdtempSync(join(tmpdir(), "abi-layout-"));
   try {
     const exe = join(dir, "layout");
-    const build = Bun.spawnSync(["g++", "-std=c++20", "-Icuda", `-I${writeGeneratedHeaders()}`, "-x", "c++", "-", "-o", exe], { cwd: ROOT, stdin: Buffer.from(source) });
+    const build = Bun.spawnSync(
+      ["g++", "-std=c++20", "-Icuda", `-I${writeGeneratedHeaders()}`, "-x", "c++", "-", "-o", exe],
+      { cwd: ROOT, stdin: Buffer.from(source) },
+    );
     if (!build.success) throw new Error(`the layout program did not compile:\n${build.stderr.toString()}`);
     const lines = Bun.spawnSync([exe]).stdout.toString().trim().split("\n");
-    return new Map(lines.map((line) => {
-      const [struct, field, value] = line.split(" ");
-      return [`${struct}.${field}`, Number(value)];
-    }));
+    return new Map(
+      lines.map((line) => {
+        const [struct, field, value] = line.split(" ");
+        return [`${struct}.${field}`, Number(value)];
+      }),
+    );
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -44,13 +57,18 @@ describe("C struct layouts read from TypeScript", () => {
   beforeAll(() => {
     measured = measuredLayouts();
   });
-  test.each(LAYOUTS.map((l) => [l.struct, l] as const))("%s: size and every field offset match the C header", (_, layout) => {
-    expect(measured.get(`${layout.struct}.sizeof`)).toBe(layout.bytes);
-    for (const [field, offset] of Object.entries(layout.fields)) expect([field, measured.get(`${layout.struct}.${field}`)]).toEqual([field, offset]);
-  });
+  test.each(LAYOUTS.map((l) => [l.struct, l] as const))(
+    "%s: size and every field offset match the C header",
+    (_, layout) => {
+      expect(measured.get(`${layout.struct}.sizeof`)).toBe(layout.bytes);
+      for (const [field, offset] of Object.entries(layout.fields))
+        expect([field, measured.get(`${layout.struct}.${field}`)]).toEqual([field, offset]);
+    },
+  );
 
   test("cu_graph_capture's kinds are CU_CAPTURE_* of cuda/cuda_api.h", () => {
-    for (const [kind, value] of Object.entries(CAPTURE_KINDS)) expect([kind, measured.get(`capture.${kind}`)]).toEqual([kind, value]);
+    for (const [kind, value] of Object.entries(CAPTURE_KINDS))
+      expect([kind, measured.get(`capture.${kind}`)]).toEqual([kind, value]);
   });
 
   test("a name field's capacity runs to the next field or the struct's end", () => {

@@ -16,7 +16,10 @@ afterAll(() => {
 });
 
 describe("be_alloc returns zeroed memory", () => {
-  test.each([["cpu", cpu], ["emu (the CUDA runtime's code)", emu]] as Array<[string, Backend]>)("%s: fresh, and after a dirty buffer of the same size is freed", (_, backend) => {
+  test.each([
+    ["cpu", cpu],
+    ["emu (the CUDA runtime's code)", emu],
+  ] as Array<[string, Backend]>)("%s: fresh, and after a dirty buffer of the same size is freed", (_, backend) => {
     const bytes = 3 * 2 ** 20 + 12; // not a whole number of pages
     for (let round = 0; round < 3; round++) {
       const b = backend.alloc(bytes);

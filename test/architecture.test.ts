@@ -22,7 +22,8 @@ const LAYERS: { name: string; paths: string[] }[] = [
 
 function sourceFiles(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
-    e.isDirectory() ? sourceFiles(join(dir, e.name)) : e.name.endsWith(".ts") ? [relative(SRC, join(dir, e.name))] : []);
+    e.isDirectory() ? sourceFiles(join(dir, e.name)) : e.name.endsWith(".ts") ? [relative(SRC, join(dir, e.name))] : [],
+  );
 }
 
 function layerOf(file: string): number {
@@ -72,7 +73,10 @@ describe("architecture: layers point one way", () => {
 
   test("no module imports from a layer above its own", () => {
     const upward = [...graph].flatMap(([file, imports]) =>
-      imports.filter((to) => layerOf(to) > layerOf(file)).map((to) => `${file} (${LAYERS[layerOf(file)]!.name}) → ${to} (${LAYERS[layerOf(to)]!.name})`));
+      imports
+        .filter((to) => layerOf(to) > layerOf(file))
+        .map((to) => `${file} (${LAYERS[layerOf(file)]!.name}) → ${to} (${LAYERS[layerOf(to)]!.name})`),
+    );
     expect(upward).toEqual([]);
   });
 
@@ -81,9 +85,18 @@ describe("architecture: layers point one way", () => {
   });
 
   test("the checker sees every kind of import, and finds a planted loop and an upward import", () => {
-    const text = 'import type { A } from "../a.ts";\nimport {\n  b,\n} from "./b.ts";\nexport { c } from "../c.ts";\nconst d = await import("./d.ts");';
+    const text =
+      'import type { A } from "../a.ts";\nimport {\n  b,\n} from "./b.ts";\nexport { c } from "../c.ts";\nconst d = await import("./d.ts");';
     expect(importsOf("run/x.ts", text)).toEqual(["a.ts", "run/b.ts", "c.ts", "run/d.ts"]);
-    expect(findLoop(new Map([["a.ts", ["b.ts"]], ["b.ts", ["c.ts"]], ["c.ts", ["a.ts"]]]))).toEqual(["a.ts", "b.ts", "c.ts", "a.ts"]);
+    expect(
+      findLoop(
+        new Map([
+          ["a.ts", ["b.ts"]],
+          ["b.ts", ["c.ts"]],
+          ["c.ts", ["a.ts"]],
+        ]),
+      ),
+    ).toEqual(["a.ts", "b.ts", "c.ts", "a.ts"]);
     expect(layerOf("plan.ts")).toBeGreaterThan(layerOf("ops.ts"));
     expect(layerOf("report/markdown.ts")).toBeGreaterThan(layerOf("profile/summary.ts"));
   });

@@ -18,19 +18,25 @@ const compiled = join(toolkit, "compiled");
 cpSync(join(ROOT, "cuda"), join(project, "cuda"), { recursive: true });
 mkdirSync(join(toolkit, "bin"), { recursive: true });
 // prints the release in ./version; compiles (writes -o's file) unless ./refuse exists, then leaves ./compiled
-writeFileSync(join(toolkit, "bin/nvcc"), `#!/bin/sh
+writeFileSync(
+  join(toolkit, "bin/nvcc"),
+  `#!/bin/sh
 here=$(dirname "$0")/..
 if [ "$1" = --version ]; then cat "$here/version"; exit 0; fi
 if [ -f "$here/refuse" ]; then touch "$here/compiled"; echo "nvcc stub: asked to compile" >&2; exit 1; fi
 while [ $# -gt 1 ]; do [ "$1" = -o ] && echo stub > "$2"; shift; done
-`);
+`,
+);
 chmodSync(join(toolkit, "bin/nvcc"), 0o755);
 afterAll(() => rmSync(base, { recursive: true, force: true }));
 
 function build(env: Record<string, string> = {}) {
   const { NVCC: _nvcc, [CARRIED_ENV]: _carried, ...rest } = process.env;
   const p = Bun.spawnSync([process.execPath, join(ROOT, "src/cli/build.ts"), "cuda"], {
-    cwd: ROOT, env: { ...rest, CUDA_HOME: toolkit, DECODE_FLOOR_ROOT: project, ...env }, stdout: "pipe", stderr: "pipe",
+    cwd: ROOT,
+    env: { ...rest, CUDA_HOME: toolkit, DECODE_FLOOR_ROOT: project, ...env },
+    stdout: "pipe",
+    stderr: "pipe",
   });
   return { code: p.exitCode, stderr: p.stderr.toString() };
 }

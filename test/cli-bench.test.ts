@@ -26,12 +26,17 @@ describe("bench cpu sections", () => {
   test("--decode: the probe's size, passes and sweep, the floor's kind, a row per context with the floor's bytes and step ÷ floor", () => {
     const r = bench("cpu", "--decode", "--contexts", "8,40", "--steps", "2");
     expect(r.code).toBe(0);
-    const probe = new RegExp(`read bandwidth: best of (\\d+) passes summing ([\\d.]+ [MG]iB) on \\d+ threads \\(median ${number}, ${number}–${number} GB/s\\)`).exec(r.stdout);
+    const probe = new RegExp(
+      `read bandwidth: best of (\\d+) passes summing ([\\d.]+ [MG]iB) on \\d+ threads \\(median ${number}, ${number}–${number} GB/s\\)`,
+    ).exec(r.stdout);
     expect(probe).not.toBeNull();
     expect(Number(probe![1])).toBe(10); // 5 rounds of 2 passes
     expect(r.stdout).toMatch(/sweep \(best pass per size\): 33\.6 MB [\d.]+, 67\.1 MB [\d.]+, .*4\.3 GB [\d.]+ GB\/s/);
     // the floor's kind follows from the weights against the sweep's knee, both printed
-    const kind = /^(DRAM floor|cache floor, not a DRAM floor): the weights \(494\.6 MB\) are (past|below) the sweep's knee/m.exec(r.stdout);
+    const kind =
+      /^(DRAM floor|cache floor, not a DRAM floor): the weights \(494\.6 MB\) are (past|below) the sweep's knee/m.exec(
+        r.stdout,
+      );
     expect(kind).not.toBeNull();
     expect(kind![2]).toBe(kind![1] === "DRAM floor" ? "past" : "below");
     for (const context of [8, 40]) {
@@ -50,10 +55,21 @@ describe("bench cpu sections", () => {
   });
 
   test("--decode --model DIR: the checkpoint's step, its weights far below any knee: a cache floor, said so", () => {
-    const r = bench("cpu", "--decode", "--model", join(ROOT, "test/fixtures/gpt2-tiny"), "--contexts", "4", "--steps", "2");
+    const r = bench(
+      "cpu",
+      "--decode",
+      "--model",
+      join(ROOT, "test/fixtures/gpt2-tiny"),
+      "--contexts",
+      "4",
+      "--steps",
+      "2",
+    );
     expect(r.code).toBe(0);
     expect(r.stdout).toContain("decode — the cached step ÷ its memory floor (goal ≤ 1.3), gpt2-tiny");
-    expect(r.stdout).toMatch(/^cache floor, not a DRAM floor: the weights \([\d.]+ [kM]B\) are below the sweep's knee/m);
+    expect(r.stdout).toMatch(
+      /^cache floor, not a DRAM floor: the weights \([\d.]+ [kM]B\) are below the sweep's knee/m,
+    );
     expect(r.stdout.split("\n").some((line) => line.trimStart().startsWith("4 "))).toBe(true);
   });
 
@@ -78,9 +94,13 @@ describe("bench cpu sections", () => {
       for (const shape of ["768→2304", "768→768", "768→3072", "3072→768"]) {
         const row = r.stdout.split("\n").find((line) => line.startsWith(`${T}×${shape} `));
         expect(row).toBeDefined();
-        const rest = row!.slice(row!.indexOf(")") + 1).trim().split(/\s+/);
+        const rest = row!
+          .slice(row!.indexOf(")") + 1)
+          .trim()
+          .split(/\s+/);
         expect(Number(rest[0])).toBeGreaterThan(0); // ours, GFLOP/s
-        if (blas) expect(Number(rest[3])).toBeGreaterThan(0); // ours ÷ OpenBLAS time
+        if (blas)
+          expect(Number(rest[3])).toBeGreaterThan(0); // ours ÷ OpenBLAS time
         else expect(rest.slice(2)).toEqual(["—", "—"]);
       }
       expect(r.stdout).toMatch(new RegExp(`T = ${T} +${number} GFLOP/s`));
@@ -96,8 +116,14 @@ describe("bench: bad flags, one line, exit ≠ 0", () => {
     [["cpu", "--steps", "0"], "--steps must be an integer in 1..∞ (got 0)"],
     [["cpu", "--fast"], "Unknown argument: fast"],
     [["cpu", "--contend", "1", "--contend", "2"], "--contend is given 2 times; give it once"],
-    [["cpu", "--preset", "gpt2-huge"], 'Invalid values: Argument: preset, Given: "gpt2-huge", Choices: "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"'],
-    [["cpu", "--model", "test/fixtures/gpt2-tiny", "--preset", "gpt2"], "Arguments model and preset are mutually exclusive"],
+    [
+      ["cpu", "--preset", "gpt2-huge"],
+      'Invalid values: Argument: preset, Given: "gpt2-huge", Choices: "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"',
+    ],
+    [
+      ["cpu", "--model", "test/fixtures/gpt2-tiny", "--preset", "gpt2"],
+      "Arguments model and preset are mutually exclusive",
+    ],
     [["cpu", "--model", "/nonexistent-model-dir"], "model directory not found: /nonexistent-model-dir"],
     [[], "name a benchmark: cpu"],
   ])("bench %p", (args, message) => {
@@ -112,30 +138,44 @@ describe("OpenBLAS through bun:ffi (the prefill yardstick)", () => {
   const blas = openOpenBlas(1);
   test("a library that cannot be loaded is reported, not thrown", () => {
     const missing = openOpenBlas(1, ["/nonexistent/libopenblas.so.0"]);
-    expect("missing" in missing && missing.missing).toMatch(/^OpenBLAS not found \(\/nonexistent\/libopenblas\.so\.0: .+\); apt-get install libopenblas0/);
+    expect("missing" in missing && missing.missing).toMatch(
+      /^OpenBLAS not found \(\/nonexistent\/libopenblas\.so\.0: .+\); apt-get install libopenblas0/,
+    );
   });
 
-  test.skipIf("missing" in blas)("it says how its threads wait after a call: told to sleep at once unless the user set OPENBLAS_THREAD_TIMEOUT or it is an OpenMP build (skipped where OpenBLAS is not installed)", () => {
-    if ("missing" in blas) return; // skipped above: OpenBLAS is not installed here
-    const expected = /USE_OPENMP/.test(blas.config) ? "an OpenMP build"
-      : (process.env.OPENBLAS_THREAD_TIMEOUT ?? "4") !== "4" ? `OPENBLAS_THREAD_TIMEOUT=${process.env.OPENBLAS_THREAD_TIMEOUT}, as set by the user`
-        : "OPENBLAS_THREAD_TIMEOUT=4: its threads sleep right after a call";
-    expect(blas.config).toContain(expected);
-  });
+  test.skipIf("missing" in blas)(
+    "it says how its threads wait after a call: told to sleep at once unless the user set OPENBLAS_THREAD_TIMEOUT or it is an OpenMP build (skipped where OpenBLAS is not installed)",
+    () => {
+      if ("missing" in blas) return; // skipped above: OpenBLAS is not installed here
+      const expected = /USE_OPENMP/.test(blas.config)
+        ? "an OpenMP build"
+        : (process.env.OPENBLAS_THREAD_TIMEOUT ?? "4") !== "4"
+          ? `OPENBLAS_THREAD_TIMEOUT=${process.env.OPENBLAS_THREAD_TIMEOUT}, as set by the user`
+          : "OPENBLAS_THREAD_TIMEOUT=4: its threads sleep right after a call";
+      expect(blas.config).toContain(expected);
+    },
+  );
 
-  test.skipIf("missing" in blas)("its sgemm computes the product op_linear computes (bias 0), so the two are timed on the same work (skipped where OpenBLAS is not installed)", () => {
-    if ("missing" in blas) return; // skipped above: OpenBLAS is not installed here
-    const backend = CpuBackend.open();
-    const arena = new DeviceArena(backend);
-    const [T, C, OC] = [37, 100, 70];
-    const inp = randomFloats(T * C, 1), w = randomFloats(C * OC, 2), zero = new Float32Array(OC);
-    const ours = arena.poisoned(T * OC), theirs = arena.poisoned(T * OC);
-    const a = arena.put(inp), b = arena.put(w);
-    backend.ops.op_linear(ours.ptr, 0, a.ptr, b.ptr, arena.put(zero).ptr, T, C, OC, DTYPES.f32);
-    blas.sgemm(theirs.ptr, a.ptr, b.ptr, T, OC, C);
-    expect(maxRelativeError(arena.floats(theirs), arena.floats(ours))).toBeLessThan(1e-5);
-    arena.release();
-    backend.close();
-    blas.close();
-  });
+  test.skipIf("missing" in blas)(
+    "its sgemm computes the product op_linear computes (bias 0), so the two are timed on the same work (skipped where OpenBLAS is not installed)",
+    () => {
+      if ("missing" in blas) return; // skipped above: OpenBLAS is not installed here
+      const backend = CpuBackend.open();
+      const arena = new DeviceArena(backend);
+      const [T, C, OC] = [37, 100, 70];
+      const inp = randomFloats(T * C, 1),
+        w = randomFloats(C * OC, 2),
+        zero = new Float32Array(OC);
+      const ours = arena.poisoned(T * OC),
+        theirs = arena.poisoned(T * OC);
+      const a = arena.put(inp),
+        b = arena.put(w);
+      backend.ops.op_linear(ours.ptr, 0, a.ptr, b.ptr, arena.put(zero).ptr, T, C, OC, DTYPES.f32);
+      blas.sgemm(theirs.ptr, a.ptr, b.ptr, T, OC, C);
+      expect(maxRelativeError(arena.floats(theirs), arena.floats(ours))).toBeLessThan(1e-5);
+      arena.release();
+      backend.close();
+      blas.close();
+    },
+  );
 });

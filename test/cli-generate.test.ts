@@ -9,7 +9,11 @@ import { ROOT, runCli } from "./helpers/cli.ts";
 import { maxRelativeError } from "./helpers/reference.ts";
 
 const FIXTURE = join(import.meta.dir, "fixtures/gpt2-tiny");
-const expected = JSON.parse(readFileSync(join(FIXTURE, "expected.json"), "utf8")) as { prompt: number[]; generated: number[]; sequence: number[] };
+const expected = JSON.parse(readFileSync(join(FIXTURE, "expected.json"), "utf8")) as {
+  prompt: number[];
+  generated: number[];
+  sequence: number[];
+};
 
 const generate = (...args: string[]) => runCli("generate", args);
 
@@ -50,8 +54,21 @@ describe("generate: output contract", () => {
 test("exits 0 after a run whose ops used the thread pool, 5 times out of 5 (the library's threads end before it is unmapped)", async () => {
   // a 40-token recompute runs every linear on the pool; with OpenMP's threads, closing the library at the end
   // crashed 19 runs in 20 with SIGSEGV after printing correct output (the pool's destructor joins its workers)
-  const args = [process.execPath, join(ROOT, "src/cli/generate.ts"), "--backend", "cpu", "--model", FIXTURE,
-    "--prompt-ids", Array.from({ length: 40 }, (_, i) => i + 1).join(","), "--max-new-tokens", "5", "--cache", "off", "--json"];
+  const args = [
+    process.execPath,
+    join(ROOT, "src/cli/generate.ts"),
+    "--backend",
+    "cpu",
+    "--model",
+    FIXTURE,
+    "--prompt-ids",
+    Array.from({ length: 40 }, (_, i) => i + 1).join(","),
+    "--max-new-tokens",
+    "5",
+    "--cache",
+    "off",
+    "--json",
+  ];
   for (let run = 0; run < 5; run++) {
     const p = Bun.spawn(args, { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
     const [code, stdout] = await Promise.all([p.exited, new Response(p.stdout).text()]);
@@ -68,7 +85,10 @@ function brokenModel(corrupt: (dir: string) => void): string {
   return dir;
 }
 
-function rewriteHeader(dir: string, edit: (header: Record<string, { dtype: string; shape: number[]; data_offsets: [number, number] }>) => void) {
+function rewriteHeader(
+  dir: string,
+  edit: (header: Record<string, { dtype: string; shape: number[]; data_offsets: [number, number] }>) => void,
+) {
   const path = join(dir, "model.safetensors");
   const bytes = readFileSync(path);
   const n = Number(bytes.readBigUInt64LE(0));
@@ -83,39 +103,104 @@ function rewriteHeader(dir: string, edit: (header: Record<string, { dtype: strin
 
 const badInputs: Array<[string, string[], RegExp]> = [
   ["context overflow", [...tinyArgs, "--max-new-tokens", "60"], /context overflow/],
-  ["a token id outside the vocabulary", ["--model", FIXTURE, "--backend", "cpu", "--prompt-ids", "1,99999"], /out of range/],
-  ["text prompt for a non-GPT-2 vocabulary", ["--model", FIXTURE, "--backend", "cpu", "--prompt", "hi"], /--prompt-ids/],
+  [
+    "a token id outside the vocabulary",
+    ["--model", FIXTURE, "--backend", "cpu", "--prompt-ids", "1,99999"],
+    /out of range/,
+  ],
+  [
+    "text prompt for a non-GPT-2 vocabulary",
+    ["--model", FIXTURE, "--backend", "cpu", "--prompt", "hi"],
+    /--prompt-ids/,
+  ],
   ["an unknown flag", ["--bogus"], /bogus/],
   ["an unknown mode", ["--mode", "warp"], /warp/],
   ["a missing model directory", ["--model", "/nonexistent/model"], /nonexistent/],
   ["a missing config", ["--model", brokenModel((d) => rmSync(join(d, "config.json")))], /config\.json/],
-  ["a truncated file", ["--model", brokenModel((d) => {
-    const p = join(d, "model.safetensors");
-    writeFileSync(p, readFileSync(p).subarray(0, 100_000));
-  })], /truncat|past the end|outside|shorter/i],
-  ["a header length past the end", ["--model", brokenModel((d) => {
-    const p = join(d, "model.safetensors");
-    const b = readFileSync(p);
-    b.writeBigUInt64LE(BigInt(b.length * 2), 0);
-    writeFileSync(p, b);
-  })], /header/i],
-  ["offsets out of range", ["--model", brokenModel((d) => rewriteHeader(d, (h) => {
-    h["wpe.weight"]!.data_offsets = [h["wpe.weight"]!.data_offsets[0], 1e12];
-  }))], /wpe\.weight/],
-  ["overlapping offsets", ["--model", brokenModel((d) => rewriteHeader(d, (h) => {
-    h["ln_f.bias"]!.data_offsets = [...h["ln_f.weight"]!.data_offsets];
-  }))], /overlap/i],
-  ["an unknown dtype", ["--model", brokenModel((d) => rewriteHeader(d, (h) => {
-    h["ln_f.bias"]!.dtype = "Q7";
-  }))], /Q7/],
-  ["a shape that disagrees with the config", ["--model", brokenModel((d) => {
-    const p = join(d, "config.json");
-    writeFileSync(p, JSON.stringify({ ...JSON.parse(readFileSync(p, "utf8")), n_embd: 256 }));
-  })], /shape/i],
-  ["a missing tensor", ["--model", brokenModel((d) => rewriteHeader(d, (h) => {
-    h["h.1.mlp.c_fc.b"] = h["h.1.mlp.c_fc.bias"]!; // its bytes kept by another name: a hole is another error
-    delete h["h.1.mlp.c_fc.bias"];
-  }))], /h\.1\.mlp\.c_fc\.bias is missing/],
+  [
+    "a truncated file",
+    [
+      "--model",
+      brokenModel((d) => {
+        const p = join(d, "model.safetensors");
+        writeFileSync(p, readFileSync(p).subarray(0, 100_000));
+      }),
+    ],
+    /truncat|past the end|outside|shorter/i,
+  ],
+  [
+    "a header length past the end",
+    [
+      "--model",
+      brokenModel((d) => {
+        const p = join(d, "model.safetensors");
+        const b = readFileSync(p);
+        b.writeBigUInt64LE(BigInt(b.length * 2), 0);
+        writeFileSync(p, b);
+      }),
+    ],
+    /header/i,
+  ],
+  [
+    "offsets out of range",
+    [
+      "--model",
+      brokenModel((d) =>
+        rewriteHeader(d, (h) => {
+          h["wpe.weight"]!.data_offsets = [h["wpe.weight"]!.data_offsets[0], 1e12];
+        }),
+      ),
+    ],
+    /wpe\.weight/,
+  ],
+  [
+    "overlapping offsets",
+    [
+      "--model",
+      brokenModel((d) =>
+        rewriteHeader(d, (h) => {
+          h["ln_f.bias"]!.data_offsets = [...h["ln_f.weight"]!.data_offsets];
+        }),
+      ),
+    ],
+    /overlap/i,
+  ],
+  [
+    "an unknown dtype",
+    [
+      "--model",
+      brokenModel((d) =>
+        rewriteHeader(d, (h) => {
+          h["ln_f.bias"]!.dtype = "Q7";
+        }),
+      ),
+    ],
+    /Q7/,
+  ],
+  [
+    "a shape that disagrees with the config",
+    [
+      "--model",
+      brokenModel((d) => {
+        const p = join(d, "config.json");
+        writeFileSync(p, JSON.stringify({ ...JSON.parse(readFileSync(p, "utf8")), n_embd: 256 }));
+      }),
+    ],
+    /shape/i,
+  ],
+  [
+    "a missing tensor",
+    [
+      "--model",
+      brokenModel((d) =>
+        rewriteHeader(d, (h) => {
+          h["h.1.mlp.c_fc.b"] = h["h.1.mlp.c_fc.bias"]!; // its bytes kept by another name: a hole is another error
+          delete h["h.1.mlp.c_fc.bias"];
+        }),
+      ),
+    ],
+    /h\.1\.mlp\.c_fc\.bias is missing/,
+  ],
 ];
 
 describe("generate --batch: several sequences in one step", () => {
@@ -139,9 +224,21 @@ describe("generate --batch: several sequences in one step", () => {
   });
 
   test.each([
-    ["a batch that disagrees with the prompts", ["--prompt-ids", "1,2", "--prompt-ids", "3", "--batch", "3"], /--batch 3 takes one prompt \(repeated\) or 3 prompts, not 2/],
-    ["a batch above the most a step decodes", ["--prompt-ids", "1,2", "--batch", "9"], /--batch must be an integer in 1\.\.8/],
-    ["--dump-logits with several sequences", ["--prompt-ids", "1,2", "--batch", "2", "--dump-logits", join(tmpdir(), "never.f32")], /--dump-logits writes one sequence's logits/],
+    [
+      "a batch that disagrees with the prompts",
+      ["--prompt-ids", "1,2", "--prompt-ids", "3", "--batch", "3"],
+      /--batch 3 takes one prompt \(repeated\) or 3 prompts, not 2/,
+    ],
+    [
+      "a batch above the most a step decodes",
+      ["--prompt-ids", "1,2", "--batch", "9"],
+      /--batch must be an integer in 1\.\.8/,
+    ],
+    [
+      "--dump-logits with several sequences",
+      ["--prompt-ids", "1,2", "--batch", "2", "--dump-logits", join(tmpdir(), "never.f32")],
+      /--dump-logits writes one sequence's logits/,
+    ],
     ["an unknown storage type", ["--prompt-ids", "1,2", "--dtype", "fp8"], /fp8/],
   ])("%s is one line", (_, args, message) => {
     const r = generate("--model", FIXTURE, "--backend", "cpu", ...args);

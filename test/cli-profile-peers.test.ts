@@ -27,7 +27,19 @@ describe.skipIf(!torch && !llama)("profile --peers all on gpt2-tiny", () => {
   let run: ReturnType<typeof profile>;
   let s: ProfileSummary;
   beforeAll(() => {
-    run = profile(["--backend", "cpu", "--model", FIXTURE, "--contexts", ...short, "--peers", "all", "--out", dir, "--json"]);
+    run = profile([
+      "--backend",
+      "cpu",
+      "--model",
+      FIXTURE,
+      "--contexts",
+      ...short,
+      "--peers",
+      "all",
+      "--out",
+      dir,
+      "--json",
+    ]);
     s = JSON.parse(run.stdout) as ProfileSummary;
   }, 300_000);
 
@@ -46,7 +58,9 @@ describe.skipIf(!torch && !llama)("profile --peers all on gpt2-tiny", () => {
       expect(r.points.map((p) => p.context)).toEqual([8, 32]);
       for (const p of r.points) {
         expect(p.ms.n).toBe(2);
-        const best = s.points.filter((q) => q.context === p.context && q.mode !== "uncached").sort((a, b) => a.device_ms.median - b.device_ms.median)[0]!;
+        const best = s.points
+          .filter((q) => q.context === p.context && q.mode !== "uncached")
+          .sort((a, b) => a.device_ms.median - b.device_ms.median)[0]!;
         expect(p.best_mode).toBe(best.mode);
         expect(p.ratio_to_best_mode).toBeCloseTo(p.ms.median / best.device_ms.median, 12);
         expect(p.ratio_to_floor).toBeGreaterThan(0);
@@ -72,12 +86,28 @@ test("peers that cannot run are one note line each, and the study still runs", (
   const bin = join(out, "bin");
   mkdirSync(bin);
   symlinkSync(Bun.which("g++")!, join(bin, "g++"));
-  const r = profile(["--backend", "cpu", "--model", FIXTURE, "--contexts", ...short, "--peers", "torch,llama.cpp", "--out", join(out, "none"), "--json"],
-    { PATH: bin, DECODE_FLOOR_PYTHON: join(out, "no-python") });
+  const r = profile(
+    [
+      "--backend",
+      "cpu",
+      "--model",
+      FIXTURE,
+      "--contexts",
+      ...short,
+      "--peers",
+      "torch,llama.cpp",
+      "--out",
+      join(out, "none"),
+      "--json",
+    ],
+    { PATH: bin, DECODE_FLOOR_PYTHON: join(out, "no-python") },
+  );
   expect(r.code).toBe(0);
   const notes = r.stderr.split("\n").filter((l) => l.startsWith("note: peer "));
   expect(notes).toHaveLength(2);
-  expect(notes[0]).toMatch(/^note: peer PyTorch skipped: no python with torch \(DECODE_FLOOR_PYTHON=.*no-python: not found\); on Debian `apt-get install python3-torch libopenblas0`/);
+  expect(notes[0]).toMatch(
+    /^note: peer PyTorch skipped: no python with torch \(DECODE_FLOOR_PYTHON=.*no-python: not found\); on Debian `apt-get install python3-torch libopenblas0`/,
+  );
   expect(notes[1]).toBe("note: peer llama.cpp skipped: node is not on PATH (the llama.cpp peer runs under Node)");
   const s = JSON.parse(r.stdout) as ProfileSummary;
   expect(validateSummary(s)).toEqual([]);

@@ -28,7 +28,19 @@ describe("profile --backend cpu on gpt2-tiny", () => {
   let run: ReturnType<typeof profile>;
   let summary: ProfileSummary;
   beforeAll(() => {
-    run = profile("--backend", "cpu", "--model", FIXTURE, "--contexts", "8,32,63", "--repeats", "5", "--out", dir, "--json");
+    run = profile(
+      "--backend",
+      "cpu",
+      "--model",
+      FIXTURE,
+      "--contexts",
+      "8,32,63",
+      "--repeats",
+      "5",
+      "--out",
+      dir,
+      "--json",
+    );
     summary = JSON.parse(run.stdout) as ProfileSummary;
   });
 
@@ -50,7 +62,9 @@ describe("profile --backend cpu on gpt2-tiny", () => {
   test("trace.json is a valid Chrome trace with a host and a device track per mode", () => {
     const trace = JSON.parse(readFileSync(join(dir, OUTPUT_FILES.trace), "utf8"));
     expect(validateTrace(trace)).toEqual([]);
-    const names = trace.traceEvents.filter((e: { ph: string; name: string }) => e.ph === "M").map((e: { args: { name: string } }) => e.args.name);
+    const names = trace.traceEvents
+      .filter((e: { ph: string; name: string }) => e.ph === "M")
+      .map((e: { args: { name: string } }) => e.args.name);
     expect(names.join(" ")).toMatch(/eager/);
     expect(trace.traceEvents.filter((e: { ph: string }) => e.ph === "X").length).toBeGreaterThan(100);
   });
@@ -95,7 +109,20 @@ describe("profile --backend cpu on gpt2-tiny", () => {
   });
 
   test("the terminal report without --json is plain text under NO_COLOR", () => {
-    const r = profile("--backend", "cpu", "--model", FIXTURE, "--contexts", "8", "--repeats", "2", "--e2e-tokens", "4", "--out", join(out, "plain"));
+    const r = profile(
+      "--backend",
+      "cpu",
+      "--model",
+      FIXTURE,
+      "--contexts",
+      "8",
+      "--repeats",
+      "2",
+      "--e2e-tokens",
+      "4",
+      "--out",
+      join(out, "plain"),
+    );
     expect(r.code).toBe(0);
     expect(r.stdout).toContain("Time per token");
     expect(r.stdout).not.toMatch(/\x1b\[/);
@@ -109,11 +136,37 @@ describe("profile --backend cpu on gpt2-tiny", () => {
 // A narrow model with GPT-2 small's 12 layers (62 ops per fused cached step, 136 per unfused uncached one)
 // keeps this quick on busy cores.
 test("12 layers on the CPU: every op traced, busy + idle = step, op time within the step", () => {
-  const config: GPT2Config = { name: "narrow12", n_layer: 12, n_head: 2, n_embd: 32, n_positions: 32, vocab_size: 97, layer_norm_epsilon: 1e-5 };
+  const config: GPT2Config = {
+    name: "narrow12",
+    n_layer: 12,
+    n_head: 2,
+    n_embd: 32,
+    n_positions: 32,
+    vocab_size: 97,
+    layer_norm_epsilon: 1e-5,
+  };
   const model = modelDir(out, { config: hfConfigJson(config), model: encode(seededTensors(config)).bytes });
   const dir = join(out, "narrow12");
   const tracedSteps = 3;
-  const r = profile("--backend", "cpu", "--model", model, "--contexts", "8", "--repeats", "3", "--warmup", "1", "--traced-steps", String(tracedSteps), "--e2e-tokens", "4", "--out", dir, "--json");
+  const r = profile(
+    "--backend",
+    "cpu",
+    "--model",
+    model,
+    "--contexts",
+    "8",
+    "--repeats",
+    "3",
+    "--warmup",
+    "1",
+    "--traced-steps",
+    String(tracedSteps),
+    "--e2e-tokens",
+    "4",
+    "--out",
+    dir,
+    "--json",
+  );
   expect(r.code).toBe(0);
   const points = (JSON.parse(r.stdout) as ProfileSummary).points;
   expect(points.map((p) => p.mode)).toEqual(["eager", "eager-native", "uncached"]);
@@ -135,8 +188,28 @@ test("12 layers on the CPU: every op traced, busy + idle = step, op time within 
 // configuration, and an attribution sentence drawn from them.
 test("--dtypes f32,bf16 --batches 1,2: every configuration at every context, the schema, the table and the attribution", () => {
   const dir = join(out, "interventions");
-  const r = profile("--backend", "cpu", "--model", FIXTURE, "--contexts", "8,16", "--repeats", "2", "--warmup", "1", "--e2e-tokens", "4",
-    "--no-kernels", "--dtypes", "f32,bf16", "--batches", "1,2", "--out", dir, "--json");
+  const r = profile(
+    "--backend",
+    "cpu",
+    "--model",
+    FIXTURE,
+    "--contexts",
+    "8,16",
+    "--repeats",
+    "2",
+    "--warmup",
+    "1",
+    "--e2e-tokens",
+    "4",
+    "--no-kernels",
+    "--dtypes",
+    "f32,bf16",
+    "--batches",
+    "1,2",
+    "--out",
+    dir,
+    "--json",
+  );
   expect(r.code).toBe(0);
   const s = JSON.parse(r.stdout) as ProfileSummary;
   expect(validateSummary(s)).toEqual([]);
@@ -146,12 +219,19 @@ test("--dtypes f32,bf16 --batches 1,2: every configuration at every context, the
   const config = (dtype: DtypeName, batch: number) => ({ dtype, kv_dtype: dtype, batch });
   expect(iv.configs).toEqual([config("f32", 1), config("f32", 2), config("bf16", 1), config("bf16", 2)]);
   expect(iv.points.map((p) => [p.dtype, p.batch, p.context])).toEqual(
-    [8, 16].flatMap((c) => [["f32", 1, c], ["f32", 2, c], ["bf16", 1, c], ["bf16", 2, c]]));
+    [8, 16].flatMap((c) => [
+      ["f32", 1, c],
+      ["f32", 2, c],
+      ["bf16", 1, c],
+      ["bf16", 2, c],
+    ]),
+  );
   for (const p of iv.points) {
     expect(p.token_ms).toBeCloseTo(p.step_ms.median / p.batch, 12);
     expect(p.bytes_per_token).toBeCloseTo(p.work.bytes / p.batch, 6);
   }
-  const at = (dtype: string, batch: number) => iv.points.find((p) => p.context === 16 && p.dtype === dtype && p.batch === batch)!;
+  const at = (dtype: string, batch: number) =>
+    iv.points.find((p) => p.context === 16 && p.dtype === dtype && p.batch === batch)!;
   // the work model: bf16 moves fewer bytes; a batch of two reads the weights once, so fewer bytes per token
   expect(at("bf16", 1).work.bytes).toBeLessThan(at("f32", 1).work.bytes);
   expect(at("f32", 2).bytes_per_token).toBeLessThan(at("f32", 1).bytes_per_token);
@@ -160,7 +240,11 @@ test("--dtypes f32,bf16 --batches 1,2: every configuration at every context, the
   expect(a.bytes!.bytes_ratio).toBeCloseTo(at("f32", 1).work.bytes / at("bf16", 1).work.bytes, 12);
   // the launch mode: eager against the other cached mode (eager-native on the CPU), whichever was faster
   const studyMs = (mode: string) => s.points.find((p) => p.context === 16 && p.mode === mode)!.device_ms.median;
-  expect([a.launch!.mode, a.launch!.eager_ms, a.launch!.mode_ms]).toEqual(["eager-native", studyMs("eager"), studyMs("eager-native")]);
+  expect([a.launch!.mode, a.launch!.eager_ms, a.launch!.mode_ms]).toEqual([
+    "eager-native",
+    studyMs("eager"),
+    studyMs("eager-native"),
+  ]);
   expect(a.launch!.change).toBeCloseTo(1 - a.launch!.mode_ms / a.launch!.eager_ms, 12);
   expect(a.verdict).toContain("eager-native instead of eager");
   expect(s.verdicts).toContain(a.verdict);
@@ -171,13 +255,29 @@ describe("bad flags: one line, exit ≠ 0", () => {
   test.each([
     ["an unknown mode", ["--mode", "turbo"], /turbo/],
     ["an unknown flag", ["--bogus"], /bogus/],
-    ["an impossible context", ["--model", FIXTURE, "--backend", "cpu", "--contexts", "8,64"], /64.*impossible|impossible.*64/],
+    [
+      "an impossible context",
+      ["--model", FIXTURE, "--backend", "cpu", "--contexts", "8,64"],
+      /64.*impossible|impossible.*64/,
+    ],
     ["a context that is not a number", ["--model", FIXTURE, "--backend", "cpu", "--contexts", "8,x"], /"x"/],
     ["graph on the CPU backend", ["--backend", "cpu", "--mode", "graph"], /graph.*not available/],
-    ["an unknown storage type", ["--model", FIXTURE, "--backend", "cpu", "--dtypes", "f32,fp8"], /--dtypes: "fp8" is not one of f32, bf16, f16/],
-    ["a batch of none", ["--model", FIXTURE, "--backend", "cpu", "--batches", "0,2"], /--batches: "0" is not one of 1, 2/],
+    [
+      "an unknown storage type",
+      ["--model", FIXTURE, "--backend", "cpu", "--dtypes", "f32,fp8"],
+      /--dtypes: "fp8" is not one of f32, bf16, f16/,
+    ],
+    [
+      "a batch of none",
+      ["--model", FIXTURE, "--backend", "cpu", "--batches", "0,2"],
+      /--batches: "0" is not one of 1, 2/,
+    ],
     ["zero repeats", ["--model", FIXTURE, "--backend", "cpu", "--repeats", "0"], /--repeats/],
-    ["--out naming a file", ["--model", FIXTURE, "--backend", "cpu", "--out", join(FIXTURE, "config.json")], /is a file, not a directory/],
+    [
+      "--out naming a file",
+      ["--model", FIXTURE, "--backend", "cpu", "--out", join(FIXTURE, "config.json")],
+      /is a file, not a directory/,
+    ],
   ])("%s", (_, args, message) => {
     expectOneErrorLine(profile(...args), message);
   });
@@ -201,16 +301,33 @@ function expectOneErrorLine(r: ReturnType<typeof profile>, message: RegExp): voi
 // A signal while the study measures: it stops at the next safe point (the test would time out otherwise),
 // releases the backend, removes its temporary folder, and exits 128 + the signal's number with one line.
 describe("SIGINT / SIGTERM during a profile", () => {
-  test.each([["SIGINT", 130], ["SIGTERM", 143]] as const)("%s: exit %d, one line, no output folder, no temporary folder", async (signal, exitCode) => {
+  test.each([
+    ["SIGINT", 130],
+    ["SIGTERM", 143],
+  ] as const)("%s: exit %d, one line, no output folder, no temporary folder", async (signal, exitCode) => {
     const target = join(out, `signalled-${signal}`);
     const p = Bun.spawn(
-      [process.execPath, join(ROOT, "src/cli/profile.ts"), "--backend", "cpu", "--model", FIXTURE, "--contexts", "8,16,32,63", "--repeats", "100000", "--out", target],
+      [
+        process.execPath,
+        join(ROOT, "src/cli/profile.ts"),
+        "--backend",
+        "cpu",
+        "--model",
+        FIXTURE,
+        "--contexts",
+        "8,16,32,63",
+        "--repeats",
+        "100000",
+        "--out",
+        target,
+      ],
       { cwd: ROOT, env: { ...process.env, NO_COLOR: "1" }, stdout: "pipe", stderr: "pipe", timeout: 100_000 }, // killed if the signal is ignored
     );
     const reader = p.stderr.getReader();
     const decoder = new TextDecoder();
     let stderr = "";
-    while (!stderr.includes("timing ")) { // the first point is being measured
+    while (!stderr.includes("timing ")) {
+      // the first point is being measured
       const { value, done } = await reader.read();
       if (done) break;
       stderr += decoder.decode(value);

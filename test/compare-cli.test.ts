@@ -42,7 +42,8 @@ function expectError(r: CliRun, pattern: RegExp): void {
 const synthetic = runDir("synthetic", syntheticSummary());
 const faster = (() => {
   const s = syntheticSummary();
-  for (const p of s.points) for (const k of ["median", "mean", "p10", "p90", "min", "max"] as const) p.device_ms[k] /= 4;
+  for (const p of s.points)
+    for (const k of ["median", "mean", "p10", "p90", "min", "max"] as const) p.device_ms[k] /= 4;
   return runDir("faster", s);
 })();
 
@@ -56,14 +57,33 @@ describe("compare: bad inputs are one error line and nothing written", () => {
     ["a folder that does not exist", [join(tmp, "nowhere"), V5_ALL], /nowhere: no such folder/],
     ["a folder without summary.json", [empty, V5_ALL], /empty holds no summary\.json: not a profile run/],
     ["malformed JSON", [runDir("malformed", '{"schema_version": 7,'), V5_ALL], /malformed\/summary\.json is not JSON/],
-    ["a version-7 summary that fails its schema", [runDir("bad7", { ...syntheticSummary(), points: "none" }), V5_ALL], /breaks schema version 7 .*first: \/points: must be array/],
-    ["a version-5 summary that fails its schema", [runDir("bad5", JSON.parse(readFileSync(join(V5_ALL, "summary.json"), "utf8").replace('"p90"', '"p91"'))), V5_ALL], /breaks schema version 5 .*'p90'/],
-    ["an unread version", [runDir("v4", { ...syntheticSummary(), schema_version: 4 }), V5_ALL], /schema version 4; compare reads versions 5 to 7/],
+    [
+      "a version-7 summary that fails its schema",
+      [runDir("bad7", { ...syntheticSummary(), points: "none" }), V5_ALL],
+      /breaks schema version 7 .*first: \/points: must be array/,
+    ],
+    [
+      "a version-5 summary that fails its schema",
+      [
+        runDir("bad5", JSON.parse(readFileSync(join(V5_ALL, "summary.json"), "utf8").replace('"p90"', '"p91"'))),
+        V5_ALL,
+      ],
+      /breaks schema version 5 .*'p90'/,
+    ],
+    [
+      "an unread version",
+      [runDir("v4", { ...syntheticSummary(), schema_version: 4 }), V5_ALL],
+      /schema version 4; compare reads versions 5 to 7/,
+    ],
     ["not a summary", [runDir("other", { hello: "world" }), V5_ALL], /has no integer schema_version/],
     ["one folder only", [V5_ALL], /two or more run folders \(got 1: /],
     ["no folder", [], /two or more run folders \(got 0\)/],
     ["the same folder twice", [V5_ALL, `${V5_ALL}/`], /is given twice/],
-    ["labels that do not match the folders", [V5_ALL, V5_INTERVENTIONS, "--labels", "a"], /--labels names 1 runs, but 2/],
+    [
+      "labels that do not match the folders",
+      [V5_ALL, V5_INTERVENTIONS, "--labels", "a"],
+      /--labels names 1 runs, but 2/,
+    ],
     ["an unknown flag", [V5_ALL, V5_INTERVENTIONS, "--colour"], /Unknown argument: colour/],
   ];
   for (const [what, args, pattern] of cases) {
@@ -81,7 +101,11 @@ describe("compare: bad inputs are one error line and nothing written", () => {
     const busy = join(tmp, "busy");
     mkdirSync(busy);
     writeFileSync(join(busy, "notes.txt"), "mine");
-    for (const force of [[], ["--force"]]) expectError(compare(V5_ALL, V5_INTERVENTIONS, "--out", busy, ...force), /busy is a directory holding other files \(1\), not a comparison/);
+    for (const force of [[], ["--force"]])
+      expectError(
+        compare(V5_ALL, V5_INTERVENTIONS, "--out", busy, ...force),
+        /busy is a directory holding other files \(1\), not a comparison/,
+      );
     expect(readdirSync(busy)).toEqual(["notes.txt"]);
     expect(readdirSync(tmp).filter((n) => n.includes("partial"))).toEqual([]);
   });
@@ -96,7 +120,9 @@ describe("compare: outputs", () => {
     expect(c.runs.map((x) => x.label)).toEqual(["synthetic", "faster"]);
     const step = c.tables.find((t) => t.section === "step")!;
     expect(step.rows.every((row) => row.cells[1]!.change === "faster")).toBe(true);
-    expect(c.verdicts.some((v) => /^faster vs synthetic: the graph step at context 32 is 4\.00× faster/.test(v))).toBe(true);
+    expect(c.verdicts.some((v) => /^faster vs synthetic: the graph step at context 32 is 4\.00× faster/.test(v))).toBe(
+      true,
+    );
   });
 
   test("the committed version-5 runs compare in plain tables (no colour without a TTY), changes within the noise", () => {
@@ -104,15 +130,21 @@ describe("compare: outputs", () => {
     expect(r.code).toBe(0);
     expect(r.stdout).not.toContain("\u001b[");
     expect(r.stdout).toMatch(/^Time per token · gpt2 \(124,439,808 parameters\) · fused · f32\/f32$/m);
-    expect(r.stdout).toMatch(/^eager-native\s+128\s+24\.202 \(24\.055–25\.286\)\s+24\.632 \(24\.036–25\.190\)\s+1\.02× within noise$/m);
-    expect(r.stdout).toMatch(/^• interventions vs all: the eager step at context 128 takes the same time within the noise/m);
+    expect(r.stdout).toMatch(
+      /^eager-native\s+128\s+24\.202 \(24\.055–25\.286\)\s+24\.632 \(24\.036–25\.190\)\s+1\.02× within noise$/m,
+    );
+    expect(r.stdout).toMatch(
+      /^• interventions vs all: the eager step at context 128 takes the same time within the noise/m,
+    );
   });
 
   test("--out writes compare.md, the plot and compare.json whole, and replaces them only with --force", () => {
     const out = join(tmp, "nested/comparison");
     const r = compare(synthetic, faster, "--out", out);
     expect(r.code).toBe(0);
-    expect(r.stderr).toBe(`wrote 3 files to ${out}: ${COMPARE_FILES.report}, ${COMPARE_FILES.chart}, ${COMPARE_FILES.data}\n`);
+    expect(r.stderr).toBe(
+      `wrote 3 files to ${out}: ${COMPARE_FILES.report}, ${COMPARE_FILES.chart}, ${COMPARE_FILES.data}\n`,
+    );
     expect(readdirSync(out).sort()).toEqual(Object.values(COMPARE_FILES).sort());
     const md = readFileSync(join(out, COMPARE_FILES.report), "utf8");
     expect(md).toMatch(/^# Decode-floor comparison: synthetic, faster/);
@@ -126,7 +158,9 @@ describe("compare: outputs", () => {
     expectError(compare(synthetic, faster, "--out", out), /already holds a comparison: give --force/);
     const again = compare(V5_ALL, V5_INTERVENTIONS, "--out", out, "--force");
     expect(again.code).toBe(0);
-    expect(readFileSync(join(out, COMPARE_FILES.report), "utf8")).toMatch(/^# Decode-floor comparison: 2026-11-30-cpu-all, 2026-11-30-cpu-interventions/);
+    expect(readFileSync(join(out, COMPARE_FILES.report), "utf8")).toMatch(
+      /^# Decode-floor comparison: 2026-11-30-cpu-all, 2026-11-30-cpu-interventions/,
+    );
     expect(readdirSync(join(tmp, "nested")).filter((n) => n !== "comparison")).toEqual([]);
   });
 });

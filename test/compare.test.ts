@@ -5,7 +5,13 @@ import { describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 
-import { compareRuns, type CompareTable, type Comparison, type ReadSummary, type RunInput } from "../src/profile/compare.ts";
+import {
+  compareRuns,
+  type CompareTable,
+  type Comparison,
+  type ReadSummary,
+  type RunInput,
+} from "../src/profile/compare.ts";
 import type { ProfileSummary } from "../src/profile/types.ts";
 import { validateSummaryVersion } from "../src/report/compare-schema.ts";
 import { renderCompareReport } from "../src/report/compare-markdown.ts";
@@ -15,7 +21,8 @@ import type { Stats } from "../src/stats.ts";
 import { ROOT } from "./helpers/cli.ts";
 import { syntheticSummary } from "./helpers/synthetic-profile.ts";
 
-const committed = (name: string): ReadSummary => JSON.parse(readFileSync(join(ROOT, "profiles", name, "summary.json"), "utf8"));
+const committed = (name: string): ReadSummary =>
+  JSON.parse(readFileSync(join(ROOT, "profiles", name, "summary.json"), "utf8"));
 const run = (label: string, summary: ReadSummary): RunInput => ({ label, dir: `/runs/${label}`, summary });
 const tableOf = (c: Comparison, section: CompareTable["section"]) => c.tables.find((t) => t.section === section);
 
@@ -23,7 +30,17 @@ const tableOf = (c: Comparison, section: CompareTable["section"]) => c.tables.fi
 function statsAround(median: number, spread: number): Stats {
   const p10 = median * (1 - spread);
   const p90 = median * (1 + spread);
-  return { n: 10, median, mean: median, p10, p90, min: p10, max: p90, stddev: median * spread, spread: (p90 - p10) / median };
+  return {
+    n: 10,
+    median,
+    mean: median,
+    p10,
+    p90,
+    min: p10,
+    max: p90,
+    stddev: median * spread,
+    spread: (p90 - p10) / median,
+  };
 }
 
 /** The synthetic summary with every point's median times `factor(mode)` of the base's and a ±`spread` interval. */
@@ -37,7 +54,13 @@ describe("compareRuns on synthetic summaries", () => {
   const base = timed(syntheticSummary(), () => 1);
 
   test("a clearly faster run is flagged faster at every point, with its ratio and the rule stated", () => {
-    const c = compareRuns([run("A40", base), run("H200", timed(base, () => 0.25))]);
+    const c = compareRuns([
+      run("A40", base),
+      run(
+        "H200",
+        timed(base, () => 0.25),
+      ),
+    ]);
     const step = tableOf(c, "step")!;
     expect(step.rows.length).toBe(base.points.length);
     for (const row of step.rows) {
@@ -46,21 +69,40 @@ describe("compareRuns on synthetic summaries", () => {
       expect(row.cells[1]!.ratio).toBeCloseTo(0.25, 9);
     }
     expect(c.rules["p10-p90"]).toMatch(/do not overlap/);
-    expect(c.verdicts.join("\n")).toMatch(/H200 vs A40: the graph step at context 32 is 4\.00× faster \(.*p10–p90 apart\); faster at 2 of 2 contexts\./);
+    expect(c.verdicts.join("\n")).toMatch(
+      /H200 vs A40: the graph step at context 32 is 4\.00× faster \(.*p10–p90 apart\); faster at 2 of 2 contexts\./,
+    );
     expect(c.not_compared).toEqual([]);
   });
 
   test("a run inside the other's spread is called within the noise", () => {
-    const c = compareRuns([run("before", base), run("after", timed(base, () => 1.03))]);
+    const c = compareRuns([
+      run("before", base),
+      run(
+        "after",
+        timed(base, () => 1.03),
+      ),
+    ]);
     for (const row of tableOf(c, "step")!.rows) expect(row.cells[1]!.change).toBe("within noise");
-    expect(c.verdicts.join("\n")).toMatch(/after vs before: the eager step at context 32 takes the same time within the noise \(.*1\.03×, p10–p90 overlap\)/);
+    expect(c.verdicts.join("\n")).toMatch(
+      /after vs before: the eager step at context 32 takes the same time within the noise \(.*1\.03×, p10–p90 overlap\)/,
+    );
   });
 
   test("the eager-vs-graph gap that grows is said, with what it means", () => {
-    const c = compareRuns([run("A40", base), run("H200", timed(base, (m) => (m === "graph" ? 0.25 : 1)))]);
-    const ratio = (base.points.find((p) => p.mode === "eager" && p.context === 32)!.device_ms.median /
-      base.points.find((p) => p.mode === "graph" && p.context === 32)!.device_ms.median);
-    expect(c.verdicts).toContain(`H200 vs A40: the eager-vs-graph gap at context 32 grew from ${ratio.toFixed(2)}× to ${(ratio * 4).toFixed(2)}×: launch overhead matters more in H200.`);
+    const c = compareRuns([
+      run("A40", base),
+      run(
+        "H200",
+        timed(base, (m) => (m === "graph" ? 0.25 : 1)),
+      ),
+    ]);
+    const ratio =
+      base.points.find((p) => p.mode === "eager" && p.context === 32)!.device_ms.median /
+      base.points.find((p) => p.mode === "graph" && p.context === 32)!.device_ms.median;
+    expect(c.verdicts).toContain(
+      `H200 vs A40: the eager-vs-graph gap at context 32 grew from ${ratio.toFixed(2)}× to ${(ratio * 4).toFixed(2)}×: launch overhead matters more in H200.`,
+    );
   });
 
   test("families and the split get their point's interval scaled to them; the launch floor is compared without a spread", () => {
@@ -87,8 +129,20 @@ describe("compareRuns on synthetic summaries", () => {
     const c = compareRuns([run("a", base), run("b", medium), run("c", fused)]);
     expect(tableOf(c, "step")).toBeUndefined();
     const lines = c.not_compared.map((n) => `${n.what}: ${n.why}`);
-    expect(lines.some((l) => /^Time per token.* \(wide .*\): b: no other run shares its configuration: model wide \(.* parameters\) against tiny \(.* parameters\) of a$/.test(l))).toBe(true);
-    expect(lines.some((l) => /^Time per token.* · fused · .*\): c: no other run shares its configuration: plan fused against unfused of a$/.test(l))).toBe(true);
+    expect(
+      lines.some((l) =>
+        /^Time per token.* \(wide .*\): b: no other run shares its configuration: model wide \(.* parameters\) against tiny \(.* parameters\) of a$/.test(
+          l,
+        ),
+      ),
+    ).toBe(true);
+    expect(
+      lines.some((l) =>
+        /^Time per token.* · fused · .*\): c: no other run shares its configuration: plan fused against unfused of a$/.test(
+          l,
+        ),
+      ),
+    ).toBe(true);
     // the launch floor is the device's: every run compares there
     expect(tableOf(c, "launch")!.runs).toEqual([0, 1, 2]);
   });
@@ -96,30 +150,72 @@ describe("compareRuns on synthetic summaries", () => {
   test("two runs of one configuration beside a third compare with each other, the third listed", () => {
     const other = structuredClone(base);
     other.settings.dtype = "bf16";
-    const c = compareRuns([run("a", base), run("odd", other), run("b", timed(base, () => 0.5))]);
+    const c = compareRuns([
+      run("a", base),
+      run("odd", other),
+      run(
+        "b",
+        timed(base, () => 0.5),
+      ),
+    ]);
     expect(tableOf(c, "step")!.runs).toEqual([0, 2]);
-    expect(c.not_compared.some((n) => n.what.includes("odd") && n.why.includes("storage bf16/f32 against f32/f32"))).toBe(true);
+    expect(
+      c.not_compared.some((n) => n.what.includes("odd") && n.why.includes("storage bf16/f32 against f32/f32")),
+    ).toBe(true);
   });
 
   test("predictions: measured ÷ predicted with the model's range; per-kernel rows a version-6 summary lacks are said to be newer", () => {
     const predicted = (measured_ms: number): ProfileSummary => ({
       ...base,
       predictions: {
-        gpu: "H200", how: "synthetic", kernels_how: "synthetic", launch_parameters: [],
-        points: [{ mode: "graph", context: 32, dtype: "f32", kv_dtype: "f32", batch: 1, measured_ms, predicted_ms: 0.1, optimistic_ms: 0.08, pessimistic_ms: 0.15, measured_over_predicted: measured_ms / 0.1 }],
-        kernels: [{ mode: "graph", context: 32, family: "linear", calls: 4, measured_us: 50, predicted_us: 40, optimistic_us: 30, pessimistic_us: 60, measured_over_predicted: 1.25 }],
+        gpu: "H200",
+        how: "synthetic",
+        kernels_how: "synthetic",
+        launch_parameters: [],
+        points: [
+          {
+            mode: "graph",
+            context: 32,
+            dtype: "f32",
+            kv_dtype: "f32",
+            batch: 1,
+            measured_ms,
+            predicted_ms: 0.1,
+            optimistic_ms: 0.08,
+            pessimistic_ms: 0.15,
+            measured_over_predicted: measured_ms / 0.1,
+          },
+        ],
+        kernels: [
+          {
+            mode: "graph",
+            context: 32,
+            family: "linear",
+            calls: 4,
+            measured_us: 50,
+            predicted_us: 40,
+            optimistic_us: 30,
+            pessimistic_us: 60,
+            measured_over_predicted: 1.25,
+          },
+        ],
       },
     });
     const c = compareRuns([run("inside", predicted(0.12)), run("outside", predicted(0.3))]);
     const row = tableOf(c, "predictions")!.rows[0]!;
     expect(row.cells[0]!.value).toEqual({ median: 0.12 / 0.1, p10: 0.12 / 0.15, p90: 0.12 / 0.08 });
     expect(row.cells[1]!.change).toBe("higher");
-    expect(c.verdicts).toContain("Measured ÷ PREDICTED step (tiny (110,656 parameters) · unfused): inside 1.20×, 1 of 1 inside the model's range; outside 3.00×, 0 of 1 inside the model's range.");
+    expect(c.verdicts).toContain(
+      "Measured ÷ PREDICTED step (tiny (110,656 parameters) · unfused): inside 1.20×, 1 of 1 inside the model's range; outside 3.00×, 0 of 1 inside the model's range.",
+    );
     const v6 = structuredClone(predicted(0.12)) as ReadSummary;
     v6.schema_version = 6;
     delete v6.predictions!.kernels;
     const older = compareRuns([run("v6", v6), run("v7", predicted(0.12))]);
-    expect(older.not_compared).toContainEqual({ what: "Traced kernels against the kernel model's PREDICTIONS: v6", why: "v6's summary is schema version 6, older than these fields (version 7)" });
+    expect(older.not_compared).toContainEqual({
+      what: "Traced kernels against the kernel model's PREDICTIONS: v6",
+      why: "v6's summary is schema version 6, older than these fields (version 7)",
+    });
   });
 
   test("fewer than two runs is refused", () => {
@@ -127,9 +223,21 @@ describe("compareRuns on synthetic summaries", () => {
   });
 
   test("the tables, compare.md and the plot come out of one comparison", () => {
-    const c = compareRuns([run("A40", base), run("H200", timed(base, () => 0.25))]);
+    const c = compareRuns([
+      run("A40", base),
+      run(
+        "H200",
+        timed(base, () => 0.25),
+      ),
+    ]);
     const data = compareTableData(tableOf(c, "step")!, c);
-    expect(data.columns.map((col) => col.header)).toEqual(["mode", "context (tokens)", "A40 (ms)", "H200 (ms)", "vs first"]);
+    expect(data.columns.map((col) => col.header)).toEqual([
+      "mode",
+      "context (tokens)",
+      "A40 (ms)",
+      "H200 (ms)",
+      "vs first",
+    ]);
     expect(renderCompareTerminal(c)).toMatch(/Verdicts\n• H200 vs A40/);
     const md = renderCompareReport(c);
     expect(md).toMatch(/^# Decode-floor comparison: A40, H200/);
@@ -162,8 +270,12 @@ describe("committed profiles (summary version 5)", () => {
   test("beside a version-7 run, a field version 5 did not record is said to be newer", () => {
     const c = compareRuns([run("v5", all), run("v7", syntheticSummary())]);
     const why = c.not_compared.map((n) => `${n.what}: ${n.why}`);
-    expect(why).toContain("Launch floor: graph-pdl node, grid barrier at once: v5's summary is schema version 5, older than these fields (version 6)");
-    expect(why).toContain("Launch floor: grid barrier skewed, SC grid barrier at once, SC grid barrier skewed: v5's summary is schema version 5, older than these fields (version 7)");
+    expect(why).toContain(
+      "Launch floor: graph-pdl node, grid barrier at once: v5's summary is schema version 5, older than these fields (version 6)",
+    );
+    expect(why).toContain(
+      "Launch floor: grid barrier skewed, SC grid barrier at once, SC grid barrier skewed: v5's summary is schema version 5, older than these fields (version 7)",
+    );
     // a field version 5 has, null there (the CPU has no device-side launch), is simply not measured
     expect(why).toContain("Launch floor: device per empty kernel back to back, graph node: not measured in v5");
   });
@@ -179,7 +291,9 @@ describe("committed profiles (summary version 5)", () => {
     expect(peerTable.rows.every((r) => r.cells[1]!.change === "slower")).toBe(true);
     const c = compareRuns([run("a", interventions), run("b", structuredClone(interventions))]);
     expect(tableOf(c, "interventions")!.rows.every((r) => r.cells[1]!.change === "within noise")).toBe(true);
-    expect(c.verdicts.join("\n")).toMatch(/b vs a, interventions at context 128: bf16 instead of f32 cut the step 1\.97× in a and 1\.97× in b/);
+    expect(c.verdicts.join("\n")).toMatch(
+      /b vs a, interventions at context 128: bf16 instead of f32 cut the step 1\.97× in a and 1\.97× in b/,
+    );
   });
 });
 
@@ -188,7 +302,8 @@ describe("older summary versions' schemas", () => {
   function version6(): Record<string, any> {
     const s: Record<string, any> = structuredClone(syntheticSummary());
     s.schema_version = 6;
-    for (const f of ["grid_barrier_skewed_us", "grid_barrier_sc_us", "grid_barrier_sc_skewed_us"]) delete s.device.launch[f];
+    for (const f of ["grid_barrier_skewed_us", "grid_barrier_sc_us", "grid_barrier_sc_skewed_us"])
+      delete s.device.launch[f];
     for (const p of s.points) if (p.breakdown) delete p.breakdown.overlapping_ops;
     return s;
   }
@@ -198,7 +313,9 @@ describe("older summary versions' schemas", () => {
     expect(validateSummaryVersion(version6(), 7)).not.toEqual([]);
     const mixed = version6();
     mixed.device.launch.grid_barrier_sc_us = 1;
-    expect(validateSummaryVersion(mixed, 6)).toEqual(["/device/launch: must NOT have additional properties (grid_barrier_sc_us)"]);
+    expect(validateSummaryVersion(mixed, 6)).toEqual([
+      "/device/launch: must NOT have additional properties (grid_barrier_sc_us)",
+    ]);
   });
 
   test("a version-5 summary missing what compare reads fails naming the field", () => {

@@ -4,7 +4,13 @@ import { describe, expect, test } from "bun:test";
 import { existsSync, rmSync } from "node:fs";
 
 import { ensureBuilt, hasNvcc, libraryPath, ROOT } from "../src/native/build.ts";
-import { kernelName, missingFamilies, parseResourceUsage, readResourceUsage, RESOURCE_USAGE_PATH } from "../src/native/resource-usage.ts";
+import {
+  kernelName,
+  missingFamilies,
+  parseResourceUsage,
+  readResourceUsage,
+  RESOURCE_USAGE_PATH,
+} from "../src/native/resource-usage.ts";
 
 const SAMPLE = `ptxas info    : Compiling entry function '_Z20linear_matvec_kernelILi4EEvPfPKfS2_S2_iii' for 'sm_90'
 ptxas info    : Function properties for _Z20linear_matvec_kernelILi4EEvPfPKfS2_S2_iii
@@ -19,23 +25,50 @@ ptxas info    : Used 32 registers, used 0 barriers
 describe("resource-usage parser", () => {
   test("reads registers, shared memory and spills per kernel", () => {
     expect(parseResourceUsage(SAMPLE)).toEqual([
-      { kernel: "linear_matvec_kernel<4>", mangled: "_Z20linear_matvec_kernelILi4EEvPfPKfS2_S2_iii", arch: "sm_90", registers: 32, barriers: 1, smemBytes: 1024, stackBytes: 8, spillStores: 4, spillLoads: 12 },
-      { kernel: "lm_head_kernel", mangled: "_Z14lm_head_kernelPfPKfS1_iii", arch: "sm_90", registers: 32, barriers: 0, smemBytes: 0, stackBytes: 0, spillStores: 0, spillLoads: 0 },
+      {
+        kernel: "linear_matvec_kernel<4>",
+        mangled: "_Z20linear_matvec_kernelILi4EEvPfPKfS2_S2_iii",
+        arch: "sm_90",
+        registers: 32,
+        barriers: 1,
+        smemBytes: 1024,
+        stackBytes: 8,
+        spillStores: 4,
+        spillLoads: 12,
+      },
+      {
+        kernel: "lm_head_kernel",
+        mangled: "_Z14lm_head_kernelPfPKfS1_iii",
+        arch: "sm_90",
+        registers: 32,
+        barriers: 0,
+        smemBytes: 0,
+        stackBytes: 0,
+        spillStores: 0,
+        spillLoads: 0,
+      },
     ]);
     expect(kernelName("notmangled")).toBe("notmangled");
   });
 
   test("names template kernels by their integer, builtin-type and named-type arguments", () => {
-    expect(kernelName("_Z20linear_matvec_kernelI13__nv_bfloat16Li8ELi4EEv10MatvecArgsb")).toBe("linear_matvec_kernel<__nv_bfloat16, 8, 4>");
-    expect(kernelName("_Z16attention_kernelIfLi4EEvPf11AttnScratchPKfPKT_S6_PKiiiii")).toBe("attention_kernel<float, 4>");
+    expect(kernelName("_Z20linear_matvec_kernelI13__nv_bfloat16Li8ELi4EEv10MatvecArgsb")).toBe(
+      "linear_matvec_kernel<__nv_bfloat16, 8, 4>",
+    );
+    expect(kernelName("_Z16attention_kernelIfLi4EEvPf11AttnScratchPKfPKT_S6_PKiiiii")).toBe(
+      "attention_kernel<float, 4>",
+    );
     expect(kernelName("_Z12embed_kernelI6__halfLi8EEvPfPKiS3_PKT_S6_iiii")).toBe("embed_kernel<__half, 8>");
     expect(kernelName("_Z11pair_kernelI6__halfS0_Li1EEvPKT_PKT0_")).toBe("pair_kernel<__half, __half, 1>"); // S0_: the second substitution
-    expect(kernelName("_Z22persistent_step_kernelI6__halfLi8EEvPK8StepTaskiP11StepBarrier")).toBe("persistent_step_kernel<__half, 8>");
+    expect(kernelName("_Z22persistent_step_kernelI6__halfLi8EEvPK8StepTaskiP11StepBarrier")).toBe(
+      "persistent_step_kernel<__half, 8>",
+    );
     expect(kernelName("_Z3fooIPfEvv")).toBe("foo"); // an argument it cannot read: the bare name
   });
 });
 
-if (!hasNvcc()) console.log("cuda-build.test.ts: skipping the CUDA library tests, nvcc not found (set NVCC or CUDA_HOME)");
+if (!hasNvcc())
+  console.log("cuda-build.test.ts: skipping the CUDA library tests, nvcc not found (set NVCC or CUDA_HOME)");
 describe.skipIf(!hasNvcc())("nvcc build of libgpt2_cuda.so", () => {
   test("builds warning-free, every op family has a kernel, nothing spills", () => {
     // the report is written when the library is (re)built: force a build if only the library is there

@@ -11,13 +11,22 @@ import { OP_SYMBOLS, PLAN_SYMBOLS, RUNTIME_SYMBOLS } from "../src/native/symbols
 
 const NO_GPU_CODES: Record<number, string> = { 35: "cudaErrorInsufficientDriver", 100: "cudaErrorNoDevice" };
 
-if (!hasNvcc()) console.log("cuda-load.test.ts: skipping the CUDA library tests, nvcc not found (set NVCC or CUDA_HOME)");
+if (!hasNvcc())
+  console.log("cuda-load.test.ts: skipping the CUDA library tests, nvcc not found (set NVCC or CUDA_HOME)");
 describe.skipIf(!hasNvcc())("libgpt2_cuda.so", () => {
-  const lib = dlopen(ensureBuilt("cuda", { quiet: true }).path, { ...OP_SYMBOLS, ...PLAN_SYMBOLS, ...RUNTIME_SYMBOLS, ...CUDA_SYMBOLS });
+  const lib = dlopen(ensureBuilt("cuda", { quiet: true }).path, {
+    ...OP_SYMBOLS,
+    ...PLAN_SYMBOLS,
+    ...RUNTIME_SYMBOLS,
+    ...CUDA_SYMBOLS,
+  });
   const fn = lib.symbols;
   const probe = probeDriver();
   const hasGpu = probe.ok && probe.devices.length > 0;
-  if (!hasGpu) console.log(`cuda-load.test.ts: skipping the with-a-GPU test, no GPU: ${probe.ok ? "the driver sees no device" : probe.reason}`);
+  if (!hasGpu)
+    console.log(
+      `cuda-load.test.ts: skipping the with-a-GPU test, no GPU: ${probe.ok ? "the driver sees no device" : probe.reason}`,
+    );
   afterAll(() => lib.close());
 
   test.skipIf(hasGpu)("without a GPU: be_init reports why, with a name, and nothing crashes", () => {

@@ -19,13 +19,24 @@ describe("emuSource", () => {
 
   test.each([
     ["__shared__ bool is_last;", "auto& is_last = ::emu::block_shared<bool>([] {});"],
-    ["  __shared__ float partial[kRows][kWarpSize];", "  auto& partial = ::emu::block_shared<float[kRows][kWarpSize]>([] {});"],
-    ["__shared__ float tile[kTileK + 1];  // +1: banks", "auto& tile = ::emu::block_shared<float[kTileK + 1]>([] {});  // +1: banks"],
-    ["__shared__ MatvecShared<kWidth, kRows, input_of(op)> shared;   \\",
-      "auto& shared = ::emu::block_shared<MatvecShared<kWidth, kRows, input_of(op)>>([] {});   \\"],
+    [
+      "  __shared__ float partial[kRows][kWarpSize];",
+      "  auto& partial = ::emu::block_shared<float[kRows][kWarpSize]>([] {});",
+    ],
+    [
+      "__shared__ float tile[kTileK + 1];  // +1: banks",
+      "auto& tile = ::emu::block_shared<float[kTileK + 1]>([] {});  // +1: banks",
+    ],
+    [
+      "__shared__ MatvecShared<kWidth, kRows, input_of(op)> shared;   \\",
+      "auto& shared = ::emu::block_shared<MatvecShared<kWidth, kRows, input_of(op)>>([] {});   \\",
+    ],
     ["\t__shared__ const float* table;", "\tauto& table = ::emu::block_shared<const float*>([] {});"],
     ["  extern __shared__ float4 shared[];", "  float4* const shared = ::emu::dynamic_shared<float4>();"],
-    ["extern __shared__ unsigned char bytes[ ];", "unsigned char* const bytes = ::emu::dynamic_shared<unsigned char>();"],
+    [
+      "extern __shared__ unsigned char bytes[ ];",
+      "unsigned char* const bytes = ::emu::dynamic_shared<unsigned char>();",
+    ],
   ])("%s", (declaration, translated) => {
     expect(body(declaration)).toBe(translated);
   });
@@ -47,7 +58,10 @@ describe("emuSource", () => {
   test("every source and header under cuda/ translates", () => {
     const dir = join(import.meta.dir, "../cuda");
     const files = ["", "emu"].flatMap((sub) =>
-      readdirSync(join(dir, sub)).filter((f) => /\.(cu|h|cpp)$/.test(f)).map((f) => join(dir, sub, f)));
+      readdirSync(join(dir, sub))
+        .filter((f) => /\.(cu|h|cpp)$/.test(f))
+        .map((f) => join(dir, sub, f)),
+    );
     for (const f of files) expect(() => emuSource(readFileSync(f, "utf8"), f)).not.toThrow();
   });
 });

@@ -21,26 +21,68 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 // ---- a GGUF reader, from the spec ----------------------------------------------------------------
 
-interface ReadTensor { name: string; dims: number[]; type: number; offset: number }
-interface ReadFile { version: number; metadata: Map<string, unknown>; tensors: ReadTensor[]; headerBytes: number; dataStart: number; bytes: Uint8Array }
+interface ReadTensor {
+  name: string;
+  dims: number[];
+  type: number;
+  offset: number;
+}
+interface ReadFile {
+  version: number;
+  metadata: Map<string, unknown>;
+  tensors: ReadTensor[];
+  headerBytes: number;
+  dataStart: number;
+  bytes: Uint8Array;
+}
 
 function readGGUF(path: string): ReadFile {
   const bytes = new Uint8Array(readFileSync(path));
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   let at = 0;
-  const u32 = () => { const v = view.getUint32(at, true); at += 4; return v; };
-  const u64 = () => { const v = Number(view.getBigUint64(at, true)); at += 8; return v; };
-  const str = () => { const n = u64(); const s = new TextDecoder("utf-8", { fatal: true }).decode(bytes.subarray(at, at + n)); at += n; return s; };
+  const u32 = () => {
+    const v = view.getUint32(at, true);
+    at += 4;
+    return v;
+  };
+  const u64 = () => {
+    const v = Number(view.getBigUint64(at, true));
+    at += 8;
+    return v;
+  };
+  const str = () => {
+    const n = u64();
+    const s = new TextDecoder("utf-8", { fatal: true }).decode(bytes.subarray(at, at + n));
+    at += n;
+    return s;
+  };
   const value = (type: number): unknown => {
     switch (type) {
-      case GGUFValueType.UINT32: return u32();
-      case GGUFValueType.INT32: { const v = view.getInt32(at, true); at += 4; return v; }
-      case GGUFValueType.FLOAT32: { const v = view.getFloat32(at, true); at += 4; return v; }
-      case GGUFValueType.UINT64: return u64();
-      case GGUFValueType.BOOL: return view.getUint8(at++) !== 0;
-      case GGUFValueType.STRING: return str();
-      case GGUFValueType.ARRAY: { const of = u32(); const n = u64(); return Array.from({ length: n }, () => value(of)); }
-      default: throw new Error(`value type ${type} not expected from this writer`);
+      case GGUFValueType.UINT32:
+        return u32();
+      case GGUFValueType.INT32: {
+        const v = view.getInt32(at, true);
+        at += 4;
+        return v;
+      }
+      case GGUFValueType.FLOAT32: {
+        const v = view.getFloat32(at, true);
+        at += 4;
+        return v;
+      }
+      case GGUFValueType.UINT64:
+        return u64();
+      case GGUFValueType.BOOL:
+        return view.getUint8(at++) !== 0;
+      case GGUFValueType.STRING:
+        return str();
+      case GGUFValueType.ARRAY: {
+        const of = u32();
+        const n = u64();
+        return Array.from({ length: n }, () => value(of));
+      }
+      default:
+        throw new Error(`value type ${type} not expected from this writer`);
     }
   };
   expect(u32()).toBe(GGUF_MAGIC);
@@ -82,7 +124,9 @@ describe("writeGGUF", () => {
   ];
   const shapes = [[3], [7, 5], [1, 1, 2]];
   const tensors = shapes.map((dims, i) => ({ name: `t${i}`, dims }));
-  const data = shapes.map((dims, i) => Float32Array.from({ length: dims.reduce((a, b) => a * b, 1) }, (_, k) => i * 100 + k + 0.25));
+  const data = shapes.map((dims, i) =>
+    Float32Array.from({ length: dims.reduce((a, b) => a * b, 1) }, (_, k) => i * 100 + k + 0.25),
+  );
   /** every tensor's elements back to back, in chunks of 4 that cross the tensors' boundaries */
   const all = Float32Array.from(data.flatMap((d) => [...d]));
   const produce = (emit: (chunk: Float32Array) => void) => {
@@ -115,8 +159,12 @@ describe("writeGGUF", () => {
   test("refuses a bad alignment, a repeated key, and data that does not fill its tensors or overflows them", () => {
     expect(() => writeGGUF(join(dir, "bad.gguf"), meta, tensors, produce, 12)).toThrow(/alignment/);
     expect(() => writeGGUF(join(dir, "bad.gguf"), [...meta, meta[0]!], tensors, produce)).toThrow(/twice/);
-    expect(() => writeGGUF(join(dir, "bad.gguf"), [], [{ name: "x", dims: [4] }], (emit) => emit(new Float32Array(3)))).toThrow("gguf: tensor x got 3 elements, its dims need 4");
-    expect(() => writeGGUF(join(dir, "bad.gguf"), [], [{ name: "x", dims: [4] }], (emit) => emit(new Float32Array(5)))).toThrow(/more data/);
+    expect(() =>
+      writeGGUF(join(dir, "bad.gguf"), [], [{ name: "x", dims: [4] }], (emit) => emit(new Float32Array(3))),
+    ).toThrow("gguf: tensor x got 3 elements, its dims need 4");
+    expect(() =>
+      writeGGUF(join(dir, "bad.gguf"), [], [{ name: "x", dims: [4] }], (emit) => emit(new Float32Array(5))),
+    ).toThrow(/more data/);
   });
 });
 
@@ -159,7 +207,13 @@ describe("GPT-2 as llama.cpp's converter writes it", () => {
     const m = f.metadata;
     expect(m.get("general.architecture")).toBe("gpt2");
     expect(m.get("general.file_type")).toBe(0);
-    expect([m.get("gpt2.block_count"), m.get("gpt2.context_length"), m.get("gpt2.embedding_length"), m.get("gpt2.feed_forward_length"), m.get("gpt2.attention.head_count")]).toEqual([2, 64, 128, 512, 2]);
+    expect([
+      m.get("gpt2.block_count"),
+      m.get("gpt2.context_length"),
+      m.get("gpt2.embedding_length"),
+      m.get("gpt2.feed_forward_length"),
+      m.get("gpt2.attention.head_count"),
+    ]).toEqual([2, 64, 128, 512, 2]);
     expect(m.get("gpt2.attention.layer_norm_epsilon")).toBeCloseTo(1e-5, 10);
     expect(m.get("tokenizer.ggml.model")).toBe("gpt2");
     expect(m.get("tokenizer.ggml.pre")).toBe("gpt-2");
@@ -184,13 +238,27 @@ describe("GPT-2 as llama.cpp's converter writes it", () => {
     // blk.0.attn_qkv row o (output feature o) = c_attn's column o
     const qkv = tensorData(f, f.tensors.find((t) => t.name === "blk.0.attn_qkv.weight")!);
     const cAttn = arrays.get("h.0.attn.c_attn.weight")!; // (128, 384), input-first
-    for (const [o, c] of [[0, 0], [5, 17], [383, 127]] as const) expect(qkv[o * 128 + c]).toBe(cAttn[c * 384 + o]!);
-    expect([...tensorData(f, f.tensors.find((t) => t.name === "token_embd.weight")!)]).toEqual([...arrays.get("wte.weight")!]);
+    for (const [o, c] of [
+      [0, 0],
+      [5, 17],
+      [383, 127],
+    ] as const)
+      expect(qkv[o * 128 + c]).toBe(cAttn[c * 384 + o]!);
+    expect([...tensorData(f, f.tensors.find((t) => t.name === "token_embd.weight")!)]).toEqual([
+      ...arrays.get("wte.weight")!,
+    ]);
     // every tensor, transposed or not, holds its parameter's values
     const ffnDown = tensorData(f, f.tensors.find((t) => t.name === "blk.1.ffn_down.weight")!); // c_proj (512, 128) → (128, 512)
     const cProj = arrays.get("h.1.mlp.c_proj.weight")!;
-    for (const [o, c] of [[0, 0], [127, 511], [64, 3]] as const) expect(ffnDown[o * 512 + c]).toBe(cProj[c * 128 + o]!);
-    expect([...tensorData(f, f.tensors.find((t) => t.name === "output_norm.bias")!)]).toEqual([...arrays.get("ln_f.bias")!]);
+    for (const [o, c] of [
+      [0, 0],
+      [127, 511],
+      [64, 3],
+    ] as const)
+      expect(ffnDown[o * 512 + c]).toBe(cProj[c * 128 + o]!);
+    expect([...tensorData(f, f.tensors.find((t) => t.name === "output_norm.bias")!)]).toEqual([
+      ...arrays.get("ln_f.bias")!,
+    ]);
   });
 
   test("a full GPT-2 vocabulary: <|endoftext|> is the control token and bos / eos / unk", () => {
@@ -213,8 +281,27 @@ if (unavailable) console.warn(`skipping llama.cpp read-back: ${unavailable}`);
 
 describe.skipIf(unavailable !== null)("read back by llama.cpp (node-llama-cpp)", () => {
   test("gpt2-tiny's greedy tokens from llama.cpp equal the fixture's, flash attention off and on", () => {
-    const expected = JSON.parse(readFileSync(join(FIXTURE, "expected.json"), "utf8")) as { prompt: number[]; generated: number[] };
-    const r = runNodeModule([join(ROOT, "src/peers/llama_peer.mjs"), "--model", join(dir, "tiny.gguf"), "--threads", "1", "--contexts", "8", "--repeats", "1", "--warmup", "0", "--prompt-ids", expected.prompt.join(","), "--new-tokens", "20"]);
+    const expected = JSON.parse(readFileSync(join(FIXTURE, "expected.json"), "utf8")) as {
+      prompt: number[];
+      generated: number[];
+    };
+    const r = runNodeModule([
+      join(ROOT, "src/peers/llama_peer.mjs"),
+      "--model",
+      join(dir, "tiny.gguf"),
+      "--threads",
+      "1",
+      "--contexts",
+      "8",
+      "--repeats",
+      "1",
+      "--warmup",
+      "0",
+      "--prompt-ids",
+      expected.prompt.join(","),
+      "--new-tokens",
+      "20",
+    ]);
     expect(r.stderr).toBe("");
     const out = JSON.parse(r.stdout) as { generated: Record<string, number[]> };
     expect(Object.keys(out.generated).sort()).toEqual(["fa-off", "fa-on"]);

@@ -18,8 +18,11 @@ import { join } from "node:path";
 const ROOT = join(import.meta.dir, "..");
 const MODEL = join(import.meta.dir, "relacy/grid_sync.cpp");
 const hasRelacy = existsSync("/usr/include/relacy/relacy.hpp");
-if (!hasRelacy) console.log("grid-sync-relacy.test.ts: skipping the Relacy model runs, /usr/include/relacy not found (apt-get install relacy-dev)");
-const TIMEOUT_MS = 120_000;  // g++ on Relacy's headers takes seconds on 2 busy cores; Bun's default is 5 s
+if (!hasRelacy)
+  console.log(
+    "grid-sync-relacy.test.ts: skipping the Relacy model runs, /usr/include/relacy not found (apt-get install relacy-dev)",
+  );
+const TIMEOUT_MS = 120_000; // g++ on Relacy's headers takes seconds on 2 busy cores; Bun's default is 5 s
 
 // Each CUDA function of the protocol and the model's macros for the orders it names, in the order it names them.
 const PROTOCOL = [
@@ -30,7 +33,11 @@ const PROTOCOL = [
 
 // The planted variants: a -D weakening one order, and the function of the model where Relacy must report the race.
 const PLANTS = [
-  { order: "grid_arrive's count relaxed, not release", define: "GRID_ARRIVE_ORDER=rl::mo_relaxed", raceIn: "check_task0" },
+  {
+    order: "grid_arrive's count relaxed, not release",
+    define: "GRID_ARRIVE_ORDER=rl::mo_relaxed",
+    raceIn: "check_task0",
+  },
   { order: "grid_wait's poll relaxed, not acquire", define: "GRID_POLL_ORDER=rl::mo_relaxed", raceIn: "check_task0" },
   { order: "arrive_last's count relaxed, not acq_rel", define: "MERGE_COUNT_ORDER=rl::mo_relaxed", raceIn: "merge" },
 ];
@@ -43,7 +50,8 @@ function ordersInFunction(file: string, fn: string): string[] {
   const heads = [...source.matchAll(new RegExp(`\\b${fn}\\s*\\([^)]*\\)\\s*\\{`, "g"))];
   if (heads.length !== 1) throw new Error(`${file}: ${heads.length} definitions of ${fn}, expected 1`);
   const open = heads[0]!.index! + heads[0]![0].length - 1;
-  let depth = 0, close = open;
+  let depth = 0,
+    close = open;
   for (; close < source.length; close++) {
     if (source[close] === "{") depth++;
     else if (source[close] === "}" && --depth === 0) break;
@@ -60,13 +68,16 @@ function modelOrder(macro: string): string {
 
 interface Run {
   code: number;
-  stdout: string;  // Relacy's report
+  stdout: string; // Relacy's report
 }
 
 // Builds the model with `defines` into `dir` and runs it; a failed build is a Run with g++'s output.
 async function buildAndRun(dir: string, name: string, defines: string[]): Promise<Run> {
   const exe = join(dir, name);
-  const gcc = Bun.spawn(["g++", "-std=c++17", "-O0", ...defines.map((d) => `-D${d}`), "-o", exe, MODEL], { stdout: "pipe", stderr: "pipe" });
+  const gcc = Bun.spawn(["g++", "-std=c++17", "-O0", ...defines.map((d) => `-D${d}`), "-o", exe, MODEL], {
+    stdout: "pipe",
+    stderr: "pipe",
+  });
   const gccOutput = await new Response(gcc.stderr).text();
   if ((await gcc.exited) !== 0) return { code: -1, stdout: `g++ failed:\n${gccOutput}` };
   const run = Bun.spawn([exe], { stdout: "pipe", stderr: "inherit" });
@@ -100,17 +111,28 @@ function runOf(variant: string): Promise<Run> {
   return runs.get(variant)!;
 }
 
-describe.skipIf(!hasRelacy)("Relacy on the grid barrier and the last-block merge (2 blocks x 2 threads, 2 tasks)", () => {
-  test("with the code's orders: no data race, no failed assertion, every counter back at zero, in every iteration", async () => {
-    const run = await runOf("real");
-    expect(firstReport(run.stdout)).toBeNull();
-    expect(run.stdout).toMatch(/^iterations: \d+$/m);
-    expect(run.code).toBe(0);
-  }, TIMEOUT_MS);
+describe.skipIf(!hasRelacy)(
+  "Relacy on the grid barrier and the last-block merge (2 blocks x 2 threads, 2 tasks)",
+  () => {
+    test(
+      "with the code's orders: no data race, no failed assertion, every counter back at zero, in every iteration",
+      async () => {
+        const run = await runOf("real");
+        expect(firstReport(run.stdout)).toBeNull();
+        expect(run.stdout).toMatch(/^iterations: \d+$/m);
+        expect(run.code).toBe(0);
+      },
+      TIMEOUT_MS,
+    );
 
-  test.each(PLANTS.map((p) => [p.order, p] as const))("planted %s: Relacy reports a data race", async (_, p) => {
-    const run = await runOf(p.define);
-    expect(firstReport(run.stdout)).toEqual({ found: "DATA RACE (data race detected)", inFunction: p.raceIn });
-    expect(run.code).toBe(1);
-  }, TIMEOUT_MS);
-});
+    test.each(PLANTS.map((p) => [p.order, p] as const))(
+      "planted %s: Relacy reports a data race",
+      async (_, p) => {
+        const run = await runOf(p.define);
+        expect(firstReport(run.stdout)).toEqual({ found: "DATA RACE (data race detected)", inFunction: p.raceIn });
+        expect(run.code).toBe(1);
+      },
+      TIMEOUT_MS,
+    );
+  },
+);

@@ -6,14 +6,29 @@
 // The spawns run a few at a time; then each case is checked on its own.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import {
-  chmodSync, closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, rmSync, symlinkSync, writeFileSync,
+  chmodSync,
+  closeSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { MAX_HEADER_BYTES } from "../src/model/safetensors.ts";
 import {
-  dataOf, encode, encodeWithHeader, microTensors, modelDir, withHeaderLength, type RawTensor,
+  dataOf,
+  encode,
+  encodeWithHeader,
+  microTensors,
+  modelDir,
+  withHeaderLength,
+  type RawTensor,
 } from "./helpers/model-files.ts";
 
 const ROOT = join(import.meta.dir, "..");
@@ -22,7 +37,11 @@ const CONCURRENT = 4;
 const SPAWN_TIMEOUT_MS = 60_000;
 const isRoot = process.getuid?.() === 0;
 /** Runs a command as an unprivileged user (root ignores permission bits); null where that is impossible. */
-const asNobody: string[] | null = isRoot ? (Bun.which("setpriv") ? ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] : null) : [];
+const asNobody: string[] | null = isRoot
+  ? Bun.which("setpriv")
+    ? ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    : null
+  : [];
 
 const base = mkdtempSync(join(tmpdir(), "hostile-"));
 chmodSync(base, 0o755);
@@ -62,9 +81,16 @@ async function run(c: Case): Promise<Outcome> {
   const stdoutFd = c.stdoutTo ? openSync(c.stdoutTo, "w") : null;
   try {
     const p = Bun.spawn([...prefix, process.execPath, ...cli, ...c.args], {
-      cwd: ROOT, env: { ...process.env, NO_COLOR: "1" }, stdout: stdoutFd ?? "pipe", stderr: "pipe", timeout: SPAWN_TIMEOUT_MS,
+      cwd: ROOT,
+      env: { ...process.env, NO_COLOR: "1" },
+      stdout: stdoutFd ?? "pipe",
+      stderr: "pipe",
+      timeout: SPAWN_TIMEOUT_MS,
     });
-    const [stdout, stderr] = await Promise.all([stdoutFd === null ? new Response(p.stdout as ReadableStream).text() : "", new Response(p.stderr).text()]);
+    const [stdout, stderr] = await Promise.all([
+      stdoutFd === null ? new Response(p.stdout as ReadableStream).text() : "",
+      new Response(p.stderr).text(),
+    ]);
     await p.exited;
     return { code: p.exitCode, signal: p.signalCode === null ? null : String(p.signalCode), stdout, stderr };
   } finally {
@@ -90,7 +116,13 @@ async function runPool(cases: Case[]): Promise<Map<string, Outcome>> {
 const cases: Case[] = [];
 const add = (c: Case) => cases.push(c);
 const gen = (name: string, args: string[], message: RegExp, extra: Partial<Case> = {}) =>
-  add({ name, command: "generate", args: [...args, "--backend", "cpu", "--prompt-ids", "1,2,3", "--max-new-tokens", "3"], message, ...extra });
+  add({
+    name,
+    command: "generate",
+    args: [...args, "--backend", "cpu", "--prompt-ids", "1,2,3", "--max-new-tokens", "3"],
+    message,
+    ...extra,
+  });
 const withModel = (model: Uint8Array | null, config?: string | null) => ["--model", modelDir(base, { model, config })];
 
 const good = encode(microTensors());
@@ -98,10 +130,25 @@ const tensors = microTensors();
 
 // truncations at every structural boundary: inside the length, after it, inside and at the end of the
 // header, at the start and one byte into every tensor's data, one byte short of the end
-const cuts = new Set([0, 1, 4, 7, 8, 9, 8 + Math.floor(good.headerLen / 2), 8 + good.headerLen - 1, 8 + good.headerLen, good.bytes.length - 1]);
+const cuts = new Set([
+  0,
+  1,
+  4,
+  7,
+  8,
+  9,
+  8 + Math.floor(good.headerLen / 2),
+  8 + good.headerLen - 1,
+  8 + good.headerLen,
+  good.bytes.length - 1,
+]);
 for (const at of good.fileOffsets.values()) cuts.add(at).add(at + 1);
 for (const at of [...cuts].sort((a, b) => a - b)) {
-  gen(`truncated at byte ${at} of ${good.bytes.length}`, withModel(good.bytes.subarray(0, at)), /shorter than the 8-byte header length|runs past the end of the file|not valid JSON|run past the end of the data section|truncated/);
+  gen(
+    `truncated at byte ${at} of ${good.bytes.length}`,
+    withModel(good.bytes.subarray(0, at)),
+    /shorter than the 8-byte header length|runs past the end of the file|not valid JSON|run past the end of the data section|truncated/,
+  );
 }
 
 // hostile header lengths
@@ -115,10 +162,12 @@ const lengths: Array<[string, bigint, RegExp]> = [
   ["2^63", 2n ** 63n, /above the 100 MiB cap/],
   ["2^64 - 1", 2n ** 64n - 1n, /above the 100 MiB cap/],
 ];
-for (const [what, length, message] of lengths) gen(`header length ${what}`, withModel(withHeaderLength(good.bytes, length)), message);
+for (const [what, length, message] of lengths)
+  gen(`header length ${what}`, withModel(withHeaderLength(good.bytes, length)), message);
 
 // duplicate keys (JSON.parse keeps the last: the file is ambiguous)
-const entry = (t: RawTensor, begin: number) => `"${t.name}":{"dtype":"F32","shape":${JSON.stringify(t.shape)},"data_offsets":[${begin},${begin + t.values.byteLength}]}`;
+const entry = (t: RawTensor, begin: number) =>
+  `"${t.name}":{"dtype":"F32","shape":${JSON.stringify(t.shape)},"data_offsets":[${begin},${begin + t.values.byteLength}]}`;
 const entries = (list: RawTensor[]) => {
   let at = 0;
   return list.map((t) => {
@@ -128,11 +177,23 @@ const entries = (list: RawTensor[]) => {
   });
 };
 const dupTop = `{${entries(tensors).join(",")},${entry(tensors[0]!, 0)}}`;
-gen("a tensor named twice in the header", withModel(encodeWithHeader(dupTop, dataOf(tensors)).bytes), /header has the key "wte\.weight" twice in one object/);
+gen(
+  "a tensor named twice in the header",
+  withModel(encodeWithHeader(dupTop, dataOf(tensors)).bytes),
+  /header has the key "wte\.weight" twice in one object/,
+);
 const dupNested = `{${entries(tensors).join(",").replace('"data_offsets":[0,', '"data_offsets":[4,8],"data_offsets":[0,')}}`;
-gen("data_offsets twice in one entry", withModel(encodeWithHeader(dupNested, dataOf(tensors)).bytes), /header has the key "data_offsets" twice/);
+gen(
+  "data_offsets twice in one entry",
+  withModel(encodeWithHeader(dupNested, dataOf(tensors)).bytes),
+  /header has the key "data_offsets" twice/,
+);
 const dupMeta = `{"__metadata__":{"format":"pt","format":"np"},${entries(tensors).join(",")}}`;
-gen("a __metadata__ key twice", withModel(encodeWithHeader(dupMeta, dataOf(tensors)).bytes), /header has the key "format" twice/);
+gen(
+  "a __metadata__ key twice",
+  withModel(encodeWithHeader(dupMeta, dataOf(tensors)).bytes),
+  /header has the key "format" twice/,
+);
 
 // holes and overlaps
 const withTrailing = new Uint8Array(good.bytes.length + 4);
@@ -149,14 +210,27 @@ const gapHeader = (() => {
   }
   return `{${list.join(",")}}`;
 })();
-gen("4 bytes between two tensors", withModel(encodeWithHeader(gapHeader, gapData).bytes), /bytes \[\d+, \d+\) of the data section belong to no tensor \(a hole before h\.0\.ln_1\.bias/);
-gen("two tensors sharing bytes", withModel(encode(tensors, (h) => {
-  h["h.0.ln_1.bias"]!.data_offsets = [...h["h.0.ln_1.weight"]!.data_offsets];
-}).bytes), /tensors h\.0\.ln_1\.(weight|bias) \[\d+, \d+\] and h\.0\.ln_1\.(weight|bias) \[\d+, \d+\] overlap/);
+gen(
+  "4 bytes between two tensors",
+  withModel(encodeWithHeader(gapHeader, gapData).bytes),
+  /bytes \[\d+, \d+\) of the data section belong to no tensor \(a hole before h\.0\.ln_1\.bias/,
+);
+gen(
+  "two tensors sharing bytes",
+  withModel(
+    encode(tensors, (h) => {
+      h["h.0.ln_1.bias"]!.data_offsets = [...h["h.0.ln_1.weight"]!.data_offsets];
+    }).bytes,
+  ),
+  /tensors h\.0\.ln_1\.(weight|bias) \[\d+, \d+\] and h\.0\.ln_1\.(weight|bias) \[\d+, \d+\] overlap/,
+);
 
 // FIFOs, devices, directories in the model's place
 const special = (make: (path: string) => void, file: "model.safetensors" | "config.json") => {
-  const dir = modelDir(base, { model: file === "model.safetensors" ? null : good.bytes, config: file === "config.json" ? null : undefined });
+  const dir = modelDir(base, {
+    model: file === "model.safetensors" ? null : good.bytes,
+    config: file === "config.json" ? null : undefined,
+  });
   make(join(dir, file));
   return dir;
 };
@@ -166,26 +240,67 @@ const fifo = (path: string) => {
 const zero = (path: string) => symlinkSync("/dev/zero", path);
 const devNull = (path: string) => symlinkSync("/dev/null", path);
 const dir = (path: string) => mkdirSync(path);
-gen("model.safetensors is a FIFO (must not block)", ["--model", special(fifo, "model.safetensors")], /model\.safetensors is a FIFO \(named pipe\), not a regular file/);
-gen("model.safetensors is /dev/zero", ["--model", special(zero, "model.safetensors")], /model\.safetensors is a character device, not a regular file/);
-gen("model.safetensors is /dev/null", ["--model", special(devNull, "model.safetensors")], /model\.safetensors is a character device/);
-gen("model.safetensors is a directory", ["--model", special(dir, "model.safetensors")], /model\.safetensors is a directory, not a regular file/);
-gen("config.json is a FIFO (must not block)", ["--model", special(fifo, "config.json")], /config\.json is a FIFO \(named pipe\), not a regular file/);
+gen(
+  "model.safetensors is a FIFO (must not block)",
+  ["--model", special(fifo, "model.safetensors")],
+  /model\.safetensors is a FIFO \(named pipe\), not a regular file/,
+);
+gen(
+  "model.safetensors is /dev/zero",
+  ["--model", special(zero, "model.safetensors")],
+  /model\.safetensors is a character device, not a regular file/,
+);
+gen(
+  "model.safetensors is /dev/null",
+  ["--model", special(devNull, "model.safetensors")],
+  /model\.safetensors is a character device/,
+);
+gen(
+  "model.safetensors is a directory",
+  ["--model", special(dir, "model.safetensors")],
+  /model\.safetensors is a directory, not a regular file/,
+);
+gen(
+  "config.json is a FIFO (must not block)",
+  ["--model", special(fifo, "config.json")],
+  /config\.json is a FIFO \(named pipe\), not a regular file/,
+);
 gen("config.json is /dev/zero", ["--model", special(zero, "config.json")], /config\.json is a character device/);
-gen("config.json is a directory (EISDIR)", ["--model", special(dir, "config.json")], /config\.json is a directory, not a regular file/);
+gen(
+  "config.json is a directory (EISDIR)",
+  ["--model", special(dir, "config.json")],
+  /config\.json is a directory, not a regular file/,
+);
 const unreadable = (file: "model.safetensors" | "config.json") => {
   const d = modelDir(base, { model: good.bytes });
   chmodSync(join(d, file), 0o000);
   return d;
 };
 const nobodySkip = asNobody === null ? "running as root without setpriv: permission bits cannot be tested" : undefined;
-gen("config.json unreadable (EACCES)", ["--model", unreadable("config.json")], /config\.json: cannot open: permission denied \(EACCES\)/, { asNobody: true, skip: nobodySkip });
-gen("model.safetensors unreadable (EACCES)", ["--model", unreadable("model.safetensors")], /model\.safetensors: cannot open: permission denied \(EACCES\)/, { asNobody: true, skip: nobodySkip });
-gen("--model names a FIFO", ["--model", (() => {
-  const p = join(base, "model-fifo");
-  fifo(p);
-  return p;
-})()], /--model takes a directory/);
+gen(
+  "config.json unreadable (EACCES)",
+  ["--model", unreadable("config.json")],
+  /config\.json: cannot open: permission denied \(EACCES\)/,
+  { asNobody: true, skip: nobodySkip },
+);
+gen(
+  "model.safetensors unreadable (EACCES)",
+  ["--model", unreadable("model.safetensors")],
+  /model\.safetensors: cannot open: permission denied \(EACCES\)/,
+  { asNobody: true, skip: nobodySkip },
+);
+gen(
+  "--model names a FIFO",
+  [
+    "--model",
+    (() => {
+      const p = join(base, "model-fifo");
+      fifo(p);
+      return p;
+    })(),
+  ],
+  /--model takes a directory/,
+);
 gen("--model names /dev/zero", ["--model", "/dev/zero"], /--model takes a directory/);
 
 // non-finite weights, rejected at load with the tensor named; overflowing finite ones, caught in the logits
@@ -194,37 +309,60 @@ const poisoned = (dtype: RawTensor["dtype"], value: number) => {
   list.find((t) => t.name === "h.0.mlp.c_fc.weight")!.values[5] = value;
   return encode(list).bytes;
 };
-gen("a NaN weight (F32)", withModel(poisoned("F32", NaN)), /tensor h\.0\.mlp\.c_fc\.weight \(F32\) holds NaN at element 5 of 256; weights must be finite/);
-gen("a +Inf weight (F32)", withModel(poisoned("F32", Infinity)), /tensor h\.0\.mlp\.c_fc\.weight \(F32\) holds Infinity at element 5/);
+gen(
+  "a NaN weight (F32)",
+  withModel(poisoned("F32", NaN)),
+  /tensor h\.0\.mlp\.c_fc\.weight \(F32\) holds NaN at element 5 of 256; weights must be finite/,
+);
+gen(
+  "a +Inf weight (F32)",
+  withModel(poisoned("F32", Infinity)),
+  /tensor h\.0\.mlp\.c_fc\.weight \(F32\) holds Infinity at element 5/,
+);
 gen("a -Inf weight (F32)", withModel(poisoned("F32", -Infinity)), /holds -Infinity at element 5/);
-gen("an F16 weight that widens to Inf", withModel(poisoned("F16", 1e6)), /tensor h\.0\.mlp\.c_fc\.weight \(F16\) holds Infinity at element 5/);
+gen(
+  "an F16 weight that widens to Inf",
+  withModel(poisoned("F16", 1e6)),
+  /tensor h\.0\.mlp\.c_fc\.weight \(F16\) holds Infinity at element 5/,
+);
 gen("a NaN weight (BF16)", withModel(poisoned("BF16", NaN)), /\(BF16\) holds NaN at element 5/);
 const overflowing = (() => {
   const list = microTensors();
   list.find((t) => t.name === "h.0.attn.c_attn.bias")!.values.fill(3e38); // finite, but q·k overflows
   return encode(list).bytes;
 })();
-const overflowMessage = /the logits .* are not finite \(NaN for token id \d+\): the first op with a non-finite output is h0\.attn\.attend \(layer 0, op 5 of 15 in the step\)/;
+const overflowMessage =
+  /the logits .* are not finite \(NaN for token id \d+\): the first op with a non-finite output is h0\.attn\.attend \(layer 0, op 5 of 15 in the step\)/;
 const overflowDir = modelDir(base, { model: overflowing });
 gen("weights of 3e38 that overflow, cached", ["--model", overflowDir], overflowMessage);
 gen("weights of 3e38 that overflow, uncached", ["--model", overflowDir, "--cache", "off"], overflowMessage);
 gen("weights of 3e38 that overflow, replayed natively", ["--model", overflowDir, "--mode", "replay"], overflowMessage);
 const overflowOut = join(base, "overflow-profile");
 // the profile's cached step runs the fused plan: 7 ops for the one layer, attention the third
-const fusedOverflowMessage = /the logits .* are not finite \(NaN for token id \d+\): the first op with a non-finite output is h0\.attn\.attend \(layer 0, op 3 of 7 in the step\)/;
+const fusedOverflowMessage =
+  /the logits .* are not finite \(NaN for token id \d+\): the first op with a non-finite output is h0\.attn\.attend \(layer 0, op 3 of 7 in the step\)/;
 add({
-  name: "profile of weights that overflow", command: "profile", message: fusedOverflowMessage,
+  name: "profile of weights that overflow",
+  command: "profile",
+  message: fusedOverflowMessage,
   args: ["--backend", "cpu", "--model", overflowDir, "--contexts", "4", "--repeats", "1", "--out", overflowOut],
-  absent: [overflowOut], clean: [base],
+  absent: [overflowOut],
+  clean: [base],
 });
 
 // odd tensor names: every message stays one line, the name escaped
 for (const [what, name, shown] of [
-  ["a newline", "evil\nname", "evil\\nname"], ["a NUL", "nul\u0000byte", "nul\\u0000byte"],
-  ["a right-to-left override", "h.0.\u202eevil", "h.0.\\u202eevil"], ["an escape sequence", "esc\u001b[31mred", "esc\\u001b[31mred"],
+  ["a newline", "evil\nname", "evil\\nname"],
+  ["a NUL", "nul\u0000byte", "nul\\u0000byte"],
+  ["a right-to-left override", "h.0.\u202eevil", "h.0.\\u202eevil"],
+  ["an escape sequence", "esc\u001b[31mred", "esc\\u001b[31mred"],
 ] as const) {
   const extra: RawTensor = { name, dtype: "F32", shape: [1], values: new Float32Array([0]) };
-  gen(`an extra tensor whose name holds ${what}`, withModel(encode([...tensors, extra]).bytes), new RegExp(`unexpected tensors ${shown.replace(/[\\[.]/g, "\\$&")}`));
+  gen(
+    `an extra tensor whose name holds ${what}`,
+    withModel(encode([...tensors, extra]).bytes),
+    new RegExp(`unexpected tensors ${shown.replace(/[\\[.]/g, "\\$&")}`),
+  );
 }
 
 // outputs that cannot be written: nothing partial is left
@@ -234,20 +372,63 @@ chmodSync(outDir, 0o755);
 const microDir = modelDir(base, { model: good.bytes });
 const genOut = (name: string, args: string[], message: RegExp, extra: Partial<Case> = {}) =>
   gen(name, ["--model", microDir, ...args], message, { clean: [outDir], ...extra });
-genOut("--dump-logits /dev/full", ["--dump-logits", "/dev/full"], /cannot write \/dev\/full: no space left on device \(ENOSPC\)/);
+genOut(
+  "--dump-logits /dev/full",
+  ["--dump-logits", "/dev/full"],
+  /cannot write \/dev\/full: no space left on device \(ENOSPC\)/,
+);
 genOut("--dump-logits names a directory", ["--dump-logits", outDir], /is a directory, not a file/);
-genOut("--dump-logits in a missing directory", ["--dump-logits", join(outDir, "missing/l.f32")], /the directory .*missing does not exist/, { absent: [join(outDir, "missing")] });
+genOut(
+  "--dump-logits in a missing directory",
+  ["--dump-logits", join(outDir, "missing/l.f32")],
+  /the directory .*missing does not exist/,
+  { absent: [join(outDir, "missing")] },
+);
 const lockedDir = join(base, "locked");
 mkdirSync(lockedDir);
 chmodSync(lockedDir, 0o555);
-genOut("--dump-logits in a directory without write permission", ["--dump-logits", join(lockedDir, "l.f32")], /cannot be written: permission denied \(EACCES\)/, { asNobody: true, skip: nobodySkip, absent: [join(lockedDir, "l.f32")] });
-genOut("stdout on a full disk (/dev/full)", ["--json"], /cannot write to stdout: no space left on device \(ENOSPC\)/, { stdoutTo: "/dev/full" });
+genOut(
+  "--dump-logits in a directory without write permission",
+  ["--dump-logits", join(lockedDir, "l.f32")],
+  /cannot be written: permission denied \(EACCES\)/,
+  { asNobody: true, skip: nobodySkip, absent: [join(lockedDir, "l.f32")] },
+);
+genOut("stdout on a full disk (/dev/full)", ["--json"], /cannot write to stdout: no space left on device \(ENOSPC\)/, {
+  stdoutTo: "/dev/full",
+});
 
 const prof = (name: string, args: string[], message: RegExp, extra: Partial<Case> = {}) =>
-  add({ name, command: "profile", args: ["--backend", "cpu", "--model", microDir, "--contexts", "4", "--repeats", "1", "--warmup", "0", "--traced-steps", "1", "--e2e-tokens", "2", ...args], message, clean: [outDir], ...extra });
+  add({
+    name,
+    command: "profile",
+    args: [
+      "--backend",
+      "cpu",
+      "--model",
+      microDir,
+      "--contexts",
+      "4",
+      "--repeats",
+      "1",
+      "--warmup",
+      "0",
+      "--traced-steps",
+      "1",
+      "--e2e-tokens",
+      "2",
+      ...args,
+    ],
+    message,
+    clean: [outDir],
+    ...extra,
+  });
 const traceIsDir = join(outDir, "trace-is-dir");
 mkdirSync(join(traceIsDir, "trace.json"), { recursive: true });
-prof("--out holding a directory named trace.json", ["--out", traceIsDir], /already holds a profile run: give --force to replace it/);
+prof(
+  "--out holding a directory named trace.json",
+  ["--out", traceIsDir],
+  /already holds a profile run: give --force to replace it/,
+);
 const earlierRun = join(outDir, "earlier-run");
 mkdirSync(earlierRun);
 writeFileSync(join(earlierRun, "summary.json"), "{}");
@@ -255,15 +436,34 @@ prof("--out holding an earlier run, without --force", ["--out", earlierRun], /al
 const notARun = join(outDir, "not-a-run");
 mkdirSync(notARun);
 writeFileSync(join(notARun, "notes.txt"), "mine");
-prof("--out holding other files, even with --force", ["--out", notARun, "--force"], /holding other files \(1\), not a profile run/);
+prof(
+  "--out holding other files, even with --force",
+  ["--out", notARun, "--force"],
+  /holding other files \(1\), not a profile run/,
+);
 prof("--force without --out", ["--force"], /--force replaces what an explicit --out holds/);
 prof("--out naming a file", ["--out", join(TINY, "config.json")], /is a file, not a directory/);
 prof("--out /dev/full", ["--out", "/dev/full"], /is a file, not a directory/);
-prof("--out in a directory without write permission", ["--out", join(lockedDir, "run")], /cannot be written: permission denied \(EACCES\)/, { asNobody: true, skip: nobodySkip, absent: [join(lockedDir, "run")], clean: [lockedDir] });
+prof(
+  "--out in a directory without write permission",
+  ["--out", join(lockedDir, "run")],
+  /cannot be written: permission denied \(EACCES\)/,
+  { asNobody: true, skip: nobodySkip, absent: [join(lockedDir, "run")], clean: [lockedDir] },
+);
 const newParents = join(outDir, "new/parents/run");
-prof("a run that fails leaves no parent folders it created", ["--out", newParents, "--mode", "graph"], /mode graph is not available on the cpu backend/, { absent: [join(outDir, "new")] });
+prof(
+  "a run that fails leaves no parent folders it created",
+  ["--out", newParents, "--mode", "graph"],
+  /mode graph is not available on the cpu backend/,
+  { absent: [join(outDir, "new")] },
+);
 const keptRun = join(outDir, "kept");
-prof("stdout on a full disk after the run: the results are kept whole", ["--out", keptRun, "--json"], /cannot write to stdout: no space left on device/, { stdoutTo: "/dev/full", kept: [keptRun] });
+prof(
+  "stdout on a full disk after the run: the results are kept whole",
+  ["--out", keptRun, "--json"],
+  /cannot write to stdout: no space left on device/,
+  { stdoutTo: "/dev/full", kept: [keptRun] },
+);
 
 // a full disk: a 16 KiB tmpfs (root only)
 const fullDisk = join(base, "full-disk");
@@ -275,16 +475,68 @@ afterAll(() => {
 });
 const mountSkip = mounted ? undefined : "needs root and CAP_SYS_ADMIN to mount a 16 KiB tmpfs as a full disk";
 const mountCases: Case[] = [];
-mountCases.push({ name: "profile --out on a full disk", command: "profile", args: ["--backend", "cpu", "--model", microDir, "--contexts", "4", "--repeats", "1", "--warmup", "0", "--traced-steps", "1", "--e2e-tokens", "2", "--out", join(fullDisk, "run")], message: /cannot write the results to .*run: no space left on device \(ENOSPC\)/, absent: [join(fullDisk, "run")], clean: [fullDisk] });
-mountCases.push({ name: "--dump-logits on a full disk", command: "generate", args: ["--model", TINY, "--backend", "cpu", "--prompt-ids", "1,2,3", "--max-new-tokens", "8", "--dump-logits", join(fullDisk, "l.f32")], message: /cannot write .*l\.f32 .*no space left on device \(ENOSPC\)/, absent: [join(fullDisk, "l.f32")], clean: [fullDisk] });
+mountCases.push({
+  name: "profile --out on a full disk",
+  command: "profile",
+  args: [
+    "--backend",
+    "cpu",
+    "--model",
+    microDir,
+    "--contexts",
+    "4",
+    "--repeats",
+    "1",
+    "--warmup",
+    "0",
+    "--traced-steps",
+    "1",
+    "--e2e-tokens",
+    "2",
+    "--out",
+    join(fullDisk, "run"),
+  ],
+  message: /cannot write the results to .*run: no space left on device \(ENOSPC\)/,
+  absent: [join(fullDisk, "run")],
+  clean: [fullDisk],
+});
+mountCases.push({
+  name: "--dump-logits on a full disk",
+  command: "generate",
+  args: [
+    "--model",
+    TINY,
+    "--backend",
+    "cpu",
+    "--prompt-ids",
+    "1,2,3",
+    "--max-new-tokens",
+    "8",
+    "--dump-logits",
+    join(fullDisk, "l.f32"),
+  ],
+  message: /cannot write .*l\.f32 .*no space left on device \(ENOSPC\)/,
+  absent: [join(fullDisk, "l.f32")],
+  clean: [fullDisk],
+});
 for (const c of mountCases) add({ ...c, skip: mountSkip });
 
 // flags: every switch of every command takes only true/false; valued flags are never empty
-const flag = (command: Command, args: string[], message: RegExp, viaBunRun = false) => add({ name: `${viaBunRun ? "bun run " : ""}${command} ${args.map((a) => JSON.stringify(a)).join(" ")}`, command, args, message, viaBunRun });
-const switchMessage = (name: string) => new RegExp(`--${name} is a switch: give it alone, as --no-${name}, or =true / =false`);
+const flag = (command: Command, args: string[], message: RegExp, viaBunRun = false) =>
+  add({
+    name: `${viaBunRun ? "bun run " : ""}${command} ${args.map((a) => JSON.stringify(a)).join(" ")}`,
+    command,
+    args,
+    message,
+    viaBunRun,
+  });
+const switchMessage = (name: string) =>
+  new RegExp(`--${name} is a switch: give it alone, as --no-${name}, or =true / =false`);
 const emptyMessage = (name: string) => new RegExp(`--${name} is empty \\(an unset shell variable\\?\\)`);
 for (const [command, switches] of [
-  ["generate", ["json", "help", "version"]], ["profile", ["json", "kernels", "force", "help"]], ["build", ["quiet", "help"]],
+  ["generate", ["json", "help", "version"]],
+  ["profile", ["json", "kernels", "force", "help"]],
+  ["build", ["quiet", "help"]],
   ["verify", ["help", "version"]],
 ] as const) {
   for (const s of switches) flag(command, [`--${s}=maybe`], switchMessage(s));
@@ -292,8 +544,16 @@ for (const [command, switches] of [
 flag("generate", ["--json=1"], switchMessage("json"));
 flag("profile", ["--kernels=no"], switchMessage("kernels"));
 for (const [command, name] of [
-  ["generate", "model"], ["generate", "prompt"], ["generate", "prompt-ids"], ["generate", "dump-logits"], ["generate", "max-new-tokens"],
-  ["profile", "model"], ["profile", "out"], ["profile", "contexts"], ["profile", "repeats"], ["verify", "seed"],
+  ["generate", "model"],
+  ["generate", "prompt"],
+  ["generate", "prompt-ids"],
+  ["generate", "dump-logits"],
+  ["generate", "max-new-tokens"],
+  ["profile", "model"],
+  ["profile", "out"],
+  ["profile", "contexts"],
+  ["profile", "repeats"],
+  ["verify", "seed"],
 ] as const) {
   flag(command, [`--${name}`, ""], emptyMessage(name));
 }
@@ -327,20 +587,28 @@ describe("hostile and malformed inputs: exit ≠ 0, one error line, no stack, no
       continue;
     }
     test(c.name, () => {
-    const r = outcomes.get(c.name)!;
-    expect(r.signal).toBeNull(); // neither crashed nor hung until the timeout
-    if (c.exitCode !== undefined) expect(r.code).toBe(c.exitCode);
-    else expect(r.code).not.toBe(0);
-    const errors = r.stderr.split("\n").filter((l) => l.startsWith("error:"));
-    expect(errors).toHaveLength(1);
-    expect(errors[0]).toMatch(c.message);
-    expect(r.stderr).not.toMatch(/\n\s+at |Bun v\d|panic|^\s*\d+ \| /m);
-    expect(r.stderr).not.toMatch(RAW_CONTROL);
-    if (c.viaBunRun) expect(r.stderr).toBe(`${errors[0]}\n`);
-    expect(r.stdout).toBe("");
-    for (const path of c.absent ?? []) expect({ path, exists: existsSync(path) }).toEqual({ path, exists: false });
-    for (const d of c.clean ?? []) expect(readdirSync(d).filter((n) => n.includes(".partial-"))).toEqual([]);
-    for (const d of c.kept ?? []) expect(readdirSync(d).toSorted()).toEqual(["breakdown.svg", "kernels.csv", "latency.svg", "report.md", "summary.json", "trace.json"]);
+      const r = outcomes.get(c.name)!;
+      expect(r.signal).toBeNull(); // neither crashed nor hung until the timeout
+      if (c.exitCode !== undefined) expect(r.code).toBe(c.exitCode);
+      else expect(r.code).not.toBe(0);
+      const errors = r.stderr.split("\n").filter((l) => l.startsWith("error:"));
+      expect(errors).toHaveLength(1);
+      expect(errors[0]).toMatch(c.message);
+      expect(r.stderr).not.toMatch(/\n\s+at |Bun v\d|panic|^\s*\d+ \| /m);
+      expect(r.stderr).not.toMatch(RAW_CONTROL);
+      if (c.viaBunRun) expect(r.stderr).toBe(`${errors[0]}\n`);
+      expect(r.stdout).toBe("");
+      for (const path of c.absent ?? []) expect({ path, exists: existsSync(path) }).toEqual({ path, exists: false });
+      for (const d of c.clean ?? []) expect(readdirSync(d).filter((n) => n.includes(".partial-"))).toEqual([]);
+      for (const d of c.kept ?? [])
+        expect(readdirSync(d).toSorted()).toEqual([
+          "breakdown.svg",
+          "kernels.csv",
+          "latency.svg",
+          "report.md",
+          "summary.json",
+          "trace.json",
+        ]);
     });
   }
 });

@@ -16,9 +16,13 @@ const facts = emu.kernels.facts;
 const gpt2 = PRESETS.gpt2!;
 
 describe("the kernels' facts", () => {
-  test.skipIf(!hasNvcc() && !hasPrebuilt("cuda"))("the CUDA library exports the emulator's facts", () => {
-    expect(libraryKernelFacts(ensureBuilt("cuda", { quiet: true }).path)).toEqual(facts);
-  }, 600_000); // a stale library is rebuilt first
+  test.skipIf(!hasNvcc() && !hasPrebuilt("cuda"))(
+    "the CUDA library exports the emulator's facts",
+    () => {
+      expect(libraryKernelFacts(ensureBuilt("cuda", { quiet: true }).path)).toEqual(facts);
+    },
+    600_000,
+  ); // a stale library is rebuilt first
 
   test("batch buckets rise to MAX_BATCH; a launch takes the fewest rows that hold its own; every op has its chain", () => {
     expect(facts.batchBuckets.at(-1)).toBe(MAX_BATCH);
@@ -32,7 +36,10 @@ describe("the kernels' facts", () => {
     for (const family of OP_FAMILIES) expect([family, facts.chainL2Trips[family] >= 0]).toEqual([family, true]);
   });
 
-  test.each([["f32", 1], ["bf16", 4]] as const)("the launchers' grids are the facts' geometry (%s weights and cache, batch %d)", (dtype, batch) => {
+  test.each([
+    ["f32", 1],
+    ["bf16", 4],
+  ] as const)("the launchers' grids are the facts' geometry (%s weights and cache, batch %d)", (dtype, batch) => {
     const form: StepForm = { plan: "fused", batch, weights: dtype, kv: dtype };
     const ops = planShape(gpt2, 1, form);
     const shapes = emu.launchShapes(encodePlan(ops));
@@ -40,7 +47,10 @@ describe("the kernels' facts", () => {
     const C = gpt2.n_embd;
     // a matvec block: one column tile (tileBytes of a row) of one split of C
     const qkv = shape("h0.attn.ln_qkv");
-    expect(qkv.grid.slice(0, 2)).toEqual([(3 * C) / (facts.matvec.tileBytes / DTYPE_BYTES[dtype]), C / facts.matvec.rowsPerSplit]);
+    expect(qkv.grid.slice(0, 2)).toEqual([
+      (3 * C) / (facts.matvec.tileBytes / DTYPE_BYTES[dtype]),
+      C / facts.matvec.rowsPerSplit,
+    ]);
     expect(qkv.block[0]).toBe(facts.matvec.threads);
     // attention: a block per chunk of keys of every position, per head and sequence
     const attend = shape("h0.attn.attend");

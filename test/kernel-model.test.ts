@@ -8,8 +8,18 @@ import { PRESETS } from "../src/model/config.ts";
 import type { DtypeName } from "../src/ops.ts";
 import { DEFAULT_STEP_FORM, encodePlan, planShape, type PlanOp } from "../src/plan.ts";
 import {
-  activeLoads, blocksBeside, GPU_MODELS, gpuAt, kernelInputs, MODEL_MODES, persistentKernel, predictDecodeStep, predictKernel, predictStep,
-  type KernelInput, type PersistentKernel,
+  activeLoads,
+  blocksBeside,
+  GPU_MODELS,
+  gpuAt,
+  kernelInputs,
+  MODEL_MODES,
+  persistentKernel,
+  predictDecodeStep,
+  predictKernel,
+  predictStep,
+  type KernelInput,
+  type PersistentKernel,
 } from "../src/profile/kernel-model/index.ts";
 
 const h200 = GPU_MODELS.h200;
@@ -19,11 +29,25 @@ afterAll(() => emu.close());
 const shapesOf = (ops: PlanOp[]) => emu.launchShapes(encodePlan(ops));
 const facts = emu.kernels.facts;
 /** A persistent step kernel of `registers` registers per thread, its later rounds as the library's. */
-const persistent = (registers: number): PersistentKernel => ({ registers, laterRoundL2Trips: facts.persistent.laterRoundL2Trips });
+const persistent = (registers: number): PersistentKernel => ({
+  registers,
+  laterRoundL2Trips: facts.persistent.laterRoundL2Trips,
+});
 
 const matvec: KernelInput = {
-  label: "m", family: "linear_residual", bytes: 9.4e6, flops: 4.7e6, blocks: 288, threads: 256, registers: 62, loadsInFlight: 8, prefetches: true, fmaShare: 1, lookAheadBytes: 32768,
-  chainL2Trips: 3, loadBytes: 16,
+  label: "m",
+  family: "linear_residual",
+  bytes: 9.4e6,
+  flops: 4.7e6,
+  blocks: 288,
+  threads: 256,
+  registers: 62,
+  loadsInFlight: 8,
+  prefetches: true,
+  fmaShare: 1,
+  lookAheadBytes: 32768,
+  chainL2Trips: 3,
+  loadBytes: 16,
 };
 
 describe("one kernel", () => {
@@ -45,7 +69,7 @@ describe("one kernel", () => {
 
   test("the arithmetic runs at the fp32 rate its instruction mix allows: a kernel whose FFMAs are a small share turns compute-bound", () => {
     const k = predictKernel({ ...matvec, flops: 8 * matvec.flops, fmaShare: 0.1 }, h200);
-    expect(k.computeUs).toBeCloseTo((8 * 4.7e6) / (67e12 * 0.1) * 1e6, 9);
+    expect(k.computeUs).toBeCloseTo(((8 * 4.7e6) / (67e12 * 0.1)) * 1e6, 9);
     expect(k.bound).toBe("compute");
     expect(predictKernel(matvec, h200).bound).toBe("memory");
   });
@@ -75,13 +99,15 @@ describe("GPT-2 small's decode step", () => {
   test("fusing: 62 launches instead of 136, and every mode both plans have predicted faster; the unfused plan has no persistent step", () => {
     expect(fused.kernels).toHaveLength(62);
     expect(unfused.kernels).toHaveLength(136);
-    for (const m of MODEL_MODES.filter((m) => m !== "persistent")) expect(fused.modes[m]!).toBeLessThan(unfused.modes[m]!);
+    for (const m of MODEL_MODES.filter((m) => m !== "persistent"))
+      expect(fused.modes[m]!).toBeLessThan(unfused.modes[m]!);
     expect(unfused.modes.persistent).toBeNull();
   });
 
   test("persistent: one graph node and a grid barrier between ops, no faster than the bytes, and slower for a dearer barrier", () => {
     const kernels = kernelInputs(planShape(gpt2, 1), 1023, shapesOf(planShape(gpt2, 1)), facts, null);
-    const at = (barrierUs: number, gpu = h200) => predictStep(kernels, { ...gpu, gridBarrierUs: { ...gpu.gridBarrierUs, value: barrierUs } }, persistent(128));
+    const at = (barrierUs: number, gpu = h200) =>
+      predictStep(kernels, { ...gpu, gridBarrierUs: { ...gpu.gridBarrierUs, value: barrierUs } }, persistent(128));
     for (const end of ["optimistic", "pessimistic"] as const) {
       const step = predictStep(kernels, gpuAt(h200, end), persistent(128));
       expect(step.modes.persistent!).toBeGreaterThanOrEqual(step.bytesFloorUs);
@@ -97,32 +123,51 @@ describe("GPT-2 small's decode step", () => {
 
   test("persistent look-ahead: it covers at most the op's own memory phase, at most while the memory would idle, and only where the op has one", () => {
     const [first, second] = [predictKernel(matvec, h200), predictKernel(matvec, h200)];
-    const node = h200.graphNodeUs.value, barrier = h200.gridBarrierUs.value;
+    const node = h200.graphNodeUs.value,
+      barrier = h200.gridBarrierUs.value;
     const step = (k: KernelInput, barrierUs: number = barrier) =>
-      predictStep([matvec, k], { ...h200, gridBarrierUs: { ...h200.gridBarrierUs, value: barrierUs } }, persistent(matvec.registers)).modes.persistent!;
+      predictStep(
+        [matvec, k],
+        { ...h200, gridBarrierUs: { ...h200.gridBarrierUs, value: barrierUs } },
+        persistent(matvec.registers),
+      ).modes.persistent!;
     // the whole second op fits its look-ahead; the idle time (the first op's merge and the barrier) is shorter than its bytes' time
     expect(first.chainUs + barrier).toBeLessThan(second.bandwidthUs);
-    expect(step({ ...matvec, lookAheadBytes: 1e9 })).toBeCloseTo(node + first.kernelUs + barrier + second.kernelUs - (first.chainUs + barrier), 9);
+    expect(step({ ...matvec, lookAheadBytes: 1e9 })).toBeCloseTo(
+      node + first.kernelUs + barrier + second.kernelUs - (first.chainUs + barrier),
+      9,
+    );
     // a barrier long enough to stream it all: the op is left with its merge
     expect(step({ ...matvec, lookAheadBytes: 1e9 }, 100)).toBeCloseTo(node + first.kernelUs + 100 + second.chainUs, 9);
     // a small look-ahead streams only its own bytes (the blocks' first lines)
     const small = 1024; // bytes per block, x 288 resident blocks
-    expect(step({ ...matvec, lookAheadBytes: small }, 100)).toBeCloseTo(node + first.kernelUs + 100 + second.kernelUs - (small * 288 / h200.bandwidth.value) * 1e6, 9);
+    expect(step({ ...matvec, lookAheadBytes: small }, 100)).toBeCloseTo(
+      node + first.kernelUs + 100 + second.kernelUs - ((small * 288) / h200.bandwidth.value) * 1e6,
+      9,
+    );
     // none: the graph-pdl term, its first round trip hidden behind the first op's non-streaming time
     const hidden = Math.min(h200.dramLatencyUs.value, second.latencyUs, first.kernelUs - first.bandwidthUs);
-    expect(step({ ...matvec, lookAheadBytes: 0 })).toBeCloseTo(node + first.kernelUs + barrier + second.kernelUs - hidden, 9);
+    expect(step({ ...matvec, lookAheadBytes: 0 })).toBeCloseTo(
+      node + first.kernelUs + barrier + second.kernelUs - hidden,
+      9,
+    );
     // no persistent kernel (null registers): no persistent step
     expect(predictStep([matvec, matvec], h200, null).modes.persistent).toBeNull();
   });
 
   test("persistent rounds: an op of more virtual blocks than the kernel keeps resident pays each later round's dependent steps", () => {
     // 128 registers: 2 blocks of 256 per SM, 264 resident; c_fc's 288 virtual blocks run in two rounds
-    const fits = { ...matvec, blocks: 264 }, over = { ...matvec, blocks: 288 }, thrice = { ...matvec, blocks: 3 * 264 };
+    const fits = { ...matvec, blocks: 264 },
+      over = { ...matvec, blocks: 288 },
+      thrice = { ...matvec, blocks: 3 * 264 };
     const step = (k: KernelInput) => predictStep([matvec, k], h200, persistent(128)).modes.persistent!;
     expect(step(over) - step(fits)).toBeCloseTo(facts.persistent.laterRoundL2Trips * h200.l2LatencyUs.value, 9);
     expect(step(thrice) - step(fits)).toBeCloseTo(2 * facts.persistent.laterRoundL2Trips * h200.l2LatencyUs.value, 9);
     // the graph modes run their own grids, which fit: no rounds there
-    expect(predictStep([matvec, over], h200, persistent(128)).modes.graph).toBeCloseTo(predictStep([matvec, fits], h200, persistent(128)).modes.graph!, 9);
+    expect(predictStep([matvec, over], h200, persistent(128)).modes.graph).toBeCloseTo(
+      predictStep([matvec, fits], h200, persistent(128)).modes.graph!,
+      9,
+    );
   });
 
   test("graph-pdl: only the blocks that fit beside the predecessor's start early and hide their first round trip", () => {
@@ -135,19 +180,25 @@ describe("GPT-2 small's decode step", () => {
     // the step: a successor with no room beside its predecessor hides nothing; one with room for all of it hides the whole trip
     const pdl = (a: KernelInput, b: KernelInput) => predictStep([a, b], h200).modes["graph-pdl"]!;
     const node = h200.pdlNodeUs!.value;
-    const none = { ...matvec, registers: 128, blocks: 216 }, all = { ...matvec, registers: 40, blocks: 216 };
-    const sum = (a: KernelInput, b: KernelInput) => predictKernel(a, h200).kernelUs + predictKernel(b, h200).kernelUs + 2 * node;
+    const none = { ...matvec, registers: 128, blocks: 216 },
+      all = { ...matvec, registers: 40, blocks: 216 };
+    const sum = (a: KernelInput, b: KernelInput) =>
+      predictKernel(a, h200).kernelUs + predictKernel(b, h200).kernelUs + 2 * node;
     expect(pdl({ ...matvec, registers: 80 }, none)).toBeCloseTo(sum({ ...matvec, registers: 80 }, none), 9);
     expect(pdl({ ...matvec, registers: 80 }, all)).toBeLessThan(sum({ ...matvec, registers: 80 }, all));
   });
 
   test("the optimistic and pessimistic ends bracket the working estimate in every mode; the A40 has no graph-pdl", () => {
-    const [fast, slow] = (["optimistic", "pessimistic"] as const).map((end) => predictDecodeStep(gpt2, DEFAULT_STEP_FORM, 1023, gpuAt(h200, end), emu.kernels, null));
+    const [fast, slow] = (["optimistic", "pessimistic"] as const).map((end) =>
+      predictDecodeStep(gpt2, DEFAULT_STEP_FORM, 1023, gpuAt(h200, end), emu.kernels, null),
+    );
     for (const m of MODEL_MODES) {
       expect(fast!.modes[m]!).toBeLessThanOrEqual(fused.modes[m]!);
       expect(slow!.modes[m]!).toBeGreaterThanOrEqual(fused.modes[m]!);
     }
-    expect(predictDecodeStep(gpt2, DEFAULT_STEP_FORM, 1023, GPU_MODELS.a40, emu.kernels, null).modes["graph-pdl"]).toBeNull();
+    expect(
+      predictDecodeStep(gpt2, DEFAULT_STEP_FORM, 1023, GPU_MODELS.a40, emu.kernels, null).modes["graph-pdl"],
+    ).toBeNull();
   });
 });
 
@@ -170,7 +221,8 @@ describe("storage types and batches (predictions)", () => {
     expect(four.bytesFloorUs / one.bytesFloorUs).toBeLessThan(1.05);
     expect(flops(four) / flops(one)).toBeCloseTo(4, 6);
     // the matvecs' grids are B = 1's: the rows ride in each thread's accumulators; attention has a block per sequence
-    const grids = (p: typeof one, families: string[]) => p.kernels.filter((k) => families.includes(k.family)).map((k) => k.blocks);
+    const grids = (p: typeof one, families: string[]) =>
+      p.kernels.filter((k) => families.includes(k.family)).map((k) => k.blocks);
     const matvecs = ["ln_qkv", "linear_residual", "ln_linear_gelu"];
     expect(grids(four, matvecs)).toEqual(grids(one, matvecs));
     expect(grids(four, ["attention"])).toEqual(grids(one, ["attention"]).map((b) => 4 * b));
@@ -182,7 +234,7 @@ describe("inputs read from the code", () => {
     const ops = planShape(gpt2, 1);
     const inputs = kernelInputs(ops, 100, shapesOf(ops), facts, null);
     const by = (label: string) => inputs.find((k) => k.label === label)!;
-    expect(by("h0.attn.ln_qkv").blocks).toBe((3 * 768 / 32) * (768 / 256));
+    expect(by("h0.attn.ln_qkv").blocks).toBe(((3 * 768) / 32) * (768 / 256));
     expect(by("h0.mlp.c_proj").blocks).toBe((768 / 32) * (3072 / 256));
     expect(by("h0.attn.attend").blocks).toBe((1024 / 64) * 12);
     expect(by("ln_f.lm_head.argmax").blocks).toBe(emu.device.smCount * 4);
@@ -191,7 +243,13 @@ describe("inputs read from the code", () => {
 
   test("a thread's loads for GPT-2 small's shapes: 8 weight rows per matvec thread, 2 chunks of 4 vocabulary rows, 4 keys and 4 values", () => {
     const loads = Object.fromEntries(planShape(gpt2, 1).map((op) => [op.family, activeLoads(op, facts)]));
-    expect(loads).toMatchObject({ ln_qkv: 8, linear_residual: 8, ln_linear_gelu: 8, ln_lm_head_argmax: 8, attention: 8 });
+    expect(loads).toMatchObject({
+      ln_qkv: 8,
+      linear_residual: 8,
+      ln_linear_gelu: 8,
+      ln_lm_head_argmax: 8,
+      attention: 8,
+    });
     // a bf16 cache: 16-byte loads of 8 halves, 2 keys and 2 values per thread at head size 64
     const bf16 = planShape(gpt2, 1, { ...DEFAULT_STEP_FORM, weights: "bf16", kv: "bf16" });
     expect(activeLoads(bf16.find((op) => op.family === "attention")!, facts)).toBe(4);
@@ -199,9 +257,29 @@ describe("inputs read from the code", () => {
 
   test("without the SASS the model assumes the design's loads; with it, at most what the SASS holds", () => {
     const ops = planShape(gpt2, 1);
-    const sass = [{ kernel: "linear_residual_kernel<float, 4, 1>", registers: 40, wideLoadsInFlight: 2, wideLoadsBeforeWait: 0, localAccesses: 0, waits: true, nonCoherentLoads: 0, fmaShare: 0.5, l2Prefetches: 0, scFences: 0, sleeps: 0 }];
+    const sass = [
+      {
+        kernel: "linear_residual_kernel<float, 4, 1>",
+        registers: 40,
+        wideLoadsInFlight: 2,
+        wideLoadsBeforeWait: 0,
+        localAccesses: 0,
+        waits: true,
+        nonCoherentLoads: 0,
+        fmaShare: 0.5,
+        l2Prefetches: 0,
+        scFences: 0,
+        sleeps: 0,
+      },
+    ];
     const [, , , withSass] = kernelInputs(ops, 8, shapesOf(ops), facts, sass);
-    expect(withSass).toMatchObject({ family: "linear_residual", loadsInFlight: 2, registers: 40, prefetches: false, fmaShare: 0.5 });
+    expect(withSass).toMatchObject({
+      family: "linear_residual",
+      loadsInFlight: 2,
+      registers: 40,
+      prefetches: false,
+      fmaShare: 0.5,
+    });
     const [, , , without] = kernelInputs(ops, 8, shapesOf(ops), facts, null);
     expect(without).toMatchObject({ loadsInFlight: 8, registers: 64, prefetches: false, fmaShare: 1 });
   });
@@ -212,14 +290,36 @@ describe("the kernels' facts from the library", () => {
     const ops = planShape(gpt2, 1);
     const shapes = shapesOf(ops);
     const at = (f: typeof facts) => kernelInputs(ops, 1023, shapes, f, null).find((k) => k.label === "h0.mlp.c_proj")!;
-    const changed = { ...facts, accessBytes: 32, matvec: { ...facts.matvec, loads: 4, tileBytes: 256 }, chainL2Trips: { ...facts.chainL2Trips, linear_residual: 7 } };
-    expect([at(facts).loadsInFlight, at(facts).chainL2Trips, at(facts).lookAheadBytes, at(facts).loadBytes]).toEqual([8, 3, 256 * 128, 16]);
-    expect([at(changed).loadsInFlight, at(changed).chainL2Trips, at(changed).lookAheadBytes, at(changed).loadBytes]).toEqual([4, 7, 256 * 256, 32]);
+    const changed = {
+      ...facts,
+      accessBytes: 32,
+      matvec: { ...facts.matvec, loads: 4, tileBytes: 256 },
+      chainL2Trips: { ...facts.chainL2Trips, linear_residual: 7 },
+    };
+    expect([at(facts).loadsInFlight, at(facts).chainL2Trips, at(facts).lookAheadBytes, at(facts).loadBytes]).toEqual([
+      8,
+      3,
+      256 * 128,
+      16,
+    ]);
+    expect([
+      at(changed).loadsInFlight,
+      at(changed).chainL2Trips,
+      at(changed).lookAheadBytes,
+      at(changed).loadBytes,
+    ]).toEqual([4, 7, 256 * 256, 32]);
     expect(predictKernel(at(changed), h200).chainUs).toBeCloseTo(7 * h200.l2LatencyUs.value, 9);
     const bf16x4 = { plan: "fused", batch: 4, weights: "bf16", kv: "bf16" } as const;
     expect(persistentKernel(bf16x4, facts, null)).toEqual({ registers: 255, laterRoundL2Trips: 3 }); // 1 block of 256 per SM
     expect(persistentKernel(DEFAULT_STEP_FORM, facts, null)!.registers).toBe(128); // 2 blocks of 256 per SM
-    const oneBlock = { ...facts, persistent: { ...facts.persistent, minBlocksPerSm: { ...facts.persistent.minBlocksPerSm, f32: [4, 4, 4, 4] }, laterRoundL2Trips: 5 } };
+    const oneBlock = {
+      ...facts,
+      persistent: {
+        ...facts.persistent,
+        minBlocksPerSm: { ...facts.persistent.minBlocksPerSm, f32: [4, 4, 4, 4] },
+        laterRoundL2Trips: 5,
+      },
+    };
     expect(persistentKernel(DEFAULT_STEP_FORM, oneBlock, null)).toEqual({ registers: 64, laterRoundL2Trips: 5 });
   });
 });

@@ -50,7 +50,9 @@ describe("emulated kernels vs CPU twins, in two random schedules", () => {
 });
 
 describe("split-key attention's scratch", () => {
-  const C = 128, nHead = 2, maxCtx = 64;
+  const C = 128,
+    nHead = 2,
+    maxCtx = 64;
   const arena = new DeviceArena(emu);
   const reference = new DeviceArena(cpu);
   afterAll(() => {
@@ -60,34 +62,77 @@ describe("split-key attention's scratch", () => {
 
   test("the merging blocks leave every arrival counter at zero, so one scratch serves successive steps", () => {
     const scratch = arena.zeroed(emu.attentionScratchBytes(1, C, nHead, maxCtx) / 4);
-    const k = randomFloats(maxCtx * C, seed + 30), v = randomFloats(maxCtx * C, seed + 31);
+    const k = randomFloats(maxCtx * C, seed + 30),
+      v = randomFloats(maxCtx * C, seed + 31);
     const caches = { emu: [arena.put(k), arena.put(v)], cpu: [reference.put(k), reference.put(v)] };
     for (const pos of [0, 1, 40, 63]) {
       const qkv = randomFloats(3 * C, seed + 32 + pos);
       const step = (a: DeviceArena, [kc, vc]: typeof caches.emu, scratchPtr: number) => {
-        const out = a.poisoned(C), state = a.put(Int32Array.of(pos, 0, 0, 0)), q = a.put(qkv);
+        const out = a.poisoned(C),
+          state = a.put(Int32Array.of(pos, 0, 0, 0)),
+          q = a.put(qkv);
         a.backend.ops.op_kv_append(kc!.ptr, vc!.ptr, q.ptr, state.ptr, 1, 1, C, maxCtx, DTYPES.f32);
-        a.backend.ops.op_attention(out.ptr, scratchPtr, q.ptr, kc!.ptr, vc!.ptr, state.ptr, 1, 1, C, nHead, maxCtx, DTYPES.f32);
+        a.backend.ops.op_attention(
+          out.ptr,
+          scratchPtr,
+          q.ptr,
+          kc!.ptr,
+          vc!.ptr,
+          state.ptr,
+          1,
+          1,
+          C,
+          nHead,
+          maxCtx,
+          DTYPES.f32,
+        );
         return a.floats(out);
       };
-      expect(maxRelativeError(step(arena, caches.emu, scratch.ptr), step(reference, caches.cpu, 0))).toBeLessThanOrEqual(KERNEL_TOLERANCE);
+      expect(
+        maxRelativeError(step(arena, caches.emu, scratch.ptr), step(reference, caches.cpu, 0)),
+      ).toBeLessThanOrEqual(KERNEL_TOLERANCE);
       expect(arena.ints(scratch, nHead).every((counter) => counter === 0)).toBe(true); // counters lead the scratch
     }
   });
 
   test("steps of different T share one scratch (a prefill after decode steps, as in every second generation)", () => {
     const scratch = arena.zeroed(emu.attentionScratchBytes(maxCtx, C, nHead, maxCtx) / 4);
-    const k = randomFloats(maxCtx * C, seed + 33), v = randomFloats(maxCtx * C, seed + 34);
+    const k = randomFloats(maxCtx * C, seed + 33),
+      v = randomFloats(maxCtx * C, seed + 34);
     const caches = { emu: [arena.put(k), arena.put(v)], cpu: [reference.put(k), reference.put(v)] };
-    for (const [T, pos] of [[7, 0], [1, 7], [1, 8], [40, 0], [1, 40], [7, 0]] as const) {
+    for (const [T, pos] of [
+      [7, 0],
+      [1, 7],
+      [1, 8],
+      [40, 0],
+      [1, 40],
+      [7, 0],
+    ] as const) {
       const qkv = randomFloats(T * 3 * C, seed + 35 + T + pos);
       const step = (a: DeviceArena, [kc, vc]: typeof caches.emu, scratchPtr: number) => {
-        const out = a.poisoned(T * C), state = a.put(Int32Array.of(pos, 0, 0, 0)), q = a.put(qkv);
+        const out = a.poisoned(T * C),
+          state = a.put(Int32Array.of(pos, 0, 0, 0)),
+          q = a.put(qkv);
         a.backend.ops.op_kv_append(kc!.ptr, vc!.ptr, q.ptr, state.ptr, 1, T, C, maxCtx, DTYPES.f32);
-        a.backend.ops.op_attention(out.ptr, scratchPtr, q.ptr, kc!.ptr, vc!.ptr, state.ptr, 1, T, C, nHead, maxCtx, DTYPES.f32);
+        a.backend.ops.op_attention(
+          out.ptr,
+          scratchPtr,
+          q.ptr,
+          kc!.ptr,
+          vc!.ptr,
+          state.ptr,
+          1,
+          T,
+          C,
+          nHead,
+          maxCtx,
+          DTYPES.f32,
+        );
         return a.floats(out);
       };
-      expect(maxRelativeError(step(arena, caches.emu, scratch.ptr), step(reference, caches.cpu, 0))).toBeLessThanOrEqual(KERNEL_TOLERANCE);
+      expect(
+        maxRelativeError(step(arena, caches.emu, scratch.ptr), step(reference, caches.cpu, 0)),
+      ).toBeLessThanOrEqual(KERNEL_TOLERANCE);
     }
   });
 });
@@ -96,8 +141,10 @@ describe("graphs and replay on the emulator", () => {
   test("a captured plan replays like eager launches, one kernel node per op", () => {
     const arena = new DeviceArena(emu);
     const N = 1000;
-    const a = arena.put(randomFloats(N, seed + 40)), b = arena.put(randomFloats(N, seed + 41));
-    const eager = arena.poisoned(N), graphed = arena.poisoned(N);
+    const a = arena.put(randomFloats(N, seed + 40)),
+      b = arena.put(randomFloats(N, seed + 41));
+    const eager = arena.poisoned(N),
+      graphed = arena.poisoned(N);
     const ops = (out: number): PlanOp[] => [
       planOp("gelu", "gelu", null, { out, inp: a.ptr, N }),
       planOp("residual", "residual", null, { out, a: out, b: b.ptr, N }),
@@ -134,7 +181,9 @@ describe("graphs and replay on the emulator", () => {
 });
 
 describe("emulator: misuse is an error, not a hang (emu_selftest in cuda/emu/emu_selftest.cpp)", () => {
-  const selftest = dlopen(ensureBuilt("emu", { quiet: true }).path, { emu_selftest: { args: [FFIType.i32], returns: FFIType.i32 } });
+  const selftest = dlopen(ensureBuilt("emu", { quiet: true }).path, {
+    emu_selftest: { args: [FFIType.i32], returns: FFIType.i32 },
+  });
   afterAll(() => selftest.close());
   test.each([
     [0, "barriers and shuffles every thread reaches", 0],
@@ -156,8 +205,10 @@ describe("emulator: cooperative launches meet at grid barriers, each block with 
     emu_selftest_arrival_order: { args: [], returns: FFIType.i64 },
   });
   afterAll(() => selftest.close());
-  const gridBarrier = 4, gridBarrierInGraph = 8; // 0: every block summed every block's slots right; -1: wrong sums
-  const sharedPerBlock = 9, sharedStartsPoisoned = 10; // 0: as said; -1: a block read what it should not
+  const gridBarrier = 4,
+    gridBarrierInGraph = 8; // 0: every block summed every block's slots right; -1: wrong sums
+  const sharedPerBlock = 9,
+    sharedStartsPoisoned = 10; // 0: as said; -1: a block read what it should not
 
   test.each([0, order1, order2])("4 blocks x 256 threads, 3 phases, schedule %d: the sums are right", (order) => {
     schedule.set(order);
@@ -169,15 +220,21 @@ describe("emulator: cooperative launches meet at grid barriers, each block with 
     expect(selftest.symbols.emu_selftest(gridBarrierInGraph)).toBe(0);
   });
 
-  test.each([0, order1, order2])("2 blocks, schedule %d: each keeps its own shared memory, static and dynamic, across a wait", (order) => {
-    schedule.set(order);
-    expect(selftest.symbols.emu_selftest(sharedPerBlock)).toBe(0);
-  });
+  test.each([0, order1, order2])(
+    "2 blocks, schedule %d: each keeps its own shared memory, static and dynamic, across a wait",
+    (order) => {
+      schedule.set(order);
+      expect(selftest.symbols.emu_selftest(sharedPerBlock)).toBe(0);
+    },
+  );
 
-  test.each([0, order1])("blocks one after another, schedule %d: the first finds shared memory poisoned, the next what it left", (order) => {
-    schedule.set(order);
-    expect(selftest.symbols.emu_selftest(sharedStartsPoisoned)).toBe(0);
-  });
+  test.each([0, order1])(
+    "blocks one after another, schedule %d: the first finds shared memory poisoned, the next what it left",
+    (order) => {
+      schedule.set(order);
+      expect(selftest.symbols.emu_selftest(sharedStartsPoisoned)).toBe(0);
+    },
+  );
 
   test("two seeds interleave the blocks differently at the barriers, and both sum right", () => {
     const arrivals = [1, 2].map((order) => {
@@ -193,7 +250,10 @@ test("planted attention bug (-DPLANT_BUG_ATTENTION) is caught", () => {
   const path = ensureBuilt("emu", { quiet: true, extraFlags: ["-DPLANT_BUG_ATTENTION"], variant: "planted" }).path;
   const planted = CudaBackend.open({ emulated: true, path });
   try {
-    const rows = runKernelCases(planted, cpu, seed, [attentionCase(1, 700, 768, 12, 1024), attentionCase(3, 61, 768, 12, 1024)]);
+    const rows = runKernelCases(planted, cpu, seed, [
+      attentionCase(1, 700, 768, 12, 1024),
+      attentionCase(3, 61, 768, 12, 1024),
+    ]);
     for (const row of rows) expect(row.error).toBeGreaterThan(KERNEL_TOLERANCE);
   } finally {
     planted.close();

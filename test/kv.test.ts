@@ -20,8 +20,15 @@ function configFile(name: string, body: unknown): string {
 
 /** Llama 3 8B's shapes: 32 layers, 32 query heads sharing 8 K/V heads of 128, hidden 4096, untied head */
 const llama3 = configFile("llama3.json", {
-  model_type: "llama", num_hidden_layers: 32, num_attention_heads: 32, num_key_value_heads: 8, hidden_size: 4096,
-  intermediate_size: 14336, vocab_size: 128256, max_position_embeddings: 8192, tie_word_embeddings: false,
+  model_type: "llama",
+  num_hidden_layers: 32,
+  num_attention_heads: 32,
+  num_key_value_heads: 8,
+  hidden_size: 4096,
+  intermediate_size: 14336,
+  vocab_size: 128256,
+  max_position_embeddings: 8192,
+  tie_word_embeddings: false,
 });
 
 const kv = (...args: string[]) => runCli("kv", args);
@@ -67,8 +74,16 @@ describe("GQA and MQA configs", () => {
 
   test("MQA with an explicit head_dim, tied embeddings and QKV biases", () => {
     const mqa = configFile("mqa.json", {
-      model_type: "qwen2", num_hidden_layers: 18, num_attention_heads: 8, num_key_value_heads: 1, head_dim: 256, hidden_size: 2048,
-      intermediate_size: 16384, vocab_size: 256000, max_position_embeddings: 8192, tie_word_embeddings: true,
+      model_type: "qwen2",
+      num_hidden_layers: 18,
+      num_attention_heads: 8,
+      num_key_value_heads: 1,
+      head_dim: 256,
+      hidden_size: 2048,
+      intermediate_size: 16384,
+      vocab_size: 256000,
+      max_position_embeddings: 8192,
+      tie_word_embeddings: true,
     });
     const r = kvReport(readDecoderConfig(mqa), 100, 1, "f16");
     expect(r.kv_bytes_per_token).toBe(2 * 18 * 1 * 256 * 2);
@@ -82,7 +97,9 @@ describe("GQA and MQA configs", () => {
     expect(text.code).toBe(0);
     expect(text.stdout).toContain("per token:  131,072 B");
     expect(text.stdout).toMatch(/GQA: 8 K\/V heads shared by 32 query heads, 4× smaller/);
-    const json = JSON.parse(kv("--config", llama3, "--context", "8192", "--batch", "2", "--dtype", "bf16", "--json").stdout) as KvReport;
+    const json = JSON.parse(
+      kv("--config", llama3, "--context", "8192", "--batch", "2", "--dtype", "bf16", "--json").stdout,
+    ) as KvReport;
     expect(json.kv_bytes).toBe(131_072 * 8192 * 2);
     const gpt2 = kv("--preset", "gpt2", "--json");
     expect((JSON.parse(gpt2.stdout) as KvReport).kv_bytes_per_token).toBe(73_728);
@@ -95,10 +112,36 @@ describe("bad configs and flags: one line, exit ≠ 0", () => {
     ["a directory", ["--config", dir], /is a directory/],
     ["invalid JSON", ["--config", configFile("broken.json", "{ not json")], /not valid JSON/],
     ["an array", ["--config", configFile("array.json", [1, 2])], /expected a JSON object/],
-    ["no known shape", ["--config", configFile("bert.json", { model_type: "bert", hidden_size: 768 })], /neither GPT-2's n_layer/],
-    ["a missing field", ["--config", configFile("partial.json", { num_hidden_layers: 2 })], /missing num_attention_heads/],
-    ["heads not a multiple of K/V heads", ["--config", configFile("odd.json", { num_hidden_layers: 2, num_attention_heads: 12, num_key_value_heads: 5, hidden_size: 768, intermediate_size: 3072, vocab_size: 100 })], /not a multiple/],
-    ["a non-integer size", ["--config", configFile("float.json", { n_layer: 1.5, n_head: 2, n_embd: 8, n_positions: 8, vocab_size: 10 })], /n_layer must be a positive integer/],
+    [
+      "no known shape",
+      ["--config", configFile("bert.json", { model_type: "bert", hidden_size: 768 })],
+      /neither GPT-2's n_layer/,
+    ],
+    [
+      "a missing field",
+      ["--config", configFile("partial.json", { num_hidden_layers: 2 })],
+      /missing num_attention_heads/,
+    ],
+    [
+      "heads not a multiple of K/V heads",
+      [
+        "--config",
+        configFile("odd.json", {
+          num_hidden_layers: 2,
+          num_attention_heads: 12,
+          num_key_value_heads: 5,
+          hidden_size: 768,
+          intermediate_size: 3072,
+          vocab_size: 100,
+        }),
+      ],
+      /not a multiple/,
+    ],
+    [
+      "a non-integer size",
+      ["--config", configFile("float.json", { n_layer: 1.5, n_head: 2, n_embd: 8, n_positions: 8, vocab_size: 10 })],
+      /n_layer must be a positive integer/,
+    ],
     ["both --preset and --config", ["--preset", "gpt2", "--config", llama3], /mutually exclusive/],
     ["a zero batch", ["--batch", "0"], /--batch/],
     ["an unknown dtype", ["--dtype", "f8"], /f8/],

@@ -9,12 +9,26 @@ import { launchVerdict } from "../src/profile/verdicts.ts";
 import { launchMode } from "../src/run/launch-modes.ts";
 
 const launch: LaunchFloor = {
-  host_us: 2.5, device_us: 1.2, graph_node_us: 0.8, pdl_node_us: 0.5,
-  grid_barrier_us: 0.7, grid_barrier_skewed_us: 0.6, grid_barrier_sc_us: 1.6, grid_barrier_sc_skewed_us: 2.1, how_measured: "synthetic",
+  host_us: 2.5,
+  device_us: 1.2,
+  graph_node_us: 0.8,
+  pdl_node_us: 0.5,
+  grid_barrier_us: 0.7,
+  grid_barrier_skewed_us: 0.6,
+  grid_barrier_sc_us: 1.6,
+  grid_barrier_sc_skewed_us: 2.1,
+  how_measured: "synthetic",
 };
 const cpu: LaunchFloor = {
-  host_us: 0.05, device_us: null, graph_node_us: null, pdl_node_us: null,
-  grid_barrier_us: null, grid_barrier_skewed_us: null, grid_barrier_sc_us: null, grid_barrier_sc_skewed_us: null, how_measured: "synthetic",
+  host_us: 0.05,
+  device_us: null,
+  graph_node_us: null,
+  pdl_node_us: null,
+  grid_barrier_us: null,
+  grid_barrier_skewed_us: null,
+  grid_barrier_sc_us: null,
+  grid_barrier_sc_skewed_us: null,
+  how_measured: "synthetic",
 };
 
 describe("the launch floor per mode", () => {
@@ -40,7 +54,8 @@ describe("the launch floor per mode", () => {
 });
 
 describe("the launch verdict", () => {
-  const point = (mode: StudyPoint["mode"], ms: number) => ({ mode, context: 512, device_ms: { median: ms } }) as unknown as StudyPoint;
+  const point = (mode: StudyPoint["mode"], ms: number) =>
+    ({ mode, context: 512, device_ms: { median: ms } }) as unknown as StudyPoint;
   const opsOf = () => 62;
 
   test("counts the step's ops at each measured cost, and the persistent step's barriers (one fewer) where it ran", () => {

@@ -36,15 +36,27 @@ describe("gpt2-tiny fixture on the CPU backend", () => {
   });
 
   test.each([
-    [true, "eager"], [true, "eager-native"], [false, "eager"],
+    [true, "eager"],
+    [true, "eager-native"],
+    [false, "eager"],
   ] as const)("48-token greedy continuation identical (cache %p, mode %s)", (cache, mode) => {
-    const r = generate(session, { prompt: expected.prompt, maxNewTokens: expected.generated.length, cache, mode: launchMode(mode) });
+    const r = generate(session, {
+      prompt: expected.prompt,
+      maxNewTokens: expected.generated.length,
+      cache,
+      mode: launchMode(mode),
+    });
     expect(r.generatedIds).toEqual(expected.generated);
   });
 });
 
 /** Greedy decode with the cache where each T=1 step's plan may be mutated; returns the generated ids. */
-function decodeWithStep(s: Session, prompt: number[], n: number, mutate: (ops: PlanOp[]) => PlanOp[] = (o) => o): number[] {
+function decodeWithStep(
+  s: Session,
+  prompt: number[],
+  n: number,
+  mutate: (ops: PlanOp[]) => PlanOp[] = (o) => o,
+): number[] {
   s.prefill(prompt);
   const calls = compileEager(mutate(decodeStep(s.resident.buffers, 1)), s.backend.ops);
   for (let i = 1; i < n; i++) for (const call of calls) call();
@@ -106,14 +118,20 @@ describe("mutants of the cache logic are caught", () => {
     const zeroState = backend.alloc(16);
     backend.fill32(zeroState, 0);
     const mutant = decodeWithStep(session, prompt, N, (ops) =>
-      ops.map((o) => (o.family === "embed" ? { ...o, args: o.args.map((a, i) => (i === 2 ? zeroState.ptr : a)) } : o)));
+      ops.map((o) => (o.family === "embed" ? { ...o, args: o.args.map((a, i) => (i === 2 ? zeroState.ptr : a)) } : o)),
+    );
     backend.free(zeroState);
     expect(mutant).not.toEqual(reference());
   });
 
   test("K and V swapped in attention", () => {
     const mutant = decodeWithStep(session, prompt, N, (ops) =>
-      ops.map((o) => (o.family === "attention" ? { ...o, args: o.args.map((a, i) => (i === 3 ? o.args[4]! : i === 4 ? o.args[3]! : a)) } : o)));
+      ops.map((o) =>
+        o.family === "attention"
+          ? { ...o, args: o.args.map((a, i) => (i === 3 ? o.args[4]! : i === 4 ? o.args[3]! : a)) }
+          : o,
+      ),
+    );
     expect(mutant).not.toEqual(reference());
   });
 
@@ -134,56 +152,80 @@ describe("a batch decodes each sequence as it decodes alone", () => {
   /** every sequence's tokens and its last logits' bits */
   const run = (s: Session, ps: number[][], cache: boolean, mode: string) => {
     const r = generateBatch(s, { prompts: ps, maxNewTokens: N, cache, mode: launchMode(mode as "eager") });
-    return ps.map((_, b) => ({ ids: r.generatedIds[b]!, logits: Array.from(new Uint32Array(s.readLogits(undefined, b).buffer)) }));
+    return ps.map((_, b) => ({
+      ids: r.generatedIds[b]!,
+      logits: Array.from(new Uint32Array(s.readLogits(undefined, b).buffer)),
+    }));
   };
 
   test.each([
-    ["fused", true, "eager"], ["fused", true, "eager-native"], ["unfused", true, "eager"], ["fused", false, "eager"],
-  ] as const)("batch of %s plan (cache %p, %s): 4 sequences at different positions, bit for bit", (plan, cache, mode) => {
-    const batched = new Session(backend, weights, { form: { ...DEFAULT_STEP_FORM, plan, batch: prompts.length } });
-    const single = new Session(backend, weights, { form: { ...DEFAULT_STEP_FORM, plan } });
-    try {
-      const together = run(batched, prompts, cache, mode);
-      const alone = prompts.map((p) => run(single, [p], cache, mode)[0]!);
-      expect(together).toEqual(alone);
-    } finally {
-      batched.close();
-      single.close();
-    }
-  });
+    ["fused", true, "eager"],
+    ["fused", true, "eager-native"],
+    ["unfused", true, "eager"],
+    ["fused", false, "eager"],
+  ] as const)(
+    "batch of %s plan (cache %p, %s): 4 sequences at different positions, bit for bit",
+    (plan, cache, mode) => {
+      const batched = new Session(backend, weights, { form: { ...DEFAULT_STEP_FORM, plan, batch: prompts.length } });
+      const single = new Session(backend, weights, { form: { ...DEFAULT_STEP_FORM, plan } });
+      try {
+        const together = run(batched, prompts, cache, mode);
+        const alone = prompts.map((p) => run(single, [p], cache, mode)[0]!);
+        expect(together).toEqual(alone);
+      } finally {
+        batched.close();
+        single.close();
+      }
+    },
+  );
 });
 
 describe("the model stored in bf16 and f16", () => {
   const fp32 = materializeWeights(weights);
   /** the weights as the model stores them: matrices and embeddings rounded, vectors fp32 */
   const stored = (dtype: DtypeName) =>
-    new Map(parameterSpecs(weights.config).map((s) => [s.name, s.shape.length === 2 ? roundInPlace(dtype, Float32Array.from(fp32.get(s.name)!)) : fp32.get(s.name)!]));
+    new Map(
+      parameterSpecs(weights.config).map((s) => [
+        s.name,
+        s.shape.length === 2 ? roundInPlace(dtype, Float32Array.from(fp32.get(s.name)!)) : fp32.get(s.name)!,
+      ]),
+    );
 
   // measured here: 5e-7..9e-6 with the weights rounded, 5e-5 with an fp32 model's cache in bf16 (a cached value
   // computed in fp32 can round to the neighbour of the float64 one); without the cache's rounding in the
   // reference the bf16 cache would be off by 3e-3, so the test sees the rounding
   test.each([
-    ["bf16", "f32"], ["f16", "f32"], ["bf16", "bf16"], ["f16", "f16"], ["f32", "bf16"],
-  ] as const)("weights %s, cache %s: logits at every position within 1e-4 of a float64 GPT-2 on the same rounded values", (dtype, kv) => {
-    const s = new Session(backend, weights, { form: { ...DEFAULT_STEP_FORM, weights: dtype, kv } });
-    try {
-      const want = gpt2Ref(stored(dtype), weights.config, expected.sequence, (x) => roundTo(kv, x));
-      expect(maxRelativeError(s.logitsAtEveryPosition(expected.sequence), want)).toBeLessThan(1e-4);
-    } finally {
-      s.close();
-    }
-  });
+    ["bf16", "f32"],
+    ["f16", "f32"],
+    ["bf16", "bf16"],
+    ["f16", "f16"],
+    ["f32", "bf16"],
+  ] as const)(
+    "weights %s, cache %s: logits at every position within 1e-4 of a float64 GPT-2 on the same rounded values",
+    (dtype, kv) => {
+      const s = new Session(backend, weights, { form: { ...DEFAULT_STEP_FORM, weights: dtype, kv } });
+      try {
+        const want = gpt2Ref(stored(dtype), weights.config, expected.sequence, (x) => roundTo(kv, x));
+        expect(maxRelativeError(s.logitsAtEveryPosition(expected.sequence), want)).toBeLessThan(1e-4);
+      } finally {
+        s.close();
+      }
+    },
+  );
 
-  test.each(["bf16", "f16"] as const)("%s: cached == uncached greedy tokens and the launch modes agree bit for bit", (dtype) => {
-    const s = new Session(backend, weights, { form: { ...DEFAULT_STEP_FORM, weights: dtype, kv: dtype } });
-    try {
-      const run = (cache: boolean, mode: "eager" | "eager-native") =>
-        generate(s, { prompt: expected.prompt, maxNewTokens: 40, cache, mode: launchMode(mode) }).generatedIds;
-      const eager = run(true, "eager");
-      expect(run(true, "eager-native")).toEqual(eager);
-      expect(run(false, "eager")).toEqual(eager);
-    } finally {
-      s.close();
-    }
-  });
+  test.each(["bf16", "f16"] as const)(
+    "%s: cached == uncached greedy tokens and the launch modes agree bit for bit",
+    (dtype) => {
+      const s = new Session(backend, weights, { form: { ...DEFAULT_STEP_FORM, weights: dtype, kv: dtype } });
+      try {
+        const run = (cache: boolean, mode: "eager" | "eager-native") =>
+          generate(s, { prompt: expected.prompt, maxNewTokens: 40, cache, mode: launchMode(mode) }).generatedIds;
+        const eager = run(true, "eager");
+        expect(run(true, "eager-native")).toEqual(eager);
+        expect(run(false, "eager")).toEqual(eager);
+      } finally {
+        s.close();
+      }
+    },
+  );
 });

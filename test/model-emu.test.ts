@@ -11,7 +11,12 @@ import { generateBatch } from "../src/run/generate.ts";
 import { availableModes, launchMode } from "../src/run/launch-modes.ts";
 import { Session } from "../src/run/session.ts";
 import {
-  cachedEqualsUncached, fixtureChecks, graphMemoryStable, modesBitIdentical, plansAgree, readFixture,
+  cachedEqualsUncached,
+  fixtureChecks,
+  graphMemoryStable,
+  modesBitIdentical,
+  plansAgree,
+  readFixture,
 } from "../src/verify/model-checks.ts";
 
 const FIXTURE = join(import.meta.dir, "fixtures/gpt2-tiny");
@@ -23,30 +28,50 @@ const fixture = readFixture(FIXTURE);
 afterAll(() => emu.close());
 
 test("the emulator has every launch mode; the persistent step needs the fused plan and the cache in the weights' type", () => {
-  const names = (plan: PlanKind, kv: "f32" | "bf16") => availableModes(emu, { plan, weights: "f32", kv }).map((m) => m.name);
+  const names = (plan: PlanKind, kv: "f32" | "bf16") =>
+    availableModes(emu, { plan, weights: "f32", kv }).map((m) => m.name);
   expect(names("fused", "f32")).toEqual(["eager", "eager-native", "graph", "graph-pdl", "persistent"]);
   expect(names("unfused", "f32")).toEqual(["eager", "eager-native", "graph", "graph-pdl"]);
   expect(names("fused", "bf16")).toEqual(["eager", "eager-native", "graph", "graph-pdl"]);
 });
 
-test.each(PLAN_KINDS.map((p) => [p]))("gpt2-tiny logits and greedy continuation in every launch mode and uncached, %s plan", (plan) => {
-  const rows = fixtureChecks(emu, weights, fixture, plan);
-  expect(rows.map((r) => `${r.check} ${r.detail}: ${r.status}`)).toEqual(rows.map((r) => `${r.check} ${r.detail}: pass`));
-  expect(rows).toHaveLength(plan === "fused" ? 7 : 6); // logits, a greedy row per launch mode (persistent: fused only), uncached
-}, EMU_TIMEOUT_MS);
+test.each(PLAN_KINDS.map((p) => [p]))(
+  "gpt2-tiny logits and greedy continuation in every launch mode and uncached, %s plan",
+  (plan) => {
+    const rows = fixtureChecks(emu, weights, fixture, plan);
+    expect(rows.map((r) => `${r.check} ${r.detail}: ${r.status}`)).toEqual(
+      rows.map((r) => `${r.check} ${r.detail}: pass`),
+    );
+    expect(rows).toHaveLength(plan === "fused" ? 7 : 6); // logits, a greedy row per launch mode (persistent: fused only), uncached
+  },
+  EMU_TIMEOUT_MS,
+);
 
-test.each(PLAN_KINDS.map((p) => [p]))("the launch modes agree bit for bit, and the cache is exact, over every position, %s plan", (plan) => {
-  const n = weights.config.n_positions - fixture.prompt.length;
-  expect(modesBitIdentical(emu, weights, fixture.prompt, n, plan).status).toBe("pass");
-  expect(cachedEqualsUncached(emu, weights, fixture.prompt, n, plan).status).toBe("pass");
-}, EMU_TIMEOUT_MS);
+test.each(PLAN_KINDS.map((p) => [p]))(
+  "the launch modes agree bit for bit, and the cache is exact, over every position, %s plan",
+  (plan) => {
+    const n = weights.config.n_positions - fixture.prompt.length;
+    expect(modesBitIdentical(emu, weights, fixture.prompt, n, plan).status).toBe("pass");
+    expect(cachedEqualsUncached(emu, weights, fixture.prompt, n, plan).status).toBe("pass");
+  },
+  EMU_TIMEOUT_MS,
+);
 
-test("the fused and unfused plans agree", () => {
-  expect(plansAgree(emu, weights, fixture.prompt, weights.config.n_positions - fixture.prompt.length).status).toBe("pass");
-}, EMU_TIMEOUT_MS);
+test(
+  "the fused and unfused plans agree",
+  () => {
+    expect(plansAgree(emu, weights, fixture.prompt, weights.config.n_positions - fixture.prompt.length).status).toBe(
+      "pass",
+    );
+  },
+  EMU_TIMEOUT_MS,
+);
 
 test("a fused decode step is 5 kernels per layer plus 2 in both graphs; the unfused one 11 plus 4", () => {
-  for (const [plan, perLayer, outside] of [["fused", 5, 2], ["unfused", 11, 4]] as const) {
+  for (const [plan, perLayer, outside] of [
+    ["fused", 5, 2],
+    ["unfused", 11, 4],
+  ] as const) {
     const s = new Session(emu, weights, { form: { ...DEFAULT_STEP_FORM, plan } });
     try {
       const native = s.step(1).native();
@@ -61,9 +86,13 @@ test("a fused decode step is 5 kernels per layer plus 2 in both graphs; the unfu
   }
 });
 
-test("graph replays allocate nothing", () => {
-  expect(graphMemoryStable(emu, weights, 20).status).toBe("pass");
-}, EMU_TIMEOUT_MS);
+test(
+  "graph replays allocate nothing",
+  () => {
+    expect(graphMemoryStable(emu, weights, 20).status).toBe("pass");
+  },
+  EMU_TIMEOUT_MS,
+);
 
 /** Generates from each prompt in one session of `form` (as many sequences as prompts); the tokens per sequence. */
 function tokensOf(form: StepForm, prompts: number[][], mode: string, maxNewTokens: number): number[][] {
@@ -82,4 +111,6 @@ test.each(PLAN_KINDS.flatMap((plan) => (["f32", "bf16", "f16"] as const).map((dt
     const alone = prompts.map((p) => tokensOf({ plan, batch: 1, weights: dtype, kv: dtype }, [p], "eager", 6)[0]!);
     for (const mode of availableModes(emu, { plan, weights: dtype, kv: dtype }).map((m) => m.name))
       expect([mode, tokensOf({ plan, batch: 3, weights: dtype, kv: dtype }, prompts, mode, 6)]).toEqual([mode, alone]);
-  }, EMU_TIMEOUT_MS);
+  },
+  EMU_TIMEOUT_MS,
+);

@@ -19,10 +19,16 @@ const FIXTURE = join(import.meta.dir, "fixtures", "gpt2-tiny");
 const tmp = mkdtempSync(join(tmpdir(), "model-test-"));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
-
 describe("config", () => {
   test("presets are the released GPT-2 sizes", () => {
-    const sizes = Object.values(PRESETS).map((c) => [c.name, c.n_layer, c.n_head, c.n_embd, c.n_positions, c.vocab_size]);
+    const sizes = Object.values(PRESETS).map((c) => [
+      c.name,
+      c.n_layer,
+      c.n_head,
+      c.n_embd,
+      c.n_positions,
+      c.vocab_size,
+    ]);
     expect(sizes).toEqual([
       ["gpt2", 12, 12, 768, 1024, 50257],
       ["gpt2-medium", 24, 16, 1024, 1024, 50257],
@@ -89,7 +95,10 @@ describe("config", () => {
       [JSON.stringify({ ...base, n_embd: 12.5 }), /n_embd must be a positive integer, got 12\.5/],
       [JSON.stringify({ ...base, vocab_size: "1001" }), /vocab_size must be a positive integer, got "1001"/],
       [JSON.stringify({ ...base, n_head: 3 }), /n_embd 128 is not divisible by n_head 3/],
-      [JSON.stringify({ ...base, activation_function: "relu" }), /activation_function "relu" is not supported \(only gelu_new/],
+      [
+        JSON.stringify({ ...base, activation_function: "relu" }),
+        /activation_function "relu" is not supported \(only gelu_new/,
+      ],
       [JSON.stringify({ ...base, model_type: "gpt_neo" }), /model_type is "gpt_neo", only "gpt2" is supported/],
       [JSON.stringify({ ...base, layer_norm_epsilon: -1 }), /layer_norm_epsilon must be a positive number/],
       [JSON.stringify({ ...base, n_inner: 256 }), /n_inner 256 is not supported/],
@@ -111,7 +120,8 @@ describe("loadModel on the gpt2-tiny fixture", () => {
     expect(length("wte.weight")).toBe(1001 * C);
     expect(length("wpe.weight")).toBe(64 * C);
     for (const l of [0, 1]) {
-      for (const n of ["ln_1", "ln_2"]) expect([length(`h.${l}.${n}.weight`), length(`h.${l}.${n}.bias`)]).toEqual([C, C]);
+      for (const n of ["ln_1", "ln_2"])
+        expect([length(`h.${l}.${n}.weight`), length(`h.${l}.${n}.bias`)]).toEqual([C, C]);
       expect([length(`h.${l}.attn.c_attn.weight`), length(`h.${l}.attn.c_attn.bias`)]).toEqual([C * 3 * C, 3 * C]);
       expect([length(`h.${l}.attn.c_proj.weight`), length(`h.${l}.attn.c_proj.bias`)]).toEqual([C * C, C]);
       expect([length(`h.${l}.mlp.c_fc.weight`), length(`h.${l}.mlp.c_fc.bias`)]).toEqual([C * 4 * C, 4 * C]);
@@ -163,7 +173,9 @@ describe("loadModel on the gpt2-tiny fixture", () => {
     const bytes = readFileSync(join(FIXTURE, "model.safetensors"));
     const headerLen = Number(new DataView(bytes.buffer, bytes.byteOffset).getBigUint64(0, true));
     const header = JSON.parse(bytes.subarray(8, 8 + headerLen).toString()) as Record<string, unknown>;
-    const renamed = Object.fromEntries(Object.entries(header).flatMap(([n, v]) => (n === "__metadata__" ? [[n, v]] : rename(n).map((m) => [m, v]))));
+    const renamed = Object.fromEntries(
+      Object.entries(header).flatMap(([n, v]) => (n === "__metadata__" ? [[n, v]] : rename(n).map((m) => [m, v]))),
+    );
     const json = Buffer.from(JSON.stringify(renamed));
     const len = Buffer.alloc(8);
     len.writeBigUInt64LE(BigInt(json.length));
@@ -183,16 +195,29 @@ describe("loadModel on the gpt2-tiny fixture", () => {
   test("a tensor present both with and without the prefix is an error", () => {
     const rename: Record<string, string> = { "h.0.ln_1.bias": "ln_f.bias", "ln_f.bias": "transformer.ln_f.bias" };
     const dir = renamedFixture("both", (n) => [rename[n] ?? n]);
-    expectUserError(() => loadModel(dir), /model\.safetensors: tensor ln_f\.bias appears both with and without the "transformer\." prefix/);
+    expectUserError(
+      () => loadModel(dir),
+      /model\.safetensors: tensor ln_f\.bias appears both with and without the "transformer\." prefix/,
+    );
   });
 });
 
 describe("randomWeights", () => {
-  const small: GPT2Config = { name: "r", n_layer: 2, n_head: 4, n_embd: 64, n_positions: 128, vocab_size: 50257, layer_norm_epsilon: 1e-5 };
+  const small: GPT2Config = {
+    name: "r",
+    n_layer: 2,
+    n_head: 4,
+    n_embd: 64,
+    n_positions: 128,
+    vocab_size: 50257,
+    layer_norm_epsilon: 1e-5,
+  };
   const arraysOf = (seed?: number) => materializeWeights(randomWeights(small, seed));
 
   test("deterministic for a seed, different for another", () => {
-    const a = arraysOf(1), b = arraysOf(1), c = arraysOf(2);
+    const a = arraysOf(1),
+      b = arraysOf(1),
+      c = arraysOf(2);
     expect(a).toEqual(b);
     expect(a.get("wte.weight")![0]).not.toBe(c.get("wte.weight")![0]);
     expect(a.get("wte.weight")!.slice(0, 100)).not.toEqual(c.get("wte.weight")!.slice(0, 100));
@@ -202,7 +227,9 @@ describe("randomWeights", () => {
 
   test("the stream is pinned: changing the generator (or its chunking) changes these values", () => {
     const w = arraysOf(0);
-    expect([...w.get("wte.weight")!.slice(0, 4)]).toEqual([-0.008531063795089722, 0.02219972014427185, 0.0004735018010251224, -0.027218827977776527]);
+    expect([...w.get("wte.weight")!.slice(0, 4)]).toEqual([
+      -0.008531063795089722, 0.02219972014427185, 0.0004735018010251224, -0.027218827977776527,
+    ]);
     // after wte's 3.2M values, streamed in chunks of 1M
     expect([...w.get("h.1.mlp.c_proj.weight")!.slice(0, 2)]).toEqual([-0.03386854752898216, 0.009359115734696388]);
   });
@@ -210,7 +237,9 @@ describe("randomWeights", () => {
   test("N(0, 0.02) weights with normal tails; zero biases; LayerNorm 1 / 0", () => {
     const w = arraysOf(3);
     const x = w.get("wte.weight")!; // 3.2M samples
-    let sum = 0, sumSq = 0, beyond = 0;
+    let sum = 0,
+      sumSq = 0,
+      beyond = 0;
     for (const v of x) {
       sum += v;
       sumSq += v * v;
@@ -222,7 +251,9 @@ describe("randomWeights", () => {
     expect(beyond / x.length).toBeCloseTo(4.65e-4, 4); // P(|z| > 3.5), exercising the ziggurat's tail
     for (const l of [0, 1]) {
       expect(w.get(`h.${l}.attn.c_attn.bias`)!.every((v) => v === 0)).toBe(true);
-      expect(w.get(`h.${l}.ln_1.weight`)!.every((v) => v === 1) && w.get(`h.${l}.ln_1.bias`)!.every((v) => v === 0)).toBe(true);
+      expect(
+        w.get(`h.${l}.ln_1.weight`)!.every((v) => v === 1) && w.get(`h.${l}.ln_1.bias`)!.every((v) => v === 0),
+      ).toBe(true);
     }
     expect(w.get("ln_f.weight")!.every((v) => v === 1)).toBe(true);
     expect(randomWeights(small, 3).skipped).toEqual({ tensors: 0, bytes: 0, names: [] });

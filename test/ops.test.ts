@@ -9,7 +9,17 @@ import { join } from "node:path";
 import { OP_SYMBOLS } from "../src/native/symbols.ts";
 import { writeGeneratedHeaders } from "../src/native/build.ts";
 import {
-  attendedKeys, DTYPES, floatParams, kernelFamily, namedArgs, OP_FAMILIES, opTableHeader, OPS, PLAN_SLOTS, positionalArgs, workOf,
+  attendedKeys,
+  DTYPES,
+  floatParams,
+  kernelFamily,
+  namedArgs,
+  OP_FAMILIES,
+  opTableHeader,
+  OPS,
+  PLAN_SLOTS,
+  positionalArgs,
+  workOf,
 } from "../src/ops.ts";
 import { encodePlan, planOp } from "../src/plan.ts";
 
@@ -20,7 +30,9 @@ function compilePlanAgainst(header: string): { code: number; stderr: string } {
   const dir = mkdtempSync(join(tmpdir(), "op-table-"));
   try {
     writeFileSync(join(dir, "op_table.h"), header);
-    const p = Bun.spawnSync(["g++", "-std=c++20", "-fsyntax-only", `-I${dir}`, "-Icuda", "cuda/plan.cpp"], { cwd: ROOT });
+    const p = Bun.spawnSync(["g++", "-std=c++20", "-fsyntax-only", `-I${dir}`, "-Icuda", "cuda/plan.cpp"], {
+      cwd: ROOT,
+    });
     return { code: p.exitCode, stderr: p.stderr.toString() };
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -55,9 +67,14 @@ describe("the op table", () => {
 
   test("a plan op carries its work and its output, and encodes with its opcode and the float's bit pattern", () => {
     const op = planOp("layernorm", "ln", null, { out: 16, inp: 32, weight: 48, bias: 64, rows: 2, C: 8, eps: 0.5 });
-    expect(op.work(0)).toEqual(workOf({ flops: 8 * 16, activations: 32, weights: 0, vectors: 16, kv: 0, token_ids: 0 }));
+    expect(op.work(0)).toEqual(
+      workOf({ flops: 8 * 16, activations: 32, weights: 0, vectors: 16, kv: 0, token_ids: 0 }),
+    );
     expect(op.output).toEqual({ ptr: 16, floats: 2 * 8 });
-    expect(planOp("argmax", "argmax", null, { seq: 1, state: 2, partials: 4, logits: 3, B: 1, V: 10, T: 1, max_ctx: 8 }).output).toBeNull();
+    expect(
+      planOp("argmax", "argmax", null, { seq: 1, state: 2, partials: 4, logits: 3, B: 1, V: 10, T: 1, max_ctx: 8 })
+        .output,
+    ).toBeNull();
     const { records } = encodePlan([op]);
     expect(Number(records[0])).toBe(OPS.layernorm.code);
     expect(Array.from(records.slice(1, 7), Number)).toEqual([16, 32, 48, 64, 2, 8]);
@@ -65,8 +82,22 @@ describe("the op table", () => {
   });
 
   test("attention's work grows with the keys attended", () => {
-    const args = { out: 0, scratch: 0, qkv: 0, k_cache: 0, v_cache: 0, state: 0, B: 1, T: 1, C: 768, n_head: 12, max_ctx: 1024, kvdtype: DTYPES.f32 as number };
-    const at = (pos: number, more: Partial<typeof args> = {}) => planOp("attention", "a", 0, { ...args, ...more }).work(pos);
+    const args = {
+      out: 0,
+      scratch: 0,
+      qkv: 0,
+      k_cache: 0,
+      v_cache: 0,
+      state: 0,
+      B: 1,
+      T: 1,
+      C: 768,
+      n_head: 12,
+      max_ctx: 1024,
+      kvdtype: DTYPES.f32 as number,
+    };
+    const at = (pos: number, more: Partial<typeof args> = {}) =>
+      planOp("attention", "a", 0, { ...args, ...more }).work(pos);
     expect(attendedKeys(1, 99)).toBe(100);
     expect(at(99).kv_bytes).toBe(4 * 2 * 100 * 768);
     expect(at(999).flops).toBeGreaterThan(at(99).flops);
@@ -103,7 +134,10 @@ describe("the C side is generated from the table", () => {
   });
 
   test("a table row that disagrees with its prototype in cuda/ops.h fails the build, naming the op", () => {
-    const wrong = { ...OPS, linear: { ...OPS.linear, params: OPS.linear.params.map(([n, t]) => [n, n === "OC" ? "float" : t] as const) } };
+    const wrong = {
+      ...OPS,
+      linear: { ...OPS.linear, params: OPS.linear.params.map(([n, t]) => [n, n === "OC" ? "float" : t] as const) },
+    };
     const { code, stderr } = compilePlanAgainst(opTableHeader(wrong));
     expect(code).not.toBe(0);
     expect(stderr).toContain("op_linear in cuda/ops.h differs from its row in src/ops.ts");

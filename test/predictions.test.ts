@@ -27,8 +27,18 @@ describe("the kernel model beside the measurements", () => {
   test("every cached point in a modelled mode gets its predicted step, with a range around it, and validates", () => {
     const summary = syntheticSummary();
     const cached = summary.points.filter((p) => p.mode !== "uncached");
-    const p = buildPredictions("h200", PRESETS.gpt2!, "fused", measuredSteps(summary.points, f32), emu.kernels, assumed, summary.device.launch);
-    expect(p.points.map((q) => [q.mode, q.context, q.dtype, q.batch])).toEqual(cached.map((q) => [q.mode, q.context, "f32", 1]));
+    const p = buildPredictions(
+      "h200",
+      PRESETS.gpt2!,
+      "fused",
+      measuredSteps(summary.points, f32),
+      emu.kernels,
+      assumed,
+      summary.device.launch,
+    );
+    expect(p.points.map((q) => [q.mode, q.context, q.dtype, q.batch])).toEqual(
+      cached.map((q) => [q.mode, q.context, "f32", 1]),
+    );
     for (const q of p.points) {
       expect(q.optimistic_ms).toBeLessThanOrEqual(q.predicted_ms);
       expect(q.predicted_ms).toBeLessThanOrEqual(q.pessimistic_ms);
@@ -46,12 +56,29 @@ describe("the kernel model beside the measurements", () => {
     expect(p.launch_parameters).toEqual([
       { parameter: "graph node gap", model_us: 1.0, low_us: 0.6, high_us: 2.0, measured_us: launch.graph_node_us },
       { parameter: "graph-pdl node gap", model_us: 0.4, low_us: 0.2, high_us: 0.8, measured_us: launch.pdl_node_us },
-      { parameter: "grid barrier (persistent), blocks arriving at once", model_us: 0.7, low_us: 0.4, high_us: 2.0, measured_us: launch.grid_barrier_us },
-      { parameter: "grid barrier (persistent), skewed arrivals", model_us: 0.7, low_us: 0.4, high_us: 2.0, measured_us: launch.grid_barrier_skewed_us },
+      {
+        parameter: "grid barrier (persistent), blocks arriving at once",
+        model_us: 0.7,
+        low_us: 0.4,
+        high_us: 2.0,
+        measured_us: launch.grid_barrier_us,
+      },
+      {
+        parameter: "grid barrier (persistent), skewed arrivals",
+        model_us: 0.7,
+        low_us: 0.4,
+        high_us: 2.0,
+        measured_us: launch.grid_barrier_skewed_us,
+      },
     ]);
-    const a40 = buildPredictions("a40", PRESETS.gpt2!, "fused", [], emu.kernels, assumed, { ...launch, pdl_node_us: null });
+    const a40 = buildPredictions("a40", PRESETS.gpt2!, "fused", [], emu.kernels, assumed, {
+      ...launch,
+      pdl_node_us: null,
+    });
     expect(a40.launch_parameters.map((r) => [r.parameter, r.measured_us])).toEqual([
-      ["graph node gap", 0.8], ["grid barrier (persistent), blocks arriving at once", 0.7], ["grid barrier (persistent), skewed arrivals", 0.9],
+      ["graph node gap", 0.8],
+      ["grid barrier (persistent), blocks arriving at once", 0.7],
+      ["grid barrier (persistent), skewed arrivals", 0.9],
     ]);
     const report = renderReport({ ...syntheticSummary(), predictions: p });
     expect(report).toContain("| grid barrier (persistent), blocks arriving at once | 0.70 | 0.4–2.0 | 0.70 |");
@@ -61,13 +88,29 @@ describe("the kernel model beside the measurements", () => {
 
   test("per op family the model's kernels stand beside the traced ones, only where the kernels did not overlap (not graph-pdl)", () => {
     const summary = syntheticSummary();
-    const families = new Map([["ln_qkv", 0.03], ["attention", 0.01]]);
+    const families = new Map([
+      ["ln_qkv", 0.03],
+      ["attention", 0.01],
+    ]);
     const traced = [
       { mode: "graph", context: 32, familyMs: families, overlappingOps: 0 },
       { mode: "graph-pdl", context: 32, familyMs: families, overlappingOps: 61 },
     ];
-    const p = buildPredictions("h200", PRESETS.gpt2!, "fused", [], emu.kernels, assumed, summary.device.launch, traced, f32);
-    expect(p.kernels.map((k) => [k.mode, k.context, k.family, k.calls])).toEqual([["graph", 32, "ln_qkv", 12], ["graph", 32, "attention", 12]]);
+    const p = buildPredictions(
+      "h200",
+      PRESETS.gpt2!,
+      "fused",
+      [],
+      emu.kernels,
+      assumed,
+      summary.device.launch,
+      traced,
+      f32,
+    );
+    expect(p.kernels.map((k) => [k.mode, k.context, k.family, k.calls])).toEqual([
+      ["graph", 32, "ln_qkv", 12],
+      ["graph", 32, "attention", 12],
+    ]);
     for (const k of p.kernels) {
       expect(k.optimistic_us).toBeLessThanOrEqual(k.predicted_us);
       expect(k.predicted_us).toBeLessThanOrEqual(k.pessimistic_us);
@@ -82,8 +125,17 @@ describe("the kernel model beside the measurements", () => {
 
   test("the interventions' steps join the study's, except the one that repeats the study's own configuration and mode", () => {
     const summary = syntheticSummary();
-    const step = (dtype: DtypeName, batch: number, context: number, ms: number) => ({ dtype, kv_dtype: dtype, batch, context, step_ms: { median: ms } });
-    const interventions = { mode: "graph", points: [step("f32", 1, 32, 9), step("bf16", 1, 32, 5), step("f32", 4, 32, 12)] } as unknown as InterventionsSection;
+    const step = (dtype: DtypeName, batch: number, context: number, ms: number) => ({
+      dtype,
+      kv_dtype: dtype,
+      batch,
+      context,
+      step_ms: { median: ms },
+    });
+    const interventions = {
+      mode: "graph",
+      points: [step("f32", 1, 32, 9), step("bf16", 1, 32, 5), step("f32", 4, 32, 12)],
+    } as unknown as InterventionsSection;
     const steps = measuredSteps(summary.points, f32, interventions);
     const cached = summary.points.filter((q) => q.mode !== "uncached");
     expect(steps).toHaveLength(cached.length + 2);
@@ -94,10 +146,29 @@ describe("the kernel model beside the measurements", () => {
   });
 
   test("every intervention's step is predicted at its own storage types and batch: bf16 halves the bytes, a batch shares the weights", () => {
-    const at = (dtype: DtypeName, batch: number, mode = "graph") => ({ dtype, kv_dtype: dtype, batch, mode, context: 512, measured_ms: 1 });
+    const at = (dtype: DtypeName, batch: number, mode = "graph") => ({
+      dtype,
+      kv_dtype: dtype,
+      batch,
+      mode,
+      context: 512,
+      measured_ms: 1,
+    });
     const steps = [at("f32", 1), at("bf16", 1), at("f32", 4), at("f32", 1, "uncached")];
-    const p = buildPredictions("h200", PRESETS.gpt2!, "fused", steps, emu.kernels, assumed, syntheticSummary().device.launch);
-    expect(p.points.map((q) => [q.dtype, q.batch])).toEqual([["f32", 1], ["bf16", 1], ["f32", 4]]);
+    const p = buildPredictions(
+      "h200",
+      PRESETS.gpt2!,
+      "fused",
+      steps,
+      emu.kernels,
+      assumed,
+      syntheticSummary().device.launch,
+    );
+    expect(p.points.map((q) => [q.dtype, q.batch])).toEqual([
+      ["f32", 1],
+      ["bf16", 1],
+      ["f32", 4],
+    ]);
     const [f32One, bf16One, f32Four] = p.points.map((q) => q.predicted_ms) as [number, number, number];
     expect(bf16One).toBeLessThan(0.75 * f32One);
     expect(f32Four).toBeGreaterThan(f32One);

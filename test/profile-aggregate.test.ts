@@ -1,14 +1,44 @@
 import { describe, expect, test } from "bun:test";
 import type { HostInterval, OpInterval } from "../src/backends/instrument.ts";
 import type { StepTrace } from "../src/profile/types.ts";
-import { aggregateOps, buildBreakdown, byFamily, byLayer, familyMsPerStep, medianSplit, opTimesMs, overlappingOps, stepSplit, unionMs } from "../src/profile/aggregate.ts";
+import {
+  aggregateOps,
+  buildBreakdown,
+  byFamily,
+  byLayer,
+  familyMsPerStep,
+  medianSplit,
+  opTimesMs,
+  overlappingOps,
+  stepSplit,
+  unionMs,
+} from "../src/profile/aggregate.ts";
 import { seedVerdict, splitVerdicts, type ModeSplit } from "../src/profile/verdicts.ts";
 import { syntheticSteps } from "./helpers/synthetic-profile.ts";
 
-function op(index: number, family: OpInterval["family"], layer: number | null, start_us: number, end_us: number): OpInterval {
-  return { index, family, layer, label: layer === null ? family : `h${layer}.${family}`, name: `${family}_k`, start_us, end_us };
+function op(
+  index: number,
+  family: OpInterval["family"],
+  layer: number | null,
+  start_us: number,
+  end_us: number,
+): OpInterval {
+  return {
+    index,
+    family,
+    layer,
+    label: layer === null ? family : `h${layer}.${family}`,
+    name: `${family}_k`,
+    start_us,
+    end_us,
+  };
 }
-const launch = (start_us: number, end_us: number): HostInterval => ({ kind: "launch", name: "cudaLaunchKernel", start_us, end_us });
+const launch = (start_us: number, end_us: number): HostInterval => ({
+  kind: "launch",
+  name: "cudaLaunchKernel",
+  start_us,
+  end_us,
+});
 
 describe("unionMs", () => {
   test("merges overlapping and touching intervals, counts gaps out", () => {
@@ -26,8 +56,18 @@ describe("unionMs", () => {
 
 describe("aggregateOps", () => {
   const steps: StepTrace[] = [
-    { mode: "eager", context: 8, host: [], ops: [op(0, "linear", 0, 0, 300), op(1, "gelu", 0, 300, 400), op(2, "linear", 1, 400, 500)] },
-    { mode: "eager", context: 8, host: [], ops: [op(0, "linear", 0, 1000, 1200), op(1, "gelu", 0, 1200, 1300), op(2, "lm_head", null, 1300, 1400)] },
+    {
+      mode: "eager",
+      context: 8,
+      host: [],
+      ops: [op(0, "linear", 0, 0, 300), op(1, "gelu", 0, 300, 400), op(2, "linear", 1, 400, 500)],
+    },
+    {
+      mode: "eager",
+      context: 8,
+      host: [],
+      ops: [op(0, "linear", 0, 1000, 1200), op(1, "gelu", 0, 1200, 1300), op(2, "lm_head", null, 1300, 1400)],
+    },
   ];
 
   test("per family: calls, totals, per-call statistics, shares, sorted by total", () => {
@@ -47,7 +87,11 @@ describe("aggregateOps", () => {
 
   test("per layer: blocks as h<n>, ops outside the blocks by label", () => {
     const rows = aggregateOps(steps, byLayer);
-    expect(rows.map((r) => [r.key, r.calls])).toEqual([["h0", 4], ["h1", 1], ["lm_head", 1]]);
+    expect(rows.map((r) => [r.key, r.calls])).toEqual([
+      ["h0", 4],
+      ["h1", 1],
+      ["lm_head", 1],
+    ]);
   });
 
   test("breakdown's op time is per step", () => {
@@ -60,8 +104,15 @@ describe("overlapping ops (graph-pdl: each kernel starts while its predecessor r
   // synthetic records: kernel 1 starts 100 µs into kernel 0 and sits in its wait until kernel 0 ends; kernel 2 starts
   // inside kernel 1 and even before kernel 0 ends; then a 50 µs gap before kernel 3 (idle, charged to no op)
   const overlapped: StepTrace = {
-    mode: "graph-pdl", context: 8, host: [],
-    ops: [op(0, "ln_qkv", 0, 0, 300), op(1, "attention", 0, 100, 400), op(2, "linear_residual", 0, 250, 700), op(3, "ln_linear_gelu", 0, 750, 900)],
+    mode: "graph-pdl",
+    context: 8,
+    host: [],
+    ops: [
+      op(0, "ln_qkv", 0, 0, 300),
+      op(1, "attention", 0, 100, 400),
+      op(2, "linear_residual", 0, 250, 700),
+      op(3, "ln_linear_gelu", 0, 750, 900),
+    ],
   };
 
   test("each op counts from the later of its start and its predecessor's end: the ops sum to the busy time, not past the step", () => {
@@ -78,8 +129,18 @@ describe("overlapping ops (graph-pdl: each kernel starts while its predecessor r
 
   test("records out of plan order are counted in plan order; ops one after another keep their durations", () => {
     const shuffled: StepTrace = { ...overlapped, ops: [...overlapped.ops].reverse() };
-    expect(opTimesMs(shuffled).map((t) => [t.op.index, t.ms])).toEqual([[0, 0.3], [1, 0.1], [2, 0.3], [3, 0.15]]);
-    const sequential: StepTrace = { mode: "eager", context: 8, host: [], ops: [op(0, "linear", 0, 0, 300), op(1, "gelu", 0, 300, 400), op(2, "linear", 1, 420, 500)] };
+    expect(opTimesMs(shuffled).map((t) => [t.op.index, t.ms])).toEqual([
+      [0, 0.3],
+      [1, 0.1],
+      [2, 0.3],
+      [3, 0.15],
+    ]);
+    const sequential: StepTrace = {
+      mode: "eager",
+      context: 8,
+      host: [],
+      ops: [op(0, "linear", 0, 0, 300), op(1, "gelu", 0, 300, 400), op(2, "linear", 1, 420, 500)],
+    };
     expect(opTimesMs(sequential).map((t) => t.ms)).toEqual([0.3, 0.1, 0.08]);
     expect(overlappingOps(shuffled)).toBe(2);
   });
@@ -94,7 +155,12 @@ describe("stepSplit", () => {
     const step: StepTrace = {
       mode: "eager",
       context: 1,
-      host: [{ kind: "step", name: "step", start_us: 0, end_us: 400 }, launch(10, 60), launch(100, 150), launch(140, 200)],
+      host: [
+        { kind: "step", name: "step", start_us: 0, end_us: 400 },
+        launch(10, 60),
+        launch(100, 150),
+        launch(140, 200),
+      ],
       ops: [op(0, "linear", 0, 100, 300), op(1, "gelu", 0, 250, 350), op(2, "argmax", null, 800, 1000)],
     };
     const s = stepSplit(step);
@@ -116,7 +182,13 @@ describe("stepSplit", () => {
 function split(step_ms: number, busy_ms: number, launch_api_ms = 0): ModeSplit["split"] {
   return { step_ms, busy_ms, idle_ms: step_ms - busy_ms, host_issue_ms: step_ms * 0.9, launch_api_ms };
 }
-const mode = (m: ModeSplit["mode"], s: ModeSplit["split"]): ModeSplit => ({ mode: m, context: 1000, split: s, untraced_ms: s.step_ms, ops_per_step: 147 });
+const mode = (m: ModeSplit["mode"], s: ModeSplit["split"]): ModeSplit => ({
+  mode: m,
+  context: 1000,
+  split: s,
+  untraced_ms: s.step_ms,
+  ops_per_step: 147,
+});
 
 describe("splitVerdicts", () => {
   test("one sentence per mode, with the idle share and graph saving computed from the numbers", () => {
@@ -157,13 +229,22 @@ describe("splitVerdicts", () => {
   test("compares modes by their untraced step times, not the traced ones", () => {
     const eager = { ...mode("eager", split(5.0, 1.0)), untraced_ms: 4.0 };
     const graph = { ...mode("graph", split(2.0, 1.0)), untraced_ms: 3.0 };
-    expect(splitVerdicts([eager, graph]).sentences[1]!.sentence).toContain("graph replay removes 1.00 ms per token (25% of eager)");
+    expect(splitVerdicts([eager, graph]).sentences[1]!.sentence).toContain(
+      "graph replay removes 1.00 ms per token (25% of eager)",
+    );
   });
 });
 
 describe("seedVerdict", () => {
   test("contrasts FLOP reduction and speedup", () => {
-    const row = { context: 1000, uncached_ms: 31, cached: { eager: { ms: 5.2, speedup: 31 / 5.2 }, graph: { ms: 5.1, speedup: 31 / 5.1 } }, flop_reduction: 417.4 };
-    expect(seedVerdict(row)).toBe("At context 1000 the KV cache does 417× fewer FLOPs but the step is only 6.1× faster (31.0 ms → 5.10 ms).");
+    const row = {
+      context: 1000,
+      uncached_ms: 31,
+      cached: { eager: { ms: 5.2, speedup: 31 / 5.2 }, graph: { ms: 5.1, speedup: 31 / 5.1 } },
+      flop_reduction: 417.4,
+    };
+    expect(seedVerdict(row)).toBe(
+      "At context 1000 the KV cache does 417× fewer FLOPs but the step is only 6.1× faster (31.0 ms → 5.10 ms).",
+    );
   });
 });

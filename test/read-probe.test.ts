@@ -7,26 +7,67 @@ import type { DeviceBuffer } from "../src/backends/backend.ts";
 import { CpuBackend } from "../src/backends/cpu.ts";
 import { kneeOf, ReadProbe, type ReadProbeBackend } from "../src/backends/read-probe.ts";
 
-const MIB = 2 ** 20, GIB = 2 ** 30;
-const sweepOf = (rates: [number, number][]) => rates.map(([mib, gbs]) => ({ bytes: mib * MIB, bytes_per_s: gbs * 1e9 }));
+const MIB = 2 ** 20,
+  GIB = 2 ** 30;
+const sweepOf = (rates: [number, number][]) =>
+  rates.map(([mib, gbs]) => ({ bytes: mib * MIB, bytes_per_s: gbs * 1e9 }));
 
 describe("the sweep's knee", () => {
   test("where the bandwidth stops falling: past a 480 MiB cache", () => {
-    expect(kneeOf(sweepOf([[32, 60], [64, 58], [128, 57], [256, 55], [512, 30], [1024, 22], [2048, 21], [4096, 22]]))).toBe(1024 * MIB);
+    expect(
+      kneeOf(
+        sweepOf([
+          [32, 60],
+          [64, 58],
+          [128, 57],
+          [256, 55],
+          [512, 30],
+          [1024, 22],
+          [2048, 21],
+          [4096, 22],
+        ]),
+      ),
+    ).toBe(1024 * MIB);
   });
 
   test("a flat sweep (no cache effect a pass can see) has its knee at the smallest size", () => {
-    expect(kneeOf(sweepOf([[32, 60], [64, 61], [128, 59], [256, 60], [4096, 60]]))).toBe(32 * MIB);
+    expect(
+      kneeOf(
+        sweepOf([
+          [32, 60],
+          [64, 61],
+          [128, 59],
+          [256, 60],
+          [4096, 60],
+        ]),
+      ),
+    ).toBe(32 * MIB);
   });
 
   test("one slow size of a noisy sweep does not move the knee to it", () => {
-    expect(kneeOf(sweepOf([[32, 90], [64, 80], [128, 60], [256, 62], [512, 61], [1024, 60], [2048, 61], [4096, 32]]))).toBe(128 * MIB);
+    expect(
+      kneeOf(
+        sweepOf([
+          [32, 90],
+          [64, 80],
+          [128, 60],
+          [256, 62],
+          [512, 61],
+          [1024, 60],
+          [2048, 61],
+          [4096, 32],
+        ]),
+      ),
+    ).toBe(128 * MIB);
   });
 });
 
 /** A backend whose passes read at 60 GB/s up to 480 MiB and 22 GB/s past it; it records what was allocated and read. */
 function fakeBackend() {
-  const allocated: number[] = [], freed: number[] = [], prepared: number[] = [], reads: number[] = [];
+  const allocated: number[] = [],
+    freed: number[] = [],
+    prepared: number[] = [],
+    reads: number[] = [];
   const backend: ReadProbeBackend = {
     threads: 2,
     alloc: (bytes) => {

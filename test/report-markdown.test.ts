@@ -42,10 +42,14 @@ describe("renderReport", () => {
 
   test("lists every verdict and the seed-style table", () => {
     for (const v of summary.verdicts) expect(report).toContain(`- ${v}`);
-    expect(report).toContain("| context (tokens) | no cache (ms) | KV cache eager (ms) | KV cache graph (ms) | speedup eager (×) | speedup graph (×) | FLOP reduction (×) |");
+    expect(report).toContain(
+      "| context (tokens) | no cache (ms) | KV cache eager (ms) | KV cache graph (ms) | speedup eager (×) | speedup graph (×) | FLOP reduction (×) |",
+    );
     const r = summary.seed_table[1]!;
     const { eager, graph } = r.cached;
-    expect(report).toContain(`| 32 | ${r.uncached_ms!.toFixed(3)} | ${eager!.ms.toFixed(3)} | ${graph!.ms.toFixed(3)} | ${eager!.speedup!.toFixed(1)}× | ${graph!.speedup!.toFixed(1)}× |`);
+    expect(report).toContain(
+      `| 32 | ${r.uncached_ms!.toFixed(3)} | ${eager!.ms.toFixed(3)} | ${graph!.ms.toFixed(3)} | ${eager!.speedup!.toFixed(1)}× | ${graph!.speedup!.toFixed(1)}× |`,
+    );
   });
 
   test("shows the time split, top ops per mode, work, memory, and links the files", () => {
@@ -54,7 +58,8 @@ describe("renderReport", () => {
     expect(report).toContain("| linear | 16 |");
     expect(report).toContain("Peaks: 1.00 TFLOP/s and 100.00 GB/s (synthetic)");
     expect(report).toContain("| KV cache per token | 1.0 kB | 1.0 kB |");
-    for (const f of ["latency.svg", "breakdown.svg", "trace.json", "kernels.csv", "summary.json"]) expect(report).toContain(`](${f})`);
+    for (const f of ["latency.svg", "breakdown.svg", "trace.json", "kernels.csv", "summary.json"])
+      expect(report).toContain(`](${f})`);
   });
 
   test("names machine, device, date and command; escapes HTML in names but not in the command", () => {

@@ -18,25 +18,73 @@ import { syntheticSummary } from "./helpers/synthetic-profile.ts";
 withoutColour();
 
 const subject = (peer: PeerSubject["peer"], variant: string, short: string): PeerSubject => ({
-  id: `${peer}:${variant}`, peer, variant, short, label: `${short} (label)`, version: "v1", device: "CPU (cpu)", settings: { threads: 2, blas: "OpenBLAS" },
+  id: `${peer}:${variant}`,
+  peer,
+  variant,
+  short,
+  label: `${short} (label)`,
+  version: "v1",
+  device: "CPU (cpu)",
+  settings: { threads: 2, blas: "OpenBLAS" },
 });
 const subjects = [subject("torch", "seed", "PyTorch seed-style"), subject("llama.cpp", "fa-on", "llama.cpp FA on")];
 const reference = Array.from({ length: 20 }, (_, i) => 100 + i);
-const best = new Map([[4, { mode: "graph", ms: 2 }], [32, { mode: "graph", ms: 4 }]]);
+const best = new Map([
+  [4, { mode: "graph", ms: 2 }],
+  [32, { mode: "graph", ms: 4 }],
+]);
 
 function withPeers(): ProfileSummary {
   const peers = buildPeersSection(
     {
       subjects,
       samples: new Map([
-        ["torch:seed", new Map([[4, [3, 3.2, 2.8]], [32, [4.4, 4.4, 4.4]]])],
-        ["llama.cpp:fa-on", new Map([[4, [1, 1, 1]], [32, [2, 2.2, 1.8]]])],
+        [
+          "torch:seed",
+          new Map([
+            [4, [3, 3.2, 2.8]],
+            [32, [4.4, 4.4, 4.4]],
+          ]),
+        ],
+        [
+          "llama.cpp:fa-on",
+          new Map([
+            [4, [1, 1, 1]],
+            [32, [2, 2.2, 1.8]],
+          ]),
+        ],
       ]),
-      traces: [{ context: 32, unit: "torch calls", ops_per_step: 55, torch_calls: 55, step_ms: 5, host_issue_ms: 2, launch_api_ms: 0, busy_ms: 3, idle_ms: 2 }],
-      generated: new Map([["torch:seed", reference], ["llama.cpp:fa-on", [...reference.slice(0, 7), 1, ...reference.slice(8)]]]),
-      skipped: [{ name: "torch:graph (PyTorch static cache, CUDA graph replay)", reason: "needs CUDA (this run is on the CPU)" }],
+      traces: [
+        {
+          context: 32,
+          unit: "torch calls",
+          ops_per_step: 55,
+          torch_calls: 55,
+          step_ms: 5,
+          host_issue_ms: 2,
+          launch_api_ms: 0,
+          busy_ms: 3,
+          idle_ms: 2,
+        },
+      ],
+      generated: new Map([
+        ["torch:seed", reference],
+        ["llama.cpp:fa-on", [...reference.slice(0, 7), 1, ...reference.slice(8)]],
+      ]),
+      skipped: [
+        {
+          name: "torch:graph (PyTorch static cache, CUDA graph replay)",
+          reason: "needs CUDA (this run is on the CPU)",
+        },
+      ],
     },
-    { prompt: [1, 2, 3], reference, bestAt: (c) => best.get(c) ?? null, floorAt: (c) => c / 16, method: "Interleaved step by step." },
+    {
+      prompt: [1, 2, 3],
+      reference,
+      bestAt: (c) => best.get(c) ?? null,
+      floorAt: (c) => c / 16,
+      method: "Interleaved step by step.",
+    },
   );
   return { ...syntheticSummary(), peers };
 }
@@ -47,7 +95,9 @@ describe("the peers section", () => {
   const llama = s.peers!.results[1]!;
 
   test("median per context against the project's fastest mode and the floor; agreement before the first difference", () => {
-    expect(seed.points.map((p) => [p.context, p.ms.median, p.best_mode, p.ratio_to_best_mode, p.floor_ms, p.ratio_to_floor])).toEqual([
+    expect(
+      seed.points.map((p) => [p.context, p.ms.median, p.best_mode, p.ratio_to_best_mode, p.floor_ms, p.ratio_to_floor]),
+    ).toEqual([
       [4, 3, "graph", 1.5, 0.25, 12],
       [32, 4.4, "graph", 1.1, 2, 2.2],
     ]);
@@ -72,9 +122,15 @@ describe("the peers section", () => {
       "Peers at context 32, same weights, same run: the project's fastest mode (graph) takes 4.000 ms per token; PyTorch seed-style 4.400 ms (1.10× the project's time), " +
         "llama.cpp FA on 2.000 ms (0.50× the project's time); the memory floor there is 2.000 ms (the project at 2.00× it).",
     );
-    expect(lines[1]).toBe("Greedy tokens: llama.cpp FA on DISAGREES (7/20 before the first difference); 1 of 2 peers agree on all 20.");
-    expect(lines[2]).toMatch(/^PyTorch seed-style at context 32, .*55 torch calls per token; the host spends 2\.000 ms between them \(40%/);
-    expect(lines[3]).toBe("Not run: torch:graph (PyTorch static cache, CUDA graph replay): needs CUDA (this run is on the CPU).");
+    expect(lines[1]).toBe(
+      "Greedy tokens: llama.cpp FA on DISAGREES (7/20 before the first difference); 1 of 2 peers agree on all 20.",
+    );
+    expect(lines[2]).toMatch(
+      /^PyTorch seed-style at context 32, .*55 torch calls per token; the host spends 2\.000 ms between them \(40%/,
+    );
+    expect(lines[3]).toBe(
+      "Not run: torch:graph (PyTorch static cache, CUDA graph replay): needs CUDA (this run is on the CPU).",
+    );
   });
 
   test("report.md and the terminal show the table with the project's reference rows", () => {

@@ -20,7 +20,13 @@ describe("createProgress", () => {
     p.update(10);
     p.stop();
     expect(stream.text()).toBe(
-      ["profile: 1/10 (10%) eager, context 1", "profile: 3/10 (30%) graph, context 1", "profile: 10/10 (100%)", "profile: 10/10 done in 12.5 s", ""].join("\n"),
+      [
+        "profile: 1/10 (10%) eager, context 1",
+        "profile: 3/10 (30%) graph, context 1",
+        "profile: 10/10 (100%)",
+        "profile: 10/10 done in 12.5 s",
+        "",
+      ].join("\n"),
     );
   });
 

@@ -11,10 +11,39 @@ const latency = () =>
     yTitle: "time per token (ms)",
     y2Title: "FLOP ratio uncached / cached (×)",
     series: [
-      { name: "no cache", points: [{ x: 1, y: 5.1 }, { x: 16, y: 6.2 }, { x: 1000, y: 31 }] },
-      { name: "KV cache eager", points: [{ x: 1000, y: 5.2 }, { x: 1, y: 5 }, { x: 16, y: 5.1 }] },
-      { name: "KV cache <graph>", points: [{ x: 1, y: 1.1 }, { x: 16, y: 1.2 }, { x: 1000, y: 1.8 }] },
-      { name: "FLOP ratio", axis: "right", points: [{ x: 1, y: 1.9 }, { x: 16, y: 15 }, { x: 1000, y: 417 }] },
+      {
+        name: "no cache",
+        points: [
+          { x: 1, y: 5.1 },
+          { x: 16, y: 6.2 },
+          { x: 1000, y: 31 },
+        ],
+      },
+      {
+        name: "KV cache eager",
+        points: [
+          { x: 1000, y: 5.2 },
+          { x: 1, y: 5 },
+          { x: 16, y: 5.1 },
+        ],
+      },
+      {
+        name: "KV cache <graph>",
+        points: [
+          { x: 1, y: 1.1 },
+          { x: 16, y: 1.2 },
+          { x: 1000, y: 1.8 },
+        ],
+      },
+      {
+        name: "FLOP ratio",
+        axis: "right",
+        points: [
+          { x: 1, y: 1.9 },
+          { x: 16, y: 15 },
+          { x: 1000, y: 417 },
+        ],
+      },
     ],
     caption,
   });
@@ -24,8 +53,22 @@ const breakdown = () =>
     title: "Where a token's step goes",
     yTitle: "time per token (ms)",
     bars: [
-      { label: "eager", segments: [{ key: "linear", value: 1.2 }, { key: "attention", value: 0.3 }, { key: "idle", value: 3.7 }] },
-      { label: "graph", segments: [{ key: "linear", value: 1.2 }, { key: "attention", value: 0.3 }, { key: "idle", value: 0.3 }] },
+      {
+        label: "eager",
+        segments: [
+          { key: "linear", value: 1.2 },
+          { key: "attention", value: 0.3 },
+          { key: "idle", value: 3.7 },
+        ],
+      },
+      {
+        label: "graph",
+        segments: [
+          { key: "linear", value: 1.2 },
+          { key: "attention", value: 0.3 },
+          { key: "idle", value: 0.3 },
+        ],
+      },
     ],
     caption,
   });
@@ -69,9 +112,35 @@ describe("lineChart", () => {
   });
 
   test("refuses x ≤ 0 on the log axis, non-finite values, and a right series without an axis title", () => {
-    expect(() => lineChart({ title: "t", xTitle: "x", yTitle: "y", series: [{ name: "a", points: [{ x: 0, y: 1 }] }], caption })).toThrow("log-2");
-    expect(() => lineChart({ title: "t", xTitle: "x", yTitle: "y", series: [{ name: "a", points: [{ x: 1, y: Number.NaN }, { x: 2, y: 1 }] }], caption })).toThrow("not finite");
-    expect(() => lineChart({ title: "t", xTitle: "x", yTitle: "y", series: [{ name: "a", axis: "right", points: [{ x: 1, y: 1 }] }], caption })).toThrow("y2Title");
+    expect(() =>
+      lineChart({ title: "t", xTitle: "x", yTitle: "y", series: [{ name: "a", points: [{ x: 0, y: 1 }] }], caption }),
+    ).toThrow("log-2");
+    expect(() =>
+      lineChart({
+        title: "t",
+        xTitle: "x",
+        yTitle: "y",
+        series: [
+          {
+            name: "a",
+            points: [
+              { x: 1, y: Number.NaN },
+              { x: 2, y: 1 },
+            ],
+          },
+        ],
+        caption,
+      }),
+    ).toThrow("not finite");
+    expect(() =>
+      lineChart({
+        title: "t",
+        xTitle: "x",
+        yTitle: "y",
+        series: [{ name: "a", axis: "right", points: [{ x: 1, y: 1 }] }],
+        caption,
+      }),
+    ).toThrow("y2Title");
   });
 });
 
@@ -85,7 +154,9 @@ describe("stackedBars", () => {
   });
 
   test("refuses negative segments and no bars", () => {
-    expect(() => stackedBars({ title: "t", yTitle: "y", bars: [{ label: "a", segments: [{ key: "k", value: -1 }] }], caption })).toThrow("value -1");
+    expect(() =>
+      stackedBars({ title: "t", yTitle: "y", bars: [{ label: "a", segments: [{ key: "k", value: -1 }] }], caption }),
+    ).toThrow("value -1");
     expect(() => stackedBars({ title: "t", yTitle: "y", bars: [], caption })).toThrow("no bars");
   });
 });

@@ -82,16 +82,25 @@ describe("formatting", () => {
 
 describe("CSV", () => {
   test("quotes commas, quotes and line breaks; leaves nulls empty", () => {
-    expect(toCsv(["a", "b,c"], [["x", 1], ['say "hi"', null], ["two\nlines", 2.5]])).toBe(
-      'a,"b,c"\nx,1\n"say ""hi""",\n"two\nlines",2.5\n',
-    );
+    expect(
+      toCsv(
+        ["a", "b,c"],
+        [
+          ["x", 1],
+          ['say "hi"', null],
+          ["two\nlines", 2.5],
+        ],
+      ),
+    ).toBe('a,"b,c"\nx,1\n"say ""hi""",\n"two\nlines",2.5\n');
   });
 
   test("kernels.csv has Nsight's columns, ns values and per-mode rows", () => {
     const csv = kernelsCsv(kernelSummaries(syntheticSteps()));
     const lines = csv.trimEnd().split("\n");
     expect(KERNEL_CSV_COLUMNS).toHaveLength(11);
-    expect(lines[0]).toBe("Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name,Mode,Context");
+    expect(lines[0]).toBe(
+      "Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name,Mode,Context",
+    );
     // eager at context 4: 2 steps × 2 layers × 4 linear ops, 2000 ns each
     const linear = lines.find((l) => l.includes(",linear_kernel,eager,4"))!;
     expect(linear.split(",").slice(1, 8)).toEqual(["32000", "16", "2000", "2000", "2000", "2000", "0"]);

@@ -2,18 +2,53 @@ import { describe, expect, test } from "bun:test";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { GPT2Config } from "../src/model/config.ts";
-import { buildProfileTrace, TraceBuilder, validateTrace, type ChromeTrace, type CompleteEvent } from "../src/report/trace.ts";
+import {
+  buildProfileTrace,
+  TraceBuilder,
+  validateTrace,
+  type ChromeTrace,
+  type CompleteEvent,
+} from "../src/report/trace.ts";
 import { syntheticStep, syntheticSteps } from "./helpers/synthetic-profile.ts";
 
 const GOLDEN = join(import.meta.dir, "fixtures", "golden-trace.json");
 
-const oneLayer: GPT2Config = { name: "one", n_layer: 1, n_head: 1, n_embd: 8, n_positions: 8, vocab_size: 11, layer_norm_epsilon: 1e-5 };
-const run = { tool: "decode-floor 0.1.0", command: "bun run profile", date: "2025-01-02T03:04:05.000Z", device: "Synthetic GPU" };
+const oneLayer: GPT2Config = {
+  name: "one",
+  n_layer: 1,
+  n_head: 1,
+  n_embd: 8,
+  n_positions: 8,
+  vocab_size: 11,
+  layer_norm_epsilon: 1e-5,
+};
+const run = {
+  tool: "decode-floor 0.1.0",
+  command: "bun run profile",
+  date: "2025-01-02T03:04:05.000Z",
+  device: "Synthetic GPU",
+};
 
 function goldenTrace(): ChromeTrace {
   const steps = [
-    syntheticStep(oneLayer, { mode: "eager", context: 2, start_us: 0, launch_us: 4, gap_us: 1, kernel_us: 2, correlation: 1 }),
-    syntheticStep(oneLayer, { mode: "graph", context: 2, start_us: 200, launch_us: 6, gap_us: 3, kernel_us: 2, correlation: 100 }),
+    syntheticStep(oneLayer, {
+      mode: "eager",
+      context: 2,
+      start_us: 0,
+      launch_us: 4,
+      gap_us: 1,
+      kernel_us: 2,
+      correlation: 1,
+    }),
+    syntheticStep(oneLayer, {
+      mode: "graph",
+      context: 2,
+      start_us: 200,
+      launch_us: 6,
+      gap_us: 3,
+      kernel_us: 2,
+      correlation: 100,
+    }),
   ];
   return buildProfileTrace(steps, { backend: "cuda", run });
 }
@@ -32,16 +67,40 @@ describe("buildProfileTrace", () => {
   test("names a process per mode with a host and a device track, and links each launch to its kernel", () => {
     const trace = goldenTrace();
     const names = trace.traceEvents.flatMap((e) => (e.ph === "M" && "name" in e.args ? [e.args.name] : []));
-    expect(names).toEqual(["eager (cuda)", "host: step issue + launches", "GPU stream", "graph (cuda)", "host: step issue + launches", "GPU stream"]);
+    expect(names).toEqual([
+      "eager (cuda)",
+      "host: step issue + launches",
+      "GPU stream",
+      "graph (cuda)",
+      "host: step issue + launches",
+      "GPU stream",
+    ]);
     const starts = trace.traceEvents.filter((e) => e.ph === "s");
     expect(starts).toHaveLength(15 + 1); // every eager launch, and the one graph launch
     const kernel = trace.traceEvents.find((e): e is CompleteEvent => e.ph === "X" && e.cat === "kernel")!;
-    expect(kernel.args).toMatchObject({ layer: null, op: "embed", label: "embed", grid: [1, 1, 1], block: [256, 1, 1], "registers per thread": 32, "shared memory": 1024, correlation: 1 });
+    expect(kernel.args).toMatchObject({
+      layer: null,
+      op: "embed",
+      label: "embed",
+      grid: [1, 1, 1],
+      block: [256, 1, 1],
+      "registers per thread": 32,
+      "shared memory": 1024,
+      correlation: 1,
+    });
     expect(trace.otherData).toEqual(run);
   });
 
   test("kernels that overlap the one before (graph-pdl) go on lanes of their own: the trace stays valid and every kernel is kept", () => {
-    const step = syntheticStep(oneLayer, { mode: "graph-pdl", context: 2, start_us: 0, launch_us: 6, gap_us: 1, kernel_us: 4, correlation: 1 });
+    const step = syntheticStep(oneLayer, {
+      mode: "graph-pdl",
+      context: 2,
+      start_us: 0,
+      launch_us: 6,
+      gap_us: 1,
+      kernel_us: 4,
+      correlation: 1,
+    });
     // each kernel starts 2 µs before its predecessor ends, as under programmatic dependent launch
     const ops = step.ops.map((o, i) => ({ ...o, start_us: 200 + 3 * i, end_us: 205 + 3 * i }));
     const trace = buildProfileTrace([{ ...step, ops }], { backend: "cuda", run });
@@ -49,10 +108,15 @@ describe("buildProfileTrace", () => {
     const kernels = trace.traceEvents.filter((e): e is CompleteEvent => e.ph === "X" && e.cat === "kernel");
     expect(kernels).toHaveLength(ops.length);
     expect(kernels.map((k) => k.tid)).toEqual(ops.map((_, i) => 2 + (i % 2)));
-    const lanes = trace.traceEvents.flatMap((e) => (e.ph === "M" && e.name === "thread_name" && e.tid >= 2 ? [e.args.name] : []));
+    const lanes = trace.traceEvents.flatMap((e) =>
+      e.ph === "M" && e.name === "thread_name" && e.tid >= 2 ? [e.args.name] : [],
+    );
     expect(lanes).toEqual(["GPU stream", "GPU stream: overlapping the kernel before (2)"]);
     // the same kernels on one track would not be a valid trace
-    const oneTrack = { ...trace, traceEvents: trace.traceEvents.map((e) => (e.ph === "X" && e.cat === "kernel" ? { ...e, tid: 2 } : e)) };
+    const oneTrack = {
+      ...trace,
+      traceEvents: trace.traceEvents.map((e) => (e.ph === "X" && e.cat === "kernel" ? { ...e, tid: 2 } : e)),
+    };
     expect(validateTrace(oneTrack).some((p) => p.includes("partly overlaps"))).toBe(true);
   });
 
@@ -62,8 +126,7 @@ describe("buildProfileTrace", () => {
 });
 
 describe("validateTrace", () => {
-  const named = () =>
-    new TraceBuilder().process(1, "p", 0).thread(1, 1, "host", 0).thread(1, 2, "device", 1);
+  const named = () => new TraceBuilder().process(1, "p", 0).thread(1, 1, "host", 0).thread(1, 2, "device", 1);
 
   test("catches a partial overlap on one track", () => {
     const trace = named()
@@ -103,7 +166,9 @@ describe("validateTrace", () => {
     trace.traceEvents.push({ ph: "X", name: "", cat: "c", pid: 2, tid: 1, ts: 0, dur: 1 });
     const problems = validateTrace(JSON.parse(JSON.stringify(trace)));
     expect(problems).toContain('event 6 (X "neg"): dur must be a number ≥ 0, got -1');
-    expect(problems).toContain("event 7 (X \"abs\"): ts 1700000000000000 looks absolute; write it relative to the run's start");
+    expect(problems).toContain(
+      'event 7 (X "abs"): ts 1700000000000000 looks absolute; write it relative to the run\'s start',
+    );
     expect(problems).toContain('event 8 (X "nan"): ts must be a number ≥ 0, got null');
     expect(problems).toContain('event 9 (X ""): missing name');
   });

@@ -19,7 +19,14 @@ describe("writeProfileOutputs", () => {
   const read = (name: string) => readFileSync(join(dir, "run", name), "utf8");
 
   test("writes the six files and returns their paths", () => {
-    expect(paths.map((p) => basename(p))).toEqual(["summary.json", "kernels.csv", "trace.json", "latency.svg", "breakdown.svg", "report.md"]);
+    expect(paths.map((p) => basename(p))).toEqual([
+      "summary.json",
+      "kernels.csv",
+      "trace.json",
+      "latency.svg",
+      "breakdown.svg",
+      "report.md",
+    ]);
   });
 
   test("summary.json round-trips and validates", () => {
@@ -36,19 +43,24 @@ describe("writeProfileOutputs", () => {
 
   test("the SVGs are valid XML and carry every mode", () => {
     for (const name of ["latency.svg", "breakdown.svg"]) expect(XMLValidator.validate(read(name))).toBe(true);
-    for (const label of ["no cache", "KV cache eager", "KV cache graph"]) expect(read("latency.svg")).toContain(`>${label}</text>`);
+    for (const label of ["no cache", "KV cache eager", "KV cache graph"])
+      expect(read("latency.svg")).toContain(`>${label}</text>`);
     expect(read("breakdown.svg")).toContain(">device idle</text>");
   });
 
   test("kernels.csv and report.md are there, linking the rest", () => {
     expect(read("kernels.csv")).toStartWith("Time (%),Total Time (ns)");
     const report = read("report.md");
-    for (const name of ["summary.json", "trace.json", "kernels.csv", "latency.svg", "breakdown.svg"]) expect(report).toContain(`(${name})`);
+    for (const name of ["summary.json", "trace.json", "kernels.csv", "latency.svg", "breakdown.svg"])
+      expect(report).toContain(`(${name})`);
   });
 
   test("returns the problems of an invalid summary and of a broken trace, the files written all the same", () => {
     const broken = { ...summary, date: "yesterday" };
-    const brokenStep = { ...steps[0]!, ops: steps[0]!.ops.map((o, i) => (i === 0 ? { ...o, end_us: o.start_us - 1 } : o)) };
+    const brokenStep = {
+      ...steps[0]!,
+      ops: steps[0]!.ops.map((o, i) => (i === 0 ? { ...o, end_us: o.start_us - 1 } : o)),
+    };
     const w = writeProfileOutputs(join(dir, "broken"), broken, [brokenStep, ...steps.slice(1)]);
     expect(w.summaryProblems).toContain(`summary.json /date: must match format "date-time"`);
     expect(w.traceProblems.length).toBeGreaterThan(0);

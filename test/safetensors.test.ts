@@ -4,13 +4,18 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { GPT2Config } from "../src/model/config.ts";
 import { printable } from "../src/errors.ts";
-import { firstDuplicateKey, MAX_HEADER_BYTES, parseSafetensors, readSafetensors, tensorFloat32 } from "../src/model/safetensors.ts";
+import {
+  firstDuplicateKey,
+  MAX_HEADER_BYTES,
+  parseSafetensors,
+  readSafetensors,
+  tensorFloat32,
+} from "../src/model/safetensors.ts";
 import { loadModel, materializeWeights, randomWeights, saveModel } from "../src/model/weights.ts";
 import { expectUserError } from "./helpers/expect.ts";
 
 const tmp = mkdtempSync(join(tmpdir(), "safetensors-test-"));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
-
 
 // ---- writers ----------------------------------------------------------------------------------
 
@@ -124,16 +129,25 @@ describe("parseSafetensors", () => {
   test("known dtypes other than F32/F16/BF16 parse but cannot be read as weights", () => {
     const t: RawTensor = { dtype: "F64", shape: [1], bytes: new Uint8Array(new Float64Array([1]).buffer) };
     const file = parseSafetensors(fileOf({ w: t }), "x.safetensors");
-    expectUserError(() => tensorFloat32(file, file.tensors.get("w")!), /x\.safetensors: tensor w has dtype F64; weights must be F32, F16 or BF16/);
+    expectUserError(
+      () => tensorFloat32(file, file.tensors.get("w")!),
+      /x\.safetensors: tensor w has dtype F64; weights must be F32, F16 or BF16/,
+    );
   });
 
   test("file shorter than 8 bytes", () => {
-    expectUserError(() => parseSafetensors(new Uint8Array(5), "short.safetensors"), /short\.safetensors: .*shorter than the 8-byte header length/);
+    expectUserError(
+      () => parseSafetensors(new Uint8Array(5), "short.safetensors"),
+      /short\.safetensors: .*shorter than the 8-byte header length/,
+    );
   });
 
   test("header length past the end of the file", () => {
     const bytes = encodeFile({}, new Uint8Array(0), { headerLen: 1000n });
-    expectUserError(() => parseSafetensors(bytes, "f.safetensors"), /f\.safetensors: header length 1000 runs past the end of the file/);
+    expectUserError(
+      () => parseSafetensors(bytes, "f.safetensors"),
+      /f\.safetensors: header length 1000 runs past the end of the file/,
+    );
   });
 
   test("header length above the cap", () => {
@@ -148,8 +162,14 @@ describe("parseSafetensors", () => {
     new DataView(garbage.buffer).setBigUint64(0, 8n, true);
     garbage.set(new TextEncoder().encode("{nope!!}"), 8);
     expectUserError(() => parseSafetensors(garbage, "f.safetensors"), /f\.safetensors: header is not valid JSON/);
-    expectUserError(() => parseSafetensors(encodeFile([1, 2], new Uint8Array(0)), "f.safetensors"), /header is not a JSON object/);
-    expectUserError(() => parseSafetensors(encodeFile(null, new Uint8Array(0)), "f.safetensors"), /header is not a JSON object/);
+    expectUserError(
+      () => parseSafetensors(encodeFile([1, 2], new Uint8Array(0)), "f.safetensors"),
+      /header is not a JSON object/,
+    );
+    expectUserError(
+      () => parseSafetensors(encodeFile(null, new Uint8Array(0)), "f.safetensors"),
+      /header is not a JSON object/,
+    );
     const badMeta = encodeFile({ __metadata__: 3 }, new Uint8Array(0));
     expectUserError(() => parseSafetensors(badMeta, "f.safetensors"), /__metadata__ is not a JSON object/);
     const badEntry = encodeFile({ w: "F32" }, new Uint8Array(0));
@@ -159,17 +179,35 @@ describe("parseSafetensors", () => {
   test("truncated file: data shorter than the offsets", () => {
     const full = fileOf({ a: f32([1, 2, 3]), b: f32([4, 5, 6, 7]) });
     const cut = full.subarray(0, full.length - 6);
-    expectUserError(() => parseSafetensors(cut, "cut.safetensors"), /cut\.safetensors: tensor b: data_offsets \[12, 28\] run past the end of the data section \(22 bytes; truncated\?\)/);
+    expectUserError(
+      () => parseSafetensors(cut, "cut.safetensors"),
+      /cut\.safetensors: tensor b: data_offsets \[12, 28\] run past the end of the data section \(22 bytes; truncated\?\)/,
+    );
   });
 
   test("offsets out of range or malformed", () => {
     const data = new Uint8Array(8);
     const withOffsets = (data_offsets: unknown) => encodeFile({ w: { dtype: "F32", shape: [2], data_offsets } }, data);
-    expectUserError(() => parseSafetensors(withOffsets([8, 16]), "f.safetensors"), /tensor w: data_offsets \[8, 16\] run past the end of the data section \(8 bytes/);
-    expectUserError(() => parseSafetensors(withOffsets([8, 0]), "f.safetensors"), /tensor w: data_offsets \[8, 0\] have begin after end/);
-    expectUserError(() => parseSafetensors(withOffsets([-4, 4]), "f.safetensors"), /tensor w: data_offsets must be \[begin, end\]/);
-    expectUserError(() => parseSafetensors(withOffsets([0]), "f.safetensors"), /tensor w: data_offsets must be \[begin, end\]/);
-    expectUserError(() => parseSafetensors(withOffsets([0, 4]), "f.safetensors"), /tensor w: data_offsets \[0, 4\] hold 4 bytes but F32 shape \[2\] needs 8/);
+    expectUserError(
+      () => parseSafetensors(withOffsets([8, 16]), "f.safetensors"),
+      /tensor w: data_offsets \[8, 16\] run past the end of the data section \(8 bytes/,
+    );
+    expectUserError(
+      () => parseSafetensors(withOffsets([8, 0]), "f.safetensors"),
+      /tensor w: data_offsets \[8, 0\] have begin after end/,
+    );
+    expectUserError(
+      () => parseSafetensors(withOffsets([-4, 4]), "f.safetensors"),
+      /tensor w: data_offsets must be \[begin, end\]/,
+    );
+    expectUserError(
+      () => parseSafetensors(withOffsets([0]), "f.safetensors"),
+      /tensor w: data_offsets must be \[begin, end\]/,
+    );
+    expectUserError(
+      () => parseSafetensors(withOffsets([0, 4]), "f.safetensors"),
+      /tensor w: data_offsets \[0, 4\] hold 4 bytes but F32 shape \[2\] needs 8/,
+    );
   });
 
   test("overlapping offsets", () => {
@@ -177,25 +215,49 @@ describe("parseSafetensors", () => {
       a: { dtype: "F32", shape: [3], data_offsets: [0, 12] },
       b: { dtype: "F32", shape: [2], data_offsets: [8, 16] },
     };
-    expectUserError(() => parseSafetensors(encodeFile(header, new Uint8Array(16)), "f.safetensors"), /f\.safetensors: tensors a \[0, 12\] and b \[8, 16\] overlap/);
+    expectUserError(
+      () => parseSafetensors(encodeFile(header, new Uint8Array(16)), "f.safetensors"),
+      /f\.safetensors: tensors a \[0, 12\] and b \[8, 16\] overlap/,
+    );
     const nested = {
       big: { dtype: "F32", shape: [4], data_offsets: [0, 16] },
       mid: { dtype: "F32", shape: [1], data_offsets: [16, 20] },
       inner: { dtype: "F32", shape: [1], data_offsets: [4, 8] },
     };
-    expectUserError(() => parseSafetensors(encodeFile(nested, new Uint8Array(20)), "f.safetensors"), /tensors big \[0, 16\] and inner \[4, 8\] overlap/);
-    const empty = { z: { dtype: "F32", shape: [0], data_offsets: [4, 4] }, a: { dtype: "F32", shape: [2], data_offsets: [0, 8] } };
+    expectUserError(
+      () => parseSafetensors(encodeFile(nested, new Uint8Array(20)), "f.safetensors"),
+      /tensors big \[0, 16\] and inner \[4, 8\] overlap/,
+    );
+    const empty = {
+      z: { dtype: "F32", shape: [0], data_offsets: [4, 4] },
+      a: { dtype: "F32", shape: [2], data_offsets: [0, 8] },
+    };
     expect(parseSafetensors(encodeFile(empty, new Uint8Array(8)), "f.safetensors").tensors.size).toBe(2);
   });
 
   test("holes: bytes no tensor owns, between tensors or at the end, are rejected", () => {
-    const gap = { a: { dtype: "F32", shape: [1], data_offsets: [0, 4] }, b: { dtype: "F32", shape: [1], data_offsets: [8, 12] } };
-    expectUserError(() => parseSafetensors(encodeFile(gap, new Uint8Array(12)), "f.safetensors"), /f\.safetensors: bytes \[4, 8\) of the data section belong to no tensor \(a hole before b \[8, 12\]\)/);
+    const gap = {
+      a: { dtype: "F32", shape: [1], data_offsets: [0, 4] },
+      b: { dtype: "F32", shape: [1], data_offsets: [8, 12] },
+    };
+    expectUserError(
+      () => parseSafetensors(encodeFile(gap, new Uint8Array(12)), "f.safetensors"),
+      /f\.safetensors: bytes \[4, 8\) of the data section belong to no tensor \(a hole before b \[8, 12\]\)/,
+    );
     const late = { a: { dtype: "F32", shape: [1], data_offsets: [4, 8] } };
-    expectUserError(() => parseSafetensors(encodeFile(late, new Uint8Array(8)), "f.safetensors"), /bytes \[0, 4\) of the data section belong to no tensor/);
+    expectUserError(
+      () => parseSafetensors(encodeFile(late, new Uint8Array(8)), "f.safetensors"),
+      /bytes \[0, 4\) of the data section belong to no tensor/,
+    );
     const tail = { a: { dtype: "F32", shape: [1], data_offsets: [0, 4] } };
-    expectUserError(() => parseSafetensors(encodeFile(tail, new Uint8Array(5)), "f.safetensors"), /bytes \[4, 5\) at the end of the data section belong to no tensor/);
-    expectUserError(() => parseSafetensors(encodeFile({}, new Uint8Array(3)), "f.safetensors"), /bytes \[0, 3\) at the end/);
+    expectUserError(
+      () => parseSafetensors(encodeFile(tail, new Uint8Array(5)), "f.safetensors"),
+      /bytes \[4, 5\) at the end of the data section belong to no tensor/,
+    );
+    expectUserError(
+      () => parseSafetensors(encodeFile({}, new Uint8Array(3)), "f.safetensors"),
+      /bytes \[0, 3\) at the end/,
+    );
   });
 
   test("duplicate keys anywhere in the header are rejected (JSON.parse would keep the last)", () => {
@@ -211,7 +273,10 @@ describe("parseSafetensors", () => {
       const bytes = new Uint8Array(8 + json.length + 8);
       new DataView(bytes.buffer).setBigUint64(0, BigInt(json.length), true);
       bytes.set(json, 8);
-      expectUserError(() => parseSafetensors(bytes, "f.safetensors"), /f\.safetensors: header has the key "(a|data_offsets|k)" twice in one object/);
+      expectUserError(
+        () => parseSafetensors(bytes, "f.safetensors"),
+        /f\.safetensors: header has the key "(a|data_offsets|k)" twice in one object/,
+      );
     }
   });
 
@@ -240,13 +305,19 @@ describe("parseSafetensors", () => {
 
   test("unknown dtype names the tensor and the dtype", () => {
     const header = { "h.0.ln_1.weight": { dtype: "F12", shape: [1], data_offsets: [0, 4] } };
-    expectUserError(() => parseSafetensors(encodeFile(header, new Uint8Array(4)), "f.safetensors"), /f\.safetensors: tensor h\.0\.ln_1\.weight has unknown dtype "F12"/);
+    expectUserError(
+      () => parseSafetensors(encodeFile(header, new Uint8Array(4)), "f.safetensors"),
+      /f\.safetensors: tensor h\.0\.ln_1\.weight has unknown dtype "F12"/,
+    );
   });
 
   test("shape must be an array of non-negative integers", () => {
     for (const shape of [[-1], [1.5], "3", null, [[2]]]) {
       const header = { w: { dtype: "U8", shape, data_offsets: [0, 0] } };
-      expectUserError(() => parseSafetensors(encodeFile(header, new Uint8Array(0)), "f.safetensors"), /tensor w: shape must be an array of non-negative integers/);
+      expectUserError(
+        () => parseSafetensors(encodeFile(header, new Uint8Array(0)), "f.safetensors"),
+        /tensor w: shape must be an array of non-negative integers/,
+      );
     }
   });
 
@@ -274,20 +345,42 @@ describe("parseSafetensors", () => {
     writeFileSync(path, fileOf({ a: f32([1, 2]) }));
     const file = readSafetensors(path);
     writeFileSync(path, fileOf({ b: f32([1, 2]) })); // the same size, another header
-    expectUserError(() => tensorFloat32(file, file.tensors.get("a")!), /changing\.safetensors: the file changed on disk after its header was read/);
+    expectUserError(
+      () => tensorFloat32(file, file.tensors.get("a")!),
+      /changing\.safetensors: the file changed on disk after its header was read/,
+    );
     writeFileSync(path, new Uint8Array([...fileOf({ a: f32([1, 2]) }), 0])); // the same header, a byte more
     expectUserError(() => tensorFloat32(file, file.tensors.get("a")!), /the file changed on disk/);
   });
 
   test("readSafetensors: missing file", () => {
-    expectUserError(() => readSafetensors(join(tmp, "nope.safetensors")), /nope\.safetensors: cannot open: file not found \(ENOENT\)/);
+    expectUserError(
+      () => readSafetensors(join(tmp, "nope.safetensors")),
+      /nope\.safetensors: cannot open: file not found \(ENOENT\)/,
+    );
   });
 });
 
 // ---- model directories --------------------------------------------------------------------
 
-const CFG: GPT2Config = { name: "t", n_layer: 2, n_head: 2, n_embd: 8, n_positions: 6, vocab_size: 11, layer_norm_epsilon: 1e-5 };
-const HF_CONFIG = { model_type: "gpt2", n_layer: 2, n_head: 2, n_embd: 8, n_positions: 6, vocab_size: 11, layer_norm_epsilon: 1e-5 };
+const CFG: GPT2Config = {
+  name: "t",
+  n_layer: 2,
+  n_head: 2,
+  n_embd: 8,
+  n_positions: 6,
+  vocab_size: 11,
+  layer_norm_epsilon: 1e-5,
+};
+const HF_CONFIG = {
+  model_type: "gpt2",
+  n_layer: 2,
+  n_head: 2,
+  n_embd: 8,
+  n_positions: 6,
+  vocab_size: 11,
+  layer_norm_epsilon: 1e-5,
+};
 
 /** All tensors of `randomWeights(CFG, 7)` plus the two causal-mask buffers, as F32. */
 function modelTensors(): Record<string, RawTensor> {
@@ -295,7 +388,8 @@ function modelTensors(): Record<string, RawTensor> {
   for (const [name, data] of materializeWeights(randomWeights(CFG, 7))) {
     out[name] = f32([...data], shapeOf(name));
   }
-  for (let i = 0; i < CFG.n_layer; i++) out[`h.${i}.attn.bias`] = { dtype: "BOOL", shape: [1, 1, 6, 6], bytes: new Uint8Array(36) };
+  for (let i = 0; i < CFG.n_layer; i++)
+    out[`h.${i}.attn.bias`] = { dtype: "BOOL", shape: [1, 1, 6, 6], bytes: new Uint8Array(36) };
   return out;
 }
 
@@ -303,7 +397,12 @@ function shapeOf(name: string): number[] {
   const C = CFG.n_embd;
   if (name === "wte.weight") return [CFG.vocab_size, C];
   if (name === "wpe.weight") return [CFG.n_positions, C];
-  const linear: Record<string, [number, number]> = { "attn.c_attn": [C, 3 * C], "attn.c_proj": [C, C], "mlp.c_fc": [C, 4 * C], "mlp.c_proj": [4 * C, C] };
+  const linear: Record<string, [number, number]> = {
+    "attn.c_attn": [C, 3 * C],
+    "attn.c_proj": [C, C],
+    "mlp.c_fc": [C, 4 * C],
+    "mlp.c_proj": [4 * C, C],
+  };
   const key = Object.keys(linear).find((k) => name.includes(`.${k}.`));
   if (!key) return [C]; // LayerNorm
   const [inC, outC] = linear[key]!;
@@ -347,7 +446,10 @@ describe("loadModel on broken checkpoints", () => {
     const tensors = modelTensors();
     tensors["h.1.attn.c_attn.weight"] = f32(new Array(8 * 23).fill(0), [8, 23]);
     const dir = modelDir(tensors);
-    expectUserError(() => loadModel(dir), /model\.safetensors: h\.1\.attn\.c_attn\.weight has shape \[8, 23\], expected \[8, 24\] \(config: .*config\.json\)/);
+    expectUserError(
+      () => loadModel(dir),
+      /model\.safetensors: h\.1\.attn\.c_attn\.weight has shape \[8, 23\], expected \[8, 24\] \(config: .*config\.json\)/,
+    );
   });
 
   test("a config that disagrees with the weights", () => {
@@ -358,12 +460,18 @@ describe("loadModel on broken checkpoints", () => {
   test("a missing tensor", () => {
     const tensors = modelTensors();
     delete tensors["h.0.mlp.c_proj.bias"];
-    expectUserError(() => loadModel(modelDir(tensors)), /model\.safetensors: h\.0\.mlp\.c_proj\.bias is missing \(expected \[8\]\)/);
+    expectUserError(
+      () => loadModel(modelDir(tensors)),
+      /model\.safetensors: h\.0\.mlp\.c_proj\.bias is missing \(expected \[8\]\)/,
+    );
   });
 
   test("unexpected extra tensors", () => {
     const tensors = { ...modelTensors(), "h.2.ln_1.weight": f32(new Array(8).fill(1)), "score.weight": f32([0]) };
-    expectUserError(() => loadModel(modelDir(tensors)), /model\.safetensors: unexpected tensors h\.2\.ln_1\.weight, score\.weight/);
+    expectUserError(
+      () => loadModel(modelDir(tensors)),
+      /model\.safetensors: unexpected tensors h\.2\.ln_1\.weight, score\.weight/,
+    );
   });
 
   test("missing config.json", () => {
@@ -383,7 +491,10 @@ describe("loadModel on broken checkpoints", () => {
   test("a weight in an unsupported dtype", () => {
     const tensors = modelTensors();
     tensors["ln_f.bias"] = { dtype: "I64", shape: [8], bytes: new Uint8Array(64) };
-    expectUserError(() => loadModel(modelDir(tensors)), /tensor ln_f\.bias has dtype I64; weights must be F32, F16 or BF16/);
+    expectUserError(
+      () => loadModel(modelDir(tensors)),
+      /tensor ln_f\.bias has dtype I64; weights must be F32, F16 or BF16/,
+    );
   });
 
   test("a tied lm_head.weight is accepted and skipped; an untied one is rejected", () => {
@@ -395,9 +506,15 @@ describe("loadModel on broken checkpoints", () => {
     const other = f32(new Array(88).fill(0.5), [11, 8]);
     // the values are compared as they stream
     const untied = loadModel(modelDir({ ...tensors, "lm_head.weight": other }));
-    expectUserError(() => materializeWeights(untied), /lm_head\.weight differs from wte\.weight; untied output embeddings are not supported/);
+    expectUserError(
+      () => materializeWeights(untied),
+      /lm_head\.weight differs from wte\.weight; untied output embeddings are not supported/,
+    );
     const wrongShape = f32(new Array(88).fill(0.5), [8, 11]);
-    expectUserError(() => loadModel(modelDir({ ...tensors, "lm_head.weight": wrongShape })), /lm_head\.weight has shape \[8, 11\], expected \[11, 8\]/);
+    expectUserError(
+      () => loadModel(modelDir({ ...tensors, "lm_head.weight": wrongShape })),
+      /lm_head\.weight has shape \[8, 11\], expected \[11, 8\]/,
+    );
   });
 
   test("F16 and BF16 checkpoints are widened to float32", () => {

@@ -9,18 +9,40 @@ import { ensureBuilt, hasNvcc } from "../src/native/build.ts";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 
-import { findCuobjdump, findNvdisasm, fmaShare, loadBatches, loadFacts, loops, parseRegisterCounts, parseSass, parseSourceLines, type SassFunction } from "../src/native/sass.ts";
+import {
+  findCuobjdump,
+  findNvdisasm,
+  fmaShare,
+  loadBatches,
+  loadFacts,
+  loops,
+  parseRegisterCounts,
+  parseSass,
+  parseSourceLines,
+  type SassFunction,
+} from "../src/native/sass.ts";
 import { PRESETS } from "../src/model/config.ts";
 import { PLAN_KINDS, planShape } from "../src/plan.ts";
 import { libraryKernelFacts, type KernelFacts } from "../src/native/kernel-facts.ts";
 import { activeLoads, factsFor, kernelOf } from "../src/profile/kernel-model/index.ts";
-import { librarySassFunctions, runTaskCases, sassChecks, sassFacts, sassRequirements, taskFamily } from "../src/verify/sass-checks.ts";
+import {
+  librarySassFunctions,
+  runTaskCases,
+  sassChecks,
+  sassFacts,
+  sassRequirements,
+  taskFamily,
+} from "../src/verify/sass-checks.ts";
 
 /** The kernels' facts (the emulator's library: the same sources as the CUDA one). */
 const facts = libraryKernelFacts(ensureBuilt("emu", { quiet: true }).path);
 
 const listing = (name: string, lines: string[]) =>
-  [`\t\tFunction : ${name}`, '\t.headerflags\t@"EF_CUDA_SM90"', ...lines.map((l, i) => `        /*${(i * 16).toString(16).padStart(4, "0")}*/  ${l} ;  /* 0x0 */`)].join("\n");
+  [
+    `\t\tFunction : ${name}`,
+    '\t.headerflags\t@"EF_CUDA_SM90"',
+    ...lines.map((l, i) => `        /*${(i * 16).toString(16).padStart(4, "0")}*/  ${l} ;  /* 0x0 */`),
+  ].join("\n");
 
 // 4 independent 16-byte loads, then their use: 4 in flight
 const batched = listing("_Z7batchedPfPKf", [
@@ -52,7 +74,12 @@ describe("SASS reader", () => {
   test("parses functions, guards, opcodes and operands; a function listed by two ELF images once", () => {
     const fns = parseSass(`${batched}\n${serial}\n${batched}`);
     expect(fns.map((f) => f.kernel)).toEqual(["batched", "serial"]);
-    expect(fns[0]!.instructions[1]).toEqual({ address: 0x10, guard: "@P0", opcode: "LDG.E.128.CONSTANT", operands: ["R4", "desc[UR6][R20.64]"] });
+    expect(fns[0]!.instructions[1]).toEqual({
+      address: 0x10,
+      guard: "@P0",
+      opcode: "LDG.E.128.CONSTANT",
+      operands: ["R4", "desc[UR6][R20.64]"],
+    });
   });
 
   test("counts the loads issued before the first instruction reading one of them", () => {
@@ -96,11 +123,23 @@ describe("SASS reader", () => {
       "        /*0000*/                   EXIT ;",
     ].join("\n");
     const lines = parseSourceLines(gi);
-    const frames = [{ file: "/x/cuda/persistent.cu", line: 131 }, { file: "/x/cuda/persistent.cu", line: 69 }, { file: "/x/cuda/linear.h", line: 137 }];
-    expect([...lines.get("_Z1fv")!]).toEqual([[0, frames], [0x10, frames], [0x20, [{ file: "/x/cuda/persistent.cu", line: 140 }]]]);
+    const frames = [
+      { file: "/x/cuda/persistent.cu", line: 131 },
+      { file: "/x/cuda/persistent.cu", line: 69 },
+      { file: "/x/cuda/linear.h", line: 137 },
+    ];
+    expect([...lines.get("_Z1fv")!]).toEqual([
+      [0, frames],
+      [0x10, frames],
+      [0x20, [{ file: "/x/cuda/persistent.cu", line: 140 }]],
+    ]);
     expect([...lines.get("_Z1gv")!]).toEqual([[0, []]]);
     // another section's addresses are not instructions of the function before it
-    expect([...parseSourceLines(`${gi}\n\t.section\t.nv.info,"",@"SHT_CUDA_INFO"\n        /*0030*/ \t.byte\t0x04`).get("_Z1gv")!.keys()]).toEqual([0]);
+    expect([
+      ...parseSourceLines(`${gi}\n\t.section\t.nv.info,"",@"SHT_CUDA_INFO"\n        /*0030*/ \t.byte\t0x04`)
+        .get("_Z1gv")!
+        .keys(),
+    ]).toEqual([0]);
   });
 
   test("loads in flight of a part of a function: its loops and its straight code only", () => {
@@ -108,17 +147,19 @@ describe("SASS reader", () => {
     expect(loadFacts(f!, (k) => k >= 5)).toEqual({ wideLoadsInFlight: null, localAccesses: 1 }); // past the loop
     expect(loadFacts(f!, (k) => k !== 4).wideLoadsInFlight).toBe(1); // the loop's end left out: straight code
     // a loop whose head carries the caller's line is still the part's loop (its smallest batch: 1), not straight code (2)
-    const headed = parseSass(listing("_Z6headedv", [
-      "MOV R15, RZ",
-      "IADD3 R20, P1, R20, R4, RZ",
-      "LDG.E.128 R8, desc[UR6][R20.64]",
-      "FFMA R15, R22, R8, R15",
-      "LDG.E.128 R4, desc[UR6][R24.64]",
-      "@P1 BRA 0x10",
-      "LDG.E.128 R12, desc[UR6][R26.64]",
-      "STG.E.128 desc[UR6][R2.64], R12",
-      "EXIT",
-    ]))[0]!;
+    const headed = parseSass(
+      listing("_Z6headedv", [
+        "MOV R15, RZ",
+        "IADD3 R20, P1, R20, R4, RZ",
+        "LDG.E.128 R8, desc[UR6][R20.64]",
+        "FFMA R15, R22, R8, R15",
+        "LDG.E.128 R4, desc[UR6][R24.64]",
+        "@P1 BRA 0x10",
+        "LDG.E.128 R12, desc[UR6][R26.64]",
+        "STG.E.128 desc[UR6][R2.64], R12",
+        "EXIT",
+      ]),
+    )[0]!;
     expect(loadFacts(headed, (k) => k !== 1).wideLoadsInFlight).toBe(1);
     expect(loadFacts(headed, (k) => k !== 5).wideLoadsInFlight).toBe(2); // its backward branch left out: straight code
     expect(loadFacts(parseSass(batched)[0]!, (k) => k > 2).wideLoadsInFlight).toBe(2);
@@ -128,19 +169,40 @@ describe("SASS reader", () => {
     const source = readFileSync(join(import.meta.dir, "../cuda/persistent.cu"), "utf8");
     const cases = runTaskCases(source);
     const lines = source.split("\n");
-    const runOf = (kind: string) => [...cases].filter(([, k]) => k === kind).map(([n]) => lines[n - 1]!.trim()).join(" ");
+    const runOf = (kind: string) =>
+      [...cases]
+        .filter(([, k]) => k === kind)
+        .map(([n]) => lines[n - 1]!.trim())
+        .join(" ");
     expect(runOf("kTaskLnQkv")).toMatch(/void run\(.*matvec<W, kV<W>, kRows, kOpLnQkv>\(.*}$/);
     expect(runOf("kTaskAttention")).toMatch(/void run\(.*attention<W, kV<W>>\(.*}$/);
     expect(runOf("kTaskLnLmHeadArgmax")).toMatch(/lm_head<W, kV<W>, kRows, true>/);
-    expect(new Set(cases.values())).toEqual(new Set(["kTaskEmbed", "kTaskLnQkv", "kTaskAttention", "kTaskLnLinearGelu", "kTaskLinearResidual", "kTaskLnLmHeadArgmax"]));
+    expect(new Set(cases.values())).toEqual(
+      new Set([
+        "kTaskEmbed",
+        "kTaskLnQkv",
+        "kTaskAttention",
+        "kTaskLnLinearGelu",
+        "kTaskLinearResidual",
+        "kTaskLnLmHeadArgmax",
+      ]),
+    );
     expect([...cases.keys()].some((n) => /\blines\(|_lines</.test(lines[n - 1]!))).toBe(false);
     // each task kind names the op family whose body it runs
-    expect([...new Set(cases.values())].map(taskFamily)).toEqual(["embed", "ln_qkv", "attention", "ln_linear_gelu", "linear_residual", "ln_lm_head_argmax"]);
+    expect([...new Set(cases.values())].map(taskFamily)).toEqual([
+      "embed",
+      "ln_qkv",
+      "attention",
+      "ln_linear_gelu",
+      "linear_residual",
+      "ln_lm_head_argmax",
+    ]);
     expect(taskFamily("kTaskNoSuchOp")).toBeNull();
   });
 
   test("registers per kernel from the ELF listing", () => {
-    const elf = "\tValue:\tfunction: _Z7batchedPfPKf(0x13)\tregister count: 62\n\tValue:\tfunction: _Z6serialPfPKf(0x12)\tframe size: 0x0";
+    const elf =
+      "\tValue:\tfunction: _Z7batchedPfPKf(0x13)\tregister count: 62\n\tValue:\tfunction: _Z6serialPfPKf(0x12)\tframe size: 0x0";
     expect([...parseRegisterCounts(elf)]).toEqual([["_Z7batchedPfPKf", 62]]);
   });
 
@@ -157,13 +219,33 @@ describe("SASS reader", () => {
   });
 
   test("a sequentially consistent fence in a step kernel fails; a persistent step kernel whose poll never sleeps fails", () => {
-    const fenced = listing("_Z6mergedPj", ["ACQBULK", "MEMBAR.SC.GPU", "ATOM.E.ADD.STRONG.GPU PT, R0, desc[UR4][R2.64], R5", "EXIT"]);
-    const released = listing("_Z8releasedPj", ["ACQBULK", "MEMBAR.ALL.GPU", "ATOM.E.ADD.STRONG.GPU PT, R0, desc[UR4][R2.64], R5", "EXIT"]);
+    const fenced = listing("_Z6mergedPj", [
+      "ACQBULK",
+      "MEMBAR.SC.GPU",
+      "ATOM.E.ADD.STRONG.GPU PT, R0, desc[UR4][R2.64], R5",
+      "EXIT",
+    ]);
+    const released = listing("_Z8releasedPj", [
+      "ACQBULK",
+      "MEMBAR.ALL.GPU",
+      "ATOM.E.ADD.STRONG.GPU PT, R0, desc[UR4][R2.64], R5",
+      "EXIT",
+    ]);
     const probe = listing("_Z27runtime_grid_barrier_kernelILb1EEvPjix", ["MEMBAR.SC.GPU", "EXIT"]); // the runtime's probe is no step kernel
-    const spinning = listing("_Z22persistent_step_kernelIfLi1EEvPK8StepTaskiP11StepBarrier", ["ACQBULK", "LD.E.STRONG.GPU R4, desc[UR4][R2.64]", "CCTL.E.PF2 [R6]", "EXIT"]);
-    const sleeping = spinning.replace("CCTL.E.PF2 [R6]", "CCTL.E.PF2 [R6] ;  /* 0x0 */\n        /*0040*/  NANOSLEEP R0").replace("Function : _Z22persistent_step_kernelIfLi1E", "Function : _Z22persistent_step_kernelIfLi2E");
+    const spinning = listing("_Z22persistent_step_kernelIfLi1EEvPK8StepTaskiP11StepBarrier", [
+      "ACQBULK",
+      "LD.E.STRONG.GPU R4, desc[UR4][R2.64]",
+      "CCTL.E.PF2 [R6]",
+      "EXIT",
+    ]);
+    const sleeping = spinning
+      .replace("CCTL.E.PF2 [R6]", "CCTL.E.PF2 [R6] ;  /* 0x0 */\n        /*0040*/  NANOSLEEP R0")
+      .replace("Function : _Z22persistent_step_kernelIfLi1E", "Function : _Z22persistent_step_kernelIfLi2E");
     const row = (fns: SassFunction[], check: string) => sassChecks(fns, facts, []).find((r) => r.check === check)!;
-    expect(row(parseSass(`${fenced}\n${released}\n${probe}`), "sass fences")).toMatchObject({ status: "fail", detail: expect.stringContaining("merged (1)") });
+    expect(row(parseSass(`${fenced}\n${released}\n${probe}`), "sass fences")).toMatchObject({
+      status: "fail",
+      detail: expect.stringContaining("merged (1)"),
+    });
     expect(row(parseSass(`${released}\n${probe}`), "sass fences").status).toBe("pass");
     const poll = row(parseSass(`${spinning}\n${sleeping}`), "sass persistent poll");
     expect(poll.status).toBe("fail");
@@ -175,11 +257,16 @@ describe("SASS reader", () => {
 
 /** A local-memory row of a planted library: passing, or failing in persistent step kernels only. */
 function expectOnlyPersistentSpills(local: { status: string; detail: string }) {
-  if (local.status === "fail") expect(local.detail.replace(/^LDL\/STL in /, "").replace(/persistent_step_kernel<[^>]*>(, )?/g, "")).toBe("");
+  if (local.status === "fail")
+    expect(local.detail.replace(/^LDL\/STL in /, "").replace(/persistent_step_kernel<[^>]*>(, )?/g, "")).toBe("");
 }
 
 const cuobjdump = findCuobjdump();
-const skipReason = !hasNvcc() ? "nvcc not found (set NVCC or CUDA_HOME)" : !cuobjdump ? "no cuobjdump in $CUDA_HOME/bin or ../shared/cuda-binutils" : null;
+const skipReason = !hasNvcc()
+  ? "nvcc not found (set NVCC or CUDA_HOME)"
+  : !cuobjdump
+    ? "no cuobjdump in $CUDA_HOME/bin or ../shared/cuda-binutils"
+    : null;
 if (skipReason) console.log(`sass.test.ts: skipping the built library's SASS checks: ${skipReason}`);
 
 describe.skipIf(skipReason !== null)("the built CUDA library's SASS", () => {
@@ -196,24 +283,34 @@ describe.skipIf(skipReason !== null)("the built CUDA library's SASS", () => {
     const rows = sassChecks(fns, built());
     for (const r of rows) console.log(`${r.status}  ${r.check}: ${r.detail}`);
     // the persistent kernels' bodies are read through nvdisasm's source lines: skipped, and said so, without it
-    const unread = (r: (typeof rows)[number]) => !findNvdisasm() && r.check === "sass persistent bodies" && r.status === "skip";
+    const unread = (r: (typeof rows)[number]) =>
+      !findNvdisasm() && r.check === "sass persistent bodies" && r.status === "skip";
     expect(rows.filter((r) => r.status !== "pass" && !unread(r))).toEqual([]);
     expect(rows).toHaveLength(requirements().length + 6); // + local memory, the persistent bodies, look-ahead and poll, fences, programmatic launch
   }, 600_000);
 
   /** The requirements of the matvec family: every storage type and row count. */
-  const matvecs = () => requirements().filter((r) => /^(linear_matvec|ln_qkv|ln_linear_gelu|linear_residual)_kernel</.test(r.kernel)).map((r) => r.kernel);
+  const matvecs = () =>
+    requirements()
+      .filter((r) => /^(linear_matvec|ln_qkv|ln_linear_gelu|linear_residual)_kernel</.test(r.kernel))
+      .map((r) => r.kernel);
 
   test("the matvecs issue their 8 weight loads before waiting for the predecessor (programmatic launch prefetches them)", () => {
     const fns = library();
     expect(matvecs()).toHaveLength(4 * 3 * 4); // 4 ops x fp32, bf16, f16 x 1, 2, 4, 8 rows
-    for (const name of matvecs()) expect([name, sassFacts(fns.find((f) => f.kernel === name)!).wideLoadsBeforeWait]).toEqual([name, 8]);
+    for (const name of matvecs())
+      expect([name, sassFacts(fns.find((f) => f.kernel === name)!).wideLoadsBeforeWait]).toEqual([name, 8]);
   }, 600_000);
 
   test("the kernel model's loads per thread for GPT-2 small's hot kernels never exceed what their SASS holds in flight, in every storage type and batch", () => {
     const sass = library().map(sassFacts);
     const hot = new Set(requirements().map((r) => r.kernel));
-    const forms = [[1, "f32"], [4, "bf16"], [8, "f16"], [3, "f32"]] as const;
+    const forms = [
+      [1, "f32"],
+      [4, "bf16"],
+      [8, "f16"],
+      [3, "f32"],
+    ] as const;
     for (const [batch, dtype] of forms)
       for (const plan of PLAN_KINDS)
         for (const op of planShape(PRESETS.gpt2!, 1, { plan, batch, weights: dtype, kv: dtype })) {
@@ -226,14 +323,21 @@ describe.skipIf(skipReason !== null)("the built CUDA library's SASS", () => {
   }, 600_000);
 
   test("planted serialisation (-DPLANT_SERIAL_MATVEC, #pragma unroll 1 in the matvec) fails the check in every matvec instantiation, and only there", () => {
-    const path = ensureBuilt("cuda", { quiet: true, extraFlags: ["-DPLANT_SERIAL_MATVEC"], variant: "planted_serial" }).path;
+    const path = ensureBuilt("cuda", {
+      quiet: true,
+      extraFlags: ["-DPLANT_SERIAL_MATVEC"],
+      variant: "planted_serial",
+    }).path;
     const rows = sassChecks(librarySassFunctions(path, cuobjdump!), built());
     // the persistent step kernels inline the planted matvec too: they may spill with it (and only they), and the
     // check of their bodies fails on the matvec bodies, and only on them
     const local = rows.find((r) => r.check === "sass local memory")!;
     expectOnlyPersistentSpills(local);
     const bodies = rows.find((r) => r.check === "sass persistent bodies")!;
-    const shortBodies = bodies.detail.replace(/^too few 16-byte loads in flight: /, "").split("; ").map((s) => s.replace(/^persistent_step_kernel<[^>]*> /, "").split(" ")[0]);
+    const shortBodies = bodies.detail
+      .replace(/^too few 16-byte loads in flight: /, "")
+      .split("; ")
+      .map((s) => s.replace(/^persistent_step_kernel<[^>]*> /, "").split(" ")[0]);
     expect(bodies.status).toBe(findNvdisasm() ? "fail" : "skip");
     if (bodies.status === "fail") {
       expect(new Set(shortBodies)).toEqual(new Set(["ln_qkv", "ln_linear_gelu", "linear_residual"]));
@@ -246,17 +350,27 @@ describe.skipIf(skipReason !== null)("the built CUDA library's SASS", () => {
   }, 600_000);
 
   test("planted task arguments in global memory (-DPLANT_TASK_IN_GLOBAL, the persistent kernel's first version) fail the persistent bodies, and only them", () => {
-    const path = ensureBuilt("cuda", { quiet: true, extraFlags: ["-DPLANT_TASK_IN_GLOBAL"], variant: "planted_task" }).path;
+    const path = ensureBuilt("cuda", {
+      quiet: true,
+      extraFlags: ["-DPLANT_TASK_IN_GLOBAL"],
+      variant: "planted_task",
+    }).path;
     const rows = sassChecks(librarySassFunctions(path, cuobjdump!), built());
     // the planted kernel reloads its arguments, which may make the persistent kernels (and only they) spill
     const local = rows.find((r) => r.check === "sass local memory")!;
     expectOnlyPersistentSpills(local);
     const failed = rows.filter((r) => r.status !== "pass" && r !== local);
-    if (!findNvdisasm()) return void expect(failed.map((r) => [r.check, r.status])).toEqual([["sass persistent bodies", "skip"]]);
+    if (!findNvdisasm())
+      return void expect(failed.map((r) => [r.check, r.status])).toEqual([["sass persistent bodies", "skip"]]);
     expect(failed.map((r) => r.check)).toEqual(["sass persistent bodies"]);
     // each body reloads its arguments around its weight loads: the matvecs and the LM head keep 1 or 2 in flight
-    const short = failed[0]!.detail.replace(/^too few 16-byte loads in flight: /, "").split("; ").map((s) => s.replace(/^persistent_step_kernel<[^>]*> /, ""));
-    expect(new Set(short.map((s) => s.split(" ")[0]))).toEqual(new Set(["ln_qkv", "ln_linear_gelu", "linear_residual", "ln_lm_head_argmax"]));
+    const short = failed[0]!.detail
+      .replace(/^too few 16-byte loads in flight: /, "")
+      .split("; ")
+      .map((s) => s.replace(/^persistent_step_kernel<[^>]*> /, ""));
+    expect(new Set(short.map((s) => s.split(" ")[0]))).toEqual(
+      new Set(["ln_qkv", "ln_linear_gelu", "linear_residual", "ln_lm_head_argmax"]),
+    );
     for (const s of short) expect(s).toMatch(/^\w+ [12] \(< 8\)$/);
   }, 600_000);
 });

@@ -17,7 +17,17 @@ describe("summarize", () => {
   });
 
   test("one sample has no spread", () => {
-    expect(summarize([4.2])).toEqual({ n: 1, median: 4.2, mean: 4.2, p10: 4.2, p90: 4.2, min: 4.2, max: 4.2, stddev: 0, spread: 0 });
+    expect(summarize([4.2])).toEqual({
+      n: 1,
+      median: 4.2,
+      mean: 4.2,
+      p10: 4.2,
+      p90: 4.2,
+      min: 4.2,
+      max: 4.2,
+      stddev: 0,
+      spread: 0,
+    });
   });
 
   test("does not reorder its input", () => {

@@ -2,7 +2,6 @@ import { describe, expect, test } from "bun:test";
 import { decodeTokens, encodeText, GPT2_VOCAB, parsePromptIds } from "../src/model/tokenizer.ts";
 import { expectUserError } from "./helpers/expect.ts";
 
-
 describe("GPT-2 BPE", () => {
   const text = "Hello, I'm a language model,";
   const ids = [15496, 11, 314, 1101, 257, 3303, 2746, 11];
@@ -45,7 +44,13 @@ describe("parsePromptIds", () => {
     expectUserError(() => parsePromptIds("-1", 1001), /--prompt-ids: "-1" is not a token id/);
     expectUserError(() => parsePromptIds("abc", 1001), /"abc" is not a token id/);
     expectUserError(() => parsePromptIds("1e3", 1001), /"1e3" is not a token id/);
-    expectUserError(() => parsePromptIds("5,1001", 1001), /token id 1001 is out of range for a vocabulary of 1001 \(0\.\.1000\)/);
-    expectUserError(() => parsePromptIds("99999999999999999999999", 1001), /token id 99999999999999999999999 is out of range/);
+    expectUserError(
+      () => parsePromptIds("5,1001", 1001),
+      /token id 1001 is out of range for a vocabulary of 1001 \(0\.\.1000\)/,
+    );
+    expectUserError(
+      () => parsePromptIds("99999999999999999999999", 1001),
+      /token id 99999999999999999999999 is out of range/,
+    );
   });
 });

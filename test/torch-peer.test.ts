@@ -10,7 +10,10 @@ import { PeerFailure, type PeerInfo, type PeerDispatchSplit } from "../src/peers
 import { maxRelativeError } from "../src/verify/compare.ts";
 
 const FIXTURE = join(import.meta.dir, "fixtures/gpt2-tiny");
-const expected = JSON.parse(readFileSync(join(FIXTURE, "expected.json"), "utf8")) as { prompt: number[]; generated: number[] };
+const expected = JSON.parse(readFileSync(join(FIXTURE, "expected.json"), "utf8")) as {
+  prompt: number[];
+  generated: number[];
+};
 const fixtureLogits = new Float32Array(readFileSync(join(FIXTURE, "expected_logits.f32")).buffer.slice(0));
 const V = 1001;
 const dir = mkdtempSync(join(tmpdir(), "torch-peer-"));
@@ -36,8 +39,22 @@ describe.skipIf(!python)("the PyTorch peer on gpt2-tiny (CPU)", () => {
   const logitsDir = join(dir, "logits");
   mkdirSync(logitsDir);
   const run = peer(python!, [
-    "--model", FIXTURE, "--threads", "1", "--contexts", "8,32", "--repeats", "2", "--warmup", "1",
-    "--prompt-ids", expected.prompt.join(","), "--new-tokens", "20", "--logits-dir", logitsDir,
+    "--model",
+    FIXTURE,
+    "--threads",
+    "1",
+    "--contexts",
+    "8,32",
+    "--repeats",
+    "2",
+    "--warmup",
+    "1",
+    "--prompt-ids",
+    expected.prompt.join(","),
+    "--new-tokens",
+    "20",
+    "--logits-dir",
+    logitsDir,
   ]);
   const out = JSON.parse(run.stdout || "{}") as OneShot;
 
@@ -116,7 +133,15 @@ print(json.dumps(out))`;
   });
 
   test("serve mode: fill, time, trace, generate as JSON lines; a bad command fails with one line", async () => {
-    const { peer: p, info } = await startTorchPeer({ python: python!, modelDir: FIXTURE, device: "cpu", threads: 1, variants: ["seed", "static"], cacheRows: 40, fillSeed: 0 });
+    const { peer: p, info } = await startTorchPeer({
+      python: python!,
+      modelDir: FIXTURE,
+      device: "cpu",
+      threads: 1,
+      variants: ["seed", "static"],
+      cacheRows: 40,
+      fillSeed: 0,
+    });
     try {
       expect(info.variants.map((v) => v.name)).toEqual(["seed", "static"]);
       const filled = await p.request<{ next_tokens: Record<string, number> }>({ cmd: "fill", context: 16 });
@@ -125,7 +150,12 @@ print(json.dumps(out))`;
       expect(timed.samples_ms).toHaveLength(3);
       const trace = await p.request<PeerDispatchSplit>({ cmd: "trace" });
       expect(trace.context).toBe(16);
-      const gen = await p.request<{ tokens: number[] }>({ cmd: "generate", variant: "seed", prompt: expected.prompt, n: 20 });
+      const gen = await p.request<{ tokens: number[] }>({
+        cmd: "generate",
+        variant: "seed",
+        prompt: expected.prompt,
+        n: 20,
+      });
       expect(gen.tokens).toEqual(expected.generated.slice(0, 20));
       const bad = p.request({ cmd: "time", variant: "graph", steps: 1 });
       await expect(bad).rejects.toBeInstanceOf(PeerFailure);
@@ -151,7 +181,10 @@ describe("a missing python or torch: one clear line", () => {
     // a package named torch that fails to import, first on the path: a python without torch, deterministically
     const shadow = join(dir, "shadow");
     mkdirSync(join(shadow, "torch"), { recursive: true });
-    writeFileSync(join(shadow, "torch/__init__.py"), 'raise ImportError("No module named \'torch\' (shadowed by the test)")\n');
+    writeFileSync(
+      join(shadow, "torch/__init__.py"),
+      "raise ImportError(\"No module named 'torch' (shadowed by the test)\")\n",
+    );
     const env = { ...process.env, PYTHONPATH: shadow };
     const r = peer(anyPython!, ["--model", FIXTURE], env);
     expect(r.code).toBe(1);
@@ -163,7 +196,11 @@ describe("a missing python or torch: one clear line", () => {
   });
 
   test.skipIf(!python)("bad flags and a bad model directory: one `error:` line each", () => {
-    for (const args of [["--model", FIXTURE, "--variants", "turbo"], ["--model", join(dir, "nowhere")], ["--model", FIXTURE, "--contexts", "8,x"]]) {
+    for (const args of [
+      ["--model", FIXTURE, "--variants", "turbo"],
+      ["--model", join(dir, "nowhere")],
+      ["--model", FIXTURE, "--contexts", "8,x"],
+    ]) {
       const r = peer(python!, args);
       expect(r.code).toBe(1);
       expect(r.stderr.trimEnd().split("\n")).toHaveLength(1);

@@ -1,7 +1,14 @@
 import { describe, expect, test } from "bun:test";
 import { kvCacheBytesPerToken, parameterCount, type GPT2Config } from "../src/model/config.ts";
 
-import { decodeStep, DEFAULT_STEP_FORM, dtypeCodes, type LayerBuffers, type ModelBuffers, type StepForm } from "../src/plan.ts";
+import {
+  decodeStep,
+  DEFAULT_STEP_FORM,
+  dtypeCodes,
+  type LayerBuffers,
+  type ModelBuffers,
+  type StepForm,
+} from "../src/plan.ts";
 import { attendedKeys, type DtypeName } from "../src/ops.ts";
 import {
   cachedStepWork,
@@ -54,13 +61,21 @@ describe("stepWork", () => {
   test("the fused decode step: five launches per layer, 62 for GPT-2 small; several rows stay unfused", () => {
     const ops = stepWork(gpt2, 1, 10);
     expect(ops.length).toBe(1 + 12 * 5 + 1);
-    expect(ops.slice(0, 6).map((o) => o.family)).toEqual(["embed", "ln_qkv", "attention", "linear_residual", "ln_linear_gelu", "linear_residual"]);
+    expect(ops.slice(0, 6).map((o) => o.family)).toEqual([
+      "embed",
+      "ln_qkv",
+      "attention",
+      "linear_residual",
+      "ln_linear_gelu",
+      "linear_residual",
+    ]);
     expect(ops.at(-1)!.family).toBe("ln_lm_head_argmax");
     expect(stepWork(gpt2, 2, 0)).toEqual(stepWork(gpt2, 2, 0, UNFUSED));
   });
 
   test("fusing keeps the FLOPs, the weights and the cache rows, and moves fewer activation bytes", () => {
-    const fused = sumWork(stepWork(gpt2, 1, 500)), unfused = sumWork(stepWork(gpt2, 1, 500, UNFUSED));
+    const fused = sumWork(stepWork(gpt2, 1, 500)),
+      unfused = sumWork(stepWork(gpt2, 1, 500, UNFUSED));
     expect(fused.flops).toBe(unfused.flops);
     expect(fused.weight_bytes).toBe(unfused.weight_bytes);
     expect(fused.kv_bytes).toBe(unfused.kv_bytes);
@@ -70,9 +85,41 @@ describe("stepWork", () => {
   test("is the decode plan's own ops and their work, whatever the buffers", () => {
     const tiny: GPT2Config = { ...gpt2, n_layer: 2, n_embd: 8, n_head: 2, vocab_size: 11, n_positions: 16 };
     const pair = { weight: 1, bias: 1 };
-    const layer: LayerBuffers = { ln_1: pair, c_attn: pair, attn_c_proj: pair, ln_2: pair, c_fc: pair, mlp_c_proj: pair };
-    const pointers = { wte: 1, wpe: 1, seq: 1, state: 1, x: 1, ln: 1, qkv: 1, att: 1, proj: 1, fc: 1, act: 1, logits: 1, scratch: 1, partials: 1 };
-    const buffers: ModelBuffers = { config: tiny, batch: 1, dtypes: dtypeCodes(DEFAULT_STEP_FORM), ...pointers, layers: [layer, layer], ln_f: pair, kCache: [1, 1], vCache: [1, 1], maxRows: 4 };
+    const layer: LayerBuffers = {
+      ln_1: pair,
+      c_attn: pair,
+      attn_c_proj: pair,
+      ln_2: pair,
+      c_fc: pair,
+      mlp_c_proj: pair,
+    };
+    const pointers = {
+      wte: 1,
+      wpe: 1,
+      seq: 1,
+      state: 1,
+      x: 1,
+      ln: 1,
+      qkv: 1,
+      att: 1,
+      proj: 1,
+      fc: 1,
+      act: 1,
+      logits: 1,
+      scratch: 1,
+      partials: 1,
+    };
+    const buffers: ModelBuffers = {
+      config: tiny,
+      batch: 1,
+      dtypes: dtypeCodes(DEFAULT_STEP_FORM),
+      ...pointers,
+      layers: [layer, layer],
+      ln_f: pair,
+      kCache: [1, 1],
+      vCache: [1, 1],
+      maxRows: 4,
+    };
     expect(stepWork(tiny, 3, 5)).toEqual(opsWork(decodeStep(buffers, 3), 5));
     expect(stepWork(tiny, 1, 5)).toEqual(opsWork(decodeStep(buffers, 1), 5));
     expect(stepWork(tiny, 1, 5, UNFUSED)).toEqual(opsWork(decodeStep(buffers, 1, "unfused"), 5));
@@ -186,7 +233,8 @@ describe("classifyRegime", () => {
 });
 
 describe("storage types and batches in the work model", () => {
-  const step = (batch: number, weights: DtypeName, kv: DtypeName, context = 500) => sumWork(cachedStepWork(gpt2, context, { plan: "fused", batch, weights, kv }));
+  const step = (batch: number, weights: DtypeName, kv: DtypeName, context = 500) =>
+    sumWork(cachedStepWork(gpt2, context, { plan: "fused", batch, weights, kv }));
   const [f32, bf16, f16] = ["f32", "bf16", "f16"] as const;
   const matrices = 12 * (768 * 3 * 768 + 768 * 768 + 2 * 768 * 3072) + 50257 * 768; // c_attn, c_proj, c_fc, mlp c_proj; wte
 
@@ -201,7 +249,8 @@ describe("storage types and batches in the work model", () => {
   });
 
   test("a batch reads every weight matrix once, and each sequence's cache rows and activations", () => {
-    const one = step(1, f32, f32), four = step(4, f32, f32);
+    const one = step(1, f32, f32),
+      four = step(4, f32, f32);
     expect(four.weight_bytes - one.weight_bytes).toBe(3 * 4 * 2 * 768); // only the embedded rows (wte and wpe) are per sequence
     expect(four.kv_bytes).toBe(4 * one.kv_bytes);
     expect(four.flops).toBeCloseTo(4 * one.flops, -3);

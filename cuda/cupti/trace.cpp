@@ -15,7 +15,7 @@
 namespace {
 
 constexpr size_t kBufferBytes = 8u << 20;  // per CUPTI buffer
-constexpr size_t kBufferAlign = 8;          // CUPTI requires 8-byte aligned buffers
+constexpr size_t kBufferAlign = 8;         // CUPTI requires 8-byte aligned buffers
 
 std::mutex g_mu;  // guards everything below: the completion callback runs on CUPTI's thread
 // never destroyed: CUPTI may still deliver a buffer while the process exits
@@ -51,7 +51,8 @@ void parse_kernel(const CUpti_ActivityKernel10* k) {
   r.dynamic_shared = k->dynamicSharedMemory;
   int status = 0;
   char* demangled = k->name ? abi::__cxa_demangle(k->name, nullptr, nullptr, &status) : nullptr;
-  copy_name(r.name, sizeof r.name, status == 0 && demangled ? demangled : k->name);  // extern "C" names stay as they are
+  copy_name(r.name, sizeof r.name,
+            status == 0 && demangled ? demangled : k->name);  // extern "C" names stay as they are
   free(demangled);
   g_kernels.push_back(r);
 }
@@ -81,11 +82,8 @@ void parse_record(const CUpti_Activity* rec) {
       parse_kernel(reinterpret_cast<const CUpti_ActivityKernel10*>(rec));
       break;
     case CUPTI_ACTIVITY_KIND_RUNTIME:
-    case CUPTI_ACTIVITY_KIND_DRIVER:
-      parse_api(reinterpret_cast<const CUpti_ActivityAPI*>(rec));
-      break;
-    default:
-      break;
+    case CUPTI_ACTIVITY_KIND_DRIVER: parse_api(reinterpret_cast<const CUpti_ActivityAPI*>(rec)); break;
+    default: break;
   }
 }
 

@@ -19,31 +19,31 @@ enum { TRACE_RUNTIME_API = 1, TRACE_DRIVER_API = 2 };  // trace_start flags; ker
 // One kernel execution, packed by construction (no padding). TypeScript reads it at the offsets of TRACE_KERNEL
 // (src/native/cupti.ts; test/abi-layout.test.ts checks them against offsetof).
 typedef struct TraceKernel {
-  uint64_t start_ns;        // CUPTI clock
+  uint64_t start_ns;  // CUPTI clock
   uint64_t end_ns;
   uint64_t graph_node_id;   // 0 unless launched by a CUDA graph
   uint32_t correlation_id;  // matches the launching API record's correlation_id
   uint32_t graph_id;        // 0 unless launched by a CUDA graph
   uint32_t stream_id;
-  int32_t grid[3];          // x, y, z
-  int32_t block[3];         // x, y, z
-  int32_t registers;        // per thread
-  int32_t static_shared;    // bytes per block
-  int32_t dynamic_shared;   // bytes per block
-  char name[128];           // demangled, NUL-terminated, cut at 127 bytes
+  int32_t grid[3];         // x, y, z
+  int32_t block[3];        // x, y, z
+  int32_t registers;       // per thread
+  int32_t static_shared;   // bytes per block
+  int32_t dynamic_shared;  // bytes per block
+  char name[128];          // demangled, NUL-terminated, cut at 127 bytes
 } TraceKernel;
 
 // One runtime or driver API call, packed by construction; read at the offsets of TRACE_API.
 typedef struct TraceApi {
-  uint64_t start_ns;        // CUPTI clock
+  uint64_t start_ns;  // CUPTI clock
   uint64_t end_ns;
   uint32_t correlation_id;
-  uint32_t cbid;            // CUPTI_RUNTIME_TRACE_CBID_* or CUPTI_DRIVER_TRACE_CBID_*
-  uint32_t domain;          // CUpti_CallbackDomain: 1 = driver, 2 = runtime
-  uint32_t return_value;    // cudaError_t / CUresult of the call
+  uint32_t cbid;          // CUPTI_RUNTIME_TRACE_CBID_* or CUPTI_DRIVER_TRACE_CBID_*
+  uint32_t domain;        // CUpti_CallbackDomain: 1 = driver, 2 = runtime
+  uint32_t return_value;  // cudaError_t / CUresult of the call
   uint32_t process_id;
   uint32_t thread_id;
-  char name[64];            // e.g. "cudaLaunchKernel" (version suffix "_v7000" removed), NUL-terminated
+  char name[64];  // e.g. "cudaLaunchKernel" (version suffix "_v7000" removed), NUL-terminated
 } TraceApi;
 
 // Registers the buffer callbacks (once) and enables kernel records, plus API records per flags.
@@ -52,11 +52,11 @@ int trace_start(int flags);
 int trace_flush(void);  // delivers completed buffers (0 if not started); synchronise the device first
 int trace_stop(void);   // forced flush, then disables every kind trace_start enabled; 0 if not started
 
-int trace_kernel_count(void);                      // records held
-int trace_read_kernels(TraceKernel* out, int max); // copies the first min(max, held) records; returns how many
+int trace_kernel_count(void);                       // records held
+int trace_read_kernels(TraceKernel* out, int max);  // copies the first min(max, held) records; returns how many
 int trace_api_count(void);
 int trace_read_api(TraceApi* out, int max);
-void trace_clear(void);                            // forgets held records and the dropped count
+void trace_clear(void);  // forgets held records and the dropped count
 
 uint64_t trace_timestamp(void);  // now on CUPTI's clock in ns (0 if CUPTI cannot read it)
 // Records lost since the last trace_clear: CUPTI's dropped count (no buffer space) plus kernel records

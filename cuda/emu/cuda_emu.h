@@ -58,12 +58,24 @@ struct dim3 {
   unsigned x, y, z;
   constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
 };
-struct uint3 { unsigned x, y, z; };
-struct alignas(8) float2 { float x, y; };
-struct alignas(16) float4 { float x, y, z, w; };
-struct alignas(8) int2 { int x, y; };
-struct alignas(8) uint2 { unsigned x, y; };
-struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct uint3 {
+  unsigned x, y, z;
+};
+struct alignas(8) float2 {
+  float x, y;
+};
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+struct alignas(8) int2 {
+  int x, y;
+};
+struct alignas(8) uint2 {
+  unsigned x, y;
+};
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
+};
 inline float2 make_float2(float x, float y) { return {x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline int2 make_int2(int x, int y) { return {x, y}; }
@@ -166,9 +178,21 @@ template <typename T> T __shfl_up_sync(unsigned mask, T var, unsigned delta, int
 }
 
 // ---- atomics (fibers never preempt, so plain read-modify-write is exact) -----------------------------------
-template <typename T> T atomicAdd(T* address, T value) { T old = *address; *address = old + value; return old; }
-template <typename T> T atomicExch(T* address, T value) { T old = *address; *address = value; return old; }
-template <typename T> T atomicMax(T* address, T value) { T old = *address; if (value > old) *address = value; return old; }
+template <typename T> T atomicAdd(T* address, T value) {
+  T old = *address;
+  *address = old + value;
+  return old;
+}
+template <typename T> T atomicExch(T* address, T value) {
+  T old = *address;
+  *address = value;
+  return old;
+}
+template <typename T> T atomicMax(T* address, T value) {
+  T old = *address;
+  if (value > old) *address = value;
+  return old;
+}
 inline unsigned atomicInc(unsigned* address, unsigned limit) {
   unsigned old = *address;
   *address = old >= limit ? 0 : old + 1;
@@ -181,10 +205,10 @@ namespace cuda {
 enum thread_scope { thread_scope_system, thread_scope_device, thread_scope_block, thread_scope_thread };
 namespace std {
 using ::std::memory_order;
-using ::std::memory_order_relaxed;
-using ::std::memory_order_acquire;
-using ::std::memory_order_release;
 using ::std::memory_order_acq_rel;
+using ::std::memory_order_acquire;
+using ::std::memory_order_relaxed;
+using ::std::memory_order_release;
 using ::std::memory_order_seq_cst;
 }  // namespace std
 template <typename T, thread_scope> class atomic_ref {
@@ -217,16 +241,36 @@ inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
-inline int __float_as_int(float f) { int i; memcpy(&i, &f, sizeof i); return i; }
-inline float __int_as_float(int i) { float f; memcpy(&f, &i, sizeof f); return f; }
-inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, sizeof u); return u; }
-inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, sizeof f); return f; }
+inline int __float_as_int(float f) {
+  int i;
+  memcpy(&i, &f, sizeof i);
+  return i;
+}
+inline float __int_as_float(int i) {
+  float f;
+  memcpy(&f, &i, sizeof f);
+  return f;
+}
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+inline float __uint_as_float(unsigned u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
 
 // ---- 16-bit storage types (cuda_bf16.h, cuda_fp16.h): the bits, and conversions rounding as the GPU does -----
 // float -> bf16/f16: round to nearest even (cvt.rn); overflow gives +-Inf, f16 results below 2^-14 are subnormal;
 // NaN becomes the canonical NaN 0x7fff. bf16/f16 -> float: exact.
-struct __nv_bfloat16 { unsigned short __x; };
-struct __half { unsigned short __x; };
+struct __nv_bfloat16 {
+  unsigned short __x;
+};
+struct __half {
+  unsigned short __x;
+};
 inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short bits) { return {bits}; }
 inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.__x; }
 inline __half __ushort_as_half(unsigned short bits) { return {bits}; }
@@ -339,7 +383,9 @@ cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes);
-template <typename T> cudaError_t cudaMalloc(T** ptr, size_t bytes) { return cudaMalloc(reinterpret_cast<void**>(ptr), bytes); }
+template <typename T> cudaError_t cudaMalloc(T** ptr, size_t bytes) {
+  return cudaMalloc(reinterpret_cast<void**>(ptr), bytes);
+}
 cudaError_t cudaFree(void* ptr);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream);
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream);
@@ -390,7 +436,7 @@ void emu_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t dynamic
 // As emu_launch, with every block resident at once (cudaLaunchCooperativeKernel): blocks may wait for each
 // other in emu::wait_until_at_least. More than 1024 threads in all fail with cudaErrorCooperativeLaunchTooLarge.
 template <typename... Params, typename... Args>
-void emu_launch_cooperative(void (*kernel)(Params...), dim3 grid, dim3 block, size_t dynamic_smem,
-                            cudaStream_t stream, Args&&... args) {
+void emu_launch_cooperative(void (*kernel)(Params...), dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream,
+                            Args&&... args) {
   emu::submit_launch(grid, block, dynamic_smem, stream, emu::bind_kernel(kernel, std::forward<Args>(args)...), true);
 }

@@ -82,7 +82,9 @@ template <typename T> void shuffle_order(T* items, int n) {
 
 // ---- context switch --------------------------------------------------------------------------------------
 #if defined(__x86_64__)
-struct Context { void* sp = nullptr; };
+struct Context {
+  void* sp = nullptr;
+};
 
 extern "C" void emu_switch_context(void** save_sp, void* load_sp);
 extern "C" void emu_fiber_trampoline();
@@ -133,7 +135,9 @@ void context_init(Context* ctx, char* stack_top) {
 }
 void context_switch(Context* from, Context* to) { emu_switch_context(&from->sp, to->sp); }
 #else
-struct Context { ucontext_t uc; };
+struct Context {
+  ucontext_t uc;
+};
 void context_init(Context* ctx, char* stack_top) {
   getcontext(&ctx->uc);
   ctx->uc.uc_stack.ss_sp = stack_top - kStackBytes;
@@ -239,12 +243,12 @@ SharedPool g_shared;
 struct Block {
   uint3 idx{0, 0, 0};
   int n_threads = 0;
-  int first_slot = 0;  // its fibers' stack slots are first_slot .. first_slot + n_threads - 1
-  unsigned char* static_shared = nullptr;   // its slice of g_shared
+  int first_slot = 0;                      // its fibers' stack slots are first_slot .. first_slot + n_threads - 1
+  unsigned char* static_shared = nullptr;  // its slice of g_shared
   unsigned char* dynamic_shared = nullptr;
   Fiber* fibers = nullptr;
   Wait* waits = nullptr;  // waits[t]: fibers[t]'s
-  int* order = nullptr;  // the order a pass over the block runs its ready fibers in
+  int* order = nullptr;   // the order a pass over the block runs its ready fibers in
   WarpCollective* warps = nullptr;
   int current = -1;      // the running fiber
   int current_pos = -1;  // its position in `order`
@@ -507,7 +511,8 @@ size_t place_shared(size_t bytes, size_t align) {
     return 0;
   }
   g_shared.static_used = offset + bytes;
-  for (int slice = 0; slice < g_shared.slices; slice++) memset(g_shared.static_area(slice) + offset, kSharedPoison, bytes);
+  for (int slice = 0; slice < g_shared.slices; slice++)
+    memset(g_shared.static_area(slice) + offset, kSharedPoison, bytes);
   return offset;
 }
 

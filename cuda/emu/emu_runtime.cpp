@@ -28,7 +28,8 @@ struct EmuEvent {
 };
 
 namespace emu {
-void run_launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const KernelBody& body, bool cooperative);  // emu_exec.cpp
+void run_launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const KernelBody& body,
+                bool cooperative);  // emu_exec.cpp
 
 namespace {
 // The emulated device: launch shapes computed from these match an H100/H200, so the emulator runs the
@@ -44,7 +45,7 @@ constexpr int kL2Bytes = 50 * 1024 * 1024;
 constexpr int kSmemOptinBytes = 227 * 1024;
 constexpr int kCudaVersion = 13000;
 constexpr size_t kTotalBytes = (size_t)16 << 30;  // the emulated device's memory: an accounting limit only
-constexpr size_t kAllocAlignment = 256;            // as cudaMalloc
+constexpr size_t kAllocAlignment = 256;           // as cudaMalloc
 
 cudaError_t g_sticky = cudaSuccess;
 size_t g_allocated = 0;
@@ -67,7 +68,8 @@ void submit_launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, cudaStrea
                    bool cooperative) {
   EmuStream* s = resolve(stream);
   if (s->capture) {
-    s->capture->nodes.push_back({cudaGraphNodeTypeKernel, grid, block, dynamic_shared_bytes, std::move(body), cooperative});
+    s->capture->nodes.push_back(
+        {cudaGraphNodeTypeKernel, grid, block, dynamic_shared_bytes, std::move(body), cooperative});
     return;
   }
   run_launch(grid, block, dynamic_shared_bytes, body, cooperative);
@@ -122,8 +124,11 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNotReady: return "device not ready";
-    case cudaErrorLaunchFailure: return "unspecified launch failure (emulator: a barrier or warp collective some threads never reached, or a wait nobody could end)";
-    case cudaErrorCooperativeLaunchTooLarge: return "too many blocks in cooperative launch (emulator: more threads in all than one block may have)";
+    case cudaErrorLaunchFailure:
+      return "unspecified launch failure (emulator: a barrier or warp collective some threads never reached, or a wait "
+             "nobody could end)";
+    case cudaErrorCooperativeLaunchTooLarge:
+      return "too many blocks in cooperative launch (emulator: more threads in all than one block may have)";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
     default: return cudaGetErrorName(error);

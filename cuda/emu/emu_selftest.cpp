@@ -9,17 +9,18 @@
 namespace {
 
 enum SelfTest {
-  kValidCollectives = 0,       // a correct kernel: barriers and shuffles everyone reaches
-  kBlockTooLarge = 1,          // 1025 threads
-  kBarrierAfterEarlyExit = 2,  // half the block returns, the rest waits at __syncthreads
-  kMixedBarriers = 3,          // within a warp, half the lanes at a shuffle, half at __syncthreads
-  kGridBarrier = 4,            // cooperative: every block meets the others at grid barriers, phase after phase
+  kValidCollectives = 0,           // a correct kernel: barriers and shuffles everyone reaches
+  kBlockTooLarge = 1,              // 1025 threads
+  kBarrierAfterEarlyExit = 2,      // half the block returns, the rest waits at __syncthreads
+  kMixedBarriers = 3,              // within a warp, half the lanes at a shuffle, half at __syncthreads
+  kGridBarrier = 4,                // cooperative: every block meets the others at grid barriers, phase after phase
   kGridBarrierNotCooperative = 5,  // the same kernel launched normally: block 0's wait can never end
   kGridBarrierBlockAbsent = 6,     // cooperative, but one block never arrives: the others wait forever
   kCooperativeTooLarge = 7,        // one block (of 256 threads) more than cooperative_max_blocks allows
   kGridBarrierInGraph = 8,         // cooperative launch captured on a stream, then replayed as a graph
-  kSharedPerBlock = 9,       // cooperative: each block's shared memory, static and dynamic, holds its own across a wait
-  kSharedStartsPoisoned = 10,  // blocks one after another: the first finds poison in shared memory, the next its leftovers
+  kSharedPerBlock = 9,  // cooperative: each block's shared memory, static and dynamic, holds its own across a wait
+  kSharedStartsPoisoned =
+      10,  // blocks one after another: the first finds poison in shared memory, the next its leftovers
   kStaticSharedTooLarge = 11,  // one byte over the 48 KiB of static shared memory a block may have
 };
 constexpr int kWrongResult = -1;  // the launch ran, but the kernel computed wrong values
@@ -54,10 +55,10 @@ constexpr int kPhases = 3;
 constexpr int kNoAbsentBlock = -1;
 
 struct GridBarrierData {
-  unsigned arrivals;                                     // the barrier's counter: phase p ends at p x gridDim.x
-  int slots[2][(kCoopBlocks + 1) * kCoopThreads];        // slots[phase % 2]: (blocks, threads), double-buffered
-  int sums[kPhases][(kCoopBlocks + 1) * kCoopThreads];   // sums[phase - 1]: (blocks, threads)
-  int arrival_order[kPhases * (kCoopBlocks + 1)];        // the block that arrived n-th
+  unsigned arrivals;                                    // the barrier's counter: phase p ends at p x gridDim.x
+  int slots[2][(kCoopBlocks + 1) * kCoopThreads];       // slots[phase % 2]: (blocks, threads), double-buffered
+  int sums[kPhases][(kCoopBlocks + 1) * kCoopThreads];  // sums[phase - 1]: (blocks, threads)
+  int arrival_order[kPhases * (kCoopBlocks + 1)];       // the block that arrived n-th
 };
 GridBarrierData g_grid;
 
@@ -144,9 +145,9 @@ constexpr int kSharedBlocks = 2, kSharedThreads = 64;
 constexpr unsigned kPoisonWord = 0xffffffffu;  // four poison bytes
 
 struct SharedData {
-  unsigned arrivals;                    // both blocks count themselves in, then wait for both
-  int wrong[kSharedBlocks];             // per block: the threads that read back another value than they wrote
-  unsigned first_seen[kSharedBlocks];   // per block: the static variable before the block wrote it
+  unsigned arrivals;                   // both blocks count themselves in, then wait for both
+  int wrong[kSharedBlocks];            // per block: the threads that read back another value than they wrote
+  unsigned first_seen[kSharedBlocks];  // per block: the static variable before the block wrote it
 };
 SharedData g_shared_data;
 
@@ -215,38 +216,21 @@ extern "C" int emu_selftest(int which) {
   static int out[kBlock];
   cudaGetLastError();
   switch (which) {
-    case kValidCollectives:
-      emu_launch(collectives_kernel, 2, kBlock, 0, nullptr, out);
-      break;
-    case kBlockTooLarge:
-      emu_launch(collectives_kernel, 1, 1025, 0, nullptr, out);
-      break;
-    case kBarrierAfterEarlyExit:
-      emu_launch(early_exit_kernel, 1, kBlock, 0, nullptr, out);
-      break;
-    case kMixedBarriers:
-      emu_launch(mixed_barriers_kernel, 1, kBlock, 0, nullptr, out);
-      break;
+    case kValidCollectives: emu_launch(collectives_kernel, 2, kBlock, 0, nullptr, out); break;
+    case kBlockTooLarge: emu_launch(collectives_kernel, 1, 1025, 0, nullptr, out); break;
+    case kBarrierAfterEarlyExit: emu_launch(early_exit_kernel, 1, kBlock, 0, nullptr, out); break;
+    case kMixedBarriers: emu_launch(mixed_barriers_kernel, 1, kBlock, 0, nullptr, out); break;
     case kGridBarrier:
       if (emu::cooperative_max_blocks(kCoopThreads) != kCoopBlocks) return kWrongResult;
       return launch_grid_barrier(true, kCoopBlocks, kNoAbsentBlock);
-    case kGridBarrierNotCooperative:
-      return launch_grid_barrier(false, kCoopBlocks, kNoAbsentBlock);
-    case kGridBarrierBlockAbsent:
-      return launch_grid_barrier(true, kCoopBlocks, kCoopBlocks / 2);
-    case kCooperativeTooLarge:
-      return launch_grid_barrier(true, kCoopBlocks + 1, kNoAbsentBlock);
-    case kGridBarrierInGraph:
-      return grid_barrier_in_graph();
-    case kSharedPerBlock:
-      return shared_per_block();
-    case kSharedStartsPoisoned:
-      return shared_starts_poisoned();
-    case kStaticSharedTooLarge:
-      emu_launch(static_shared_too_large_kernel, 1, kBlock, 0, nullptr, out);
-      break;
-    default:
-      return cudaErrorInvalidValue;
+    case kGridBarrierNotCooperative: return launch_grid_barrier(false, kCoopBlocks, kNoAbsentBlock);
+    case kGridBarrierBlockAbsent: return launch_grid_barrier(true, kCoopBlocks, kCoopBlocks / 2);
+    case kCooperativeTooLarge: return launch_grid_barrier(true, kCoopBlocks + 1, kNoAbsentBlock);
+    case kGridBarrierInGraph: return grid_barrier_in_graph();
+    case kSharedPerBlock: return shared_per_block();
+    case kSharedStartsPoisoned: return shared_starts_poisoned();
+    case kStaticSharedTooLarge: emu_launch(static_shared_too_large_kernel, 1, kBlock, 0, nullptr, out); break;
+    default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }

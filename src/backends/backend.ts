@@ -77,7 +77,12 @@ export interface StudyDefaults {
 }
 
 /** Backends whose steps run on the host CPU: a shorter sweep, so a default run ends in minutes on 2 cores (the uncached step grows with context). */
-export const HOST_STUDY_DEFAULTS: StudyDefaults = { contexts: [8, 10, 16, 32, 64, 100, 128], repeats: 10, warmup: 2, e2eTokens: 56 };
+export const HOST_STUDY_DEFAULTS: StudyDefaults = {
+  contexts: [8, 10, 16, 32, 64, 100, 128],
+  repeats: 10,
+  warmup: 2,
+  e2eTokens: 56,
+};
 
 export interface Backend {
   readonly kind: BackendKind;

@@ -2,7 +2,17 @@
 import { familyOfCode, type OpSymbols } from "../ops.ts";
 import type { PlanOp } from "../plan.ts";
 import {
-  EMPTY_OPS, nowMs, opInterval, type HostInterval, type Instrument, type LaunchFloor, type OpInterval, type Peaks, type TimedStep, type TraceResult, type TracedStep,
+  EMPTY_OPS,
+  nowMs,
+  opInterval,
+  type HostInterval,
+  type Instrument,
+  type LaunchFloor,
+  type OpInterval,
+  type Peaks,
+  type TimedStep,
+  type TraceResult,
+  type TracedStep,
 } from "./instrument.ts";
 import { ReadProbe, type ReadProbeBackend } from "./read-probe.ts";
 
@@ -15,7 +25,8 @@ function dispatchGaps(label: string, startUs: number, endUs: number, ops: OpInte
   const edges = [startUs, ...ops.flatMap((o) => [o.start_us, o.end_us]), endUs];
   const gaps: HostInterval[] = [];
   for (let i = 0; i + 1 < edges.length; i += 2) {
-    if (edges[i + 1]! > edges[i]!) gaps.push({ kind: "step", name: `dispatch (${label})`, start_us: edges[i]!, end_us: edges[i + 1]! });
+    if (edges[i + 1]! > edges[i]!)
+      gaps.push({ kind: "step", name: `dispatch (${label})`, start_us: edges[i]!, end_us: edges[i + 1]! });
   }
   return gaps;
 }
@@ -75,8 +86,11 @@ export class CpuInstrument implements Instrument {
     const mismatchedSteps: number[] = [];
     for (let i = 0; i < count; i++) {
       const mine = records.slice(i * ops.length, (i + 1) * ops.length);
-      if (mine.length !== ops.length || mine.some((r, k) => familyOfCode(r.code) !== ops[k]!.family)) mismatchedSteps.push(i);
-      const opIntervals = mine.map((r, k) => opInterval(ops[k]!, k, `op_${ops[k]!.family}`, us(r.startNs), us(r.endNs)));
+      if (mine.length !== ops.length || mine.some((r, k) => familyOfCode(r.code) !== ops[k]!.family))
+        mismatchedSteps.push(i);
+      const opIntervals = mine.map((r, k) =>
+        opInterval(ops[k]!, k, `op_${ops[k]!.family}`, us(r.startNs), us(r.endNs)),
+      );
       steps.push({ host: dispatchGaps(label, us(windows[i]![0]), us(windows[i]![1]), opIntervals), ops: opIntervals });
     }
     return { steps, dropped, mismatchedSteps, wallMs };
@@ -106,7 +120,17 @@ export class CpuInstrument implements Instrument {
     const t0 = nowMs();
     for (let i = 0; i < EMPTY_OPS; i++) call();
     const hostUs = ((nowMs() - t0) * 1e3) / EMPTY_OPS;
-    return { host_us: hostUs, device_us: null, graph_node_us: null, pdl_node_us: null, grid_barrier_us: null, grid_barrier_skewed_us: null, grid_barrier_sc_us: null, grid_barrier_sc_skewed_us: null, how_measured: `${EMPTY_OPS} empty ops (GELU of 0 elements) through bun:ffi, after as many warm-up calls` };
+    return {
+      host_us: hostUs,
+      device_us: null,
+      graph_node_us: null,
+      pdl_node_us: null,
+      grid_barrier_us: null,
+      grid_barrier_skewed_us: null,
+      grid_barrier_sc_us: null,
+      grid_barrier_sc_skewed_us: null,
+      how_measured: `${EMPTY_OPS} empty ops (GELU of 0 elements) through bun:ffi, after as many warm-up calls`,
+    };
   }
 
   close(): void {}

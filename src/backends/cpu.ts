@@ -4,7 +4,13 @@ import { cpus } from "node:os";
 import { ensureBuilt } from "../native/build.ts";
 import { CPU_SYMBOLS } from "../native/symbols.ts";
 import type { EncodedPlan } from "../plan.ts";
-import { HOST_STUDY_DEFAULTS, type BackendDescription, type DeviceBuffer, type MemoryInfo, type RecordedStep } from "./backend.ts";
+import {
+  HOST_STUDY_DEFAULTS,
+  type BackendDescription,
+  type DeviceBuffer,
+  type MemoryInfo,
+  type RecordedStep,
+} from "./backend.ts";
 import { CpuInstrument, FP32_PEAK_PASSES, type CpuOpRecord, type CpuTimers } from "./cpu-instrument.ts";
 import type { Instrument } from "./instrument.ts";
 import { NativeBackend, openLibrary } from "./native.ts";
@@ -37,7 +43,8 @@ export class CpuBackend extends NativeBackend implements CpuTimers {
   readonly programmaticLaunch = false;
   readonly persistentStep = false;
   readonly issueIsAsync = false;
-  readonly memInfoSource = "host memory not held resident by the CPU library's allocations (MemTotal − their resident pages, mincore)";
+  readonly memInfoSource =
+    "host memory not held resident by the CPU library's allocations (MemTotal − their resident pages, mincore)";
   readonly studyDefaults = HOST_STUDY_DEFAULTS;
   readonly cpu: CpuLibrary["symbols"];
 
@@ -114,7 +121,8 @@ export class CpuBackend extends NativeBackend implements CpuTimers {
 
   /** the read probe's buffer (src/backends/read-probe.ts): huge pages where given, written once */
   readPrepare(buffer: DeviceBuffer): void {
-    if (this.cpu.cpu_read_prepare(buffer.ptr, buffer.bytes) !== 0) throw new RangeError(`read probe: a buffer of ${buffer.bytes} bytes`);
+    if (this.cpu.cpu_read_prepare(buffer.ptr, buffer.bytes) !== 0)
+      throw new RangeError(`read probe: a buffer of ${buffer.bytes} bytes`);
   }
 
   /** seconds of one read pass over the first `bytes` of the probe's buffer */

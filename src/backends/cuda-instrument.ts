@@ -3,12 +3,23 @@ import { CuptiTracer, type RawApiRecord, type RawKernelRecord } from "../native/
 import { kernelFamily } from "../ops.ts";
 import type { PlanOp } from "../plan.ts";
 import {
-  EMPTY_OPS, nowMs, opInterval, PEAK_CALLS, type HostInterval, type Instrument, type LaunchFloor, type OpInterval, type Peaks, type TimedStep,
-  type TraceResult, type TracedStep,
+  EMPTY_OPS,
+  nowMs,
+  opInterval,
+  PEAK_CALLS,
+  type HostInterval,
+  type Instrument,
+  type LaunchFloor,
+  type OpInterval,
+  type Peaks,
+  type TimedStep,
+  type TraceResult,
+  type TracedStep,
 } from "./instrument.ts";
 
 /** grid barriers per measurement (the emulator's fibers switch at each: fewer there) */
-const GRID_BARRIERS = 1000, EMULATED_GRID_BARRIERS = 20;
+const GRID_BARRIERS = 1000,
+  EMULATED_GRID_BARRIERS = 20;
 
 /**
  * CUPTI records → one traced step per host window [h0, h1) (CUPTI's clock, ns since the tracer's origin).
@@ -17,27 +28,47 @@ const GRID_BARRIERS = 1000, EMULATED_GRID_BARRIERS = 20;
  * mismatched. Records CUPTI delivered broken (end before start, or before the first window) are dropped.
  */
 export function stepsFromCupti(
-  windows: Array<[number, number]>, allKernels: RawKernelRecord[], allApi: RawApiRecord[], droppedByCupti: number,
-  ops: PlanOp[], label: string,
+  windows: Array<[number, number]>,
+  allKernels: RawKernelRecord[],
+  allApi: RawApiRecord[],
+  droppedByCupti: number,
+  ops: PlanOp[],
+  label: string,
 ): Omit<TraceResult, "wallMs"> {
-  const kernels = allKernels.filter((k) => k.end_ns >= k.start_ns && k.start_ns >= windows[0]![0]).sort((a, b) => a.start_ns - b.start_ns);
+  const kernels = allKernels
+    .filter((k) => k.end_ns >= k.start_ns && k.start_ns >= windows[0]![0])
+    .sort((a, b) => a.start_ns - b.start_ns);
   const api = allApi.filter((a) => a.end_ns >= a.start_ns);
   const steps: TracedStep[] = [];
   const mismatchedSteps: number[] = [];
   windows.forEach(([h0, h1], i) => {
     const end = windows[i + 1]?.[0] ?? Infinity;
     const mine = kernels.filter((k) => k.start_ns >= h0 && k.start_ns < end);
-    if (mine.length !== ops.length || mine.some((k, j) => kernelFamily(k.name) !== ops[j]!.family)) mismatchedSteps.push(i);
+    if (mine.length !== ops.length || mine.some((k, j) => kernelFamily(k.name) !== ops[j]!.family))
+      mismatchedSteps.push(i);
     const launches = api.filter((a) => a.start_ns >= h0 && a.end_ns <= h1 && /Launch/.test(a.name));
     const host: HostInterval[] = [
       { kind: "step", name: `step (${label})`, start_us: h0 / 1e3, end_us: h1 / 1e3 },
-      ...launches.map((a): HostInterval => ({ kind: "launch", name: a.name, start_us: a.start_ns / 1e3, end_us: a.end_ns / 1e3, correlation: a.correlation })),
+      ...launches.map(
+        (a): HostInterval => ({
+          kind: "launch",
+          name: a.name,
+          start_us: a.start_ns / 1e3,
+          end_us: a.end_ns / 1e3,
+          correlation: a.correlation,
+        }),
+      ),
     ];
-    const opIntervals = mine.slice(0, ops.length).map((k, j): OpInterval => ({
-      ...opInterval(ops[j]!, j, k.name.replace(/\(.*$/, ""), k.start_ns / 1e3, k.end_ns / 1e3),
-      grid: k.grid, block: k.block, registers: k.registers,
-      shared_bytes: k.static_shared_bytes + k.dynamic_shared_bytes, correlation: k.correlation,
-    }));
+    const opIntervals = mine.slice(0, ops.length).map(
+      (k, j): OpInterval => ({
+        ...opInterval(ops[j]!, j, k.name.replace(/\(.*$/, ""), k.start_ns / 1e3, k.end_ns / 1e3),
+        grid: k.grid,
+        block: k.block,
+        registers: k.registers,
+        shared_bytes: k.static_shared_bytes + k.dynamic_shared_bytes,
+        correlation: k.correlation,
+      }),
+    );
     steps.push({ host, ops: opIntervals });
   });
   return { steps, dropped: droppedByCupti + (allKernels.length - kernels.length), mismatchedSteps };
@@ -85,7 +116,10 @@ export class CudaInstrument implements Instrument {
     if (this.cupti) return this.cupti;
     const t = this.backend.kind === "cuda" ? CuptiTracer.open() : { error: "CUPTI needs a GPU (emulated backend)" };
     const problem = t instanceof CuptiTracer ? CudaInstrument.probe(t) : t.error;
-    this.cupti = { tracer: problem === null ? (t as CuptiTracer) : null, note: problem ?? "CUPTI activity records (concurrent kernels, runtime API)" };
+    this.cupti = {
+      tracer: problem === null ? (t as CuptiTracer) : null,
+      note: problem ?? "CUPTI activity records (concurrent kernels, runtime API)",
+    };
     return this.cupti;
   }
 
@@ -148,8 +182,14 @@ export class CudaInstrument implements Instrument {
     const barriers = this.backend.kind === "emu" ? EMULATED_GRID_BARRIERS : GRID_BARRIERS;
     const barrier = this.backend.measureGridBarrier(barriers);
     return {
-      host_us: l.hostUs, device_us: l.eagerDeviceUs, graph_node_us: l.graphNodeUs, pdl_node_us: l.pdlNodeUs, grid_barrier_us: barrier.us, grid_barrier_skewed_us: barrier.skewedUs,
-      grid_barrier_sc_us: barrier.scUs, grid_barrier_sc_skewed_us: barrier.scSkewedUs,
+      host_us: l.hostUs,
+      device_us: l.eagerDeviceUs,
+      graph_node_us: l.graphNodeUs,
+      pdl_node_us: l.pdlNodeUs,
+      grid_barrier_us: barrier.us,
+      grid_barrier_skewed_us: barrier.skewedUs,
+      grid_barrier_sc_us: barrier.scUs,
+      grid_barrier_sc_skewed_us: barrier.scSkewedUs,
       how_measured:
         `${EMPTY_OPS} empty kernels launched from C++ (host clock per call), then 500 enqueued behind a spin kernel that outlasts their issue ` +
         `(events: the device's rate from a full queue), then as one ${EMPTY_OPS}-node graph, plain and with programmatic dependent launch; ` +

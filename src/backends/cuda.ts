@@ -3,12 +3,26 @@
 // sources compiled for the CPU (libgpt2_emu.so): every code path runs, slowly, without a GPU.
 import { UserError } from "../errors.ts";
 import { ensureBuilt, hasNvcc, hasPrebuilt } from "../native/build.ts";
-import { CUDA_SYMBOLS, CU_DEVICE_INFO, CU_LAUNCH_SHAPE, decodeDeviceInfo, type CuDeviceInfo } from "../native/cuda-symbols.ts";
+import {
+  CUDA_SYMBOLS,
+  CU_DEVICE_INFO,
+  CU_LAUNCH_SHAPE,
+  decodeDeviceInfo,
+  type CuDeviceInfo,
+} from "../native/cuda-symbols.ts";
 import { probeDriver } from "../native/driver.ts";
 import { readKernelFacts, type KernelFactsSymbol } from "../native/kernel-facts.ts";
 import type { EncodedPlan } from "../plan.ts";
 import type { GridBarrierMeasurement } from "./cuda-instrument.ts";
-import { HOST_STUDY_DEFAULTS, type BackendDescription, type GraphCapture, type KernelLaunches, type LaunchShape, type RecordedStep, type StudyDefaults } from "./backend.ts";
+import {
+  HOST_STUDY_DEFAULTS,
+  type BackendDescription,
+  type GraphCapture,
+  type KernelLaunches,
+  type LaunchShape,
+  type RecordedStep,
+  type StudyDefaults,
+} from "./backend.ts";
 import { CudaInstrument, type CudaTimers, type StepEvents } from "./cuda-instrument.ts";
 import type { Instrument } from "./instrument.ts";
 import { NativeBackend, openLibrary } from "./native.ts";
@@ -43,7 +57,11 @@ const CUDA_ERROR_NOT_SUPPORTED = 801; // cudaErrorNotSupported: the persistent s
 /** cu_graph_capture's kind (CU_CAPTURE_* in cuda/cuda_api.h; test/abi-layout.test.ts compares them) */
 export const CAPTURE_KINDS: Record<GraphCapture, number> = { plain: 0, programmatic: 1, persistent: 2 };
 /** each capture as its launch mode's step is named in errors */
-const CAPTURE_NAMES: Record<GraphCapture, string> = { plain: "graph", programmatic: "graph-pdl", persistent: "persistent step" };
+const CAPTURE_NAMES: Record<GraphCapture, string> = {
+  plain: "graph",
+  programmatic: "graph-pdl",
+  persistent: "persistent step",
+};
 
 const unavailable = (why: string) => new UserError(`CUDA backend unavailable: ${why}`);
 
@@ -52,12 +70,16 @@ function libraryFor(emulated: boolean): string {
   const probe = probeDriver();
   if (!probe.ok) throw unavailable(probe.reason);
   if (!hasNvcc() && !hasPrebuilt("cuda")) {
-    throw unavailable("nvcc not found, so the kernel library cannot be built (set NVCC or CUDA_HOME), and none built from these sources is here");
+    throw unavailable(
+      "nvcc not found, so the kernel library cannot be built (set NVCC or CUDA_HOME), and none built from these sources is here",
+    );
   }
   try {
     return ensureBuilt("cuda").path;
   } catch (e) {
-    throw unavailable(`the kernel library did not build (${(e as Error).message.split("\n")[0]}); run \`bun run build cuda\` for the compiler's output`);
+    throw unavailable(
+      `the kernel library did not build (${(e as Error).message.split("\n")[0]}); run \`bun run build cuda\` for the compiler's output`,
+    );
   }
 }
 
@@ -89,7 +111,12 @@ export class EventTimer implements StepEvents {
 }
 
 /** 8, 16, …, 1024 and the seed's 10, 100, 500, 1000 */
-const GPU_STUDY: StudyDefaults = { contexts: [8, 10, 16, 32, 64, 100, 128, 256, 500, 512, 1000, 1024], repeats: 50, warmup: 10, e2eTokens: 1016 };
+const GPU_STUDY: StudyDefaults = {
+  contexts: [8, 10, 16, 32, 64, 100, 128, 256, 500, 512, 1000, 1024],
+  repeats: 50,
+  warmup: 10,
+  e2eTokens: 1016,
+};
 
 export class CudaBackend extends NativeBackend implements CudaTimers {
   readonly kind: "cuda" | "emu";
@@ -127,9 +154,15 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
   describe(): BackendDescription {
     const d = this.device;
     const detail: Record<string, string | number> = {
-      compute_capability: `${d.ccMajor}.${d.ccMinor}`, sms: d.smCount, sm_clock_mhz: d.smClockKhz / 1000,
-      memory_bytes: d.totalMemBytes, memory_clock_mhz: d.memClockKhz / 1000, bus_width_bits: d.memBusWidthBits,
-      l2_bytes: d.l2Bytes, driver_version: d.driverVersion, runtime_version: d.runtimeVersion,
+      compute_capability: `${d.ccMajor}.${d.ccMinor}`,
+      sms: d.smCount,
+      sm_clock_mhz: d.smClockKhz / 1000,
+      memory_bytes: d.totalMemBytes,
+      memory_clock_mhz: d.memClockKhz / 1000,
+      bus_width_bits: d.memBusWidthBits,
+      l2_bytes: d.l2Bytes,
+      driver_version: d.driverVersion,
+      runtime_version: d.runtimeVersion,
     };
     if (this.kind === "emu") detail.note = "the CUDA kernels' sources executed on the CPU: times are not GPU times";
     return { backend: "cuda", name: this.deviceName, detail };
@@ -158,7 +191,10 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
       graphs.set(capture, graph!);
       return graph!;
     };
-    const replay = (capture: GraphCapture) => (n = 1) => this.check(this.cu.cu_graph_launch(captured(capture), n), `${CAPTURE_NAMES[capture]} launch`);
+    const replay =
+      (capture: GraphCapture) =>
+      (n = 1) =>
+        this.check(this.cu.cu_graph_launch(captured(capture), n), `${CAPTURE_NAMES[capture]} launch`);
     return {
       ops: plan.ops.length,
       runNative: (n = 1) => this.check(this.cu.cu_plan_run_n(native.handle, n), "eager-native step"),
@@ -176,7 +212,9 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
   private captureFailed(capture: GraphCapture): never {
     const code = this.sym.be_last_error() || CUDA_ERROR_UNKNOWN;
     if (capture === "persistent" && code === CUDA_ERROR_NOT_SUPPORTED) {
-      throw new UserError("the persistent step runs the fused plan's decode step, its cache in the weights' storage type: this step is not one (use another --mode, or matching --dtype and --kv-dtype)");
+      throw new UserError(
+        "the persistent step runs the fused plan's decode step, its cache in the weights' storage type: this step is not one (use another --mode, or matching --dtype and --kv-dtype)",
+      );
     }
     return this.check(code, `${CAPTURE_NAMES[capture]} capture`) as never;
   }
@@ -221,7 +259,12 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
   measureLaunch(n: number): { hostUs: number; eagerDeviceUs: number; graphNodeUs: number; pdlNodeUs: number | null } {
     const out = new Float64Array(4);
     this.check(this.cu.cu_measure_launch(n, out), "launch measurement");
-    return { hostUs: out[0]!, eagerDeviceUs: out[1]!, graphNodeUs: out[2]!, pdlNodeUs: Number.isNaN(out[3]) ? null : out[3]! };
+    return {
+      hostUs: out[0]!,
+      eagerDeviceUs: out[1]!,
+      graphNodeUs: out[2]!,
+      pdlNodeUs: Number.isNaN(out[3]) ? null : out[3]!,
+    };
   }
 
   /** the persistent step's grid barrier, n in a row: device µs per barrier (at once, skewed; and in the sequentially consistent design), the blocks that met at it */

@@ -5,7 +5,15 @@ import { UserError } from "../errors.ts";
 import { OP_SYMBOLS, PLAN_SYMBOLS, RUNTIME_SYMBOLS } from "../native/symbols.ts";
 import type { OpSymbols } from "../ops.ts";
 import type { EncodedPlan } from "../plan.ts";
-import type { Backend, BackendDescription, BackendKind, DeviceBuffer, MemoryInfo, RecordedStep, StudyDefaults } from "./backend.ts";
+import type {
+  Backend,
+  BackendDescription,
+  BackendKind,
+  DeviceBuffer,
+  MemoryInfo,
+  RecordedStep,
+  StudyDefaults,
+} from "./backend.ts";
 import type { Instrument } from "./instrument.ts";
 
 const BASE_SYMBOLS = { ...OP_SYMBOLS, ...PLAN_SYMBOLS, ...RUNTIME_SYMBOLS };
@@ -38,7 +46,10 @@ export interface BaseSymbols {
 }
 
 /** Opens a backend library, turning a missing or broken file into one clear line. `S` types the extra symbols. */
-export function openLibrary<S>(path: string, extra: Record<string, FFIFunction>): { symbols: BaseSymbols & OpSymbols & S; close(): void } {
+export function openLibrary<S>(
+  path: string,
+  extra: Record<string, FFIFunction>,
+): { symbols: BaseSymbols & OpSymbols & S; close(): void } {
   try {
     const lib = dlopen(path, { ...BASE_SYMBOLS, ...extra });
     return { symbols: lib.symbols as unknown as BaseSymbols & OpSymbols & S, close: () => lib.close() };
@@ -60,14 +71,19 @@ export abstract class NativeBackend implements Backend {
   private readonly live = new Set<number>();
   private readonly memWords = new BigUint64Array(2);
 
-  protected constructor(protected readonly sym: BaseSymbols & OpSymbols, private readonly closeLibrary: () => void) {
+  protected constructor(
+    protected readonly sym: BaseSymbols & OpSymbols,
+    private readonly closeLibrary: () => void,
+  ) {
     this.ops = sym;
   }
 
   /** Throws a one-line error naming the backend's error code if the last call failed. */
   protected check(code: number, what: string): void {
     if (code !== 0) {
-      throw new UserError(`${this.kind} backend: ${what} failed: ${this.sym.be_error_name(code)} (${this.sym.be_error_string(code)})`);
+      throw new UserError(
+        `${this.kind} backend: ${what} failed: ${this.sym.be_error_name(code)} (${this.sym.be_error_string(code)})`,
+      );
     }
   }
 
@@ -95,12 +111,18 @@ export abstract class NativeBackend implements Backend {
 
   upload(dst: DeviceBuffer, src: ArrayBufferView, dstOffsetBytes = 0): void {
     if (src.byteLength === 0) return;
-    this.check(this.sym.be_upload(this.span(dst, dstOffsetBytes, src.byteLength, "upload"), src, src.byteLength), "upload");
+    this.check(
+      this.sym.be_upload(this.span(dst, dstOffsetBytes, src.byteLength, "upload"), src, src.byteLength),
+      "upload",
+    );
   }
 
   download(src: DeviceBuffer, dst: ArrayBufferView, srcOffsetBytes = 0): void {
     if (dst.byteLength === 0) return;
-    this.check(this.sym.be_download(dst, this.span(src, srcOffsetBytes, dst.byteLength, "download"), dst.byteLength), "download");
+    this.check(
+      this.sym.be_download(dst, this.span(src, srcOffsetBytes, dst.byteLength, "download"), dst.byteLength),
+      "download",
+    );
   }
 
   fill32(dst: DeviceBuffer, word: number, count = Math.floor(dst.bytes / 4)): void {

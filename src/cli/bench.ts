@@ -44,7 +44,10 @@ const nowMs = () => Bun.nanoseconds() / 1e6;
 /** One line of the report on stdout (a closed pipe or a full disk is one error line: cli/outputs.ts). */
 const line = (text: string) => writeStdout(`${text}\n`);
 const gflops = (flops: number, ms: number) => flops / ms / 1e6;
-const load = () => loadavg().map((x) => x.toFixed(2)).join(" ");
+const load = () =>
+  loadavg()
+    .map((x) => x.toFixed(2))
+    .join(" ");
 
 interface Sections {
   decode: boolean;
@@ -80,7 +83,10 @@ function benchDecode(backend: CpuBackend, session: Session, contexts: number[], 
   const cfg = session.config;
   const modes = availableModes(backend, session.form);
   const replay = replayMode(backend);
-  const bytesAt = (c: number) => { const { weights, kv } = floorBytes(cfg, c); return weights + kv; };
+  const bytesAt = (c: number) => {
+    const { weights, kv } = floorBytes(cfg, c);
+    return weights + kv;
+  };
   const probe = ReadProbe.open(backend, Math.max(...contexts.map(bytesAt)));
   try {
     const perRound = Math.max(1, Math.ceil(steps / DECODE_ROUNDS));
@@ -89,7 +95,11 @@ function benchDecode(backend: CpuBackend, session: Session, contexts: number[], 
     for (let r = 0; r < DECODE_ROUNDS; r++) {
       const bandwidth = Math.max(...Array.from({ length: PROBE_PASSES_PER_ROUND }, () => probe.pass()));
       for (const c of contexts) {
-        for (const m of modes) samples.get(c)!.get(m)!.push(...timeCachedSteps(session, c, perRound, m));
+        for (const m of modes)
+          samples
+            .get(c)!
+            .get(m)!
+            .push(...timeCachedSteps(session, c, perRound, m));
         const replayed = samples.get(c)!.get(replay)!.slice(-perRound);
         ratios.get(c)!.push(summarize(replayed).median / ((bytesAt(c) / bandwidth) * 1e3));
       }
@@ -97,23 +107,36 @@ function benchDecode(backend: CpuBackend, session: Session, contexts: number[], 
     const read = probe.report();
     const weights = floorBytes(cfg, contexts[0]!).weights;
     const kind = weights >= read.knee_bytes ? "DRAM floor" : "cache floor";
-    line(`\ndecode — the cached step ÷ its memory floor (goal ≤ 1.3), ${cfg.name}: ${(weights / 1e6).toFixed(0)} MB of weights`);
+    line(
+      `\ndecode — the cached step ÷ its memory floor (goal ≤ 1.3), ${cfg.name}: ${(weights / 1e6).toFixed(0)} MB of weights`,
+    );
     line(read.how_measured);
-    line(`sweep (best pass per size): ${read.sweep.map((p) => `${formatBytes(p.bytes)} ${(p.bytes_per_s / 1e9).toFixed(1)}`).join(", ")} GB/s`);
+    line(
+      `sweep (best pass per size): ${read.sweep.map((p) => `${formatBytes(p.bytes)} ${(p.bytes_per_s / 1e9).toFixed(1)}`).join(", ")} GB/s`,
+    );
     line(
       kind === "DRAM floor"
         ? `DRAM floor: the weights (${formatBytes(weights)}) are past the sweep's knee (${formatBytes(read.knee_bytes)}), so memory serves the step`
         : `cache floor, not a DRAM floor: the weights (${formatBytes(weights)}) are below the sweep's knee (${formatBytes(read.knee_bytes)}), so the last-level cache serves part of every step`,
     );
-    line(`${DECODE_ROUNDS} rounds of ${PROBE_PASSES_PER_ROUND} probe passes, then ${perRound} steps per context and mode; medians (p10–p90)`);
-    line(`÷ floor: ${replay.name}'s median step in a round ÷ (bytes ÷ that round's best probe pass), the median over the rounds (their min–max)`);
+    line(
+      `${DECODE_ROUNDS} rounds of ${PROBE_PASSES_PER_ROUND} probe passes, then ${perRound} steps per context and mode; medians (p10–p90)`,
+    );
+    line(
+      `÷ floor: ${replay.name}'s median step in a round ÷ (bytes ÷ that round's best probe pass), the median over the rounds (their min–max)`,
+    );
     line(`context  weights MB  KV MB  floor ms   ${modes.map((m) => `${m.name} ms`.padEnd(22)).join("")}÷ ${kind}`);
     for (const c of contexts) {
       const { weights: w, kv } = floorBytes(cfg, c);
       const floorMs = ((w + kv) / read.bytes_per_s) * 1e3;
-      const cell = (ms: number[]) => { const x = summarize(ms); return `${x.median.toFixed(2).padStart(7)} (${x.p10.toFixed(1)}–${x.p90.toFixed(1)})`.padEnd(22); };
+      const cell = (ms: number[]) => {
+        const x = summarize(ms);
+        return `${x.median.toFixed(2).padStart(7)} (${x.p10.toFixed(1)}–${x.p90.toFixed(1)})`.padEnd(22);
+      };
       const rs = summarize(ratios.get(c)!);
-      line(`${String(c).padStart(7)}  ${(w / 1e6).toFixed(1).padStart(10)}  ${(kv / 1e6).toFixed(1).padStart(5)}  ${floorMs.toFixed(2).padStart(8)}   ${modes.map((m) => cell(samples.get(c)!.get(m)!)).join("")}${rs.median.toFixed(2)} (${rs.min.toFixed(2)}–${rs.max.toFixed(2)})`);
+      line(
+        `${String(c).padStart(7)}  ${(w / 1e6).toFixed(1).padStart(10)}  ${(kv / 1e6).toFixed(1).padStart(5)}  ${floorMs.toFixed(2).padStart(8)}   ${modes.map((m) => cell(samples.get(c)!.get(m)!)).join("")}${rs.median.toFixed(2)} (${rs.min.toFixed(2)}–${rs.max.toFixed(2)})`,
+      );
     }
   } finally {
     probe.close();
@@ -122,7 +145,11 @@ function benchDecode(backend: CpuBackend, session: Session, contexts: number[], 
 
 /** Starts the competing program and resolves once all its threads spin. */
 async function startLoad(threads: number): Promise<Subprocess<"ignore", "pipe", "inherit">> {
-  const child = spawn([process.execPath, join(import.meta.dir, "bench-load.ts"), String(threads)], { stdin: "ignore", stdout: "pipe", stderr: "inherit" });
+  const child = spawn([process.execPath, join(import.meta.dir, "bench-load.ts"), String(threads)], {
+    stdin: "ignore",
+    stdout: "pipe",
+    stderr: "inherit",
+  });
   const reader = child.stdout.getReader();
   const { value } = await reader.read();
   reader.releaseLock();
@@ -155,9 +182,14 @@ async function benchContention(session: Session, threads: number, steps: number)
     child.kill("SIGKILL");
     await child.exited;
   }
-  const q = summarize(quiet), l = summarize(loaded);
-  line(`\ncontention — the cached step at context ${context} while another program runs ${threads} busy thread${threads === 1 ? "" : "s"} (goal ≤ 3× with 2)`);
-  line(`${CONTEND_ROUNDS} rounds of ${perRound} quiet steps (competitor frozen) and ${perRound} loaded steps, ${replay.name}; medians (p10–p90)`);
+  const q = summarize(quiet),
+    l = summarize(loaded);
+  line(
+    `\ncontention — the cached step at context ${context} while another program runs ${threads} busy thread${threads === 1 ? "" : "s"} (goal ≤ 3× with 2)`,
+  );
+  line(
+    `${CONTEND_ROUNDS} rounds of ${perRound} quiet steps (competitor frozen) and ${perRound} loaded steps, ${replay.name}; medians (p10–p90)`,
+  );
   line(`quiet  ${q.median.toFixed(2)} ms (${q.p10.toFixed(1)}–${q.p90.toFixed(1)})`);
   line(`loaded ${l.median.toFixed(2)} ms (${l.p10.toFixed(1)}–${l.p90.toFixed(1)})`);
   line(`slowdown ${(l.median / q.median).toFixed(2)}× (median), ${(l.p90 / q.median).toFixed(2)}× (p90)`);
@@ -188,26 +220,49 @@ async function benchPrefill(backend: CpuBackend, cfg: GPT2Config): Promise<void>
   const peak = backend.measureFp32Peak();
   const blas = openOpenBlas(backend.threads);
   const C = cfg.n_embd;
-  const shapes: Array<[string, number, number]> = [["c_attn", C, 3 * C], ["attn.c_proj", C, C], ["c_fc", C, 4 * C], ["mlp.c_proj", 4 * C, C]];
+  const shapes: Array<[string, number, number]> = [
+    ["c_attn", C, 3 * C],
+    ["attn.c_proj", C, C],
+    ["c_fc", C, 4 * C],
+    ["mlp.c_proj", 4 * C, C],
+  ];
   const maxT = Math.max(...PREFILL_ROWS);
   const floats = (n: number) => {
     const buf = backend.alloc(n * 4);
-    backend.upload(buf, Float32Array.from({ length: n }, (_, i) => Math.sin(i) * 0.5));
+    backend.upload(
+      buf,
+      Float32Array.from({ length: n }, (_, i) => Math.sin(i) * 0.5),
+    );
     return buf;
   };
-  const inp = floats(maxT * 4 * C), weight = floats(4 * C * C), bias = floats(4 * C), out = floats(maxT * 4 * C);
-  line(`\nprefill — the many-rows linear (out = inp @ W + b, fp32) on ${cfg.name}'s shapes (goal ≤ 1.3× OpenBLAS sgemm)`);
-  line(`FMA peak: ${(peak / 1e9).toFixed(1)} GFLOP/s (${backend.threads} threads, best of ${FP32_PEAK_PASSES} passes); times are best of ${PREFILL_REPEATS}, ours and OpenBLAS's in turn, each timed call right after an untimed one`);
+  const inp = floats(maxT * 4 * C),
+    weight = floats(4 * C * C),
+    bias = floats(4 * C),
+    out = floats(maxT * 4 * C);
+  line(
+    `\nprefill — the many-rows linear (out = inp @ W + b, fp32) on ${cfg.name}'s shapes (goal ≤ 1.3× OpenBLAS sgemm)`,
+  );
+  line(
+    `FMA peak: ${(peak / 1e9).toFixed(1)} GFLOP/s (${backend.threads} threads, best of ${FP32_PEAK_PASSES} passes); times are best of ${PREFILL_REPEATS}, ours and OpenBLAS's in turn, each timed call right after an untimed one`,
+  );
   line(`OpenBLAS: ${"missing" in blas ? `absent — ${blas.missing}` : blas.config}`);
   line(`shape                   ours GFLOP/s  % peak  OpenBLAS GFLOP/s  ours ÷ OpenBLAS time`);
   for (const T of PREFILL_ROWS) {
     for (const [name, IC, OC] of shapes) {
       const flops = 2 * T * IC * OC;
       const runOurs = () => backend.ops.op_linear(out.ptr, 0, inp.ptr, weight.ptr, bias.ptr, T, IC, OC, DTYPES.f32); // no partials on the CPU
-      const [ours, theirs] = "missing" in blas ? bestMs(runOurs) : bestMs(runOurs, () => blas.sgemm(out.ptr, inp.ptr, weight.ptr, T, OC, IC));
-      const blasCells = theirs === undefined ? `${"—".padStart(16)}  —` : `${gflops(flops, theirs).toFixed(1).padStart(16)}  ${(ours! / theirs).toFixed(2)}`;
+      const [ours, theirs] =
+        "missing" in blas
+          ? bestMs(runOurs)
+          : bestMs(runOurs, () => blas.sgemm(out.ptr, inp.ptr, weight.ptr, T, OC, IC));
+      const blasCells =
+        theirs === undefined
+          ? `${"—".padStart(16)}  —`
+          : `${gflops(flops, theirs).toFixed(1).padStart(16)}  ${(ours! / theirs).toFixed(2)}`;
       const label = `${T}×${IC}→${OC} (${name})`.padEnd(24);
-      line(`${label}${gflops(flops, ours!).toFixed(1).padStart(12)}  ${((100 * gflops(flops, ours!) * 1e9) / peak).toFixed(0).padStart(5)}%  ${blasCells}`);
+      line(
+        `${label}${gflops(flops, ours!).toFixed(1).padStart(12)}  ${((100 * gflops(flops, ours!) * 1e9) / peak).toFixed(0).padStart(5)}%  ${blasCells}`,
+      );
     }
   }
   if (!("missing" in blas)) blas.close();
@@ -221,25 +276,42 @@ function benchManyQueryAttention(backend: CpuBackend, cfg: GPT2Config, peak: num
   line(`many-query attention (the uncached step's, one layer, FLOPs as the work model counts them):`);
   for (const T of PREFILL_ROWS) {
     const flops = stepWork(cfg, T, 0).find((o) => o.family === "attention")!.flops;
-    const qkv = backend.alloc(T * 3 * C * 4), kCache = backend.alloc(maxCtx * C * 4), vCache = backend.alloc(maxCtx * C * 4), att = backend.alloc(T * C * 4);
+    const qkv = backend.alloc(T * 3 * C * 4),
+      kCache = backend.alloc(maxCtx * C * 4),
+      vCache = backend.alloc(maxCtx * C * 4),
+      att = backend.alloc(T * C * 4);
     const state = backend.alloc(16);
-    backend.upload(qkv, Float32Array.from({ length: T * 3 * C }, (_, i) => Math.sin(i)));
+    backend.upload(
+      qkv,
+      Float32Array.from({ length: T * 3 * C }, (_, i) => Math.sin(i)),
+    );
     backend.upload(state, new Int32Array(4));
     backend.ops.op_kv_append(kCache.ptr, vCache.ptr, qkv.ptr, state.ptr, 1, T, C, maxCtx, DTYPES.f32);
-    const [ms] = bestMs(() => backend.ops.op_attention(att.ptr, 0, qkv.ptr, kCache.ptr, vCache.ptr, state.ptr, 1, T, C, H, maxCtx, DTYPES.f32));
-    line(`  T = ${String(T).padEnd(5)} ${gflops(flops, ms!).toFixed(1).padStart(8)} GFLOP/s  ${((100 * gflops(flops, ms!) * 1e9) / peak).toFixed(0).padStart(3)}% of peak`);
+    const [ms] = bestMs(() =>
+      backend.ops.op_attention(att.ptr, 0, qkv.ptr, kCache.ptr, vCache.ptr, state.ptr, 1, T, C, H, maxCtx, DTYPES.f32),
+    );
+    line(
+      `  T = ${String(T).padEnd(5)} ${gflops(flops, ms!).toFixed(1).padStart(8)} GFLOP/s  ${((100 * gflops(flops, ms!) * 1e9) / peak).toFixed(0).padStart(3)}% of peak`,
+    );
     for (const buf of [qkv, kCache, vCache, att, state]) backend.free(buf);
   }
 }
 
-async function benchCpu(sections: Sections, steps: number, contextsFlag: string | undefined, model: { dir?: string; preset: string }): Promise<void> {
+async function benchCpu(
+  sections: Sections,
+  steps: number,
+  contextsFlag: string | undefined,
+  model: { dir?: string; preset: string },
+): Promise<void> {
   // the flags are checked before anything is printed: a bad one is one error line and nothing else
   const modelLines: string[] = [];
   const weights = loadWeights(model.dir, model.preset, 0, (text) => modelLines.push(text));
   const cfg = weights.config;
   const contexts = parseContexts(contextsFlag, cfg.n_positions - 1);
   const backend = CpuBackend.open();
-  line(`machine: ${backend.deviceName}; date ${new Date().toISOString()}; load average ${load()} (1, 5, 15 min) at the start`);
+  line(
+    `machine: ${backend.deviceName}; date ${new Date().toISOString()}; load average ${load()} (1, 5, 15 min) at the start`,
+  );
   for (const text of modelLines) line(text);
   if (sections.decode || sections.contend) {
     const longest = Math.max(...(sections.decode ? contexts : []), sections.contend ? contendContext(cfg) : 0);
@@ -260,7 +332,8 @@ function parseContexts(text: string | undefined, max: number): number[] {
   if (text === undefined) return DEFAULT_CONTEXTS.filter((c) => c <= max);
   const contexts = text.split(",").map((s) => Number(s.trim()));
   const bad = contexts.find((c) => !Number.isInteger(c) || c < 1 || c > max);
-  if (bad !== undefined || contexts.length === 0) throw new UserError(`--contexts must be integers in 1..${max}, comma-separated (got ${text})`);
+  if (bad !== undefined || contexts.length === 0)
+    throw new UserError(`--contexts must be integers in 1..${max}, comma-separated (got ${text})`);
   return contexts;
 }
 
@@ -268,23 +341,50 @@ await runCli(async () => {
   await parseFlags(
     yargs(hideBin(process.argv))
       .scriptName("bun run bench")
-      .command("cpu", "the CPU backend against this machine's memory floor, under contention, and against OpenBLAS", (y) =>
-        y
-          .option("steps", { type: "number", default: 30, describe: "timed steps per context (decode) and per side (contend)" })
-          .option("contexts", { type: "string", describe: `decode contexts, comma-separated, below the model's n_positions (default ${DEFAULT_CONTEXTS.join(",")})` })
-          .option("model", { type: "string", describe: "a Hugging Face GPT-2 checkpoint folder (model.safetensors + config.json)" })
-          .option("preset", { choices: PRESET_CHOICES, describe: `without --model: whose exact shapes the seeded random weights take (default ${DEFAULT_PRESET})` })
-          .conflicts("model", "preset")
-          .option("decode", { type: "boolean", describe: "run the decode section" })
-          .option("contend", { type: "number", describe: `run the contention section with N competing threads (all sections: ${DEFAULT_CONTEND_THREADS})` })
-          .option("prefill", { type: "boolean", describe: "run the prefill section" }),
+      .command(
+        "cpu",
+        "the CPU backend against this machine's memory floor, under contention, and against OpenBLAS",
+        (y) =>
+          y
+            .option("steps", {
+              type: "number",
+              default: 30,
+              describe: "timed steps per context (decode) and per side (contend)",
+            })
+            .option("contexts", {
+              type: "string",
+              describe: `decode contexts, comma-separated, below the model's n_positions (default ${DEFAULT_CONTEXTS.join(",")})`,
+            })
+            .option("model", {
+              type: "string",
+              describe: "a Hugging Face GPT-2 checkpoint folder (model.safetensors + config.json)",
+            })
+            .option("preset", {
+              choices: PRESET_CHOICES,
+              describe: `without --model: whose exact shapes the seeded random weights take (default ${DEFAULT_PRESET})`,
+            })
+            .conflicts("model", "preset")
+            .option("decode", { type: "boolean", describe: "run the decode section" })
+            .option("contend", {
+              type: "number",
+              describe: `run the contention section with N competing threads (all sections: ${DEFAULT_CONTEND_THREADS})`,
+            })
+            .option("prefill", { type: "boolean", describe: "run the prefill section" }),
         async (a) => {
           const named = a.decode !== undefined || a.contend !== undefined || a.prefill !== undefined;
           const sections: Sections = named
-            ? { decode: a.decode === true, contend: a.contend === undefined ? 0 : intFlag("contend", a.contend, 1, 64), prefill: a.prefill === true }
+            ? {
+                decode: a.decode === true,
+                contend: a.contend === undefined ? 0 : intFlag("contend", a.contend, 1, 64),
+                prefill: a.prefill === true,
+              }
             : { decode: true, contend: DEFAULT_CONTEND_THREADS, prefill: true };
-          await benchCpu(sections, intFlag("steps", a.steps, 1), a.contexts, { dir: a.model, preset: a.preset ?? DEFAULT_PRESET });
-        })
+          await benchCpu(sections, intFlag("steps", a.steps, 1), a.contexts, {
+            dir: a.model,
+            preset: a.preset ?? DEFAULT_PRESET,
+          });
+        },
+      )
       .demandCommand(1, "name a benchmark: cpu"),
   );
 });

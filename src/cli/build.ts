@@ -14,7 +14,8 @@ await runCli(async () => {
     yargs(hideBin(process.argv))
       .scriptName("bun run build")
       .command("$0 [targets..]", "builds the named native libraries (default: all that this machine can)", (y) =>
-        y.positional("targets", { choices: TARGETS, array: true, describe: "libraries to build" }))
+        y.positional("targets", { choices: TARGETS, array: true, describe: "libraries to build" }),
+      )
       .option("quiet", { type: "boolean", default: false, describe: "print nothing but errors" }),
     ["targets"],
   );

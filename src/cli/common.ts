@@ -13,7 +13,12 @@ export const PRESET_CHOICES = Object.keys(PRESETS);
  * `--model DIR` loads a Hugging Face checkpoint; without it, a preset's exact shapes (GPT-2 small by default)
  * with seeded random weights, stated on stderr.
  */
-export function loadWeights(modelDir: string | undefined, preset: string, seed: number, say: (line: string) => void): GPT2Weights {
+export function loadWeights(
+  modelDir: string | undefined,
+  preset: string,
+  seed: number,
+  say: (line: string) => void,
+): GPT2Weights {
   if (modelDir) {
     const w = loadModel(modelDir);
     const skipped = w.skipped.tensors
@@ -25,7 +30,9 @@ export function loadWeights(modelDir: string | undefined, preset: string, seed: 
   const cfg = PRESETS[preset];
   if (!cfg) throw new UserError(`unknown preset ${preset} (presets: ${PRESET_CHOICES.join(", ")})`);
   const millions = Math.round(parameterCount(cfg) / 1e6);
-  say(`model: ${cfg.name} shapes (${millions}M) with seeded random weights (seed ${seed}) — no --model given; timing does not depend on the values`);
+  say(
+    `model: ${cfg.name} shapes (${millions}M) with seeded random weights (seed ${seed}) — no --model given; timing does not depend on the values`,
+  );
   return randomWeights(cfg, seed);
 }
 
@@ -34,7 +41,8 @@ export function noRepeatedFlags(argv: Record<string, unknown>, lists: readonly s
   const camel = (flag: string) => flag.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
   const listed = new Set([...lists, ...lists.map(camel)]);
   const repeated = Object.entries(argv).find(([key, value]) => key !== "_" && !listed.has(key) && Array.isArray(value));
-  if (repeated) throw new UserError(`--${repeated[0]} is given ${(repeated[1] as unknown[]).length} times; give it once`);
+  if (repeated)
+    throw new UserError(`--${repeated[0]} is given ${(repeated[1] as unknown[]).length} times; give it once`);
   return true;
 }
 
@@ -42,7 +50,9 @@ export function noRepeatedFlags(argv: Record<string, unknown>, lists: readonly s
 export function intFlag(name: string, value: unknown, min: number, max = Number.MAX_SAFE_INTEGER): number {
   const n = Number(value);
   if (!Number.isInteger(n) || n < min || n > max) {
-    throw new UserError(`--${name} must be an integer in ${min}..${max === Number.MAX_SAFE_INTEGER ? "∞" : max} (got ${String(value)})`);
+    throw new UserError(
+      `--${name} must be an integer in ${min}..${max === Number.MAX_SAFE_INTEGER ? "∞" : max} (got ${String(value)})`,
+    );
   }
   return n;
 }
@@ -75,7 +85,9 @@ export function flagValues(args: readonly string[]) {
       if (!m) continue;
       const [, name, value] = m as unknown as [string, string, string | undefined];
       if (booleans.has(name) && value !== undefined && value !== "true" && value !== "false") {
-        throw new UserError(`--${name} is a switch: give it alone, as --no-${name}, or =true / =false (got ${JSON.stringify(value)})`);
+        throw new UserError(
+          `--${name} is a switch: give it alone, as --no-${name}, or =true / =false (got ${JSON.stringify(value)})`,
+        );
       }
       if (valued.has(name) && (value ?? args[i + 1]) === "") {
         throw new UserError(`--${name} is empty (an unset shell variable?); give it a value or leave it out`);
@@ -83,7 +95,8 @@ export function flagValues(args: readonly string[]) {
     }
     for (const name of options.string.filter((n) => !/[A-Z]/.test(n))) {
       const value = argv[name];
-      if (value === "") throw new UserError(`--${name} is empty (an unset shell variable?); give it a value or leave it out`);
+      if (value === "")
+        throw new UserError(`--${name} is empty (an unset shell variable?); give it a value or leave it out`);
       if (typeof value === "boolean") throw new UserError(`--${name} needs a value`);
     }
     return true;
@@ -94,6 +107,16 @@ export function flagValues(args: readonly string[]) {
  * Every command's flag rules, as one line each: unknown flags, repeated flags (other than the `lists`
  * positionals), a switch given a value other than true/false, and an empty valued flag are errors.
  */
-export function parseFlags<T>(flags: Argv<T>, lists: readonly string[] = [], args: readonly string[] = hideBin(process.argv)) {
-  return flags.strict().check((argv) => noRepeatedFlags(argv, lists)).check(flagValues(args) as never).help().fail(failOnBadFlags).parse();
+export function parseFlags<T>(
+  flags: Argv<T>,
+  lists: readonly string[] = [],
+  args: readonly string[] = hideBin(process.argv),
+) {
+  return flags
+    .strict()
+    .check((argv) => noRepeatedFlags(argv, lists))
+    .check(flagValues(args) as never)
+    .help()
+    .fail(failOnBadFlags)
+    .parse();
 }

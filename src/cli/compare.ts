@@ -9,7 +9,13 @@ import { hideBin } from "yargs/helpers";
 
 import { runCli, UserError } from "../errors.ts";
 import { readSmallTextFile } from "../model/files.ts";
-import { compareRuns, OLDEST_READ_VERSION, type Comparison, type ReadSummary, type RunInput } from "../profile/compare.ts";
+import {
+  compareRuns,
+  OLDEST_READ_VERSION,
+  type Comparison,
+  type ReadSummary,
+  type RunInput,
+} from "../profile/compare.ts";
 import { SCHEMA_VERSION } from "../profile/types.ts";
 import { COMPARE_FILES, renderCompareReport } from "../report/compare-markdown.ts";
 import { validateSummaryVersion } from "../report/compare-schema.ts";
@@ -25,7 +31,10 @@ const MAX_SUMMARY_BYTES = 256 * 2 ** 20;
 /** The run folder's summary.json, parsed and checked against its version's schema; every failure one line. */
 function readSummary(dir: string): ReadSummary {
   if (!existsSync(dir)) throw new UserError(`${dir}: no such folder`);
-  if (!statSync(dir).isDirectory()) throw new UserError(`${dir} is not a folder: give the folder a profile run wrote (it holds ${OUTPUT_FILES.summary})`);
+  if (!statSync(dir).isDirectory())
+    throw new UserError(
+      `${dir} is not a folder: give the folder a profile run wrote (it holds ${OUTPUT_FILES.summary})`,
+    );
   const path = join(dir, OUTPUT_FILES.summary);
   if (!existsSync(path)) throw new UserError(`${dir} holds no ${OUTPUT_FILES.summary}: not a profile run`);
   let parsed: unknown;
@@ -36,12 +45,18 @@ function readSummary(dir: string): ReadSummary {
     throw new UserError(`${path} is not JSON: ${(e as Error).message}`);
   }
   const version = (parsed as { schema_version?: unknown } | null)?.schema_version;
-  if (typeof version !== "number" || !Number.isInteger(version)) throw new UserError(`${path} has no integer schema_version: not a decode-floor summary`);
+  if (typeof version !== "number" || !Number.isInteger(version))
+    throw new UserError(`${path} has no integer schema_version: not a decode-floor summary`);
   if (version < OLDEST_READ_VERSION || version > SCHEMA_VERSION) {
-    throw new UserError(`${path} is schema version ${version}; compare reads versions ${OLDEST_READ_VERSION} to ${SCHEMA_VERSION}${version > SCHEMA_VERSION ? " (a newer decode-floor wrote it)" : ""}`);
+    throw new UserError(
+      `${path} is schema version ${version}; compare reads versions ${OLDEST_READ_VERSION} to ${SCHEMA_VERSION}${version > SCHEMA_VERSION ? " (a newer decode-floor wrote it)" : ""}`,
+    );
   }
   const problems = validateSummaryVersion(parsed, version);
-  if (problems.length) throw new UserError(`${path} breaks schema version ${version} (${problems.length} problem${problems.length > 1 ? "s" : ""}, first: ${problems[0]})`);
+  if (problems.length)
+    throw new UserError(
+      `${path} breaks schema version ${version} (${problems.length} problem${problems.length > 1 ? "s" : ""}, first: ${problems[0]})`,
+    );
   return parsed as ReadSummary;
 }
 
@@ -52,14 +67,18 @@ function labelsFor(dirs: readonly string[], given: string | undefined): string[]
     return new Set(names).size === names.length ? names : [...dirs];
   }
   const labels = given.split(",").map((l) => l.trim());
-  if (labels.length !== dirs.length) throw new UserError(`--labels names ${labels.length} runs, but ${dirs.length} run folders are given`);
+  if (labels.length !== dirs.length)
+    throw new UserError(`--labels names ${labels.length} runs, but ${dirs.length} run folders are given`);
   if (labels.some((l) => l === "")) throw new UserError("--labels: a label is empty");
   if (new Set(labels).size !== labels.length) throw new UserError("--labels: every run needs its own label");
   return labels;
 }
 
 function readRuns(dirs: readonly string[], labels: string | undefined): RunInput[] {
-  if (dirs.length < 2) throw new UserError(`compare needs two or more run folders (got ${dirs.length}${dirs.length ? `: ${dirs[0]}` : ""})`);
+  if (dirs.length < 2)
+    throw new UserError(
+      `compare needs two or more run folders (got ${dirs.length}${dirs.length ? `: ${dirs[0]}` : ""})`,
+    );
   const names = labelsFor(dirs, labels);
   const runs = dirs.map((dir, i) => ({ label: names[i]!, dir, summary: readSummary(dir) }));
   const real = dirs.map((d) => realpathSync(d));
@@ -75,8 +94,12 @@ function checkOut(out: string, force: boolean): void {
   if (!statSync(dir).isDirectory()) throw new UserError(`--out ${out} is a file, not a directory`);
   const names = readdirSync(dir);
   if (!names.length) return;
-  if (!names.includes(COMPARE_FILES.report)) throw new UserError(`--out ${out} is a directory holding other files (${names.length}), not a comparison: give a new or empty directory`);
-  if (!force) throw new UserError(`--out ${out} already holds a comparison: give --force to replace it, or another --out`);
+  if (!names.includes(COMPARE_FILES.report))
+    throw new UserError(
+      `--out ${out} is a directory holding other files (${names.length}), not a comparison: give a new or empty directory`,
+    );
+  if (!force)
+    throw new UserError(`--out ${out} already holds a comparison: give --force to replace it, or another --out`);
 }
 
 /** The JSON path of the first number that JSON cannot hold (NaN, ±Infinity), or null. */
@@ -108,10 +131,25 @@ await runCli(async () => {
     yargs(hideBin(process.argv))
       .scriptName("bun run compare")
       .command("$0 [runs..]", "profile runs side by side: the first is each row's reference", (y) =>
-        y.positional("runs", { type: "string", array: true, describe: "run folders (each holds the summary.json `bun run profile` wrote)" }))
-      .option("labels", { type: "string", describe: "the runs' names in the output, comma-separated (default: the folders' names)" })
-      .option("json", { type: "boolean", default: false, describe: "print the comparison as JSON on stdout (nothing else there)" })
-      .option("out", { type: "string", describe: `also write ${Object.values(COMPARE_FILES).join(", ")} into this folder (new or empty)` })
+        y.positional("runs", {
+          type: "string",
+          array: true,
+          describe: "run folders (each holds the summary.json `bun run profile` wrote)",
+        }),
+      )
+      .option("labels", {
+        type: "string",
+        describe: "the runs' names in the output, comma-separated (default: the folders' names)",
+      })
+      .option("json", {
+        type: "boolean",
+        default: false,
+        describe: "print the comparison as JSON on stdout (nothing else there)",
+      })
+      .option("out", {
+        type: "string",
+        describe: `also write ${Object.values(COMPARE_FILES).join(", ")} into this folder (new or empty)`,
+      })
       .option("force", { type: "boolean", default: false, describe: "let --out replace an earlier comparison there" }),
     ["runs"],
   );

@@ -8,7 +8,13 @@ import { decodeTokens, encodeText, parsePromptIds } from "../model/tokenizer.ts"
 import { DTYPE_NAMES, MAX_BATCH, type DtypeName } from "../ops.ts";
 import { PLAN_KINDS, type PlanKind, type StepForm } from "../plan.ts";
 import { generateBatch } from "../run/generate.ts";
-import { LAUNCH_MODE_NAMES, launchMode, replayMode, unavailableMode, type LaunchModeName } from "../run/launch-modes.ts";
+import {
+  LAUNCH_MODE_NAMES,
+  launchMode,
+  replayMode,
+  unavailableMode,
+  type LaunchModeName,
+} from "../run/launch-modes.ts";
 import { Session } from "../run/session.ts";
 import { summarize } from "../stats.ts";
 import { DEFAULT_PRESET, intFlag, loadWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
@@ -23,45 +29,90 @@ await runCli(async () => {
     yargs(hideBin(process.argv))
       .scriptName("bun run generate")
       .usage("$0 [options]: greedy GPT-2 generation with a KV cache")
-      .option("model", { type: "string", describe: "Hugging Face GPT-2 directory (config.json + model.safetensors); default: GPT-2 small shapes, seeded random weights" })
-      .option("preset", { choices: PRESET_CHOICES, describe: `without --model: whose exact shapes the seeded random weights take (default ${DEFAULT_PRESET})` })
+      .option("model", {
+        type: "string",
+        describe:
+          "Hugging Face GPT-2 directory (config.json + model.safetensors); default: GPT-2 small shapes, seeded random weights",
+      })
+      .option("preset", {
+        choices: PRESET_CHOICES,
+        describe: `without --model: whose exact shapes the seeded random weights take (default ${DEFAULT_PRESET})`,
+      })
       .conflicts("model", "preset")
-      .option("prompt", { type: "string", describe: `prompt text (GPT-2 BPE), once per sequence or once for all; default ${JSON.stringify(DEFAULT_PROMPT)}` })
-      .option("prompt-ids", { type: "string", describe: "prompt as token ids, e.g. 464,3290,318; once per sequence or once for all" })
+      .option("prompt", {
+        type: "string",
+        describe: `prompt text (GPT-2 BPE), once per sequence or once for all; default ${JSON.stringify(DEFAULT_PROMPT)}`,
+      })
+      .option("prompt-ids", {
+        type: "string",
+        describe: "prompt as token ids, e.g. 464,3290,318; once per sequence or once for all",
+      })
       .option("max-new-tokens", { type: "number", default: 20, describe: "tokens to generate (per sequence)" })
-      .option("batch", { type: "number", describe: "sequences decoded together in one step (default: one per prompt given); one prompt is repeated" })
-      .option("dtype", { choices: DTYPE_NAMES, describe: "storage type of the weight matrices and embeddings (default: the checkpoint's; f32 for seeded weights); sums stay fp32" })
+      .option("batch", {
+        type: "number",
+        describe: "sequences decoded together in one step (default: one per prompt given); one prompt is repeated",
+      })
+      .option("dtype", {
+        choices: DTYPE_NAMES,
+        describe:
+          "storage type of the weight matrices and embeddings (default: the checkpoint's; f32 for seeded weights); sums stay fp32",
+      })
       .option("kv-dtype", { choices: DTYPE_NAMES, describe: "storage type of the KV cache (default: --dtype's)" })
-      .option("backend", { choices: BACKEND_CHOICES, default: "auto" as BackendChoice, describe: "cpu, cuda, auto (cuda if available, else cpu), emu (the CUDA kernels' sources run on the CPU: slow, for verification)" })
-      .option("cache", { choices: ["on", "off"] as const, default: "on" as const, describe: "KV cache, or recompute the whole sequence every token" })
-      .option("mode", { choices: MODES, default: "eager" as const, describe: "launch mode of cached decode steps (replay = graph on CUDA, eager-native on the CPU)" })
-      .option("plan", { choices: PLAN_KINDS, default: "fused" as PlanKind, describe: "ops of cached decode steps: fused (5 launches per layer) or unfused (one per op)" })
+      .option("backend", {
+        choices: BACKEND_CHOICES,
+        default: "auto" as BackendChoice,
+        describe:
+          "cpu, cuda, auto (cuda if available, else cpu), emu (the CUDA kernels' sources run on the CPU: slow, for verification)",
+      })
+      .option("cache", {
+        choices: ["on", "off"] as const,
+        default: "on" as const,
+        describe: "KV cache, or recompute the whole sequence every token",
+      })
+      .option("mode", {
+        choices: MODES,
+        default: "eager" as const,
+        describe: "launch mode of cached decode steps (replay = graph on CUDA, eager-native on the CPU)",
+      })
+      .option("plan", {
+        choices: PLAN_KINDS,
+        default: "fused" as PlanKind,
+        describe: "ops of cached decode steps: fused (5 launches per layer) or unfused (one per op)",
+      })
       .option("seed", { type: "number", default: 0, describe: "seed of the random weights when no --model is given" })
       .option("threads", { type: "number", describe: "CPU backend threads (default: all cores)" })
       .option("json", { type: "boolean", default: false, describe: "print one JSON object on stdout" })
-      .option("dump-logits", { type: "string", describe: "write float32 LE logits (len(prompt)+generated, vocab) from one uncached pass" })
+      .option("dump-logits", {
+        type: "string",
+        describe: "write float32 LE logits (len(prompt)+generated, vocab) from one uncached pass",
+      })
       .conflicts("prompt", "prompt-ids"),
     ["prompt", "prompt-ids"],
   );
 
   const say = (line: string) => process.stderr.write(`${line}\n`);
   const maxNew = intFlag("max-new-tokens", argv["max-new-tokens"], 1);
-  const dumpLogits = argv["dump-logits"] === undefined ? undefined : checkWritableFile("dump-logits", argv["dump-logits"]);
+  const dumpLogits =
+    argv["dump-logits"] === undefined ? undefined : checkWritableFile("dump-logits", argv["dump-logits"]);
   const threads = argv.threads === undefined ? undefined : intFlag("threads", argv.threads, 1, 1024);
   // the model's header and the prompt are checked before the backend opens, and the model's line is said
   // after them: a bad input is its one line
   const modelLines: string[] = [];
-  const weights = loadWeights(argv.model, argv.preset ?? DEFAULT_PRESET, intFlag("seed", argv.seed, 0), (line) => modelLines.push(line));
+  const weights = loadWeights(argv.model, argv.preset ?? DEFAULT_PRESET, intFlag("seed", argv.seed, 0), (line) =>
+    modelLines.push(line),
+  );
   const cfg = weights.config;
-  const given = argv["prompt-ids"] !== undefined
-    ? [argv["prompt-ids"]].flat().map((ids) => parsePromptIds(ids, cfg.vocab_size))
-    : [argv.prompt ?? DEFAULT_PROMPT].flat().map((text) => encodeText(text, cfg.vocab_size));
+  const given =
+    argv["prompt-ids"] !== undefined
+      ? [argv["prompt-ids"]].flat().map((ids) => parsePromptIds(ids, cfg.vocab_size))
+      : [argv.prompt ?? DEFAULT_PROMPT].flat().map((text) => encodeText(text, cfg.vocab_size));
   const batch = argv.batch === undefined ? given.length : intFlag("batch", argv.batch, 1, MAX_BATCH);
   if (given.length !== 1 && given.length !== batch) {
     throw new UserError(`--batch ${batch} takes one prompt (repeated) or ${batch} prompts, not ${given.length}`);
   }
   const prompts = given.length === batch ? given : Array.from({ length: batch }, () => given[0]!);
-  if (dumpLogits && batch > 1) throw new UserError("--dump-logits writes one sequence's logits: use it with one prompt and --batch 1");
+  if (dumpLogits && batch > 1)
+    throw new UserError("--dump-logits writes one sequence's logits: use it with one prompt and --batch 1");
   const dtype: DtypeName = argv.dtype ?? weights.storedAs;
   const form: StepForm = { plan: argv.plan, batch, weights: dtype, kv: argv["kv-dtype"] ?? dtype };
   modelLines.forEach(say);
@@ -70,7 +121,8 @@ await runCli(async () => {
   if (!mode.available(backend, form)) throw unavailableMode(mode.name, backend, form);
   const session = new Session(backend, weights, { form });
   const cache = argv.cache === "on";
-  if (!cache && mode.name !== "eager") say(`note: --cache off recomputes eagerly; --mode ${argv.mode} applies to cached steps only`);
+  if (!cache && mode.name !== "eager")
+    say(`note: --cache off recomputes eagerly; --mode ${argv.mode} applies to cached steps only`);
   const result = generateBatch(session, { prompts, maxNewTokens: maxNew, cache, mode });
 
   if (dumpLogits) {
@@ -105,9 +157,14 @@ await runCli(async () => {
   } else {
     writeStdout(result.promptIds.map((ids, b) => `${decodeTokens(ids, cfg.vocab_size)}${texts[b]}\n`).join(""));
     const step = batch === 1 ? "token" : `step of ${batch} tokens`;
-    const perToken = summary.median_step_ms === null ? "" : `, median ${summary.median_step_ms.toFixed(3)} ms per ${cache ? "cached" : "recomputed"} ${step} after the first`;
+    const perToken =
+      summary.median_step_ms === null
+        ? ""
+        : `, median ${summary.median_step_ms.toFixed(3)} ms per ${cache ? "cached" : "recomputed"} ${step} after the first`;
     const storage = `weights ${form.weights}, cache ${form.kv}`;
-    say(`${backend.kind} (${backend.deviceName}), cache ${argv.cache}, mode ${summary.mode}, plan ${summary.plan}, ${storage}: ${maxNew} tokens${batch > 1 ? ` × ${batch} sequences` : ""}${perToken}`);
+    say(
+      `${backend.kind} (${backend.deviceName}), cache ${argv.cache}, mode ${summary.mode}, plan ${summary.plan}, ${storage}: ${maxNew} tokens${batch > 1 ? ` × ${batch} sequences` : ""}${perToken}`,
+    );
   }
   session.close();
   backend.close();

@@ -16,9 +16,15 @@ export interface Interrupt {
 
 export function watchSignals(): Interrupt {
   let caught: Caught | null = null;
-  const handlers = (Object.keys(SIGNAL_EXIT) as Caught[]).map((sig) => [sig, () => {
-    caught ??= sig;
-  }] as const);
+  const handlers = (Object.keys(SIGNAL_EXIT) as Caught[]).map(
+    (sig) =>
+      [
+        sig,
+        () => {
+          caught ??= sig;
+        },
+      ] as const,
+  );
   for (const [sig, handler] of handlers) process.on(sig, handler);
   let lastYield = performance.now();
   return {

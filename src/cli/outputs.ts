@@ -3,8 +3,21 @@
 // complete (a failure leaves no partial file and no empty directory); a profile run's folder never replaces
 // an earlier run unless asked to (--force), and then only once the new one is complete.
 import {
-  accessSync, chmodSync, closeSync, constants, existsSync, fsyncSync, mkdirSync, mkdtempSync, openSync, readdirSync, renameSync, rmdirSync,
-  rmSync, statSync, writeSync,
+  accessSync,
+  chmodSync,
+  closeSync,
+  constants,
+  existsSync,
+  fsyncSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  renameSync,
+  rmdirSync,
+  rmSync,
+  statSync,
+  writeSync,
 } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 
@@ -141,12 +154,16 @@ export class ProfileOutput {
       if (!statSync(dir).isDirectory()) throw new UserError(`${shown} is a file, not a directory`);
       const entries = readdirSync(dir);
       if (entries.length && !holdsRun(dir)) {
-        throw new UserError(`${shown} is a directory holding other files (${entries.length}), not a profile run: give a new or empty directory`);
+        throw new UserError(
+          `${shown} is a directory holding other files (${entries.length}), not a profile run: give a new or empty directory`,
+        );
       }
-      if (entries.length && !opts.force) throw new UserError(`${shown} already holds a profile run: give --force to replace it, or another --out`);
+      if (entries.length && !opts.force)
+        throw new UserError(`${shown} already holds a profile run: give --force to replace it, or another --out`);
     }
     const parent = dirname(dir);
-    if (existsSync(parent) && !statSync(parent).isDirectory()) throw new UserError(`${shown}: ${parent} is not a directory`);
+    if (existsSync(parent) && !statSync(parent).isDirectory())
+      throw new UserError(`${shown}: ${parent} is not a directory`);
     let createdParent: string | undefined;
     try {
       createdParent = mkdirSync(parent, { recursive: true });

@@ -13,14 +13,28 @@ import { runCli, UserError } from "../errors.ts";
 import type { GPT2Weights } from "../model/weights.ts";
 import { ROOT } from "../native/build.ts";
 import { parsePeers, parseTorchVariants, PeerSet, TORCH_VARIANTS, type TorchVariant } from "../peers/peer-set.ts";
-import { AGREEMENT_PROMPT, AGREEMENT_TOKENS, largestStepBytes, Study, studyUnits, type StudyOptions } from "../profile/study.ts";
+import {
+  AGREEMENT_PROMPT,
+  AGREEMENT_TOKENS,
+  largestStepBytes,
+  Study,
+  studyUnits,
+  type StudyOptions,
+} from "../profile/study.ts";
 import { buildSummary } from "../profile/summary.ts";
 import type { StudyMode } from "../profile/types.ts";
 import { createProgress } from "../report/progress.ts";
 import { renderTerminalSummary } from "../report/terminal.ts";
 import { writeProfileOutputs, type WrittenOutputs } from "../report/write.ts";
 import { PLAN_KINDS, type PlanKind, type StepForm } from "../plan.ts";
-import { availableModes, LAUNCH_MODE_NAMES, launchMode, replayMode, unavailableMode, type LaunchModeName } from "../run/launch-modes.ts";
+import {
+  availableModes,
+  LAUNCH_MODE_NAMES,
+  launchMode,
+  replayMode,
+  unavailableMode,
+  type LaunchModeName,
+} from "../run/launch-modes.ts";
 import { DTYPE_NAMES, MAX_BATCH, type DtypeName } from "../ops.ts";
 import { DEFAULT_PRESET, intFlag, loadWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
 import { watchSignals } from "./interrupt.ts";
@@ -39,28 +53,43 @@ function modesFor(choice: (typeof MODE_CHOICES)[number], backend: Backend, step:
 }
 
 /** Contexts to sweep: the user's (each must fit: a cached step at context c writes position c < n_positions), or the defaults capped. */
-function contextsFor(flag: string | undefined, backend: Backend, nPositions: number, note: (s: string) => void): number[] {
+function contextsFor(
+  flag: string | undefined,
+  backend: Backend,
+  nPositions: number,
+  note: (s: string) => void,
+): number[] {
   const max = nPositions - 1;
   if (flag !== undefined) {
     const list = flag.split(",").map((s) => s.trim());
     const values = list.map((s) => {
       const n = Number(s);
-      if (!/^\d+$/.test(s) || n < 1) throw new UserError(`--contexts: ${JSON.stringify(s)} is not a positive integer (e.g. --contexts 8,64,512)`);
-      if (n > max) throw new UserError(`--contexts: ${n} is impossible for this model: a cached step at context c writes position c, and n_positions is ${nPositions} (largest context ${max})`);
+      if (!/^\d+$/.test(s) || n < 1)
+        throw new UserError(`--contexts: ${JSON.stringify(s)} is not a positive integer (e.g. --contexts 8,64,512)`);
+      if (n > max)
+        throw new UserError(
+          `--contexts: ${n} is impossible for this model: a cached step at context c writes position c, and n_positions is ${nPositions} (largest context ${max})`,
+        );
       return n;
     });
     return [...new Set(values)].sort((a, b) => a - b);
   }
   const defaults = backend.studyDefaults.contexts;
   const capped = [...new Set(defaults.map((c) => Math.min(c, max)))].sort((a, b) => a - b);
-  if (defaults.some((c) => c > max)) note(`note: contexts capped at ${max} (n_positions ${nPositions} minus the new token)`);
+  if (defaults.some((c) => c > max))
+    note(`note: contexts capped at ${max} (n_positions ${nPositions} minus the new token)`);
   return capped;
 }
 
 const BATCH_CHOICES = Array.from({ length: MAX_BATCH }, (_, i) => String(i + 1));
 
 /** A comma-separated flag of distinct values from `choices`, or `fallback` when not given. */
-function listFlag<T extends string>(flag: string, value: string | undefined, choices: readonly T[], fallback: T[]): T[] {
+function listFlag<T extends string>(
+  flag: string,
+  value: string | undefined,
+  choices: readonly T[],
+  fallback: T[],
+): T[] {
   if (value === undefined) return fallback;
   const items = value.split(",").map((s) => s.trim());
   const bad = items.find((s) => !(choices as readonly string[]).includes(s));
@@ -73,19 +102,37 @@ const fastestMode = (backend: Backend) => replayMode(backend);
 
 function defaultOutDir(backend: Backend, mode: string, withPeers: boolean, plan: PlanKind): string {
   const date = new Date().toISOString().slice(0, 10);
-  return join(ROOT, "profiles", `${date}-${backend.kind}-${mode}${plan === "fused" ? "" : `-${plan}`}${withPeers ? "-peers" : ""}`);
+  return join(
+    ROOT,
+    "profiles",
+    `${date}-${backend.kind}-${mode}${plan === "fused" ? "" : `-${plan}`}${withPeers ? "-peers" : ""}`,
+  );
 }
 
 /** The peers, on the project's weights, with the project's threads, holding every context the study visits. */
-async function openPeers(names: ReturnType<typeof parsePeers>, torchVariants: TorchVariant[], backend: Backend, weights: GPT2Weights, modelDir: string | undefined, opts: StudyOptions, say: (l: string) => void) {
+async function openPeers(
+  names: ReturnType<typeof parsePeers>,
+  torchVariants: TorchVariant[],
+  backend: Backend,
+  weights: GPT2Weights,
+  modelDir: string | undefined,
+  opts: StudyOptions,
+  say: (l: string) => void,
+) {
   const threads = backend.describe().detail.threads;
   const set = await PeerSet.open({
-    peers: names, torchVariants, weights, modelDir, device: backend.kind === "cuda" ? "cuda" : "cpu",
+    peers: names,
+    torchVariants,
+    weights,
+    modelDir,
+    device: backend.kind === "cuda" ? "cuda" : "cpu",
     threads: typeof threads === "number" ? threads : cpus().length,
     maxContext: Math.max(...opts.contexts, AGREEMENT_PROMPT + AGREEMENT_TOKENS),
-    fillSeed: opts.seed, say,
+    fillSeed: opts.seed,
+    say,
   });
-  if (set.subjects.length) say(`peers: ${set.subjects.map((s) => s.short).join(", ")}, timed step by step beside the modes`);
+  if (set.subjects.length)
+    say(`peers: ${set.subjects.map((s) => s.short).join(", ")}, timed step by step beside the modes`);
   return set;
 }
 
@@ -94,37 +141,109 @@ await runCli(async () => {
     yargs(hideBin(process.argv))
       .scriptName("bun run profile")
       .usage("$0 [options]: where the time of a generated token goes, eager vs graph, over a context sweep")
-      .option("mode", { choices: MODE_CHOICES, default: "all" as const, describe: "launch mode of the cached step; all = every mode plus the uncached baseline" })
-      .option("plan", { choices: PLAN_KINDS, default: "fused" as PlanKind, describe: "ops of the cached step: fused (5 launches per layer) or unfused (one launch per op, 11 per layer)" })
-      .option("backend", { choices: BACKEND_CHOICES, default: "auto" as BackendChoice, describe: "cuda, cpu, auto (cuda if available), emu (the CUDA sources on the CPU)" })
-      .option("model", { type: "string", describe: "Hugging Face GPT-2 directory; default: GPT-2 small shapes, seeded random weights" })
-      .option("preset", { choices: PRESET_CHOICES, describe: `without --model: whose exact shapes the seeded random weights take (default ${DEFAULT_PRESET})` })
+      .option("mode", {
+        choices: MODE_CHOICES,
+        default: "all" as const,
+        describe: "launch mode of the cached step; all = every mode plus the uncached baseline",
+      })
+      .option("plan", {
+        choices: PLAN_KINDS,
+        default: "fused" as PlanKind,
+        describe: "ops of the cached step: fused (5 launches per layer) or unfused (one launch per op, 11 per layer)",
+      })
+      .option("backend", {
+        choices: BACKEND_CHOICES,
+        default: "auto" as BackendChoice,
+        describe: "cuda, cpu, auto (cuda if available), emu (the CUDA sources on the CPU)",
+      })
+      .option("model", {
+        type: "string",
+        describe: "Hugging Face GPT-2 directory; default: GPT-2 small shapes, seeded random weights",
+      })
+      .option("preset", {
+        choices: PRESET_CHOICES,
+        describe: `without --model: whose exact shapes the seeded random weights take (default ${DEFAULT_PRESET})`,
+      })
       .conflicts("model", "preset")
-      .option("contexts", { type: "string", describe: "comma-separated context lengths (default: the backend's, 8,10,16,…,1000,1024 on a GPU, capped by n_positions; 8…128 on the CPU)" })
-      .option("repeats", { type: "number", describe: "timed steps per point (default: the backend's, 50 on a GPU, 10 on the CPU)" })
-      .option("warmup", { type: "number", describe: "untimed steps before each point (default: the backend's, 10 on a GPU, 2 on the CPU)" })
-      .option("traced-steps", { type: "number", default: 5, describe: "steps traced per point for the per-kernel breakdown" })
-      .option("e2e-tokens", { type: "number", describe: `tokens generated end to end from an ${E2E_PROMPT}-token prompt (default: the backend's, 1016 on a GPU, 56 on the CPU)` })
-      .option("out", { type: "string", describe: "output directory (default profiles/<date>-<backend>-<mode>/, or -2, -3 … after it: an earlier run is never replaced)" })
-      .option("force", { type: "boolean", default: false, describe: "let an explicit --out that holds an earlier run be replaced (once the new run is complete)" })
-      .option("json", { type: "boolean", default: false, describe: "print summary.json to stdout (tables and progress stay off stdout)" })
-      .option("kernels", { type: "boolean", default: true, describe: "trace every op (CUPTI on the GPU, native timers on the CPU); --no-kernels skips it" })
+      .option("contexts", {
+        type: "string",
+        describe:
+          "comma-separated context lengths (default: the backend's, 8,10,16,…,1000,1024 on a GPU, capped by n_positions; 8…128 on the CPU)",
+      })
+      .option("repeats", {
+        type: "number",
+        describe: "timed steps per point (default: the backend's, 50 on a GPU, 10 on the CPU)",
+      })
+      .option("warmup", {
+        type: "number",
+        describe: "untimed steps before each point (default: the backend's, 10 on a GPU, 2 on the CPU)",
+      })
+      .option("traced-steps", {
+        type: "number",
+        default: 5,
+        describe: "steps traced per point for the per-kernel breakdown",
+      })
+      .option("e2e-tokens", {
+        type: "number",
+        describe: `tokens generated end to end from an ${E2E_PROMPT}-token prompt (default: the backend's, 1016 on a GPU, 56 on the CPU)`,
+      })
+      .option("out", {
+        type: "string",
+        describe:
+          "output directory (default profiles/<date>-<backend>-<mode>/, or -2, -3 … after it: an earlier run is never replaced)",
+      })
+      .option("force", {
+        type: "boolean",
+        default: false,
+        describe: "let an explicit --out that holds an earlier run be replaced (once the new run is complete)",
+      })
+      .option("json", {
+        type: "boolean",
+        default: false,
+        describe: "print summary.json to stdout (tables and progress stay off stdout)",
+      })
+      .option("kernels", {
+        type: "boolean",
+        default: true,
+        describe: "trace every op (CUPTI on the GPU, native timers on the CPU); --no-kernels skips it",
+      })
       .option("seed", { type: "number", default: 0, describe: "seed of the random weights and prompts" })
       .option("threads", { type: "number", describe: "CPU backend threads" })
-      .option("peers", { type: "string", describe: "torch, llama.cpp (comma-separated) or all: PyTorch and llama.cpp on the same weights, timed beside the modes" })
-      .option("torch-variants", { type: "string", describe: `the PyTorch peer's variants (${TORCH_VARIANTS.join(", ")}; comma-separated; default: all)` })
-      .option("dtypes", { type: "string", describe: `storage types of the weights to compare (${DTYPE_NAMES.join(", ")}; comma-separated); the first is the study's own (default: the checkpoint's, f32 for seeded weights)` })
-      .option("kv-dtype", { choices: DTYPE_NAMES, describe: "storage type of the KV cache in every configuration (default: each configuration's weight type)" })
-      .option("batches", { type: "string", describe: `sequences per step to compare (1..${MAX_BATCH}, comma-separated, e.g. 1,4): every storage type × batch is timed in the fastest launch mode` }),
+      .option("peers", {
+        type: "string",
+        describe:
+          "torch, llama.cpp (comma-separated) or all: PyTorch and llama.cpp on the same weights, timed beside the modes",
+      })
+      .option("torch-variants", {
+        type: "string",
+        describe: `the PyTorch peer's variants (${TORCH_VARIANTS.join(", ")}; comma-separated; default: all)`,
+      })
+      .option("dtypes", {
+        type: "string",
+        describe: `storage types of the weights to compare (${DTYPE_NAMES.join(", ")}; comma-separated); the first is the study's own (default: the checkpoint's, f32 for seeded weights)`,
+      })
+      .option("kv-dtype", {
+        choices: DTYPE_NAMES,
+        describe: "storage type of the KV cache in every configuration (default: each configuration's weight type)",
+      })
+      .option("batches", {
+        type: "string",
+        describe: `sequences per step to compare (1..${MAX_BATCH}, comma-separated, e.g. 1,4): every storage type × batch is timed in the fastest launch mode`,
+      }),
   );
 
   const say = (line: string) => process.stderr.write(`${line}\n`);
-  if (argv.force && argv.out === undefined) throw new UserError("--force replaces what an explicit --out holds; the default output directory never replaces an earlier run");
+  if (argv.force && argv.out === undefined)
+    throw new UserError(
+      "--force replaces what an explicit --out holds; the default output directory never replaces an earlier run",
+    );
   const threads = argv.threads === undefined ? undefined : intFlag("threads", argv.threads, 1, 1024);
   const peerNames = parsePeers(argv.peers);
   const torchVariants = parseTorchVariants(argv["torch-variants"]);
-  if (argv["torch-variants"] !== undefined && !peerNames.includes("torch")) throw new UserError("--torch-variants chooses the PyTorch peer's variants: give --peers torch (or all) too");
-  let output = argv.out === undefined ? undefined : ProfileOutput.prepare(argv.out, { fresh: false, force: argv.force });
+  if (argv["torch-variants"] !== undefined && !peerNames.includes("torch"))
+    throw new UserError("--torch-variants chooses the PyTorch peer's variants: give --peers torch (or all) too");
+  let output =
+    argv.out === undefined ? undefined : ProfileOutput.prepare(argv.out, { fresh: false, force: argv.force });
   const interrupt = watchSignals();
   let backend: Backend | undefined;
   let instrument: Instrument | undefined;
@@ -139,7 +258,12 @@ await runCli(async () => {
     const e2eMax = cfg.n_positions - E2E_PROMPT;
     const dtypes = listFlag("dtypes", argv.dtypes, DTYPE_NAMES, [weights.storedAs]);
     const batches = listFlag("batches", argv.batches, BATCH_CHOICES, ["1"]).map(Number);
-    const formOf = (dtype: DtypeName, batch: number): StepForm => ({ plan: argv.plan, batch, weights: dtype, kv: argv["kv-dtype"] ?? dtype });
+    const formOf = (dtype: DtypeName, batch: number): StepForm => ({
+      plan: argv.plan,
+      batch,
+      weights: dtype,
+      kv: argv["kv-dtype"] ?? dtype,
+    });
     const studied = formOf(dtypes[0]!, 1);
     const modes = modesFor(argv.mode, backend, studied);
     const forms = dtypes.flatMap((dtype) => batches.map((batch) => formOf(dtype, batch)));
@@ -152,21 +276,33 @@ await runCli(async () => {
       warmup: intFlag("warmup", argv.warmup ?? defaults.warmup, 0, MAX_REPEATS),
       kernels: argv.kernels,
       tracedSteps: intFlag("traced-steps", argv["traced-steps"], 1, 1000),
-      e2e: { promptTokens: E2E_PROMPT, newTokens: intFlag("e2e-tokens", argv["e2e-tokens"] ?? Math.min(defaults.e2eTokens, e2eMax), 1, e2eMax) },
+      e2e: {
+        promptTokens: E2E_PROMPT,
+        newTokens: intFlag("e2e-tokens", argv["e2e-tokens"] ?? Math.min(defaults.e2eTokens, e2eMax), 1, e2eMax),
+      },
       seed: intFlag("seed", argv.seed, 0),
       checkpoint: () => interrupt.checkpoint(),
     };
-    output ??= ProfileOutput.prepare(defaultOutDir(backend, argv.mode, peerNames.length > 0, argv.plan), { fresh: true, force: false });
+    output ??= ProfileOutput.prepare(defaultOutDir(backend, argv.mode, peerNames.length > 0, argv.plan), {
+      fresh: true,
+      force: false,
+    });
     const [load] = loadavg();
     if (load! >= cpus().length - 0.5) {
-      say(`warning: load average ${load!.toFixed(1)} on ${cpus().length} cores: other processes compete for the CPU, so times will be inflated`);
+      say(
+        `warning: load average ${load!.toFixed(1)} on ${cpus().length} cores: other processes compete for the CPU, so times will be inflated`,
+      );
     }
     instrument = backend.instrument();
-    say(`device: ${backend.deviceName} (${backend.kind}); every point timed first, then ${opts.kernels ? "traced" : "not traced (--no-kernels)"}`);
+    say(
+      `device: ${backend.deviceName} (${backend.kind}); every point timed first, then ${opts.kernels ? "traced" : "not traced (--no-kernels)"}`,
+    );
     const peaks = instrument.measurePeaks(largestStepBytes(weights.config, opts));
     await interrupt.checkpoint();
     const launch = instrument.measureLaunch();
-    peers = peerNames.length ? await openPeers(peerNames, torchVariants, backend, weights, argv.model, opts, say) : undefined;
+    peers = peerNames.length
+      ? await openPeers(peerNames, torchVariants, backend, weights, argv.model, opts, say)
+      : undefined;
     study = new Study(backend, instrument, weights, opts);
     await interrupt.checkpoint();
     progress = createProgress({ total: studyUnits(opts), label: "profile" });
@@ -183,7 +319,9 @@ await runCli(async () => {
     const outDir = output.commit((dir) => {
       written = writeProfileOutputs(dir, summary, result.traces);
       if (written.summaryProblems.length) {
-        throw new UserError(`summary.json breaks its schema (${written.summaryProblems.length} problems, first: ${written.summaryProblems[0]}); nothing written`);
+        throw new UserError(
+          `summary.json breaks its schema (${written.summaryProblems.length} problems, first: ${written.summaryProblems[0]}); nothing written`,
+        );
       }
     });
     output = undefined;

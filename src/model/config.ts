@@ -32,7 +32,8 @@ const TANH_GELU = new Set(["gelu_new", "gelu_pytorch_tanh"]);
 /** Reads and validates a Hugging Face GPT-2 `config.json` in `dir`. */
 export function readHFConfig(dir: string): GPT2Config {
   const path = join(dir, "config.json");
-  if (!existsSync(path)) throw new UserError(`no config.json in ${dir} (expected a Hugging Face GPT-2 checkpoint directory)`);
+  if (!existsSync(path))
+    throw new UserError(`no config.json in ${dir} (expected a Hugging Face GPT-2 checkpoint directory)`);
   const raw = parseJsonObject(path);
   checkSupported(raw, path);
   const int = (key: string) => positiveInteger(raw, key, path);
@@ -50,7 +51,9 @@ export function readHFConfig(dir: string): GPT2Config {
     throw new UserError(`${path}: n_embd ${cfg.n_embd} is not divisible by n_head ${cfg.n_head}`);
   }
   if (raw.n_inner !== undefined && raw.n_inner !== null && raw.n_inner !== 4 * cfg.n_embd) {
-    throw new UserError(`${path}: n_inner ${JSON.stringify(raw.n_inner)} is not supported (the MLP must be 4 × n_embd)`);
+    throw new UserError(
+      `${path}: n_inner ${JSON.stringify(raw.n_inner)} is not supported (the MLP must be 4 × n_embd)`,
+    );
   }
   return cfg;
 }
@@ -58,9 +61,17 @@ export function readHFConfig(dir: string): GPT2Config {
 /** The Hugging Face config.json of a GPT-2 config (what readHFConfig reads back). */
 export function hfConfigOf(cfg: GPT2Config): Record<string, unknown> {
   return {
-    architectures: ["GPT2LMHeadModel"], model_type: "gpt2", n_layer: cfg.n_layer, n_head: cfg.n_head, n_embd: cfg.n_embd,
-    n_positions: cfg.n_positions, n_ctx: cfg.n_positions, vocab_size: cfg.vocab_size, layer_norm_epsilon: cfg.layer_norm_epsilon,
-    activation_function: "gelu_new", tie_word_embeddings: true,
+    architectures: ["GPT2LMHeadModel"],
+    model_type: "gpt2",
+    n_layer: cfg.n_layer,
+    n_head: cfg.n_head,
+    n_embd: cfg.n_embd,
+    n_positions: cfg.n_positions,
+    n_ctx: cfg.n_positions,
+    vocab_size: cfg.vocab_size,
+    layer_norm_epsilon: cfg.layer_norm_epsilon,
+    activation_function: "gelu_new",
+    tie_word_embeddings: true,
   };
 }
 
@@ -88,10 +99,14 @@ function checkSupported(raw: Record<string, unknown>, path: string): void {
   }
   const act = raw.activation_function;
   if (act !== undefined && !(typeof act === "string" && TANH_GELU.has(act))) {
-    throw new UserError(`${path}: activation_function ${JSON.stringify(act)} is not supported (only gelu_new / gelu_pytorch_tanh)`);
+    throw new UserError(
+      `${path}: activation_function ${JSON.stringify(act)} is not supported (only gelu_new / gelu_pytorch_tanh)`,
+    );
   }
   if (raw.tie_word_embeddings === false) {
-    throw new UserError(`${path}: tie_word_embeddings is false; only tied output embeddings (lm_head = wte) are supported`);
+    throw new UserError(
+      `${path}: tie_word_embeddings is false; only tied output embeddings (lm_head = wte) are supported`,
+    );
   }
 }
 

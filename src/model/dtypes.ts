@@ -66,7 +66,9 @@ export class StorageConverter {
   }
 
   private overflow(x: number, what: () => string): UserError {
-    return new UserError(`${what()}: the value ${x} does not fit ${this.dtype} (it would be ±Inf); store the weights as f32`);
+    return new UserError(
+      `${what()}: the value ${x} does not fit ${this.dtype} (it would be ±Inf); store the weights as f32`,
+    );
   }
 }
 

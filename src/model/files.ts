@@ -27,13 +27,27 @@ function kindOf(stat: ReturnType<typeof fstatSync>): string {
 export function ioReason(e: unknown): string {
   const err = e as NodeJS.ErrnoException;
   const words: Record<string, string> = {
-    ENOENT: "file not found", EACCES: "permission denied", EPERM: "operation not permitted", EISDIR: "is a directory",
-    ELOOP: "too many symbolic links", ENAMETOOLONG: "name too long", ENOTDIR: "a parent is not a directory",
-    EIO: "input/output error", ENOSPC: "no space left on device", EROFS: "read-only file system", EDQUOT: "disk quota exceeded",
-    EFBIG: "file too large", EMFILE: "too many open files", ENOTEMPTY: "directory not empty", EEXIST: "already exists",
-    EPIPE: "broken pipe (the reader has gone)", ENXIO: "no such device or address",
+    ENOENT: "file not found",
+    EACCES: "permission denied",
+    EPERM: "operation not permitted",
+    EISDIR: "is a directory",
+    ELOOP: "too many symbolic links",
+    ENAMETOOLONG: "name too long",
+    ENOTDIR: "a parent is not a directory",
+    EIO: "input/output error",
+    ENOSPC: "no space left on device",
+    EROFS: "read-only file system",
+    EDQUOT: "disk quota exceeded",
+    EFBIG: "file too large",
+    EMFILE: "too many open files",
+    ENOTEMPTY: "directory not empty",
+    EEXIST: "already exists",
+    EPIPE: "broken pipe (the reader has gone)",
+    ENXIO: "no such device or address",
   };
-  return err.code ? `${words[err.code] ?? err.message.split("\n")[0]} (${err.code})` : String((e as Error).message ?? e).split("\n")[0]!;
+  return err.code
+    ? `${words[err.code] ?? err.message.split("\n")[0]} (${err.code})`
+    : String((e as Error).message ?? e).split("\n")[0]!;
 }
 
 /**
@@ -70,7 +84,9 @@ export function readExactly(file: RegularFile, into: Uint8Array, position: numbe
       throw new UserError(`${file.path}: cannot read: ${ioReason(e)}`);
     }
     if (n === 0) {
-      throw new UserError(`${file.path}: ends at byte ${position + done}, but ${into.length - done} more bytes were expected there (truncated while being read?)`);
+      throw new UserError(
+        `${file.path}: ends at byte ${position + done}, but ${into.length - done} more bytes were expected there (truncated while being read?)`,
+      );
     }
     done += n;
   }
@@ -80,7 +96,8 @@ export function readExactly(file: RegularFile, into: Uint8Array, position: numbe
 export function readSmallTextFile(path: string, maxBytes: number): string {
   const file = openRegularFile(path);
   try {
-    if (file.size > maxBytes) throw new UserError(`${path}: ${file.size} bytes is too large for this file (at most ${maxBytes})`);
+    if (file.size > maxBytes)
+      throw new UserError(`${path}: ${file.size} bytes is too large for this file (at most ${maxBytes})`);
     const bytes = new Uint8Array(file.size);
     readExactly(file, bytes, 0);
     return new TextDecoder().decode(bytes);

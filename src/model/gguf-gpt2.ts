@@ -29,22 +29,32 @@ const u32 = (value: number): GGUFValue => ({ kind: "u32", value });
 const str = (value: string): GGUFValue => ({ kind: "string", value });
 
 /** Tokens, types, merges and special ids for a vocabulary of `V` ids. */
-export function vocabularyFor(V: number): { tokens: string[]; types: number[]; merges: string[]; endOfText: number | null } {
+export function vocabularyFor(V: number): {
+  tokens: string[];
+  types: number[];
+  merges: string[];
+  endOfText: number | null;
+} {
   const full = gpt2Vocab();
   const ids = Array.from({ length: V }, (_, i) => i);
   const tokens = ids.map((i) => full.tokens[i] ?? `[PAD${i}]`);
-  const types = ids.map((i) => (i === END_OF_TEXT_ID ? TokenType.CONTROL : i < full.tokens.length ? TokenType.NORMAL : TokenType.UNUSED));
+  const types = ids.map((i) =>
+    i === END_OF_TEXT_ID ? TokenType.CONTROL : i < full.tokens.length ? TokenType.NORMAL : TokenType.UNUSED,
+  );
   const merges = full.merges.slice(0, Math.max(0, Math.min(V, END_OF_TEXT_ID) - BYTE_TOKENS));
   return { tokens, types, merges, endOfText: V > END_OF_TEXT_ID ? END_OF_TEXT_ID : null };
 }
 
 export function gpt2Metadata(cfg: GPT2Config): [string, GGUFValue][] {
   const vocab = vocabularyFor(cfg.vocab_size);
-  const special: [string, GGUFValue][] = vocab.endOfText === null ? [] : [
-    ["tokenizer.ggml.bos_token_id", u32(vocab.endOfText)],
-    ["tokenizer.ggml.eos_token_id", u32(vocab.endOfText)],
-    ["tokenizer.ggml.unknown_token_id", u32(vocab.endOfText)],
-  ];
+  const special: [string, GGUFValue][] =
+    vocab.endOfText === null
+      ? []
+      : [
+          ["tokenizer.ggml.bos_token_id", u32(vocab.endOfText)],
+          ["tokenizer.ggml.eos_token_id", u32(vocab.endOfText)],
+          ["tokenizer.ggml.unknown_token_id", u32(vocab.endOfText)],
+        ];
   return [
     ["general.architecture", str("gpt2")],
     ["general.type", str("model")],
@@ -108,13 +118,19 @@ export function writeGPT2GGUF(w: GPT2Weights, path: string, alignment?: number):
   const tensors = gpt2Tensors(w.config);
   const transposedNames = new Set(tensors.filter((t) => t.transpose).map((t) => t.spec.name));
   let gathering: Float32Array | null = null;
-  return writeGGUF(path, gpt2Metadata(w.config), tensors, (emit) =>
-    w.stream((spec, chunk, offset) => {
-      if (!transposedNames.has(spec.name)) return emit(chunk);
-      gathering ??= new Float32Array(numel(spec.shape));
-      gathering.set(chunk, offset);
-      if (offset + chunk.length < gathering.length) return;
-      emit(transposed(gathering, spec.shape[0]!, spec.shape[1]!));
-      gathering = null;
-    }), alignment);
+  return writeGGUF(
+    path,
+    gpt2Metadata(w.config),
+    tensors,
+    (emit) =>
+      w.stream((spec, chunk, offset) => {
+        if (!transposedNames.has(spec.name)) return emit(chunk);
+        gathering ??= new Float32Array(numel(spec.shape));
+        gathering.set(chunk, offset);
+        if (offset + chunk.length < gathering.length) return;
+        emit(transposed(gathering, spec.shape[0]!, spec.shape[1]!));
+        gathering = null;
+      }),
+    alignment,
+  );
 }

@@ -15,7 +15,19 @@ export const GGML_TYPE_F32 = 0;
 
 /** gguf-py's GGUFValueType. */
 export const GGUFValueType = {
-  UINT8: 0, INT8: 1, UINT16: 2, INT16: 3, UINT32: 4, INT32: 5, FLOAT32: 6, BOOL: 7, STRING: 8, ARRAY: 9, UINT64: 10, INT64: 11, FLOAT64: 12,
+  UINT8: 0,
+  INT8: 1,
+  UINT16: 2,
+  INT16: 3,
+  UINT32: 4,
+  INT32: 5,
+  FLOAT32: 6,
+  BOOL: 7,
+  STRING: 8,
+  ARRAY: 9,
+  UINT64: 10,
+  INT64: 11,
+  FLOAT64: 12,
 } as const;
 
 export type ScalarKind = "u32" | "i32" | "f32" | "u64" | "bool" | "string";
@@ -31,8 +43,12 @@ export interface GGUFTensorInfo {
 }
 
 const TYPE_OF: Record<ScalarKind, number> = {
-  u32: GGUFValueType.UINT32, i32: GGUFValueType.INT32, f32: GGUFValueType.FLOAT32, u64: GGUFValueType.UINT64,
-  bool: GGUFValueType.BOOL, string: GGUFValueType.STRING,
+  u32: GGUFValueType.UINT32,
+  i32: GGUFValueType.INT32,
+  f32: GGUFValueType.FLOAT32,
+  u64: GGUFValueType.UINT64,
+  bool: GGUFValueType.BOOL,
+  string: GGUFValueType.STRING,
 };
 
 /** Little-endian bytes appended to a growing buffer. */
@@ -54,10 +70,22 @@ class ByteSink {
   }
 
   // each writer reserves first: reserving may replace this.buf and this.view
-  u8(v: number) { const at = this.reserve(1); this.view.setUint8(at, v); }
-  u32(v: number) { const at = this.reserve(4); this.view.setUint32(at, v, true); }
-  i32(v: number) { const at = this.reserve(4); this.view.setInt32(at, v, true); }
-  f32(v: number) { const at = this.reserve(4); this.view.setFloat32(at, v, true); }
+  u8(v: number) {
+    const at = this.reserve(1);
+    this.view.setUint8(at, v);
+  }
+  u32(v: number) {
+    const at = this.reserve(4);
+    this.view.setUint32(at, v, true);
+  }
+  i32(v: number) {
+    const at = this.reserve(4);
+    this.view.setInt32(at, v, true);
+  }
+  f32(v: number) {
+    const at = this.reserve(4);
+    this.view.setFloat32(at, v, true);
+  }
   u64(v: number) {
     if (!Number.isSafeInteger(v) || v < 0) throw new RangeError(`gguf: ${v} is not a u64 this writer can hold`);
     const at = this.reserve(8);
@@ -73,7 +101,9 @@ class ByteSink {
     const at = this.reserve(n);
     this.buf.fill(0, at, this.length);
   }
-  bytes(): Uint8Array { return this.buf.subarray(0, this.length); }
+  bytes(): Uint8Array {
+    return this.buf.subarray(0, this.length);
+  }
 }
 
 function scalar(out: ByteSink, kind: ScalarKind, v: number | string | boolean): void {
@@ -120,10 +150,14 @@ const elements = (dims: readonly number[]) => dims.reduce((a, b) => a * b, 1);
  * is written when it is not the default 32, as gguf-py does. Returns the file's size in bytes. Little-endian hosts.
  */
 export function writeGGUF(
-  path: string, metadata: readonly [string, GGUFValue][], tensors: readonly GGUFTensorInfo[],
-  produce: (emit: (chunk: Float32Array) => void) => void, alignment = GGUF_DEFAULT_ALIGNMENT,
+  path: string,
+  metadata: readonly [string, GGUFValue][],
+  tensors: readonly GGUFTensorInfo[],
+  produce: (emit: (chunk: Float32Array) => void) => void,
+  alignment = GGUF_DEFAULT_ALIGNMENT,
 ): number {
-  if (!Number.isInteger(alignment) || alignment < 1 || alignment % 8 !== 0) throw new RangeError(`gguf: alignment ${alignment} must be a positive multiple of 8`);
+  if (!Number.isInteger(alignment) || alignment < 1 || alignment % 8 !== 0)
+    throw new RangeError(`gguf: alignment ${alignment} must be a positive multiple of 8`);
   const kv: [string, GGUFValue][] = [...metadata];
   if (alignment !== GGUF_DEFAULT_ALIGNMENT) kv.push(["general.alignment", { kind: "u32", value: alignment }]);
   const keys = new Set<string>();
@@ -174,7 +208,11 @@ class TensorDataWriter {
   private tensor = 0;
   private filled = 0;
 
-  constructor(private readonly fd: number, private readonly sizes: readonly number[], private readonly alignment: number) {}
+  constructor(
+    private readonly fd: number,
+    private readonly sizes: readonly number[],
+    private readonly alignment: number,
+  ) {}
 
   write(chunk: Float32Array): void {
     let bytes = new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength);
@@ -198,7 +236,9 @@ class TensorDataWriter {
   finish(tensors: readonly GGUFTensorInfo[]): void {
     if (this.tensor < this.sizes.length) {
       const t = tensors[this.tensor]!;
-      throw new RangeError(`gguf: tensor ${t.name} got ${this.filled / 4} elements, its dims need ${this.sizes[this.tensor]! / 4}`);
+      throw new RangeError(
+        `gguf: tensor ${t.name} got ${this.filled / 4} elements, its dims need ${this.sizes[this.tensor]! / 4}`,
+      );
     }
   }
 }

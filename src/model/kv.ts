@@ -12,7 +12,6 @@ import { UserError } from "../errors.ts";
 import { DTYPE_BYTES, type DtypeName } from "../ops.ts";
 import { parameterCount, type GPT2Config } from "./config.ts";
 
-
 /** What the cache's size depends on, and the weights' parameter count with how it was found. */
 export interface DecoderShape {
   name: string;
@@ -47,9 +46,16 @@ export interface KvReport extends DecoderShape {
 
 export function gpt2Shape(cfg: GPT2Config): DecoderShape {
   return {
-    name: cfg.name, family: "gpt2", layers: cfg.n_layer, heads: cfg.n_head, kv_heads: cfg.n_head, head_dim: cfg.n_embd / cfg.n_head,
-    max_context: cfg.n_positions, parameters: parameterCount(cfg),
-    parameters_how: "exact for GPT-2: embeddings (vocab + positions) × n_embd, 12·C² + 13·C per block, final LayerNorm; the output head is tied to the embeddings",
+    name: cfg.name,
+    family: "gpt2",
+    layers: cfg.n_layer,
+    heads: cfg.n_head,
+    kv_heads: cfg.n_head,
+    head_dim: cfg.n_embd / cfg.n_head,
+    max_context: cfg.n_positions,
+    parameters: parameterCount(cfg),
+    parameters_how:
+      "exact for GPT-2: embeddings (vocab + positions) × n_embd, 12·C² + 13·C per block, final LayerNorm; the output head is tied to the embeddings",
     notes: [],
   };
 }
@@ -59,35 +65,64 @@ export function shapeFromConfig(raw: Record<string, unknown>, name: string, wher
   const int = (key: string, fallback?: number): number => {
     const v = raw[key] ?? fallback;
     if (v === undefined || v === null) throw new UserError(`${where}: missing ${key}`);
-    if (typeof v !== "number" || !Number.isSafeInteger(v) || v <= 0) throw new UserError(`${where}: ${key} must be a positive integer, got ${JSON.stringify(v)}`);
+    if (typeof v !== "number" || !Number.isSafeInteger(v) || v <= 0)
+      throw new UserError(`${where}: ${key} must be a positive integer, got ${JSON.stringify(v)}`);
     return v;
   };
   if ("n_layer" in raw || raw.model_type === "gpt2") {
     const cfg: GPT2Config = {
-      name, n_layer: int("n_layer"), n_head: int("n_head"), n_embd: int("n_embd"), n_positions: int("n_positions", raw.n_ctx as number | undefined),
-      vocab_size: int("vocab_size"), layer_norm_epsilon: 1e-5,
+      name,
+      n_layer: int("n_layer"),
+      n_head: int("n_head"),
+      n_embd: int("n_embd"),
+      n_positions: int("n_positions", raw.n_ctx as number | undefined),
+      vocab_size: int("vocab_size"),
+      layer_norm_epsilon: 1e-5,
     };
-    if (cfg.n_embd % cfg.n_head) throw new UserError(`${where}: n_embd ${cfg.n_embd} is not divisible by n_head ${cfg.n_head}`);
-    if (raw.n_inner != null && raw.n_inner !== 4 * cfg.n_embd) throw new UserError(`${where}: n_inner ${JSON.stringify(raw.n_inner)} is not GPT-2's 4 × n_embd`);
+    if (cfg.n_embd % cfg.n_head)
+      throw new UserError(`${where}: n_embd ${cfg.n_embd} is not divisible by n_head ${cfg.n_head}`);
+    if (raw.n_inner != null && raw.n_inner !== 4 * cfg.n_embd)
+      throw new UserError(`${where}: n_inner ${JSON.stringify(raw.n_inner)} is not GPT-2's 4 × n_embd`);
     return gpt2Shape(cfg);
   }
   if (!("num_hidden_layers" in raw)) {
-    throw new UserError(`${where}: neither GPT-2's n_layer/n_head/n_embd nor Llama-style num_hidden_layers/num_attention_heads/hidden_size`);
+    throw new UserError(
+      `${where}: neither GPT-2's n_layer/n_head/n_embd nor Llama-style num_hidden_layers/num_attention_heads/hidden_size`,
+    );
   }
   const layers = int("num_hidden_layers");
   const heads = int("num_attention_heads");
   const kvHeads = int("num_key_value_heads", heads);
   const d = int("hidden_size");
   const headDim = int("head_dim", d % heads === 0 ? d / heads : undefined);
-  if (heads % kvHeads) throw new UserError(`${where}: num_attention_heads ${heads} is not a multiple of num_key_value_heads ${kvHeads}`);
-  const { parameters, how } = llamaParameters(raw, { layers, heads, kvHeads, d, headDim, vocab: int("vocab_size"), inter: int("intermediate_size") });
+  if (heads % kvHeads)
+    throw new UserError(`${where}: num_attention_heads ${heads} is not a multiple of num_key_value_heads ${kvHeads}`);
+  const { parameters, how } = llamaParameters(raw, {
+    layers,
+    heads,
+    kvHeads,
+    d,
+    headDim,
+    vocab: int("vocab_size"),
+    inter: int("intermediate_size"),
+  });
   const window = raw.sliding_window;
   return {
-    name, family: "llama-style", layers, heads, kv_heads: kvHeads, head_dim: headDim,
-    max_context: int("max_position_embeddings", 4096), parameters, parameters_how: how,
-    notes: typeof window === "number" && raw.use_sliding_window !== false
-      ? [`sliding_window ${window}: a cache that evicts beyond the window holds at most ${window} tokens per sequence; the figures are for a full cache`]
-      : [],
+    name,
+    family: "llama-style",
+    layers,
+    heads,
+    kv_heads: kvHeads,
+    head_dim: headDim,
+    max_context: int("max_position_embeddings", 4096),
+    parameters,
+    parameters_how: how,
+    notes:
+      typeof window === "number" && raw.use_sliding_window !== false
+        ? [
+            `sliding_window ${window}: a cache that evicts beyond the window holds at most ${window} tokens per sequence; the figures are for a full cache`,
+          ]
+        : [],
   };
 }
 
@@ -96,11 +131,15 @@ export function shapeFromConfig(raw: Record<string, unknown>, name: string, wher
  * k/v (d × kv_heads·hd), a gated MLP (3 × d × intermediate; × experts plus a router for MoE), two RMSNorm
  * weights, QKV biases when attention_bias (Qwen2 has them), and the final norm.
  */
-function llamaParameters(raw: Record<string, unknown>, s: { layers: number; heads: number; kvHeads: number; d: number; headDim: number; vocab: number; inter: number }) {
+function llamaParameters(
+  raw: Record<string, unknown>,
+  s: { layers: number; heads: number; kvHeads: number; d: number; headDim: number; vocab: number; inter: number },
+) {
   const tied = raw.tie_word_embeddings === true;
   const biases = raw.attention_bias === true || raw.model_type === "qwen2";
   const experts = typeof raw.num_local_experts === "number" ? raw.num_local_experts : 1;
-  const attention = s.d * s.headDim * (2 * s.heads + 2 * s.kvHeads) + (biases ? s.headDim * (s.heads + 2 * s.kvHeads) : 0);
+  const attention =
+    s.d * s.headDim * (2 * s.heads + 2 * s.kvHeads) + (biases ? s.headDim * (s.heads + 2 * s.kvHeads) : 0);
   const mlp = experts * 3 * s.d * s.inter + (experts > 1 ? s.d * experts : 0);
   const perLayer = attention + mlp + 2 * s.d;
   const parameters = s.vocab * s.d * (tied ? 1 : 2) + s.layers * perLayer + s.d;
@@ -117,7 +156,9 @@ export function readDecoderConfig(path: string): DecoderShape {
     text = readFileSync(path, "utf8");
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
-    throw new UserError(`--config ${path}: ${code === "ENOENT" ? "file not found" : code === "EISDIR" ? "is a directory; give its config.json" : `cannot read (${code})`}`);
+    throw new UserError(
+      `--config ${path}: ${code === "ENOENT" ? "file not found" : code === "EISDIR" ? "is a directory; give its config.json" : `cannot read (${code})`}`,
+    );
   }
   let raw: unknown;
   try {
@@ -125,9 +166,11 @@ export function readDecoderConfig(path: string): DecoderShape {
   } catch (e) {
     throw new UserError(`--config ${path}: not valid JSON (${(e as Error).message})`);
   }
-  if (typeof raw !== "object" || raw === null || Array.isArray(raw)) throw new UserError(`--config ${path}: expected a JSON object`);
+  if (typeof raw !== "object" || raw === null || Array.isArray(raw))
+    throw new UserError(`--config ${path}: expected a JSON object`);
   const r = raw as Record<string, unknown>;
-  const name = typeof r._name_or_path === "string" ? r._name_or_path : typeof r.model_type === "string" ? r.model_type : "model";
+  const name =
+    typeof r._name_or_path === "string" ? r._name_or_path : typeof r.model_type === "string" ? r.model_type : "model";
   return shapeFromConfig(r, name, path);
 }
 
@@ -140,7 +183,11 @@ export function kvReport(shape: DecoderShape, context: number, batch: number, dt
   const weightBytes = shape.parameters * bytes;
   const crossoverTokens = Math.ceil(weightBytes / perToken);
   return {
-    ...shape, dtype, bytes_per_element: bytes, context, batch,
+    ...shape,
+    dtype,
+    bytes_per_element: bytes,
+    context,
+    batch,
     kv_bytes_per_token: perToken,
     kv_bytes: perToken * context * batch,
     mha_kv_bytes_per_token: 2 * shape.layers * shape.heads * shape.head_dim * bytes,

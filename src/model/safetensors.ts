@@ -11,8 +11,21 @@ import { closeFile, openRegularFile, readExactly, type RegularFile } from "./fil
 
 /** Bytes per element of every dtype the format defines. */
 const DTYPE_BYTES: Readonly<Record<string, number>> = {
-  F64: 8, F32: 4, F16: 2, BF16: 2, F8_E4M3: 1, F8_E5M2: 1,
-  I64: 8, I32: 4, I16: 2, I8: 1, U64: 8, U32: 4, U16: 2, U8: 1, BOOL: 1,
+  F64: 8,
+  F32: 4,
+  F16: 2,
+  BF16: 2,
+  F8_E4M3: 1,
+  F8_E5M2: 1,
+  I64: 8,
+  I32: 4,
+  I16: 2,
+  I8: 1,
+  U64: 8,
+  U32: 4,
+  U16: 2,
+  U8: 1,
+  BOOL: 1,
 };
 
 /** Refuse headers above this size (the reference implementation's cap is 100 MB): a corrupt length would ask for gigabytes. */
@@ -75,7 +88,8 @@ function memorySource(bytes: Uint8Array): ByteSource {
   return {
     size: bytes.byteLength,
     read(into, position) {
-      if (position + into.length > bytes.byteLength) throw new RangeError(`read past the end: ${position + into.length} > ${bytes.byteLength}`);
+      if (position + into.length > bytes.byteLength)
+        throw new RangeError(`read past the end: ${position + into.length} > ${bytes.byteLength}`);
       into.set(bytes.subarray(position, position + into.length));
     },
     close() {},
@@ -97,16 +111,22 @@ function reopen(path: string, size: number, header: Uint8Array): ByteSource {
 /** The 8-byte length, checked against the cap and the file's size before the header is allocated and read. */
 function readHeader(source: ByteSource, path: string): Uint8Array {
   if (source.size < 8) {
-    throw new UserError(`${path}: not a safetensors file (${source.size} bytes, shorter than the 8-byte header length)`);
+    throw new UserError(
+      `${path}: not a safetensors file (${source.size} bytes, shorter than the 8-byte header length)`,
+    );
   }
   const lengthBytes = new Uint8Array(8);
   source.read(lengthBytes, 0);
   const headerLen = new DataView(lengthBytes.buffer).getBigUint64(0, true);
   if (headerLen > BigInt(MAX_HEADER_BYTES)) {
-    throw new UserError(`${path}: header length ${headerLen} bytes is above the ${MAX_HEADER_BYTES / 2 ** 20} MiB cap (corrupt file?)`);
+    throw new UserError(
+      `${path}: header length ${headerLen} bytes is above the ${MAX_HEADER_BYTES / 2 ** 20} MiB cap (corrupt file?)`,
+    );
   }
   if (8 + Number(headerLen) > source.size) {
-    throw new UserError(`${path}: header length ${headerLen} runs past the end of the file (${source.size} bytes; truncated?)`);
+    throw new UserError(
+      `${path}: header length ${headerLen} runs past the end of the file (${source.size} bytes; truncated?)`,
+    );
   }
   const header = new Uint8Array(Number(headerLen));
   source.read(header, 8);
@@ -137,7 +157,8 @@ function parseHeader(raw: Uint8Array, path: string): Record<string, unknown> {
   if (!isObject(header)) throw new UserError(`${path}: header is not a JSON object`);
   // JSON.parse keeps the last of two equal keys: which tensor (or offsets) the writer meant is unknowable
   const duplicate = firstDuplicateKey(text);
-  if (duplicate !== null) throw new UserError(`${path}: header has the key ${JSON.stringify(nameOf(duplicate))} twice in one object`);
+  if (duplicate !== null)
+    throw new UserError(`${path}: header has the key ${JSON.stringify(nameOf(duplicate))} twice in one object`);
   if (header.__metadata__ !== undefined && !isObject(header.__metadata__)) {
     throw new UserError(`${path}: __metadata__ is not a JSON object`);
   }
@@ -186,19 +207,27 @@ function parseEntry(name: string, entry: unknown, dataLen: number, path: string)
     throw new UserError(`${where} has unknown dtype ${printable(JSON.stringify(dtype) ?? String(dtype))}`);
   }
   if (!isIndexArray(shape)) {
-    throw new UserError(`${where}: shape must be an array of non-negative integers, got ${printable(JSON.stringify(shape) ?? String(shape))}`);
+    throw new UserError(
+      `${where}: shape must be an array of non-negative integers, got ${printable(JSON.stringify(shape) ?? String(shape))}`,
+    );
   }
   if (!isIndexArray(offsets) || offsets.length !== 2) {
-    throw new UserError(`${where}: data_offsets must be [begin, end] non-negative integers, got ${printable(JSON.stringify(offsets) ?? String(offsets))}`);
+    throw new UserError(
+      `${where}: data_offsets must be [begin, end] non-negative integers, got ${printable(JSON.stringify(offsets) ?? String(offsets))}`,
+    );
   }
   const [begin, end] = offsets as [number, number];
   if (begin > end) throw new UserError(`${where}: data_offsets [${begin}, ${end}] have begin after end`);
   if (end > dataLen) {
-    throw new UserError(`${where}: data_offsets [${begin}, ${end}] run past the end of the data section (${dataLen} bytes; truncated?)`);
+    throw new UserError(
+      `${where}: data_offsets [${begin}, ${end}] run past the end of the data section (${dataLen} bytes; truncated?)`,
+    );
   }
   const needed = numel(shape) * DTYPE_BYTES[dtype];
   if (end - begin !== needed) {
-    throw new UserError(`${where}: data_offsets [${begin}, ${end}] hold ${end - begin} bytes but ${dtype} shape ${formatShape(shape)} needs ${needed}`);
+    throw new UserError(
+      `${where}: data_offsets [${begin}, ${end}] hold ${end - begin} bytes but ${dtype} shape ${formatShape(shape)} needs ${needed}`,
+    );
   }
   return { name, dtype, shape, begin, end };
 }
@@ -214,13 +243,16 @@ function checkTiling(tensors: TensorInfo[], dataLen: number, path: string): void
   const span = (t: TensorInfo) => `${nameOf(t.name)} [${t.begin}, ${t.end}]`;
   let furthest: TensorInfo | undefined;
   for (const t of nonEmpty) {
-    if (furthest && t.begin < furthest.end) throw new UserError(`${path}: tensors ${span(furthest)} and ${span(t)} overlap`);
+    if (furthest && t.begin < furthest.end)
+      throw new UserError(`${path}: tensors ${span(furthest)} and ${span(t)} overlap`);
     if (!furthest || t.end > furthest.end) furthest = t;
   }
   let covered = 0;
   for (const t of nonEmpty) {
     if (t.begin > covered) {
-      throw new UserError(`${path}: bytes [${covered}, ${t.begin}) of the data section belong to no tensor (a hole before ${span(t)})`);
+      throw new UserError(
+        `${path}: bytes [${covered}, ${t.begin}) of the data section belong to no tensor (a hole before ${span(t)})`,
+      );
     }
     covered = t.end;
   }
@@ -243,22 +275,37 @@ export class Staging {
  * [offset, offset + chunk.length), valid until it returns. Every value is checked finite.
  */
 export function streamTensor(
-  file: SafetensorsFile, source: ByteSource, t: TensorInfo, staging: Staging, visit: (chunk: Float32Array, offset: number) => void,
+  file: SafetensorsFile,
+  source: ByteSource,
+  t: TensorInfo,
+  staging: Staging,
+  visit: (chunk: Float32Array, offset: number) => void,
 ): void {
   if (!WEIGHT_DTYPES.has(t.dtype)) {
-    throw new UserError(`${file.path}: tensor ${nameOf(t.name)} has dtype ${t.dtype}; weights must be F32, F16 or BF16`);
+    throw new UserError(
+      `${file.path}: tensor ${nameOf(t.name)} has dtype ${t.dtype}; weights must be F32, F16 or BF16`,
+    );
   }
   const n = numel(t.shape);
-  for (let offset = 0; offset < n; offset += CHUNK_ELEMENTS) visit(readChunk(file, source, t, staging, offset, Math.min(CHUNK_ELEMENTS, n - offset)), offset);
+  for (let offset = 0; offset < n; offset += CHUNK_ELEMENTS)
+    visit(readChunk(file, source, t, staging, offset, Math.min(CHUNK_ELEMENTS, n - offset)), offset);
 }
 
 /** Elements [offset, offset + count) of an F32/F16/BF16 tensor as float32 in `staging` (count ≤ CHUNK_ELEMENTS), checked finite. */
-export function readChunk(file: SafetensorsFile, source: ByteSource, t: TensorInfo, staging: Staging, offset: number, count: number): Float32Array {
+export function readChunk(
+  file: SafetensorsFile,
+  source: ByteSource,
+  t: TensorInfo,
+  staging: Staging,
+  offset: number,
+  count: number,
+): Float32Array {
   const width = DTYPE_BYTES[t.dtype]!;
   source.read(staging.raw.subarray(0, count * width), file.dataStart + t.begin + offset * width);
-  const chunk = t.dtype === "F32"
-    ? new Float32Array(staging.raw.buffer, 0, count)
-    : widen(t.dtype, new Uint16Array(staging.raw.buffer, 0, count), staging.floats.subarray(0, count));
+  const chunk =
+    t.dtype === "F32"
+      ? new Float32Array(staging.raw.buffer, 0, count)
+      : widen(t.dtype, new Uint16Array(staging.raw.buffer, 0, count), staging.floats.subarray(0, count));
   checkFinite(file, t, chunk, offset);
   return chunk;
 }
@@ -297,7 +344,8 @@ function halfTable(): Float32Array {
     const sign = h & 0x8000 ? -1 : 1;
     const exp = (h >> 10) & 0x1f;
     const frac = h & 0x3ff;
-    if (exp === 0) f16Table[h] = sign * 2 ** -14 * (frac / 1024); // zero / subnormal
+    if (exp === 0)
+      f16Table[h] = sign * 2 ** -14 * (frac / 1024); // zero / subnormal
     else if (exp === 31) f16Table[h] = frac ? NaN : sign * Infinity;
     else f16Table[h] = sign * 2 ** (exp - 15) * (1 + frac / 1024);
   }
@@ -327,7 +375,11 @@ export interface F32TensorSpec {
  * padded so the data section starts 8-byte aligned, as the reference writer does), then every element that
  * `produce` emits, in order, chunk by chunk — the tensors are never held whole. Little-endian hosts.
  */
-export function writeSafetensors(path: string, tensors: readonly F32TensorSpec[], produce: (emit: (chunk: Float32Array) => void) => void): void {
+export function writeSafetensors(
+  path: string,
+  tensors: readonly F32TensorSpec[],
+  produce: (emit: (chunk: Float32Array) => void) => void,
+): void {
   const header: Record<string, unknown> = { __metadata__: { format: "pt" } };
   let offset = 0;
   for (const t of tensors) {
@@ -346,11 +398,13 @@ export function writeSafetensors(path: string, tensors: readonly F32TensorSpec[]
     writeSync(fd, json);
     let written = 0;
     produce((chunk) => {
-      if (written + chunk.byteLength > offset) throw new RangeError(`safetensors: more data than the ${offset} bytes the header declares`);
+      if (written + chunk.byteLength > offset)
+        throw new RangeError(`safetensors: more data than the ${offset} bytes the header declares`);
       writeSync(fd, new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength));
       written += chunk.byteLength;
     });
-    if (written !== offset) throw new RangeError(`safetensors: ${written} bytes of data, the header declares ${offset}`);
+    if (written !== offset)
+      throw new RangeError(`safetensors: ${written} bytes of data, the header declares ${offset}`);
   } finally {
     closeSync(fd);
   }

@@ -15,7 +15,9 @@ export function encodeText(text: string, vocab = GPT2_VOCAB): number[] {
       `this model's vocabulary has ${vocab} tokens, not GPT-2's ${GPT2_VOCAB}, so a text prompt can't be tokenized; give token ids with --prompt-ids (e.g. --prompt-ids 1,2,3)`,
     );
   }
-  const ids = text.split(END_OF_TEXT).flatMap((part, i) => (i === 0 ? encode(part) : [END_OF_TEXT_ID, ...encode(part)]));
+  const ids = text
+    .split(END_OF_TEXT)
+    .flatMap((part, i) => (i === 0 ? encode(part) : [END_OF_TEXT_ID, ...encode(part)]));
   if (ids.length === 0) throw new UserError("the prompt is empty: it encodes to no tokens");
   return ids;
 }
@@ -32,10 +34,15 @@ export function parsePromptIds(s: string, vocab: number): number[] {
   return s.split(",").map((part) => {
     const text = part.trim();
     if (!/^\d+$/.test(text)) {
-      throw new UserError(`--prompt-ids: ${JSON.stringify(text)} is not a token id (expected comma-separated non-negative integers, e.g. 464,3290)`);
+      throw new UserError(
+        `--prompt-ids: ${JSON.stringify(text)} is not a token id (expected comma-separated non-negative integers, e.g. 464,3290)`,
+      );
     }
     const id = Number(text);
-    if (id >= vocab) throw new UserError(`--prompt-ids: token id ${text} is out of range for a vocabulary of ${vocab} (0..${vocab - 1})`);
+    if (id >= vocab)
+      throw new UserError(
+        `--prompt-ids: token id ${text} is out of range for a vocabulary of ${vocab} (0..${vocab - 1})`,
+      );
     return id;
   });
 }

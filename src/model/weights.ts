@@ -10,8 +10,19 @@ import { UserError } from "../errors.ts";
 import type { DtypeName } from "../ops.ts";
 import { hfConfigOf, readHFConfig, type GPT2Config } from "./config.ts";
 import {
-  CHUNK_ELEMENTS, formatShape, nameOf, numel, readChunk, readSafetensors, Staging, streamTensor, WEIGHT_DTYPES, writeSafetensors,
-  type ByteSource, type SafetensorsFile, type TensorInfo,
+  CHUNK_ELEMENTS,
+  formatShape,
+  nameOf,
+  numel,
+  readChunk,
+  readSafetensors,
+  Staging,
+  streamTensor,
+  WEIGHT_DTYPES,
+  writeSafetensors,
+  type ByteSource,
+  type SafetensorsFile,
+  type TensorInfo,
 } from "./safetensors.ts";
 
 type Init = "normal" | "zeros" | "ones";
@@ -86,7 +97,9 @@ export function materializeWeights(w: GPT2Weights): Map<string, Float32Array> {
 export function saveModel(w: GPT2Weights, dir: string): void {
   mkdirSync(dir, { recursive: true });
   writeFileSync(join(dir, "config.json"), `${JSON.stringify(hfConfigOf(w.config), null, 2)}\n`);
-  writeSafetensors(join(dir, "model.safetensors"), parameterSpecs(w.config), (emit) => w.stream((_spec, chunk) => emit(chunk)));
+  writeSafetensors(join(dir, "model.safetensors"), parameterSpecs(w.config), (emit) =>
+    w.stream((_spec, chunk) => emit(chunk)),
+  );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -104,10 +117,12 @@ const LIST_LIMIT = 4;
  */
 export function loadModel(dir: string): GPT2Weights {
   if (!existsSync(dir)) throw new UserError(`model directory not found: ${dir}`);
-  if (!statSync(dir).isDirectory()) throw new UserError(`--model takes a directory (with config.json and model.safetensors), not a file: ${dir}`);
+  if (!statSync(dir).isDirectory())
+    throw new UserError(`--model takes a directory (with config.json and model.safetensors), not a file: ${dir}`);
   const config = readHFConfig(dir);
   const path = join(dir, "model.safetensors");
-  if (!existsSync(path)) throw new UserError(`no model.safetensors in ${dir} (expected config.json + model.safetensors)`);
+  if (!existsSync(path))
+    throw new UserError(`no model.safetensors in ${dir} (expected config.json + model.safetensors)`);
   const file = readSafetensors(path);
   const tensors = unprefixed(file);
 
@@ -116,9 +131,11 @@ export function loadModel(dir: string): GPT2Weights {
   for (const { name, shape } of specs) {
     const t = tensors.get(name);
     if (!t) problems.push(`${name} is missing (expected ${formatShape(shape)})`);
-    else if (!sameShape(t.shape, shape)) problems.push(`${nameOf(name)} has shape ${formatShape(t.shape)}, expected ${formatShape(shape)}`);
+    else if (!sameShape(t.shape, shape))
+      problems.push(`${nameOf(name)} has shape ${formatShape(t.shape)}, expected ${formatShape(shape)}`);
   }
-  if (problems.length) throw new UserError(`${path}: ${listSome(problems, "; ")} (config: ${join(dir, "config.json")})`);
+  if (problems.length)
+    throw new UserError(`${path}: ${listSome(problems, "; ")} (config: ${join(dir, "config.json")})`);
 
   const used = new Set(specs.map((s) => s.name));
   const skippedInfos = [...tensors.values()].filter((t) => isSkippable(t.name));
@@ -126,7 +143,8 @@ export function loadModel(dir: string): GPT2Weights {
   if (extras.length) throw new UserError(`${path}: unexpected tensors ${listSome(extras.map(nameOf), ", ")}`);
   for (const { name } of specs) {
     const t = tensors.get(name)!;
-    if (!WEIGHT_DTYPES.has(t.dtype)) throw new UserError(`${path}: tensor ${nameOf(name)} has dtype ${t.dtype}; weights must be F32, F16 or BF16`);
+    if (!WEIGHT_DTYPES.has(t.dtype))
+      throw new UserError(`${path}: tensor ${nameOf(name)} has dtype ${t.dtype}; weights must be F32, F16 or BF16`);
   }
   const lmHead = tensors.get("lm_head.weight");
   if (lmHead) checkTiedShape(file, lmHead, config);
@@ -146,7 +164,11 @@ export function loadModel(dir: string): GPT2Weights {
 
 /** Streams the parameters from the file in spec order; a separate lm_head is compared with wte as wte streams. */
 function streamCheckpoint(
-  file: SafetensorsFile, tensors: Map<string, TensorInfo>, specs: ParameterSpec[], lmHead: TensorInfo | undefined, visit: ChunkVisitor,
+  file: SafetensorsFile,
+  tensors: Map<string, TensorInfo>,
+  specs: ParameterSpec[],
+  lmHead: TensorInfo | undefined,
+  visit: ChunkVisitor,
 ): void {
   const source = file.open();
   const staging = new Staging();
@@ -181,7 +203,8 @@ function unprefixed(file: SafetensorsFile): Map<string, TensorInfo> {
   const out = new Map<string, TensorInfo>();
   for (const t of file.tensors.values()) {
     const name = t.name.startsWith(PREFIX) ? t.name.slice(PREFIX.length) : t.name;
-    if (out.has(name)) throw new UserError(`${file.path}: tensor ${nameOf(name)} appears both with and without the "${PREFIX}" prefix`);
+    if (out.has(name))
+      throw new UserError(`${file.path}: tensor ${nameOf(name)} appears both with and without the "${PREFIX}" prefix`);
     out.set(name, { ...t, name });
   }
   return out;
@@ -191,19 +214,32 @@ function unprefixed(file: SafetensorsFile): Map<string, TensorInfo> {
 function checkTiedShape(file: SafetensorsFile, lmHead: TensorInfo, config: GPT2Config): void {
   const expected = [config.vocab_size, config.n_embd];
   if (!sameShape(lmHead.shape, expected)) {
-    throw new UserError(`${file.path}: lm_head.weight has shape ${formatShape(lmHead.shape)}, expected ${formatShape(expected)} (tied to wte)`);
+    throw new UserError(
+      `${file.path}: lm_head.weight has shape ${formatShape(lmHead.shape)}, expected ${formatShape(expected)} (tied to wte)`,
+    );
   }
   if (!WEIGHT_DTYPES.has(lmHead.dtype)) {
-    throw new UserError(`${file.path}: tensor lm_head.weight has dtype ${lmHead.dtype}; weights must be F32, F16 or BF16`);
+    throw new UserError(
+      `${file.path}: tensor lm_head.weight has dtype ${lmHead.dtype}; weights must be F32, F16 or BF16`,
+    );
   }
 }
 
 /** …then its values, chunk by chunk beside wte's. */
-function checkTiedChunk(file: SafetensorsFile, source: ByteSource, lmHead: TensorInfo, staging: Staging, wte: Float32Array, offset: number): void {
+function checkTiedChunk(
+  file: SafetensorsFile,
+  source: ByteSource,
+  lmHead: TensorInfo,
+  staging: Staging,
+  wte: Float32Array,
+  offset: number,
+): void {
   const head = readChunk(file, source, lmHead, staging, offset, wte.length);
   for (let i = 0; i < wte.length; i++) {
     if (head[i] !== wte[i]) {
-      throw new UserError(`${file.path}: lm_head.weight differs from wte.weight; untied output embeddings are not supported`);
+      throw new UserError(
+        `${file.path}: lm_head.weight differs from wte.weight; untied output embeddings are not supported`,
+      );
     }
   }
 }
@@ -325,9 +361,12 @@ const ZIGGURAT_V = 9.91256303526217e-3;
 /** Layer tables for 25-bit signed positions: k acceptance bounds, w position→x scale, f density at each layer edge. */
 const ZIGGURAT = ((): { k: Float64Array; w: Float64Array; f: Float64Array } => {
   const m = 2 ** 24;
-  const k = new Float64Array(128), w = new Float64Array(128), f = new Float64Array(128);
+  const k = new Float64Array(128),
+    w = new Float64Array(128),
+    f = new Float64Array(128);
   const density = (x: number) => Math.exp(-0.5 * x * x);
-  let dn = ZIGGURAT_R, tn = dn;
+  let dn = ZIGGURAT_R,
+    tn = dn;
   const q = ZIGGURAT_V / density(dn);
   k[0] = (dn / q) * m;
   k[1] = 0;

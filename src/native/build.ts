@@ -6,7 +6,16 @@
 //          under build/emu-src/ whose shared-memory declarations are each emulated block's own: emu-source.ts)
 //   cupti — the CUPTI tracer, its own library so the CUDA one loads without CUPTI
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, readdirSync, realpathSync, renameSync, statSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  realpathSync,
+  renameSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { basename, dirname, join, relative, resolve } from "node:path";
 
 import { opTableHeader } from "../ops.ts";
@@ -51,7 +60,8 @@ export function writeGeneratedHeaders(): string {
   writeFileSync(path, text);
   return GENERATED_INCLUDE;
 }
-const cpuTwins = () => filesIn(CUDA_DIR, ".cpp").filter((f) => !f.endsWith("/plan.cpp") && !f.endsWith("/cpu_runtime.cpp"));
+const cpuTwins = () =>
+  filesIn(CUDA_DIR, ".cpp").filter((f) => !f.endsWith("/plan.cpp") && !f.endsWith("/cpu_runtime.cpp"));
 const kernelSources = () => filesIn(CUDA_DIR, ".cu");
 
 interface Recipe {
@@ -113,7 +123,8 @@ function locateCupti(say: (line: string) => void): string[] {
   // the unversioned name is what -lcupti finds; a toolkit with only libcupti.so.N is linked by that name
   const libs = found.filter((p) => basename(p) !== "cupti.h");
   const lib = libs.find((p) => basename(p) === "libcupti.so") ?? libs[0];
-  if (!header || !lib) throw new Error(`build cupti: no ${header ? "libcupti.so*" : "cupti.h"} under ${CUDA_HOME} (set CUDA_HOME)`);
+  if (!header || !lib)
+    throw new Error(`build cupti: no ${header ? "libcupti.so*" : "cupti.h"} under ${CUDA_HOME} (set CUDA_HOME)`);
   say(`cupti: header ${header}, library ${lib}`);
   const libDir = dirname(lib);
   const link = basename(lib) === "libcupti.so" ? "-lcupti" : `-l:${basename(lib)}`;
@@ -127,7 +138,18 @@ function recipe(target: Target): Recipe {
       const sources = [...cpuTwins(), plan, join(CUDA_DIR, "cpu_runtime.cpp")];
       // No -z nodelete: dlclose() runs the library's destructors, which join its thread pool's workers first
       // (libgomp's threads could not be joined, and unmapping the library under them crashed at exit).
-      const flags = ["-O3", "-march=native", "-fopenmp-simd", "-fPIC", "-shared", "-std=c++20", "-Wall", "-Wextra", "-Werror", `-I${GENERATED_INCLUDE}`];
+      const flags = [
+        "-O3",
+        "-march=native",
+        "-fopenmp-simd",
+        "-fPIC",
+        "-shared",
+        "-std=c++20",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        `-I${GENERATED_INCLUDE}`,
+      ];
       return { sources, command: (out) => ["g++", ...flags, ...sources, "-o", out] };
     }
     case "emu": {
@@ -136,7 +158,18 @@ function recipe(target: Target): Recipe {
       // every file is compiled from its copy, headers included
       const copy = (f: string) => join(EMU_SOURCES, relative(CUDA_DIR, f));
       const copied = [...sources, ...filesIn(CUDA_DIR, ".h"), ...filesIn(emuDir, ".h")];
-      const flags = ["-O2", "-g", "-fPIC", "-shared", "-std=c++20", "-Wall", "-Werror", "-Wno-unknown-pragmas", `-I${copy(emuDir)}`, `-I${GENERATED_INCLUDE}`];
+      const flags = [
+        "-O2",
+        "-g",
+        "-fPIC",
+        "-shared",
+        "-std=c++20",
+        "-Wall",
+        "-Werror",
+        "-Wno-unknown-pragmas",
+        `-I${copy(emuDir)}`,
+        `-I${GENERATED_INCLUDE}`,
+      ];
       // .cu files are compiled as C++ with the emulation header forced in first
       const cu = kernelSources().flatMap((f) => ["-x", "c++", "-include", copy(join(emuDir, "cuda_emu.h")), copy(f)]);
       const rest = [...filesIn(emuDir, ".cpp"), plan].map(copy);
@@ -149,9 +182,20 @@ function recipe(target: Target): Recipe {
     case "cuda": {
       const sources = [...kernelSources(), plan];
       const flags = [
-        "-O3", "-std=c++20", "-shared", "-Xcompiler", "-fPIC,-Wall,-Werror",
-        "-gencode", "arch=compute_90,code=sm_90", "-gencode", "arch=compute_90,code=compute_90",
-        "--resource-usage", "-Werror", "all-warnings", "-lineinfo", `-I${GENERATED_INCLUDE}`,
+        "-O3",
+        "-std=c++20",
+        "-shared",
+        "-Xcompiler",
+        "-fPIC,-Wall,-Werror",
+        "-gencode",
+        "arch=compute_90,code=sm_90",
+        "-gencode",
+        "arch=compute_90,code=compute_90",
+        "--resource-usage",
+        "-Werror",
+        "all-warnings",
+        "-lineinfo",
+        `-I${GENERATED_INCLUDE}`,
       ];
       return { sources, command: (out) => [NVCC, ...flags, ...sources, "-o", out] };
     }
@@ -234,7 +278,13 @@ export interface BuildOptions {
 export function ensureBuilt(target: Target, opts: BuildOptions = {}): BuildResult {
   const base = recipe(target);
   const extra = opts.extraFlags ?? [];
-  const r: Recipe = { ...base, command: (o) => { const c = base.command(o); return [c[0]!, ...extra, ...c.slice(1)]; } };
+  const r: Recipe = {
+    ...base,
+    command: (o) => {
+      const c = base.command(o);
+      return [c[0]!, ...extra, ...c.slice(1)];
+    },
+  };
   const out = libraryPath(target, opts.variant);
   if (r.sources.length === 0) throw new Error(`build ${target}: no sources found under ${CUDA_DIR}`);
   writeGeneratedHeaders();
@@ -244,14 +294,23 @@ export function ensureBuilt(target: Target, opts: BuildOptions = {}): BuildResul
   const built = existsSync(out) ? readStamp(stampFile) : null;
   const carried = process.env[CARRIED_ENV] === "1";
   if ((!version || carried) && built?.sources === stamp.sources) return { target, path: out, rebuilt: false, log: "" }; // built elsewhere
-  if (!version) throw new Error(`build ${target}: compiler not found (${target === "cuda" ? NVCC : "g++"}), and no library built from these sources`);
+  if (!version)
+    throw new Error(
+      `build ${target}: compiler not found (${target === "cuda" ? NVCC : "g++"}), and no library built from these sources`,
+    );
   if (built?.full === stamp.full) return { target, path: out, rebuilt: false, log: "" };
   mkdirSync(BUILD_DIR, { recursive: true });
-  const say = (line: string) => { if (!opts.quiet) process.stderr.write(`${line}\n`); };
+  const say = (line: string) => {
+    if (!opts.quiet) process.stderr.write(`${line}\n`);
+  };
   say(`building ${target} library…`);
   for (const g of r.generated?.() ?? []) writeIfChanged(g.path, g.text);
   const tmp = `${out}.tmp`;
-  const p = Bun.spawnSync([...r.command(tmp), ...(r.located?.(say) ?? [])], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
+  const p = Bun.spawnSync([...r.command(tmp), ...(r.located?.(say) ?? [])], {
+    cwd: ROOT,
+    stdout: "pipe",
+    stderr: "pipe",
+  });
   const log = p.stdout.toString() + p.stderr.toString();
   if (!p.success) throw new Error(`build ${target} failed (exit ${p.exitCode}):\n${log}`);
   // rename atomically so a concurrent loader never sees a half-written library

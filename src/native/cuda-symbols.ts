@@ -35,18 +35,43 @@ export const CUDA_SYMBOLS = {
 
 /** CuDeviceInfo (cuda/cuda_api.h): its size and the byte offsets of its fields. */
 /** cuda_api.h CuLaunchShape: a kernel launch's grid and block, int32 each. */
-export const CU_LAUNCH_SHAPE: StructLayout<"grid" | "block"> = { struct: "CuLaunchShape", header: "cuda_api.h", bytes: 24, fields: { grid: 0, block: 12 } };
+export const CU_LAUNCH_SHAPE: StructLayout<"grid" | "block"> = {
+  struct: "CuLaunchShape",
+  header: "cuda_api.h",
+  bytes: 24,
+  fields: { grid: 0, block: 12 },
+};
 
 export const CU_DEVICE_INFO: StructLayout<
-  | "name" | "cc_major" | "cc_minor" | "sm_count" | "sm_clock_khz" | "total_mem_bytes" | "mem_clock_khz" | "mem_bus_width_bits"
-  | "l2_bytes" | "max_smem_per_block_optin" | "driver_version" | "runtime_version"
+  | "name"
+  | "cc_major"
+  | "cc_minor"
+  | "sm_count"
+  | "sm_clock_khz"
+  | "total_mem_bytes"
+  | "mem_clock_khz"
+  | "mem_bus_width_bits"
+  | "l2_bytes"
+  | "max_smem_per_block_optin"
+  | "driver_version"
+  | "runtime_version"
 > = {
   struct: "CuDeviceInfo",
   header: "cuda_api.h",
   bytes: 304,
   fields: {
-    name: 0, cc_major: 256, cc_minor: 260, sm_count: 264, sm_clock_khz: 268, total_mem_bytes: 272, mem_clock_khz: 280,
-    mem_bus_width_bits: 284, l2_bytes: 288, max_smem_per_block_optin: 292, driver_version: 296, runtime_version: 300,
+    name: 0,
+    cc_major: 256,
+    cc_minor: 260,
+    sm_count: 264,
+    sm_clock_khz: 268,
+    total_mem_bytes: 272,
+    mem_clock_khz: 280,
+    mem_bus_width_bits: 284,
+    l2_bytes: 288,
+    max_smem_per_block_optin: 292,
+    driver_version: 296,
+    runtime_version: 300,
   },
 };
 

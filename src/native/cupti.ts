@@ -33,24 +33,56 @@ const TRACE_DRIVER_API = 2;
 
 /** TraceKernel (cuda/cupti/trace.h): one kernel execution. The library reports its size and open() compares. */
 export const TRACE_KERNEL: StructLayout<
-  | "start_ns" | "end_ns" | "graph_node_id" | "correlation_id" | "graph_id" | "stream_id" | "grid" | "block" | "registers"
-  | "static_shared" | "dynamic_shared" | "name"
+  | "start_ns"
+  | "end_ns"
+  | "graph_node_id"
+  | "correlation_id"
+  | "graph_id"
+  | "stream_id"
+  | "grid"
+  | "block"
+  | "registers"
+  | "static_shared"
+  | "dynamic_shared"
+  | "name"
 > = {
   struct: "TraceKernel",
   header: "cupti/trace.h",
   bytes: 200,
   fields: {
-    start_ns: 0, end_ns: 8, graph_node_id: 16, correlation_id: 24, graph_id: 28, stream_id: 32, grid: 36, block: 48, registers: 60,
-    static_shared: 64, dynamic_shared: 68, name: 72,
+    start_ns: 0,
+    end_ns: 8,
+    graph_node_id: 16,
+    correlation_id: 24,
+    graph_id: 28,
+    stream_id: 32,
+    grid: 36,
+    block: 48,
+    registers: 60,
+    static_shared: 64,
+    dynamic_shared: 68,
+    name: 72,
   },
 };
 
 /** TraceApi (cuda/cupti/trace.h): one runtime or driver API call. */
-export const TRACE_API: StructLayout<"start_ns" | "end_ns" | "correlation_id" | "cbid" | "domain" | "return_value" | "process_id" | "thread_id" | "name"> = {
+export const TRACE_API: StructLayout<
+  "start_ns" | "end_ns" | "correlation_id" | "cbid" | "domain" | "return_value" | "process_id" | "thread_id" | "name"
+> = {
   struct: "TraceApi",
   header: "cupti/trace.h",
   bytes: 104,
-  fields: { start_ns: 0, end_ns: 8, correlation_id: 16, cbid: 20, domain: 24, return_value: 28, process_id: 32, thread_id: 36, name: 40 },
+  fields: {
+    start_ns: 0,
+    end_ns: 8,
+    correlation_id: 16,
+    cbid: 20,
+    domain: 24,
+    return_value: 28,
+    process_id: 32,
+    thread_id: 36,
+    name: 40,
+  },
 };
 
 /** One kernel execution. Times are ns on CUPTI's clock, relative to the tracer's origin (`origin_ns`). */
@@ -100,7 +132,10 @@ export interface StartOptions {
 /** A CUPTI call failed: one line naming the CUPTI error (and the missing driver when that is the cause). */
 export class CuptiError extends UserError {
   override name = "CuptiError";
-  constructor(message: string, readonly code: number) {
+  constructor(
+    message: string,
+    readonly code: number,
+  ) {
     super(message);
   }
 }
@@ -196,14 +231,16 @@ export class CuptiTracer {
     const sizes = new Int32Array(2);
     lib.trace_record_sizes(sizes);
     if (sizes[0] !== TRACE_KERNEL.bytes || sizes[1] !== TRACE_API.bytes) {
-      return { error: `CUPTI tracer record sizes ${sizes[0]}/${sizes[1]} differ from the reader's ${TRACE_KERNEL.bytes}/${TRACE_API.bytes}` };
+      return {
+        error: `CUPTI tracer record sizes ${sizes[0]}/${sizes[1]} differ from the reader's ${TRACE_KERNEL.bytes}/${TRACE_API.bytes}`,
+      };
     }
     return new CuptiTracer(lib);
   }
 
   /** Enables tracing; throws CuptiError (one line) where CUPTI cannot trace, e.g. without a driver or device. */
   start(opts: StartOptions = {}): void {
-    const flags = (opts.runtime ?? true ? TRACE_RUNTIME_API : 0) | (opts.driver ? TRACE_DRIVER_API : 0);
+    const flags = ((opts.runtime ?? true) ? TRACE_RUNTIME_API : 0) | (opts.driver ? TRACE_DRIVER_API : 0);
     const code = this.lib.trace_start(flags);
     if (code === 0) return;
     const cause = this.driverAvailable() ? "" : "; no CUDA driver (libcuda.so.1 cannot be loaded)";

@@ -45,9 +45,7 @@ export interface DriverDevice {
   totalBytes: number;
 }
 
-export type DriverProbe =
-  | { ok: true; driverVersion: number; devices: DriverDevice[] }
-  | { ok: false; reason: string };
+export type DriverProbe = { ok: true; driverVersion: number; devices: DriverDevice[] } | { ok: false; reason: string };
 
 /** Is there a driver and at least one device? Never throws. */
 export function probeDriver(): DriverProbe {
@@ -68,7 +66,11 @@ export function probeDriver(): DriverProbe {
     d.cuDeviceGetName(name, name.length, handle[0]!);
     const total = new BigUint64Array(1);
     d.cuDeviceTotalMem_v2(total, handle[0]!);
-    devices.push({ index: i, name: new TextDecoder().decode(name.subarray(0, name.indexOf(0))), totalBytes: Number(total[0]) });
+    devices.push({
+      index: i,
+      name: new TextDecoder().decode(name.subarray(0, name.indexOf(0))),
+      totalBytes: Number(total[0]),
+    });
   }
   return { ok: true, driverVersion, devices };
 }

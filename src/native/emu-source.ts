@@ -23,16 +23,21 @@ function listsDeclarators(type: string): boolean {
 
 /** The emulator's copy of `text`, the source at `path`; throws on a __shared__ outside a declaration it translates. */
 export function emuSource(text: string, path: string): string {
-  const translated = text.replace(DECLARATION, (whole, indent: string, extern: string | undefined, type: string, name: string, dims: string) => {
-    if (listsDeclarators(type)) return whole; // left for the check below
-    if (!extern) return `${indent}auto& ${name} = ::emu::block_shared<${type}${dims.trimEnd()}>([] {});`;
-    if (dims.replace(/[ \t]/g, "") !== "[]") return whole; // not the dynamic form: left for the check below
-    return `${indent}${type}* const ${name} = ::emu::dynamic_shared<${type}>();`;
-  });
+  const translated = text.replace(
+    DECLARATION,
+    (whole, indent: string, extern: string | undefined, type: string, name: string, dims: string) => {
+      if (listsDeclarators(type)) return whole; // left for the check below
+      if (!extern) return `${indent}auto& ${name} = ::emu::block_shared<${type}${dims.trimEnd()}>([] {});`;
+      if (dims.replace(/[ \t]/g, "") !== "[]") return whole; // not the dynamic form: left for the check below
+      return `${indent}${type}* const ${name} = ::emu::dynamic_shared<${type}>();`;
+    },
+  );
   translated.split("\n").forEach((line, i) => {
     if (/\b__shared__\b/.test(line.replace(/\/\/.*/, ""))) {
-      throw new Error(`build emu: ${path}:${i + 1}: a __shared__ the emulator's build does not translate (one declaration a line, ` +
-        "at its start: `__shared__ T name[dims];` or `extern __shared__ T name[];`)");
+      throw new Error(
+        `build emu: ${path}:${i + 1}: a __shared__ the emulator's build does not translate (one declaration a line, ` +
+          "at its start: `__shared__ T name[dims];` or `extern __shared__ T name[];`)",
+      );
     }
   });
   return `#line 1 ${JSON.stringify(path)}\n${translated}`;

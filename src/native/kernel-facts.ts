@@ -12,23 +12,43 @@ const OPCODES = Math.max(...OP_FAMILIES.map((f) => OPS[f].code)) + 1;
 
 /** CuKernelFacts's fields in order, int32 each, with their element counts. */
 const FIELDS = [
-  ["access_bytes", 1], ["warp_size", 1], ["batch_buckets", BUCKETS],
-  ["matvec_threads", 1], ["matvec_loads", 1], ["matvec_rows_per_split", 1], ["matvec_tile_bytes", 1], ["matvec_min_blocks_per_sm", DTYPE_NAMES.length * BUCKETS],
-  ["lm_head_threads", 1], ["lm_head_rows_per_warp", 1], ["lm_head_chunks_per_batch", 1], ["lm_head_rows_per_block", 1], ["lm_head_min_blocks_per_sm", BUCKETS],
+  ["access_bytes", 1],
+  ["warp_size", 1],
+  ["batch_buckets", BUCKETS],
+  ["matvec_threads", 1],
+  ["matvec_loads", 1],
+  ["matvec_rows_per_split", 1],
+  ["matvec_tile_bytes", 1],
+  ["matvec_min_blocks_per_sm", DTYPE_NAMES.length * BUCKETS],
+  ["lm_head_threads", 1],
+  ["lm_head_rows_per_warp", 1],
+  ["lm_head_chunks_per_batch", 1],
+  ["lm_head_rows_per_block", 1],
+  ["lm_head_min_blocks_per_sm", BUCKETS],
   ["argmax_loads", 1],
-  ["attn_threads", 1], ["attn_keys_per_chunk", 1], ["attn_lanes_per_key", 1], ["attn_max_head_size", 1],
-  ["persistent_threads", 1], ["persistent_min_blocks_per_sm", DTYPE_NAMES.length * BUCKETS], ["persistent_later_round_l2_trips", 1],
+  ["attn_threads", 1],
+  ["attn_keys_per_chunk", 1],
+  ["attn_lanes_per_key", 1],
+  ["attn_max_head_size", 1],
+  ["persistent_threads", 1],
+  ["persistent_min_blocks_per_sm", DTYPE_NAMES.length * BUCKETS],
+  ["persistent_later_round_l2_trips", 1],
   ["chain_l2_trips", OPCODES],
 ] as const;
 type Field = (typeof FIELDS)[number][0];
 
 const INT32 = 4;
 const offsets = FIELDS.reduce<{ at: number; fields: Record<string, number> }>(
-  ({ at, fields }, [name, count]) => ({ at: at + count * INT32, fields: { ...fields, [name]: at } }), { at: 0, fields: {} });
+  ({ at, fields }, [name, count]) => ({ at: at + count * INT32, fields: { ...fields, [name]: at } }),
+  { at: 0, fields: {} },
+);
 
 /** cuda/kernel_facts.h CuKernelFacts: its size and the byte offsets of its fields. */
 export const CU_KERNEL_FACTS: StructLayout<Field> = {
-  struct: "CuKernelFacts", header: "kernel_facts.h", bytes: offsets.at, fields: offsets.fields as Record<Field, number>,
+  struct: "CuKernelFacts",
+  header: "kernel_facts.h",
+  bytes: offsets.at,
+  fields: offsets.fields as Record<Field, number>,
 };
 
 /** The kernels' facts (cuda/kernel_facts.h says where each comes from). */
@@ -39,14 +59,30 @@ export interface KernelFacts {
   /** rows a batched kernel is instantiated to accumulate, ascending: a launch takes the fewest that hold its rows */
   batchBuckets: readonly number[];
   /** the decode matvec (cuda/linear.h); minBlocksPerSm by the weights' storage type, per batch bucket */
-  matvec: { threads: number; loads: number; rowsPerSplit: number; tileBytes: number; minBlocksPerSm: Readonly<Record<DtypeName, readonly number[]>> };
+  matvec: {
+    threads: number;
+    loads: number;
+    rowsPerSplit: number;
+    tileBytes: number;
+    minBlocksPerSm: Readonly<Record<DtypeName, readonly number[]>>;
+  };
   /** the LM head (cuda/lm_head.h); minBlocksPerSm per batch bucket */
-  lmHead: { threads: number; rowsPerWarp: number; chunksPerBatch: number; rowsPerBlock: number; minBlocksPerSm: readonly number[] };
+  lmHead: {
+    threads: number;
+    rowsPerWarp: number;
+    chunksPerBatch: number;
+    rowsPerBlock: number;
+    minBlocksPerSm: readonly number[];
+  };
   argmax: { loads: number };
   /** decode attention (cuda/attention.h) */
   attention: { threads: number; keysPerChunk: number; lanesPerKey: number; maxHeadSize: number };
   /** the persistent step kernel (cuda/persistent.cu); minBlocksPerSm by the weights' (and cache's) storage type, per batch bucket */
-  persistent: { threads: number; minBlocksPerSm: Readonly<Record<DtypeName, readonly number[]>>; laterRoundL2Trips: number };
+  persistent: {
+    threads: number;
+    minBlocksPerSm: Readonly<Record<DtypeName, readonly number[]>>;
+    laterRoundL2Trips: number;
+  };
   /** each op's kernel's dependent L2 round trips besides its data stream */
   chainL2Trips: Readonly<Record<OpFamily, number>>;
 }
@@ -55,27 +91,45 @@ export interface KernelFacts {
 export function decodeKernelFacts(words: Int32Array): KernelFacts {
   const at = (field: Field, k = 0) => words[CU_KERNEL_FACTS.fields[field] / INT32 + k]!;
   const list = (field: Field, n: number, from = 0) => Array.from({ length: n }, (_, k) => at(field, from + k));
-  const byDtype = (field: Field) => Object.fromEntries(DTYPE_NAMES.map((d) => [d, list(field, BUCKETS, DTYPES[d] * BUCKETS)])) as Record<DtypeName, number[]>;
+  const byDtype = (field: Field) =>
+    Object.fromEntries(DTYPE_NAMES.map((d) => [d, list(field, BUCKETS, DTYPES[d] * BUCKETS)])) as Record<
+      DtypeName,
+      number[]
+    >;
   return {
     accessBytes: at("access_bytes"),
     warpSize: at("warp_size"),
     batchBuckets: list("batch_buckets", BUCKETS),
     matvec: {
-      threads: at("matvec_threads"), loads: at("matvec_loads"), rowsPerSplit: at("matvec_rows_per_split"), tileBytes: at("matvec_tile_bytes"),
+      threads: at("matvec_threads"),
+      loads: at("matvec_loads"),
+      rowsPerSplit: at("matvec_rows_per_split"),
+      tileBytes: at("matvec_tile_bytes"),
       minBlocksPerSm: byDtype("matvec_min_blocks_per_sm"),
     },
     lmHead: {
-      threads: at("lm_head_threads"), rowsPerWarp: at("lm_head_rows_per_warp"), chunksPerBatch: at("lm_head_chunks_per_batch"),
-      rowsPerBlock: at("lm_head_rows_per_block"), minBlocksPerSm: list("lm_head_min_blocks_per_sm", BUCKETS),
+      threads: at("lm_head_threads"),
+      rowsPerWarp: at("lm_head_rows_per_warp"),
+      chunksPerBatch: at("lm_head_chunks_per_batch"),
+      rowsPerBlock: at("lm_head_rows_per_block"),
+      minBlocksPerSm: list("lm_head_min_blocks_per_sm", BUCKETS),
     },
     argmax: { loads: at("argmax_loads") },
     attention: {
-      threads: at("attn_threads"), keysPerChunk: at("attn_keys_per_chunk"), lanesPerKey: at("attn_lanes_per_key"), maxHeadSize: at("attn_max_head_size"),
+      threads: at("attn_threads"),
+      keysPerChunk: at("attn_keys_per_chunk"),
+      lanesPerKey: at("attn_lanes_per_key"),
+      maxHeadSize: at("attn_max_head_size"),
     },
     persistent: {
-      threads: at("persistent_threads"), minBlocksPerSm: byDtype("persistent_min_blocks_per_sm"), laterRoundL2Trips: at("persistent_later_round_l2_trips"),
+      threads: at("persistent_threads"),
+      minBlocksPerSm: byDtype("persistent_min_blocks_per_sm"),
+      laterRoundL2Trips: at("persistent_later_round_l2_trips"),
     },
-    chainL2Trips: Object.fromEntries(OP_FAMILIES.map((f) => [f, at("chain_l2_trips", OPS[f].code)])) as Record<OpFamily, number>,
+    chainL2Trips: Object.fromEntries(OP_FAMILIES.map((f) => [f, at("chain_l2_trips", OPS[f].code)])) as Record<
+      OpFamily,
+      number
+    >,
   };
 }
 
@@ -89,7 +143,8 @@ export const KERNEL_FACTS_SYMBOL = { cu_kernel_facts: { args: [FFIType.ptr], ret
 export function readKernelFacts(symbols: KernelFactsSymbol): KernelFacts {
   const words = new Int32Array(CU_KERNEL_FACTS.bytes / INT32);
   const code = symbols.cu_kernel_facts(words);
-  if (code !== 0) throw new Error(`cu_kernel_facts: batch_bucket gives more row counts than CuKernelFacts holds (${BUCKETS})`);
+  if (code !== 0)
+    throw new Error(`cu_kernel_facts: batch_bucket gives more row counts than CuKernelFacts holds (${BUCKETS})`);
   return decodeKernelFacts(words);
 }
 
@@ -109,7 +164,8 @@ export function rowBucket(facts: KernelFacts, rows: number): number {
 }
 
 /** A per-bucket fact for a launch of `rows` rows. */
-export const atBucket = (facts: KernelFacts, perBucket: readonly number[], rows: number) => perBucket[facts.batchBuckets.indexOf(rowBucket(facts, rows))]!;
+export const atBucket = (facts: KernelFacts, perBucket: readonly number[], rows: number) =>
+  perBucket[facts.batchBuckets.indexOf(rowBucket(facts, rows))]!;
 
 /** Elements of a storage type in one vector access (4 floats, 8 halves). */
 export const perAccess = (facts: KernelFacts, dtype: DtypeName) => facts.accessBytes / DTYPE_BYTES[dtype];

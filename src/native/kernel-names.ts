@@ -44,7 +44,8 @@ export function bodyOf(family: OpFamily): "matvec" | "lm_head" | null {
   return k.of === "weights" ? k.body : null;
 }
 /** Op families whose kernel runs the decode matvec's body, or the LM head's. */
-export const familiesWithBody = (body: "matvec" | "lm_head"): OpFamily[] => (Object.keys(DECODE_KERNELS) as OpFamily[]).filter((f) => bodyOf(f) === body);
+export const familiesWithBody = (body: "matvec" | "lm_head"): OpFamily[] =>
+  (Object.keys(DECODE_KERNELS) as OpFamily[]).filter((f) => bodyOf(f) === body);
 
 /**
  * The 16-byte-access instantiation of an op's decode kernel (rows <= MAX_BATCH): `dtype` is the storage type its
@@ -54,10 +55,14 @@ export function decodeKernel(facts: KernelFacts, family: OpFamily, dtype: DtypeN
   const k = DECODE_KERNELS[family];
   const name = k.name ?? `${family}_kernel`;
   switch (k.of) {
-    case "weights": return `${name}<${elementType(dtype)}, ${perAccess(facts, dtype)}, ${rowBucket(facts, rows)}>`;
-    case "storage": return `${name}<${elementType(dtype)}, ${perAccess(facts, dtype)}>`;
-    case "width": return `${name}<${perAccess(facts, "f32")}>`;
-    case "none": return name;
+    case "weights":
+      return `${name}<${elementType(dtype)}, ${perAccess(facts, dtype)}, ${rowBucket(facts, rows)}>`;
+    case "storage":
+      return `${name}<${elementType(dtype)}, ${perAccess(facts, dtype)}>`;
+    case "width":
+      return `${name}<${perAccess(facts, "f32")}>`;
+    case "none":
+      return name;
   }
 }
 

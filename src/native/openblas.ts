@@ -41,7 +41,10 @@ const THREAD_TIMEOUT_LOG2 = "4";
  * value there afterwards, or null where no glibc was found to ask.
  */
 function setNativeEnvDefault(name: string, value: string): string | null {
-  const symbols = { setenv: { args: [ptr, ptr, i32], returns: i32 }, getenv: { args: [ptr], returns: FFIType.cstring } } as const;
+  const symbols = {
+    setenv: { args: [ptr, ptr, i32], returns: i32 },
+    getenv: { args: [ptr], returns: FFIType.cstring },
+  } as const;
   let libc: ReturnType<typeof dlopen<typeof symbols>>;
   try {
     libc = dlopen("libc.so.6", symbols);
@@ -60,9 +63,12 @@ function setNativeEnvDefault(name: string, value: string): string | null {
 
 /** How OpenBLAS's threads wait after a call, as this process set it up (its config names an OpenMP build). */
 function spinNote(config: string, timeout: string | null): string {
-  if (/USE_OPENMP/.test(config)) return "an OpenMP build: OMP_WAIT_POLICY, not OPENBLAS_THREAD_TIMEOUT, decides how its threads wait";
-  if (timeout === null) return "its threads spin as long as its default says (no glibc found to set OPENBLAS_THREAD_TIMEOUT)";
-  if (timeout === THREAD_TIMEOUT_LOG2) return `OPENBLAS_THREAD_TIMEOUT=${timeout}: its threads sleep right after a call`;
+  if (/USE_OPENMP/.test(config))
+    return "an OpenMP build: OMP_WAIT_POLICY, not OPENBLAS_THREAD_TIMEOUT, decides how its threads wait";
+  if (timeout === null)
+    return "its threads spin as long as its default says (no glibc found to set OPENBLAS_THREAD_TIMEOUT)";
+  if (timeout === THREAD_TIMEOUT_LOG2)
+    return `OPENBLAS_THREAD_TIMEOUT=${timeout}: its threads sleep right after a call`;
   return `OPENBLAS_THREAD_TIMEOUT=${timeout}, as set by the user`;
 }
 
@@ -82,7 +88,8 @@ export function openOpenBlas(threads: number, candidates = CANDIDATES): OpenBlas
       const config = s.openblas_get_config().toString().trim();
       return {
         config: `${config} (${path}; ${spinNote(config, timeout)})`,
-        sgemm: (out, a, b, M, N, K) => s.cblas_sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, M, N, K, 1, a, K, b, N, 0, out, N),
+        sgemm: (out, a, b, M, N, K) =>
+          s.cblas_sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, M, N, K, 1, a, K, b, N, 0, out, N),
         close: () => lib.close(),
       };
     } catch (e) {

@@ -75,7 +75,17 @@ export function parseResourceUsage(log: string): KernelResources[] {
   for (const line of log.split("\n")) {
     const entry = ENTRY.exec(line);
     if (entry) {
-      current = { kernel: kernelName(entry[1]!), mangled: entry[1]!, arch: entry[2]!, registers: 0, barriers: 0, smemBytes: 0, stackBytes: 0, spillStores: 0, spillLoads: 0 };
+      current = {
+        kernel: kernelName(entry[1]!),
+        mangled: entry[1]!,
+        arch: entry[2]!,
+        registers: 0,
+        barriers: 0,
+        smemBytes: 0,
+        stackBytes: 0,
+        spillStores: 0,
+        spillLoads: 0,
+      };
       rows.push(current);
       continue;
     }

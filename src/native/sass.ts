@@ -24,7 +24,8 @@ export const findNvdisasm = () => findBinutil("nvdisasm");
 
 function run(exe: string, args: string[], cwd?: string): string {
   const p = Bun.spawnSync([exe, ...args], { stdout: "pipe", stderr: "pipe", cwd });
-  if (!p.success) throw new Error(`${exe} ${args.join(" ")} failed (exit ${p.exitCode}): ${p.stderr.toString().split("\n")[0]}`);
+  if (!p.success)
+    throw new Error(`${exe} ${args.join(" ")} failed (exit ${p.exitCode}): ${p.stderr.toString().split("\n")[0]}`);
   return p.stdout.toString();
 }
 
@@ -61,7 +62,8 @@ const REGCOUNT = /function: (\S+)\(0x[0-9a-f]+\)\s+register count: (\d+)/;
 /** Splits an operand list at the commas outside brackets. */
 function splitOperands(text: string): string[] {
   const out: string[] = [];
-  let depth = 0, start = 0;
+  let depth = 0,
+    start = 0;
   for (let i = 0; i < text.length; i++) {
     const ch = text[i];
     if (ch === "[") depth++;
@@ -89,7 +91,12 @@ export function parseSass(listing: string): SassFunction[] {
     }
     const m = current && INSTRUCTION.exec(line);
     if (!m) continue;
-    current!.instructions.push({ address: parseInt(m[1]!, 16), guard: m[2]?.trim() ?? null, opcode: m[3]!, operands: splitOperands(m[4]!) });
+    current!.instructions.push({
+      address: parseInt(m[1]!, 16),
+      guard: m[2]?.trim() ?? null,
+      opcode: m[3]!,
+      operands: splitOperands(m[4]!),
+    });
   }
   return [...functions.values()];
 }
@@ -156,7 +163,12 @@ export function parseSourceLines(listing: string): Map<string, Map<number, Sourc
  * Gives the instructions of the functions compiled from `cuda/<unit>.cu` their source lines: that unit's ELF
  * image is extracted from the library (cuobjdump -xelf) and disassembled with line information (nvdisasm -gi).
  */
-export function attachSourceLines(functions: SassFunction[], libraryPath: string, unit: string, tools: { cuobjdump: string; nvdisasm: string }): void {
+export function attachSourceLines(
+  functions: SassFunction[],
+  libraryPath: string,
+  unit: string,
+  tools: { cuobjdump: string; nvdisasm: string },
+): void {
   const dir = mkdtempSync(join(tmpdir(), "decode-floor-sass-"));
   try {
     run(tools.cuobjdump, ["-xelf", unit, libraryPath], dir);
@@ -173,7 +185,8 @@ export function attachSourceLines(functions: SassFunction[], libraryPath: string
 }
 
 // ---- registers read and written -------------------------------------------------------------------------------
-const STORES = /^(ST|STG|STS|STL|RED|ATOM|ATOMG|ATOMS|BAR|BRA|EXIT|RET|CALL|BSSY|BSYNC|WARPSYNC|NOP|MEMBAR|FENCE|CCTL|ERRBAR)(\.|$)/;
+const STORES =
+  /^(ST|STG|STS|STL|RED|ATOM|ATOMG|ATOMS|BAR|BRA|EXIT|RET|CALL|BSSY|BSYNC|WARPSYNC|NOP|MEMBAR|FENCE|CCTL|ERRBAR)(\.|$)/;
 
 /** Registers per access of a sized opcode: .128 → 4, .64 → 2, else 1. */
 function accessWidth(opcode: string): number {
@@ -213,7 +226,10 @@ function destinationIndex(i: SassInstruction): number {
 export function writes(i: SassInstruction): number[] {
   const d = destinationIndex(i);
   if (d < 0) return [];
-  const width = isGlobalLoad(i) || /^(LDS|LDC|LDL|LD)(\.|$)/.test(i.opcode) || /^CS2R/.test(i.opcode) || /\.WIDE/.test(i.opcode) ? accessWidth(i.opcode) : 1;
+  const width =
+    isGlobalLoad(i) || /^(LDS|LDC|LDL|LD)(\.|$)/.test(i.opcode) || /^CS2R/.test(i.opcode) || /\.WIDE/.test(i.opcode)
+      ? accessWidth(i.opcode)
+      : 1;
   return registersOf(i.operands[d]!, width);
 }
 

@@ -7,13 +7,26 @@ import { cFunction, OP_FAMILIES, OPS, type CType, type OpFamily, type Param } fr
 const { ptr, i32, u32, f32, f64, u64, cstring, void: v } = FFIType;
 
 /** A C parameter type as bun:ffi declares it: pointers as `ptr`, held as plain numbers. */
-const FFI_TYPE = { "float*": ptr, "const float*": ptr, "int*": ptr, "const int*": ptr, "void*": ptr, "const void*": ptr, int: i32, float: f32 } as const satisfies Record<CType, FFIType>;
+const FFI_TYPE = {
+  "float*": ptr,
+  "const float*": ptr,
+  "int*": ptr,
+  "const int*": ptr,
+  "void*": ptr,
+  "const void*": ptr,
+  int: i32,
+  float: f32,
+} as const satisfies Record<CType, FFIType>;
 type FfiArgs<P extends readonly Param[]> = { readonly [I in keyof P]: (typeof FFI_TYPE)[P[I][1]] };
-type OpFfi = { [F in OpFamily as `op_${F}`]: { readonly args: FfiArgs<(typeof OPS)[F]["params"]>; readonly returns: FFIType.void } };
+type OpFfi = {
+  [F in OpFamily as `op_${F}`]: { readonly args: FfiArgs<(typeof OPS)[F]["params"]>; readonly returns: FFIType.void };
+};
 
 /** The decode step's operations (from the op table, src/ops.ts), identical in every backend library, and their scratch sizes. */
 export const OP_SYMBOLS = {
-  ...(Object.fromEntries(OP_FAMILIES.map((f) => [cFunction(f), { args: OPS[f].params.map(([, type]) => FFI_TYPE[type]), returns: v }])) as unknown as OpFfi),
+  ...(Object.fromEntries(
+    OP_FAMILIES.map((f) => [cFunction(f), { args: OPS[f].params.map(([, type]) => FFI_TYPE[type]), returns: v }]),
+  ) as unknown as OpFfi),
   op_attention_scratch_bytes: { args: [i32, i32, i32, i32], returns: u64 },
   op_partials_bytes: { args: [i32, i32, i32, i32], returns: u64 },
 } as const satisfies Record<string, FFIFunction>;

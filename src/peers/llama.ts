@@ -9,7 +9,8 @@ const PACKAGE = "node-llama-cpp";
 
 /** Why the llama.cpp peer cannot run here (no Node, or the optional package not installed), or null. */
 export function llamaPeerUnavailable(): string | null {
-  if (!Bun.which("node", { PATH: process.env.PATH ?? "" })) return "node is not on PATH (the llama.cpp peer runs under Node)";
+  if (!Bun.which("node", { PATH: process.env.PATH ?? "" }))
+    return "node is not on PATH (the llama.cpp peer runs under Node)";
   try {
     Bun.resolveSync(PACKAGE, ROOT);
   } catch {
@@ -34,7 +35,16 @@ export interface LlamaPeerOptions {
 
 export function startLlamaPeer(o: LlamaPeerOptions) {
   return PeerProcess.start("llama.cpp peer", [
-    "node", LLAMA_PEER_SCRIPT, "--serve", "--model", o.gguf, "--threads", String(o.threads),
-    "--max-context", String(o.maxContext), "--fill-seed", String(o.fillSeed),
+    "node",
+    LLAMA_PEER_SCRIPT,
+    "--serve",
+    "--model",
+    o.gguf,
+    "--threads",
+    String(o.threads),
+    "--max-context",
+    String(o.maxContext),
+    "--fill-seed",
+    String(o.fillSeed),
   ]);
 }

@@ -31,14 +31,20 @@ function fillPrompt(n, vocab, seed) {
   return Array.from({ length: n }, (_, i) => (Math.imul(i + 1 + seed, 2654435761) >>> 0) % vocab);
 }
 
-const oneLine = (e) => String(e?.message ?? e).split(/\s+/).join(" ").slice(0, 300);
+const oneLine = (e) =>
+  String(e?.message ?? e)
+    .split(/\s+/)
+    .join(" ")
+    .slice(0, 300);
 const greedy = { generateNext: { token: true, options: { temperature: 0 } } };
 
 async function importNodeLlamaCpp() {
   try {
     return await import("node-llama-cpp");
   } catch (e) {
-    throw new PeerError(`node-llama-cpp is not installed or does not load (${oneLine(e)}): it is an optional dependency; \`npm install\` fetches it with its prebuilt llama.cpp binaries`);
+    throw new PeerError(
+      `node-llama-cpp is not installed or does not load (${oneLine(e)}): it is an optional dependency; \`npm install\` fetches it with its prebuilt llama.cpp binaries`,
+    );
   }
 }
 
@@ -46,11 +52,19 @@ class LlamaPeer {
   static async open({ model, threads, maxContext, fillSeed }) {
     const nlc = await importNodeLlamaCpp();
     const logger = (level, message) => {
-      if (level === nlc.LlamaLogLevel.error || level === nlc.LlamaLogLevel.fatal) process.stderr.write(`llama.cpp: ${message.trim()}\n`);
+      if (level === nlc.LlamaLogLevel.error || level === nlc.LlamaLogLevel.fatal)
+        process.stderr.write(`llama.cpp: ${message.trim()}\n`);
     };
     let llama, loaded;
     try {
-      llama = await nlc.getLlama({ gpu: false, build: "never", maxThreads: 0, logLevel: nlc.LlamaLogLevel.error, logger, progressLogs: false });
+      llama = await nlc.getLlama({
+        gpu: false,
+        build: "never",
+        maxThreads: 0,
+        logLevel: nlc.LlamaLogLevel.error,
+        logger,
+        progressLogs: false,
+      });
       loaded = await llama.loadModel({ modelPath: model, gpuLayers: 0 });
     } catch (e) {
       throw new PeerError(`llama.cpp could not load ${model}: ${oneLine(e)}`);
@@ -58,8 +72,12 @@ class LlamaPeer {
     const peer = new LlamaPeer(nlc, llama, loaded, threads, maxContext, fillSeed);
     for (const [name, v] of Object.entries(VARIANTS)) {
       const context = await loaded.createContext({
-        contextSize: maxContext + 1, sequences: 1, flashAttention: v.flash, threads: { ideal: threads, min: threads },
-        experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32",
+        contextSize: maxContext + 1,
+        sequences: 1,
+        flashAttention: v.flash,
+        threads: { ideal: threads, min: threads },
+        experimentalKvCacheKeyType: "F32",
+        experimentalKvCacheValueType: "F32",
         batching: { dispatchSchedule: (dispatch) => dispatch() }, // no wait for the next event-loop turn
       });
       peer.variants.set(name, { context, sequence: context.getSequence(), next: null });
@@ -87,12 +105,19 @@ class LlamaPeer {
       device: "cpu",
       device_name: cpus()[0]?.model ?? "CPU",
       threads: this.threads,
-      timing: "performance.now around one awaited single-token evaluation (node-llama-cpp → llama_decode → greedy sampling)",
+      timing:
+        "performance.now around one awaited single-token evaluation (node-llama-cpp → llama_decode → greedy sampling)",
       variants: [...this.variants].map(([name, v]) => ({
-        name, short: VARIANTS[name].short, label: VARIANTS[name].label, available: true,
+        name,
+        short: VARIANTS[name].short,
+        label: VARIANTS[name].label,
+        available: true,
         settings: {
-          dtype: "float32 weights (GGUF all F32)", threads: this.threads, cache: `${this.nlc.GgmlType[v.context.kvCacheKeyType]} K, ${this.nlc.GgmlType[v.context.kvCacheValueType]} V`,
-          flash_attention: v.context.flashAttention, context_size: v.context.contextSize,
+          dtype: "float32 weights (GGUF all F32)",
+          threads: this.threads,
+          cache: `${this.nlc.GgmlType[v.context.kvCacheKeyType]} K, ${this.nlc.GgmlType[v.context.kvCacheValueType]} V`,
+          flash_attention: v.context.flashAttention,
+          context_size: v.context.contextSize,
           step: "one token through llama_decode, next token by greedy sampling; erased again after each timed step",
         },
       })),
@@ -106,12 +131,15 @@ class LlamaPeer {
   }
 
   async fill(context) {
-    if (!(context >= 1 && context <= this.maxContext)) throw new PeerError(`context ${context} is outside 1..${this.maxContext}`);
+    if (!(context >= 1 && context <= this.maxContext))
+      throw new PeerError(`context ${context} is outside 1..${this.maxContext}`);
     const prompt = fillPrompt(context, this.vocab, this.fillSeed);
     const next = {};
     for (const [name, v] of this.variants) {
       await v.sequence.clearHistory();
-      const out = await v.sequence.controlledEvaluate(prompt.map((t, i) => (i === prompt.length - 1 ? [t, greedy] : t)));
+      const out = await v.sequence.controlledEvaluate(
+        prompt.map((t, i) => (i === prompt.length - 1 ? [t, greedy] : t)),
+      );
       v.next = out[prompt.length - 1].next.token;
       next[name] = v.next;
     }
@@ -135,7 +163,8 @@ class LlamaPeer {
 
   async generate(name, prompt, n) {
     const v = this.variant(name);
-    if (prompt.length + n > this.maxContext + 1) throw new PeerError(`prompt (${prompt.length}) + ${n} tokens exceed the context of ${this.maxContext + 1}`);
+    if (prompt.length + n > this.maxContext + 1)
+      throw new PeerError(`prompt (${prompt.length}) + ${n} tokens exceed the context of ${this.maxContext + 1}`);
     await v.sequence.clearHistory();
     this.context = null;
     let out = await v.sequence.controlledEvaluate(prompt.map((t, i) => (i === prompt.length - 1 ? [t, greedy] : t)));
@@ -167,8 +196,13 @@ function packageVersion(name) {
 }
 
 function intList(name, text) {
-  const values = text.split(",").map((s) => s.trim()).filter(Boolean).map(Number);
-  if (!values.length || values.some((v) => !Number.isInteger(v) || v < 0)) throw new PeerError(`--${name}: ${JSON.stringify(text)} is not a comma-separated list of non-negative integers`);
+  const values = text
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean)
+    .map(Number);
+  if (!values.length || values.some((v) => !Number.isInteger(v) || v < 0))
+    throw new PeerError(`--${name}: ${JSON.stringify(text)} is not a comma-separated list of non-negative integers`);
   return values;
 }
 
@@ -184,9 +218,16 @@ function parse(argv) {
     ({ values } = parseArgs({
       args: argv,
       options: {
-        model: { type: "string" }, threads: { type: "string" }, contexts: { type: "string" }, repeats: { type: "string" },
-        warmup: { type: "string" }, "prompt-ids": { type: "string" }, "new-tokens": { type: "string" }, "fill-seed": { type: "string" },
-        "max-context": { type: "string" }, serve: { type: "boolean" },
+        model: { type: "string" },
+        threads: { type: "string" },
+        contexts: { type: "string" },
+        repeats: { type: "string" },
+        warmup: { type: "string" },
+        "prompt-ids": { type: "string" },
+        "new-tokens": { type: "string" },
+        "fill-seed": { type: "string" },
+        "max-context": { type: "string" },
+        serve: { type: "boolean" },
       },
     }));
   } catch (e) {
@@ -200,7 +241,9 @@ function parse(argv) {
   return {
     model: values.model,
     threads: positive("threads", values.threads ?? String(cpus().length)),
-    contexts, promptIds, newTokens,
+    contexts,
+    promptIds,
+    newTokens,
     repeats: positive("repeats", values.repeats ?? "10"),
     warmup: positive("warmup", values.warmup ?? "2", 0),
     fillSeed: positive("fill-seed", values["fill-seed"] ?? "0", 0),

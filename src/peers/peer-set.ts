@@ -21,18 +21,31 @@ export type TorchVariant = (typeof TORCH_VARIANTS)[number];
 /** `--peers torch,llama.cpp` or `all` (undefined: none). */
 export function parsePeers(flag: string | undefined): PeerName[] {
   if (flag === undefined) return [];
-  const names = flag === "all" ? [...PEER_NAMES] : flag.split(",").map((s) => s.trim()).filter(Boolean);
+  const names =
+    flag === "all"
+      ? [...PEER_NAMES]
+      : flag
+          .split(",")
+          .map((s) => s.trim())
+          .filter(Boolean);
   const bad = names.find((n) => !(PEER_NAMES as readonly string[]).includes(n));
-  if (bad !== undefined || names.length === 0) throw new UserError(`--peers: ${JSON.stringify(bad ?? flag)} is not a peer (peers: ${PEER_NAMES.join(", ")}, all)`);
+  if (bad !== undefined || names.length === 0)
+    throw new UserError(`--peers: ${JSON.stringify(bad ?? flag)} is not a peer (peers: ${PEER_NAMES.join(", ")}, all)`);
   return [...new Set(names)] as PeerName[];
 }
 
 /** `--torch-variants seed,static` (undefined: all of them): a cold torch.compile alone can take a minute. */
 export function parseTorchVariants(flag: string | undefined): TorchVariant[] {
   if (flag === undefined) return [...TORCH_VARIANTS];
-  const names = flag.split(",").map((s) => s.trim()).filter(Boolean);
+  const names = flag
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
   const bad = names.find((n) => !(TORCH_VARIANTS as readonly string[]).includes(n));
-  if (bad !== undefined || names.length === 0) throw new UserError(`--torch-variants: ${JSON.stringify(bad ?? flag)} is not a PyTorch variant (variants: ${TORCH_VARIANTS.join(", ")})`);
+  if (bad !== undefined || names.length === 0)
+    throw new UserError(
+      `--torch-variants: ${JSON.stringify(bad ?? flag)} is not a PyTorch variant (variants: ${TORCH_VARIANTS.join(", ")})`,
+    );
   return [...new Set(names)] as TorchVariant[];
 }
 
@@ -84,7 +97,10 @@ function versionOf(info: PeerInfo): string {
 }
 
 /** The peer-wide facts every subject of a peer shares (BLAS, timing method), beside the variant's own. */
-function settingsOf(info: PeerInfo, own: Record<string, string | number | boolean> | undefined): Record<string, string | number | boolean> {
+function settingsOf(
+  info: PeerInfo,
+  own: Record<string, string | number | boolean> | undefined,
+): Record<string, string | number | boolean> {
   const shared: Record<string, string | number | boolean> = { timing: info.timing };
   if (typeof info.blas === "string") shared.blas = info.blas;
   return { ...own, ...shared };
@@ -96,7 +112,10 @@ export class PeerSet {
   readonly skipped: { name: string; reason: string }[] = [];
   private readonly running = new Map<PeerName, RunningPeer>();
 
-  private constructor(private readonly o: PeerSetOptions, private readonly scratch: string) {}
+  private constructor(
+    private readonly o: PeerSetOptions,
+    private readonly scratch: string,
+  ) {}
 
   /** Writes the weights where the peers need them (HF directory, GGUF), starts every peer that can run here. */
   static async open(o: PeerSetOptions): Promise<PeerSet> {
@@ -119,11 +138,17 @@ export class PeerSet {
         const found = findTorchPython();
         if ("missing" in found) return this.skip("PyTorch", found.missing);
         started = await startTorchPeer({
-          python: found.python, modelDir: this.modelDir(), device: o.device, threads: o.threads, variants: o.torchVariants ?? [...TORCH_VARIANTS],
-          cacheRows: o.maxContext + 1, fillSeed: o.fillSeed,
+          python: found.python,
+          modelDir: this.modelDir(),
+          device: o.device,
+          threads: o.threads,
+          variants: o.torchVariants ?? [...TORCH_VARIANTS],
+          cacheRows: o.maxContext + 1,
+          fillSeed: o.fillSeed,
         });
       } else {
-        if (o.device !== "cpu") return this.skip("llama.cpp", `runs on the CPU in this study, and this run's backend is ${o.device}`);
+        if (o.device !== "cpu")
+          return this.skip("llama.cpp", `runs on the CPU in this study, and this run's backend is ${o.device}`);
         const why = llamaPeerUnavailable();
         if (why) return this.skip("llama.cpp", why);
         const gguf = join(this.scratch, "model.gguf");
@@ -142,8 +167,14 @@ export class PeerSet {
         continue;
       }
       this.subjects.push({
-        id: `${name}:${v.name}`, peer: name, variant: v.name, short: v.short, label: v.label, version: versionOf(info),
-        device: `${info.device_name} (${info.device})`, settings: settingsOf(info, v.settings),
+        id: `${name}:${v.name}`,
+        peer: name,
+        variant: v.name,
+        short: v.short,
+        label: v.label,
+        version: versionOf(info),
+        device: `${info.device_name} (${info.device})`,
+        settings: settingsOf(info, v.settings),
       });
     }
   }
@@ -191,7 +222,12 @@ export class PeerSet {
 
   /** Milliseconds of `steps` decode steps of one subject at the filled context (after `warmup`), or null if its peer failed. */
   async time(subject: PeerSubject, steps = 1, warmup = 0): Promise<number[] | null> {
-    const r = await this.ask<{ samples_ms: number[] }>(subject.peer, { cmd: "time", variant: subject.variant, steps, warmup });
+    const r = await this.ask<{ samples_ms: number[] }>(subject.peer, {
+      cmd: "time",
+      variant: subject.variant,
+      steps,
+      warmup,
+    });
     return r?.samples_ms ?? null;
   }
 

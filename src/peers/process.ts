@@ -67,14 +67,21 @@ export class PeerProcess {
   private readonly stderrRead: Promise<void>;
   private exited = false;
 
-  private constructor(readonly name: string, private readonly proc: Bun.Subprocess<"pipe", "pipe", "pipe">) {
+  private constructor(
+    readonly name: string,
+    private readonly proc: Bun.Subprocess<"pipe", "pipe", "pipe">,
+  ) {
     this.lines = this.readLines();
     this.stderrRead = this.collectStderr();
     void proc.exited.then(() => (this.exited = true));
   }
 
   /** Starts `cmd` and waits for its greeting (its PeerInfo). */
-  static async start(name: string, cmd: string[], env: Record<string, string | undefined> = process.env): Promise<{ peer: PeerProcess; info: PeerInfo }> {
+  static async start(
+    name: string,
+    cmd: string[],
+    env: Record<string, string | undefined> = process.env,
+  ): Promise<{ peer: PeerProcess; info: PeerInfo }> {
     let proc: Bun.Subprocess<"pipe", "pipe", "pipe">;
     try {
       proc = Bun.spawn(cmd, { stdin: "pipe", stdout: "pipe", stderr: "pipe", env });
@@ -100,14 +107,18 @@ export class PeerProcess {
 
   private async collectStderr(): Promise<void> {
     const decoder = new TextDecoder();
-    for await (const chunk of this.proc.stderr) this.stderrText = (this.stderrText + decoder.decode(chunk, { stream: true })).slice(-4096);
+    for await (const chunk of this.proc.stderr)
+      this.stderrText = (this.stderrText + decoder.decode(chunk, { stream: true })).slice(-4096);
   }
 
   /** The peer's own `error: …` line, or its last line of stderr. */
   private async why(): Promise<string> {
     await within(this.proc.exited, 200);
     if (this.exited) await within(this.stderrRead, 1000); // its last words may still be in the pipe
-    const lines = this.stderrText.split("\n").map((l) => l.trim()).filter(Boolean);
+    const lines = this.stderrText
+      .split("\n")
+      .map((l) => l.trim())
+      .filter(Boolean);
     const error = lines.find((l) => l.startsWith("error:"));
     const code = this.exited ? ` (exit ${this.proc.exitCode})` : "";
     return `${oneLine((error ?? lines[lines.length - 1] ?? "no output").replace(/^error:\s*/, ""))}${code}`;

@@ -8,7 +8,8 @@ export const TORCH_PEER_SCRIPT = join(ROOT, "src/peers/torch_peer.py");
 /** DECODE_FLOOR_PYTHON names the python to use; otherwise the first of these that imports torch */
 export const PYTHON_ENV = "DECODE_FLOOR_PYTHON";
 const CANDIDATES = ["python3", "/usr/bin/python3"];
-export const TORCH_INSTALL_HINT = "on Debian `apt-get install python3-torch libopenblas0`, elsewhere `pip install torch`";
+export const TORCH_INSTALL_HINT =
+  "on Debian `apt-get install python3-torch libopenblas0`, elsewhere `pip install torch`";
 /** importing torch takes seconds on a busy machine */
 const PROBE_TIMEOUT_MS = 120_000;
 
@@ -18,7 +19,9 @@ export interface TorchPython {
 }
 
 /** The python that imports torch, or one line saying what was tried and how to install it. */
-export function findTorchPython(env: Record<string, string | undefined> = process.env): TorchPython | { missing: string } {
+export function findTorchPython(
+  env: Record<string, string | undefined> = process.env,
+): TorchPython | { missing: string } {
   const chosen = env[PYTHON_ENV];
   const candidates = chosen ? [chosen] : CANDIDATES;
   const tried: string[] = [];
@@ -27,19 +30,29 @@ export function findTorchPython(env: Record<string, string | undefined> = proces
     if ("torch" in found) return found;
     tried.push(`${chosen ? `${PYTHON_ENV}=` : ""}${python}: ${found.problem}`);
   }
-  return { missing: `no python with torch (${tried.join("; ")}); ${TORCH_INSTALL_HINT}${chosen ? "" : `, or set ${PYTHON_ENV}`}` };
+  return {
+    missing: `no python with torch (${tried.join("; ")}); ${TORCH_INSTALL_HINT}${chosen ? "" : `, or set ${PYTHON_ENV}`}`,
+  };
 }
 
 function probe(python: string, env: Record<string, string | undefined>): TorchPython | { problem: string } {
   let r: Bun.SyncSubprocess<"pipe", "pipe">;
   try {
-    r = Bun.spawnSync([python, "-c", "import sys, torch; print(sys.executable); print(torch.__version__)"], { env, timeout: PROBE_TIMEOUT_MS, stdout: "pipe", stderr: "pipe" });
+    r = Bun.spawnSync([python, "-c", "import sys, torch; print(sys.executable); print(torch.__version__)"], {
+      env,
+      timeout: PROBE_TIMEOUT_MS,
+      stdout: "pipe",
+      stderr: "pipe",
+    });
   } catch {
     return { problem: "not found" };
   }
   if (r.exitCode !== 0) {
     const lines = r.stderr.toString().trim().split("\n");
-    return { problem: r.exitCode === null ? "timed out importing torch" : (lines[lines.length - 1] ?? `exit ${r.exitCode}`).trim() };
+    return {
+      problem:
+        r.exitCode === null ? "timed out importing torch" : (lines[lines.length - 1] ?? `exit ${r.exitCode}`).trim(),
+    };
   }
   const [executable, torch] = r.stdout.toString().trim().split("\n");
   return { python: executable ?? python, torch: torch ?? "unknown" };
@@ -60,7 +73,20 @@ export interface TorchPeerOptions {
 /** Starts torch_peer.py --serve; resolves once it has loaded the weights and set up its variants. */
 export function startTorchPeer(o: TorchPeerOptions) {
   return PeerProcess.start("PyTorch peer", [
-    o.python, TORCH_PEER_SCRIPT, "--serve", "--model", o.modelDir, "--device", o.device, "--threads", String(o.threads),
-    "--variants", o.variants.join(","), "--cache-rows", String(o.cacheRows), "--fill-seed", String(o.fillSeed),
+    o.python,
+    TORCH_PEER_SCRIPT,
+    "--serve",
+    "--model",
+    o.modelDir,
+    "--device",
+    o.device,
+    "--threads",
+    String(o.threads),
+    "--variants",
+    o.variants.join(","),
+    "--cache-rows",
+    String(o.cacheRows),
+    "--fill-seed",
+    String(o.fillSeed),
   ]);
 }

@@ -20,21 +20,25 @@ export const byKernelName: OpKey = (op) => op.name;
  */
 export function opTimesMs(step: TracedStep): { op: OpInterval; ms: number }[] {
   let before = Number.NEGATIVE_INFINITY;
-  return [...step.ops].sort((a, b) => a.index - b.index).map((op) => {
-    const ms = Math.max(0, op.end_us - Math.max(op.start_us, before)) / US_PER_MS;
-    before = Math.max(before, op.end_us);
-    return { op, ms };
-  });
+  return [...step.ops]
+    .sort((a, b) => a.index - b.index)
+    .map((op) => {
+      const ms = Math.max(0, op.end_us - Math.max(op.start_us, before)) / US_PER_MS;
+      before = Math.max(before, op.end_us);
+      return { op, ms };
+    });
 }
 
 /** Ops of a step that start before the ops ahead of them have ended. */
 export function overlappingOps(step: TracedStep): number {
   let before = Number.NEGATIVE_INFINITY;
-  return [...step.ops].sort((a, b) => a.index - b.index).filter((op) => {
-    const overlaps = op.start_us < before;
-    before = Math.max(before, op.end_us);
-    return overlaps;
-  }).length;
+  return [...step.ops]
+    .sort((a, b) => a.index - b.index)
+    .filter((op) => {
+      const overlaps = op.start_us < before;
+      before = Math.max(before, op.end_us);
+      return overlaps;
+    }).length;
 }
 
 /** One row per key over every op of `steps` (each at its time in its step, opTimesMs); per-call statistics; sorted by total time, descending. */
@@ -49,7 +53,17 @@ export function aggregateOps(steps: readonly StepTrace[], keyOf: OpKey): OpAggre
   const rows = [...durationsByKey].map(([key, durations]) => {
     const s = summarize(durations);
     const total_ms = durations.reduce((a, b) => a + b, 0);
-    return { key, calls: durations.length, total_ms, mean_ms: s.mean, median_ms: s.median, min_ms: s.min, max_ms: s.max, stddev_ms: s.stddev, share: 0 };
+    return {
+      key,
+      calls: durations.length,
+      total_ms,
+      mean_ms: s.mean,
+      median_ms: s.median,
+      min_ms: s.min,
+      max_ms: s.max,
+      stddev_ms: s.stddev,
+      share: 0,
+    };
   });
   const all_ms = rows.reduce((a, r) => a + r.total_ms, 0);
   for (const r of rows) r.share = all_ms > 0 ? r.total_ms / all_ms : 0;
@@ -62,7 +76,12 @@ export function buildBreakdown(steps: readonly StepTrace[]): Breakdown {
   const families = aggregateOps(steps, byFamily);
   // the median step's op time: one slow call in one step must not move the per-step figure
   const op_sum_ms = summarize(steps.map((s) => opTimesMs(s).reduce((a, t) => a + t.ms, 0))).median;
-  return { families, layers: aggregateOps(steps, byLayer), op_sum_ms, overlapping_ops: summarize(steps.map(overlappingOps)).median };
+  return {
+    families,
+    layers: aggregateOps(steps, byLayer),
+    op_sum_ms,
+    overlapping_ops: summarize(steps.map(overlappingOps)).median,
+  };
 }
 
 /** Median over the steps of each family's time per step (ms). */
@@ -112,7 +131,8 @@ export type SplitNumbers = Omit<TimeSplit, "verdict">;
  */
 export function stepSplit(step: StepTrace): SplitNumbers {
   const spans: Span[] = [...step.host, ...step.ops];
-  if (spans.length === 0) throw new RangeError(`stepSplit: the ${step.mode} step at context ${step.context} has no intervals`);
+  if (spans.length === 0)
+    throw new RangeError(`stepSplit: the ${step.mode} step at context ${step.context} has no intervals`);
   const start_us = Math.min(...spans.map((s) => s.start_us));
   const end_us = Math.max(...spans.map((s) => s.end_us));
   const step_ms = (end_us - start_us) / US_PER_MS;
@@ -134,7 +154,15 @@ export function medianSplit(steps: readonly StepTrace[]): SplitNumbers {
 }
 
 /** Per (mode, context), in order of appearance: one aggregate row per kernel (or native function) name. */
-export function kernelSummaries(steps: readonly StepTrace[]): { mode: StudyMode; context: number; kernels: OpAggregate[] }[] {
-  const keys = [...new Map(steps.map((s) => [`${s.mode}@${s.context}`, { mode: s.mode, context: s.context }])).values()];
-  return keys.map(({ mode, context }) => ({ mode, context, kernels: aggregateOps(stepsOf(steps, mode, context), byKernelName) }));
+export function kernelSummaries(
+  steps: readonly StepTrace[],
+): { mode: StudyMode; context: number; kernels: OpAggregate[] }[] {
+  const keys = [
+    ...new Map(steps.map((s) => [`${s.mode}@${s.context}`, { mode: s.mode, context: s.context }])).values(),
+  ];
+  return keys.map(({ mode, context }) => ({
+    mode,
+    context,
+    kernels: aggregateOps(stepsOf(steps, mode, context), byKernelName),
+  }));
 }

@@ -3,7 +3,14 @@
 // cannot be compared, with why; and verdict sentences computed from those numbers. Pure functions over summaries.
 import type { LaunchFloor } from "../backends/instrument.ts";
 import type { Stats } from "../stats.ts";
-import type { Breakdown, DeviceDescription, PredictionsSection, ProfileSummary, StudyMode, StudyPoint } from "./types.ts";
+import type {
+  Breakdown,
+  DeviceDescription,
+  PredictionsSection,
+  ProfileSummary,
+  StudyMode,
+  StudyPoint,
+} from "./types.ts";
 import { ms, NOISE, pct } from "./verdicts.ts";
 
 /** The oldest summary version compare reads: the committed profiles' (profiles/*\/summary.json). */
@@ -13,8 +20,12 @@ export const OLDEST_READ_VERSION = 5;
 export const FIELDS_ADDED_IN = {
   6: ["device.launch.pdl_node_us", "device.launch.grid_barrier_us", "predictions.launch_parameters"],
   7: [
-    "device.launch.grid_barrier_skewed_us", "device.launch.grid_barrier_sc_us", "device.launch.grid_barrier_sc_skewed_us",
-    "points[].breakdown.overlapping_ops", "predictions.kernels", "predictions.kernels_how",
+    "device.launch.grid_barrier_skewed_us",
+    "device.launch.grid_barrier_sc_us",
+    "device.launch.grid_barrier_sc_skewed_us",
+    "points[].breakdown.overlapping_ops",
+    "predictions.kernels",
+    "predictions.kernels_how",
   ],
 } as const;
 
@@ -50,12 +61,15 @@ export type Spread = Pick<Stats, "median" | "p10" | "p90">;
 export type SpreadRule = "p10-p90" | "scaled" | "derived" | "model range" | "none";
 
 export const SPREAD_RULES: Record<SpreadRule, string> = {
-  "p10-p90": "each run's p10–p90 over its timed steps; a change is beyond the noise where the two runs' intervals do not overlap",
+  "p10-p90":
+    "each run's p10–p90 over its timed steps; a change is beyond the noise where the two runs' intervals do not overlap",
   scaled:
     "the summary keeps no spread per family or per part of the split, so each value gets its point's step interval scaled to it " +
     "(value × p10 ÷ median to value × p90 ÷ median); beyond the noise where the two intervals do not overlap",
-  derived: "the ratio's interval from the two points' p10–p90 (no cache p10 ÷ KV cache p90 to no cache p90 ÷ KV cache p10); beyond the noise where the intervals do not overlap",
-  "model range": "measured ÷ the kernel model's range (÷ pessimistic to ÷ optimistic; it holds 1 where the measurement lies inside the range); runs differ where the intervals do not overlap",
+  derived:
+    "the ratio's interval from the two points' p10–p90 (no cache p10 ÷ KV cache p90 to no cache p90 ÷ KV cache p10); beyond the noise where the intervals do not overlap",
+  "model range":
+    "measured ÷ the kernel model's range (÷ pessimistic to ÷ optimistic; it holds 1 where the measurement lies inside the range); runs differ where the intervals do not overlap",
   none: `no spread kept: a change under ${pct(NOISE)} is taken as noise`,
 };
 
@@ -71,7 +85,17 @@ export interface CompareCell {
   change: Change;
 }
 
-export type SectionId = "step" | "families" | "split" | "seed" | "end_to_end" | "launch" | "peers" | "interventions" | "predictions" | "kernel_predictions";
+export type SectionId =
+  | "step"
+  | "families"
+  | "split"
+  | "seed"
+  | "end_to_end"
+  | "launch"
+  | "peers"
+  | "interventions"
+  | "predictions"
+  | "kernel_predictions";
 
 /** One section of one configuration: the runs that share it, one row per key, one cell per run (null: not there). */
 export interface CompareTable {
@@ -141,16 +165,23 @@ interface Section {
   field?: (key: KeyPart[] | null, s: ReadSummary) => string;
 }
 
-const modelName = (s: ReadSummary) => `${s.model.config.name} (${s.model.parameters.toLocaleString("en-US")} parameters)`;
+const modelName = (s: ReadSummary) =>
+  `${s.model.config.name} (${s.model.parameters.toLocaleString("en-US")} parameters)`;
 const storage = (dtype: string, kv: string) => `${dtype}/${kv}`;
-const studyGroup = (s: ReadSummary): Group => ({ model: modelName(s), plan: s.settings.plan, storage: storage(s.settings.dtype, s.settings.kv_dtype) });
+const studyGroup = (s: ReadSummary): Group => ({
+  model: modelName(s),
+  plan: s.settings.plan,
+  storage: storage(s.settings.dtype, s.settings.kv_dtype),
+});
 const modelPlanGroup = (s: ReadSummary): Group => ({ model: modelName(s), plan: s.settings.plan });
 const spreadOf = (x: Stats): Spread => ({ median: x.median, p10: x.p10, p90: x.p90 });
 const exact = (v: number): Spread => ({ median: v, p10: v, p90: v });
 
 /** `v` with the interval of `step` scaled to it: a figure of that point with no spread of its own. */
 function scaledSpread(v: number, step: Stats): Spread {
-  return step.median > 0 ? { median: v, p10: (v * step.p10) / step.median, p90: (v * step.p90) / step.median } : exact(v);
+  return step.median > 0
+    ? { median: v, p10: (v * step.p10) / step.median, p90: (v * step.p90) / step.median }
+    : exact(v);
 }
 
 /** The order a run's study lists its modes in, the uncached baseline last. */
@@ -164,7 +195,8 @@ function sortedPoints(s: ReadSummary) {
   return [...s.points].sort((a, b) => order(a.mode) - order(b.mode) || a.context - b.context);
 }
 
-const tracedPoints = (s: ReadSummary) => sortedPoints(s).flatMap((p) => (p.breakdown ? [{ ...p, breakdown: p.breakdown }] : []));
+const tracedPoints = (s: ReadSummary) =>
+  sortedPoints(s).flatMap((p) => (p.breakdown ? [{ ...p, breakdown: p.breakdown }] : []));
 
 /** One value over another, its interval from theirs: the widest the two intervals allow. */
 function ratioSpread(over: Spread, under: Spread): Spread {
@@ -184,79 +216,180 @@ const LAUNCH_ROWS: { field: keyof Omit<LaunchFloor, "how_measured">; label: stri
 ];
 
 /** measured ÷ predicted, its interval spanning the model's range. */
-const againstModel = (measured: number, predicted: number, optimistic: number, pessimistic: number): Spread =>
-  ({ median: measured / predicted, p10: measured / pessimistic, p90: measured / optimistic });
+const againstModel = (measured: number, predicted: number, optimistic: number, pessimistic: number): Spread => ({
+  median: measured / predicted,
+  p10: measured / pessimistic,
+  p90: measured / optimistic,
+});
 
 const SECTIONS: Section[] = [
   {
-    id: "step", title: "Time per token", quantity: "device time per token (ms)", unit: "ms", lowerIsBetter: true, rule: "p10-p90",
-    keyColumns: ["mode", "context"], pointColumns: 2, group: studyGroup,
+    id: "step",
+    title: "Time per token",
+    quantity: "device time per token (ms)",
+    unit: "ms",
+    lowerIsBetter: true,
+    rule: "p10-p90",
+    keyColumns: ["mode", "context"],
+    pointColumns: 2,
+    group: studyGroup,
     measure: (s) => sortedPoints(s).map((p) => ({ key: [p.mode, p.context], value: spreadOf(p.device_ms) })),
   },
   {
-    id: "families", title: "Time per token by op family", quantity: "op time per step (ms)", unit: "ms", lowerIsBetter: true, rule: "scaled",
-    keyColumns: ["mode", "context", "op family"], pointColumns: 2, group: studyGroup,
-    measure: (s) => tracedPoints(s).flatMap((p) =>
-      p.breakdown.families.map((f) => ({ key: [p.mode, p.context, f.key], value: scaledSpread(f.share * p.breakdown.op_sum_ms, p.device_ms) }))),
+    id: "families",
+    title: "Time per token by op family",
+    quantity: "op time per step (ms)",
+    unit: "ms",
+    lowerIsBetter: true,
+    rule: "scaled",
+    keyColumns: ["mode", "context", "op family"],
+    pointColumns: 2,
+    group: studyGroup,
+    measure: (s) =>
+      tracedPoints(s).flatMap((p) =>
+        p.breakdown.families.map((f) => ({
+          key: [p.mode, p.context, f.key],
+          value: scaledSpread(f.share * p.breakdown.op_sum_ms, p.device_ms),
+        })),
+      ),
   },
   {
-    id: "split", title: "Where a step's time goes", quantity: "time per traced step (ms)", unit: "ms", lowerIsBetter: true, rule: "scaled",
-    keyColumns: ["mode", "context", "part"], pointColumns: 2, group: studyGroup,
-    measure: (s) => sortedPoints(s).flatMap((p) => {
-      const t = p.split;
-      if (!t) return [];
-      const parts: [string, number][] = [["device busy", t.busy_ms], ["device idle", t.idle_ms], ["host issue", t.host_issue_ms]];
-      if (t.launch_api_ms > 0) parts.push(["launch API", t.launch_api_ms]);
-      return parts.map(([part, v]) => ({ key: [p.mode, p.context, part], value: scaledSpread(v, p.device_ms) }));
-    }),
+    id: "split",
+    title: "Where a step's time goes",
+    quantity: "time per traced step (ms)",
+    unit: "ms",
+    lowerIsBetter: true,
+    rule: "scaled",
+    keyColumns: ["mode", "context", "part"],
+    pointColumns: 2,
+    group: studyGroup,
+    measure: (s) =>
+      sortedPoints(s).flatMap((p) => {
+        const t = p.split;
+        if (!t) return [];
+        const parts: [string, number][] = [
+          ["device busy", t.busy_ms],
+          ["device idle", t.idle_ms],
+          ["host issue", t.host_issue_ms],
+        ];
+        if (t.launch_api_ms > 0) parts.push(["launch API", t.launch_api_ms]);
+        return parts.map(([part, v]) => ({ key: [p.mode, p.context, part], value: scaledSpread(v, p.device_ms) }));
+      }),
   },
   {
-    id: "seed", title: "KV cache speed-up (no cache ÷ KV cache)", quantity: "speed-up (×)", unit: "×", lowerIsBetter: false, rule: "derived",
-    keyColumns: ["mode", "context"], pointColumns: 2, group: studyGroup,
-    measure: (s) => sortedPoints(s).flatMap((p) => {
-      const uncached = s.points.find((q) => q.mode === "uncached" && q.context === p.context);
-      return p.mode === "uncached" || !uncached ? [] : [{ key: [p.mode, p.context], value: ratioSpread(uncached.device_ms, p.device_ms) }];
-    }),
+    id: "seed",
+    title: "KV cache speed-up (no cache ÷ KV cache)",
+    quantity: "speed-up (×)",
+    unit: "×",
+    lowerIsBetter: false,
+    rule: "derived",
+    keyColumns: ["mode", "context"],
+    pointColumns: 2,
+    group: studyGroup,
+    measure: (s) =>
+      sortedPoints(s).flatMap((p) => {
+        const uncached = s.points.find((q) => q.mode === "uncached" && q.context === p.context);
+        return p.mode === "uncached" || !uncached
+          ? []
+          : [{ key: [p.mode, p.context], value: ratioSpread(uncached.device_ms, p.device_ms) }];
+      }),
   },
   {
-    id: "end_to_end", title: "End-to-end generation", quantity: "time per generated token (ms)", unit: "ms", lowerIsBetter: true, rule: "none",
-    keyColumns: ["mode", "tokens"], pointColumns: 2, group: studyGroup,
-    measure: (s) => s.end_to_end.map((e) => ({ key: [e.mode, `${e.prompt_tokens} + ${e.new_tokens}`], value: exact(e.per_token_ms) })),
+    id: "end_to_end",
+    title: "End-to-end generation",
+    quantity: "time per generated token (ms)",
+    unit: "ms",
+    lowerIsBetter: true,
+    rule: "none",
+    keyColumns: ["mode", "tokens"],
+    pointColumns: 2,
+    group: studyGroup,
+    measure: (s) =>
+      s.end_to_end.map((e) => ({
+        key: [e.mode, `${e.prompt_tokens} + ${e.new_tokens}`],
+        value: exact(e.per_token_ms),
+      })),
   },
   {
-    id: "launch", title: "Launch floor", quantity: "us per empty op", unit: "us", lowerIsBetter: true, rule: "none",
-    keyColumns: ["empty op"], pointColumns: 1, group: () => ({}),
-    measure: (s) => LAUNCH_ROWS.flatMap(({ field, label }) => {
-      const v = s.device.launch[field];
-      return v === null || v === undefined ? [] : [{ key: [label], value: exact(v) }];
-    }),
-    field: (key) => (key === null ? "device.launch" : `device.launch.${LAUNCH_ROWS.find((r) => r.label === key[0])!.field}`),
+    id: "launch",
+    title: "Launch floor",
+    quantity: "us per empty op",
+    unit: "us",
+    lowerIsBetter: true,
+    rule: "none",
+    keyColumns: ["empty op"],
+    pointColumns: 1,
+    group: () => ({}),
+    measure: (s) =>
+      LAUNCH_ROWS.flatMap(({ field, label }) => {
+        const v = s.device.launch[field];
+        return v === null || v === undefined ? [] : [{ key: [label], value: exact(v) }];
+      }),
+    field: (key) =>
+      key === null ? "device.launch" : `device.launch.${LAUNCH_ROWS.find((r) => r.label === key[0])!.field}`,
   },
   {
-    id: "peers", title: "Peers on the same weights", quantity: "time per token (ms)", unit: "ms", lowerIsBetter: true, rule: "p10-p90",
-    keyColumns: ["subject", "context"], pointColumns: 2, group: (s) => ({ model: modelName(s) }),
-    measure: (s) => (s.peers?.results ?? []).flatMap((r) => r.points.map((p) => ({ key: [r.short, p.context], value: spreadOf(p.ms) }))),
+    id: "peers",
+    title: "Peers on the same weights",
+    quantity: "time per token (ms)",
+    unit: "ms",
+    lowerIsBetter: true,
+    rule: "p10-p90",
+    keyColumns: ["subject", "context"],
+    pointColumns: 2,
+    group: (s) => ({ model: modelName(s) }),
+    measure: (s) =>
+      (s.peers?.results ?? []).flatMap((r) =>
+        r.points.map((p) => ({ key: [r.short, p.context], value: spreadOf(p.ms) })),
+      ),
   },
   {
-    id: "interventions", title: "Interventions: bytes and batch", quantity: "time per step (ms)", unit: "ms", lowerIsBetter: true, rule: "p10-p90",
-    keyColumns: ["mode", "weights/KV", "batch", "context"], pointColumns: 4, group: modelPlanGroup,
-    measure: (s) => (s.interventions?.points ?? []).map((p) => ({
-      key: [s.interventions!.mode, storage(p.dtype, p.kv_dtype), p.batch, p.context], value: spreadOf(p.step_ms),
-    })),
+    id: "interventions",
+    title: "Interventions: bytes and batch",
+    quantity: "time per step (ms)",
+    unit: "ms",
+    lowerIsBetter: true,
+    rule: "p10-p90",
+    keyColumns: ["mode", "weights/KV", "batch", "context"],
+    pointColumns: 4,
+    group: modelPlanGroup,
+    measure: (s) =>
+      (s.interventions?.points ?? []).map((p) => ({
+        key: [s.interventions!.mode, storage(p.dtype, p.kv_dtype), p.batch, p.context],
+        value: spreadOf(p.step_ms),
+      })),
   },
   {
-    id: "predictions", title: "Measured against the kernel model's PREDICTIONS", quantity: "measured ÷ predicted step (×)", unit: "×", lowerIsBetter: false,
-    rule: "model range", keyColumns: ["mode", "weights/KV", "batch", "context"], pointColumns: 4, group: modelPlanGroup,
-    measure: (s) => (s.predictions?.points ?? []).map((p) => ({
-      key: [p.mode, storage(p.dtype, p.kv_dtype), p.batch, p.context], value: againstModel(p.measured_ms, p.predicted_ms, p.optimistic_ms, p.pessimistic_ms),
-    })),
+    id: "predictions",
+    title: "Measured against the kernel model's PREDICTIONS",
+    quantity: "measured ÷ predicted step (×)",
+    unit: "×",
+    lowerIsBetter: false,
+    rule: "model range",
+    keyColumns: ["mode", "weights/KV", "batch", "context"],
+    pointColumns: 4,
+    group: modelPlanGroup,
+    measure: (s) =>
+      (s.predictions?.points ?? []).map((p) => ({
+        key: [p.mode, storage(p.dtype, p.kv_dtype), p.batch, p.context],
+        value: againstModel(p.measured_ms, p.predicted_ms, p.optimistic_ms, p.pessimistic_ms),
+      })),
   },
   {
-    id: "kernel_predictions", title: "Traced kernels against the kernel model's PREDICTIONS", quantity: "traced ÷ predicted kernel time (×)", unit: "×",
-    lowerIsBetter: false, rule: "model range", keyColumns: ["mode", "context", "op family"], pointColumns: 2, group: modelPlanGroup,
-    measure: (s) => (s.predictions?.kernels ?? []).map((k) => ({
-      key: [k.mode, k.context, k.family], value: againstModel(k.measured_us, k.predicted_us, k.optimistic_us, k.pessimistic_us),
-    })),
+    id: "kernel_predictions",
+    title: "Traced kernels against the kernel model's PREDICTIONS",
+    quantity: "traced ÷ predicted kernel time (×)",
+    unit: "×",
+    lowerIsBetter: false,
+    rule: "model range",
+    keyColumns: ["mode", "context", "op family"],
+    pointColumns: 2,
+    group: modelPlanGroup,
+    measure: (s) =>
+      (s.predictions?.kernels ?? []).map((k) => ({
+        key: [k.mode, k.context, k.family],
+        value: againstModel(k.measured_us, k.predicted_us, k.optimistic_us, k.pessimistic_us),
+      })),
     // a summary with predictions but none per kernel predates them; one without predictions has none to compare
     field: (_, s) => (s.predictions ? "predictions.kernels" : "predictions"),
   },
@@ -276,7 +409,8 @@ function overlaps(a: Spread, b: Spread): boolean {
 }
 
 function changeOf(value: Spread, ref: Spread, rule: SpreadRule, lowerIsBetter: boolean): Change {
-  const same = rule === "none" ? Math.abs(value.median - ref.median) < NOISE * Math.abs(ref.median) : overlaps(value, ref);
+  const same =
+    rule === "none" ? Math.abs(value.median - ref.median) < NOISE * Math.abs(ref.median) : overlaps(value, ref);
   if (same) return "within noise";
   const lower = value.median < ref.median;
   return lowerIsBetter ? (lower ? "faster" : "slower") : lower ? "lower" : "higher";
@@ -288,7 +422,11 @@ function cellsOf(values: (Spread | undefined)[], section: Section): (CompareCell
   return values.map((value, i) => {
     if (value === undefined) return null;
     if (i === refIndex) return { value, ratio: 1, change: "reference" };
-    return { value, ratio: ref.median > 0 ? value.median / ref.median : null, change: changeOf(value, ref, section.rule, section.lowerIsBetter) };
+    return {
+      value,
+      ratio: ref.median > 0 ? value.median / ref.median : null,
+      change: changeOf(value, ref, section.rule, section.lowerIsBetter),
+    };
   });
 }
 
@@ -315,7 +453,10 @@ function mergedNotes(notes: readonly Note[]): Comparison["not_compared"] {
     if (seen) seen.titles.push(n.title);
     else merged.set(id, { ...n, titles: [n.title] });
   }
-  return [...merged.values()].map((n) => ({ what: `${n.titles.join("; ")}${n.config ? ` (${n.config})` : ""}: ${n.subject}`, why: n.why }));
+  return [...merged.values()].map((n) => ({
+    what: `${n.titles.join("; ")}${n.config ? ` (${n.config})` : ""}: ${n.subject}`,
+    why: n.why,
+  }));
 }
 
 /** Why a run lacks a row (or, with key null, the whole section) that another run has. */
@@ -324,12 +465,16 @@ function gapReason(section: Section, run: RunInput, key: KeyPart[] | null): stri
   const since = field === undefined ? OLDEST_READ_VERSION : addedIn(field);
   return run.summary.schema_version < since
     ? `${run.label}'s summary is schema version ${run.summary.schema_version}, older than these fields (version ${since})`
-    : key === null ? "its summary has none" : `not measured in ${run.label}`;
+    : key === null
+      ? "its summary has none"
+      : `not measured in ${run.label}`;
 }
 
 /** "mode eager, uncached × context 10, 16" where the keys are every combination of their parts, else the keys themselves. */
 function keysText(section: Section, keys: KeyPart[][]): string {
-  const columns = section.keyColumns.slice(0, keys[0]!.length).map((name, i) => ({ name, values: [...new Set(keys.map((k) => k[i]!))] }));
+  const columns = section.keyColumns
+    .slice(0, keys[0]!.length)
+    .map((name, i) => ({ name, values: [...new Set(keys.map((k) => k[i]!))] }));
   const combinations = columns.reduce((n, c) => n * c.values.length, 1);
   return columns.length > 1 && combinations === keys.length && keys.length > 1
     ? columns.map((c) => `${c.name} ${c.values.join(", ")}`).join(" × ")
@@ -337,22 +482,39 @@ function keysText(section: Section, keys: KeyPart[][]): string {
 }
 
 /** The points (a key's leading columns) or, within a point a run has, the rows a member of the group lacks, by reason. */
-function gapNotes(section: Section, members: RunMeasures[], keys: KeyPart[][], runs: readonly RunInput[], config: string): Note[] {
+function gapNotes(
+  section: Section,
+  members: RunMeasures[],
+  keys: KeyPart[][],
+  runs: readonly RunInput[],
+  config: string,
+): Note[] {
   const point = (key: KeyPart[]) => key.slice(0, section.pointColumns);
   const byReason = new Map<string, KeyPart[][]>();
   for (const m of members) {
     const points = new Set([...m.byKey.values()].map((x) => keyText(point(x.key))));
-    const missing = keys.filter((k) => !m.byKey.has(keyText(k))).map((k) => (points.has(keyText(point(k))) ? k : point(k)));
+    const missing = keys
+      .filter((k) => !m.byKey.has(keyText(k)))
+      .map((k) => (points.has(keyText(point(k))) ? k : point(k)));
     for (const key of new Map(missing.map((k) => [keyText(k), k])).values()) {
       const why = gapReason(section, runs[m.run]!, key);
       byReason.set(why, [...(byReason.get(why) ?? []), key]);
     }
   }
-  return [...byReason].map(([why, missing]) => ({ title: section.title, config, subject: keysText(section, missing), why }));
+  return [...byReason].map(([why, missing]) => ({
+    title: section.title,
+    config,
+    subject: keysText(section, missing),
+    why,
+  }));
 }
 
 /** The rows of runs sharing one configuration; a row only one run has is left out, and every gap is listed. */
-function tableOf(section: Section, members: RunMeasures[], runs: readonly RunInput[]): { table: CompareTable | null; notes: Note[] } {
+function tableOf(
+  section: Section,
+  members: RunMeasures[],
+  runs: readonly RunInput[],
+): { table: CompareTable | null; notes: Note[] } {
   const keys = new Map<string, KeyPart[]>();
   for (const m of members) for (const [id, { key }] of m.byKey) if (!keys.has(id)) keys.set(id, key);
   const rows = [...keys].flatMap(([id, key]) => {
@@ -365,8 +527,15 @@ function tableOf(section: Section, members: RunMeasures[], runs: readonly RunInp
   // a run whose every row only it has gets no column
   const kept = members.map((_, i) => rows.some((r) => r.cells[i] !== null));
   const table: CompareTable = {
-    section: section.id, title: section.title, quantity: section.quantity, unit: section.unit, lower_is_better: section.lowerIsBetter, rule: section.rule,
-    config, key_columns: section.keyColumns, runs: members.filter((_, i) => kept[i]).map((m) => m.run),
+    section: section.id,
+    title: section.title,
+    quantity: section.quantity,
+    unit: section.unit,
+    lower_is_better: section.lowerIsBetter,
+    rule: section.rule,
+    config,
+    key_columns: section.keyColumns,
+    runs: members.filter((_, i) => kept[i]).map((m) => m.run),
     rows: rows.map(({ key, cells }) => ({ key, cells: cells.filter((_, i) => kept[i]) })),
   };
   return { table, notes };
@@ -374,14 +543,19 @@ function tableOf(section: Section, members: RunMeasures[], runs: readonly RunInp
 
 /** Why a run's configuration meets no other run's: the parts where it differs from the first run's. */
 function differences(own: Group, other: Group): string {
-  return Object.keys(own).filter((k) => own[k] !== other[k]).map((k) => `${k} ${own[k]} against ${other[k]}`).join(", ");
+  return Object.keys(own)
+    .filter((k) => own[k] !== other[k])
+    .map((k) => `${k} ${own[k]} against ${other[k]}`)
+    .join(", ");
 }
 
 /** A run whose configuration no other run shares, and where it differs from the first run's (or the second's, for the first). */
 function loneNote(section: Section, lone: RunMeasures, present: RunMeasures[], runs: readonly RunInput[]): Note {
   const other = present[0] === lone ? present[1]! : present[0]!;
   return {
-    title: section.title, config: groupText(lone.group), subject: runs[lone.run]!.label,
+    title: section.title,
+    config: groupText(lone.group),
+    subject: runs[lone.run]!.label,
     why: `no other run shares its configuration: ${differences(lone.group, other.group)} of ${runs[other.run]!.label}`,
   };
 }
@@ -394,7 +568,14 @@ function compareSection(section: Section, runs: readonly RunInput[]): { tables: 
   }));
   const present = measured.filter((m) => m.byKey.size > 0);
   if (present.length === 0) return { tables: [], notes: [] };
-  const notes: Note[] = measured.filter((m) => m.byKey.size === 0).map((m) => ({ title: section.title, config: "", subject: runs[m.run]!.label, why: gapReason(section, runs[m.run]!, null) }));
+  const notes: Note[] = measured
+    .filter((m) => m.byKey.size === 0)
+    .map((m) => ({
+      title: section.title,
+      config: "",
+      subject: runs[m.run]!.label,
+      why: gapReason(section, runs[m.run]!, null),
+    }));
   if (present.length < 2) return { tables: [], notes };
   const groups = new Map<string, RunMeasures[]>();
   for (const m of present) groups.set(groupId(m.group), [...(groups.get(groupId(m.group)) ?? []), m]);
@@ -449,22 +630,29 @@ function changeClause(ref: Spread, value: Spread, change: Change): string {
 
 /** "faster at 2 and within the noise at 1 of 3 contexts". */
 function tally(changes: Change[]): string {
-  const counts = (["faster", "slower", "within noise"] as const).map((c) => [c, changes.filter((x) => x === c).length] as const).filter(([, n]) => n > 0);
+  const counts = (["faster", "slower", "within noise"] as const)
+    .map((c) => [c, changes.filter((x) => x === c).length] as const)
+    .filter(([, n]) => n > 0);
   return `${counts.map(([c, n]) => `${c === "within noise" ? "within the noise" : c} at ${n}`).join(" and ")} of ${changes.length} contexts`;
 }
 
-const byContext = <T extends { key: KeyPart[] }>(rows: T[], at: number) => [...rows].sort((a, b) => Number(a.key[at]) - Number(b.key[at]));
+const byContext = <T extends { key: KeyPart[] }>(rows: T[], at: number) =>
+  [...rows].sort((a, b) => Number(a.key[at]) - Number(b.key[at]));
 
 /** Per mode: the change at the largest context both runs measured, and across every shared context. */
 function stepVerdicts(p: Pair): string[] {
   const modes = [...new Set(p.rows.map((r) => r.key[0]))];
   return modes.map((mode) => {
-    const rows = byContext(p.rows.filter((r) => r.key[0] === mode), 1);
+    const rows = byContext(
+      p.rows.filter((r) => r.key[0] === mode),
+      1,
+    );
     const last = rows[rows.length - 1]!;
     const evidence = `${ms(last.value.median)} against ${ms(last.ref.median)}`;
-    const what = last.change === "within noise"
-      ? `takes the same time within the noise (${evidence}, ${times(last.value.median / last.ref.median)}, p10–p90 overlap)`
-      : `is ${changeClause(last.ref, last.value, last.change)} (${evidence}, p10–p90 apart)`;
+    const what =
+      last.change === "within noise"
+        ? `takes the same time within the noise (${evidence}, ${times(last.value.median / last.ref.median)}, p10–p90 overlap)`
+        : `is ${changeClause(last.ref, last.value, last.change)} (${evidence}, p10–p90 apart)`;
     const across = rows.length > 1 ? `; ${tally(rows.map((r) => r.change))}` : "";
     return `${versus(p)}: the ${mode} step at context ${last.key[1]} ${what}${across}.`;
   });
@@ -473,15 +661,23 @@ function stepVerdicts(p: Pair): string[] {
 /** The eager step over the mode the run issues fastest, in both runs, at the largest context both measured them. */
 function gapVerdict(p: Pair): string[] {
   const cached = p.rows.filter((r) => r.key[0] !== "uncached");
-  for (const eager of byContext(cached.filter((r) => r.key[0] === "eager"), 1).reverse()) {
-    const fastest = cached.filter((r) => r.key[1] === eager.key[1] && r.key[0] !== "eager").sort((a, b) => a.value.median - b.value.median)[0];
+  for (const eager of byContext(
+    cached.filter((r) => r.key[0] === "eager"),
+    1,
+  ).reverse()) {
+    const fastest = cached
+      .filter((r) => r.key[1] === eager.key[1] && r.key[0] !== "eager")
+      .sort((a, b) => a.value.median - b.value.median)[0];
     if (!fastest) continue;
     const before = ratioSpread(eager.ref, fastest.ref);
     const after = ratioSpread(eager.value, fastest.value);
     const gap = `the eager-vs-${fastest.key[0]} gap at context ${eager.key[1]}`;
-    if (overlaps(before, after)) return [`${versus(p)}: ${gap} is ${times(before.median)} and ${times(after.median)}, the same within the noise.`];
+    if (overlaps(before, after))
+      return [`${versus(p)}: ${gap} is ${times(before.median)} and ${times(after.median)}, the same within the noise.`];
     const grew = after.median > before.median;
-    return [`${versus(p)}: ${gap} ${grew ? "grew" : "shrank"} from ${times(before.median)} to ${times(after.median)}: launch overhead matters ${grew ? "more" : "less"} in ${p.run.label}.`];
+    return [
+      `${versus(p)}: ${gap} ${grew ? "grew" : "shrank"} from ${times(before.median)} to ${times(after.median)}: launch overhead matters ${grew ? "more" : "less"} in ${p.run.label}.`,
+    ];
   }
   return [];
 }
@@ -491,7 +687,10 @@ function seedVerdict(p: Pair): string[] {
   if (!p.rows.length) return [];
   const context = Math.max(...p.rows.map((r) => Number(r.key[1])));
   const here = p.rows.filter((r) => r.key[1] === context);
-  const each = here.map((r) => `${r.key[0]} ${times(r.ref.median)} → ${times(r.value.median)}${r.change === "within noise" ? " (within the noise)" : ""}`);
+  const each = here.map(
+    (r) =>
+      `${r.key[0]} ${times(r.ref.median)} → ${times(r.value.median)}${r.change === "within noise" ? " (within the noise)" : ""}`,
+  );
   return [`${versus(p)}: the KV cache's speed-up over no cache at context ${context}: ${each.join(", ")}.`];
 }
 
@@ -501,12 +700,20 @@ function splitVerdict(p: Pair): string[] {
   const idleShare = (b: number, i: number) => (b + i > 0 ? Math.max(0, i) / (b + i) : 0);
   const modes = [...new Set(busy.map((r) => r.key[0]))];
   const each = modes.flatMap((mode) => {
-    const last = byContext(busy.filter((r) => r.key[0] === mode), 1).pop()!;
+    const last = byContext(
+      busy.filter((r) => r.key[0] === mode),
+      1,
+    ).pop()!;
     const idle = p.rows.find((r) => r.key[0] === mode && r.key[1] === last.key[1] && r.key[2] === "device idle");
     if (!idle) return [];
-    const [before, after] = [idleShare(last.ref.median, idle.ref.median), idleShare(last.value.median, idle.value.median)];
+    const [before, after] = [
+      idleShare(last.ref.median, idle.ref.median),
+      idleShare(last.value.median, idle.value.median),
+    ];
     // a step the device is never idle in (the CPU's) has nothing to say here
-    return pct(before) === "0%" && pct(after) === "0%" ? [] : [`${pct(before)} → ${pct(after)} of the ${mode} step at context ${last.key[1]}`];
+    return pct(before) === "0%" && pct(after) === "0%"
+      ? []
+      : [`${pct(before)} → ${pct(after)} of the ${mode} step at context ${last.key[1]}`];
   });
   return each.length ? [`${versus(p)}: the device idles ${each.join(", ")}.`] : [];
 }
@@ -534,7 +741,10 @@ function familiesVerdict(p: Pair): string[] {
 
 function launchVerdict(p: Pair): string[] {
   const us = (x: number) => `${x.toPrecision(3)} us`;
-  const each = p.rows.map((r) => `${r.key[0]} ${us(r.ref.median)} → ${us(r.value.median)} (${times(r.value.median / r.ref.median)}${r.change === "within noise" ? `, within ${pct(NOISE)}` : ""})`);
+  const each = p.rows.map(
+    (r) =>
+      `${r.key[0]} ${us(r.ref.median)} → ${us(r.value.median)} (${times(r.value.median / r.ref.median)}${r.change === "within noise" ? `, within ${pct(NOISE)}` : ""})`,
+  );
   return each.length ? [`${versus(p)}, the launch floor: ${each.join("; ")}.`] : [];
 }
 
@@ -543,12 +753,15 @@ function peersVerdict(p: Pair): string[] {
   if (!p.rows.length) return [];
   const context = Math.max(...p.rows.map((r) => Number(r.key[1])));
   const ratioTo = (s: ReadSummary, subject: KeyPart) =>
-    s.peers?.results.find((r) => r.short === subject)?.points.find((q) => q.context === context)?.ratio_to_best_mode ?? null;
-  const each = p.rows.filter((r) => r.key[1] === context).map((r) => {
-    const [a, b] = [ratioTo(p.ref.summary, r.key[0]!), ratioTo(p.run.summary, r.key[0]!)];
-    const against = a === null || b === null ? "" : `, ${times(a)} → ${times(b)} the project's fastest mode`;
-    return `${r.key[0]} ${changeClause(r.ref, r.value, r.change)}${against}`;
-  });
+    s.peers?.results.find((r) => r.short === subject)?.points.find((q) => q.context === context)?.ratio_to_best_mode ??
+    null;
+  const each = p.rows
+    .filter((r) => r.key[1] === context)
+    .map((r) => {
+      const [a, b] = [ratioTo(p.ref.summary, r.key[0]!), ratioTo(p.run.summary, r.key[0]!)];
+      const against = a === null || b === null ? "" : `, ${times(a)} → ${times(b)} the project's fastest mode`;
+      return `${r.key[0]} ${changeClause(r.ref, r.value, r.change)}${against}`;
+    });
   return [`${versus(p)}, peers at context ${context}: ${each.join("; ")}.`];
 }
 
@@ -559,10 +772,14 @@ function interventionsVerdict(p: Pair): string[] {
   if (!a || !b || a.context !== b.context) return [];
   const parts: string[] = [];
   if (a.bytes && b.bytes && a.bytes.from === b.bytes.from && a.bytes.to === b.bytes.to) {
-    parts.push(`${a.bytes.to} instead of ${a.bytes.from} cut the step ${times(a.bytes.time_ratio)} in ${p.ref.label} and ${times(b.bytes.time_ratio)} in ${p.run.label} (bytes ${times(a.bytes.bytes_ratio)})`);
+    parts.push(
+      `${a.bytes.to} instead of ${a.bytes.from} cut the step ${times(a.bytes.time_ratio)} in ${p.ref.label} and ${times(b.bytes.time_ratio)} in ${p.run.label} (bytes ${times(a.bytes.bytes_ratio)})`,
+    );
   }
   if (a.batch && b.batch && a.batch.batch === b.batch.batch) {
-    parts.push(`batch ${a.batch.batch} took ${times(a.batch.token_ratio)} and ${times(b.batch.token_ratio)} a single sequence's time per token`);
+    parts.push(
+      `batch ${a.batch.batch} took ${times(a.batch.token_ratio)} and ${times(b.batch.token_ratio)} a single sequence's time per token`,
+    );
   }
   return parts.length ? [`${versus(p)}, interventions at context ${a.context}: ${parts.join("; ")}.`] : [];
 }
@@ -593,7 +810,9 @@ const PAIR_VERDICTS: Partial<Record<SectionId, (p: Pair) => string[]>> = {
 function verdictsOf(tables: readonly CompareTable[], runs: readonly RunInput[]): string[] {
   const byPair = tables.flatMap((t) => {
     const verdict = PAIR_VERDICTS[t.section];
-    return verdict ? pairsOf(t, runs).map((p) => ({ order: [runs.indexOf(p.run), runs.indexOf(p.ref)], lines: verdict(p) })) : [];
+    return verdict
+      ? pairsOf(t, runs).map((p) => ({ order: [runs.indexOf(p.run), runs.indexOf(p.ref)], lines: verdict(p) }))
+      : [];
   });
   byPair.sort((a, b) => a.order[0]! - b.order[0]! || a.order[1]! - b.order[1]!); // stable: sections keep their order within a pair
   const predictions = tables.filter((t) => t.section === "predictions").flatMap((t) => predictionsVerdict(t, runs));
@@ -604,9 +823,20 @@ function verdictsOf(tables: readonly CompareTable[], runs: readonly RunInput[]):
 
 function describeRun({ label, dir, summary: s }: RunInput): RunDescription {
   return {
-    label, dir, schema_version: s.schema_version, date: s.date, command: s.command,
-    device: s.device.name, device_detail: s.device.detail, backend: s.device.backend, machine: `${s.machine.hostname} (${s.machine.cpu}, ${s.machine.cpus} CPUs)`,
-    model: modelName(s), plan: s.settings.plan, storage: storage(s.settings.dtype, s.settings.kv_dtype), repeats: s.settings.repeats, warmup: s.settings.warmup,
+    label,
+    dir,
+    schema_version: s.schema_version,
+    date: s.date,
+    command: s.command,
+    device: s.device.name,
+    device_detail: s.device.detail,
+    backend: s.device.backend,
+    machine: `${s.machine.hostname} (${s.machine.cpu}, ${s.machine.cpus} CPUs)`,
+    model: modelName(s),
+    plan: s.settings.plan,
+    storage: storage(s.settings.dtype, s.settings.kv_dtype),
+    repeats: s.settings.repeats,
+    warmup: s.settings.warmup,
   };
 }
 

@@ -17,25 +17,55 @@ const CHEAP_BATCH = 0.5;
 const ratio = (x: number) => `${x.toFixed(x >= 10 ? 0 : 2)}×`;
 
 export function buildInterventions(
-  cfg: GPT2Config, samples: InterventionSample[], mode: string, peaks: Peaks, studyPoints: StudyPoint[], method: string,
+  cfg: GPT2Config,
+  samples: InterventionSample[],
+  mode: string,
+  peaks: Peaks,
+  studyPoints: StudyPoint[],
+  method: string,
   base: { dtype: DtypeName; kv: DtypeName },
 ): InterventionsSection {
   const points = samples.map(({ form: p, context, step_ms }): InterventionPoint => {
     const work = sumWork(cachedStepWork(cfg, context, p));
     const s = step_ms.median / 1e3;
-    const flops_per_s = work.flops / s, bytes_per_s = work.bytes / s;
+    const flops_per_s = work.flops / s,
+      bytes_per_s = work.bytes / s;
     const intensity = work.flops / work.bytes;
     return {
-      dtype: p.weights, kv_dtype: p.kv, batch: p.batch, context, step_ms, token_ms: step_ms.median / p.batch, work,
-      bytes_per_token: work.bytes / p.batch, intensity,
+      dtype: p.weights,
+      kv_dtype: p.kv,
+      batch: p.batch,
+      context,
+      step_ms,
+      token_ms: step_ms.median / p.batch,
+      work,
+      bytes_per_token: work.bytes / p.batch,
+      intensity,
       achieved: {
-        flops_per_s, bytes_per_s, flops_share: flops_per_s / peaks.flops_per_s, bytes_share: bytes_per_s / peaks.bytes_per_s,
+        flops_per_s,
+        bytes_per_s,
+        flops_share: flops_per_s / peaks.flops_per_s,
+        bytes_share: bytes_per_s / peaks.bytes_per_s,
         regime: intensity > balance(peaks) ? "compute-bound" : "memory-bound",
       },
     };
   });
-  const configs = [...new Map(points.map((p) => [`${p.dtype}/${p.kv_dtype}/${p.batch}`, { dtype: p.dtype, kv_dtype: p.kv_dtype, batch: p.batch }])).values()];
-  return { mode, method, configs, points, balance_flop_per_byte: balance(peaks), attribution: attribute(points, studyPoints, base, peaks) };
+  const configs = [
+    ...new Map(
+      points.map((p) => [
+        `${p.dtype}/${p.kv_dtype}/${p.batch}`,
+        { dtype: p.dtype, kv_dtype: p.kv_dtype, batch: p.batch },
+      ]),
+    ).values(),
+  ];
+  return {
+    mode,
+    method,
+    configs,
+    points,
+    balance_flop_per_byte: balance(peaks),
+    attribution: attribute(points, studyPoints, base, peaks),
+  };
 }
 
 /** The machine's measured peak FLOP/s over peak B/s. */
@@ -47,7 +77,12 @@ const balance = (peaks: Peaks) => peaks.flops_per_s / peaks.bytes_per_s;
  * against the fewest-bytes one, batch 1), what batching did (the largest batch against 1, the study's storage
  * type) — and a sentence weighing the three.
  */
-function attribute(points: InterventionPoint[], studyPoints: StudyPoint[], base: { dtype: DtypeName; kv: DtypeName }, peaks: Peaks): Attribution {
+function attribute(
+  points: InterventionPoint[],
+  studyPoints: StudyPoint[],
+  base: { dtype: DtypeName; kv: DtypeName },
+  peaks: Peaks,
+): Attribution {
   const context = Math.max(...points.map((p) => p.context));
   const at = (dtype: DtypeName, kv: DtypeName, batch: number) =>
     points.find((p) => p.context === context && p.dtype === dtype && p.kv_dtype === kv && p.batch === batch);
@@ -56,21 +91,43 @@ function attribute(points: InterventionPoint[], studyPoints: StudyPoint[], base:
   const cached = studyPoints.filter((p) => p.context === context && p.mode !== "uncached");
   const eager = cached.find((p) => p.mode === "eager");
   const other = cached.filter((p) => p.mode !== "eager").sort((a, b) => a.device_ms.median - b.device_ms.median)[0];
-  const launch = eager && other
-    ? { mode: other.mode, eager_ms: eager.device_ms.median, mode_ms: other.device_ms.median, change: 1 - other.device_ms.median / eager.device_ms.median }
-    : null;
+  const launch =
+    eager && other
+      ? {
+          mode: other.mode,
+          eager_ms: eager.device_ms.median,
+          mode_ms: other.device_ms.median,
+          change: 1 - other.device_ms.median / eager.device_ms.median,
+        }
+      : null;
 
-  const narrowest = points.filter((p) => p.context === context && p.batch === 1).sort((a, b) => a.work.bytes - b.work.bytes)[0];
-  const bytes = reference && narrowest && narrowest !== reference
-    ? { from: base.dtype, to: narrowest.dtype, bytes_ratio: reference.work.bytes / narrowest.work.bytes, time_ratio: reference.step_ms.median / narrowest.step_ms.median }
-    : null;
+  const narrowest = points
+    .filter((p) => p.context === context && p.batch === 1)
+    .sort((a, b) => a.work.bytes - b.work.bytes)[0];
+  const bytes =
+    reference && narrowest && narrowest !== reference
+      ? {
+          from: base.dtype,
+          to: narrowest.dtype,
+          bytes_ratio: reference.work.bytes / narrowest.work.bytes,
+          time_ratio: reference.step_ms.median / narrowest.step_ms.median,
+        }
+      : null;
 
-  const batches = points.filter((p) => p.context === context && p.dtype === base.dtype && p.kv_dtype === base.kv).sort((a, b) => a.batch - b.batch);
+  const batches = points
+    .filter((p) => p.context === context && p.dtype === base.dtype && p.kv_dtype === base.kv)
+    .sort((a, b) => a.batch - b.batch);
   const widest = batches[batches.length - 1];
   const computeBound = batches.find((p) => p.intensity > balance(peaks));
-  const batch = reference && widest && widest.batch > 1
-    ? { batch: widest.batch, step_ratio: widest.step_ms.median / reference.step_ms.median, token_ratio: widest.token_ms / reference.token_ms, compute_bound_from: computeBound?.batch ?? null }
-    : null;
+  const batch =
+    reference && widest && widest.batch > 1
+      ? {
+          batch: widest.batch,
+          step_ratio: widest.step_ms.median / reference.step_ms.median,
+          token_ratio: widest.token_ms / reference.token_ms,
+          compute_bound_from: computeBound?.batch ?? null,
+        }
+      : null;
   return { context, launch, bytes, batch, verdict: attributionVerdict(context, launch, bytes, batch) };
 }
 
@@ -80,15 +137,26 @@ function launchEffect(change: number): string {
   return change > 0 ? `saved ${pct(change)}` : `cost ${pct(-change)} more`;
 }
 
-function attributionVerdict(context: number, launch: Attribution["launch"], bytes: Attribution["bytes"], batch: Attribution["batch"]): string {
+function attributionVerdict(
+  context: number,
+  launch: Attribution["launch"],
+  bytes: Attribution["bytes"],
+  batch: Attribution["batch"],
+): string {
   const parts: string[] = [];
   if (bytes) {
-    parts.push(`${bytes.to} ${bytes.bytes_ratio >= 1.9 ? "halved" : `cut by ${ratio(bytes.bytes_ratio)}`} the bytes per step and cut the step ${ratio(bytes.time_ratio)}`);
+    parts.push(
+      `${bytes.to} ${bytes.bytes_ratio >= 1.9 ? "halved" : `cut by ${ratio(bytes.bytes_ratio)}`} the bytes per step and cut the step ${ratio(bytes.time_ratio)}`,
+    );
   }
   if (launch) parts.push(`${launch.mode} instead of eager ${launchEffect(launch.change)}`);
   if (batch) {
-    parts.push(`batch ${batch.batch} cost ${ratio(batch.step_ratio)} a single step (${ratio(batch.token_ratio)} per token)` +
-      (batch.compute_bound_from === null ? "" : `, compute-bound by the work model from batch ${batch.compute_bound_from}`));
+    parts.push(
+      `batch ${batch.batch} cost ${ratio(batch.step_ratio)} a single step (${ratio(batch.token_ratio)} per token)` +
+        (batch.compute_bound_from === null
+          ? ""
+          : `, compute-bound by the work model from batch ${batch.compute_bound_from}`),
+    );
   }
   if (!parts.length) return `Attribution at context ${context}: one configuration only, nothing to attribute.`;
   const followsBytes = bytes === null ? null : bytes.time_ratio >= FOLLOWS_BYTES * bytes.bytes_ratio;

@@ -28,15 +28,21 @@ export interface InterventionOptions {
   onContext?: (context: number) => void;
 }
 
-const sameForm = (a: StepForm, b: StepForm) => a.plan === b.plan && a.batch === b.batch && a.weights === b.weights && a.kv === b.kv;
+const sameForm = (a: StepForm, b: StepForm) =>
+  a.plan === b.plan && a.batch === b.batch && a.weights === b.weights && a.kv === b.kv;
 
 /**
  * Times every form's cached decode step in `mode` at every context. `reuse` is a session already holding one of
  * the forms (the study's own); the others are placed here and freed at the end.
  */
 export async function measureInterventions(
-  backend: Backend, instrument: Instrument, weights: GPT2Weights, forms: StepForm[], mode: LaunchMode,
-  reuse: Session, opts: InterventionOptions,
+  backend: Backend,
+  instrument: Instrument,
+  weights: GPT2Weights,
+  forms: StepForm[],
+  mode: LaunchMode,
+  reuse: Session,
+  opts: InterventionOptions,
 ): Promise<InterventionSample[]> {
   const owned: Session[] = [];
   const sessions = forms.map((form) => {
@@ -50,7 +56,9 @@ export async function measureInterventions(
     for (const context of opts.contexts) {
       opts.onContext?.(context);
       const timed = await timeContext(sessions, instrument, mode, context, opts);
-      samples.push(...forms.map((form, i) => ({ form, context, step_ms: summarize(timed[i]!.map((t) => t.deviceMs)) })));
+      samples.push(
+        ...forms.map((form, i) => ({ form, context, step_ms: summarize(timed[i]!.map((t) => t.deviceMs)) })),
+      );
     }
     return samples;
   } finally {
@@ -59,7 +67,13 @@ export async function measureInterventions(
 }
 
 /** Every session's sequences filled to `context` (a prompt of its own each), then interleaved rounds of one step per session. */
-async function timeContext(sessions: Session[], instrument: Instrument, mode: LaunchMode, context: number, opts: InterventionOptions): Promise<TimedStep[][]> {
+async function timeContext(
+  sessions: Session[],
+  instrument: Instrument,
+  mode: LaunchMode,
+  context: number,
+  opts: InterventionOptions,
+): Promise<TimedStep[][]> {
   for (const s of sessions) {
     for (let b = 0; b < s.batch; b++) s.prefill(promptOf(context, s.config.vocab_size, opts.seed + b), b);
   }

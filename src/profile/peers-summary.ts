@@ -39,23 +39,42 @@ export function buildPeersSection(m: PeerMeasurements, y: PeerYardsticks): Peers
   const ratio = (a: number, b: number | null) => (b === null || b <= 0 ? null : a / b);
   const results = m.subjects.map((s): PeerResult => {
     const byContext = m.samples.get(s.id) ?? new Map<number, readonly number[]>();
-    const points = [...byContext].filter(([, ms]) => ms.length > 0).map(([context, ms]) => {
-      const stats = summarize(ms);
-      const best = y.bestAt(context);
-      const floor = y.floorAt(context);
-      return {
-        context, ms: stats, best_mode: best?.mode ?? null, best_mode_ms: best?.ms ?? null,
-        ratio_to_best_mode: ratio(stats.median, best?.ms ?? null), floor_ms: floor, ratio_to_floor: ratio(stats.median, floor),
-      };
-    });
+    const points = [...byContext]
+      .filter(([, ms]) => ms.length > 0)
+      .map(([context, ms]) => {
+        const stats = summarize(ms);
+        const best = y.bestAt(context);
+        const floor = y.floorAt(context);
+        return {
+          context,
+          ms: stats,
+          best_mode: best?.mode ?? null,
+          best_mode_ms: best?.ms ?? null,
+          ratio_to_best_mode: ratio(stats.median, best?.ms ?? null),
+          floor_ms: floor,
+          ratio_to_floor: ratio(stats.median, floor),
+        };
+      });
     const tokens = m.generated.get(s.id);
     return {
-      id: s.id, peer: s.peer, variant: s.variant, short: s.short, label: s.label, version: s.version, device: s.device,
-      settings: s.settings, points, agreement: tokens ? agreementOf(tokens, y.reference) : null,
+      id: s.id,
+      peer: s.peer,
+      variant: s.variant,
+      short: s.short,
+      label: s.label,
+      version: s.version,
+      device: s.device,
+      settings: s.settings,
+      points,
+      agreement: tokens ? agreementOf(tokens, y.reference) : null,
     };
   });
   return {
-    method: y.method, prompt_ids: [...y.prompt], reference_tokens: [...y.reference], results,
-    torch_dispatch: [...m.traces], skipped: [...m.skipped],
+    method: y.method,
+    prompt_ids: [...y.prompt],
+    reference_tokens: [...y.reference],
+    results,
+    torch_dispatch: [...m.traces],
+    skipped: [...m.skipped],
   };
 }

@@ -83,7 +83,10 @@ export function studyUnits(opts: Pick<StudyOptions, "contexts" | "modes" | "kern
  * The most bytes one cached step of the study reads (work model): its largest context, in whichever of its
  * configurations moves the most. The CPU's read probe reads at least this much (src/backends/read-probe.ts).
  */
-export function largestStepBytes(config: GPT2Config, opts: Pick<StudyOptions, "contexts" | "form" | "interventions">): number {
+export function largestStepBytes(
+  config: GPT2Config,
+  opts: Pick<StudyOptions, "contexts" | "form" | "interventions">,
+): number {
   const context = Math.max(...opts.contexts);
   const forms = [opts.form, ...(opts.interventions?.forms ?? [])];
   return Math.max(...forms.map((form) => sumWork(cachedStepWork(config, context, form)).bytes));
@@ -96,7 +99,12 @@ export class Study {
   readonly session: Session;
   private readonly memoryBefore: number;
 
-  constructor(readonly backend: Backend, readonly instrument: Instrument, readonly weights: GPT2Weights, readonly opts: StudyOptions) {
+  constructor(
+    readonly backend: Backend,
+    readonly instrument: Instrument,
+    readonly weights: GPT2Weights,
+    readonly opts: StudyOptions,
+  ) {
     this.memoryBefore = backend.memInfo().free;
     this.session = new Session(backend, weights, { form: opts.form });
   }
@@ -121,7 +129,10 @@ export class Study {
     const peerTraces: PeerDispatchSplit[] = [];
     const measured: Measured[] = [];
     for (const context of this.opts.contexts) {
-      progress(`timing context ${context}: ${modes.join(", ")}${peers?.subjects.length ? ` and ${peers.subjects.length} peer subjects` : ""}`, modes.length);
+      progress(
+        `timing context ${context}: ${modes.join(", ")}${peers?.subjects.length ? ` and ${peers.subjects.length} peer subjects` : ""}`,
+        modes.length,
+      );
       measured.push(...(await this.timeContext(context, peers, peerSamples)));
       const trace = this.opts.kernels && peers ? await peers.traceTorch() : null;
       if (trace) peerTraces.push(trace);
@@ -133,10 +144,25 @@ export class Study {
       endToEnd.push(this.endToEnd(mode));
     }
     const interventions = this.opts.interventions;
-    const samples = interventions && await measureInterventions(this.backend, this.instrument, this.weights, interventions.forms, interventions.mode, this.session, {
-      ...this.opts, checkpoint: () => this.checkpoint(),
-      onContext: (context) => progress(`interventions at context ${context}: ${interventions.forms.length} configurations`, interventions.forms.length),
-    });
+    const samples =
+      interventions &&
+      (await measureInterventions(
+        this.backend,
+        this.instrument,
+        this.weights,
+        interventions.forms,
+        interventions.mode,
+        this.session,
+        {
+          ...this.opts,
+          checkpoint: () => this.checkpoint(),
+          onContext: (context) =>
+            progress(
+              `interventions at context ${context}: ${interventions.forms.length} configurations`,
+              interventions.forms.length,
+            ),
+        },
+      ));
     const traces: StepTrace[] = [];
     let dropped = 0;
     let mismatched = 0;
@@ -147,7 +173,9 @@ export class Study {
         await this.checkpoint();
         const t = await this.tracePoint(mode, context);
         // a step whose records do not line up one-to-one with the plan would mislabel every op after the gap
-        traces.push(...t.steps.filter((_, k) => !t.mismatchedSteps.includes(k)).map((step) => ({ mode, context, ...step })));
+        traces.push(
+          ...t.steps.filter((_, k) => !t.mismatchedSteps.includes(k)).map((step) => ({ mode, context, ...step })),
+        );
         dropped += t.dropped;
         mismatched += t.mismatchedSteps.length;
         measured[i]!.tracing_overhead = t.overhead;
@@ -155,7 +183,16 @@ export class Study {
     }
     const peerResult = peers ? await this.checkPeers(peers, peerSamples, peerTraces) : undefined;
     this.opts.onProgress?.(total, total, "done");
-    return { measured, traces, dropped, mismatched, endToEnd, memory, ...(peerResult ? { peers: peerResult } : {}), ...(samples ? { interventions: samples } : {}) };
+    return {
+      measured,
+      traces,
+      dropped,
+      mismatched,
+      endToEnd,
+      memory,
+      ...(peerResult ? { peers: peerResult } : {}),
+      ...(samples ? { interventions: samples } : {}),
+    };
   }
 
   /** cached launch modes first, then the uncached baseline */
@@ -164,7 +201,10 @@ export class Study {
   }
 
   /** How a step in `mode` at `context` is issued, and what must be reset before each so the context stays put. */
-  private stepAt(mode: StudyMode, context: number): { run: () => void; before: () => void; ops: PlanOp[]; rows: number } {
+  private stepAt(
+    mode: StudyMode,
+    context: number,
+  ): { run: () => void; before: () => void; ops: PlanOp[]; rows: number } {
     const s = this.session;
     // the cache really holds `context` tokens: prefill them; every step then decodes at position `context`
     s.prefill(promptOf(context, s.config.vocab_size, this.opts.seed));
@@ -191,7 +231,11 @@ export class Study {
    * step (llama.cpp's, PyTorch's OpenMP) and slowed whichever subject came next — eager by 30% at context 512
    * in one run, the rest of the study's verdicts following it — while ours slept and woke late on a busy vCPU.
    */
-  private async timeContext(context: number, peers: PeerSet | undefined, peerSamples: Map<string, Map<number, number[]>>): Promise<Measured[]> {
+  private async timeContext(
+    context: number,
+    peers: PeerSet | undefined,
+    peerSamples: Map<string, Map<number, number[]>>,
+  ): Promise<Measured[]> {
     const { repeats, warmup } = this.opts;
     const modes = this.orderedModes();
     const steps = modes.map((mode) => this.stepAt(mode, context));
@@ -215,7 +259,8 @@ export class Study {
         if (settle) await timeOne(i);
         samples[i]!.push(await timeOne(i));
         // the logits this mode's last step left: every mode shares the buffer, so each is checked in its turn
-        if (r === repeats - 1) this.session.checkLogits(`of the ${modes[i]} step at context ${context}`, steps[i]!.rows, steps[i]!.before);
+        if (r === repeats - 1)
+          this.session.checkLogits(`of the ${modes[i]} step at context ${context}`, steps[i]!.rows, steps[i]!.before);
       }
       for (const s of subjects) peerMs.get(s.id)!.push(...((await peers!.time(s, 1, 1)) ?? []));
     }
@@ -225,7 +270,8 @@ export class Study {
       peerSamples.get(id)!.set(context, ms);
     }
     return modes.map((mode, i) => ({
-      mode, context,
+      mode,
+      context,
       device_ms: summarize(samples[i]!.map((x) => x.deviceMs)),
       host_ms: summarize(samples[i]!.map((x) => x.hostMs)),
       issue_ms: summarize(samples[i]!.map((x) => x.issueMs)),
@@ -234,11 +280,28 @@ export class Study {
   }
 
   /** The project's greedy tokens for the agreement prompt, and every peer subject's. */
-  private async checkPeers(peers: PeerSet, samples: Map<string, Map<number, number[]>>, traces: PeerDispatchSplit[]): Promise<NonNullable<StudyResult["peers"]>> {
+  private async checkPeers(
+    peers: PeerSet,
+    samples: Map<string, Map<number, number[]>>,
+    traces: PeerDispatchSplit[],
+  ): Promise<NonNullable<StudyResult["peers"]>> {
     const prompt = promptOf(AGREEMENT_PROMPT, this.session.config.vocab_size, this.opts.seed);
-    const reference = generate(this.session, { prompt, maxNewTokens: AGREEMENT_TOKENS, cache: true, mode: launchMode("eager") }).generatedIds;
+    const reference = generate(this.session, {
+      prompt,
+      maxNewTokens: AGREEMENT_TOKENS,
+      cache: true,
+      mode: launchMode("eager"),
+    }).generatedIds;
     const generated = await peers.generate(prompt, AGREEMENT_TOKENS);
-    return { subjects: [...peers.subjects], samples, traces, generated, skipped: [...peers.skipped], prompt, reference };
+    return {
+      subjects: [...peers.subjects],
+      samples,
+      traces,
+      generated,
+      skipped: [...peers.skipped],
+      prompt,
+      reference,
+    };
   }
 
   private async tracePoint(mode: StudyMode, context: number) {
@@ -277,7 +340,12 @@ export class Study {
     }
     s.backend.synchronize();
     const total_ms = nowMs() - t0;
-    const last = mode === "uncached" ? { rows: promptTokens + newTokens - 1, at: 0 } : newTokens > 1 ? { rows: 1, at: promptTokens + newTokens - 2 } : { rows: promptTokens, at: 0 };
+    const last =
+      mode === "uncached"
+        ? { rows: promptTokens + newTokens - 1, at: 0 }
+        : newTokens > 1
+          ? { rows: 1, at: promptTokens + newTokens - 2 }
+          : { rows: promptTokens, at: 0 };
     s.checkLogits(`of the last ${mode} step end to end`, last.rows, () => s.setPosition(last.at));
     if (s.position() !== promptTokens + newTokens - 1) {
       throw new Error(`end-to-end ${mode}: the position ended at ${s.position()}, not ${promptTokens + newTokens - 1}`);

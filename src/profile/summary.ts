@@ -15,7 +15,18 @@ import { buildInterventions } from "./interventions-summary.ts";
 import { buildPeersSection } from "./peers-summary.ts";
 import { buildPredictions, gpuModelFor, librarySass, measuredSteps, type MeasuredStep } from "./kernel-model/index.ts";
 import { tracedByOp, type Measured, type StudyOptions, type StudyResult } from "./study.ts";
-import { SCHEMA_VERSION, type InterventionConfig, type KernelRegime, type PeersSection, type PredictionsSection, type ProfileSummary, type SeedRow, type StepTrace, type StudyMode, type StudyPoint } from "./types.ts";
+import {
+  SCHEMA_VERSION,
+  type InterventionConfig,
+  type KernelRegime,
+  type PeersSection,
+  type PredictionsSection,
+  type ProfileSummary,
+  type SeedRow,
+  type StepTrace,
+  type StudyMode,
+  type StudyPoint,
+} from "./types.ts";
 import { launchVerdict, modeSplitOf, splitVerdicts, studyVerdicts, uncachedBaselineVerdict } from "./verdicts.ts";
 import { cachedStepWork, classifyRegime, flopReduction, sumWork, uncachedStepWork } from "./work-model.ts";
 
@@ -31,9 +42,16 @@ function stepWorkOf(cfg: GPT2Config, form: StepForm, mode: StudyMode, context: n
  * TypeScript → FFI → launch path, measured as the eager step's issue time per op. The uncached baseline
  * runs eagerly.
  */
-function floorFor(mode: StudyMode, backend: Backend, launch: LaunchFloor, measured: Measured[], opsPerStep: number): number {
+function floorFor(
+  mode: StudyMode,
+  backend: Backend,
+  launch: LaunchFloor,
+  measured: Measured[],
+  opsPerStep: number,
+): number {
   const eager = measured.filter((m) => m.mode === mode);
-  const issueUsPerOp = backend.issueIsAsync && eager.length ? (Math.min(...eager.map((m) => m.issue_ms.median)) / opsPerStep) * 1e3 : null;
+  const issueUsPerOp =
+    backend.issueIsAsync && eager.length ? (Math.min(...eager.map((m) => m.issue_ms.median)) / opsPerStep) * 1e3 : null;
   return launchMode(mode === "uncached" ? "eager" : mode).floorUs(launch, issueUsPerOp);
 }
 
@@ -42,7 +60,8 @@ function achieved(work: Work, ms: number, peaks: Peaks, floorUs: number, opsPerS
   const flops_per_s = work.flops / s;
   const bytes_per_s = work.bytes / s;
   return {
-    flops_per_s, bytes_per_s,
+    flops_per_s,
+    bytes_per_s,
     flops_share: flops_per_s / peaks.flops_per_s,
     bytes_share: bytes_per_s / peaks.bytes_per_s,
     regime: classifyRegime(ms * 1e3, work, peaks, floorUs * opsPerStep),
@@ -53,7 +72,14 @@ function achieved(work: Work, ms: number, peaks: Peaks, floorUs: number, opsPerS
  * Each op family's regime at a traced point: its work per step over its median time per step (calls of
  * different shapes — c_attn, c_proj, c_fc — are summed, not averaged); launch-bound judged per call.
  */
-function regimesOf(cfg: GPT2Config, form: StepForm, point: StudyPoint, steps: readonly StepTrace[], peaks: Peaks, floorUs: number): KernelRegime[] {
+function regimesOf(
+  cfg: GPT2Config,
+  form: StepForm,
+  point: StudyPoint,
+  steps: readonly StepTrace[],
+  peaks: Peaks,
+  floorUs: number,
+): KernelRegime[] {
   if (!point.breakdown || steps.length === 0) return [];
   const ops = stepWorkOf(cfg, form, point.mode, point.context);
   return [...familyMsPerStep(steps)].map(([key, ms]) => {
@@ -63,8 +89,12 @@ function regimesOf(cfg: GPT2Config, form: StepForm, point: StudyPoint, steps: re
     const perCallUs = (ms * 1e3) / mine.length;
     const perCallWork = { ...work, flops: work.flops / mine.length, bytes: work.bytes / mine.length };
     return {
-      family, mode: point.mode, context: point.context, median_us: perCallUs,
-      flops_per_s: work.flops / (ms / 1e3), bytes_per_s: work.bytes / (ms / 1e3),
+      family,
+      mode: point.mode,
+      context: point.context,
+      median_us: perCallUs,
+      flops_per_s: work.flops / (ms / 1e3),
+      bytes_per_s: work.bytes / (ms / 1e3),
       regime: classifyRegime(perCallUs, perCallWork, peaks, floorUs),
     };
   });
@@ -72,7 +102,8 @@ function regimesOf(cfg: GPT2Config, form: StepForm, point: StudyPoint, steps: re
 
 /** The seed's table: per context, no cache against every cached launch mode measured, and the FLOP reduction. */
 export function seedTable(cfg: GPT2Config, points: StudyPoint[], contexts: number[]): SeedRow[] {
-  const at = (mode: StudyMode, c: number) => points.find((p) => p.mode === mode && p.context === c)?.device_ms.median ?? null;
+  const at = (mode: StudyMode, c: number) =>
+    points.find((p) => p.mode === mode && p.context === c)?.device_ms.median ?? null;
   const cachedModes = [...new Set(points.map((p) => p.mode))].filter((m): m is LaunchModeName => m !== "uncached");
   return contexts.map((context) => {
     const uncached = at("uncached", context);
@@ -87,14 +118,30 @@ export function seedTable(cfg: GPT2Config, points: StudyPoint[], contexts: numbe
 
 /** On a GPU the kernel model has parameters for, its prediction beside every measured cached step and every traced kernel family. */
 function predictionsOf(
-  backend: Backend, cfg: GPT2Config, plan: PlanKind, measured: MeasuredStep[], launch: LaunchFloor, points: StudyPoint[], traces: readonly StepTrace[], study: InterventionConfig,
+  backend: Backend,
+  cfg: GPT2Config,
+  plan: PlanKind,
+  measured: MeasuredStep[],
+  launch: LaunchFloor,
+  points: StudyPoint[],
+  traces: readonly StepTrace[],
+  study: InterventionConfig,
 ): PredictionsSection | undefined {
   const gpu = gpuModelFor(backend.deviceName);
   const kernels = backend.kernels;
   if (!gpu || !kernels) return undefined;
-  const traced = points.flatMap((p) => (p.breakdown && p.mode !== "uncached"
-    ? [{ mode: p.mode, context: p.context, familyMs: familyMsPerStep(stepsOf(traces, p.mode, p.context)), overlappingOps: p.breakdown.overlapping_ops }]
-    : []));
+  const traced = points.flatMap((p) =>
+    p.breakdown && p.mode !== "uncached"
+      ? [
+          {
+            mode: p.mode,
+            context: p.context,
+            familyMs: familyMsPerStep(stepsOf(traces, p.mode, p.context)),
+            overlappingOps: p.breakdown.overlapping_ops,
+          },
+        ]
+      : [],
+  );
   return buildPredictions(gpu, cfg, plan, measured, kernels, librarySass(kernels.libraryPath), launch, traced, study);
 }
 
@@ -107,11 +154,19 @@ function interventionsMethod(opts: StudyOptions): string {
 }
 
 /** The peers against the project's fastest cached mode at each context and the memory floor (bytes at the measured bandwidth). */
-function peersOf(cfg: GPT2Config, opts: StudyOptions, points: StudyPoint[], peaks: Peaks, result: StudyResult): PeersSection | undefined {
+function peersOf(
+  cfg: GPT2Config,
+  opts: StudyOptions,
+  points: StudyPoint[],
+  peaks: Peaks,
+  result: StudyResult,
+): PeersSection | undefined {
   const p = result.peers;
   if (!p) return undefined;
   const bestAt = (context: number) => {
-    const cached = points.filter((q) => q.context === context && q.mode !== "uncached").sort((a, b) => a.device_ms.median - b.device_ms.median)[0];
+    const cached = points
+      .filter((q) => q.context === context && q.mode !== "uncached")
+      .sort((a, b) => a.device_ms.median - b.device_ms.median)[0];
     return cached ? { mode: cached.mode, ms: cached.device_ms.median } : null;
   };
   const floorAt = (context: number) => (sumWork(cachedStepWork(cfg, context)).bytes / peaks.bytes_per_s) * 1e3;
@@ -138,12 +193,17 @@ export function buildSummary(args: {
   const { form } = opts;
   const { weights: dtype, kv: kv_dtype } = form;
   const opsOf = (mode: StudyMode, context: number) => stepWorkOf(cfg, form, mode, context).length;
-  const floorUs = (mode: StudyMode, context: number) => floorFor(mode, backend, launch, result.measured, opsOf(mode, context));
+  const floorUs = (mode: StudyMode, context: number) =>
+    floorFor(mode, backend, launch, result.measured, opsOf(mode, context));
   const points: StudyPoint[] = result.measured.map((m) => {
     const steps = stepsOf(result.traces, m.mode, m.context);
     const work = sumWork(stepWorkOf(cfg, form, m.mode, m.context));
     const point: StudyPoint = {
-      mode: m.mode, context: m.context, device_ms: m.device_ms, host_ms: m.host_ms, work,
+      mode: m.mode,
+      context: m.context,
+      device_ms: m.device_ms,
+      host_ms: m.host_ms,
+      work,
       achieved: achieved(work, m.device_ms.median, peaks, floorUs(m.mode, m.context), opsOf(m.mode, m.context)),
     };
     if (steps.length) {
@@ -158,11 +218,29 @@ export function buildSummary(args: {
     for (const s of v.sentences) here.find((p) => p.mode === s.mode)!.split!.verdict = s.sentence;
   }
   const seed = seedTable(cfg, points, opts.contexts);
-  const interventions = result.interventions && opts.interventions
-    ? buildInterventions(cfg, result.interventions, opts.interventions.mode.name, peaks, points, interventionsMethod(opts), { dtype, kv: kv_dtype })
-    : undefined;
+  const interventions =
+    result.interventions && opts.interventions
+      ? buildInterventions(
+          cfg,
+          result.interventions,
+          opts.interventions.mode.name,
+          peaks,
+          points,
+          interventionsMethod(opts),
+          { dtype, kv: kv_dtype },
+        )
+      : undefined;
   const study = { dtype, kv_dtype, batch: 1 };
-  const predictions = predictionsOf(backend, cfg, form.plan, measuredSteps(points, study, interventions), launch, points, result.traces, study);
+  const predictions = predictionsOf(
+    backend,
+    cfg,
+    form.plan,
+    measuredSteps(points, study, interventions),
+    launch,
+    points,
+    result.traces,
+    study,
+  );
   const overheads = result.measured.flatMap((m) => (m.tracing_overhead === null ? [] : [m.tracing_overhead]));
   return {
     schema_version: SCHEMA_VERSION,
@@ -170,16 +248,35 @@ export function buildSummary(args: {
     command: args.command,
     date: new Date().toISOString(),
     machine: {
-      hostname: hostname(), os: `${type()} ${release()}`, cpu: cpus()[0]?.model ?? "unknown", cpus: cpus().length,
-      memory_bytes: totalmem(), bun: Bun.version,
+      hostname: hostname(),
+      os: `${type()} ${release()}`,
+      cpu: cpus()[0]?.model ?? "unknown",
+      cpus: cpus().length,
+      memory_bytes: totalmem(),
+      bun: Bun.version,
     },
     device: { ...backend.describe(), peaks, launch },
-    model: { config: cfg, source: weights.source, parameters: parameterCount(cfg), dtype, weight_bytes: storedWeightBytes(cfg, dtype) },
+    model: {
+      config: cfg,
+      source: weights.source,
+      parameters: parameterCount(cfg),
+      dtype,
+      weight_bytes: storedWeightBytes(cfg, dtype),
+    },
     settings: {
-      modes: opts.modes, plan: form.plan, contexts: opts.contexts, repeats: opts.repeats, warmup: opts.warmup, kernels: opts.kernels, dtype, kv_dtype,
+      modes: opts.modes,
+      plan: form.plan,
+      contexts: opts.contexts,
+      repeats: opts.repeats,
+      warmup: opts.warmup,
+      kernels: opts.kernels,
+      dtype,
+      kv_dtype,
     },
     points,
-    regimes: points.flatMap((p) => regimesOf(cfg, form, p, stepsOf(result.traces, p.mode, p.context), peaks, floorUs(p.mode, p.context))),
+    regimes: points.flatMap((p) =>
+      regimesOf(cfg, form, p, stepsOf(result.traces, p.mode, p.context), peaks, floorUs(p.mode, p.context)),
+    ),
     seed_table: seed,
     end_to_end: result.endToEnd,
     memory: result.memory,
@@ -190,11 +287,15 @@ export function buildSummary(args: {
       note: [
         args.instrument.tracingNote,
         ...(result.mismatched ? [`${result.mismatched} traced steps did not line up one-to-one with the plan`] : []),
-        ...opts.modes.filter((m) => !tracedByOp(m)).map((m) => `${m} not traced op by op (its ops run inside one kernel)`),
+        ...opts.modes
+          .filter((m) => !tracedByOp(m))
+          .map((m) => `${m} not traced op by op (its ops run inside one kernel)`),
       ].join("; "),
     },
     verdicts: [
-      ...studyVerdicts(points, result.traces, seed), ...uncachedBaselineVerdict(points, peaks), ...launchVerdict(points, launch, opsOf),
+      ...studyVerdicts(points, result.traces, seed),
+      ...uncachedBaselineVerdict(points, peaks),
+      ...launchVerdict(points, launch, opsOf),
       ...(interventions ? [interventions.attribution.verdict] : []),
     ],
     ...(result.peers ? { peers: peersOf(cfg, opts, points, peaks, result) } : {}),

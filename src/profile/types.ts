@@ -146,7 +146,14 @@ export interface ProfileSummary {
   model: { config: GPT2Config; source: string; parameters: number; dtype: DtypeName; weight_bytes: number };
   /** plan: which ops the cached decode step runs (src/plan.ts PlanKind); dtype, kv_dtype: how the study's model is stored */
   settings: {
-    modes: StudyMode[]; plan: PlanKind; contexts: number[]; repeats: number; warmup: number; kernels: boolean; dtype: DtypeName; kv_dtype: DtypeName;
+    modes: StudyMode[];
+    plan: PlanKind;
+    contexts: number[];
+    repeats: number;
+    warmup: number;
+    kernels: boolean;
+    dtype: DtypeName;
+    kv_dtype: DtypeName;
   };
   points: StudyPoint[];
   regimes: KernelRegime[];

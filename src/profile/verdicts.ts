@@ -94,7 +94,10 @@ function eagerOnlyConclusion(eager: ModeSplit, native: ModeSplit | undefined): s
  * answering "is the per-token floor launch overhead?" from the eager and graph splits — saying so when
  * the numbers do not support it, or cannot decide it.
  */
-export function splitVerdicts(modes: readonly ModeSplit[]): { sentences: { mode: StudyMode; sentence: string }[]; conclusion: string } {
+export function splitVerdicts(modes: readonly ModeSplit[]): {
+  sentences: { mode: StudyMode; sentence: string }[];
+  conclusion: string;
+} {
   const eager = modes.find((m) => m.mode === "eager");
   const graph = modes.find((m) => m.mode === "graph");
   const native = modes.find((m) => m.mode === "eager-native");
@@ -127,24 +130,37 @@ export function seedVerdict(row: SeedRow): string {
   );
 }
 
-
 /** A traced point's split for the verdicts, with its untraced median step time to compare modes by. */
 export function modeSplitOf(p: StudyPoint, traces: readonly StepTrace[]): ModeSplit {
-  return { mode: p.mode, context: p.context, split: p.split!, untraced_ms: p.device_ms.median, ops_per_step: stepsOf(traces, p.mode, p.context)[0]!.ops.length };
+  return {
+    mode: p.mode,
+    context: p.context,
+    split: p.split!,
+    untraced_ms: p.device_ms.median,
+    ops_per_step: stepsOf(traces, p.mode, p.context)[0]!.ops.length,
+  };
 }
 
 /** What the step's launches cost at the measured empty-op floor, against the cached step's time. */
-export function launchVerdict(points: StudyPoint[], launch: LaunchFloor, opsOf: (mode: StudyMode, context: number) => number): string[] {
+export function launchVerdict(
+  points: StudyPoint[],
+  launch: LaunchFloor,
+  opsOf: (mode: StudyMode, context: number) => number,
+): string[] {
   const cached = points.filter((p) => p.mode !== "uncached");
   if (!cached.length) return [];
   const context = Math.max(...cached.map((p) => p.context));
   const ops = opsOf("eager", context);
   const step = Math.min(...cached.filter((p) => p.context === context).map((p) => p.device_ms.median));
   const hostMs = (ops * launch.host_us) / 1e3;
-  const as = (what: string, n: number, us: number | null) => (us === null ? "" : `; ${what}, ${n} × ${us.toFixed(2)} us = ${((n * us) / 1e3).toFixed(3)} ms`);
+  const as = (what: string, n: number, us: number | null) =>
+    us === null ? "" : `; ${what}, ${n} × ${us.toFixed(2)} us = ${((n * us) / 1e3).toFixed(3)} ms`;
   // the persistent step (fused plan only: where it ran) crosses a grid barrier between ops, one fewer than its ops
-  const barriers = cached.some((p) => p.mode === "persistent") ? as("as the persistent step's grid barriers", ops - 1, gridBarrierUs(launch)) : "";
-  const graph = as("as graph nodes", ops, launch.graph_node_us) + as("as graph-pdl nodes", ops, launch.pdl_node_us) + barriers;
+  const barriers = cached.some((p) => p.mode === "persistent")
+    ? as("as the persistent step's grid barriers", ops - 1, gridBarrierUs(launch))
+    : "";
+  const graph =
+    as("as graph nodes", ops, launch.graph_node_us) + as("as graph-pdl nodes", ops, launch.pdl_node_us) + barriers;
   return [
     `Launch floor at context ${context}: ${ops} ops × ${launch.host_us.toFixed(2)} us per empty launch = ${hostMs.toFixed(3)} ms of host time per step${graph}, ` +
       `against a fastest cached step of ${step.toFixed(3)} ms (${((100 * hostMs) / step).toFixed(0)}%).`,
@@ -161,7 +177,9 @@ export function uncachedBaselineVerdict(points: StudyPoint[], peaks: Peaks): str
   const p = uncached.reduce((a, b) => (b.context > a.context ? b : a));
   const cached = points.filter((q) => q.mode !== "uncached" && q.context === p.context).map((q) => q.device_ms.median);
   const atPeakMs = (p.work.flops / peaks.flops_per_s) * 1e3;
-  const bound = cached.length ? `; at that peak it would take ${ms(atPeakMs)}, ${(atPeakMs / Math.min(...cached)).toFixed(1)}× the fastest cached step` : "";
+  const bound = cached.length
+    ? `; at that peak it would take ${ms(atPeakMs)}, ${(atPeakMs / Math.min(...cached)).toFixed(1)}× the fastest cached step`
+    : "";
   return [
     `The uncached baseline at context ${p.context} achieves ${(p.achieved.flops_per_s / 1e9).toFixed(1)} GFLOP/s, ` +
       `${pct(p.achieved.flops_share)} of the measured fp32 peak (${(peaks.flops_per_s / 1e9).toFixed(1)} GFLOP/s)${bound}.`,

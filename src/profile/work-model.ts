@@ -22,7 +22,8 @@ export function opsWork(ops: readonly PlanOp[], pos: number): OpWork[] {
  */
 export function stepWork(cfg: GPT2Config, T: number, pos: number, form: StepForm = DEFAULT_STEP_FORM): OpWork[] {
   if (!Number.isInteger(T) || T < 1) throw new RangeError(`step rows T must be a positive integer, got ${T}`);
-  if (!Number.isInteger(pos) || pos < 0) throw new RangeError(`step position must be a non-negative integer, got ${pos}`);
+  if (!Number.isInteger(pos) || pos < 0)
+    throw new RangeError(`step position must be a non-negative integer, got ${pos}`);
   if (pos + T > cfg.n_positions) {
     throw new RangeError(`rows [${pos}, ${pos + T}) exceed ${cfg.name}'s ${cfg.n_positions} positions`);
   }
@@ -71,7 +72,12 @@ export const LAUNCH_BOUND_FACTOR = 2;
  * launch-bound: it runs that long on the device for reasons of its own (its achieved share of the
  * peak says how far from the roofline it is), and no launch mechanism would recover that time.
  */
-export function classifyRegime(median_us: number, work: Work, peaks: Pick<Peaks, "flops_per_s" | "bytes_per_s">, launchFloorUs: number): Regime {
+export function classifyRegime(
+  median_us: number,
+  work: Work,
+  peaks: Pick<Peaks, "flops_per_s" | "bytes_per_s">,
+  launchFloorUs: number,
+): Regime {
   if (median_us <= LAUNCH_BOUND_FACTOR * launchFloorUs) return "launch-bound";
   const computeSeconds = work.flops / peaks.flops_per_s;
   const memorySeconds = work.bytes / peaks.bytes_per_s;

@@ -10,7 +10,8 @@ import { markdownTable, mdCell } from "./markdown.ts";
  */
 export const COMPARE_FILES = { report: "compare.md", chart: OUTPUT_FILES.latency, data: "compare.json" } as const;
 
-const section = (title: string, ...body: string[]) => [`## ${mdCell(title)}`, "", ...body.flatMap((b) => [b, ""])].join("\n");
+const section = (title: string, ...body: string[]) =>
+  [`## ${mdCell(title)}`, "", ...body.flatMap((b) => [b, ""])].join("\n");
 
 export function renderCompareReport(c: Comparison): string {
   const parts = [
@@ -20,11 +21,17 @@ export function renderCompareReport(c: Comparison): string {
     "",
     markdownTable(runsTable(c)),
     "",
-    section("Verdicts", c.verdicts.map((v) => `- ${mdCell(v)}`).join("\n") || "_Nothing to compare: no section holds a row two runs share._"),
+    section(
+      "Verdicts",
+      c.verdicts.map((v) => `- ${mdCell(v)}`).join("\n") ||
+        "_Nothing to compare: no section holds a row two runs share._",
+    ),
     `![Median time per token against context, per run and mode](${COMPARE_FILES.chart})`,
     "",
     ...c.tables.map((t) => section(tableHeading(t), mdCell(tableNote(t, c)), markdownTable(compareTableData(t, c)))),
-    ...(c.not_compared.length ? [section("Not compared", c.not_compared.map((n) => `- ${mdCell(n.what)}: ${mdCell(n.why)}`).join("\n"))] : []),
+    ...(c.not_compared.length
+      ? [section("Not compared", c.not_compared.map((n) => `- ${mdCell(n.what)}: ${mdCell(n.why)}`).join("\n"))]
+      : []),
     section("Commands", ...c.runs.map((r) => `${mdCell(r.label)}:\n\n\`\`\`sh\n${r.command}\n\`\`\``)),
   ];
   return `${parts.join("\n").trimEnd()}\n`;

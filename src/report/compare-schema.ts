@@ -20,7 +20,10 @@ function removeField(schema: Record<string, unknown>, path: string): void {
   const dot = path.lastIndexOf(".");
   const where = SCHEMA_OBJECTS[path.slice(0, dot)];
   if (!where) throw new RangeError(`compare-schema: no schema object for ${path}`);
-  const target = where.reduce<Record<string, unknown>>((node, key) => node[key] as Record<string, unknown>, schema) as unknown as SchemaObject;
+  const target = where.reduce<Record<string, unknown>>(
+    (node, key) => node[key] as Record<string, unknown>,
+    schema,
+  ) as unknown as SchemaObject;
   const field = path.slice(dot + 1);
   delete target.properties[field];
   target.required = target.required.filter((name) => name !== field);
@@ -28,8 +31,11 @@ function removeField(schema: Record<string, unknown>, path: string): void {
 
 /** The current schema less every field added after `version`, its version constant and id set to `version`. */
 function schemaOfVersion(version: number): Record<string, unknown> {
-  const schema = structuredClone(PROFILE_SUMMARY_SCHEMA) as unknown as Record<string, unknown> & { properties: Record<string, unknown> };
-  for (const [since, paths] of Object.entries(FIELDS_ADDED_IN)) if (Number(since) > version) for (const path of paths) removeField(schema, path);
+  const schema = structuredClone(PROFILE_SUMMARY_SCHEMA) as unknown as Record<string, unknown> & {
+    properties: Record<string, unknown>;
+  };
+  for (const [since, paths] of Object.entries(FIELDS_ADDED_IN))
+    if (Number(since) > version) for (const path of paths) removeField(schema, path);
   schema.$id = `urn:decode-floor:summary:${version}`;
   schema.properties.schema_version = { const: version };
   return schema;
@@ -38,7 +44,10 @@ function schemaOfVersion(version: number): Record<string, unknown> {
 // formats unchecked: the date's pattern is schema.ts's, checked in the current version (compare only shows the date)
 const ajv = new Ajv2020({ allErrors: true, strict: true, allowUnionTypes: true, validateFormats: false });
 const olderValidators = new Map(
-  Array.from({ length: SCHEMA_VERSION - OLDEST_READ_VERSION }, (_, i) => OLDEST_READ_VERSION + i).map((v) => [v, ajv.compile(schemaOfVersion(v))]),
+  Array.from({ length: SCHEMA_VERSION - OLDEST_READ_VERSION }, (_, i) => OLDEST_READ_VERSION + i).map((v) => [
+    v,
+    ajv.compile(schemaOfVersion(v)),
+  ]),
 );
 
 /** Problems that make `obj` not a summary of `version` (one compare reads), as "<JSON pointer>: <message>" (empty when valid). */

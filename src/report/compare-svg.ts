@@ -9,9 +9,12 @@ export function compareChart(runs: readonly RunInput[]): string {
     s.settings.modes
       .map((mode) => ({
         name: `${label}: ${modeLabel(mode)}`,
-        points: s.points.filter((p) => p.mode === mode && p.context > 0).map((p) => ({ x: p.context, y: p.device_ms.median })),
+        points: s.points
+          .filter((p) => p.mode === mode && p.context > 0)
+          .map((p) => ({ x: p.context, y: p.device_ms.median })),
       }))
-      .filter((line) => line.points.length > 0));
+      .filter((line) => line.points.length > 0),
+  );
   return lineChart({
     title: `Decode step time per token vs context: ${runs.map((r) => r.label).join(" vs ")}`,
     xTitle: "context (tokens already in the sequence, log2 scale)",

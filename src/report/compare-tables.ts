@@ -19,7 +19,10 @@ export function shownRows(t: CompareTable): CompareTable["rows"] {
 
 /** The line under a table's heading: what its values are, and what "beyond the noise" means for them. */
 export function tableNote(t: CompareTable, c: Comparison): string {
-  const shown = shownRows(t).length < t.rows.length ? ` Shown at each mode's largest context (${t.rows.length} rows in --json).` : "";
+  const shown =
+    shownRows(t).length < t.rows.length
+      ? ` Shown at each mode's largest context (${t.rows.length} rows in --json).`
+      : "";
   const rule = c.rules[t.rule] ?? "";
   return `${t.quantity}${t.rule === "none" ? "" : ", median (p10–p90)"}; ${rule}.${shown}`;
 }
@@ -29,7 +32,10 @@ export const tableHeading = (t: CompareTable) => `${t.title}${t.config ? ` · ${
 function valueText(t: CompareTable, cell: CompareCell): string {
   const digits = t.unit === "×" ? 2 : 3;
   const { median, p10, p90 } = cell.value;
-  const interval = p10 === median && p90 === median ? "" : ` (${Math.min(p10, p90).toFixed(digits)}–${Math.max(p10, p90).toFixed(digits)})`;
+  const interval =
+    p10 === median && p90 === median
+      ? ""
+      : ` (${Math.min(p10, p90).toFixed(digits)}–${Math.max(p10, p90).toFixed(digits)})`;
   return `${median.toFixed(digits)}${interval}`;
 }
 
@@ -48,9 +54,17 @@ export function compareTableData(t: CompareTable, c: Comparison): TableData {
   const columns: Column[] = [
     ...t.key_columns.map((name): Column => ({ header: keyHeader(name) })),
     ...t.runs.map((run): Column => ({ header: `${label(run)} (${t.unit})`, align: "right" })),
-    ...later.map((run): Column => ({ header: `${later.length > 1 ? `${label(run)} ` : ""}vs ${first === 0 ? "first" : label(first!)}` })),
+    ...later.map(
+      (run): Column => ({
+        header: `${later.length > 1 ? `${label(run)} ` : ""}vs ${first === 0 ? "first" : label(first!)}`,
+      }),
+    ),
   ];
-  const rows = shownRows(t).map(({ key, cells }): Cell[] => [...key, ...cells.map((cell) => (cell ? valueText(t, cell) : null)), ...cells.slice(1).map(changeText)]);
+  const rows = shownRows(t).map(({ key, cells }): Cell[] => [
+    ...key,
+    ...cells.map((cell) => (cell ? valueText(t, cell) : null)),
+    ...cells.slice(1).map(changeText),
+  ]);
   return { columns, rows };
 }
 
@@ -58,16 +72,35 @@ export function compareTableData(t: CompareTable, c: Comparison): TableData {
 const SHOWN_DETAIL = ["threads", "compute_capability", "sms", "sm_clock_mhz"];
 
 const shownDetail = (detail: Record<string, string | number>) =>
-  SHOWN_DETAIL.filter((k) => detail[k] !== undefined).map((k) => `${k} ${detail[k]}`).join(", ");
+  SHOWN_DETAIL.filter((k) => detail[k] !== undefined)
+    .map((k) => `${k} ${detail[k]}`)
+    .join(", ");
 
 /** One row per run: where it came from and what it measured. */
 export function runsTable(c: Comparison): TableData {
   return {
     columns: [
-      { header: "run" }, { header: "folder" }, { header: "device" }, { header: "device detail" }, { header: "machine" }, { header: "model · plan · weights/KV" },
-      { header: "summary version" }, { header: "repeats (warm-up)" }, { header: "date" },
+      { header: "run" },
+      { header: "folder" },
+      { header: "device" },
+      { header: "device detail" },
+      { header: "machine" },
+      { header: "model · plan · weights/KV" },
+      { header: "summary version" },
+      { header: "repeats (warm-up)" },
+      { header: "date" },
     ],
-    rows: c.runs.map((r) => [r.label, r.dir, r.device, shownDetail(r.device_detail), r.machine, `${r.model} · ${r.plan} · ${r.storage}`, r.schema_version, `${r.repeats} (${r.warmup})`, r.date]),
+    rows: c.runs.map((r) => [
+      r.label,
+      r.dir,
+      r.device,
+      shownDetail(r.device_detail),
+      r.machine,
+      `${r.model} · ${r.plan} · ${r.storage}`,
+      r.schema_version,
+      `${r.repeats} (${r.warmup})`,
+      r.date,
+    ]),
   };
 }
 
@@ -76,8 +109,15 @@ const terminalTable = ({ columns, rows }: TableData) => renderTable(columns, row
 /** The terminal's comparison: the runs, each compared table with its rule, what was not compared, and the verdicts. */
 export function renderCompareTerminal(c: Comparison): string {
   const heading = (t: string) => chalk.bold.underline(t);
-  const tables = c.tables.flatMap((t) => [heading(tableHeading(t)), chalk.dim(tableNote(t, c)), terminalTable(compareTableData(t, c)), ""]);
-  const notCompared = c.not_compared.length ? [heading("Not compared"), ...c.not_compared.map((n) => `• ${n.what}: ${n.why}`), ""] : [];
+  const tables = c.tables.flatMap((t) => [
+    heading(tableHeading(t)),
+    chalk.dim(tableNote(t, c)),
+    terminalTable(compareTableData(t, c)),
+    "",
+  ]);
+  const notCompared = c.not_compared.length
+    ? [heading("Not compared"), ...c.not_compared.map((n) => `• ${n.what}: ${n.why}`), ""]
+    : [];
   return [
     heading(`Comparing ${c.runs.length} runs (the first is each row's reference)`),
     terminalTable(runsTable(c)),
@@ -85,7 +125,9 @@ export function renderCompareTerminal(c: Comparison): string {
     ...tables,
     ...notCompared,
     heading("Verdicts"),
-    ...(c.verdicts.length ? c.verdicts.map((v) => `• ${v}`) : ["• nothing to compare: no section holds a row two runs share"]),
+    ...(c.verdicts.length
+      ? c.verdicts.map((v) => `• ${v}`)
+      : ["• nothing to compare: no section holds a row two runs share"]),
     "",
   ].join("\n");
 }

@@ -2,8 +2,27 @@
 import type { ProfileSummary } from "../profile/types.ts";
 import { OUTPUT_FILES } from "./output-files.ts";
 import {
-  breakdownPoints, endToEndTable, opTimeNote, interventionsTable, kernelPredictionsTable, launchParametersTable, predictionsTable, runLine, launchFloorSentence, memoryTable, modeLabel, peerSentences, peersTable, questionSentence, regimeTable,
-  seedTable, splitTable, topOpsTable, withSplit, workTable, type TableData,
+  breakdownPoints,
+  endToEndTable,
+  opTimeNote,
+  interventionsTable,
+  kernelPredictionsTable,
+  launchParametersTable,
+  predictionsTable,
+  runLine,
+  launchFloorSentence,
+  memoryTable,
+  modeLabel,
+  peerSentences,
+  peersTable,
+  questionSentence,
+  regimeTable,
+  seedTable,
+  splitTable,
+  topOpsTable,
+  withSplit,
+  workTable,
+  type TableData,
 } from "./sections.ts";
 import { formatDuration, formatRate, type Cell, type Column } from "./tables.ts";
 
@@ -19,7 +38,8 @@ export function mdCell(text: string): string {
 
 export function markdownTable({ columns, rows }: TableData): string {
   const align = (c: Column, i: number) => c.align ?? (rows.some((r) => typeof r[i] === "number") ? "right" : "left");
-  const text = (cell: Cell, c: Column) => (cell === null ? "–" : typeof cell === "number" ? (c.format ?? String)(cell) : cell);
+  const text = (cell: Cell, c: Column) =>
+    cell === null ? "–" : typeof cell === "number" ? (c.format ?? String)(cell) : cell;
   return [
     `| ${columns.map((c) => mdCell(c.header)).join(" | ")} |`,
     `|${columns.map((c, i) => (align(c, i) === "right" ? " ---: " : " --- ")).join("|")}|`,
@@ -28,7 +48,6 @@ export function markdownTable({ columns, rows }: TableData): string {
 }
 
 const section = (title: string, ...body: string[]) => [`## ${title}`, "", ...body.flatMap((b) => [b, ""])].join("\n");
-
 
 /** Every free text of the summary escaped for markdown (tables escape their own cells). */
 function escapedTexts(s: ProfileSummary): ProfileSummary {
@@ -68,48 +87,74 @@ export function renderReport(summary: ProfileSummary): string {
       `![Latency per token against context](${f.latency})`,
     ),
     ...(s.peers
-      ? [section(
-        "Peers: PyTorch and llama.cpp on the same weights",
-        `${md(s.peers.method)} Memory floor = the cached step's bytes (work model) at the read bandwidth measured in this run.`,
-        markdownTable(peersTable(s)),
-        peerSentences(s).map((v) => `- ${md(v)}`).join("\n"),
-        s.peers.results.map((r) => `- **${md(r.short)}**: ${md(r.label)}; ${md(r.version)}; ${md(r.device)}; ${md(Object.entries(r.settings).map(([k, v]) => `${k} ${String(v)}`).join(", "))}`).join("\n"),
-      )]
+      ? [
+          section(
+            "Peers: PyTorch and llama.cpp on the same weights",
+            `${md(s.peers.method)} Memory floor = the cached step's bytes (work model) at the read bandwidth measured in this run.`,
+            markdownTable(peersTable(s)),
+            peerSentences(s)
+              .map((v) => `- ${md(v)}`)
+              .join("\n"),
+            s.peers.results
+              .map(
+                (r) =>
+                  `- **${md(r.short)}**: ${md(r.label)}; ${md(r.version)}; ${md(r.device)}; ${md(
+                    Object.entries(r.settings)
+                      .map(([k, v]) => `${k} ${String(v)}`)
+                      .join(", "),
+                  )}`,
+              )
+              .join("\n"),
+          ),
+        ]
       : []),
     ...(s.interventions
-      ? [section(
-        "Interventions: the bytes and the batch",
-        `${md(s.interventions.method)} Regime by the work model: a step whose FLOPs per byte exceed the machine's measured balance ` +
-          `(${s.interventions.balance_flop_per_byte.toFixed(1)} FLOP/B: peak FLOP/s ÷ peak B/s) is compute-bound.`,
-        markdownTable(interventionsTable(s)),
-        `- ${md(s.interventions.attribution.verdict)}`,
-      )]
+      ? [
+          section(
+            "Interventions: the bytes and the batch",
+            `${md(s.interventions.method)} Regime by the work model: a step whose FLOPs per byte exceed the machine's measured balance ` +
+              `(${s.interventions.balance_flop_per_byte.toFixed(1)} FLOP/B: peak FLOP/s ÷ peak B/s) is compute-bound.`,
+            markdownTable(interventionsTable(s)),
+            `- ${md(s.interventions.attribution.verdict)}`,
+          ),
+        ]
       : []),
     ...(s.predictions
-      ? [section(
-        `The kernel model beside the measurements (${md(s.predictions.gpu)})`,
-        `PREDICTED figures, not measurements: ${md(s.predictions.how)}. Measured ÷ predicted is what the first run on this GPU calibrates the model by.`,
-        markdownTable(predictionsTable(s)),
-        `Per kernel: ${md(s.predictions.kernels_how)}.`,
-        markdownTable(kernelPredictionsTable(s)),
-        "The model's costs per launch and per barrier, its least known parameters, beside this run's measurements with empty kernels " +
-          "(a node between empty kernels; in a step the kernels' own ramp and tail come on top):",
-        markdownTable(launchParametersTable(s)),
-      )]
+      ? [
+          section(
+            `The kernel model beside the measurements (${md(s.predictions.gpu)})`,
+            `PREDICTED figures, not measurements: ${md(s.predictions.how)}. Measured ÷ predicted is what the first run on this GPU calibrates the model by.`,
+            markdownTable(predictionsTable(s)),
+            `Per kernel: ${md(s.predictions.kernels_how)}.`,
+            markdownTable(kernelPredictionsTable(s)),
+            "The model's costs per launch and per barrier, its least known parameters, beside this run's measurements with empty kernels " +
+              "(a node between empty kernels; in a step the kernels' own ramp and tail come on top):",
+            markdownTable(launchParametersTable(s)),
+          ),
+        ]
       : []),
     section("End-to-end generation", markdownTable(endToEndTable(s))),
     section(
       "Where a step's time goes",
       "busy = union of the op intervals on the device; idle = step − busy; host issue = time the host spends issuing the step, of which launch API inside the launch calls.",
       markdownTable(splitTable(s)),
-      splits.filter((p) => p.split.verdict !== "").map((p) => `- ${p.split.verdict}`).join("\n"),
+      splits
+        .filter((p) => p.split.verdict !== "")
+        .map((p) => `- ${p.split.verdict}`)
+        .join("\n"),
       `![Time per token by operation](${f.breakdown})`,
     ),
     section(
       "Top operations per mode",
       ...breakdownPoints(s).map((p) =>
-        [`**${modeLabel(p.mode)}** at context ${p.context} (op time ${formatDuration(p.breakdown.op_sum_ms)} per step)`, opTimeNote(p.breakdown), markdownTable(topOpsTable(p.breakdown.families))]
-          .filter(Boolean).join("\n\n")),
+        [
+          `**${modeLabel(p.mode)}** at context ${p.context} (op time ${formatDuration(p.breakdown.op_sum_ms)} per step)`,
+          opTimeNote(p.breakdown),
+          markdownTable(topOpsTable(p.breakdown.families)),
+        ]
+          .filter(Boolean)
+          .join("\n\n"),
+      ),
       `Every kernel, per mode and context, with Nsight's columns: [${f.kernels}](${f.kernels}).`,
     ),
     section(
@@ -124,7 +169,9 @@ export function renderReport(summary: ProfileSummary): string {
       "Memory",
       markdownTable(memoryTable(s)),
       `Measured by: ${s.memory.how_measured}.`,
-      s.memory.crossover.map((c) => `- batch ${c.batch}: the KV cache outgrows the weights at ${c.context} tokens of context`).join("\n"),
+      s.memory.crossover
+        .map((c) => `- batch ${c.batch}: the KV cache outgrows the weights at ${c.context} tokens of context`)
+        .join("\n"),
     ),
     section(
       "Tracing",

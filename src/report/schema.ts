@@ -110,7 +110,13 @@ const seedRow = object({
   flop_reduction: nonNegative,
 });
 
-const endToEnd = object({ mode: studyMode, prompt_tokens: count, new_tokens: count, total_ms: nonNegative, per_token_ms: nonNegative });
+const endToEnd = object({
+  mode: studyMode,
+  prompt_tokens: count,
+  new_tokens: count,
+  total_ms: nonNegative,
+  per_token_ms: nonNegative,
+});
 
 const memory = object({
   weight_bytes: nonNegative,
@@ -168,7 +174,10 @@ const peerResult = object({
     }),
   },
   agreement: {
-    oneOf: [{ type: "null" }, object({ matched: count, of: count, agrees: { type: "boolean" }, tokens: { type: "array", items: count } })],
+    oneOf: [
+      { type: "null" },
+      object({ matched: count, of: count, agrees: { type: "boolean" }, tokens: { type: "array", items: count } }),
+    ],
   },
 });
 
@@ -197,16 +206,34 @@ const interventions = object({
       work: { $ref: "#/$defs/work" },
       bytes_per_token: nonNegative,
       intensity: nonNegative,
-      achieved: object({ flops_per_s: nonNegative, bytes_per_s: nonNegative, flops_share: nonNegative, bytes_share: nonNegative, regime: text }),
+      achieved: object({
+        flops_per_s: nonNegative,
+        bytes_per_s: nonNegative,
+        flops_share: nonNegative,
+        bytes_share: nonNegative,
+        regime: text,
+      }),
     }),
   },
   balance_flop_per_byte: nonNegative,
   attribution: object({
     context: count,
-    launch: { oneOf: [{ type: "null" }, object({ mode: text, eager_ms: nonNegative, mode_ms: nonNegative, change: number })] },
-    bytes: { oneOf: [{ type: "null" }, object({ from: dtype, to: dtype, bytes_ratio: nonNegative, time_ratio: nonNegative })] },
+    launch: {
+      oneOf: [{ type: "null" }, object({ mode: text, eager_ms: nonNegative, mode_ms: nonNegative, change: number })],
+    },
+    bytes: {
+      oneOf: [{ type: "null" }, object({ from: dtype, to: dtype, bytes_ratio: nonNegative, time_ratio: nonNegative })],
+    },
     batch: {
-      oneOf: [{ type: "null" }, object({ batch: count, step_ratio: nonNegative, token_ratio: nonNegative, compute_bound_from: { type: ["integer", "null"] } })],
+      oneOf: [
+        { type: "null" },
+        object({
+          batch: count,
+          step_ratio: nonNegative,
+          token_ratio: nonNegative,
+          compute_bound_from: { type: ["integer", "null"] },
+        }),
+      ],
     },
     verdict: text,
   }),
@@ -216,76 +243,116 @@ export const PROFILE_SUMMARY_SCHEMA = {
   $schema: "https://json-schema.org/draft/2020-12/schema",
   $id: `urn:decode-floor:summary:${SCHEMA_VERSION}`,
   title: "decode-floor profile summary (summary.json)",
-  ...object({
-    schema_version: { const: SCHEMA_VERSION },
-    tool: object({ name: text, version: text }),
-    command: text,
-    date: { type: "string", format: "date-time" },
-    machine: object({ hostname: text, os: text, cpu: text, cpus: count, memory_bytes: nonNegative, bun: text }),
-    device: object({
-      backend: { enum: ["cpu", "cuda"] },
-      name: text,
-      detail: { type: "object", additionalProperties: { type: ["string", "number"] } },
-      peaks: object({
-        bytes_per_s: nonNegative, flops_per_s: nonNegative, how_measured: text,
-        read_probe: object({
-          bytes_per_s: nonNegative,
-          passes: object({ count: count, min: nonNegative, median: nonNegative, max: nonNegative }),
-          buffer_bytes: nonNegative, knee_bytes: nonNegative,
-          sweep: { type: "array", items: object({ bytes: nonNegative, bytes_per_s: nonNegative }) },
-          capped: { type: "boolean" }, how_measured: text,
+  ...object(
+    {
+      schema_version: { const: SCHEMA_VERSION },
+      tool: object({ name: text, version: text }),
+      command: text,
+      date: { type: "string", format: "date-time" },
+      machine: object({ hostname: text, os: text, cpu: text, cpus: count, memory_bytes: nonNegative, bun: text }),
+      device: object({
+        backend: { enum: ["cpu", "cuda"] },
+        name: text,
+        detail: { type: "object", additionalProperties: { type: ["string", "number"] } },
+        peaks: object(
+          {
+            bytes_per_s: nonNegative,
+            flops_per_s: nonNegative,
+            how_measured: text,
+            read_probe: object({
+              bytes_per_s: nonNegative,
+              passes: object({ count: count, min: nonNegative, median: nonNegative, max: nonNegative }),
+              buffer_bytes: nonNegative,
+              knee_bytes: nonNegative,
+              sweep: { type: "array", items: object({ bytes: nonNegative, bytes_per_s: nonNegative }) },
+              capped: { type: "boolean" },
+              how_measured: text,
+            }),
+          },
+          ["read_probe"],
+        ),
+        launch: object({
+          host_us: nonNegative,
+          device_us: nullableNumber,
+          graph_node_us: nullableNumber,
+          pdl_node_us: nullableNumber,
+          grid_barrier_us: nullableNumber,
+          grid_barrier_skewed_us: nullableNumber,
+          grid_barrier_sc_us: nullableNumber,
+          grid_barrier_sc_skewed_us: nullableNumber,
+          how_measured: text,
         }),
-      }, ["read_probe"]),
-      launch: object({
-        host_us: nonNegative, device_us: nullableNumber, graph_node_us: nullableNumber, pdl_node_us: nullableNumber, grid_barrier_us: nullableNumber,
-        grid_barrier_skewed_us: nullableNumber, grid_barrier_sc_us: nullableNumber, grid_barrier_sc_skewed_us: nullableNumber,
-        how_measured: text,
       }),
-    }),
-    model: object({ config: gpt2Config, source: text, parameters: count, dtype, weight_bytes: nonNegative }),
-    settings: object({
-      modes: { type: "array", items: studyMode },
-      plan: { enum: [...PLAN_KINDS] },
-      contexts: { type: "array", items: count },
-      repeats: count,
-      warmup: count,
-      kernels: { type: "boolean" },
-      dtype,
-      kv_dtype: dtype,
-    }),
-    points: { type: "array", items: { $ref: "#/$defs/studyPoint" } },
-    regimes: { type: "array", items: kernelRegime },
-    seed_table: { type: "array", items: seedRow },
-    end_to_end: { type: "array", items: endToEnd },
-    memory,
-    tracing: object({ available: { type: "boolean" }, overhead_pct: nullableNumber, dropped_records: count, note: text }),
-    verdicts: { type: "array", items: text },
-    peers,
-    interventions,
-    predictions: object({
-      gpu: text,
-      how: text,
-      points: {
-        type: "array",
-        items: object({
-          mode: text, context: count, ...interventionConfig, measured_ms: nonNegative, predicted_ms: nonNegative, optimistic_ms: nonNegative, pessimistic_ms: nonNegative,
-          measured_over_predicted: nonNegative,
-        }),
-      },
-      kernels: {
-        type: "array",
-        items: object({
-          mode: text, context: count, family: text, calls: count, measured_us: nonNegative, predicted_us: nonNegative, optimistic_us: nonNegative,
-          pessimistic_us: nonNegative, measured_over_predicted: nullableNumber,
-        }),
-      },
-      kernels_how: text,
-      launch_parameters: {
-        type: "array",
-        items: object({ parameter: text, model_us: nonNegative, low_us: nonNegative, high_us: nonNegative, measured_us: nullableNumber }),
-      },
-    }),
-  }, ["peers", "interventions", "predictions"]),
+      model: object({ config: gpt2Config, source: text, parameters: count, dtype, weight_bytes: nonNegative }),
+      settings: object({
+        modes: { type: "array", items: studyMode },
+        plan: { enum: [...PLAN_KINDS] },
+        contexts: { type: "array", items: count },
+        repeats: count,
+        warmup: count,
+        kernels: { type: "boolean" },
+        dtype,
+        kv_dtype: dtype,
+      }),
+      points: { type: "array", items: { $ref: "#/$defs/studyPoint" } },
+      regimes: { type: "array", items: kernelRegime },
+      seed_table: { type: "array", items: seedRow },
+      end_to_end: { type: "array", items: endToEnd },
+      memory,
+      tracing: object({
+        available: { type: "boolean" },
+        overhead_pct: nullableNumber,
+        dropped_records: count,
+        note: text,
+      }),
+      verdicts: { type: "array", items: text },
+      peers,
+      interventions,
+      predictions: object({
+        gpu: text,
+        how: text,
+        points: {
+          type: "array",
+          items: object({
+            mode: text,
+            context: count,
+            ...interventionConfig,
+            measured_ms: nonNegative,
+            predicted_ms: nonNegative,
+            optimistic_ms: nonNegative,
+            pessimistic_ms: nonNegative,
+            measured_over_predicted: nonNegative,
+          }),
+        },
+        kernels: {
+          type: "array",
+          items: object({
+            mode: text,
+            context: count,
+            family: text,
+            calls: count,
+            measured_us: nonNegative,
+            predicted_us: nonNegative,
+            optimistic_us: nonNegative,
+            pessimistic_us: nonNegative,
+            measured_over_predicted: nullableNumber,
+          }),
+        },
+        kernels_how: text,
+        launch_parameters: {
+          type: "array",
+          items: object({
+            parameter: text,
+            model_us: nonNegative,
+            low_us: nonNegative,
+            high_us: nonNegative,
+            measured_us: nullableNumber,
+          }),
+        },
+      }),
+    },
+    ["peers", "interventions", "predictions"],
+  ),
   $defs: { stats, opAggregate, timeSplit, work, studyPoint },
 };
 

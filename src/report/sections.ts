@@ -1,6 +1,14 @@
 // What report.md and the terminal summary share: the tables' contents and the sentences, drawn from a
 // ProfileSummary alone. markdown.ts and terminal.ts lay them out.
-import type { Breakdown, OpAggregate, PeerResult, ProfileSummary, SeedRow, StudyMode, StudyPoint } from "../profile/types.ts";
+import type {
+  Breakdown,
+  OpAggregate,
+  PeerResult,
+  ProfileSummary,
+  SeedRow,
+  StudyMode,
+  StudyPoint,
+} from "../profile/types.ts";
 import { bestCachedMs } from "../profile/verdicts.ts";
 import type { LaunchModeName } from "../run/launch-modes.ts";
 import { formatBytes, formatDuration, formatRate, type Cell, type Column } from "./tables.ts";
@@ -30,17 +38,19 @@ export function launchFloorSentence(s: ProfileSummary): string {
   const graph = l.graph_node_us === null ? "" : `; a graph node costs ${l.graph_node_us.toFixed(2)} us`;
   const pdl = l.pdl_node_us === null ? "" : `, a programmatic (graph-pdl) node ${l.pdl_node_us.toFixed(2)} us`;
   const us = (x: number | null) => (x === null ? "–" : x.toFixed(2));
-  const barrier = l.grid_barrier_us === null
-    ? ""
-    : `, and a grid barrier of the persistent step ${us(l.grid_barrier_us)} us with every block arriving at once, ` +
-      `${us(l.grid_barrier_skewed_us)} us past the last of skewed arrivals (the sequentially consistent design: ${us(l.grid_barrier_sc_us)} and ${us(l.grid_barrier_sc_skewed_us)} us)`;
+  const barrier =
+    l.grid_barrier_us === null
+      ? ""
+      : `, and a grid barrier of the persistent step ${us(l.grid_barrier_us)} us with every block arriving at once, ` +
+        `${us(l.grid_barrier_skewed_us)} us past the last of skewed arrivals (the sequentially consistent design: ${us(l.grid_barrier_sc_us)} and ${us(l.grid_barrier_sc_skewed_us)} us)`;
   return `Launch floor: an empty op costs ${l.host_us.toFixed(2)} us on the host per call${device}${graph}${pdl}${barrier} (${l.how_measured}).`;
 }
 
 /** The question, with this run's numbers in it. */
 export function questionSentence(s: ProfileSummary): string {
   const r = headlineRow(s);
-  if (!r) return "Why does a KV cache remove most of a decode step's FLOPs but much less of its time — is the per-token floor launch overhead?";
+  if (!r)
+    return "Why does a KV cache remove most of a decode step's FLOPs but much less of its time — is the per-token floor launch overhead?";
   const cached = bestCachedMs(r)!;
   return (
     `At ${r.context} tokens of context a KV cache does ${r.flop_reduction.toFixed(0)}× fewer FLOPs per token than recomputing the sequence, ` +
@@ -78,7 +88,8 @@ export function seedTable(s: ProfileSummary): TableData {
   };
 }
 
-export const withSplit = (s: ProfileSummary) => s.points.filter((p): p is StudyPoint & { split: NonNullable<StudyPoint["split"]> } => p.split !== undefined);
+export const withSplit = (s: ProfileSummary) =>
+  s.points.filter((p): p is StudyPoint & { split: NonNullable<StudyPoint["split"]> } => p.split !== undefined);
 
 export function splitTable(s: ProfileSummary): TableData {
   return {
@@ -106,7 +117,9 @@ export function splitTable(s: ProfileSummary): TableData {
 }
 
 /** Per mode, the traced point with the largest context. */
-export function breakdownPoints(s: ProfileSummary): (StudyPoint & { breakdown: NonNullable<StudyPoint["breakdown"]> })[] {
+export function breakdownPoints(
+  s: ProfileSummary,
+): (StudyPoint & { breakdown: NonNullable<StudyPoint["breakdown"]> })[] {
   const byMode = new Map<StudyMode, StudyPoint & { breakdown: NonNullable<StudyPoint["breakdown"]> }>();
   for (const p of s.points) {
     if (!p.breakdown) continue;
@@ -119,8 +132,10 @@ export function breakdownPoints(s: ProfileSummary): (StudyPoint & { breakdown: N
 /** How a traced point's op times were counted, where its ops overlap (graph-pdl); "" where they ran one after another. */
 export function opTimeNote(b: Breakdown): string {
   if (b.overlapping_ops === 0) return "";
-  return `${b.overlapping_ops} of its ops per step start while the op before them still runs, so a kernel's record includes its wait for ` +
-    "the predecessor: each op counts from its predecessor's end to its own end (its marginal cost), and the ops sum to the busy time.";
+  return (
+    `${b.overlapping_ops} of its ops per step start while the op before them still runs, so a kernel's record includes its wait for ` +
+    "the predecessor: each op counts from its predecessor's end to its own end (its marginal cost), and the ops sum to the busy time."
+  );
 }
 
 export function topOpsTable(families: OpAggregate[]): TableData {
@@ -179,7 +194,15 @@ export function regimeTable(s: ProfileSummary): TableData {
       { header: "B/s", align: "right" },
       { header: "regime" },
     ],
-    rows: s.regimes.map((r) => [r.family, modeLabel(r.mode), r.context, r.median_us, formatRate(r.flops_per_s, "FLOP"), formatRate(r.bytes_per_s, "B"), r.regime]),
+    rows: s.regimes.map((r) => [
+      r.family,
+      modeLabel(r.mode),
+      r.context,
+      r.median_us,
+      formatRate(r.flops_per_s, "FLOP"),
+      formatRate(r.bytes_per_s, "B"),
+      r.regime,
+    ]),
   };
 }
 
@@ -203,7 +226,11 @@ export function memoryTable(s: ProfileSummary): TableData {
     rows: [
       ["weights (parameters × 4 B)", formatBytes(s.model.parameters * BYTES_PER_FLOAT), formatBytes(m.weight_bytes)],
       ["KV cache per token", formatBytes(m.kv_bytes_per_token_formula), formatBytes(m.kv_bytes_per_token_measured)],
-      [`KV cache for ${m.kv_cache_tokens} tokens`, formatBytes(m.kv_cache_bytes_formula), formatBytes(m.kv_cache_bytes_measured)],
+      [
+        `KV cache for ${m.kv_cache_tokens} tokens`,
+        formatBytes(m.kv_cache_bytes_formula),
+        formatBytes(m.kv_cache_bytes_measured),
+      ],
       ["other allocations (activations, scratch, workspaces)", null, formatBytes(m.workspace_bytes)],
     ],
   };
@@ -218,7 +245,10 @@ export function runLine(s: ProfileSummary): string {
 // ---- peers ---------------------------------------------------------------------------------------
 
 const ratio = (v: number | null) => (v === null ? null : `${v.toFixed(2)}×`);
-const agreement = (r: PeerResult) => (r.agreement === null ? "not generated" : `${r.agreement.matched}/${r.agreement.of}${r.agreement.agrees ? "" : " DISAGREES"}`);
+const agreement = (r: PeerResult) =>
+  r.agreement === null
+    ? "not generated"
+    : `${r.agreement.matched}/${r.agreement.of}${r.agreement.agrees ? "" : " DISAGREES"}`;
 
 /** Per context: the project's fastest mode, then each peer subject, with its ratio to that mode and to the memory floor. */
 export function peersTable(s: ProfileSummary): TableData {
@@ -227,10 +257,34 @@ export function peersTable(s: ProfileSummary): TableData {
   const rows = contexts.flatMap((context) => {
     const here = results.flatMap((r) => r.points.filter((p) => p.context === context).map((p) => ({ r, p })));
     const best = here.find(({ p }) => p.best_mode !== null)?.p;
-    const own: Cell[][] = best?.best_mode_ms != null
-      ? [[`decode-floor ${best.best_mode} (fastest mode)`, context, best.best_mode_ms, null, null, "1.00×", ratio(best.floor_ms === null ? null : best.best_mode_ms / best.floor_ms), "reference"]]
-      : [];
-    return [...own, ...here.map(({ r, p }): Cell[] => [r.short, context, p.ms.median, p.ms.p10, p.ms.p90, ratio(p.ratio_to_best_mode), ratio(p.ratio_to_floor), agreement(r)])];
+    const own: Cell[][] =
+      best?.best_mode_ms != null
+        ? [
+            [
+              `decode-floor ${best.best_mode} (fastest mode)`,
+              context,
+              best.best_mode_ms,
+              null,
+              null,
+              "1.00×",
+              ratio(best.floor_ms === null ? null : best.best_mode_ms / best.floor_ms),
+              "reference",
+            ],
+          ]
+        : [];
+    return [
+      ...own,
+      ...here.map(({ r, p }): Cell[] => [
+        r.short,
+        context,
+        p.ms.median,
+        p.ms.p10,
+        p.ms.p90,
+        ratio(p.ratio_to_best_mode),
+        ratio(p.ratio_to_floor),
+        agreement(r),
+      ]),
+    ];
   });
   return {
     columns: [
@@ -254,14 +308,23 @@ export function peerSentences(s: ProfileSummary): string[] {
   const p = s.peers;
   if (!p) return [];
   const out: string[] = [];
-  const withBest = p.results.flatMap((r) => r.points.filter((q) => q.ratio_to_best_mode !== null).map((q) => ({ r, q })));
+  const withBest = p.results.flatMap((r) =>
+    r.points.filter((q) => q.ratio_to_best_mode !== null).map((q) => ({ r, q })),
+  );
   if (withBest.length) {
     const context = Math.max(...withBest.map(({ q }) => q.context));
     const here = withBest.filter(({ q }) => q.context === context);
     const best = here[0]!.q;
-    const each = here.map(({ r, q }) => `${r.short} ${ms2(q.ms.median)} (${q.ratio_to_best_mode!.toFixed(2)}× the project's time)`).join(", ");
-    const floor = best.floor_ms === null ? "" : `; the memory floor there is ${ms2(best.floor_ms)} (the project at ${(best.best_mode_ms! / best.floor_ms).toFixed(2)}× it)`;
-    out.push(`Peers at context ${context}, same weights, same run: the project's fastest mode (${best.best_mode}) takes ${ms2(best.best_mode_ms!)} per token; ${each}${floor}.`);
+    const each = here
+      .map(({ r, q }) => `${r.short} ${ms2(q.ms.median)} (${q.ratio_to_best_mode!.toFixed(2)}× the project's time)`)
+      .join(", ");
+    const floor =
+      best.floor_ms === null
+        ? ""
+        : `; the memory floor there is ${ms2(best.floor_ms)} (the project at ${(best.best_mode_ms! / best.floor_ms).toFixed(2)}× it)`;
+    out.push(
+      `Peers at context ${context}, same weights, same run: the project's fastest mode (${best.best_mode}) takes ${ms2(best.best_mode_ms!)} per token; ${each}${floor}.`,
+    );
   }
   const checked = p.results.filter((r) => r.agreement !== null);
   const disagree = checked.filter((r) => !r.agreement!.agrees);
@@ -280,7 +343,9 @@ export function peerSentences(s: ProfileSummary): string[] {
     const where = gpu
       ? `the host spends ${ms2(trace.host_issue_ms)} issuing ${trace.ops_per_step} kernels (${trace.torch_calls} torch calls); the device is busy ${ms2(trace.busy_ms)} and idle ${ms2(trace.idle_ms)} (${Math.round((100 * trace.idle_ms) / trace.step_ms)}%)`
       : `${trace.torch_calls} torch calls per token; the host spends ${ms2(trace.host_issue_ms)} between them (${Math.round((100 * trace.host_issue_ms) / trace.step_ms)}%, interpreter and dispatch) and ${ms2(trace.busy_ms)} inside them`;
-    out.push(`PyTorch seed-style at context ${trace.context}, one step under torch.profiler (${ms2(trace.step_ms)} traced): ${where}.`);
+    out.push(
+      `PyTorch seed-style at context ${trace.context}, one step under torch.profiler (${ms2(trace.step_ms)} traced): ${where}.`,
+    );
   }
   for (const k of p.skipped) out.push(`Not run: ${k.name}: ${k.reason}.`);
   return out;
@@ -306,8 +371,17 @@ export function interventionsTable(s: ProfileSummary): TableData {
       { header: "regime (work model)" },
     ],
     rows: points.map((p) => [
-      p.dtype, p.kv_dtype, p.batch, p.context, p.step_ms.median, p.token_ms, formatBytes(p.bytes_per_token), p.intensity,
-      formatRate(p.achieved.bytes_per_s, "B"), percent(p.achieved.bytes_share), p.achieved.regime,
+      p.dtype,
+      p.kv_dtype,
+      p.batch,
+      p.context,
+      p.step_ms.median,
+      p.token_ms,
+      formatBytes(p.bytes_per_token),
+      p.intensity,
+      formatRate(p.achieved.bytes_per_s, "B"),
+      percent(p.achieved.bytes_share),
+      p.achieved.regime,
     ]),
   };
 }
@@ -323,7 +397,12 @@ export function launchParametersTable(s: ProfileSummary): TableData {
       { header: "model range (us)", align: "right" },
       { header: "measured here (us)", format: fixed(2) },
     ],
-    rows: (s.predictions?.launch_parameters ?? []).map((p) => [p.parameter, p.model_us, `${p.low_us.toFixed(1)}–${p.high_us.toFixed(1)}`, p.measured_us]),
+    rows: (s.predictions?.launch_parameters ?? []).map((p) => [
+      p.parameter,
+      p.model_us,
+      `${p.low_us.toFixed(1)}–${p.high_us.toFixed(1)}`,
+      p.measured_us,
+    ]),
   };
 }
 
@@ -341,7 +420,14 @@ export function kernelPredictionsTable(s: ProfileSummary): TableData {
       { header: "traced ÷ predicted", format: fixed(2) },
     ],
     rows: (s.predictions?.kernels ?? []).map((k) => [
-      k.mode, k.context, k.family, k.calls, k.measured_us, k.predicted_us, `${k.optimistic_us.toFixed(2)}–${k.pessimistic_us.toFixed(2)}`, k.measured_over_predicted,
+      k.mode,
+      k.context,
+      k.family,
+      k.calls,
+      k.measured_us,
+      k.predicted_us,
+      `${k.optimistic_us.toFixed(2)}–${k.pessimistic_us.toFixed(2)}`,
+      k.measured_over_predicted,
     ]),
   };
 }
@@ -360,7 +446,14 @@ export function predictionsTable(s: ProfileSummary): TableData {
       { header: "measured ÷ predicted", format: fixed(2) },
     ],
     rows: (s.predictions?.points ?? []).map((p) => [
-      p.mode, p.context, `${p.dtype} · ${p.kv_dtype}`, p.batch, p.measured_ms, p.predicted_ms, `${p.optimistic_ms.toFixed(3)}–${p.pessimistic_ms.toFixed(3)}`, p.measured_over_predicted,
+      p.mode,
+      p.context,
+      `${p.dtype} · ${p.kv_dtype}`,
+      p.batch,
+      p.measured_ms,
+      p.predicted_ms,
+      `${p.optimistic_ms.toFixed(3)}–${p.pessimistic_ms.toFixed(3)}`,
+      p.measured_over_predicted,
     ]),
   };
 }

@@ -46,12 +46,28 @@ const PLOT = { left: 80, top: 50, right: 640, bottom: 400 };
 const LEGEND_X = 725;
 const FONT = `font-family="Helvetica, Arial, sans-serif"`;
 /** Tableau 10: distinct, readable on white. */
-const PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
+const PALETTE = [
+  "#4e79a7",
+  "#f28e2b",
+  "#e15759",
+  "#76b7b2",
+  "#59a14f",
+  "#edc948",
+  "#b07aa1",
+  "#ff9da7",
+  "#9c755f",
+  "#bab0ac",
+];
 
 const colour = (i: number) => PALETTE[i % PALETTE.length]!;
 
 export function escapeXml(text: string): string {
-  return text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;").replace(/'/g, "&apos;");
+  return text
+    .replace(/&/g, "&amp;")
+    .replace(/</g, "&lt;")
+    .replace(/>/g, "&gt;")
+    .replace(/"/g, "&quot;")
+    .replace(/'/g, "&apos;");
 }
 
 function coord(v: number): string {
@@ -130,7 +146,10 @@ function yAxis(scale: LinearScale, title: string, side: "left" | "right"): strin
   const titleX = side === "left" ? 22 : PLOT.right + 56;
   const lines = scale.ticks.flatMap((t) => {
     const y = scale.toY(t);
-    const grid = side === "left" ? `<line x1="${PLOT.left}" y1="${coord(y)}" x2="${PLOT.right}" y2="${coord(y)}" stroke="#e5e5e5"/>` : "";
+    const grid =
+      side === "left"
+        ? `<line x1="${PLOT.left}" y1="${coord(y)}" x2="${PLOT.right}" y2="${coord(y)}" stroke="#e5e5e5"/>`
+        : "";
     return [grid, text(tickX, y + 4, tickLabel(t), `font-size="11" text-anchor="${anchor}"`)].filter(Boolean);
   });
   const mid = (PLOT.top + PLOT.bottom) / 2;
@@ -154,12 +173,15 @@ export function lineChart(spec: LineChartSpec): string {
   const points = spec.series.flatMap((s) => s.points);
   if (points.length === 0) throw new RangeError("lineChart: no points");
   const right = spec.series.filter((s) => s.axis === "right");
-  if (right.length > 0 && spec.y2Title === undefined) throw new RangeError("lineChart: a series uses the second axis but y2Title is missing");
+  if (right.length > 0 && spec.y2Title === undefined)
+    throw new RangeError("lineChart: a series uses the second axis but y2Title is missing");
   const { lo, hi } = log2Domain(points.map((p) => p.x));
   const toX = (x: number) => PLOT.left + ((Math.log2(x) - lo) / (hi - lo)) * (PLOT.right - PLOT.left);
   const maxOf = (series: LineSeries[]) => Math.max(0, ...series.flatMap((s) => s.points.map((p) => p.y)));
   const leftSeries = spec.series.filter((s) => s.axis !== "right");
-  const left = spec.yLog ? logScale(leftSeries.flatMap((s) => s.points.map((p) => p.y))) : linearScale(maxOf(leftSeries));
+  const left = spec.yLog
+    ? logScale(leftSeries.flatMap((s) => s.points.map((p) => p.y)))
+    : linearScale(maxOf(leftSeries));
   const rightScale = linearScale(maxOf(right));
 
   const xTicks = Array.from({ length: hi - lo + 1 }, (_, i) => 2 ** (lo + i)).flatMap((t) => [
@@ -184,7 +206,14 @@ export function lineChart(spec: LineChartSpec): string {
     ...xTicks,
     text((PLOT.left + PLOT.right) / 2, PLOT.bottom + 44, spec.xTitle, `font-size="13" text-anchor="middle"`),
     ...lines,
-    ...legend(spec.series.map((s, i) => ({ name: s.name, colour: colour(i), dash: s.axis === "right" ? "6 4" : s.dotted ? "2 3" : undefined, swatch: "line" as const }))),
+    ...legend(
+      spec.series.map((s, i) => ({
+        name: s.name,
+        colour: colour(i),
+        dash: s.axis === "right" ? "6 4" : s.dotted ? "2 3" : undefined,
+        swatch: "line" as const,
+      })),
+    ),
   ];
   return svgDocument(spec.title, body, spec.caption);
 }
@@ -211,7 +240,12 @@ export function stackedBars(spec: StackedBarsSpec): string {
     return [
       `<g class="bar">`,
       ...rects,
-      text(x + barWidth / 2, scale.toY(totals[i]!) - 6, tickLabel(Number(totals[i]!.toPrecision(3))), `font-size="11" text-anchor="middle"`),
+      text(
+        x + barWidth / 2,
+        scale.toY(totals[i]!) - 6,
+        tickLabel(Number(totals[i]!.toPrecision(3))),
+        `font-size="11" text-anchor="middle"`,
+      ),
       text(x + barWidth / 2, PLOT.bottom + 19, bar.label, `font-size="12" text-anchor="middle"`),
       `</g>`,
     ];

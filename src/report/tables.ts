@@ -30,7 +30,9 @@ function cellText(cell: Cell, column: Column): string {
   if (cell === null) return MISSING;
   const text = typeof cell === "number" ? (column.format ?? String)(cell) : cell;
   const max = column.maxWidth;
-  return max !== undefined && text.length > max ? `${text.slice(0, Math.max(0, max - ELLIPSIS.length))}${ELLIPSIS}` : text;
+  return max !== undefined && text.length > max
+    ? `${text.slice(0, Math.max(0, max - ELLIPSIS.length))}${ELLIPSIS}`
+    : text;
 }
 
 function pad(text: string, width: number, align: "left" | "right"): string {
@@ -41,11 +43,19 @@ function pad(text: string, width: number, align: "left" | "right"): string {
  * A table: bold header, a separator, right-aligned numbers, then footer lines under a second separator
  * (e.g. "Self CUDA time total: 4.210 ms").
  */
-export function renderTable(columns: readonly Column[], rows: readonly Cell[][], footer: readonly string[] = []): string {
+export function renderTable(
+  columns: readonly Column[],
+  rows: readonly Cell[][],
+  footer: readonly string[] = [],
+): string {
   const texts = rows.map((row) => columns.map((c, i) => cellText(row[i] ?? null, c)));
   const widths = columns.map((c, i) => Math.max(c.header.length, ...texts.map((t) => t[i]!.length)));
   const alignOf = (i: number) => columns[i]!.align ?? (rows.some((r) => typeof r[i] === "number") ? "right" : "left");
-  const line = (cells: string[]) => cells.map((t, i) => pad(t, widths[i]!, alignOf(i))).join("  ").trimEnd();
+  const line = (cells: string[]) =>
+    cells
+      .map((t, i) => pad(t, widths[i]!, alignOf(i)))
+      .join("  ")
+      .trimEnd();
   const separator = chalk.dim(widths.map((w) => "-".repeat(w)).join("  "));
   const header = chalk.bold(line(columns.map((c) => c.header)));
   const body = [header, separator, ...texts.map(line)];

@@ -3,7 +3,20 @@ import chalk from "chalk";
 
 import type { ProfileSummary } from "../profile/types.ts";
 import {
-  breakdownPoints, interventionsTable, opTimeNote, predictionsTable, modeLabel, peerSentences, peersTable, questionSentence, runLine, seedTable, splitTable, topOpsTable, withSplit, type TableData,
+  breakdownPoints,
+  interventionsTable,
+  opTimeNote,
+  predictionsTable,
+  modeLabel,
+  peerSentences,
+  peersTable,
+  questionSentence,
+  runLine,
+  seedTable,
+  splitTable,
+  topOpsTable,
+  withSplit,
+  type TableData,
 } from "./sections.ts";
 import { formatDuration, renderTable } from "./tables.ts";
 
@@ -14,7 +27,10 @@ export function renderTerminalSummary(s: ProfileSummary): string {
   const heading = (t: string) => chalk.bold.underline(t);
   const tops = breakdownPoints(s).flatMap((p) => [
     heading(`Top operations: ${modeLabel(p.mode)} at context ${p.context}`),
-    terminalTable(topOpsTable(p.breakdown.families), [`Op time total per step: ${formatDuration(p.breakdown.op_sum_ms)}`, opTimeNote(p.breakdown)].filter(Boolean)),
+    terminalTable(
+      topOpsTable(p.breakdown.families),
+      [`Op time total per step: ${formatDuration(p.breakdown.op_sum_ms)}`, opTimeNote(p.breakdown)].filter(Boolean),
+    ),
     "",
   ]);
   return [
@@ -23,9 +39,28 @@ export function renderTerminalSummary(s: ProfileSummary): string {
     heading("Time per token"),
     terminalTable(seedTable(s)),
     "",
-    ...(s.peers ? [heading("Peers: PyTorch and llama.cpp on the same weights"), terminalTable(peersTable(s)), ...peerSentences(s).map((v) => `• ${v}`), ""] : []),
-    ...(s.predictions ? [heading(`The kernel model's PREDICTIONS beside the measurements (${s.predictions.gpu})`), terminalTable(predictionsTable(s)), ""] : []),
-    ...(s.interventions ? [heading(`Interventions: bytes and batch (${s.interventions.mode} mode)`), terminalTable(interventionsTable(s)), ""] : []),
+    ...(s.peers
+      ? [
+          heading("Peers: PyTorch and llama.cpp on the same weights"),
+          terminalTable(peersTable(s)),
+          ...peerSentences(s).map((v) => `• ${v}`),
+          "",
+        ]
+      : []),
+    ...(s.predictions
+      ? [
+          heading(`The kernel model's PREDICTIONS beside the measurements (${s.predictions.gpu})`),
+          terminalTable(predictionsTable(s)),
+          "",
+        ]
+      : []),
+    ...(s.interventions
+      ? [
+          heading(`Interventions: bytes and batch (${s.interventions.mode} mode)`),
+          terminalTable(interventionsTable(s)),
+          "",
+        ]
+      : []),
     ...(withSplit(s).length > 0 ? [heading("Where a step's time goes"), terminalTable(splitTable(s)), ""] : []),
     ...tops,
     heading("Verdicts"),

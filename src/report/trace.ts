@@ -10,7 +10,13 @@ type ArgValue = Scalar | Scalar[] | null;
 
 export type MetadataEvent =
   | { ph: "M"; name: "process_name" | "thread_name"; pid: number; tid: number; args: { name: string } }
-  | { ph: "M"; name: "process_sort_index" | "thread_sort_index"; pid: number; tid: number; args: { sort_index: number } };
+  | {
+      ph: "M";
+      name: "process_sort_index" | "thread_sort_index";
+      pid: number;
+      tid: number;
+      args: { sort_index: number };
+    };
 
 export interface CompleteEvent {
   ph: "X";
@@ -125,8 +131,10 @@ function fieldProblems(e: Raw, where: string): string[] {
   if (e.ph !== "M" && e.ph !== "C" && !isNumber(e.tid)) problems.push(`${where}: tid must be a number`);
   if (e.ph === "M") return [...problems, ...metadataProblems(e, where)];
   if (!isNumber(e.ts) || e.ts < 0) problems.push(`${where}: ts must be a number ≥ 0, got ${JSON.stringify(e.ts)}`);
-  else if (e.ts > MAX_RELATIVE_TS_US) problems.push(`${where}: ts ${e.ts} looks absolute; write it relative to the run's start`);
-  if (e.ph === "X" && (!isNumber(e.dur) || e.dur < 0)) problems.push(`${where}: dur must be a number ≥ 0, got ${JSON.stringify(e.dur)}`);
+  else if (e.ts > MAX_RELATIVE_TS_US)
+    problems.push(`${where}: ts ${e.ts} looks absolute; write it relative to the run's start`);
+  if (e.ph === "X" && (!isNumber(e.dur) || e.dur < 0))
+    problems.push(`${where}: dur must be a number ≥ 0, got ${JSON.stringify(e.dur)}`);
   if (e.ph === "X" && typeof e.cat !== "string") problems.push(`${where}: missing cat`);
   if ((e.ph === "s" || e.ph === "f") && e.id === undefined) problems.push(`${where}: flow event without id`);
   if (e.ph === "f" && e.bp !== "e") problems.push(`${where}: flow end should bind to its enclosing slice (bp: "e")`);
@@ -137,10 +145,13 @@ function fieldProblems(e: Raw, where: string): string[] {
 }
 
 function metadataProblems(e: Raw, where: string): string[] {
-  if (typeof e.name !== "string" || !METADATA_NAMES.has(e.name)) return [`${where}: unknown metadata ${JSON.stringify(e.name)}`];
+  if (typeof e.name !== "string" || !METADATA_NAMES.has(e.name))
+    return [`${where}: unknown metadata ${JSON.stringify(e.name)}`];
   if (!isObject(e.args)) return [`${where}: metadata without args`];
-  if (e.name.endsWith("_name") && (typeof e.args.name !== "string" || e.args.name === "")) return [`${where}: ${e.name} needs args.name`];
-  if (e.name.endsWith("_sort_index") && !isNumber(e.args.sort_index)) return [`${where}: ${e.name} needs a numeric args.sort_index`];
+  if (e.name.endsWith("_name") && (typeof e.args.name !== "string" || e.args.name === ""))
+    return [`${where}: ${e.name} needs args.name`];
+  if (e.name.endsWith("_sort_index") && !isNumber(e.args.sort_index))
+    return [`${where}: ${e.name} needs a numeric args.sort_index`];
   if (e.name === "thread_name" && !isNumber(e.tid)) return [`${where}: thread_name needs a tid`];
   return [];
 }
@@ -160,7 +171,9 @@ function nestingProblems(slices: Slice[], track: string): string[] {
     while (open.length > 0 && open[open.length - 1]!.end <= s.ts + EPS_US) open.pop();
     const parent = open[open.length - 1];
     if (parent && s.end > parent.end + EPS_US) {
-      problems.push(`track ${track}: "${s.name}" [${s.ts}, ${s.end}] partly overlaps "${parent.name}" [${parent.ts}, ${parent.end}]`);
+      problems.push(
+        `track ${track}: "${s.name}" [${s.ts}, ${s.end}] partly overlaps "${parent.name}" [${parent.ts}, ${parent.end}]`,
+      );
       continue;
     }
     open.push(s);
@@ -211,9 +224,12 @@ function flowProblems(events: Raw[], slicesByTrack: Map<string, Slice[]>): strin
       continue;
     }
     const [start, end] = [s[0]!, f[0]!];
-    if (isNumber(start.ts) && isNumber(end.ts) && end.ts + EPS_US < start.ts) problems.push(`flow ${key}: ends before it starts`);
-    if (!enclosed(tracks.get(trackKey(start)), Number(start.ts))) problems.push(`flow ${key}: start is inside no slice of its track`);
-    if (!enclosed(tracks.get(trackKey(end)), Number(end.ts))) problems.push(`flow ${key}: end is inside no slice of its track`);
+    if (isNumber(start.ts) && isNumber(end.ts) && end.ts + EPS_US < start.ts)
+      problems.push(`flow ${key}: ends before it starts`);
+    if (!enclosed(tracks.get(trackKey(start)), Number(start.ts)))
+      problems.push(`flow ${key}: start is inside no slice of its track`);
+    if (!enclosed(tracks.get(trackKey(end)), Number(end.ts)))
+      problems.push(`flow ${key}: end is inside no slice of its track`);
   }
   return problems;
 }
@@ -266,7 +282,13 @@ const HOST_TID = 1;
 const DEVICE_TID = 2;
 
 function opArgs(op: OpInterval, step: StepTrace): Record<string, ArgValue> {
-  const args: Record<string, ArgValue> = { mode: step.mode, context: step.context, layer: op.layer, op: op.family, label: op.label };
+  const args: Record<string, ArgValue> = {
+    mode: step.mode,
+    context: step.context,
+    layer: op.layer,
+    op: op.family,
+    label: op.label,
+  };
   if (op.grid) args.grid = op.grid;
   if (op.block) args.block = op.block;
   if (op.registers !== undefined) args["registers per thread"] = op.registers;
@@ -283,7 +305,9 @@ function hostSlice(h: HostInterval, backend: TraceMeta["backend"]) {
 
 /** One flow per launch call: to the first op carrying its correlation id (a graph launch runs many). */
 function launchFlows(step: StepTrace): { launch: HostInterval; op: OpInterval }[] {
-  const launches = new Map(step.host.filter((h) => h.kind === "launch" && h.correlation !== undefined).map((h) => [h.correlation, h]));
+  const launches = new Map(
+    step.host.filter((h) => h.kind === "launch" && h.correlation !== undefined).map((h) => [h.correlation, h]),
+  );
   const linked = new Set<number>();
   const flows: { launch: HostInterval; op: OpInterval }[] = [];
   for (const op of [...step.ops].sort((a, b) => a.start_us - b.start_us)) {
@@ -329,10 +353,20 @@ export function buildProfileTrace(steps: readonly StepTrace[], meta: TraceMeta):
     const lanes = deviceLanes(steps.filter((s) => s.mode === mode).flatMap((s) => s.ops));
     for (const [op, lane] of lanes) laneOf.set(op, lane);
     b.process(pidOf(mode), `${mode} (${meta.backend})`, i);
-    b.thread(pidOf(mode), HOST_TID, meta.backend === "cuda" ? "host: step issue + launches" : "host: dispatch between ops", 0);
+    b.thread(
+      pidOf(mode),
+      HOST_TID,
+      meta.backend === "cuda" ? "host: step issue + launches" : "host: dispatch between ops",
+      0,
+    );
     const laneCount = 1 + Math.max(0, ...lanes.values());
     for (let lane = 0; lane < laneCount; lane++) {
-      b.thread(pidOf(mode), DEVICE_TID + lane, lane === 0 ? deviceTrack : `${deviceTrack}: overlapping the kernel before (${lane + 1})`, 1 + lane);
+      b.thread(
+        pidOf(mode),
+        DEVICE_TID + lane,
+        lane === 0 ? deviceTrack : `${deviceTrack}: overlapping the kernel before (${lane + 1})`,
+        1 + lane,
+      );
     }
   });
   let flowId = 1;
@@ -342,10 +376,24 @@ export function buildProfileTrace(steps: readonly StepTrace[], meta: TraceMeta):
     const tidOf = (op: OpInterval) => DEVICE_TID + (laneOf.get(op) ?? 0);
     for (const h of step.host) b.slice({ pid, tid: HOST_TID, ...hostSlice(h, meta.backend) });
     for (const op of step.ops) {
-      b.slice({ pid, tid: tidOf(op), name: op.name, cat: opCat, ts: op.start_us, dur: op.end_us - op.start_us, args: opArgs(op, step) });
+      b.slice({
+        pid,
+        tid: tidOf(op),
+        name: op.name,
+        cat: opCat,
+        ts: op.start_us,
+        dur: op.end_us - op.start_us,
+        args: opArgs(op, step),
+      });
     }
     for (const { launch, op } of launchFlows(step)) {
-      b.flow(flowId++, "ac2g", "ac2g", { pid, tid: HOST_TID, ts: launch.start_us }, { pid, tid: tidOf(op), ts: op.start_us });
+      b.flow(
+        flowId++,
+        "ac2g",
+        "ac2g",
+        { pid, tid: HOST_TID, ts: launch.start_us },
+        { pid, tid: tidOf(op), ts: op.start_us },
+      );
     }
     const split = stepSplit(step);
     const stepStart = Math.min(...step.host.map((h) => h.start_us), ...step.ops.map((o) => o.start_us));

@@ -22,7 +22,9 @@ export function latencyChart(s: ProfileSummary): string {
   const series: LineSeries[] = s.settings.modes
     .map((mode) => ({
       name: modeLabel(mode),
-      points: s.points.filter((p) => p.mode === mode && onAxis(p.context)).map((p) => ({ x: p.context, y: p.device_ms.median })),
+      points: s.points
+        .filter((p) => p.mode === mode && onAxis(p.context))
+        .map((p) => ({ x: p.context, y: p.device_ms.median })),
     }))
     .filter((line) => line.points.length > 0);
   // the peers beside them, dotted: the same contexts, the same weights, the same run
@@ -51,14 +53,20 @@ export function latencyChart(s: ProfileSummary): string {
 export function breakdownChart(s: ProfileSummary): string {
   const traced = breakdownPoints(s);
   const bars = traced.map((p) => {
-    const segments: BarSegment[] = p.breakdown.families.map((f) => ({ key: f.key, value: f.share * p.breakdown.op_sum_ms }));
+    const segments: BarSegment[] = p.breakdown.families.map((f) => ({
+      key: f.key,
+      value: f.share * p.breakdown.op_sum_ms,
+    }));
     if (p.split) segments.push({ key: "device idle", value: Math.max(0, p.split.idle_ms) });
     return { label: `${modeLabel(p.mode)} @ ${p.context}`, segments };
   });
   const untraced = s.points
     .filter((p) => !traced.some((t) => t.mode === p.mode))
     .filter((p, _, all) => p.context === Math.max(...all.filter((q) => q.mode === p.mode).map((q) => q.context)))
-    .map((p) => ({ label: `${modeLabel(p.mode)} @ ${p.context}`, segments: [{ key: "not traced (total)", value: p.device_ms.median }] }));
+    .map((p) => ({
+      label: `${modeLabel(p.mode)} @ ${p.context}`,
+      segments: [{ key: "not traced (total)", value: p.device_ms.median }],
+    }));
   return stackedBars({
     title: `Where a token's step goes, by operation: ${s.model.config.name}`,
     yTitle: "time per token (ms)",

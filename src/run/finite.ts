@@ -43,7 +43,13 @@ export function firstNonFiniteOp(backend: Backend, step: CompiledStep, reset: ()
 }
 
 /** One line for the user: which logits, what value where, and the op that produced the first non-finite value. */
-export function nonFiniteMessage(what: string, logits: Float32Array, at: number, origin: NonFiniteOrigin | null, opsPerStep: number): string {
+export function nonFiniteMessage(
+  what: string,
+  logits: Float32Array,
+  at: number,
+  origin: NonFiniteOrigin | null,
+  opsPerStep: number,
+): string {
   const where = origin
     ? `the first op with a non-finite output is ${origin.label} (${origin.layer === null ? "outside the blocks" : `layer ${origin.layer}`}, op ${origin.index + 1} of ${opsPerStep} in the step)`
     : `re-run op by op, no op's output was non-finite`;

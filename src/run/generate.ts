@@ -28,20 +28,26 @@ const nowMs = () => Bun.nanoseconds() / 1e6;
 /** Generates for every sequence of `session` at once. */
 export function generateBatch(session: Session, opts: GenerateOptions): GenerateResult {
   const { prompts, maxNewTokens } = opts;
-  if (prompts.length !== session.batch) throw new Error(`generate: ${prompts.length} prompts for ${session.batch} sequences`);
+  if (prompts.length !== session.batch)
+    throw new Error(`generate: ${prompts.length} prompts for ${session.batch} sequences`);
   for (const [b, prompt] of prompts.entries()) {
     if (prompt.length === 0) throw new Error("generate: empty prompt");
     const total = prompt.length + maxNewTokens;
     if (total > session.config.n_positions) {
       const which = prompts.length > 1 ? `prompt ${b + 1}` : "prompt";
-      throw new UserError(`context overflow: ${which} (${prompt.length} tokens) + new tokens (${maxNewTokens}) = ${total} exceeds n_positions (${session.config.n_positions})`);
+      throw new UserError(
+        `context overflow: ${which} (${prompt.length} tokens) + new tokens (${maxNewTokens}) = ${total} exceeds n_positions (${session.config.n_positions})`,
+      );
     }
   }
   return opts.cache ? generateCached(session, opts) : generateUncached(session, opts);
 }
 
 /** One sequence (a session of batch 1). */
-export function generate(session: Session, opts: Omit<GenerateOptions, "prompts"> & { prompt: number[] }): Omit<GenerateResult, "promptIds" | "generatedIds"> & {
+export function generate(
+  session: Session,
+  opts: Omit<GenerateOptions, "prompts"> & { prompt: number[] },
+): Omit<GenerateResult, "promptIds" | "generatedIds"> & {
   promptIds: number[];
   generatedIds: number[];
 } {
@@ -66,14 +72,23 @@ function generateCached(session: Session, { prompts, maxNewTokens, mode }: Gener
       for (const [b, prompt] of prompts.entries()) session.prefill(prompt, b);
     });
     for (const [b, prompt] of prompts.entries())
-      session.checkLogits(`after the prompt${where(b)} (${prompt.length} tokens)`, prompt.length, () => session.setPosition(0, b), b);
+      session.checkLogits(
+        `after the prompt${where(b)} (${prompt.length} tokens)`,
+        prompt.length,
+        () => session.setPosition(0, b),
+        b,
+      );
   }
   for (let i = 1; i < maxNewTokens; i++) {
     timed("decode", () => session.run(1, mode));
     const reset = () => {
       for (const [b, prompt] of prompts.entries()) session.setPosition(prompt.length + i - 1, b);
     };
-    session.checkLogits(`of generated token ${i + 1} (position ${prompts[0]!.length + i - 1}${prompts.length > 1 ? " in sequence 1" : ""})`, 1, reset);
+    session.checkLogits(
+      `of generated token ${i + 1} (position ${prompts[0]!.length + i - 1}${prompts.length > 1 ? " in sequence 1" : ""})`,
+      1,
+      reset,
+    );
   }
   return collect(session, prompts, maxNewTokens, tokenMs, tokenKinds);
 }
@@ -95,10 +110,24 @@ function generateUncached(session: Session, { prompts, maxNewTokens }: GenerateO
       session.checkLogits(what, prompt.length + i, () => session.setPosition(0, b), b);
     });
   }
-  return collect(session, prompts, maxNewTokens, tokenMs, tokenMs.map(() => "recompute"));
+  return collect(
+    session,
+    prompts,
+    maxNewTokens,
+    tokenMs,
+    tokenMs.map(() => "recompute"),
+  );
 }
 
-function collect(session: Session, prompts: number[][], maxNewTokens: number, tokenMs: number[], tokenKinds: string[]): GenerateResult {
-  const generatedIds = prompts.map((prompt, b) => session.readSequence(prompt.length + maxNewTokens, b).slice(prompt.length));
+function collect(
+  session: Session,
+  prompts: number[][],
+  maxNewTokens: number,
+  tokenMs: number[],
+  tokenKinds: string[],
+): GenerateResult {
+  const generatedIds = prompts.map((prompt, b) =>
+    session.readSequence(prompt.length + maxNewTokens, b).slice(prompt.length),
+  );
   return { promptIds: prompts, generatedIds, tokenMs, tokenKinds };
 }

@@ -38,7 +38,8 @@ export const LAUNCH_MODES = [
     run: (step, n) => {
       for (let i = 0; i < n; i++) step.runEager();
     },
-    floorUs: (launch, issueUsPerOp) => (issueUsPerOp === null ? launch.host_us : Math.max(launch.host_us, issueUsPerOp)),
+    floorUs: (launch, issueUsPerOp) =>
+      issueUsPerOp === null ? launch.host_us : Math.max(launch.host_us, issueUsPerOp),
   },
   {
     name: "eager-native",
@@ -60,7 +61,8 @@ export const LAUNCH_MODES = [
   },
   {
     name: "graph-pdl",
-    issuedBy: "the same graph captured with programmatic dependent launch: each kernel may start while its predecessor finishes (loading its weights) and waits for its output in-kernel",
+    issuedBy:
+      "the same graph captured with programmatic dependent launch: each kernel may start while its predecessor finishes (loading its weights) and waits for its output in-kernel",
     phrase: "graph replay with programmatic dependent launch",
     kernelPerOp: true,
     available: (backend) => backend.graphs && backend.programmaticLaunch,
@@ -69,7 +71,8 @@ export const LAUNCH_MODES = [
   },
   {
     name: "persistent",
-    issuedBy: "one cooperative kernel per token: its resident blocks run the fused plan's ops as tasks, a grid barrier between ops instead of a kernel boundary (cuda/persistent.cu)",
+    issuedBy:
+      "one cooperative kernel per token: its resident blocks run the fused plan's ops as tasks, a grid barrier between ops instead of a kernel boundary (cuda/persistent.cu)",
     phrase: "the persistent step kernel",
     // its ops are tasks inside one kernel: a trace sees one record per step, not one per op
     kernelPerOp: false,
@@ -94,7 +97,12 @@ export function persistentStepRuns(step: ModeForm): boolean {
 }
 
 /** The error for a mode this backend cannot run a step of this form in, naming the modes it can (and `more` choices). */
-export function unavailableMode(name: string, backend: Backend, step: ModeForm, more: readonly string[] = []): UserError {
+export function unavailableMode(
+  name: string,
+  backend: Backend,
+  step: ModeForm,
+  more: readonly string[] = [],
+): UserError {
   const available = [...availableModes(backend, step).map((m) => m.name), ...more];
   return new UserError(
     `launch mode ${name} is not available on the ${backend.kind} backend for the ${step.plan} plan with weights ${step.weights} and cache ${step.kv} (available: ${available.join(", ")})`,

@@ -31,7 +31,10 @@ export const storedInWeightDtype = (spec: ParameterSpec) => spec.shape.length ==
 
 /** The weights' bytes as stored in `dtype` (without the arena's alignment). */
 export function storedWeightBytes(cfg: GPT2Config, dtype: DtypeName): number {
-  return parameterSpecs(cfg).reduce((sum, s) => sum + numel(s.shape) * (storedInWeightDtype(s) ? DTYPE_BYTES[dtype] : FLOAT), 0);
+  return parameterSpecs(cfg).reduce(
+    (sum, s) => sum + numel(s.shape) * (storedInWeightDtype(s) ? DTYPE_BYTES[dtype] : FLOAT),
+    0,
+  );
 }
 
 export interface ResidentModel {
@@ -48,7 +51,12 @@ export interface ResidentModel {
  * copy of the model is held on the host), then allocates cache and activations for steps of up to maxRows rows
  * (default: n_positions, or the batch if larger).
  */
-export function placeModel(backend: Backend, weights: GPT2Weights, form: StepForm = DEFAULT_STEP_FORM, maxRows?: number): ResidentModel {
+export function placeModel(
+  backend: Backend,
+  weights: GPT2Weights,
+  form: StepForm = DEFAULT_STEP_FORM,
+  maxRows?: number,
+): ResidentModel {
   const cfg = weights.config;
   const rows = maxRows ?? Math.max(cfg.n_positions, form.batch);
   const narrow = new StorageConverter(form.weights);
@@ -79,8 +87,12 @@ export function placeModel(backend: Backend, weights: GPT2Weights, form: StepFor
     wte: w("wte.weight"),
     wpe: w("wpe.weight"),
     layers: Array.from({ length: cfg.n_layer }, (_, i) => ({
-      ln_1: pair(`h.${i}.ln_1`), c_attn: pair(`h.${i}.attn.c_attn`), attn_c_proj: pair(`h.${i}.attn.c_proj`),
-      ln_2: pair(`h.${i}.ln_2`), c_fc: pair(`h.${i}.mlp.c_fc`), mlp_c_proj: pair(`h.${i}.mlp.c_proj`),
+      ln_1: pair(`h.${i}.ln_1`),
+      c_attn: pair(`h.${i}.attn.c_attn`),
+      attn_c_proj: pair(`h.${i}.attn.c_proj`),
+      ln_2: pair(`h.${i}.ln_2`),
+      c_fc: pair(`h.${i}.mlp.c_fc`),
+      mlp_c_proj: pair(`h.${i}.mlp.c_proj`),
     })),
     ln_f: pair("ln_f"),
     kCache: cache.k,
@@ -104,7 +116,8 @@ export function placeModel(backend: Backend, weights: GPT2Weights, form: StepFor
 type CacheForm = Pick<StepForm, "batch" | "kv">;
 
 /** One layer's K (or V) cache: every sequence's n_positions rows of n_embd values in the cache dtype. */
-const layerCacheBytes = (cfg: GPT2Config, form: CacheForm) => align(form.batch * cfg.n_positions * cfg.n_embd * DTYPE_BYTES[form.kv]);
+const layerCacheBytes = (cfg: GPT2Config, form: CacheForm) =>
+  align(form.batch * cfg.n_positions * cfg.n_embd * DTYPE_BYTES[form.kv]);
 
 /** KV cache bytes as allocated: 2 × n_layer × batch × n_positions × n_embd × cache dtype bytes (each layer's K and V aligned). */
 export function cacheBytes(cfg: GPT2Config, form: CacheForm = DEFAULT_STEP_FORM): number {
@@ -131,8 +144,13 @@ function allocateActivations(backend: Backend, cfg: GPT2Config, rows: number, ba
     fc: arena.reserve(rows * 4 * C * FLOAT),
     act: arena.reserve(rows * 4 * C * FLOAT),
     logits: arena.reserve(batch * cfg.vocab_size * FLOAT),
-    scratch: arena.reserve(Math.max(FLOAT, backend.attentionScratchBytes(rows, C, cfg.n_head, cfg.n_positions),
-      backend.attentionScratchBytes(1, C, cfg.n_head, cfg.n_positions))),
+    scratch: arena.reserve(
+      Math.max(
+        FLOAT,
+        backend.attentionScratchBytes(rows, C, cfg.n_head, cfg.n_positions),
+        backend.attentionScratchBytes(1, C, cfg.n_head, cfg.n_positions),
+      ),
+    ),
     // every linear reads at most 4C and writes at most 4C (the MLP); the LM head and argmax span the vocabulary;
     // a step's linears have up to `rows` rows (a prefill's T rows, too, take the merging matvec when T <= 8)
     partials: arena.reserve(Math.max(FLOAT, backend.partialsBytes(rows, 4 * C, 4 * C, cfg.vocab_size))),
@@ -140,7 +158,10 @@ function allocateActivations(backend: Backend, cfg: GPT2Config, rows: number, ba
     state: arena.reserve(batch * STATE_INTS * INT32),
   };
   const buffer = backend.alloc(arena.size); // zeroed, and on the CPU committed only where a step writes
-  const pointers = Object.fromEntries(Object.entries(layout).map(([k, at]) => [k, buffer.ptr + at])) as Record<keyof typeof layout, number>;
+  const pointers = Object.fromEntries(Object.entries(layout).map(([k, at]) => [k, buffer.ptr + at])) as Record<
+    keyof typeof layout,
+    number
+  >;
   return { buffer, pointers, layout };
 }
 

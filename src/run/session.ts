@@ -28,7 +28,11 @@ export class Session {
   private readonly stateWords: Int32Array;
   private logitsCheck: Float32Array<ArrayBuffer> | undefined;
 
-  constructor(readonly backend: Backend, readonly weights: GPT2Weights, opts: SessionOptions = {}) {
+  constructor(
+    readonly backend: Backend,
+    readonly weights: GPT2Weights,
+    opts: SessionOptions = {},
+  ) {
     this.resident = placeModel(backend, weights, opts.form ?? DEFAULT_STEP_FORM, opts.maxRows);
     this.stateWords = new Int32Array(this.batch * STATE_INTS);
   }
@@ -74,7 +78,10 @@ export class Session {
 
   /** Runs a step of T rows of every sequence in a launch mode (asynchronous on CUDA). */
   run(T: number, mode: LaunchMode = launchMode("eager")): void {
-    if (!mode.available(this.backend, this.form)) throw new UserError(`launch mode ${mode.name} is not available on the ${this.backend.kind} backend for this step`);
+    if (!mode.available(this.backend, this.form))
+      throw new UserError(
+        `launch mode ${mode.name} is not available on the ${this.backend.kind} backend for this step`,
+      );
     mode.run(this.step(T), 1);
   }
 
@@ -126,14 +133,17 @@ export class Session {
    * reproduces the step).
    */
   checkLogits(what: string, T: number, reset: () => void, only?: number): void {
-    const logits = (this.logitsCheck ??= new Float32Array(this.config.vocab_size));
+    this.logitsCheck ??= new Float32Array(this.config.vocab_size);
+    const logits = this.logitsCheck;
     for (let b = 0; b < this.batch; b++) {
       if (only !== undefined && b !== only) continue;
       const at = firstNonFinite(this.readLogits(logits, b));
       if (at < 0) continue;
       const step = only === undefined ? this.step(T) : this.sequenceStep(only, T);
       const origin = firstNonFiniteOp(this.backend, step, reset);
-      throw new UserError(nonFiniteMessage(this.batch > 1 ? `${what} (sequence ${b})` : what, logits, at, origin, step.ops.length));
+      throw new UserError(
+        nonFiniteMessage(this.batch > 1 ? `${what} (sequence ${b})` : what, logits, at, origin, step.ops.length),
+      );
     }
   }
 
@@ -167,13 +177,18 @@ export class Session {
 
   /** Byte offset of sequence b's part of a per-sequence region. */
   private offset(name: "seq" | "state" | "logits", b: number): number {
-    if (!Number.isInteger(b) || b < 0 || b >= this.batch) throw new RangeError(`sequence ${b} outside 0..${this.batch - 1}`);
+    if (!Number.isInteger(b) || b < 0 || b >= this.batch)
+      throw new RangeError(`sequence ${b} outside 0..${this.batch - 1}`);
     return b * this.rowBytes(name);
   }
 
   private rowBytes(name: "seq" | "state" | "logits"): number {
     const cfg = this.config;
-    return { seq: (cfg.n_positions + 1) * INT32_BYTES, state: STATE_INTS * INT32_BYTES, logits: cfg.vocab_size * FLOAT_BYTES }[name];
+    return {
+      seq: (cfg.n_positions + 1) * INT32_BYTES,
+      state: STATE_INTS * INT32_BYTES,
+      logits: cfg.vocab_size * FLOAT_BYTES,
+    }[name];
   }
 
   close(): void {

@@ -6,7 +6,10 @@ export class CompiledStep {
   readonly eagerCalls: Array<() => void>;
   private recorded: RecordedStep | null = null;
 
-  constructor(readonly backend: Backend, readonly ops: PlanOp[]) {
+  constructor(
+    readonly backend: Backend,
+    readonly ops: PlanOp[],
+  ) {
     this.eagerCalls = compileEager(ops, backend.ops);
   }
 

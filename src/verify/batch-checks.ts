@@ -61,7 +61,10 @@ interface Side {
 
 /** An op's results on one side: every output and updated input as bytes, and how to read them. */
 class Results {
-  constructor(readonly bytes: Record<string, Uint8Array>, private readonly kinds: Record<string, DtypeName | "i32">) {}
+  constructor(
+    readonly bytes: Record<string, Uint8Array>,
+    private readonly kinds: Record<string, DtypeName | "i32">,
+  ) {}
   floats(name: string): Float32Array {
     const kind = this.kinds[name]!;
     return decode(kind === "i32" ? "f32" : kind, this.bytes[name]!);
@@ -93,8 +96,17 @@ interface BatchSpec {
 
 function concat(parts: Data[]): Data {
   const first = parts[0]!;
-  if (isStored(first)) return { dtype: first.dtype, values: concatArrays(Float32Array, parts.map((p) => (p as Stored).values)) };
-  return first instanceof Int32Array ? concatArrays(Int32Array, parts as Int32Array[]) : concatArrays(Float32Array, parts as Float32Array[]);
+  if (isStored(first))
+    return {
+      dtype: first.dtype,
+      values: concatArrays(
+        Float32Array,
+        parts.map((p) => (p as Stored).values),
+      ),
+    };
+  return first instanceof Int32Array
+    ? concatArrays(Int32Array, parts as Int32Array[])
+    : concatArrays(Float32Array, parts as Float32Array[]);
 }
 function concatArrays<A extends Float32Array | Int32Array>(Kind: { new (n: number): A }, parts: A[]): A {
   const out = new Kind(parts.reduce((n, p) => n + p.length, 0));
@@ -110,7 +122,12 @@ function concatArrays<A extends Float32Array | Int32Array>(Kind: { new (n: numbe
 const PARTIALS = { maxRows: 8, maxIn: 640, maxOut: 1024, V: 4096 };
 
 /** Runs `spec` on one side for the given sequences' inputs (B = their count). */
-function runSpec(side: Side, spec: BatchSpec, shared: Record<string, Data>, sequences: Record<string, Data>[]): Results {
+function runSpec(
+  side: Side,
+  spec: BatchSpec,
+  shared: Record<string, Data>,
+  sequences: Record<string, Data>[],
+): Results {
   const { arena } = side;
   const backend = arena.backend;
   const B = sequences.length;
@@ -129,15 +146,21 @@ function runSpec(side: Side, spec: BatchSpec, shared: Record<string, Data>, sequ
     ...Object.entries(shared).map(([name, d]) => [name, put(name, d)] as const),
     ...Object.keys(sequences[0]!).map((name) => [name, put(name, concat(sequences.map((s) => s[name]!)))] as const),
   ]);
-  const outputs = Object.fromEntries(Object.entries(spec.outputs).map(([name, words]) => {
-    kinds[name] = "f32";
-    return [name, arena.poisoned(words * B)] as const;
-  }));
-  for (const [name, words] of Object.entries(spec.scratch?.(backend, B) ?? {})) p[name] = words > 0 ? arena.zeroed(words).ptr : 0;
+  const outputs = Object.fromEntries(
+    Object.entries(spec.outputs).map(([name, words]) => {
+      kinds[name] = "f32";
+      return [name, arena.poisoned(words * B)] as const;
+    }),
+  );
+  for (const [name, words] of Object.entries(spec.scratch?.(backend, B) ?? {}))
+    p[name] = words > 0 ? arena.zeroed(words).ptr : 0;
   for (const [name, b] of Object.entries({ ...buffers, ...outputs })) p[name] = b.ptr;
   spec.run(backend, p, B, (d) => DTYPES[side.dtype(d)]);
   const read = [...Object.keys(spec.outputs), ...(spec.updated ?? [])];
-  return new Results(Object.fromEntries(read.map((name) => [name, arena.bytes(outputs[name] ?? buffers[name]!)])), kinds);
+  return new Results(
+    Object.fromEntries(read.map((name) => [name, arena.bytes(outputs[name] ?? buffers[name]!)])),
+    kinds,
+  );
 }
 
 /** The case of one spec at B sequences: the device against the twin, then (B > 1) against its sequences alone. */
@@ -153,7 +176,10 @@ function batchCase(spec: BatchSpec, B: number, dtypes: string): KernelCase {
       const got = runSpec(device, spec, shared, sequences);
       for (const [name, bytes] of Object.entries(got.bytes)) pair.note(name, asWords(bytes));
       const want = runSpec(cpu, spec, shared, sequences);
-      const fp32 = [...Object.keys(spec.outputs), ...(spec.updated ?? []).filter((n) => !isStored(sequences[0]![n]!) && sequences[0]![n] instanceof Float32Array)];
+      const fp32 = [
+        ...Object.keys(spec.outputs),
+        ...(spec.updated ?? []).filter((n) => !isStored(sequences[0]![n]!) && sequences[0]![n] instanceof Float32Array),
+      ];
       const error = Math.max(0, ...fp32.map((name) => maxRelativeError(got.floats(name), want.floats(name))));
       if (spec.exact && !spec.exact(got, want, sequences, B)) return Infinity;
       if (B === 1) return error;
@@ -171,21 +197,29 @@ function batchCase(spec: BatchSpec, B: number, dtypes: string): KernelCase {
 const EPS = 1e-5;
 /** Sequence b's position: spread, so sequences differ (the largest at or past the cache's end where `last`). */
 const positionOf = (b: number, base: number, maxCtx: number) => Math.min(base + 5 * b, maxCtx);
-const tokens = (maxCtx: number, V: number, seed: number) => Int32Array.from({ length: maxCtx + 1 }, (_, i) => (i * 7919 + seed * 31) % V);
+const tokens = (maxCtx: number, V: number, seed: number) =>
+  Int32Array.from({ length: maxCtx + 1 }, (_, i) => (i * 7919 + seed * 31) % V);
 const untouched = (maxCtx: number) => Int32Array.from({ length: maxCtx + 1 }, (_, i) => -1 - i);
 
 const WEIGHT_DTYPES: readonly DtypeName[] = ["f32", "bf16", "f16"];
 
 /** A weight op's cases: every shape, weight storage type and batch. */
 function weightCases(shapes: readonly number[][], make: (shape: number[], w: DtypeName) => BatchSpec): KernelCase[] {
-  return shapes.flatMap((shape) => WEIGHT_DTYPES.flatMap((w) => BATCHES.map((B) => batchCase(make(shape, w), B, `weights ${w}`))));
+  return shapes.flatMap((shape) =>
+    WEIGHT_DTYPES.flatMap((w) => BATCHES.map((B) => batchCase(make(shape, w), B, `weights ${w}`))),
+  );
 }
 
 const embedSpec = ([T, C]: number[], w: DtypeName): BatchSpec => {
-  const V = 257, maxCtx = 48;
+  const V = 257,
+    maxCtx = 48;
   return {
-    kernel: "embed", shape: `T=${T} C=${C}`,
-    shared: (seed) => ({ wte: stored(w, randomFloats(V * C!, seed + 1)), wpe: stored(w, randomFloats(maxCtx * C!, seed + 2)) }),
+    kernel: "embed",
+    shape: `T=${T} C=${C}`,
+    shared: (seed) => ({
+      wte: stored(w, randomFloats(V * C!, seed + 1)),
+      wpe: stored(w, randomFloats(maxCtx * C!, seed + 2)),
+    }),
     sequence: (b, seed) => ({ seq: tokens(maxCtx, V, seed + b), state: stateAt(positionOf(b, 3, maxCtx - T!)) }),
     outputs: { out: T! * C! },
     run: (be, p, B, code) => be.ops.op_embed(p.out!, p.seq!, p.state!, p.wte!, p.wpe!, B, T!, C!, maxCtx, code(w)),
@@ -193,7 +227,8 @@ const embedSpec = ([T, C]: number[], w: DtypeName): BatchSpec => {
 };
 
 const linearSpec = ([C, OC]: number[], w: DtypeName): BatchSpec => ({
-  kernel: "linear", shape: `rows=B C=${C} OC=${OC}`,
+  kernel: "linear",
+  shape: `rows=B C=${C} OC=${OC}`,
   shared: (seed) => ({ w: stored(w, randomFloats(C! * OC!, seed + 6, 0.1)), b: randomFloats(OC!, seed + 7) }),
   sequence: (b, seed) => ({ inp: randomFloats(C!, seed + 5 + 100 * b) }),
   outputs: { out: OC! },
@@ -203,15 +238,22 @@ const linearSpec = ([C, OC]: number[], w: DtypeName): BatchSpec => ({
 const layerNorm = (C: number, seed: number) => ({ lnW: randomFloats(C, seed + 1), lnB: randomFloats(C, seed + 2) });
 
 const lnLinearGeluSpec = ([C, OC]: number[], w: DtypeName): BatchSpec => ({
-  kernel: "ln_linear_gelu", shape: `C=${C} OC=${OC}`,
-  shared: (seed) => ({ ...layerNorm(C!, seed + 50), w: stored(w, randomFloats(C! * OC!, seed + 53, 0.1)), b: randomFloats(OC!, seed + 54) }),
+  kernel: "ln_linear_gelu",
+  shape: `C=${C} OC=${OC}`,
+  shared: (seed) => ({
+    ...layerNorm(C!, seed + 50),
+    w: stored(w, randomFloats(C! * OC!, seed + 53, 0.1)),
+    b: randomFloats(OC!, seed + 54),
+  }),
   sequence: (b, seed) => ({ x: randomFloats(C!, seed + 55 + 100 * b, 3) }),
   outputs: { out: OC! },
-  run: (be, p, B, code) => be.ops.op_ln_linear_gelu(p.out!, p.partials!, p.x!, p.lnW!, p.lnB!, p.w!, p.b!, B, C!, OC!, EPS, code(w)),
+  run: (be, p, B, code) =>
+    be.ops.op_ln_linear_gelu(p.out!, p.partials!, p.x!, p.lnW!, p.lnB!, p.w!, p.b!, B, C!, OC!, EPS, code(w)),
 });
 
 const linearResidualSpec = ([C, OC]: number[], w: DtypeName): BatchSpec => ({
-  kernel: "linear_residual", shape: `C=${C} OC=${OC}`,
+  kernel: "linear_residual",
+  shape: `C=${C} OC=${OC}`,
   shared: (seed) => ({ w: stored(w, randomFloats(C! * OC!, seed + 62, 0.1)), b: randomFloats(OC!, seed + 63) }),
   sequence: (b, seed) => ({ x: randomFloats(OC!, seed + 60 + 100 * b), inp: randomFloats(C!, seed + 61 + 100 * b) }),
   outputs: {},
@@ -220,7 +262,8 @@ const linearResidualSpec = ([C, OC]: number[], w: DtypeName): BatchSpec => ({
 });
 
 const lmHeadSpec = ([T, C, V]: number[], w: DtypeName): BatchSpec => ({
-  kernel: "lm_head", shape: `T=${T} C=${C} V=${V}`,
+  kernel: "lm_head",
+  shape: `T=${T} C=${C} V=${V}`,
   shared: (seed) => ({ wte: stored(w, randomFloats(V! * C!, seed + 14, 0.1)) }),
   sequence: (b, seed) => ({ inp: randomFloats(T! * C!, seed + 13 + 100 * b) }),
   outputs: { logits: V! },
@@ -229,8 +272,16 @@ const lmHeadSpec = ([T, C, V]: number[], w: DtypeName): BatchSpec => ({
 
 /** Each sequence's token: the rule on the device's own logits (a near-tie may break either way between two summation
  *  orders), written only below max_ctx; every position advanced by T. */
-function tokensFollowLogits(device: Results, sequences: Record<string, Data>[], V: number, T: number, maxCtx: number): boolean {
-  const logits = device.floats("logits"), seq = device.ints("seq"), state = device.ints("state");
+function tokensFollowLogits(
+  device: Results,
+  sequences: Record<string, Data>[],
+  V: number,
+  T: number,
+  maxCtx: number,
+): boolean {
+  const logits = device.floats("logits"),
+    seq = device.ints("seq"),
+    state = device.ints("state");
   return sequences.every((s, b) => {
     const pos = (s.state as Int32Array)[0]!;
     const mine = seq.subarray(b * (maxCtx + 1), (b + 1) * (maxCtx + 1));
@@ -243,12 +294,33 @@ function tokensFollowLogits(device: Results, sequences: Record<string, Data>[], 
 const lnLmHeadArgmaxSpec = ([C, V]: number[], w: DtypeName): BatchSpec => {
   const maxCtx = 16;
   return {
-    kernel: "ln_lm_head_argmax", shape: `C=${C} V=${V} max_ctx=${maxCtx}`,
+    kernel: "ln_lm_head_argmax",
+    shape: `C=${C} V=${V} max_ctx=${maxCtx}`,
     shared: (seed) => ({ ...layerNorm(C!, seed + 70), wte: stored(w, randomFloats(V! * C!, seed + 73, 0.1)) }),
-    sequence: (b, seed) => ({ x: randomFloats(C!, seed + 74 + 100 * b, 3), seq: untouched(maxCtx), state: stateAt(positionOf(b, 1, maxCtx)) }),
+    sequence: (b, seed) => ({
+      x: randomFloats(C!, seed + 74 + 100 * b, 3),
+      seq: untouched(maxCtx),
+      state: stateAt(positionOf(b, 1, maxCtx)),
+    }),
     outputs: { logits: V! },
     updated: ["seq", "state"],
-    run: (be, p, B, code) => be.ops.op_ln_lm_head_argmax(p.logits!, p.seq!, p.state!, p.partials!, p.x!, p.lnW!, p.lnB!, p.wte!, B, C!, V!, maxCtx, EPS, code(w)),
+    run: (be, p, B, code) =>
+      be.ops.op_ln_lm_head_argmax(
+        p.logits!,
+        p.seq!,
+        p.state!,
+        p.partials!,
+        p.x!,
+        p.lnW!,
+        p.lnB!,
+        p.wte!,
+        B,
+        C!,
+        V!,
+        maxCtx,
+        EPS,
+        code(w),
+      ),
     exact: (device, _cpu, sequences) => tokensFollowLogits(device, sequences, V!, 1, maxCtx),
   };
 };
@@ -257,7 +329,8 @@ const lnLmHeadArgmaxSpec = ([C, V]: number[], w: DtypeName): BatchSpec => {
 const argmaxSpec = ([V, T]: number[]): BatchSpec => {
   const maxCtx = 32;
   return {
-    kernel: "argmax", shape: `V=${V} T=${T} max_ctx=${maxCtx}`,
+    kernel: "argmax",
+    shape: `V=${V} T=${T} max_ctx=${maxCtx}`,
     shared: () => ({}),
     sequence: (b, seed) => {
       const logits = randomFloats(V!, seed + 15 + 100 * b);
@@ -271,7 +344,10 @@ const argmaxSpec = ([V, T]: number[]): BatchSpec => {
       const same = (n: string) => device.ints(n).every((x, i) => x === cpu.ints(n)[i]);
       const rule = sequences.every((s, b) => {
         const pos = (s.state as Int32Array)[0]!;
-        return pos + T! > maxCtx || device.ints("seq")[b * (maxCtx + 1) + pos + T!] === expectedArgmax(s.logits as Float32Array);
+        return (
+          pos + T! > maxCtx ||
+          device.ints("seq")[b * (maxCtx + 1) + pos + T!] === expectedArgmax(s.logits as Float32Array)
+        );
       });
       return same("seq") && same("state") && rule;
     },
@@ -293,11 +369,13 @@ function qkvRows(T: number, C: number, kv: DtypeName, seed: number): Float32Arra
 
 /** kv_append then attention for T new rows of each sequence at its own position. */
 const attentionSpec = ([T, C, nHead, maxCtx]: number[], kv: DtypeName): BatchSpec => ({
-  kernel: "kv_append+attention", shape: `T=${T} C=${C} heads=${nHead} max_ctx=${maxCtx}`,
+  kernel: "kv_append+attention",
+  shape: `T=${T} C=${C} heads=${nHead} max_ctx=${maxCtx}`,
   shared: () => ({}),
   sequence: (b, seed) => ({
     qkv: qkvRows(T!, C!, kv, seed + 20 + 100 * b),
-    k: cache(kv, maxCtx!, C!, seed + 21 + 100 * b), v: cache(kv, maxCtx!, C!, seed + 22 + 100 * b),
+    k: cache(kv, maxCtx!, C!, seed + 21 + 100 * b),
+    v: cache(kv, maxCtx!, C!, seed + 22 + 100 * b),
     state: stateAt(positionOf(b, b === 0 ? 0 : 7, maxCtx! - T!)),
   }),
   outputs: { out: T! * C! },
@@ -308,21 +386,49 @@ const attentionSpec = ([T, C, nHead, maxCtx]: number[], kv: DtypeName): BatchSpe
     be.ops.op_attention(p.out!, p.scratch!, p.qkv!, p.k!, p.v!, p.state!, B, T!, C!, nHead!, maxCtx!, code(kv));
   },
   // the cache rows: the twin's values rounded to the cache's type, exactly (src/model/dtypes.ts's rounding)
-  exact: (device, cpu) => ["k", "v"].every((n) => sameBytes(device.bytes[n]!, new Uint8Array(encode(kv, roundInPlace(kv, cpu.floats(n).slice())).buffer))),
+  exact: (device, cpu) =>
+    ["k", "v"].every((n) =>
+      sameBytes(device.bytes[n]!, new Uint8Array(encode(kv, roundInPlace(kv, cpu.floats(n).slice())).buffer)),
+    ),
 });
 
 /** ln_qkv: qkv within the tolerance; each sequence's cache row pos_b = the device's own k and v thirds rounded to the
  *  cache's type (when below max_ctx), every other row as it was. */
 const lnQkvSpec = ([C, maxCtx]: number[], w: DtypeName, kv: DtypeName): BatchSpec => ({
-  kernel: "ln_qkv", shape: `C=${C} max_ctx=${maxCtx}`,
-  shared: (seed) => ({ ...layerNorm(C!, seed + 40), w: stored(w, randomFloats(C! * 3 * C!, seed + 43, 0.1)), b: randomFloats(3 * C!, seed + 44) }),
+  kernel: "ln_qkv",
+  shape: `C=${C} max_ctx=${maxCtx}`,
+  shared: (seed) => ({
+    ...layerNorm(C!, seed + 40),
+    w: stored(w, randomFloats(C! * 3 * C!, seed + 43, 0.1)),
+    b: randomFloats(3 * C!, seed + 44),
+  }),
   sequence: (b, seed) => ({
-    x: randomFloats(C!, seed + 45 + 100 * b, 3), state: stateAt(positionOf(b, 2, maxCtx!)),
-    k: cache(kv, maxCtx!, C!, seed + 46 + 100 * b), v: cache(kv, maxCtx!, C!, seed + 47 + 100 * b),
+    x: randomFloats(C!, seed + 45 + 100 * b, 3),
+    state: stateAt(positionOf(b, 2, maxCtx!)),
+    k: cache(kv, maxCtx!, C!, seed + 46 + 100 * b),
+    v: cache(kv, maxCtx!, C!, seed + 47 + 100 * b),
   }),
   outputs: { qkv: 3 * C! },
   updated: ["k", "v"],
-  run: (be, p, B, code) => be.ops.op_ln_qkv(p.qkv!, p.k!, p.v!, p.partials!, p.x!, p.lnW!, p.lnB!, p.w!, p.b!, p.state!, B, C!, maxCtx!, EPS, code(w), code(kv)),
+  run: (be, p, B, code) =>
+    be.ops.op_ln_qkv(
+      p.qkv!,
+      p.k!,
+      p.v!,
+      p.partials!,
+      p.x!,
+      p.lnW!,
+      p.lnB!,
+      p.w!,
+      p.b!,
+      p.state!,
+      B,
+      C!,
+      maxCtx!,
+      EPS,
+      code(w),
+      code(kv),
+    ),
   exact: (device, _cpu, sequences) => {
     const qkv = device.floats("qkv");
     return ["k", "v"].every((n, third) => {
@@ -330,7 +436,8 @@ const lnQkvSpec = ([C, maxCtx]: number[], w: DtypeName, kv: DtypeName): BatchSpe
       return sequences.every((s, b) => {
         const pos = (s.state as Int32Array)[0]!;
         const want = (s[n] as Stored).values.slice();
-        if (pos < maxCtx!) want.set(roundInPlace(kv, qkv.slice((3 * b + 1 + third) * C!, (3 * b + 2 + third) * C!)), pos * C!);
+        if (pos < maxCtx!)
+          want.set(roundInPlace(kv, qkv.slice((3 * b + 1 + third) * C!, (3 * b + 2 + third) * C!)), pos * C!);
         const mine = got.subarray(b * maxCtx! * C!, (b + 1) * maxCtx! * C!);
         return mine.every((x, i) => Object.is(x, want[i]));
       });
@@ -342,45 +449,145 @@ const lnQkvSpec = ([C, maxCtx]: number[], w: DtypeName, kv: DtypeName): BatchSpe
 export function roundingEdges(): Float32Array {
   // half an ulp of 1 is 2^-11 in f16, 2^-8 in bf16: 1 + that ties down to even, 1 + 3 x that up
   const edges = [
-    0, -0, 1, -1, 1 + 2 ** -11, 1 + 3 * 2 ** -11, 1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -8 + 2 ** -20, 1 - 2 ** -12,
-    2 ** -24, 1.5 * 2 ** -24, 2 ** -25, 1.0001 * 2 ** -25, 3 * 2 ** -26, 2 ** -14, 2 ** -14 - 2 ** -25, 1e-6, -3e-8,
-    65504, 65519, 65520, 70000, -1e5, 3.4e38, 1e-40, -1e-45, Math.PI, -Math.E,
+    0,
+    -0,
+    1,
+    -1,
+    1 + 2 ** -11,
+    1 + 3 * 2 ** -11,
+    1 + 2 ** -8,
+    1 + 3 * 2 ** -8,
+    1 + 2 ** -8 + 2 ** -20,
+    1 - 2 ** -12,
+    2 ** -24,
+    1.5 * 2 ** -24,
+    2 ** -25,
+    1.0001 * 2 ** -25,
+    3 * 2 ** -26,
+    2 ** -14,
+    2 ** -14 - 2 ** -25,
+    1e-6,
+    -3e-8,
+    65504,
+    65519,
+    65520,
+    70000,
+    -1e5,
+    3.4e38,
+    1e-40,
+    -1e-45,
+    Math.PI,
+    -Math.E,
   ];
   return Float32Array.from({ length: 64 }, (_, i) => edges[i % edges.length]! * (i < edges.length ? 1 : -1));
 }
 
 /** kv_append of edge values: every cache element exactly src/model/dtypes.ts's rounding, on both backends. */
 const roundingCases: KernelCase[] = KV_DTYPES.map((kv) => ({
-  kernel: "kv_append", shape: `C=64, ties, subnormals, overflow and -0 into a ${kv} cache, exactly as src/model/dtypes.ts rounds`,
+  kernel: "kv_append",
+  shape: `C=64, ties, subnormals, overflow and -0 into a ${kv} cache, exactly as src/model/dtypes.ts rounds`,
   run: (pair: Pair) => {
-    const C = 64, maxCtx = 2;
+    const C = 64,
+      maxCtx = 2;
     const qkv = new Float32Array(3 * C);
     qkv.set(roundingEdges(), C);
-    qkv.set(roundingEdges().map((x) => -x), 2 * C);
+    qkv.set(
+      roundingEdges().map((x) => -x),
+      2 * C,
+    );
     const want = [encode(kv, qkv.slice(C, 2 * C)), encode(kv, qkv.slice(2 * C))].map((a) => new Uint8Array(a.buffer));
     return [pair.device, pair.cpu].every((arena) => {
-      const k = arena.zeroed(maxCtx * C), v = arena.zeroed(maxCtx * C);
-      arena.backend.ops.op_kv_append(k.ptr, v.ptr, arena.put(qkv).ptr, arena.put(stateAt(1)).ptr, 1, 1, C, maxCtx, DTYPES[kv]);
+      const k = arena.zeroed(maxCtx * C),
+        v = arena.zeroed(maxCtx * C);
+      arena.backend.ops.op_kv_append(
+        k.ptr,
+        v.ptr,
+        arena.put(qkv).ptr,
+        arena.put(stateAt(1)).ptr,
+        1,
+        1,
+        C,
+        maxCtx,
+        DTYPES[kv],
+      );
       const rowBytes = C * DTYPE_BYTES[kv];
       const got = [k, v].map((b) => arena.bytes(b).subarray(rowBytes, 2 * rowBytes));
       if (arena === pair.device) for (const [i, g] of got.entries()) pair.note(i ? "v" : "k", asWords(g));
       return got.every((g, i) => sameBytes(g, want[i]!));
-    }) ? 0 : Infinity;
+    })
+      ? 0
+      : Infinity;
   },
 }));
 
 export const BATCH_DTYPE_CASES: KernelCase[] = [
   ...roundingCases,
-  ...weightCases([[1, 128], [2, 132]], embedSpec),
-  ...weightCases([[320, 136], [96, 101]], linearSpec),
-  ...weightCases([[320, 264], [90, 70]], lnLinearGeluSpec),
-  ...weightCases([[520, 96], [96, 101]], linearResidualSpec),
+  ...weightCases(
+    [
+      [1, 128],
+      [2, 132],
+    ],
+    embedSpec,
+  ),
+  ...weightCases(
+    [
+      [320, 136],
+      [96, 101],
+    ],
+    linearSpec,
+  ),
+  ...weightCases(
+    [
+      [320, 264],
+      [90, 70],
+    ],
+    lnLinearGeluSpec,
+  ),
+  ...weightCases(
+    [
+      [520, 96],
+      [96, 101],
+    ],
+    linearResidualSpec,
+  ),
   // C = 1600: 4 sequences' rows fit the LM head's shared memory (a 4-row kernel reads 4), so 8 take two launches
-  ...weightCases([[2, 136, 1001], [1, 130, 517], [1, 1600, 517]], lmHeadSpec),
-  ...weightCases([[136, 1001], [1600, 517]], lnLmHeadArgmaxSpec),
-  ...[[1001, 1], [4096, 2]].flatMap((shape) => BATCHES.map((B) => batchCase(argmaxSpec(shape), B, "fp32 logits"))),
-  ...[[1, 128, 2, 80], [2, 96, 3, 40], [1, 90, 3, 24]].flatMap((shape) =>
-    KV_DTYPES.flatMap((kv) => BATCHES.map((B) => batchCase(attentionSpec(shape, kv), B, `cache ${kv}`)))),
-  ...([["f32", "f32"], ["bf16", "bf16"], ["f16", "f16"], ["f32", "bf16"]] as const).flatMap(([w, kv]) =>
-    [[264, 24], [90, 16]].flatMap((shape) => BATCHES.map((B) => batchCase(lnQkvSpec(shape, w, kv), B, `weights ${w}, cache ${kv}`)))),
+  ...weightCases(
+    [
+      [2, 136, 1001],
+      [1, 130, 517],
+      [1, 1600, 517],
+    ],
+    lmHeadSpec,
+  ),
+  ...weightCases(
+    [
+      [136, 1001],
+      [1600, 517],
+    ],
+    lnLmHeadArgmaxSpec,
+  ),
+  ...[
+    [1001, 1],
+    [4096, 2],
+  ].flatMap((shape) => BATCHES.map((B) => batchCase(argmaxSpec(shape), B, "fp32 logits"))),
+  ...[
+    [1, 128, 2, 80],
+    [2, 96, 3, 40],
+    [1, 90, 3, 24],
+  ].flatMap((shape) =>
+    KV_DTYPES.flatMap((kv) => BATCHES.map((B) => batchCase(attentionSpec(shape, kv), B, `cache ${kv}`))),
+  ),
+  ...(
+    [
+      ["f32", "f32"],
+      ["bf16", "bf16"],
+      ["f16", "f16"],
+      ["f32", "bf16"],
+    ] as const
+  ).flatMap(([w, kv]) =>
+    [
+      [264, 24],
+      [90, 16],
+    ].flatMap((shape) => BATCHES.map((B) => batchCase(lnQkvSpec(shape, w, kv), B, `weights ${w}, cache ${kv}`))),
+  ),
 ];

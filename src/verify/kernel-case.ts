@@ -37,8 +37,13 @@ export class Pair {
     this.deviceOutputs.push([name, data]);
   }
 
-  private runOn(arena: DeviceArena, inputs: Record<string, Input>, outputs: Record<string, number>, inOut: string[],
-                run: (b: Backend, p: Pointers) => void) {
+  private runOn(
+    arena: DeviceArena,
+    inputs: Record<string, Input>,
+    outputs: Record<string, number>,
+    inOut: string[],
+    run: (b: Backend, p: Pointers) => void,
+  ) {
     const p: Pointers = { partials: this.partials(arena) };
     const given = Object.fromEntries(Object.entries(inputs).map(([name, data]) => [name, arena.put(data)]));
     for (const [name, b] of Object.entries(given)) p[name] = b.ptr;
@@ -50,7 +55,12 @@ export class Pair {
   }
 
   /** max relative error of the device's outputs (and the inputs named in inOut, which the op updates) against the CPU's */
-  compare(inputs: Record<string, Input>, outputs: Record<string, number>, run: (b: Backend, p: Pointers) => void, inOut: string[] = []): number {
+  compare(
+    inputs: Record<string, Input>,
+    outputs: Record<string, number>,
+    run: (b: Backend, p: Pointers) => void,
+    inOut: string[] = [],
+  ): number {
     const got = this.runOn(this.device, inputs, outputs, inOut, run);
     for (const [name, data] of Object.entries(got)) this.note(name, data);
     const want = this.runOn(this.cpu, inputs, outputs, inOut, run);
@@ -79,4 +89,3 @@ export function expectedArgmax(logits: ArrayLike<number>): number {
   for (let v = 0; v < logits.length; v++) if (best < 0 ? logits[v]! >= -Infinity : logits[v]! > logits[best]!) best = v;
   return Math.max(best, 0);
 }
-

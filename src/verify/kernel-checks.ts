@@ -25,44 +25,99 @@ export interface KernelRow {
   ok: boolean;
 }
 
-const embedCases = ([[1, 768], [4, 128], [3, 1600], [2, 130]] as const).map(([T, C]): KernelCase => ({
-  kernel: "embed", shape: `T=${T} C=${C}`,
-  run: (pair, seed) => {
-    const V = 1001, maxCtx = 64, pos = 9;
-    const seq = Int32Array.from({ length: maxCtx + 1 }, (_, i) => (i * 7919 + seed) % V);
-    return pair.compare({ seq, state: stateAt(pos), wte: randomFloats(V * C, seed + 1), wpe: randomFloats(maxCtx * C, seed + 2) }, { out: T * C },
-      (b, p) => b.ops.op_embed(p.out!, p.seq!, p.state!, p.wte!, p.wpe!, 1, T, C, maxCtx, F32));
-  },
-}));
+const embedCases = (
+  [
+    [1, 768],
+    [4, 128],
+    [3, 1600],
+    [2, 130],
+  ] as const
+).map(
+  ([T, C]): KernelCase => ({
+    kernel: "embed",
+    shape: `T=${T} C=${C}`,
+    run: (pair, seed) => {
+      const V = 1001,
+        maxCtx = 64,
+        pos = 9;
+      const seq = Int32Array.from({ length: maxCtx + 1 }, (_, i) => (i * 7919 + seed) % V);
+      return pair.compare(
+        { seq, state: stateAt(pos), wte: randomFloats(V * C, seed + 1), wpe: randomFloats(maxCtx * C, seed + 2) },
+        { out: T * C },
+        (b, p) => b.ops.op_embed(p.out!, p.seq!, p.state!, p.wte!, p.wpe!, 1, T, C, maxCtx, F32),
+      );
+    },
+  }),
+);
 
-const layernormCases = ([[1, 768], [7, 128], [2, 1600], [3, 100]] as const).map(([T, C]): KernelCase => ({
-  kernel: "layernorm", shape: `T=${T} C=${C}`,
-  run: (pair, seed) => pair.compare({ inp: randomFloats(T * C, seed + C, 3), w: randomFloats(C, seed + 3), b: randomFloats(C, seed + 4) }, { out: T * C },
-    (b, p) => b.ops.op_layernorm(p.out!, p.inp!, p.w!, p.b!, T, C, 1e-5)),
-}));
+const layernormCases = (
+  [
+    [1, 768],
+    [7, 128],
+    [2, 1600],
+    [3, 100],
+  ] as const
+).map(
+  ([T, C]): KernelCase => ({
+    kernel: "layernorm",
+    shape: `T=${T} C=${C}`,
+    run: (pair, seed) =>
+      pair.compare(
+        { inp: randomFloats(T * C, seed + C, 3), w: randomFloats(C, seed + 3), b: randomFloats(C, seed + 4) },
+        { out: T * C },
+        (b, p) => b.ops.op_layernorm(p.out!, p.inp!, p.w!, p.b!, T, C, 1e-5),
+      ),
+  }),
+);
 
 const LINEAR_SHAPES = [
-  [1, 768, 2304], [1, 768, 768], [1, 768, 3072], [1, 3072, 768], [1, 1600, 6400], [1, 6400, 1600], [1, 128, 384],
+  [1, 768, 2304],
+  [1, 768, 768],
+  [1, 768, 3072],
+  [1, 3072, 768],
+  [1, 1600, 6400],
+  [1, 6400, 1600],
+  [1, 128, 384],
   [1, 96, 101], // OC % 4 != 0: the scalar matvec
-  [5, 768, 2304], [64, 128, 512], [33, 100, 70], [2, 3072, 768],
+  [5, 768, 2304],
+  [64, 128, 512],
+  [33, 100, 70],
+  [2, 3072, 768],
 ] as const;
-const linearCases = LINEAR_SHAPES.map(([T, C, OC]): KernelCase => ({
-  kernel: "linear", shape: `T=${T} C=${C} OC=${OC}`,
-  run: (pair, seed) => pair.compare({ inp: randomFloats(T * C, seed + 5), w: randomFloats(C * OC, seed + 6, 0.1), b: randomFloats(OC, seed + 7) }, { out: T * OC },
-    (b, p) => b.ops.op_linear(p.out!, p.partials!, p.inp!, p.w!, p.b!, T, C, OC, F32)),
-}));
+const linearCases = LINEAR_SHAPES.map(
+  ([T, C, OC]): KernelCase => ({
+    kernel: "linear",
+    shape: `T=${T} C=${C} OC=${OC}`,
+    run: (pair, seed) =>
+      pair.compare(
+        { inp: randomFloats(T * C, seed + 5), w: randomFloats(C * OC, seed + 6, 0.1), b: randomFloats(OC, seed + 7) },
+        { out: T * OC },
+        (b, p) => b.ops.op_linear(p.out!, p.partials!, p.inp!, p.w!, p.b!, T, C, OC, F32),
+      ),
+  }),
+);
 
 const elementwiseCases = [1, 1000, 100_003, 768 * 4 * 5].flatMap((N): KernelCase[] => [
-  { kernel: "gelu", shape: `N=${N}`, run: (pair, seed) => pair.compare({ a: randomFloats(N, seed + 8, 4) }, { out: N }, (b, p) => b.ops.op_gelu(p.out!, p.a!, N)) },
   {
-    kernel: "residual", shape: `N=${N}`,
-    run: (pair, seed) => pair.compare({ a: randomFloats(N, seed + 9), b: randomFloats(N, seed + 10) }, { out: N }, (b, p) => b.ops.op_residual(p.out!, p.a!, p.b!, N)),
+    kernel: "gelu",
+    shape: `N=${N}`,
+    run: (pair, seed) =>
+      pair.compare({ a: randomFloats(N, seed + 8, 4) }, { out: N }, (b, p) => b.ops.op_gelu(p.out!, p.a!, N)),
+  },
+  {
+    kernel: "residual",
+    shape: `N=${N}`,
+    run: (pair, seed) =>
+      pair.compare({ a: randomFloats(N, seed + 9), b: randomFloats(N, seed + 10) }, { out: N }, (b, p) =>
+        b.ops.op_residual(p.out!, p.a!, p.b!, N),
+      ),
   },
 ]);
 
 /** GELU's negative tail, where 0.5 x (1 + tanh u) cancels: each element's error relative to that element. */
 const geluTail: KernelCase = {
-  kernel: "gelu", shape: "N=81, x in -10..-2 (the negative tail), each element against itself",
+  kernel: "gelu",
+  shape: "N=81, x in -10..-2 (the negative tail), each element against itself",
   run: (pair) => {
     const x = Float32Array.from({ length: 81 }, (_, i) => -10 + i / 10);
     const on = (arena: DeviceArena) => {
@@ -70,17 +125,20 @@ const geluTail: KernelCase = {
       arena.backend.ops.op_gelu(out.ptr, arena.put(x).ptr, x.length);
       return arena.floats(out);
     };
-    const got = on(pair.device), want = on(pair.cpu);
+    const got = on(pair.device),
+      want = on(pair.cpu);
     pair.note("out", got);
     return Math.max(...Array.from(got, (g, i) => maxRelativeError(Float32Array.of(g), Float32Array.of(want[i]!))));
   },
 };
 
 const residualInPlace: KernelCase = {
-  kernel: "residual", shape: "N=4099, out aliases a",
+  kernel: "residual",
+  shape: "N=4099, out aliases a",
   run: (pair, seed) => {
     const N = 4099;
-    const a = randomFloats(N, seed + 11), bIn = randomFloats(N, seed + 12);
+    const a = randomFloats(N, seed + 11),
+      bIn = randomFloats(N, seed + 12);
     const on = (arena: DeviceArena) => {
       const pa = arena.put(a);
       arena.backend.ops.op_residual(pa.ptr, pa.ptr, arena.put(bIn).ptr, N);
@@ -92,11 +150,25 @@ const residualInPlace: KernelCase = {
   },
 };
 
-const lmHeadCases = ([[1, 768, 50257], [3, 128, 1001], [1, 1600, 5003], [2, 130, 999]] as const).map(([T, C, V]): KernelCase => ({
-  kernel: "lm_head", shape: `T=${T} C=${C} V=${V}`,
-  run: (pair, seed) => pair.compare({ inp: randomFloats(T * C, seed + 13), wte: randomFloats(V * C, seed + 14, 0.1) }, { logits: V },
-    (b, p) => b.ops.op_lm_head(p.logits!, p.inp!, p.wte!, 1, T, C, V, F32)),
-}));
+const lmHeadCases = (
+  [
+    [1, 768, 50257],
+    [3, 128, 1001],
+    [1, 1600, 5003],
+    [2, 130, 999],
+  ] as const
+).map(
+  ([T, C, V]): KernelCase => ({
+    kernel: "lm_head",
+    shape: `T=${T} C=${C} V=${V}`,
+    run: (pair, seed) =>
+      pair.compare(
+        { inp: randomFloats(T * C, seed + 13), wte: randomFloats(V * C, seed + 14, 0.1) },
+        { logits: V },
+        (b, p) => b.ops.op_lm_head(p.logits!, p.inp!, p.wte!, 1, T, C, V, F32),
+      ),
+  }),
+);
 
 /** The logits an argmax case scans: random, with a pattern that makes the rule matter. */
 type ArgmaxPattern = "tie" | "nan" | "all-nan";
@@ -113,36 +185,52 @@ function argmaxLogits(V: number, seed: number, pattern: ArgmaxPattern): Float32A
 }
 
 /** argmax: seq and state must match the CPU's and the rule exactly (error 0 or ∞). */
-const argmaxCases = ([
-  [50257, 1, 5, 1024, "tie"], [1001, 1, 63, 64, "tie"], [1001, 1, 64, 64, "tie"], [999, 4, 60, 64, "tie"], [3, 2, 10, 64, "tie"],
-  [50257, 1, 5, 1024, "nan"], [5003, 1, 5, 64, "all-nan"],
-] as const).map(([V, T, pos, maxCtx, pattern]): KernelCase => ({
-  kernel: "argmax", shape: `V=${V} T=${T} pos=${pos} max_ctx=${maxCtx} ${pattern}`,
-  run: (pair, seed) => {
-    const logits = argmaxLogits(V, seed + 15 + pos, pattern);
-    const on = (arena: DeviceArena) => {
-      const seq = arena.put(Int32Array.from({ length: maxCtx + 1 }, (_, i) => -1 - i));
-      const state = arena.put(stateAt(pos));
-      arena.backend.ops.op_argmax(seq.ptr, state.ptr, pair.partials(arena), arena.put(logits).ptr, 1, V, T, maxCtx);
-      return Int32Array.of(...arena.ints(seq), ...arena.ints(state));
-    };
-    const got = on(pair.device), want = on(pair.cpu);
-    pair.note("seq+state", got);
-    const next = pos + T <= maxCtx ? want[pos + T] === expectedArgmax(logits) : true;
-    return got.every((x, i) => x === want[i]) && want[maxCtx + 1] === pos + T && next ? 0 : Infinity;
-  },
-}));
+const argmaxCases = (
+  [
+    [50257, 1, 5, 1024, "tie"],
+    [1001, 1, 63, 64, "tie"],
+    [1001, 1, 64, 64, "tie"],
+    [999, 4, 60, 64, "tie"],
+    [3, 2, 10, 64, "tie"],
+    [50257, 1, 5, 1024, "nan"],
+    [5003, 1, 5, 64, "all-nan"],
+  ] as const
+).map(
+  ([V, T, pos, maxCtx, pattern]): KernelCase => ({
+    kernel: "argmax",
+    shape: `V=${V} T=${T} pos=${pos} max_ctx=${maxCtx} ${pattern}`,
+    run: (pair, seed) => {
+      const logits = argmaxLogits(V, seed + 15 + pos, pattern);
+      const on = (arena: DeviceArena) => {
+        const seq = arena.put(Int32Array.from({ length: maxCtx + 1 }, (_, i) => -1 - i));
+        const state = arena.put(stateAt(pos));
+        arena.backend.ops.op_argmax(seq.ptr, state.ptr, pair.partials(arena), arena.put(logits).ptr, 1, V, T, maxCtx);
+        return Int32Array.of(...arena.ints(seq), ...arena.ints(state));
+      };
+      const got = on(pair.device),
+        want = on(pair.cpu);
+      pair.note("seq+state", got);
+      const next = pos + T <= maxCtx ? want[pos + T] === expectedArgmax(logits) : true;
+      return got.every((x, i) => x === want[i]) && want[maxCtx + 1] === pos + T && next ? 0 : Infinity;
+    },
+  }),
+);
 
 /** kv_append then attention for T new rows at pos: the cache rows exactly, the output within tolerance. */
 export function attentionCase(T: number, pos: number, C: number, nHead: number, maxCtx: number): KernelCase {
   return {
-    kernel: "kv_append+attention", shape: `T=${T} pos=${pos} C=${C} heads=${nHead} max_ctx=${maxCtx}`,
+    kernel: "kv_append+attention",
+    shape: `T=${T} pos=${pos} C=${C} heads=${nHead} max_ctx=${maxCtx}`,
     run: (pair, seed) => {
       const qkv = randomFloats(T * 3 * C, seed + 20 + pos, 2);
-      const k = randomFloats(maxCtx * C, seed + 21), v = randomFloats(maxCtx * C, seed + 22);
+      const k = randomFloats(maxCtx * C, seed + 21),
+        v = randomFloats(maxCtx * C, seed + 22);
       const on = (arena: DeviceArena) => {
         const b = arena.backend;
-        const pk = arena.put(k), pv = arena.put(v), pq = arena.put(qkv), st = arena.put(stateAt(pos));
+        const pk = arena.put(k),
+          pv = arena.put(v),
+          pq = arena.put(qkv),
+          st = arena.put(stateAt(pos));
         const scratchBytes = b.attentionScratchBytes(T, C, nHead, maxCtx);
         const scratch = scratchBytes > 0 ? arena.zeroed(scratchBytes / 4).ptr : 0;
         const out = arena.poisoned(T * C);
@@ -150,7 +238,8 @@ export function attentionCase(T: number, pos: number, C: number, nHead: number, 
         b.ops.op_attention(out.ptr, scratch, pq.ptr, pk.ptr, pv.ptr, st.ptr, 1, T, C, nHead, maxCtx, F32);
         return { out: arena.floats(out), k: arena.floats(pk), v: arena.floats(pv) };
       };
-      const got = on(pair.device), want = on(pair.cpu);
+      const got = on(pair.device),
+        want = on(pair.cpu);
       pair.note("out", got.out);
       const cacheExact = maxRelativeError(got.k, want.k) === 0 && maxRelativeError(got.v, want.v) === 0;
       return cacheExact ? maxRelativeError(got.out, want.out) : Infinity;
@@ -159,8 +248,16 @@ export function attentionCase(T: number, pos: number, C: number, nHead: number, 
 }
 
 const ATTENTION_SHAPES = [
-  [1, 0, 768, 12, 1024], [1, 63, 768, 12, 1024], [1, 64, 768, 12, 1024], [1, 700, 768, 12, 1024], [1, 1023, 768, 12, 1024],
-  [4, 1020, 768, 12, 1024], [6, 10, 768, 12, 1024], [3, 61, 128, 2, 64], [5, 0, 128, 2, 64], [1, 200, 1600, 25, 256],
+  [1, 0, 768, 12, 1024],
+  [1, 63, 768, 12, 1024],
+  [1, 64, 768, 12, 1024],
+  [1, 700, 768, 12, 1024],
+  [1, 1023, 768, 12, 1024],
+  [4, 1020, 768, 12, 1024],
+  [6, 10, 768, 12, 1024],
+  [3, 61, 128, 2, 64],
+  [5, 0, 128, 2, 64],
+  [1, 200, 1600, 25, 256],
   [2, 30, 96, 3, 40], // head size 32, a partial last chunk
   [1, 100, 1024, 8, 128], // head size 128
   [2, 20, 90, 3, 64], // head size 30: scalar key reads
@@ -168,65 +265,180 @@ const ATTENTION_SHAPES = [
 
 // ---- the fused decode ops (one row) -------------------------------------------------------------------------
 const EPS = 1e-5;
-const layerNormInputs = (C: number, seed: number) =>
-  ({ x: randomFloats(C, seed, 3), lnW: randomFloats(C, seed + 1), lnB: randomFloats(C, seed + 2) });
+const layerNormInputs = (C: number, seed: number) => ({
+  x: randomFloats(C, seed, 3),
+  lnW: randomFloats(C, seed + 1),
+  lnB: randomFloats(C, seed + 2),
+});
 
 /** qkv, and the caches: row pos written (when below max_ctx), every other row as it was. */
-const lnQkvCases = ([[768, 5, 1024], [128, 63, 64], [128, 64, 64], [90, 7, 16], [1600, 3, 16]] as const).map(([C, pos, maxCtx]): KernelCase => ({
-  kernel: "ln_qkv", shape: `C=${C} pos=${pos} max_ctx=${maxCtx}${C % 4 ? " (scalar)" : ""}`,
-  run: (pair, seed) => pair.compare({
-    ...layerNormInputs(C, seed + 40), w: randomFloats(C * 3 * C, seed + 43, 0.1), b: randomFloats(3 * C, seed + 44), state: stateAt(pos),
-    k: randomFloats(maxCtx * C, seed + 45), v: randomFloats(maxCtx * C, seed + 46),
-  }, { qkv: 3 * C }, (b, p) => b.ops.op_ln_qkv(p.qkv!, p.k!, p.v!, p.partials!, p.x!, p.lnW!, p.lnB!, p.w!, p.b!, p.state!, 1, C, maxCtx, EPS, F32, F32), ["k", "v"]),
-}));
+const lnQkvCases = (
+  [
+    [768, 5, 1024],
+    [128, 63, 64],
+    [128, 64, 64],
+    [90, 7, 16],
+    [1600, 3, 16],
+  ] as const
+).map(
+  ([C, pos, maxCtx]): KernelCase => ({
+    kernel: "ln_qkv",
+    shape: `C=${C} pos=${pos} max_ctx=${maxCtx}${C % 4 ? " (scalar)" : ""}`,
+    run: (pair, seed) =>
+      pair.compare(
+        {
+          ...layerNormInputs(C, seed + 40),
+          w: randomFloats(C * 3 * C, seed + 43, 0.1),
+          b: randomFloats(3 * C, seed + 44),
+          state: stateAt(pos),
+          k: randomFloats(maxCtx * C, seed + 45),
+          v: randomFloats(maxCtx * C, seed + 46),
+        },
+        { qkv: 3 * C },
+        (b, p) =>
+          b.ops.op_ln_qkv(
+            p.qkv!,
+            p.k!,
+            p.v!,
+            p.partials!,
+            p.x!,
+            p.lnW!,
+            p.lnB!,
+            p.w!,
+            p.b!,
+            p.state!,
+            1,
+            C,
+            maxCtx,
+            EPS,
+            F32,
+            F32,
+          ),
+        ["k", "v"],
+      ),
+  }),
+);
 
-const lnLinearGeluCases = ([[768, 3072], [128, 512], [90, 70], [1600, 6400]] as const).map(([C, OC]): KernelCase => ({
-  kernel: "ln_linear_gelu", shape: `C=${C} OC=${OC}`,
-  run: (pair, seed) => pair.compare({ ...layerNormInputs(C, seed + 50), w: randomFloats(C * OC, seed + 53, 0.1), b: randomFloats(OC, seed + 54) },
-    { out: OC }, (b, p) => b.ops.op_ln_linear_gelu(p.out!, p.partials!, p.x!, p.lnW!, p.lnB!, p.w!, p.b!, 1, C, OC, EPS, F32)),
-}));
+const lnLinearGeluCases = (
+  [
+    [768, 3072],
+    [128, 512],
+    [90, 70],
+    [1600, 6400],
+  ] as const
+).map(
+  ([C, OC]): KernelCase => ({
+    kernel: "ln_linear_gelu",
+    shape: `C=${C} OC=${OC}`,
+    run: (pair, seed) =>
+      pair.compare(
+        { ...layerNormInputs(C, seed + 50), w: randomFloats(C * OC, seed + 53, 0.1), b: randomFloats(OC, seed + 54) },
+        { out: OC },
+        (b, p) => b.ops.op_ln_linear_gelu(p.out!, p.partials!, p.x!, p.lnW!, p.lnB!, p.w!, p.b!, 1, C, OC, EPS, F32),
+      ),
+  }),
+);
 
-const linearResidualCases = ([[768, 768], [3072, 768], [96, 101], [6400, 1600]] as const).map(([C, OC]): KernelCase => ({
-  kernel: "linear_residual", shape: `C=${C} OC=${OC}`,
-  run: (pair, seed) => pair.compare({ x: randomFloats(OC, seed + 60), inp: randomFloats(C, seed + 61), w: randomFloats(C * OC, seed + 62, 0.1), b: randomFloats(OC, seed + 63) },
-    {}, (b, p) => b.ops.op_linear_residual(p.x!, p.partials!, p.inp!, p.w!, p.b!, 1, C, OC, F32), ["x"]),
-}));
+const linearResidualCases = (
+  [
+    [768, 768],
+    [3072, 768],
+    [96, 101],
+    [6400, 1600],
+  ] as const
+).map(
+  ([C, OC]): KernelCase => ({
+    kernel: "linear_residual",
+    shape: `C=${C} OC=${OC}`,
+    run: (pair, seed) =>
+      pair.compare(
+        {
+          x: randomFloats(OC, seed + 60),
+          inp: randomFloats(C, seed + 61),
+          w: randomFloats(C * OC, seed + 62, 0.1),
+          b: randomFloats(OC, seed + 63),
+        },
+        {},
+        (b, p) => b.ops.op_linear_residual(p.x!, p.partials!, p.inp!, p.w!, p.b!, 1, C, OC, F32),
+        ["x"],
+      ),
+  }),
+);
 
 /**
  * The logits against the CPU's within tolerance; the token exactly the rule applied to the device's own logits
  * (a near-tie may break either way between two summation orders), written only below max_ctx; pos + 1.
  */
-const lnLmHeadArgmaxCases = ([[768, 50257, 5, 1024], [128, 1001, 63, 64], [130, 999, 64, 64], [1600, 5003, 3, 16]] as const).map(
+const lnLmHeadArgmaxCases = (
+  [
+    [768, 50257, 5, 1024],
+    [128, 1001, 63, 64],
+    [130, 999, 64, 64],
+    [1600, 5003, 3, 16],
+  ] as const
+).map(
   ([C, V, pos, maxCtx]): KernelCase => ({
-    kernel: "ln_lm_head_argmax", shape: `C=${C} V=${V} pos=${pos} max_ctx=${maxCtx}`,
+    kernel: "ln_lm_head_argmax",
+    shape: `C=${C} V=${V} pos=${pos} max_ctx=${maxCtx}`,
     run: (pair, seed) => {
       const { x, lnW, lnB } = layerNormInputs(C, seed + 70);
       const wte = randomFloats(V * C, seed + 73, 0.1);
       const on = (arena: DeviceArena) => {
         const logits = arena.poisoned(V);
-        const seq = arena.put(Int32Array.from({ length: maxCtx + 1 }, (_, i) => -1 - i)), state = arena.put(stateAt(pos));
-        arena.backend.ops.op_ln_lm_head_argmax(logits.ptr, seq.ptr, state.ptr, pair.partials(arena), arena.put(x).ptr, arena.put(lnW).ptr,
-          arena.put(lnB).ptr, arena.put(wte).ptr, 1, C, V, maxCtx, EPS, F32);
+        const seq = arena.put(Int32Array.from({ length: maxCtx + 1 }, (_, i) => -1 - i)),
+          state = arena.put(stateAt(pos));
+        arena.backend.ops.op_ln_lm_head_argmax(
+          logits.ptr,
+          seq.ptr,
+          state.ptr,
+          pair.partials(arena),
+          arena.put(x).ptr,
+          arena.put(lnW).ptr,
+          arena.put(lnB).ptr,
+          arena.put(wte).ptr,
+          1,
+          C,
+          V,
+          maxCtx,
+          EPS,
+          F32,
+        );
         return { logits: arena.floats(logits), seq: arena.ints(seq), pos: arena.ints(state)[0]! };
       };
-      const got = on(pair.device), want = on(pair.cpu);
+      const got = on(pair.device),
+        want = on(pair.cpu);
       pair.note("logits", got.logits);
       pair.note("seq", got.seq);
-      const next = pos + 1 <= maxCtx ? got.seq[pos + 1] === expectedArgmax(got.logits) : got.seq.every((t, i) => t === -1 - i);
+      const next =
+        pos + 1 <= maxCtx ? got.seq[pos + 1] === expectedArgmax(got.logits) : got.seq.every((t, i) => t === -1 - i);
       return next && got.pos === pos + 1 && want.pos === pos + 1 ? maxRelativeError(got.logits, want.logits) : Infinity;
     },
-  }));
+  }),
+);
 
 export const KERNEL_CASES: KernelCase[] = [
-  ...embedCases, ...layernormCases, ...linearCases, ...elementwiseCases, geluTail, residualInPlace, ...lmHeadCases, ...argmaxCases,
+  ...embedCases,
+  ...layernormCases,
+  ...linearCases,
+  ...elementwiseCases,
+  geluTail,
+  residualInPlace,
+  ...lmHeadCases,
+  ...argmaxCases,
   ...ATTENTION_SHAPES.map(([T, pos, C, H, maxCtx]) => attentionCase(T, pos, C, H, maxCtx)),
-  ...lnQkvCases, ...lnLinearGeluCases, ...linearResidualCases, ...lnLmHeadArgmaxCases, ...BATCH_DTYPE_CASES,
+  ...lnQkvCases,
+  ...lnLinearGeluCases,
+  ...linearResidualCases,
+  ...lnLmHeadArgmaxCases,
+  ...BATCH_DTYPE_CASES,
 ];
 
 const sameBits = (a: Array<[string, Float32Array | Int32Array]>, b: Array<[string, Float32Array | Int32Array]>) =>
-  a.length === b.length && a.every(([name, x], i) => {
+  a.length === b.length &&
+  a.every(([name, x], i) => {
     const [otherName, y] = b[i]!;
-    const xs = new Uint32Array(x.buffer, x.byteOffset, x.length), ys = new Uint32Array(y.buffer, y.byteOffset, y.length);
+    const xs = new Uint32Array(x.buffer, x.byteOffset, x.length),
+      ys = new Uint32Array(y.buffer, y.byteOffset, y.length);
     return name === otherName && xs.length === ys.length && xs.every((w, k) => w === ys[k]);
   });
 
@@ -235,7 +447,13 @@ const sameBits = (a: Array<[string, Float32Array | Int32Array]>, b: Array<[strin
  * case runs a second time after rerun() (the emulator switching to another schedule) and its device outputs
  * must repeat bit for bit.
  */
-export function runKernelCases(device: Backend, cpu: Backend, seed: number, cases = KERNEL_CASES, rerun?: () => void): KernelRow[] {
+export function runKernelCases(
+  device: Backend,
+  cpu: Backend,
+  seed: number,
+  cases = KERNEL_CASES,
+  rerun?: () => void,
+): KernelRow[] {
   const once = (c: KernelCase) => {
     const pair = new Pair(device, cpu);
     try {
@@ -253,6 +471,12 @@ export function runKernelCases(device: Backend, cpu: Backend, seed: number, case
       rerun();
       repeatable = sameBits(first.outputs, once(c).outputs);
     }
-    return { kernel: c.kernel, shape: c.shape, error: first.error, repeatable, ok: first.error <= KERNEL_TOLERANCE && repeatable !== false };
+    return {
+      kernel: c.kernel,
+      shape: c.shape,
+      error: first.error,
+      repeatable,
+      ok: first.error <= KERNEL_TOLERANCE && repeatable !== false,
+    };
   });
 }

@@ -24,8 +24,12 @@ export interface CheckRow {
   status: "pass" | "fail" | "skip";
 }
 
-const row = (check: string, detail: string, ok: boolean, error: number | null = null): CheckRow =>
-  ({ check, detail, error, status: ok ? "pass" : "fail" });
+const row = (check: string, detail: string, ok: boolean, error: number | null = null): CheckRow => ({
+  check,
+  detail,
+  error,
+  status: ok ? "pass" : "fail",
+});
 
 export interface Fixture {
   name: string;
@@ -54,12 +58,23 @@ export function fixtureChecks(device: Backend, weights: GPT2Weights, f: Fixture,
   const s = new Session(device, weights, { form: { ...DEFAULT_STEP_FORM, plan } });
   try {
     const err = maxRelativeError(s.logitsAtEveryPosition(f.sequence), f.logits);
-    const rows = [row(`${f.name} logits`, `${f.sequence.length} positions vs numpy float64`, err <= LOGIT_TOLERANCE, err)];
-    const runs: Array<[boolean, LaunchMode]> = [...availableModes(device, s.form).map((m): [boolean, LaunchMode] => [true, m]), [false, launchMode("eager")]];
+    const rows = [
+      row(`${f.name} logits`, `${f.sequence.length} positions vs numpy float64`, err <= LOGIT_TOLERANCE, err),
+    ];
+    const runs: Array<[boolean, LaunchMode]> = [
+      ...availableModes(device, s.form).map((m): [boolean, LaunchMode] => [true, m]),
+      [false, launchMode("eager")],
+    ];
     for (const [cache, mode] of runs) {
       const ids = generate(s, { prompt: f.prompt, maxNewTokens: f.generated.length, cache, mode }).generatedIds;
       const same = ids.every((id, i) => id === f.generated[i]);
-      rows.push(row(`${f.name} greedy`, `${f.generated.length} tokens, ${cache ? `cached, ${mode.name}, ${plan}` : "uncached"}`, same));
+      rows.push(
+        row(
+          `${f.name} greedy`,
+          `${f.generated.length} tokens, ${cache ? `cached, ${mode.name}, ${plan}` : "uncached"}`,
+          same,
+        ),
+      );
     }
     return rows;
   } finally {
@@ -78,11 +93,22 @@ export function againstCpu(device: Backend, cpu: Backend, weights: GPT2Weights, 
     }
   };
   const err = maxRelativeError(logits(device), logits(cpu));
-  return row(`${weights.config.name} vs CPU`, `logits at ${prompt.length} positions (${weights.source})`, err <= LOGIT_TOLERANCE, err);
+  return row(
+    `${weights.config.name} vs CPU`,
+    `logits at ${prompt.length} positions (${weights.source})`,
+    err <= LOGIT_TOLERANCE,
+    err,
+  );
 }
 
 /** Every launch mode generates the same tokens, and leaves bit-identical logits. */
-export function modesBitIdentical(device: Backend, weights: GPT2Weights, prompt: number[], n: number, plan: PlanKind = "fused"): CheckRow {
+export function modesBitIdentical(
+  device: Backend,
+  weights: GPT2Weights,
+  prompt: number[],
+  n: number,
+  plan: PlanKind = "fused",
+): CheckRow {
   const s = new Session(device, weights, { form: { ...DEFAULT_STEP_FORM, plan } });
   try {
     const modes = availableModes(device, s.form);
@@ -91,8 +117,14 @@ export function modesBitIdentical(device: Backend, weights: GPT2Weights, prompt:
       return { mode, ids, logits: new Uint32Array(s.readLogits().buffer) };
     });
     const [first, ...rest] = runs;
-    const same = rest.every((r) => r.ids.every((id, i) => id === first!.ids[i]) && r.logits.every((w, i) => w === first!.logits[i]));
-    return row("launch modes", `${modes.map((m) => m.name).join(" == ")} bit for bit over ${n} tokens, ${plan} plan`, same);
+    const same = rest.every(
+      (r) => r.ids.every((id, i) => id === first!.ids[i]) && r.logits.every((w, i) => w === first!.logits[i]),
+    );
+    return row(
+      "launch modes",
+      `${modes.map((m) => m.name).join(" == ")} bit for bit over ${n} tokens, ${plan} plan`,
+      same,
+    );
   } finally {
     s.close();
   }
@@ -103,7 +135,13 @@ export function modesBitIdentical(device: Backend, weights: GPT2Weights, prompt:
  * orders, so where they part the two choices must be a near-tie of the full-recompute logits (≤ 1e-5 of the
  * largest |logit|); anything wider is a failure.
  */
-export function cachedEqualsUncached(device: Backend, weights: GPT2Weights, prompt: number[], n: number, plan: PlanKind = "fused"): CheckRow {
+export function cachedEqualsUncached(
+  device: Backend,
+  weights: GPT2Weights,
+  prompt: number[],
+  n: number,
+  plan: PlanKind = "fused",
+): CheckRow {
   const s = new Session(device, weights, { form: { ...DEFAULT_STEP_FORM, plan } });
   try {
     const eager = launchMode("eager");
@@ -140,18 +178,28 @@ export function plansAgree(device: Backend, weights: GPT2Weights, prompt: number
     }
   });
   try {
-    const [fused, unfused] = runs as [typeof runs[0], typeof runs[0]];
+    const [fused, unfused] = runs as [(typeof runs)[0], (typeof runs)[0]];
     const at = fused.ids.findIndex((id, i) => id !== unfused.ids[i]);
     if (at < 0) {
       const err = maxRelativeError(fused.logits, unfused.logits);
-      return row("plans", `fused == unfused greedy tokens over ${n} tokens; last logits within ${err.toExponential(1)}`, err <= LOGIT_TOLERANCE, err);
+      return row(
+        "plans",
+        `fused == unfused greedy tokens over ${n} tokens; last logits within ${err.toExponential(1)}`,
+        err <= LOGIT_TOLERANCE,
+        err,
+      );
     }
     const prefix = [...prompt, ...fused.ids.slice(0, at)];
     const V = weights.config.vocab_size;
     const logits = fused.session.logitsAtEveryPosition(prefix).subarray((prefix.length - 1) * V);
     const scale = logits.reduce((m, x) => Math.max(m, Math.abs(x)), 0);
     const gap = Math.abs(logits[fused.ids[at]!]! - logits[unfused.ids[at]!]!) / scale;
-    return row("plans", `fused and unfused part at token ${at} of ${n}, a gap of ${gap.toExponential(1)} of the largest logit`, gap <= NEAR_TIE, gap);
+    return row(
+      "plans",
+      `fused and unfused part at token ${at} of ${n}, a gap of ${gap.toExponential(1)} of the largest logit`,
+      gap <= NEAR_TIE,
+      gap,
+    );
   } finally {
     for (const r of runs) r.session.close();
   }
@@ -159,7 +207,8 @@ export function plansAgree(device: Backend, weights: GPT2Weights, prompt: number
 
 /** A captured graph replayed many times allocates nothing: free device memory is unchanged. */
 export function graphMemoryStable(device: Backend, weights: GPT2Weights, replays: number): CheckRow {
-  if (!device.graphs) return { check: "graph memory", detail: "no graphs on this backend", error: null, status: "skip" };
+  if (!device.graphs)
+    return { check: "graph memory", detail: "no graphs on this backend", error: null, status: "skip" };
   const s = new Session(device, weights);
   try {
     s.prefill([0]);

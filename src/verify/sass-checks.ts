@@ -10,8 +10,22 @@ import { join } from "node:path";
 import { PRESETS } from "../model/config.ts";
 import { ROOT } from "../native/build.ts";
 import { atBucket, perAccess, type KernelFacts } from "../native/kernel-facts.ts";
-import { decodeKernel, familiesWithBody, PERSISTENT_STEP_KERNEL, persistentStepKernel } from "../native/kernel-names.ts";
-import { attachSourceLines, disassemble, findNvdisasm, fmaShare, isGlobalLoad, isWideLoad, loadFacts, type SassFunction } from "../native/sass.ts";
+import {
+  decodeKernel,
+  familiesWithBody,
+  PERSISTENT_STEP_KERNEL,
+  persistentStepKernel,
+} from "../native/kernel-names.ts";
+import {
+  attachSourceLines,
+  disassemble,
+  findNvdisasm,
+  fmaShare,
+  isGlobalLoad,
+  isWideLoad,
+  loadFacts,
+  type SassFunction,
+} from "../native/sass.ts";
 import { DTYPE_NAMES, kernelFamily, OPS, type DtypeName, type OpFamily } from "../ops.ts";
 import { registerBudget, SASS_GPU } from "../profile/kernel-model/gpus.ts"; // not index.ts: the model's inputs read this file
 import type { CheckRow } from "./model-checks.ts";
@@ -35,39 +49,59 @@ function budget(threads: number, blocks: number): { maxRegisters: number; perSm:
 const GPT2_HEAD_SIZE = PRESETS.gpt2!.n_embd / PRESETS.gpt2!.n_head;
 
 /** The check's own register bounds where no launch bound sets one: attention keeps 2 blocks per SM, argmax and layernorm 64 registers. */
-const ATTENTION_BLOCKS_PER_SM = 2, SMALL_KERNEL_REGISTERS = 64;
+const ATTENTION_BLOCKS_PER_SM = 2,
+  SMALL_KERNEL_REGISTERS = 64;
 /** Fewest 16-byte loads in flight the check asks of attention (a chunk's key and value rows) and layernorm (the row, its weight and bias). */
-const ATTENTION_LOADS = 8, LAYERNORM_LOADS = 4;
+const ATTENTION_LOADS = 8,
+  LAYERNORM_LOADS = 4;
 
 /** Every hot kernel's design, in every storage type and batch bucket the library is built for. */
 export function sassRequirements(facts: KernelFacts): SassRequirement[] {
   const { matvec, lmHead } = facts;
   const lmHeadLoads = lmHead.rowsPerWarp * lmHead.chunksPerBatch;
-  const attentionUnits = (dtype: DtypeName, headSize: number) => (2 * headSize) / facts.attention.lanesPerKey / perAccess(facts, dtype);
+  const attentionUnits = (dtype: DtypeName, headSize: number) =>
+    (2 * headSize) / facts.attention.lanesPerKey / perAccess(facts, dtype);
   return [
-    ...DTYPE_NAMES.flatMap((dtype) => facts.batchBuckets.flatMap((rows): SassRequirement[] => [
-      ...familiesWithBody("matvec").map((family) => {
-        const b = budget(matvec.threads, atBucket(facts, matvec.minBlocksPerSm[dtype], rows));
-        return {
-          kernel: decodeKernel(facts, family, dtype, rows), minWideLoads: matvec.loads, maxRegisters: b.maxRegisters,
-          why: `${matvec.loads} weight rows per thread in flight, every load feeding all rows (${rows}); <= ${b.maxRegisters} registers: ${b.perSm}`,
-        };
-      }),
-      ...familiesWithBody("lm_head").map((family) => ({
-        kernel: decodeKernel(facts, family, dtype, rows), minWideLoads: lmHeadLoads,
-        maxRegisters: budget(lmHead.threads, atBucket(facts, lmHead.minBlocksPerSm, rows)).maxRegisters,
-        why: `${lmHead.chunksPerBatch} chunks of each of ${lmHead.rowsPerWarp} vocabulary rows per lane, every load feeding all ${rows} rows`,
-      })),
-    ])),
+    ...DTYPE_NAMES.flatMap((dtype) =>
+      facts.batchBuckets.flatMap((rows): SassRequirement[] => [
+        ...familiesWithBody("matvec").map((family) => {
+          const b = budget(matvec.threads, atBucket(facts, matvec.minBlocksPerSm[dtype], rows));
+          return {
+            kernel: decodeKernel(facts, family, dtype, rows),
+            minWideLoads: matvec.loads,
+            maxRegisters: b.maxRegisters,
+            why: `${matvec.loads} weight rows per thread in flight, every load feeding all rows (${rows}); <= ${b.maxRegisters} registers: ${b.perSm}`,
+          };
+        }),
+        ...familiesWithBody("lm_head").map((family) => ({
+          kernel: decodeKernel(facts, family, dtype, rows),
+          minWideLoads: lmHeadLoads,
+          maxRegisters: budget(lmHead.threads, atBucket(facts, lmHead.minBlocksPerSm, rows)).maxRegisters,
+          why: `${lmHead.chunksPerBatch} chunks of each of ${lmHead.rowsPerWarp} vocabulary rows per lane, every load feeding all ${rows} rows`,
+        })),
+      ]),
+    ),
     ...DTYPE_NAMES.map((dtype) => {
       const b = budget(facts.attention.threads, ATTENTION_BLOCKS_PER_SM);
       return {
-        kernel: decodeKernel(facts, "attention", dtype, 1), minWideLoads: ATTENTION_LOADS, maxRegisters: b.maxRegisters,
+        kernel: decodeKernel(facts, "attention", dtype, 1),
+        minWideLoads: ATTENTION_LOADS,
+        maxRegisters: b.maxRegisters,
         why: `a chunk's key and value rows issued together (${attentionUnits(dtype, GPT2_HEAD_SIZE)} of ${attentionUnits(dtype, facts.attention.maxHeadSize)} units used at head size ${GPT2_HEAD_SIZE}); ${b.perSm}`,
       };
     }),
-    { kernel: decodeKernel(facts, "argmax", "f32", 1), minWideLoads: facts.argmax.loads, maxRegisters: SMALL_KERNEL_REGISTERS, why: `${facts.argmax.loads} float4 of logits per thread in flight` },
-    { kernel: decodeKernel(facts, "layernorm", "f32", 1), minWideLoads: LAYERNORM_LOADS, maxRegisters: SMALL_KERNEL_REGISTERS, why: "the row, its weight and its bias in one pass" },
+    {
+      kernel: decodeKernel(facts, "argmax", "f32", 1),
+      minWideLoads: facts.argmax.loads,
+      maxRegisters: SMALL_KERNEL_REGISTERS,
+      why: `${facts.argmax.loads} float4 of logits per thread in flight`,
+    },
+    {
+      kernel: decodeKernel(facts, "layernorm", "f32", 1),
+      minWideLoads: LAYERNORM_LOADS,
+      maxRegisters: SMALL_KERNEL_REGISTERS,
+      why: "the row, its weight and its bias in one pass",
+    },
   ];
 }
 
@@ -118,7 +152,10 @@ const isPersistent = (kernel: string) => kernel.startsWith(`${PERSISTENT_STEP_KE
 
 /** The op family a task kind runs the body of, by its name (cuda/step_tasks.h StepTaskKind: kTaskLnQkv → ln_qkv), or null. */
 export function taskFamily(kind: string): OpFamily | null {
-  const family = kind.replace(/^kTask/, "").replace(/(?<=[a-z0-9])(?=[A-Z])/g, "_").toLowerCase();
+  const family = kind
+    .replace(/^kTask/, "")
+    .replace(/(?<=[a-z0-9])(?=[A-Z])/g, "_")
+    .toLowerCase();
   return family in OPS ? (family as OpFamily) : null;
 }
 
@@ -128,7 +165,9 @@ export function taskFamily(kind: string): OpFamily | null {
  */
 export function runTaskCases(source: string): Map<number, string> {
   const cases = new Map<number, string>();
-  let kind: string | null = null, inRun = false, depth = 0;
+  let kind: string | null = null,
+    inRun = false,
+    depth = 0;
   source.split("\n").forEach((text, k) => {
     kind = /^template <> struct StepBody<(kTask\w+)>/.exec(text)?.[1] ?? kind;
     if (kind && /\bvoid run\(/.test(text)) inRun = true;
@@ -145,21 +184,43 @@ export function runTaskCases(source: string): Map<number, string> {
  * whose source lines pass through that kind's run (cases: runTaskCases). Null where its SASS carries
  * no source lines (attachSourceLines).
  */
-function persistentBodyLoads(f: SassFunction, cases: Map<number, string>, bodies: readonly string[]): Map<string, number | null> | null {
+function persistentBodyLoads(
+  f: SassFunction,
+  cases: Map<number, string>,
+  bodies: readonly string[],
+): Map<string, number | null> | null {
   if (!f.instructions.some((i) => i.source?.length)) return null;
-  const kinds = f.instructions.map((i) => i.source?.map((s) => (s.file.endsWith("/persistent.cu") ? cases.get(s.line) : undefined)).find((k) => k));
-  return new Map(bodies.filter((kind) => kinds.includes(kind)).map((kind) => [kind, loadFacts(f, (k) => kinds[k] === kind).wideLoadsInFlight]));
+  const kinds = f.instructions.map((i) =>
+    i.source?.map((s) => (s.file.endsWith("/persistent.cu") ? cases.get(s.line) : undefined)).find((k) => k),
+  );
+  return new Map(
+    bodies
+      .filter((kind) => kinds.includes(kind))
+      .map((kind) => [kind, loadFacts(f, (k) => kinds[k] === kind).wideLoadsInFlight]),
+  );
 }
 
 /** For each persistent step instantiation, the standalone kernel of each op family whose body it runs (the same template arguments). */
 function ownKernels(facts: KernelFacts): Map<string, (family: OpFamily) => string> {
-  return new Map(DTYPE_NAMES.flatMap((dtype) => facts.batchBuckets.map((rows) => [
-    persistentStepKernel(facts, dtype, rows), (family: OpFamily) => decodeKernel(facts, family, dtype, rows),
-  ] as const)));
+  return new Map(
+    DTYPE_NAMES.flatMap((dtype) =>
+      facts.batchBuckets.map(
+        (rows) =>
+          [
+            persistentStepKernel(facts, dtype, rows),
+            (family: OpFamily) => decodeKernel(facts, family, dtype, rows),
+          ] as const,
+      ),
+    ),
+  );
 }
 
 /** The built library's kernels; the persistent step kernels' with their source lines where nvdisasm is found. */
-export function librarySassFunctions(libraryPath: string, cuobjdump: string, nvdisasm = findNvdisasm()): SassFunction[] {
+export function librarySassFunctions(
+  libraryPath: string,
+  cuobjdump: string,
+  nvdisasm = findNvdisasm(),
+): SassFunction[] {
   const functions = disassemble(libraryPath, cuobjdump);
   const persistent = functions.filter((f) => isPersistent(f.kernel));
   let why: string | null = nvdisasm ? null : "no nvdisasm in $CUDA_HOME/bin or ../shared/cuda-binutils";
@@ -178,7 +239,11 @@ export function librarySassFunctions(libraryPath: string, cuobjdump: string, nvd
  * One row: every hot body of every persistent step kernel holds at least its own kernel's required loads in flight.
  * The bodies are run_task's cases (cuda/persistent.cu) whose op family has a hot kernel (a requirement).
  */
-function persistentBodiesRow(functions: SassFunction[], facts: KernelFacts, requirements: SassRequirement[]): CheckRow | null {
+function persistentBodiesRow(
+  functions: SassFunction[],
+  facts: KernelFacts,
+  requirements: SassRequirement[],
+): CheckRow | null {
   const persistent = functions.filter((f) => isPersistent(f.kernel));
   if (persistent.length === 0) return null;
   const cases = runTaskCases(readFileSync(join(ROOT, "cuda/persistent.cu"), "utf8"));
@@ -188,20 +253,33 @@ function persistentBodiesRow(functions: SassFunction[], facts: KernelFacts, requ
     return family && hot.has(family) ? [{ kind, family }] : [];
   });
   const own = ownKernels(facts);
-  const short: string[] = [], seen = new Set<string>();
+  const short: string[] = [],
+    seen = new Set<string>();
   for (const f of persistent) {
-    const loads = persistentBodyLoads(f, cases, bodies.map((b) => b.kind));
-    if (!loads) return { check: "sass persistent bodies", detail: `not read: no source lines in ${f.kernel} (${f.noSourceLines ?? "a library built without -lineinfo"})`, error: null, status: "skip" };
+    const loads = persistentBodyLoads(
+      f,
+      cases,
+      bodies.map((b) => b.kind),
+    );
+    if (!loads)
+      return {
+        check: "sass persistent bodies",
+        detail: `not read: no source lines in ${f.kernel} (${f.noSourceLines ?? "a library built without -lineinfo"})`,
+        error: null,
+        status: "skip",
+      };
     for (const { kind, family } of bodies) {
       const ownKernel = own.get(f.kernel)?.(family);
       const need = requirements.find((r) => r.kernel === ownKernel)?.minWideLoads;
       const have = loads.get(kind) ?? 0;
       seen.add(`${family} ${have}`);
-      if (need === undefined) short.push(`${f.kernel} ${family}: no requirement for ${ownKernel ?? "an unknown instantiation"}`);
+      if (need === undefined)
+        short.push(`${f.kernel} ${family}: no requirement for ${ownKernel ?? "an unknown instantiation"}`);
       else if (have < need) short.push(`${f.kernel} ${family} ${have} (< ${need})`);
     }
   }
-  const detail = short.length ? `too few 16-byte loads in flight: ${short.join("; ")}`
+  const detail = short.length
+    ? `too few 16-byte loads in flight: ${short.join("; ")}`
     : `${persistent.length} persistent step kernels: every inlined body keeps its own kernel's 16-byte loads in flight (${[...seen].sort().join(", ")})`;
   return verdict("sass persistent bodies", detail, short.length === 0);
 }
@@ -209,10 +287,19 @@ function persistentBodiesRow(functions: SassFunction[], facts: KernelFacts, requ
 /** The runtime's own kernels (fills, the FMA peak, the empty launch): not part of a step. */
 const isStepKernel = (kernel: string) => !kernel.startsWith("runtime_");
 
-const verdict = (check: string, detail: string, ok: boolean): CheckRow => ({ check, detail, error: null, status: ok ? "pass" : "fail" });
+const verdict = (check: string, detail: string, ok: boolean): CheckRow => ({
+  check,
+  detail,
+  error: null,
+  status: ok ? "pass" : "fail",
+});
 
 /** One row per requirement and per library-wide rule; `facts`: the library's kernel facts (cu_kernel_facts). */
-export function sassChecks(functions: SassFunction[], facts: KernelFacts, requirements = sassRequirements(facts)): CheckRow[] {
+export function sassChecks(
+  functions: SassFunction[],
+  facts: KernelFacts,
+  requirements = sassRequirements(facts),
+): CheckRow[] {
   const read = functions.map(sassFacts);
   const rows = requirements.map((r) => {
     const f = read.find((x) => x.kernel === r.kernel);
@@ -223,31 +310,61 @@ export function sassChecks(functions: SassFunction[], facts: KernelFacts, requir
     return verdict(`sass ${r.kernel}`, detail, ok);
   });
   const local = read.filter((f) => f.localAccesses > 0).map((f) => f.kernel);
-  rows.push(verdict("sass local memory", local.length ? `LDL/STL in ${local.join(", ")}` : "no kernel touches local memory", local.length === 0));
+  rows.push(
+    verdict(
+      "sass local memory",
+      local.length ? `LDL/STL in ${local.join(", ")}` : "no kernel touches local memory",
+      local.length === 0,
+    ),
+  );
   const bodies = persistentBodiesRow(functions, facts, requirements);
   if (bodies) rows.push(bodies);
   const persistent = read.filter((f) => isPersistent(f.kernel));
   const blind = persistent.filter((f) => f.l2Prefetches === 0).map((f) => f.kernel);
   if (persistent.length > 0) {
-    rows.push(verdict("sass persistent look-ahead",
-      blind.length ? `no L2 prefetch in ${blind.join(", ")}` : `${persistent.length} persistent step kernels request the next op's weights into L2 (CCTL.E.PF2)`,
-      blind.length === 0));
+    rows.push(
+      verdict(
+        "sass persistent look-ahead",
+        blind.length
+          ? `no L2 prefetch in ${blind.join(", ")}`
+          : `${persistent.length} persistent step kernels request the next op's weights into L2 (CCTL.E.PF2)`,
+        blind.length === 0,
+      ),
+    );
   }
   const fenced = read.filter((f) => isStepKernel(f.kernel) && f.scFences > 0).map((f) => `${f.kernel} (${f.scFences})`);
-  rows.push(verdict("sass fences",
-    fenced.length ? `sequentially consistent fences (MEMBAR.SC) in ${fenced.join(", ")}`
-      : "no step kernel has a sequentially consistent fence: the merges and the grid barrier release and acquire (cuda/device_counter.h)",
-    fenced.length === 0));
+  rows.push(
+    verdict(
+      "sass fences",
+      fenced.length
+        ? `sequentially consistent fences (MEMBAR.SC) in ${fenced.join(", ")}`
+        : "no step kernel has a sequentially consistent fence: the merges and the grid barrier release and acquire (cuda/device_counter.h)",
+      fenced.length === 0,
+    ),
+  );
   if (persistent.length > 0) {
     const spinning = persistent.filter((f) => f.sleeps === 0).map((f) => f.kernel);
-    rows.push(verdict("sass persistent poll",
-      spinning.length ? `no NANOSLEEP in ${spinning.join(", ")}: the grid barrier's poll does not back off`
-        : `${persistent.length} persistent step kernels sleep between the grid barrier's polls (NANOSLEEP)`,
-      spinning.length === 0));
+    rows.push(
+      verdict(
+        "sass persistent poll",
+        spinning.length
+          ? `no NANOSLEEP in ${spinning.join(", ")}: the grid barrier's poll does not back off`
+          : `${persistent.length} persistent step kernels sleep between the grid barrier's polls (NANOSLEEP)`,
+        spinning.length === 0,
+      ),
+    );
   }
-  const unsafe = read.filter((f) => isStepKernel(f.kernel) && (!f.waits || f.nonCoherentLoads > 0)).map((f) => f.kernel);
-  rows.push(verdict("sass programmatic launch",
-    unsafe.length ? `no wait, or non-coherent loads, in ${unsafe.join(", ")}` : "every step kernel waits for its predecessor and loads coherently",
-    unsafe.length === 0));
+  const unsafe = read
+    .filter((f) => isStepKernel(f.kernel) && (!f.waits || f.nonCoherentLoads > 0))
+    .map((f) => f.kernel);
+  rows.push(
+    verdict(
+      "sass programmatic launch",
+      unsafe.length
+        ? `no wait, or non-coherent loads, in ${unsafe.join(", ")}`
+        : "every step kernel waits for its predecessor and loads coherently",
+      unsafe.length === 0,
+    ),
+  );
   return rows;
 }

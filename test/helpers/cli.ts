@@ -12,6 +12,9 @@ export interface CliRun {
 
 /** `bun src/cli/<name>.ts ...args`, with `env` added to this process's environment (undefined removes a name). */
 export function runCli(name: string, args: readonly string[], env: Record<string, string | undefined> = {}): CliRun {
-  const p = Bun.spawnSync([process.execPath, join(ROOT, `src/cli/${name}.ts`), ...args], { cwd: ROOT, env: { ...process.env, NO_COLOR: "1", ...env } });
+  const p = Bun.spawnSync([process.execPath, join(ROOT, `src/cli/${name}.ts`), ...args], {
+    cwd: ROOT,
+    env: { ...process.env, NO_COLOR: "1", ...env },
+  });
   return { code: p.exitCode, stdout: p.stdout.toString(), stderr: p.stderr.toString() };
 }

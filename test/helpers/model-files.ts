@@ -7,7 +7,15 @@ import { join } from "node:path";
 import type { GPT2Config } from "../../src/model/config.ts";
 import { materializeWeights, parameterSpecs, randomWeights } from "../../src/model/weights.ts";
 
-export const MICRO: GPT2Config = { name: "micro", n_layer: 1, n_head: 2, n_embd: 8, n_positions: 16, vocab_size: 11, layer_norm_epsilon: 1e-5 };
+export const MICRO: GPT2Config = {
+  name: "micro",
+  n_layer: 1,
+  n_head: 2,
+  n_embd: 8,
+  n_positions: 16,
+  vocab_size: 11,
+  layer_norm_epsilon: 1e-5,
+};
 
 export interface RawTensor {
   name: string;
@@ -30,10 +38,12 @@ function halfBits(x: number): number {
 
 /** A tensor's bytes in its dtype. */
 function encodeValues(t: RawTensor): Uint8Array {
-  if (t.dtype === "F32") return new Uint8Array(t.values.buffer.slice(t.values.byteOffset, t.values.byteOffset + t.values.byteLength));
-  const bits = t.dtype === "F16"
-    ? Uint16Array.from(t.values, halfBits)
-    : Uint16Array.from(new Uint32Array(Float32Array.from(t.values).buffer), (u) => u >>> 16);
+  if (t.dtype === "F32")
+    return new Uint8Array(t.values.buffer.slice(t.values.byteOffset, t.values.byteOffset + t.values.byteLength));
+  const bits =
+    t.dtype === "F16"
+      ? Uint16Array.from(t.values, halfBits)
+      : Uint16Array.from(new Uint32Array(Float32Array.from(t.values).buffer), (u) => u >>> 16);
   return new Uint8Array(bits.buffer);
 }
 
@@ -50,7 +60,14 @@ export function microTensors(dtype: RawTensor["dtype"] = "F32"): RawTensor[] {
 
 /** The Hugging Face config.json of a config. */
 export function hfConfigJson(c: GPT2Config): string {
-  return JSON.stringify({ model_type: "gpt2", n_layer: c.n_layer, n_head: c.n_head, n_embd: c.n_embd, n_positions: c.n_positions, vocab_size: c.vocab_size });
+  return JSON.stringify({
+    model_type: "gpt2",
+    n_layer: c.n_layer,
+    n_head: c.n_head,
+    n_embd: c.n_embd,
+    n_positions: c.n_positions,
+    vocab_size: c.vocab_size,
+  });
 }
 
 export interface Encoded {
@@ -63,7 +80,10 @@ export interface Encoded {
 }
 
 /** Lays tensors out back to back, the header first (its entries in the same order), as the reference writer does. */
-export function encode(tensors: RawTensor[], edit: (header: Record<string, { dtype: string; shape: number[]; data_offsets: number[] }>) => void = () => {}): Encoded {
+export function encode(
+  tensors: RawTensor[],
+  edit: (header: Record<string, { dtype: string; shape: number[]; data_offsets: number[] }>) => void = () => {},
+): Encoded {
   const header: Record<string, { dtype: string; shape: number[]; data_offsets: number[] }> = {};
   const data = tensors.map(encodeValues);
   let offset = 0;
@@ -72,7 +92,11 @@ export function encode(tensors: RawTensor[], edit: (header: Record<string, { dty
     offset += data[i]!.length;
   });
   edit(header);
-  return encodeWithHeader(JSON.stringify(header), data, tensors.map((t) => t.name));
+  return encodeWithHeader(
+    JSON.stringify(header),
+    data,
+    tensors.map((t) => t.name),
+  );
 }
 
 /** A file from a header text as given (duplicate keys can only be written this way) and the data chunks. */

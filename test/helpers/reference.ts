@@ -3,7 +3,14 @@
 // with src/model/dtypes.ts, or read back and widened), so every reference runs on what the op reads.
 
 /** out: (T, C) = wte[seq[pos + t]] + wpe[pos + t] */
-export function embedRef(seq: Int32Array, pos: number, wte: ArrayLike<number>, wpe: ArrayLike<number>, T: number, C: number): Float64Array {
+export function embedRef(
+  seq: Int32Array,
+  pos: number,
+  wte: ArrayLike<number>,
+  wpe: ArrayLike<number>,
+  T: number,
+  C: number,
+): Float64Array {
   const out = new Float64Array(T * C);
   for (let t = 0; t < T; t++)
     for (let c = 0; c < C; c++) out[t * C + c] = wte[seq[pos + t]! * C + c]! + wpe[(pos + t) * C + c]!;
@@ -11,7 +18,14 @@ export function embedRef(seq: Int32Array, pos: number, wte: ArrayLike<number>, w
 }
 
 /** out: (T, C) */
-export function layernormRef(inp: ArrayLike<number>, w: ArrayLike<number>, b: ArrayLike<number>, T: number, C: number, eps: number): Float64Array {
+export function layernormRef(
+  inp: ArrayLike<number>,
+  w: ArrayLike<number>,
+  b: ArrayLike<number>,
+  T: number,
+  C: number,
+  eps: number,
+): Float64Array {
   const out = new Float64Array(T * C);
   for (let t = 0; t < T; t++) {
     let mean = 0;
@@ -26,7 +40,14 @@ export function layernormRef(inp: ArrayLike<number>, w: ArrayLike<number>, b: Ar
 }
 
 /** out: (T, OC) = inp (T, C) @ w (C, OC) + b */
-export function linearRef(inp: ArrayLike<number>, w: ArrayLike<number>, b: ArrayLike<number>, T: number, C: number, OC: number): Float64Array {
+export function linearRef(
+  inp: ArrayLike<number>,
+  w: ArrayLike<number>,
+  b: ArrayLike<number>,
+  T: number,
+  C: number,
+  OC: number,
+): Float64Array {
   const out = new Float64Array(T * OC);
   for (let t = 0; t < T; t++)
     for (let o = 0; o < OC; o++) {
@@ -38,7 +59,16 @@ export function linearRef(inp: ArrayLike<number>, w: ArrayLike<number>, b: Array
 }
 
 /** out: (T, C); query t at position pos + t over cache rows [0, pos + t] of k, v: (max_ctx, C) */
-export function attentionRef(q: ArrayLike<number>, qStride: number, k: ArrayLike<number>, v: ArrayLike<number>, pos: number, T: number, C: number, nHead: number): Float64Array {
+export function attentionRef(
+  q: ArrayLike<number>,
+  qStride: number,
+  k: ArrayLike<number>,
+  v: ArrayLike<number>,
+  pos: number,
+  T: number,
+  C: number,
+  nHead: number,
+): Float64Array {
   const hs = C / nHead;
   const out = new Float64Array(T * C);
   for (let t = 0; t < T; t++)
@@ -72,7 +102,13 @@ export function residualRef(a: ArrayLike<number>, b: ArrayLike<number>): Float64
 }
 
 /** logits: (V) = inp[T - 1] @ wte^T */
-export function lmHeadRef(inp: ArrayLike<number>, wte: ArrayLike<number>, T: number, C: number, V: number): Float64Array {
+export function lmHeadRef(
+  inp: ArrayLike<number>,
+  wte: ArrayLike<number>,
+  T: number,
+  C: number,
+  V: number,
+): Float64Array {
   const out = new Float64Array(V);
   for (let v = 0; v < V; v++) {
     let s = 0;
@@ -96,17 +132,27 @@ export { maxRelativeError, NAN_WORD, randomFloats } from "../../src/verify/compa
  * as the values they hold): logits (len, V) at every position of `ids`. `storeKv` is what the KV cache does to a
  * key or value it stores (identity for fp32; rounding for bf16/f16), since attention reads them from the cache.
  */
-export function gpt2Ref(w: ReadonlyMap<string, ArrayLike<number>>, cfg: { n_layer: number; n_head: number; n_embd: number; vocab_size: number; layer_norm_epsilon: number },
-  ids: readonly number[], storeKv: (x: number) => number = (x) => x): Float64Array {
-  const T = ids.length, C = cfg.n_embd, V = cfg.vocab_size, eps = cfg.layer_norm_epsilon;
+export function gpt2Ref(
+  w: ReadonlyMap<string, ArrayLike<number>>,
+  cfg: { n_layer: number; n_head: number; n_embd: number; vocab_size: number; layer_norm_epsilon: number },
+  ids: readonly number[],
+  storeKv: (x: number) => number = (x) => x,
+): Float64Array {
+  const T = ids.length,
+    C = cfg.n_embd,
+    V = cfg.vocab_size,
+    eps = cfg.layer_norm_epsilon;
   const p = (name: string) => w.get(name)!;
-  const norm = (x: ArrayLike<number>, name: string) => layernormRef(x, p(`${name}.weight`), p(`${name}.bias`), T, C, eps);
-  const linear = (x: ArrayLike<number>, name: string, inC: number, outC: number) => linearRef(x, p(`${name}.weight`), p(`${name}.bias`), T, inC, outC);
+  const norm = (x: ArrayLike<number>, name: string) =>
+    layernormRef(x, p(`${name}.weight`), p(`${name}.bias`), T, C, eps);
+  const linear = (x: ArrayLike<number>, name: string, inC: number, outC: number) =>
+    linearRef(x, p(`${name}.weight`), p(`${name}.bias`), T, inC, outC);
   let x: Float64Array = embedRef(Int32Array.from(ids), 0, p("wte.weight"), p("wpe.weight"), T, C);
   for (let l = 0; l < cfg.n_layer; l++) {
     const h = `h.${l}`;
     const qkv = linear(norm(x, `${h}.ln_1`), `${h}.attn.c_attn`, C, 3 * C);
-    const cached = (third: number) => Float64Array.from({ length: T * C }, (_, i) => storeKv(qkv[Math.floor(i / C) * 3 * C + third * C + (i % C)]!));
+    const cached = (third: number) =>
+      Float64Array.from({ length: T * C }, (_, i) => storeKv(qkv[Math.floor(i / C) * 3 * C + third * C + (i % C)]!));
     const att = attentionRef(qkv, 3 * C, cached(1), cached(2), 0, T, C, cfg.n_head);
     x = residualRef(x, linear(att, `${h}.attn.c_proj`, C, C));
     const act = geluRef(linear(norm(x, `${h}.ln_2`), `${h}.mlp.c_fc`, C, 4 * C));

@@ -7,7 +7,13 @@ import type { OpFamily } from "../../src/ops.ts";
 import { DEFAULT_STEP_FORM, type StepForm } from "../../src/plan.ts";
 import { buildBreakdown, medianSplit, stepSplit, stepsOf } from "../../src/profile/aggregate.ts";
 import { seedTable } from "../../src/profile/summary.ts";
-import { SCHEMA_VERSION, type ProfileSummary, type StepTrace, type StudyMode, type StudyPoint } from "../../src/profile/types.ts";
+import {
+  SCHEMA_VERSION,
+  type ProfileSummary,
+  type StepTrace,
+  type StudyMode,
+  type StudyPoint,
+} from "../../src/profile/types.ts";
 import { modeSplitOf, seedVerdict, splitVerdicts } from "../../src/profile/verdicts.ts";
 import {
   cachedStepWork,
@@ -59,9 +65,21 @@ function eagerStep(cfg: GPT2Config, shape: StepShape, T: number, pos: number): S
   let deviceFree = 0;
   plan.forEach((w, index) => {
     const correlation = shape.correlation + index;
-    host.push({ kind: "launch", name: "cudaLaunchKernel", start_us: hostAt, end_us: hostAt + shape.launch_us, correlation });
+    host.push({
+      kind: "launch",
+      name: "cudaLaunchKernel",
+      start_us: hostAt,
+      end_us: hostAt + shape.launch_us,
+      correlation,
+    });
     const start_us = Math.max(hostAt + shape.launch_us, deviceFree);
-    ops.push({ ...syntheticOp(w, index, start_us, shape.kernel_us, correlation), grid: [index + 1, 1, 1], block: [256, 1, 1], registers: 32, shared_bytes: 1024 });
+    ops.push({
+      ...syntheticOp(w, index, start_us, shape.kernel_us, correlation),
+      grid: [index + 1, 1, 1],
+      block: [256, 1, 1],
+      registers: 32,
+      shared_bytes: 1024,
+    });
     deviceFree = start_us + shape.kernel_us;
     hostAt += shape.launch_us + shape.gap_us;
   });
@@ -71,7 +89,16 @@ function eagerStep(cfg: GPT2Config, shape: StepShape, T: number, pos: number): S
 
 /** One op of the plan `w` as a kernel interval of `kernel_us` from `start_us`. */
 function syntheticOp(w: OpWork, index: number, start_us: number, kernel_us: number, correlation: number): OpInterval {
-  return { index, family: w.family, layer: w.layer, label: w.label, name: kernelName(w.family), start_us, end_us: start_us + kernel_us, correlation };
+  return {
+    index,
+    family: w.family,
+    layer: w.layer,
+    label: w.label,
+    name: kernelName(w.family),
+    start_us,
+    end_us: start_us + kernel_us,
+    correlation,
+  };
 }
 
 /** Graph: one launch call; the kernels then run back to back, all under the launch's correlation id. */
@@ -81,7 +108,13 @@ function graphStep(cfg: GPT2Config, shape: StepShape): StepTrace {
   const launchEnd = launchStart + shape.launch_us;
   const host: HostInterval[] = [
     { kind: "step", name: "decode step", start_us: shape.start_us, end_us: launchEnd + shape.gap_us },
-    { kind: "launch", name: "cudaGraphLaunch", start_us: launchStart, end_us: launchEnd, correlation: shape.correlation },
+    {
+      kind: "launch",
+      name: "cudaGraphLaunch",
+      start_us: launchStart,
+      end_us: launchEnd,
+      correlation: shape.correlation,
+    },
   ];
   const ops = plan.map((w, index): OpInterval => {
     const start_us = launchEnd + index * shape.kernel_us;
@@ -155,12 +188,12 @@ function studyPoint(cfg: GPT2Config, steps: StepTrace[], mode: StudyMode, contex
 
 /** A complete ProfileSummary drawn from `steps` (defaults to syntheticSteps()). */
 export function syntheticSummary(steps: StepTrace[] = syntheticSteps(), cfg: GPT2Config = tinyConfig): ProfileSummary {
-  const points = syntheticModes.flatMap((mode) => syntheticContexts.map((context) => studyPoint(cfg, steps, mode, context)));
+  const points = syntheticModes.flatMap((mode) =>
+    syntheticContexts.map((context) => studyPoint(cfg, steps, mode, context)),
+  );
   const lastContext = syntheticContexts[syntheticContexts.length - 1]!;
   const atLast = points.filter((p) => p.context === lastContext && p.mode !== "uncached");
-  const { sentences, conclusion } = splitVerdicts(
-    atLast.map((p) => modeSplitOf(p, steps)),
-  );
+  const { sentences, conclusion } = splitVerdicts(atLast.map((p) => modeSplitOf(p, steps)));
   for (const p of atLast) p.split!.verdict = sentences.find((s) => s.mode === p.mode)!.sentence;
   const seed_table = seedTable(cfg, points, syntheticContexts);
   const weight_bytes = 4 * parameterCount(cfg);
@@ -170,16 +203,42 @@ export function syntheticSummary(steps: StepTrace[] = syntheticSteps(), cfg: GPT
     tool: { name: "decode-floor", version: "0.1.0" },
     command: "bun run profile --modes uncached,eager,graph --contexts 4,32",
     date: "2025-01-02T03:04:05.000Z",
-    machine: { hostname: "test-host", os: "linux x64", cpu: "Synthetic CPU @ 3 GHz", cpus: 16, memory_bytes: 64e9, bun: "1.4.5" },
+    machine: {
+      hostname: "test-host",
+      os: "linux x64",
+      cpu: "Synthetic CPU @ 3 GHz",
+      cpus: 16,
+      memory_bytes: 64e9,
+      bun: "1.4.5",
+    },
     device: {
       backend: "cuda",
       name: "Synthetic GPU <sm_90> & co",
       detail: { sms: 132, memory_bytes: 141e9 },
       peaks,
-      launch: { host_us: 2.5, device_us: 1.2, graph_node_us: 0.8, pdl_node_us: 0.5, grid_barrier_us: 0.7, grid_barrier_skewed_us: 0.9, grid_barrier_sc_us: 1.6, grid_barrier_sc_skewed_us: 2.1, how_measured: "synthetic" },
+      launch: {
+        host_us: 2.5,
+        device_us: 1.2,
+        graph_node_us: 0.8,
+        pdl_node_us: 0.5,
+        grid_barrier_us: 0.7,
+        grid_barrier_skewed_us: 0.9,
+        grid_barrier_sc_us: 1.6,
+        grid_barrier_sc_skewed_us: 2.1,
+        how_measured: "synthetic",
+      },
     },
     model: { config: cfg, source: "synthetic", parameters: parameterCount(cfg), dtype: "f32", weight_bytes },
-    settings: { modes: syntheticModes, plan: "unfused", contexts: syntheticContexts, repeats: stepsPerPoint, warmup: 1, kernels: true, dtype: "f32", kv_dtype: "f32" },
+    settings: {
+      modes: syntheticModes,
+      plan: "unfused",
+      contexts: syntheticContexts,
+      repeats: stepsPerPoint,
+      warmup: 1,
+      kernels: true,
+      dtype: "f32",
+      kv_dtype: "f32",
+    },
     points,
     regimes: atLast.flatMap((p) =>
       p.breakdown!.families.map((f) => ({
@@ -209,6 +268,10 @@ export function syntheticSummary(steps: StepTrace[] = syntheticSteps(), cfg: GPT
       crossover: [{ batch: 1, context: Math.ceil(weight_bytes / kvPerToken) }],
     },
     tracing: { available: true, overhead_pct: 3.5, dropped_records: 0, note: "CUPTI activity records" },
-    verdicts: [...syntheticContexts.map((c) => seedVerdict(seed_table.find((r) => r.context === c)!)), ...sentences.map((s) => s.sentence), conclusion],
+    verdicts: [
+      ...syntheticContexts.map((c) => seedVerdict(seed_table.find((r) => r.context === c)!)),
+      ...sentences.map((s) => s.sentence),
+      conclusion,
+    ],
   };
 }

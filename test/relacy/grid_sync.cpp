@@ -55,7 +55,7 @@ struct GridSync : rl::test_suite<GridSync, kBlocks * kThreads> {
   // The kernel resets arrivals with a plain store, which rl::atomic cannot take: every access of arrivals is followed
   // by a read of this plain twin and the reset writes it, so an access the reset is not ordered after is a data race.
   rl::var<unsigned> arrivals_plain;
-  rl::var<bool> is_last[kBlocks];        // arrive_last's __shared__ flag, per block
+  rl::var<bool> is_last[kBlocks];           // arrive_last's __shared__ flag, per block
   rl::var<int> output[kBlocks][kThreads];   // task 0's outputs, read by the other blocks in task 1
   rl::var<int> partial[kBlocks][kThreads];  // the merge's scratch, reused by every task
   rl::var<int> merged[kTasks][kThreads];    // the last block's merged result, per task

@@ -38,7 +38,8 @@ export interface GpuModel {
   gridBarrierUs: Estimate;
 }
 
-const GRID_BARRIER = "estimate: the last block's release (MEMBAR.ALL.GPU: its stores acknowledged, an L2 round trip) and its atomic at L2, then a poller's acquire load seeing it, up to a 128 ns sleep late: 3 L2 round trips and half a sleep, ~0.5-0.8 µs; up to 2 µs with 264 pollers on one line (a review's figure for the sequentially consistent design it replaced: 1-2 µs); measured by `profile` on the device (1000 barriers in one cooperative launch, every block at once and with skewed arrivals, beside the sequentially consistent design), and calibrated by the first GPU run's persistent steps";
+const GRID_BARRIER =
+  "estimate: the last block's release (MEMBAR.ALL.GPU: its stores acknowledged, an L2 round trip) and its atomic at L2, then a poller's acquire load seeing it, up to a 128 ns sleep late: 3 L2 round trips and half a sleep, ~0.5-0.8 µs; up to 2 µs with 264 pollers on one line (a review's figure for the sequentially consistent design it replaced: 1-2 µs); measured by `profile` on the device (1000 barriers in one cooperative launch, every block at once and with skewed arrivals, beside the sequentially consistent design), and calibrated by the first GPU run's persistent steps";
 
 const LAUNCH_FLOOR = "calibrated by the launch floor `profile` measures on the device (empty kernels)";
 
@@ -46,23 +47,76 @@ const LAUNCH_FLOOR = "calibrated by the launch floor `profile` measures on the d
 export const GPU_MODELS = {
   h200: {
     name: "NVIDIA H200 (SXM)",
-    sms: 132, maxThreadsPerSm: 2048, maxBlocksPerSm: 32, registersPerSm: 65536, maxRegistersPerThread: 255, registerUnit: 8,
-    bandwidth: { value: 4.3e12, low: 4.0e12, high: 4.8e12, source: "device-to-device copy measured at ~4.3 TB/s on this workplace's H200 (KINDS.md, 2026-10-28 and 11-04); 4.8 TB/s datasheet" },
+    sms: 132,
+    maxThreadsPerSm: 2048,
+    maxBlocksPerSm: 32,
+    registersPerSm: 65536,
+    maxRegistersPerThread: 255,
+    registerUnit: 8,
+    bandwidth: {
+      value: 4.3e12,
+      low: 4.0e12,
+      high: 4.8e12,
+      source:
+        "device-to-device copy measured at ~4.3 TB/s on this workplace's H200 (KINDS.md, 2026-10-28 and 11-04); 4.8 TB/s datasheet",
+    },
     flops: { value: 67e12, low: 50e12, high: 67e12, source: "datasheet fp32 (H200.md)" },
-    dramLatencyUs: { value: 0.5, low: 0.3, high: 0.7, source: "lead: HBM round trips of several hundred ns unloaded in published Hopper microbenchmarks, more under load (issue 9: 0.3-0.6 µs)" },
-    l2LatencyUs: { value: 0.15, low: 0.1, high: 0.3, source: "lead: ~200-300 cycles at 1.5-2 GHz in published Hopper figures" },
-    eagerHostUs: { value: 4, low: 2.5, high: 6, source: `lead: cudaLaunchKernel ~2-3 µs plus one bun:ffi call (an empty CPU op costs 0.02-0.07 µs through bun:ffi on the dev VM, profiles/2026-11-30-cpu-*; issuing a 62-op eager step from TypeScript took 0.16-0.87 ms there); ${LAUNCH_FLOOR}` },
+    dramLatencyUs: {
+      value: 0.5,
+      low: 0.3,
+      high: 0.7,
+      source:
+        "lead: HBM round trips of several hundred ns unloaded in published Hopper microbenchmarks, more under load (issue 9: 0.3-0.6 µs)",
+    },
+    l2LatencyUs: {
+      value: 0.15,
+      low: 0.1,
+      high: 0.3,
+      source: "lead: ~200-300 cycles at 1.5-2 GHz in published Hopper figures",
+    },
+    eagerHostUs: {
+      value: 4,
+      low: 2.5,
+      high: 6,
+      source: `lead: cudaLaunchKernel ~2-3 µs plus one bun:ffi call (an empty CPU op costs 0.02-0.07 µs through bun:ffi on the dev VM, profiles/2026-11-30-cpu-*; issuing a 62-op eager step from TypeScript took 0.16-0.87 ms there); ${LAUNCH_FLOOR}`,
+    },
     nativeHostUs: { value: 2.5, low: 1.5, high: 4, source: `lead: cudaLaunchKernel from C++; ${LAUNCH_FLOOR}` },
-    graphNodeUs: { value: 1.0, low: 0.6, high: 2.0, source: `lead: ~1 µs between dependent kernel nodes; ${LAUNCH_FLOOR}` },
-    pdlNodeUs: { value: 0.4, low: 0.2, high: 0.8, source: "guess: the dependent grid is already resident and waiting; what remains is the predecessor's completion reaching it" },
+    graphNodeUs: {
+      value: 1.0,
+      low: 0.6,
+      high: 2.0,
+      source: `lead: ~1 µs between dependent kernel nodes; ${LAUNCH_FLOOR}`,
+    },
+    pdlNodeUs: {
+      value: 0.4,
+      low: 0.2,
+      high: 0.8,
+      source:
+        "guess: the dependent grid is already resident and waiting; what remains is the predecessor's completion reaching it",
+    },
     gridBarrierUs: { value: 0.7, low: 0.4, high: 2.0, source: GRID_BARRIER },
   },
   a40: {
     name: "NVIDIA A40",
-    sms: 84, maxThreadsPerSm: 1536, maxBlocksPerSm: 16, registersPerSm: 65536, maxRegistersPerThread: 255, registerUnit: 8,
-    bandwidth: { value: 0.6e12, low: 0.55e12, high: 0.696e12, source: "datasheet 696 GB/s (GDDR6, 384-bit); streaming reads typically reach ~85-90% of it" },
+    sms: 84,
+    maxThreadsPerSm: 1536,
+    maxBlocksPerSm: 16,
+    registersPerSm: 65536,
+    maxRegistersPerThread: 255,
+    registerUnit: 8,
+    bandwidth: {
+      value: 0.6e12,
+      low: 0.55e12,
+      high: 0.696e12,
+      source: "datasheet 696 GB/s (GDDR6, 384-bit); streaming reads typically reach ~85-90% of it",
+    },
     flops: { value: 37.4e12, low: 30e12, high: 37.4e12, source: "datasheet fp32" },
-    dramLatencyUs: { value: 0.6, low: 0.4, high: 0.8, source: "lead: GDDR6 round trips are somewhat longer than HBM's" },
+    dramLatencyUs: {
+      value: 0.6,
+      low: 0.4,
+      high: 0.8,
+      source: "lead: GDDR6 round trips are somewhat longer than HBM's",
+    },
     l2LatencyUs: { value: 0.2, low: 0.15, high: 0.3, source: "lead: Ampere L2 hits of ~200-300 cycles at ~1.7 GHz" },
     eagerHostUs: { value: 4, low: 2.5, high: 6, source: `as for the H200 (a host cost); ${LAUNCH_FLOOR}` },
     nativeHostUs: { value: 2.5, low: 1.5, high: 4, source: `as for the H200; ${LAUNCH_FLOOR}` },
@@ -92,7 +146,10 @@ export function gpuModelFor(deviceName: string): GpuName | null {
 /** The GPU with every estimate at the end of its range that makes a step faster, or slower. */
 export function gpuAt(gpu: GpuModel, end: "optimistic" | "pessimistic"): GpuModel {
   const fast = end === "optimistic";
-  const pick = (e: Estimate, higherIsFaster: boolean): Estimate => ({ ...e, value: fast === higherIsFaster ? e.high : e.low });
+  const pick = (e: Estimate, higherIsFaster: boolean): Estimate => ({
+    ...e,
+    value: fast === higherIsFaster ? e.high : e.low,
+  });
   return {
     ...gpu,
     bandwidth: pick(gpu.bandwidth, true),

@@ -6,7 +6,13 @@
 import type { KernelLaunches, LaunchShape } from "../../backends/backend.ts";
 import type { GPT2Config } from "../../model/config.ts";
 import { atBucket, perAccess, type KernelFacts } from "../../native/kernel-facts.ts";
-import { bodyOf, DECODE_KERNELS, decodeKernel, persistentStepKernel, tiledLinearKernel } from "../../native/kernel-names.ts";
+import {
+  bodyOf,
+  DECODE_KERNELS,
+  decodeKernel,
+  persistentStepKernel,
+  tiledLinearKernel,
+} from "../../native/kernel-names.ts";
 import { disassemble, findCuobjdump } from "../../native/sass.ts";
 import { DTYPE_BYTES, dtypeOf, kernelFamily, MAX_BATCH, namedArgs } from "../../ops.ts";
 import { encodePlan, planShape, type PlanOp, type StepForm } from "../../plan.ts";
@@ -33,10 +39,16 @@ export function activeLoads(op: PlanOp, facts: KernelFacts): number {
       const parts = Math.floor(threads / units);
       return Math.ceil(units / lanesPerKey) + Math.ceil(keysPerChunk / parts);
     }
-    case "argmax": return facts.argmax.loads;
-    case "layernorm": return 3; // a float4 of the row, its weight and its bias (C <= 1024)
-    case "embed": case "kv_append": case "residual": return 2;
-    default: return 1; // gelu
+    case "argmax":
+      return facts.argmax.loads;
+    case "layernorm":
+      return 3; // a float4 of the row, its weight and its bias (C <= 1024)
+    case "embed":
+    case "kv_append":
+    case "residual":
+      return 2;
+    default:
+      return 1; // gelu
   }
 }
 
@@ -51,7 +63,9 @@ function lookAheadBytes(op: PlanOp, context: number, facts: KernelFacts): number
       const { C, n_head, kvdtype } = namedArgs("attention", op.args);
       return 2 * Math.min(facts.attention.keysPerChunk, context) * (C / n_head) * DTYPE_BYTES[dtypeOf(kvdtype)];
     }
-    case "ln_qkv": case "ln_linear_gelu": case "linear_residual":
+    case "ln_qkv":
+    case "ln_linear_gelu":
+    case "linear_residual":
       return Math.min(facts.matvec.rowsPerSplit, namedArgs(op.family, op.args).C) * facts.matvec.tileBytes;
     case "ln_lm_head_argmax": {
       const { C, V, wdtype } = namedArgs("ln_lm_head_argmax", op.args);
@@ -68,19 +82,28 @@ export function kernelOf(op: PlanOp, facts: KernelFacts): string {
   const kernel = DECODE_KERNELS[op.family];
   switch (kernel.of) {
     case "weights": {
-      const rows = args.B ?? args.rows!, weights = dtypeOf(args.wdtype!);
-      return op.family === "linear" && rows > MAX_BATCH ? tiledLinearKernel(weights) : decodeKernel(facts, op.family, weights, rows);
+      const rows = args.B ?? args.rows!,
+        weights = dtypeOf(args.wdtype!);
+      return op.family === "linear" && rows > MAX_BATCH
+        ? tiledLinearKernel(weights)
+        : decodeKernel(facts, op.family, weights, rows);
     }
-    case "storage": return decodeKernel(facts, op.family, dtypeOf(args[kernel.dtype]!), 1);
-    default: return decodeKernel(facts, op.family, "f32", 1);
+    case "storage":
+      return decodeKernel(facts, op.family, dtypeOf(args[kernel.dtype]!), 1);
+    default:
+      return decodeKernel(facts, op.family, "f32", 1);
   }
 }
 
 /** SASS facts of the built CUDA library, or null (and why) where no disassembler is found. */
 export function librarySass(libraryPath: string): { facts: SassFacts[] | null; note: string } {
   const cuobjdump = findCuobjdump();
-  if (!cuobjdump) return { facts: null, note: "no cuobjdump found: the kernels' design loads and 64 registers assumed" };
-  return { facts: disassemble(libraryPath, cuobjdump).map(sassFacts), note: "loads in flight and registers from the SASS of the library that ran" };
+  if (!cuobjdump)
+    return { facts: null, note: "no cuobjdump found: the kernels' design loads and 64 registers assumed" };
+  return {
+    facts: disassemble(libraryPath, cuobjdump).map(sassFacts),
+    note: "loads in flight and registers from the SASS of the library that ran",
+  };
 }
 
 /** The SASS facts of the kernel an op launches (kernelOf), else of any kernel of its family. */
@@ -94,7 +117,11 @@ const UNREAD_REGISTERS = 64;
 
 /** The model's view of each kernel of a decode step at `context`, launched as `shapes` says, built as `facts` says. */
 export function kernelInputs(
-  ops: readonly PlanOp[], context: number, shapes: readonly LaunchShape[], facts: KernelFacts, sass: readonly SassFacts[] | null,
+  ops: readonly PlanOp[],
+  context: number,
+  shapes: readonly LaunchShape[],
+  facts: KernelFacts,
+  sass: readonly SassFacts[] | null,
 ): KernelInput[] {
   if (shapes.length !== ops.length) throw new Error(`${shapes.length} launch shapes for ${ops.length} ops`);
   return ops.map((op, i) => {
@@ -121,7 +148,13 @@ export function kernelInputs(
 }
 
 /** A decode step's kernels as the model reads them: the plan, its launch shapes and kernel facts from the library, and the SASS facts. */
-export function decodeKernelInputs(config: GPT2Config, form: StepForm, context: number, kernels: KernelLaunches, sass: readonly SassFacts[] | null): KernelInput[] {
+export function decodeKernelInputs(
+  config: GPT2Config,
+  form: StepForm,
+  context: number,
+  kernels: KernelLaunches,
+  sass: readonly SassFacts[] | null,
+): KernelInput[] {
   const ops = planShape(config, 1, form);
   return kernelInputs(ops, context, kernels.launchShapes(encodePlan(ops)), kernels.facts, sass);
 }
@@ -130,7 +163,11 @@ export function decodeKernelInputs(config: GPT2Config, form: StepForm, context: 
  * The persistent step kernel of a step (cuda/persistent.cu), or null where the step has none: its registers per
  * thread from the SASS, or the most its launch bounds allow where that was not read.
  */
-export function persistentKernel(form: StepForm, facts: KernelFacts, sass: readonly SassFacts[] | null): PersistentKernel | null {
+export function persistentKernel(
+  form: StepForm,
+  facts: KernelFacts,
+  sass: readonly SassFacts[] | null,
+): PersistentKernel | null {
   if (!persistentStepRuns(form)) return null;
   const { threads, minBlocksPerSm, laterRoundL2Trips } = facts.persistent;
   const name = persistentStepKernel(facts, form.weights, form.batch);
@@ -140,7 +177,16 @@ export function persistentKernel(form: StepForm, facts: KernelFacts, sass: reado
 
 /** A decode step's prediction for a GPU. */
 export function predictDecodeStep(
-  config: GPT2Config, form: StepForm, context: number, gpu: GpuModel, kernels: KernelLaunches, sass: readonly SassFacts[] | null,
+  config: GPT2Config,
+  form: StepForm,
+  context: number,
+  gpu: GpuModel,
+  kernels: KernelLaunches,
+  sass: readonly SassFacts[] | null,
 ): StepPrediction {
-  return predictStep(decodeKernelInputs(config, form, context, kernels, sass), gpu, persistentKernel(form, kernels.facts, sass));
+  return predictStep(
+    decodeKernelInputs(config, form, context, kernels, sass),
+    gpu,
+    persistentKernel(form, kernels.facts, sass),
+  );
 }

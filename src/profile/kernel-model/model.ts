@@ -32,7 +32,16 @@ import type { OpFamily } from "../../ops.ts";
 import { gpuAt, type GpuModel } from "./gpus.ts";
 
 /** Families whose data come from device memory (weights, the KV cache); the rest touch activations in L2. */
-const STREAMS_FROM_DRAM: ReadonlySet<OpFamily> = new Set<OpFamily>(["embed", "linear", "attention", "lm_head", "ln_qkv", "ln_linear_gelu", "linear_residual", "ln_lm_head_argmax"]);
+const STREAMS_FROM_DRAM: ReadonlySet<OpFamily> = new Set<OpFamily>([
+  "embed",
+  "linear",
+  "attention",
+  "lm_head",
+  "ln_qkv",
+  "ln_linear_gelu",
+  "linear_residual",
+  "ln_lm_head_argmax",
+]);
 
 /** One kernel launch as the model sees it. */
 export interface KernelInput {
@@ -76,10 +85,22 @@ export interface KernelPrediction extends KernelInput {
 }
 
 /** Blocks of `k` one SM holds beside `besides` blocks of `other` (registers, threads and block slots; shared memory is not modelled). */
-function blocksPerSm(k: Pick<KernelInput, "threads" | "registers">, gpu: GpuModel, other?: Pick<KernelInput, "threads" | "registers">, besides = 0): number {
+function blocksPerSm(
+  k: Pick<KernelInput, "threads" | "registers">,
+  gpu: GpuModel,
+  other?: Pick<KernelInput, "threads" | "registers">,
+  besides = 0,
+): number {
   const threads = gpu.maxThreadsPerSm - besides * (other?.threads ?? 0);
   const registers = gpu.registersPerSm - besides * (other ? other.registers * other.threads : 0);
-  return Math.max(0, Math.min(gpu.maxBlocksPerSm - besides, Math.floor(threads / k.threads), Math.floor(registers / (k.registers * k.threads))));
+  return Math.max(
+    0,
+    Math.min(
+      gpu.maxBlocksPerSm - besides,
+      Math.floor(threads / k.threads),
+      Math.floor(registers / (k.registers * k.threads)),
+    ),
+  );
 }
 
 export function residentBlocks(k: Pick<KernelInput, "blocks" | "threads" | "registers">, gpu: GpuModel): number {
@@ -92,8 +113,10 @@ export function residentBlocks(k: Pick<KernelInput, "blocks" | "threads" | "regi
  * spreads the predecessor's: some SMs one block more than the others.
  */
 export function blocksBeside(k: KernelPrediction, prev: KernelPrediction, gpu: GpuModel): number {
-  const fewer = Math.floor(prev.residentBlocks / gpu.sms), withOneMore = prev.residentBlocks % gpu.sms;
-  const fit = withOneMore * blocksPerSm(k, gpu, prev, fewer + 1) + (gpu.sms - withOneMore) * blocksPerSm(k, gpu, prev, fewer);
+  const fewer = Math.floor(prev.residentBlocks / gpu.sms),
+    withOneMore = prev.residentBlocks % gpu.sms;
+  const fit =
+    withOneMore * blocksPerSm(k, gpu, prev, fewer + 1) + (gpu.sms - withOneMore) * blocksPerSm(k, gpu, prev, fewer);
   return Math.min(k.blocks, fit);
 }
 
@@ -107,7 +130,18 @@ export function predictKernel(k: KernelInput, gpu: GpuModel): KernelPrediction {
   const streamUs = Math.max(bandwidthUs, computeUs, latencyUs);
   const bound = streamUs === bandwidthUs ? "memory" : streamUs === computeUs ? "compute" : "latency";
   const chainUs = k.chainL2Trips * gpu.l2LatencyUs.value;
-  return { ...k, residentBlocks: resident, bytesInFlight, bandwidthUs, computeUs, latencyUs, streamUs, bound, chainUs, kernelUs: streamUs + chainUs };
+  return {
+    ...k,
+    residentBlocks: resident,
+    bytesInFlight,
+    bandwidthUs,
+    computeUs,
+    latencyUs,
+    streamUs,
+    bound,
+    chainUs,
+    kernelUs: streamUs + chainUs,
+  };
 }
 
 /** A step at the GPU's working estimates (mid) and at the optimistic (fast) and pessimistic (slow) ends of their ranges. */
@@ -117,7 +151,11 @@ export interface PredictionRange {
   slow: StepPrediction;
 }
 
-export function predictRange(kernels: readonly KernelInput[], gpu: GpuModel, persistent: PersistentKernel | null = null): PredictionRange {
+export function predictRange(
+  kernels: readonly KernelInput[],
+  gpu: GpuModel,
+  persistent: PersistentKernel | null = null,
+): PredictionRange {
   const at = (g: GpuModel) => predictStep(kernels, g, persistent);
   return { mid: at(gpu), fast: at(gpuAt(gpu, "optimistic")), slow: at(gpuAt(gpu, "pessimistic")) };
 }
@@ -184,7 +222,11 @@ export interface PersistentKernel {
  * An op without one hides its own loads issued before the wait, as under graph-pdl. An op of more virtual blocks
  * than the kernel keeps resident runs in rounds, each later one adding its dependent steps (laterRoundL2Trips).
  */
-function persistentStep(kernels: readonly KernelInput[], gpu: GpuModel, { registers, laterRoundL2Trips }: PersistentKernel): number {
+function persistentStep(
+  kernels: readonly KernelInput[],
+  gpu: GpuModel,
+  { registers, laterRoundL2Trips }: PersistentKernel,
+): number {
   const bodies = kernels.map((k) => predictKernel({ ...k, registers }, gpu));
   const barrierUs = gpu.gridBarrierUs.value;
   const grid = gpu.sms * Math.max(blocksPerSm({ threads: kernels[0]?.threads ?? 1, registers }, gpu), 1);
@@ -193,13 +235,18 @@ function persistentStep(kernels: readonly KernelInput[], gpu: GpuModel, { regist
     const prev = bodies[i - 1];
     if (!prev) return sum + k.kernelUs + laterRoundsUs;
     const covered = Math.min(1, (k.lookAheadBytes * k.residentBlocks) / k.bytes);
-    const savedUs = k.lookAheadBytes > 0 ? Math.min(prev.chainUs + barrierUs, covered * k.streamUs) : hiddenFirstTrip(k, prev, gpu);
+    const savedUs =
+      k.lookAheadBytes > 0 ? Math.min(prev.chainUs + barrierUs, covered * k.streamUs) : hiddenFirstTrip(k, prev, gpu);
     return sum + barrierUs + k.kernelUs + laterRoundsUs - savedUs;
   }, gpu.graphNodeUs.value);
 }
 
 /** persistent: the persistent step kernel, or null where the step has none. */
-export function predictStep(kernels: readonly KernelInput[], gpu: GpuModel, persistent: PersistentKernel | null = null): StepPrediction {
+export function predictStep(
+  kernels: readonly KernelInput[],
+  gpu: GpuModel,
+  persistent: PersistentKernel | null = null,
+): StepPrediction {
   const predicted = kernels.map((k) => predictKernel(k, gpu));
   const kernelSumUs = predicted.reduce((s, k) => s + k.kernelUs, 0);
   const bytesFloorUs = (predicted.reduce((s, k) => s + k.bytes, 0) / gpu.bandwidth.value) * 1e6;

@@ -26,12 +26,23 @@ export interface MeasuredStep extends InterventionConfig {
  * steps: the intervention that repeats the study's own configuration in a mode the study measured is left out, so
  * each prediction stands beside one measurement.
  */
-export function measuredSteps(points: readonly StudyPoint[], config: InterventionConfig, interventions?: InterventionsSection): MeasuredStep[] {
-  const study = points.filter((p) => p.mode !== "uncached").map((p) => ({ ...config, batch: 1, mode: p.mode, context: p.context, measured_ms: p.device_ms.median }));
+export function measuredSteps(
+  points: readonly StudyPoint[],
+  config: InterventionConfig,
+  interventions?: InterventionsSection,
+): MeasuredStep[] {
+  const study = points
+    .filter((p) => p.mode !== "uncached")
+    .map((p) => ({ ...config, batch: 1, mode: p.mode, context: p.context, measured_ms: p.device_ms.median }));
   const key = (m: MeasuredStep) => `${m.mode} ${m.context} ${m.dtype} ${m.kv_dtype} ${m.batch}`;
   const measured = new Set(study.map(key));
   const configs = (interventions?.points ?? []).map((p) => ({
-    dtype: p.dtype, kv_dtype: p.kv_dtype, batch: p.batch, mode: interventions!.mode, context: p.context, measured_ms: p.step_ms.median,
+    dtype: p.dtype,
+    kv_dtype: p.kv_dtype,
+    batch: p.batch,
+    mode: interventions!.mode,
+    context: p.context,
+    measured_ms: p.step_ms.median,
   }));
   return [...study, ...configs.filter((m) => !measured.has(key(m)))];
 }
@@ -50,8 +61,15 @@ export interface TracedFamilies {
  * graph-pdl a kernel's record holds its wait for the predecessor: its duration is not the kernel's own time).
  */
 export function buildPredictions(
-  gpu: GpuName, config: GPT2Config, plan: PlanKind, measured: readonly MeasuredStep[], library: KernelLaunches,
-  sass: { facts: SassFacts[] | null; note: string }, launch: LaunchFloor, traced: readonly TracedFamilies[] = [], study?: InterventionConfig,
+  gpu: GpuName,
+  config: GPT2Config,
+  plan: PlanKind,
+  measured: readonly MeasuredStep[],
+  library: KernelLaunches,
+  sass: { facts: SassFacts[] | null; note: string },
+  launch: LaunchFloor,
+  traced: readonly TracedFamilies[] = [],
+  study?: InterventionConfig,
 ): PredictionsSection {
   const model: GpuModel = GPU_MODELS[gpu];
   const cache = new Map<string, PredictionRange>();
@@ -59,7 +77,14 @@ export function buildPredictions(
     const key = `${m.context} ${m.dtype} ${m.kv_dtype} ${m.batch}`;
     if (!cache.has(key)) {
       const form: StepForm = { plan, batch: m.batch, weights: m.dtype, kv: m.kv_dtype };
-      cache.set(key, predictRange(decodeKernelInputs(config, form, m.context, library, sass.facts), model, persistentKernel(form, library.facts, sass.facts)));
+      cache.set(
+        key,
+        predictRange(
+          decodeKernelInputs(config, form, m.context, library, sass.facts),
+          model,
+          persistentKernel(form, library.facts, sass.facts),
+        ),
+      );
     }
     return cache.get(key)!;
   };
@@ -68,28 +93,52 @@ export function buildPredictions(
     const step = stepAt(m);
     const predicted = step.mid.modes[m.mode];
     if (predicted === null) return [];
-    return [{
-      mode: m.mode, context: m.context, dtype: m.dtype, kv_dtype: m.kv_dtype, batch: m.batch, measured_ms: m.measured_ms,
-      predicted_ms: predicted / 1e3, optimistic_ms: step.fast.modes[m.mode]! / 1e3, pessimistic_ms: step.slow.modes[m.mode]! / 1e3,
-      measured_over_predicted: m.measured_ms / (predicted / 1e3),
-    }];
+    return [
+      {
+        mode: m.mode,
+        context: m.context,
+        dtype: m.dtype,
+        kv_dtype: m.kv_dtype,
+        batch: m.batch,
+        measured_ms: m.measured_ms,
+        predicted_ms: predicted / 1e3,
+        optimistic_ms: step.fast.modes[m.mode]! / 1e3,
+        pessimistic_ms: step.slow.modes[m.mode]! / 1e3,
+        measured_over_predicted: m.measured_ms / (predicted / 1e3),
+      },
+    ];
   });
-  const kernels = study ? traced.filter((t) => t.overlappingOps === 0 && isModelled(t.mode)).flatMap((t) => {
-    const step = stepAt({ ...study, mode: t.mode, context: t.context, measured_ms: 0 });
-    return [...t.familyMs].map(([family, ms]) => {
-      const sum = (p: PredictionRange["mid"]) => p.kernels.filter((k) => k.family === family).reduce((s, k) => s + k.kernelUs, 0);
-      const predicted = sum(step.mid);
-      return {
-        mode: t.mode, context: t.context, family, calls: step.mid.kernels.filter((k) => k.family === family).length, measured_us: ms * 1e3,
-        predicted_us: predicted, optimistic_us: sum(step.fast), pessimistic_us: sum(step.slow), measured_over_predicted: predicted > 0 ? (ms * 1e3) / predicted : null,
-      };
-    });
-  }) : [];
+  const kernels = study
+    ? traced
+        .filter((t) => t.overlappingOps === 0 && isModelled(t.mode))
+        .flatMap((t) => {
+          const step = stepAt({ ...study, mode: t.mode, context: t.context, measured_ms: 0 });
+          return [...t.familyMs].map(([family, ms]) => {
+            const sum = (p: PredictionRange["mid"]) =>
+              p.kernels.filter((k) => k.family === family).reduce((s, k) => s + k.kernelUs, 0);
+            const predicted = sum(step.mid);
+            return {
+              mode: t.mode,
+              context: t.context,
+              family,
+              calls: step.mid.kernels.filter((k) => k.family === family).length,
+              measured_us: ms * 1e3,
+              predicted_us: predicted,
+              optimistic_us: sum(step.fast),
+              pessimistic_us: sum(step.slow),
+              measured_over_predicted: predicted > 0 ? (ms * 1e3) / predicted : null,
+            };
+          });
+        })
+    : [];
   const overlapped = [...new Set(traced.filter((t) => t.overlappingOps > 0).map((t) => t.mode))];
   return {
-    gpu: model.name, how: `kernel model (src/profile/kernel-model/), launch shapes from the library's launchers, ${sass.note}`, points: rows,
+    gpu: model.name,
+    how: `kernel model (src/profile/kernel-model/), launch shapes from the library's launchers, ${sass.note}`,
+    points: rows,
     kernels,
-    kernels_how: "per op family, the kernels' time per step alone (no gaps between them) beside the traced kernels' median per step, " +
+    kernels_how:
+      "per op family, the kernels' time per step alone (no gaps between them) beside the traced kernels' median per step, " +
       `where the kernels ran one after another${overlapped.length ? ` (not in ${overlapped.join(", ")}: its kernels overlap, and a record holds its wait for the predecessor)` : ""}`,
     launch_parameters: launchParameters(model, launch),
   };
@@ -103,5 +152,7 @@ function launchParameters(model: GpuModel, launch: LaunchFloor): PredictionsSect
     ["grid barrier (persistent), blocks arriving at once", model.gridBarrierUs, launch.grid_barrier_us],
     ["grid barrier (persistent), skewed arrivals", model.gridBarrierUs, launch.grid_barrier_skewed_us],
   ];
-  return rows.flatMap(([parameter, e, measured]) => (e ? [{ parameter, model_us: e.value, low_us: e.low, high_us: e.high, measured_us: measured }] : []));
+  return rows.flatMap(([parameter, e, measured]) =>
+    e ? [{ parameter, model_us: e.value, low_us: e.low, high_us: e.high, measured_us: measured }] : [],
+  );
 }
