@@ -24,15 +24,9 @@ export interface RecordedStep {
   runNative(n?: number): void;
   /** CUDA graph replay, `n` back to back with no host sync; undefined where graphs don't exist */
   readonly runGraph?: (n?: number) => void;
-  /**
-   * the step captured with programmatic dependent launch (each kernel may start while its predecessor runs and
-   * waits for it in-kernel), replayed `n` times; undefined where the backend has no such launches
-   */
+  /** the graph captured with programmatic dependent launch, replayed `n` times; undefined without such launches */
   readonly runGraphPdl?: (n?: number) => void;
-  /**
-   * the fused decode step as one cooperative kernel running its ops as tasks (cuda/persistent.cu), captured as a
-   * one-node graph and replayed `n` times; undefined where the backend has no such kernel
-   */
+  /** the fused step as one cooperative kernel (cuda/persistent.cu) in a one-node graph, replayed `n` times */
   readonly runPersistent?: (n?: number) => void;
   /** kernel nodes in the captured graph (CUDA; captures it if needed): plain, graph-pdl's or the persistent step's */
   readonly graphKernelNodes?: (capture?: GraphCapture) => number;
@@ -94,10 +88,7 @@ export interface Backend {
   readonly programmaticLaunch: boolean;
   /** runs the fused decode step as one persistent cooperative kernel (RecordedStep.runPersistent) */
   readonly persistentStep: boolean;
-  /**
-   * whether issuing a step returns before the device has run it (CUDA): the host's issue time is then the
-   * launch path alone; on the CPU the host runs the ops while it issues them
-   */
+  /** whether issuing a step returns before the device runs it (CUDA): host issue time is the launch path alone */
   readonly issueIsAsync: boolean;
   /** what memInfo's free bytes are, in words */
   readonly memInfoSource: string;
