@@ -167,9 +167,9 @@ template <bool kBackoff = true> __device__ __forceinline__ void grid_wait(unsign
 
 // In the persistent step, before its wait (its first virtual block of a task) and its own loads issued, a block
 // requests into L2 its second round of the task and what it reads first of the next task: queued behind its own,
-// they keep the memory busy through this round's merge, the task's merge and the barrier after it. The block's
-// threads are done with the look-ahead (in shared memory) before thread 0 may wait, so no shared memory is live
-// across the wait (the emulator's rule, cuda/emu).
+// they keep the memory busy through this round's merge, the task's merge and the barrier after it. The
+// __syncthreads before the poll orders nothing grid_wait does not; it stays until a GPU run measures the step
+// without it.
 __device__ __forceinline__ void wait_for_inputs(const BlockPlace& at) {
   if (!at.arrivals) {
     wait_for_predecessor(at.overlapped);

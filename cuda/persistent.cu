@@ -88,51 +88,59 @@ template <typename Shared> __device__ __forceinline__ Shared& shared_as(float4* 
 template <typename W> constexpr int kV = kVecOf<W>;
 
 template <> struct StepBody<kTaskEmbed> {
-  template <typename W, int kRows> __device__ static void run(const StepTask& t, const BlockPlace& at, float4*) {
+  template <typename W, int kRows>
+  __device__ __forceinline__ static void run(const StepTask& t, const BlockPlace& at, float4*) {
     embed<W, kV<W>>(task_args<EmbedArgs>(t), at);
   }
-  template <typename W> __device__ static L2Lines lines(const StepTask&, const BlockPlace&) { return {}; }
+  template <typename W> __device__ __forceinline__ static L2Lines lines(const StepTask&, const BlockPlace&) {
+    return {};
+  }
 };
 template <> struct StepBody<kTaskLnQkv> {
-  template <typename W, int kRows> __device__ static void run(const StepTask& t, const BlockPlace& at, float4* s) {
+  template <typename W, int kRows>
+  __device__ __forceinline__ static void run(const StepTask& t, const BlockPlace& at, float4* s) {
     matvec<W, kV<W>, kRows, kOpLnQkv>(task_args<MatvecArgs>(t), at,
                                       shared_as<typename StepShared<W, kRows>::LnMatvec>(s));
   }
-  template <typename W> __device__ static L2Lines lines(const StepTask& t, const BlockPlace& at) {
+  template <typename W> __device__ __forceinline__ static L2Lines lines(const StepTask& t, const BlockPlace& at) {
     return matvec_lines<W, kV<W>>(task_args<MatvecArgs>(t), at);
   }
 };
 template <> struct StepBody<kTaskAttention> {
-  template <typename W, int kRows> __device__ static void run(const StepTask& t, const BlockPlace& at, float4* s) {
+  template <typename W, int kRows>
+  __device__ __forceinline__ static void run(const StepTask& t, const BlockPlace& at, float4* s) {
     attention<W, kV<W>>(task_args<AttnArgs>(t), at, shared_as<typename StepShared<W, kRows>::Attn>(s));
   }
-  template <typename W> __device__ static L2Lines lines(const StepTask& t, const BlockPlace& at) {
+  template <typename W> __device__ __forceinline__ static L2Lines lines(const StepTask& t, const BlockPlace& at) {
     return attention_lines<W>(task_args<AttnArgs>(t), at);
   }
 };
 template <> struct StepBody<kTaskLnLinearGelu> {
-  template <typename W, int kRows> __device__ static void run(const StepTask& t, const BlockPlace& at, float4* s) {
+  template <typename W, int kRows>
+  __device__ __forceinline__ static void run(const StepTask& t, const BlockPlace& at, float4* s) {
     matvec<W, kV<W>, kRows, kOpLnLinearGelu>(task_args<MatvecArgs>(t), at,
                                              shared_as<typename StepShared<W, kRows>::LnMatvec>(s));
   }
-  template <typename W> __device__ static L2Lines lines(const StepTask& t, const BlockPlace& at) {
+  template <typename W> __device__ __forceinline__ static L2Lines lines(const StepTask& t, const BlockPlace& at) {
     return matvec_lines<W, kV<W>>(task_args<MatvecArgs>(t), at);
   }
 };
 template <> struct StepBody<kTaskLinearResidual> {
-  template <typename W, int kRows> __device__ static void run(const StepTask& t, const BlockPlace& at, float4* s) {
+  template <typename W, int kRows>
+  __device__ __forceinline__ static void run(const StepTask& t, const BlockPlace& at, float4* s) {
     matvec<W, kV<W>, kRows, kOpLinearResidual>(task_args<MatvecArgs>(t), at,
                                                shared_as<typename StepShared<W, kRows>::Matvec>(s));
   }
-  template <typename W> __device__ static L2Lines lines(const StepTask& t, const BlockPlace& at) {
+  template <typename W> __device__ __forceinline__ static L2Lines lines(const StepTask& t, const BlockPlace& at) {
     return matvec_lines<W, kV<W>>(task_args<MatvecArgs>(t), at);
   }
 };
 template <> struct StepBody<kTaskLnLmHeadArgmax> {
-  template <typename W, int kRows> __device__ static void run(const StepTask& t, const BlockPlace& at, float4* s) {
+  template <typename W, int kRows>
+  __device__ __forceinline__ static void run(const StepTask& t, const BlockPlace& at, float4* s) {
     lm_head<W, kV<W>, kRows, true>(task_args<LmHeadArgs>(t), at, shared_as<LmHeadShared>(s));
   }
-  template <typename W> __device__ static L2Lines lines(const StepTask& t, const BlockPlace& at) {
+  template <typename W> __device__ __forceinline__ static L2Lines lines(const StepTask& t, const BlockPlace& at) {
     return lm_head_lines<W>(task_args<LmHeadArgs>(t), at);
   }
 };

@@ -33,7 +33,7 @@ cudaStream_t g_stream = nullptr;      // current stream; the legacy stream until
 int g_sticky = cudaSuccess;
 bool g_overlapped = false;                // while capturing the graph-pdl step: launches allow programmatic overlap
 StepRecorder* g_step_recorder = nullptr;  // while recording the persistent step: launchers append tasks to it
-// while cu_plan_launch_shapes runs: where LAUNCH writes each launch's grid and block
+// while cu_plan_launch_shapes runs: where the dispatcher writes each launch's grid and block
 CuLaunchShape* g_shapes = nullptr;
 int g_shapes_max = 0, g_shapes_count = 0;
 

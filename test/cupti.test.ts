@@ -38,7 +38,9 @@ describe("CUPTI tracer library", () => {
   test("builds with g++ -Wall -Werror from a clean build directory and exports the C ABI", async () => {
     const dir = mkdtempSync(join(tmpdir(), "cupti-build-"));
     try {
-      for (const file of ["src/native/build.ts", "src/ops.ts"]) cpSync(join(ROOT, file), join(dir, file));
+      // build.ts and what it imports
+      for (const file of ["src/native/build.ts", "src/native/emu-source.ts", "src/ops.ts"])
+        cpSync(join(ROOT, file), join(dir, file));
       cpSync(join(ROOT, "cuda/cupti"), join(dir, "cuda/cupti"), { recursive: true });
       const build: typeof import("../src/native/build.ts") = await import(join(dir, "src/native/build.ts"));
       const r = build.ensureBuilt("cupti", { quiet: true });

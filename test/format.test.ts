@@ -1,4 +1,4 @@
-// The code is formatted and lint-clean: Biome for TypeScript and JSON (biome.json), clang-format for C++ and CUDA
+// The code is formatted and lint-clean: Biome for TypeScript and JSON (biome.jsonc), clang-format for C++ and CUDA
 // (.clang-format), both pinned in package-lock.json. `npm run format` fixes what this finds.
 import { describe, expect, test } from "bun:test";
 import { mkdtempSync, writeFileSync } from "node:fs";

@@ -1,4 +1,4 @@
-// bun run format — formats the code in place: Biome for TypeScript and JSON (biome.json, which also lints), clang-format
+// bun run format — formats the code in place: Biome for TypeScript and JSON (biome.jsonc, which also lints), clang-format
 // for C++ and CUDA (.clang-format). test/format.test.ts checks both without writing.
 import { spawnSync } from "node:child_process";
 import { readdirSync } from "node:fs";

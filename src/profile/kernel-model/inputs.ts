@@ -6,13 +6,7 @@
 import type { KernelLaunches, LaunchShape } from "../../backends/backend.ts";
 import type { GPT2Config } from "../../model/config.ts";
 import { atBucket, perAccess, type KernelFacts } from "../../native/kernel-facts.ts";
-import {
-  bodyOf,
-  DECODE_KERNELS,
-  decodeKernel,
-  persistentStepKernel,
-  tiledLinearKernel,
-} from "../../native/kernel-names.ts";
+import { DECODE_KERNELS, decodeKernel, persistentStepKernel, tiledLinearKernel } from "../../native/kernel-names.ts";
 import { disassemble, findCuobjdump } from "../../native/sass.ts";
 import { DTYPE_BYTES, dtypeOf, kernelFamily, MAX_BATCH, namedArgs } from "../../ops.ts";
 import { encodePlan, planShape, type PlanOp, type StepForm } from "../../plan.ts";
@@ -23,15 +17,19 @@ import { predictStep, type KernelInput, type PersistentKernel, type StepPredicti
 
 /** 16-byte loads a thread of this op's kernel has for its arguments (the SASS may hold more, predicated off). */
 export function activeLoads(op: PlanOp, facts: KernelFacts): number {
-  const body = bodyOf(op.family);
-  if (body === "matvec") return facts.matvec.loads;
-  if (body === "lm_head") {
-    const { C, wdtype } = namedArgs(op.family, op.args) as { C: number; wdtype: number };
-    const { rowsPerWarp, chunksPerBatch } = facts.lmHead;
-    const chunksPerLane = Math.ceil(C / perAccess(facts, dtypeOf(wdtype)) / facts.warpSize);
-    return rowsPerWarp * Math.min(chunksPerBatch, chunksPerLane);
-  }
   switch (op.family) {
+    case "linear":
+    case "linear_residual":
+    case "ln_qkv":
+    case "ln_linear_gelu":
+      return facts.matvec.loads;
+    case "lm_head":
+    case "ln_lm_head_argmax": {
+      const { C, wdtype } = namedArgs(op.family, op.args);
+      const { rowsPerWarp, chunksPerBatch } = facts.lmHead;
+      const chunksPerLane = Math.ceil(C / perAccess(facts, dtypeOf(wdtype)) / facts.warpSize);
+      return rowsPerWarp * Math.min(chunksPerBatch, chunksPerLane);
+    }
     case "attention": {
       const { C, n_head, kvdtype } = namedArgs("attention", op.args);
       const { threads, lanesPerKey, keysPerChunk } = facts.attention;
@@ -47,8 +45,8 @@ export function activeLoads(op: PlanOp, facts: KernelFacts): number {
     case "kv_append":
     case "residual":
       return 2;
-    default:
-      return 1; // gelu
+    case "gelu":
+      return 1;
   }
 }
 
