@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include <atomic>
+#include <bit>
 #include <functional>
 #include <tuple>
 #include <type_traits>
@@ -241,26 +242,10 @@ inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
-inline int __float_as_int(float f) {
-  int i;
-  memcpy(&i, &f, sizeof i);
-  return i;
-}
-inline float __int_as_float(int i) {
-  float f;
-  memcpy(&f, &i, sizeof f);
-  return f;
-}
-inline unsigned __float_as_uint(float f) {
-  unsigned u;
-  memcpy(&u, &f, sizeof u);
-  return u;
-}
-inline float __uint_as_float(unsigned u) {
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
+inline int __float_as_int(float f) { return std::bit_cast<int>(f); }
+inline float __int_as_float(int i) { return std::bit_cast<float>(i); }
+inline unsigned __float_as_uint(float f) { return std::bit_cast<unsigned>(f); }
+inline float __uint_as_float(unsigned u) { return std::bit_cast<float>(u); }
 
 // ---- 16-bit storage types (cuda_bf16.h, cuda_fp16.h): the bits, and conversions rounding as the GPU does -----
 // float -> bf16/f16: round to nearest even (cvt.rn); overflow gives +-Inf, f16 results below 2^-14 are subnormal;
