@@ -34,21 +34,21 @@ template <typename S> void store_row(S* dst, const float* src, int n) {
 }
 }  // namespace
 
-// k_cache_b, v_cache_b: (max_ctx, C) rows [pos_b, pos_b + T) = the k and v parts of qkv: (B·T, 3C)
+// k_cache_b, v_cache_b: (max_ctx, kv_C) rows [pos_b, pos_b + T) = the k and v parts of qkv: (B·T, C + 2 kv_C)
 extern "C" void op_kv_append(void* k_cache, void* v_cache, const float* qkv, const int* state, int B, int T, int C,
-                             int max_ctx, int kvdtype) {
+                             int kv_C, int max_ctx, int kvdtype) {
   OpTimer timer(OP_KV_APPEND);
   if (cpu_reject_unless(is_storage_type(kvdtype))) return;
   with_storage(kvdtype, [&](auto storage) {
     using S = typename decltype(storage)::type;
     for (int b = 0; b < B; b++) {
       const int pos = state[b * STATE_INTS + STATE_POS];
-      S* k = static_cast<S*>(k_cache) + (size_t)b * max_ctx * C;
-      S* v = static_cast<S*>(v_cache) + (size_t)b * max_ctx * C;
+      S* k = static_cast<S*>(k_cache) + (size_t)b * max_ctx * kv_C;
+      S* v = static_cast<S*>(v_cache) + (size_t)b * max_ctx * kv_C;
       for (int t = 0; t < T && pos + t < max_ctx; t++) {
-        const float* row = qkv + ((size_t)b * T + t) * 3 * C;
-        store_row(k + (size_t)(pos + t) * C, row + C, C);
-        store_row(v + (size_t)(pos + t) * C, row + 2 * C, C);
+        const float* row = qkv + ((size_t)b * T + t) * (C + 2 * kv_C);
+        store_row(k + (size_t)(pos + t) * kv_C, row + C, kv_C);
+        store_row(v + (size_t)(pos + t) * kv_C, row + C + kv_C, kv_C);
       }
     }
   });
@@ -57,6 +57,15 @@ extern "C" void op_kv_append(void* k_cache, void* v_cache, const float* qkv, con
 extern "C" size_t op_attention_scratch_bytes(int, int, int, int) { return 0; }
 
 namespace {
+// The attention's shape: C = n_head·hs query (and output) columns; query head h reads K/V head h / group of cache
+// rows of kv_C = n_kv_head·hs elements; a qkv row is [q (C) | k (kv_C) | v (kv_C)].
+struct Heads {
+  int C, n_head, hs, kv_C, group;
+  Heads(int C, int n_head, int n_kv_head)
+      : C(C), n_head(n_head), hs(C / n_head), kv_C(n_kv_head * (C / n_head)), group(n_head / n_kv_head) {}
+  size_t qkv_row() const { return (size_t)C + 2 * (size_t)kv_C; }
+  int kv_offset(int h) const { return h / group * hs; }
+};
 
 constexpr int kKeysPerRange = 32;  // one query: 192 KB of K and V rows per chunk at C = 768
 constexpr int kQueryBlock = 64;    // many queries: queries per chunk (a multiple of kTileCols)
@@ -96,13 +105,15 @@ template <typename S> void add_scaled_widened(float* acc, float p, const S* v, i
 }
 
 // slots: (n_head, hs + 2) for keys [j0, j1)     scores: (n_head, j1 - j0) scratch     q: (C)
+// Each key row is read once from memory: its heads' dot products follow one another (a K/V head's query heads
+// reuse its columns from L1).
 template <typename S>
 void attend_key_range(float* slots, float* scores, const float* q, const S* k_cache, const S* v_cache, int j0, int j1,
-                      int C, int n_head, float scale) {
-  const int hs = C / n_head, n = j1 - j0;
+                      const Heads& heads, float scale) {
+  const int n_head = heads.n_head, hs = heads.hs, n = j1 - j0;
   for (int j = 0; j < n; j++) {
-    const S* k = k_cache + (size_t)(j0 + j) * C;
-    for (int h = 0; h < n_head; h++) scores[h * n + j] = dot_widened(q + h * hs, k + h * hs, hs) * scale;
+    const S* k = k_cache + (size_t)(j0 + j) * heads.kv_C;
+    for (int h = 0; h < n_head; h++) scores[h * n + j] = dot_widened(q + h * hs, k + heads.kv_offset(h), hs) * scale;
   }
   for (int h = 0; h < n_head; h++) {
     float* s = scores + h * n;
@@ -120,9 +131,9 @@ void attend_key_range(float* slots, float* scores, const float* q, const S* k_ca
     memset(slot + 2, 0, sizeof(float) * hs);
   }
   for (int j = 0; j < n; j++) {
-    const S* v = v_cache + (size_t)(j0 + j) * C;
+    const S* v = v_cache + (size_t)(j0 + j) * heads.kv_C;
     for (int h = 0; h < n_head; h++)
-      add_scaled_widened(slots + (size_t)h * slot_floats(hs) + 2, scores[h * n + j], v + h * hs, hs);
+      add_scaled_widened(slots + (size_t)h * slot_floats(hs) + 2, scores[h * n + j], v + heads.kv_offset(h), hs);
   }
 }
 
@@ -149,13 +160,13 @@ void merge_ranges(float* out, const float* slots, int ranges, int C, int n_head)
   }
 }
 
-// out: (B, C); sequence b's one query (row b of qkv: (B, 3C)) over its cache rows [0, pos_b]. The key ranges of
-// every sequence are one list of chunks, shared by the threads; each sequence's slots are merged in range
-// order afterwards, so a sequence's result depends neither on the threads nor on the other sequences.
+// out: (B, C); sequence b's one query (row b of qkv) over its cache rows [0, pos_b]. The key ranges of every
+// sequence are one list of chunks, shared by the threads; each sequence's slots are merged in range order
+// afterwards, so a sequence's result depends neither on the threads nor on the other sequences.
 template <typename S>
 void attend_one_query_each(float* out, const float* qkv, const S* k_cache, const S* v_cache, const int* state, int B,
-                           int C, int n_head, int max_ctx) {
-  const int hs = C / n_head;
+                           const Heads& heads, int max_ctx) {
+  const int C = heads.C, n_head = heads.n_head, hs = heads.hs;
   const float scale = 1.0f / sqrtf((float)hs);
   const size_t range_floats = (size_t)n_head * slot_floats(hs);
   static thread_local std::vector<int> first_range, keys;  // (B + 1) and (B)
@@ -165,7 +176,7 @@ void attend_one_query_each(float* out, const float* qkv, const S* k_cache, const
   for (int b = 0; b < B; b++) {
     keys[b] = visible_keys(state[b * STATE_INTS + STATE_POS], 0, max_ctx);
     first_range[b + 1] = first_range[b] + (keys[b] + kKeysPerRange - 1) / kKeysPerRange;
-    work += (long)keys[b] * C;
+    work += (long)keys[b] * 2 * heads.kv_C;
   }
   static thread_local std::vector<float> slots;  // (ranges of every sequence, n_head, hs + 2), reused across calls
   slots.resize(range_floats * first_range[B]);
@@ -178,9 +189,9 @@ void attend_one_query_each(float* out, const float* qkv, const S* k_cache, const
     for (long r = r0; r < r1; r++) {
       const int b = (int)(std::upper_bound(firsts, firsts + B + 1, (int)r) - firsts) - 1;
       const int j0 = ((int)r - firsts[b]) * kKeysPerRange;
-      const size_t cache_offset = (size_t)b * max_ctx * C;
-      attend_key_range(all + range_floats * r, scores.data(), qkv + (size_t)b * 3 * C, k_cache + cache_offset,
-                       v_cache + cache_offset, j0, std::min(visible[b], j0 + kKeysPerRange), C, n_head, scale);
+      const size_t cache_offset = (size_t)b * max_ctx * heads.kv_C;
+      attend_key_range(all + range_floats * r, scores.data(), qkv + (size_t)b * heads.qkv_row(), k_cache + cache_offset,
+                       v_cache + cache_offset, j0, std::min(visible[b], j0 + kKeysPerRange), heads, scale);
     }
   });
   for (int b = 0; b < B; b++)
@@ -217,15 +228,15 @@ struct QueryBlockScratch {
   }
 };
 
-// n rows of one head's hs columns (row stride C in the cache) as fp32 rows: the cache itself when it is fp32,
+// n rows of one head's hs columns (row stride kv_C in the cache) as fp32 rows: the cache itself when it is fp32,
 // else widened into block (row stride hs).
 struct HeadRows {
   const float* data;
   size_t row_stride;
 };
-HeadRows head_rows(const float* rows, int, int C, int, float*) { return {rows, (size_t)C}; }
-template <typename S> HeadRows head_rows(const S* rows, int n, int C, int hs, float* block) {
-  for (int j = 0; j < n; j++) widen_into(block + (size_t)j * hs, rows + (size_t)j * C, hs);
+HeadRows head_rows(const float* rows, int, int kv_C, int, float*) { return {rows, (size_t)kv_C}; }
+template <typename S> HeadRows head_rows(const S* rows, int n, int kv_C, int hs, float* block) {
+  for (int j = 0; j < n; j++) widen_into(block + (size_t)j * hs, rows + (size_t)j * kv_C, hs);
   return {block, (size_t)hs};
 }
 
@@ -271,27 +282,27 @@ void fold_scores(QueryBlockScratch& w, int n, int kb0, int hs, float scale) {
   }
 }
 
-// out rows [t0, t1) (at most kQueryBlock), head h: queries from qkv (T, 3C) against cache rows [0, visible_keys(t1 -
-// 1)).
+// out rows [t0, t1) (at most kQueryBlock), head h: queries from qkv (T, C + 2 kv_C) against cache rows
+// [0, visible_keys(t1 - 1)).
 template <typename S>
 void attend_query_block(float* out, const float* qkv, const S* k_cache, const S* v_cache, int pos, int t0, int t1,
-                        int h, int C, int n_head, int max_ctx) {
-  const int hs = C / n_head, queries = t1 - t0;
+                        int h, const Heads& heads, int max_ctx) {
+  const int C = heads.C, hs = heads.hs, queries = t1 - t0;
   const float scale = 1.0f / sqrtf((float)hs);
   static thread_local QueryBlockScratch w;
   w.reset(hs);
   for (int q = 0; q < queries; q++) {
-    const float* row = qkv + (size_t)(t0 + q) * 3 * C + h * hs;
+    const float* row = qkv + (size_t)(t0 + q) * heads.qkv_row() + h * hs;
     for (int d = 0; d < hs; d++) w.q_t[(size_t)d * kQueryBlock + q] = row[d];
     w.visible[q] = visible_keys(pos, t0 + q, max_ctx);
   }
   const int keys = visible_keys(pos, t1 - 1, max_ctx);
-  const S* k_head = k_cache + h * hs;
-  const S* v_head = v_cache + h * hs;
+  const S* k_head = k_cache + heads.kv_offset(h);
+  const S* v_head = v_cache + heads.kv_offset(h);
   for (int kb0 = 0; kb0 < keys; kb0 += kKeyBlock) {
     const int n = std::min(kKeyBlock, keys - kb0);
-    const HeadRows k = head_rows(k_head + (size_t)kb0 * C, n, C, hs, w.k_block.data());
-    const HeadRows v = head_rows(v_head + (size_t)kb0 * C, n, C, hs, w.v_block.data());
+    const HeadRows k = head_rows(k_head + (size_t)kb0 * heads.kv_C, n, heads.kv_C, hs, w.k_block.data());
+    const HeadRows v = head_rows(v_head + (size_t)kb0 * heads.kv_C, n, heads.kv_C, hs, w.v_block.data());
     const StridedA k_rows{k.data, k.row_stride, 1};  // (n, hs)
     const StridedA v_cols{v.data, 1, v.row_stride};  // (hs, n)
     for (int panel = 0; panel < kQueryBlock; panel += kTileCols)
@@ -314,8 +325,9 @@ void attend_query_block(float* out, const float* qkv, const S* k_cache, const S*
 
 // One sequence: out (T, C); query t (absolute position pos + t) attends to cache rows [0, pos + t]
 template <typename S>
-void attend_sequence(float* out, const float* qkv, const S* k_cache, const S* v_cache, int pos, int T, int C,
-                     int n_head, int max_ctx) {
+void attend_sequence(float* out, const float* qkv, const S* k_cache, const S* v_cache, int pos, int T,
+                     const Heads& heads, int max_ctx) {
+  const int C = heads.C, n_head = heads.n_head;
   // chunks head by head, so that a head's K and V columns stay in L2 across its query blocks; within a
   // head the last block (most keys) first, so that the op ends on the cheapest chunks
   const int blocks = (T + kQueryBlock - 1) / kQueryBlock;
@@ -324,7 +336,7 @@ void attend_sequence(float* out, const float* qkv, const S* k_cache, const S* v_
     for (long c = c0; c < c1; c++) {
       const int h = (int)(c / blocks), block = blocks - 1 - (int)(c % blocks);
       const int t0 = block * kQueryBlock;
-      attend_query_block(out, qkv, k_cache, v_cache, pos, t0, std::min(T, t0 + kQueryBlock), h, C, n_head, max_ctx);
+      attend_query_block(out, qkv, k_cache, v_cache, pos, t0, std::min(T, t0 + kQueryBlock), h, heads, max_ctx);
     }
   });
 }
@@ -333,18 +345,21 @@ void attend_sequence(float* out, const float* qkv, const S* k_cache, const S* v_
 
 // out: (B·T, C); sequence b's query t (absolute position pos_b + t) attends to its cache rows [0, pos_b + t]
 extern "C" void op_attention(float* out, float*, const float* qkv, const void* k_cache, const void* v_cache,
-                             const int* state, int B, int T, int C, int n_head, int max_ctx, int kvdtype) {
+                             const int* state, int B, int T, int C, int n_head, int n_kv_head, int max_ctx,
+                             int kvdtype) {
   OpTimer timer(OP_ATTENTION);
-  if (cpu_reject_unless(is_storage_type(kvdtype))) return;
+  const bool heads_fit = n_head > 0 && C % n_head == 0 && n_kv_head > 0 && n_head % n_kv_head == 0;
+  if (cpu_reject_unless(is_storage_type(kvdtype) && heads_fit)) return;
+  const Heads heads(C, n_head, n_kv_head);
   with_storage(kvdtype, [&](auto storage) {
     using S = typename decltype(storage)::type;
     const S* k = static_cast<const S*>(k_cache);
     const S* v = static_cast<const S*>(v_cache);
-    if (T == 1) return attend_one_query_each(out, qkv, k, v, state, B, C, n_head, max_ctx);
+    if (T == 1) return attend_one_query_each(out, qkv, k, v, state, B, heads, max_ctx);
     for (int b = 0; b < B; b++) {
-      const size_t cache_offset = (size_t)b * max_ctx * C, row0 = (size_t)b * T;
-      attend_sequence(out + row0 * C, qkv + row0 * 3 * C, k + cache_offset, v + cache_offset,
-                      state[b * STATE_INTS + STATE_POS], T, C, n_head, max_ctx);
+      const size_t cache_offset = (size_t)b * max_ctx * heads.kv_C, row0 = (size_t)b * T;
+      attend_sequence(out + row0 * C, qkv + row0 * heads.qkv_row(), k + cache_offset, v + cache_offset,
+                      state[b * STATE_INTS + STATE_POS], T, heads, max_ctx);
     }
   });
 }

@@ -11,27 +11,27 @@ constexpr int kKvAppendThreads = 256;
 constexpr size_t kScratchAlignment = 16;
 
 // ---- op_kv_append -------------------------------------------------------------------------------------------
-// k_cache, v_cache: (B, max_ctx, C) in K  qkv: (B·T, 3C) as [q | k | v]
+// k_cache, v_cache: (B, max_ctx, kv_C) in K  qkv: (B·T, C + 2 kv_C) as [q | k | v]
 // grid: (T, B)  block: (kKvAppendThreads); row pos_b + t of sequence b's caches (skipped past max_ctx): n_units units
 // of kWidth values (16 bytes of K: kWidth = 4 floats or 8 halves; read as float4s), then the rest one by one.
 template <typename K, int kWidth>
 __global__ void __launch_bounds__(kKvAppendThreads)
     kv_append_kernel(K* __restrict__ k_cache, K* __restrict__ v_cache, const float* __restrict__ qkv,
-                     const int* __restrict__ state, int T, int C, int max_ctx, int n_units) {
+                     const int* __restrict__ state, int T, int C, int kv_C, int max_ctx, int n_units) {
   let_successor_start();
   wait_for_predecessor();
   const int t = blockIdx.x, b = blockIdx.y;
   const int row = __ldcg(state + b * STATE_INTS + STATE_POS) + t;
   if (row >= max_ctx) return;
-  const float* k = qkv + ((size_t)b * T + t) * 3 * C + C;
-  const float* v = k + C;
-  const size_t at = ((size_t)b * max_ctx + row) * C;
+  const float* k = qkv + ((size_t)b * T + t) * (C + 2 * kv_C) + C;
+  const float* v = k + kv_C;
+  const size_t at = ((size_t)b * max_ctx + row) * kv_C;
   for (int i = threadIdx.x; i < n_units; i += blockDim.x) {
     const Cols<kWidth> kv[2] = {load_cols<kWidth>(k + i * kWidth), load_cols<kWidth>(v + i * kWidth)};
     store_rounded<K, kWidth>(k_cache + at + i * kWidth, kv[0].v);
     store_rounded<K, kWidth>(v_cache + at + i * kWidth, kv[1].v);
   }
-  for (int i = n_units * kWidth + threadIdx.x; i < C; i += blockDim.x) {
+  for (int i = n_units * kWidth + threadIdx.x; i < kv_C; i += blockDim.x) {
     const float kv[2][1] = {{__ldcg(k + i)}, {__ldcg(v + i)}};
     store_rounded<K, 1>(k_cache + at + i, kv[0]);
     store_rounded<K, 1>(v_cache + at + i, kv[1]);
@@ -39,15 +39,15 @@ __global__ void __launch_bounds__(kKvAppendThreads)
 }
 
 extern "C" void op_kv_append(void* k_cache, void* v_cache, const float* qkv, const int* state, int B, int T, int C,
-                             int max_ctx, int kvdtype) {
-  if (rt_reject_unless(is_storage_type(kvdtype) && B >= 1 && T >= 1)) return;
+                             int kv_C, int max_ctx, int kvdtype) {
+  if (rt_reject_unless(is_storage_type(kvdtype) && B >= 1 && T >= 1 && C >= 1 && kv_C >= 1)) return;
   with_storage(kvdtype, [&](auto kind) {
     using K = decltype(kind);
     constexpr int V = kVecOf<K>;
-    const bool vec = C % V == 0 && aligned16(k_cache) && aligned16(v_cache) && aligned16(qkv);
+    const bool vec = C % 4 == 0 && kv_C % V == 0 && aligned16(k_cache) && aligned16(v_cache) && aligned16(qkv);
     const auto kernel = vec ? kv_append_kernel<K, V> : kv_append_kernel<K, 1>;
     launch_op(kernel, {.grid = dim3(T, B), .block = kKvAppendThreads}, static_cast<K*>(k_cache),
-              static_cast<K*>(v_cache), qkv, state, T, C, max_ctx, vec ? C / V : 0);
+              static_cast<K*>(v_cache), qkv, state, T, C, kv_C, max_ctx, vec ? kv_C / V : 0);
   });
 }
 
@@ -90,8 +90,10 @@ extern "C" size_t op_attention_scratch_bytes(int rows, int C, int n_head, int ma
 }
 
 extern "C" void op_attention(float* out, float* scratch, const float* qkv, const void* k_cache, const void* v_cache,
-                             const int* state, int B, int T, int C, int n_head, int max_ctx, int kvdtype) {
-  const bool heads_fit = n_head > 0 && C % n_head == 0 && C / n_head <= kAttnMaxHeadSize;
+                             const int* state, int B, int T, int C, int n_head, int n_kv_head, int max_ctx,
+                             int kvdtype) {
+  const bool heads_fit =
+      n_head > 0 && C % n_head == 0 && C / n_head <= kAttnMaxHeadSize && n_kv_head > 0 && n_head % n_kv_head == 0;
   // B·T rows: each (row, head) pair has its arrival counter among the max_ctx * n_head the scratch holds
   if (rt_reject_unless(is_storage_type(kvdtype) && heads_fit && B >= 1 && T >= 1 && B * T <= max_ctx)) return;
   const int hs = C / n_head;
@@ -105,11 +107,13 @@ extern "C" void op_attention(float* out, float* scratch, const float* qkv, const
                       .T = T,
                       .C = C,
                       .n_head = n_head,
-                      .max_ctx = max_ctx};
+                      .max_ctx = max_ctx,
+                      .kv_C = n_kv_head * hs,
+                      .group = n_head / n_kv_head};
   with_storage(kvdtype, [&](auto kind) {
     using K = decltype(kind);
     constexpr int V = kVecOf<K>;
-    const bool vec = hs % V == 0 && aligned16(k_cache) && aligned16(v_cache);
+    const bool vec = hs % V == 0 && aligned16(k_cache) && aligned16(v_cache);  // every head's row start: kv_C % V == 0
     const auto kernel = vec ? attention_kernel<K, V> : attention_kernel<K, 1>;
     const StepTaskForm task = {.kind = kTaskAttention, .vec = vec, .variant = {.kvdtype = kvdtype}};
     launch_step_op(kernel, {.grid = grid, .block = kAttnThreads}, task, a);

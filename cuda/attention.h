@@ -62,17 +62,18 @@ template <typename K, int kWidth> struct ChunkRows {
 
 template <typename K, int kWidth>
 __device__ __forceinline__ void load_chunk_rows(ChunkRows<K, kWidth>& r, const K* k, const K* v, int key0, int lo,
-                                                int hi, int C, int hs) {
+                                                int hi, int row_elements, int hs) {
   const int units = hs / kWidth;
   const int key = key0 + (int)threadIdx.x / kAttnLanesPerKey, sub = threadIdx.x % kAttnLanesPerKey;
   const int parts = kAttnThreads / units, part = threadIdx.x / units, g = threadIdx.x % units;
 #pragma unroll
   for (int u = 0; u < AttnUnits<kWidth>::value; u++) {
     const int unit = sub + u * kAttnLanesPerKey;
-    if (key >= lo && key < hi && unit < units) r.k[u] = load_packed<K, kWidth>(k + (size_t)key * C + unit * kWidth);
+    if (key >= lo && key < hi && unit < units)
+      r.k[u] = load_packed<K, kWidth>(k + (size_t)key * row_elements + unit * kWidth);
     const int vkey = key0 + part + u * parts;
     if (part < parts && vkey >= lo && vkey < hi && vkey < key0 + kAttnKeysPerChunk)
-      r.v[u] = load_packed<K, kWidth>(v + (size_t)vkey * C + g * kWidth);
+      r.v[u] = load_packed<K, kWidth>(v + (size_t)vkey * row_elements + g * kWidth);
   }
 }
 
@@ -164,8 +165,8 @@ __device__ __forceinline__ void merge_chunks(float* out, const float* stats, con
   out[d] = a / sum;
 }
 
-// out: (B·T, C)  qkv: (B·T, 3C) (q only)  k_cache, v_cache: (B, max_ctx, C) in the kernel's K; head h in columns
-// [h * hs, (h + 1) * hs)
+// out: (B·T, C)  qkv: (B·T, C + 2 kv_C) (q only)  k_cache, v_cache: (B, max_ctx, kv_C) in the kernel's K, where
+// C = n_head·hs and kv_C = n_kv_head·hs; query head h (columns [h·hs, (h + 1)·hs)) reads K/V head h / group.
 struct AttnArgs {
   float* out;
   AttnScratch scratch;
@@ -174,7 +175,13 @@ struct AttnArgs {
   const void* v_cache;
   const int* state;
   int T, C, n_head, max_ctx;
+  int kv_C;   // a cache row's elements
+  int group;  // query heads per K/V head: n_head / n_kv_head
 };
+
+// Where query head h's K/V head starts in a cache row, and a qkv row's floats.
+__device__ __forceinline__ int kv_head_offset(const AttnArgs& a, int h, int hs) { return h / a.group * hs; }
+__device__ __forceinline__ size_t qkv_row_floats(const AttnArgs& a) { return (size_t)a.C + 2 * (size_t)a.kv_C; }
 
 template <int kWidth> struct AttnShared {
   float q[kAttnMaxHeadSize];
@@ -190,10 +197,10 @@ template <typename K> __device__ __forceinline__ L2Lines attention_lines(const A
   const int key0 = chunk * kAttnKeysPerChunk, end = min(min(key0 + kAttnKeysPerChunk, pos), a.max_ctx);
   if (key0 >= end) return {};
   const int hs = a.C / a.n_head;
-  const size_t at_row = ((size_t)b * a.max_ctx + key0) * a.C + (size_t)h * hs;
+  const size_t at_row = ((size_t)b * a.max_ctx + key0) * a.kv_C + kv_head_offset(a, h, hs);
   return {reinterpret_cast<const char*>(static_cast<const K*>(a.k_cache) + at_row),
-          reinterpret_cast<const char*>(static_cast<const K*>(a.v_cache) + at_row), (size_t)a.C * sizeof(K), end - key0,
-          (int)(hs * sizeof(K))};
+          reinterpret_cast<const char*>(static_cast<const K*>(a.v_cache) + at_row), (size_t)a.kv_C * sizeof(K),
+          end - key0, (int)(hs * sizeof(K))};
 }
 
 // grid: (n_chunks, n_head, B·T)  block: (kAttnThreads); block (c, h, row) takes keys [c * 64, (c + 1) * 64) of the
@@ -214,16 +221,17 @@ __device__ __forceinline__ void attention(const AttnArgs& a, const BlockPlace& a
   const int pos = __ldcg(a.state + b * STATE_INTS + STATE_POS);
   const int n_keys = visible_keys(pos, t, a.max_ctx);
   const int key0 = chunk * kAttnKeysPerChunk;
-  const K* k = static_cast<const K*>(a.k_cache) + (size_t)b * a.max_ctx * C + h * hs;
-  const K* v = static_cast<const K*>(a.v_cache) + (size_t)b * a.max_ctx * C + h * hs;
+  const size_t head = (size_t)b * a.max_ctx * a.kv_C + kv_head_offset(a, h, hs);
+  const K* k = static_cast<const K*>(a.k_cache) + head;
+  const K* v = static_cast<const K*>(a.v_cache) + head;
   ChunkRows<K, kWidth> rows = {};
-  if (key0 < n_keys) load_chunk_rows<K, kWidth>(rows, k, v, key0, 0, min(pos, n_keys), C, hs);
+  if (key0 < n_keys) load_chunk_rows<K, kWidth>(rows, k, v, key0, 0, min(pos, n_keys), a.kv_C, hs);
   wait_for_inputs(at);
   if (key0 < n_keys) {
-    load_chunk_rows<K, kWidth>(rows, k, v, key0, pos, n_keys, C, hs);
+    load_chunk_rows<K, kWidth>(rows, k, v, key0, pos, n_keys, a.kv_C, hs);
     const float scale = 1.0f / sqrtf((float)hs);
     for (int d = threadIdx.x; d < hs; d += blockDim.x)
-      shared.q[d] = __ldcg(a.qkv + (size_t)row * 3 * C + h * hs + d) * scale;
+      shared.q[d] = __ldcg(a.qkv + (size_t)row * qkv_row_floats(a) + h * hs + d) * scale;
     __syncthreads();
     float* stats = a.scratch.stats + ((size_t)th * n_chunks + chunk) * kStatsPerChunk;
     float* acc = a.scratch.acc + ((size_t)th * n_chunks + chunk) * hs;

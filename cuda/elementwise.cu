@@ -1,4 +1,5 @@
-// op_gelu, op_residual: flat elementwise kernels, one float4 (or, for the tail, one float) per thread.
+// op_gelu, op_residual, op_swiglu: flat elementwise kernels, one float4 (or, for the tail, one float) per thread.
+#include "cols.h"
 #include "gelu.h"
 #include "dispatch.h"
 #include "ops.h"
@@ -39,6 +40,28 @@ __global__ void __launch_bounds__(kElementwiseThreads)
   }
 }
 
+__device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
+
+// out: (rows, I) = silu(gate) * up    gate_up: (rows, 2I) as [gate | up]
+// grid: (ceil(rows · I / kWidth / kElementwiseThreads))  block: (kElementwiseThreads); thread i takes kWidth
+// outputs (a float4, or one float when I % 4 != 0), its gate and up loads issued together.
+template <int kWidth>
+__global__ void __launch_bounds__(kElementwiseThreads)
+    swiglu_kernel(float* __restrict__ out, const float* __restrict__ gate_up, int rows, int I) {
+  let_successor_start();
+  wait_for_predecessor();
+  const int units = I / kWidth;
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= rows * units) return;
+  const int r = i / units, c = i % units * kWidth;
+  const float* gate = gate_up + (size_t)r * 2 * I + c;
+  const Cols<kWidth> g = load_cols<kWidth>(gate), u = load_cols<kWidth>(gate + I);
+  Cols<kWidth> y;
+#pragma unroll
+  for (int k = 0; k < kWidth; k++) y.v[k] = silu(g.v[k]) * u.v[k];
+  store_cols<kWidth>(out + (size_t)r * I + c, y);
+}
+
 extern "C" void op_gelu(float* out, const float* inp, int N) {
   const int n_vec4 = vec4_count(N, out, inp);
   const Geometry at = {.grid = ceil_div(elementwise_threads(N, n_vec4), kElementwiseThreads),
@@ -51,4 +74,12 @@ extern "C" void op_residual(float* out, const float* a, const float* b, int N) {
   const Geometry at = {.grid = ceil_div(elementwise_threads(N, n_vec4), kElementwiseThreads),
                        .block = kElementwiseThreads};
   launch_op(residual_kernel, at, out, a, b, N, n_vec4);
+}
+
+extern "C" void op_swiglu(float* out, const float* gate_up, int rows, int I) {
+  if (rt_reject_unless(rows >= 1 && I >= 1)) return;
+  const bool vec = row_vec4_count(I, out, gate_up) > 0;
+  const int width = vec ? kVecWidth : 1;
+  const Geometry at = {.grid = ceil_div(rows * (I / width), kElementwiseThreads), .block = kElementwiseThreads};
+  launch_op(vec ? swiglu_kernel<kVecWidth> : swiglu_kernel<1>, at, out, gate_up, rows, I);
 }

@@ -9,15 +9,19 @@
 #include "persistent.h"
 #include "plan.h"
 
-// layernorm.cu and elementwise.cu keep their kernels' constants in the .cu, out of reach here: their chains sit here.
-constexpr int kLayernormChainL2Trips = 1;    // the row in, two block reductions, the row out
-constexpr int kElementwiseChainL2Trips = 0;  // gelu, residual: loads, arithmetic, stores
+// layernorm.cu, rmsnorm.cu, rope.cu and elementwise.cu keep their kernels' constants in the .cu, out of reach here:
+// their chains sit here.
+constexpr int kLayernormChainL2Trips = 1;    // the row in, two block reductions, the row out (RMSNorm: one reduction)
+constexpr int kElementwiseChainL2Trips = 0;  // gelu, residual, swiglu: loads, arithmetic, stores
+constexpr int kRopeChainL2Trips = 1;         // the state, then the head and its table row
 
 // An op's kernel's dependent L2 round trips (a missing case is a -Wswitch error: every op has its chain).
 static int chain_l2_trips(OpCode op) {
   switch (op) {
     case OP_EMBED: return kEmbedChainL2Trips;
-    case OP_LAYERNORM: return kLayernormChainL2Trips;
+    case OP_LAYERNORM:
+    case OP_RMSNORM: return kLayernormChainL2Trips;
+    case OP_ROPE: return kRopeChainL2Trips;
     case OP_LINEAR:
     case OP_LN_QKV:
     case OP_LN_LINEAR_GELU:
@@ -25,7 +29,8 @@ static int chain_l2_trips(OpCode op) {
     case OP_KV_APPEND: return kKvAppendChainL2Trips;
     case OP_ATTENTION: return kAttnChainL2Trips;
     case OP_GELU:
-    case OP_RESIDUAL: return kElementwiseChainL2Trips;
+    case OP_RESIDUAL:
+    case OP_SWIGLU: return kElementwiseChainL2Trips;
     case OP_LM_HEAD: return kLmHeadChainL2Trips;
     case OP_ARGMAX: return kArgmaxChainL2Trips;
     case OP_LN_LM_HEAD_ARGMAX: return kLnLmHeadArgmaxChainL2Trips;

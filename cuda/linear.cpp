@@ -207,7 +207,7 @@ extern "C" void op_ln_qkv(float* qkv, void* k_cache, void* v_cache, float* parti
   normed.resize((size_t)B * C);
   op_layernorm(normed.data(), x, ln_weight, ln_bias, B, C, eps);
   op_linear(qkv, partials, normed.data(), weight, bias, B, C, 3 * C, wdtype);
-  op_kv_append(k_cache, v_cache, qkv, state, B, 1, C, max_ctx, kvdtype);
+  op_kv_append(k_cache, v_cache, qkv, state, B, 1, C, C, max_ctx, kvdtype);
 }
 
 extern "C" void op_ln_linear_gelu(float* out, float* partials, const float* x, const float* ln_weight,

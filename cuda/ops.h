@@ -42,7 +42,8 @@ inline bool is_storage_type(int dtype) { return dtype == DTYPE_F32 || dtype == D
 extern "C" {
 #endif
 
-// out: (B·T, C) = wte[seq_b[pos_b + t]] + wpe[pos_b + t]       wte: (V, C)  wpe: (max_ctx, C), both in wdtype
+// out: (B·T, C) = wte[seq_b[pos_b + t]] + wpe[pos_b + t]       wte: (V, C)  wpe: (max_ctx, C), both in wdtype;
+// without a position table (wpe null: rotary models) out = wte[seq_b[pos_b + t]]
 void op_embed(float* out, const int* seq, const int* state, const void* wte, const void* wpe, int B, int T, int C,
               int max_ctx, int wdtype);
 
@@ -61,22 +62,41 @@ size_t op_partials_bytes(int max_rows, int max_in, int max_out, int V);
 void op_linear(float* out, float* partials, const float* inp, const void* weight, const float* bias, int rows, int C,
                int OC, int wdtype);
 
+// The attention's shape: C = n_head·hs query columns and kv_C = n_kv_head·hs key (and value) columns, a qkv row
+// [q (C) | k (kv_C) | v (kv_C)]; multi-head attention (GPT-2) has n_kv_head = n_head (kv_C = C, C = n_embd), grouped-
+// query attention fewer K/V heads, each shared by n_head / n_kv_head query heads.
+
 // Append each sequence's new keys and values to its caches at rows [pos_b, pos_b + T) (those below max_ctx).
-// k_cache, v_cache: (B, max_ctx, C) in kvdtype   qkv: (B·T, 3C) as [q | k | v]
-void op_kv_append(void* k_cache, void* v_cache, const float* qkv, const int* state, int B, int T, int C, int max_ctx,
-                  int kvdtype);
+// k_cache, v_cache: (B, max_ctx, kv_C) in kvdtype   qkv: (B·T, C + 2 kv_C) as [q | k | v]
+void op_kv_append(void* k_cache, void* v_cache, const float* qkv, const int* state, int B, int T, int C, int kv_C,
+                  int max_ctx, int kvdtype);
 
 // Causal attention of each sequence's T new queries against its own cache rows [0, pos_b + t] (no stored mask).
-// out: (B·T, C)   qkv: (B·T, 3C) (only q is read)   k_cache, v_cache: (B, max_ctx, C) in kvdtype, head h in
-// columns [h*hs, (h+1)*hs)
+// out: (B·T, C)   qkv: (B·T, C + 2 kv_C) (only q is read)   k_cache, v_cache: (B, max_ctx, kv_C) in kvdtype; query
+// head h in columns [h*hs, (h+1)*hs) of q and out, reading K/V head h / (n_head / n_kv_head)
 // scratch: op_attention_scratch_bytes(rows, ...) bytes of backend memory for split-key partials (may be unused),
 // for steps of at most `rows` = B·T rows.
 void op_attention(float* out, float* scratch, const float* qkv, const void* k_cache, const void* v_cache,
-                  const int* state, int B, int T, int C, int n_head, int max_ctx, int kvdtype);
+                  const int* state, int B, int T, int C, int n_head, int n_kv_head, int max_ctx, int kvdtype);
 size_t op_attention_scratch_bytes(int rows, int C, int n_head, int max_ctx);
 
 // out: (N) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))   (GPT-2's gelu_new)
 void op_gelu(float* out, const float* inp, int N);
+
+// out: (rows, I) = silu(gate) * up, silu(g) = g / (1 + e^-g)     gate_up: (rows, 2I), each row [gate (I) | up (I)]
+void op_swiglu(float* out, const float* gate_up, int rows, int I);
+
+// out: (rows, C) = inp / sqrt(mean(inp^2) + eps) * weight     inp: (rows, C)  weight: (C)    (RMSNorm; C <= 4096 on
+// CUDA)
+void op_rmsnorm(float* out, const float* inp, const float* weight, int rows, int C, float eps);
+
+// Rotary position embedding of the q and k heads of qkv (B·T, C + 2 kv_C), in place, at each row's position
+// p = pos_b + t (below max_ctx), in the rotate-half layout: pairs (i, i + hs/2) of each head turn by p·f_i,
+//   x_i' = x_i cos - x_{i+hs/2} sin,   x_{i+hs/2}' = x_{i+hs/2} cos + x_i sin,
+// with rope: (max_ctx, hs) = [cos(p·f_0 .. p·f_{hs/2-1}) | sin(...)] per position. q_norm, k_norm: (hs), or both null:
+// each q (k) head is first RMS-normalised with eps and scaled by q_norm (k_norm) (Qwen3). hs even, <= 256.
+void op_rope(float* qkv, const int* state, const float* rope, const float* q_norm, const float* k_norm, int B, int T,
+             int C, int n_head, int n_kv_head, int max_ctx, float eps);
 
 // out: (N) = a + b   (out may alias a or b)
 void op_residual(float* out, const float* a, const float* b, int N);

@@ -45,7 +45,9 @@ export type Param = readonly [name: string, type: CType];
 /**
  * What one op does and moves, by kind. Counting rules: a multiply-add is 2 FLOPs; an add, multiply, compare,
  * exp or tanh is 1; layernorm is 8 FLOPs per element (mean 1, variance 3, normalise 2, scale and shift 2);
- * gelu_new is 8 per element (tanh counted as one); softmax is 5 per score (scale, max, exp, sum, divide).
+ * gelu_new is 8 per element (tanh counted as one); softmax is 5 per score (scale, max, exp, sum, divide); RMSNorm
+ * is 4 per element (square and sum 2, normalise 1, scale 1); a rotary turn is 3 per element (two multiplies, an
+ * add); SwiGLU is 5 per output (silu's negation, exp, add and divide, then the product).
  * Elements are the fewest that must cross memory: each weight read once (whatever the batch), each activation
  * read once and written once, each KV cache row read once; the sequences' position state is ignored.
  */
@@ -96,6 +98,9 @@ export interface OpSpec<P extends readonly Param[] = readonly Param[]> {
 const LAYERNORM_FLOPS_PER_ELEMENT = 8;
 const GELU_FLOPS_PER_ELEMENT = 8;
 const SOFTMAX_FLOPS_PER_SCORE = 5;
+const RMSNORM_FLOPS_PER_ELEMENT = 4;
+const ROPE_FLOPS_PER_ELEMENT = 3;
+const SWIGLU_FLOPS_PER_OUTPUT = 5;
 const none = { flops: 0, activations: 0, weights: 0, vectors: 0, kv: 0, token_ids: 0 };
 
 function op<const P extends readonly Param[]>(
@@ -116,7 +121,7 @@ export function attendedKeys(T: number, pos: number): number {
 // state (state + b * STATE_INTS), token sequence (seq + b * (max_ctx + 1)) and cache rows (k_cache + b * max_ctx * C
 // elements). `rows` = B * T where only the row count matters. Fused decode ops take one row per sequence (T = 1).
 export const OPS = {
-  // out: (B·T, C) = wte[seq_b[pos_b + t]] + wpe[pos_b + t]       wte: (V, C)  wpe: (max_ctx, C)
+  // out: (B·T, C) = wte[seq_b[pos_b + t]] + wpe[pos_b + t]       wte: (V, C)  wpe: (max_ctx, C), or 0 (no positions)
   embed: op(
     1,
     [
@@ -132,7 +137,12 @@ export const OPS = {
       ["wdtype", "int"],
     ],
     ({ out, B, T, C }) => ({ ptr: out, floats: B * T * C }),
-    ({ B, T, C }) => ({ flops: B * T * C, activations: B * T * C, weights: 2 * B * T * C, token_ids: B * T }),
+    ({ B, T, C, wpe }) => ({
+      flops: wpe ? B * T * C : 0,
+      activations: B * T * C,
+      weights: (wpe ? 2 : 1) * B * T * C,
+      token_ids: B * T,
+    }),
   ),
   // out: (rows, C) = (inp - mean) / sqrt(var + eps) * weight + bias
   layernorm: op(
@@ -171,7 +181,9 @@ export const OPS = {
       vectors: OC,
     }),
   ),
-  // k_cache_b, v_cache_b rows [pos_b, pos_b + T) = the k and v parts of qkv (B·T, 3C)
+  // The attention ops' shape: C = n_head·hs query columns, kv_C = n_kv_head·hs key and value columns, a qkv row
+  // [q (C) | k (kv_C) | v (kv_C)] (GPT-2: kv_C = C = n_embd).
+  // k_cache_b, v_cache_b rows [pos_b, pos_b + T) = the k and v parts of qkv (B·T, C + 2 kv_C)
   kv_append: op(
     4,
     [
@@ -182,14 +194,16 @@ export const OPS = {
       ["B", "int"],
       ["T", "int"],
       ["C", "int"],
+      ["kv_C", "int"],
       ["max_ctx", "int"],
       ["kvdtype", "int"],
     ],
     () => null,
-    ({ B, T, C }) => ({ activations: 2 * B * T * C, kv: 2 * B * T * C }),
+    ({ B, T, kv_C }) => ({ activations: 2 * B * T * kv_C, kv: 2 * B * T * kv_C }),
   ),
-  // out: (B·T, C) = softmax(q K_b^T / sqrt(hs)) V_b over sequence b's cache rows [0, pos_b + t], every head: QK^T
-  // and AV are 2 multiply-adds per key per channel, plus the softmax; reads q and each sequence's rows [0, pos + T)
+  // out: (B·T, C) = softmax(q K_b^T / sqrt(hs)) V_b over sequence b's cache rows [0, pos_b + t], every query head
+  // against its K/V head: QK^T and AV are 2 multiply-adds per key per query channel, plus the softmax; reads q and
+  // each sequence's rows [0, pos + T) once per K/V head
   attention: op(
     5,
     [
@@ -203,16 +217,17 @@ export const OPS = {
       ["T", "int"],
       ["C", "int"],
       ["n_head", "int"],
+      ["n_kv_head", "int"],
       ["max_ctx", "int"],
       ["kvdtype", "int"],
     ],
     ({ out, B, T, C }) => ({ ptr: out, floats: B * T * C }),
-    ({ B, T, C, n_head }, pos) => {
+    ({ B, T, C, n_head, n_kv_head }, pos) => {
       const keys = B * attendedKeys(T, pos);
       return {
         flops: 2 * 2 * C * keys + SOFTMAX_FLOPS_PER_SCORE * n_head * keys,
         activations: 2 * B * T * C,
-        kv: 2 * B * (pos + T) * C,
+        kv: 2 * B * (pos + T) * (C / n_head) * n_kv_head,
       };
     },
   ),
@@ -270,6 +285,62 @@ export const OPS = {
     ],
     () => null,
     ({ B, V }) => ({ flops: B * V, activations: B * V, token_ids: B }),
+  ),
+  // ---- the Llama family's ops (rotary positions, RMSNorm, SwiGLU)
+  // out: (rows, C) = inp / sqrt(mean(inp^2) + eps) * weight
+  rmsnorm: op(
+    14,
+    [
+      ["out", "float*"],
+      ["inp", "const float*"],
+      ["weight", "const float*"],
+      ["rows", "int"],
+      ["C", "int"],
+      ["eps", "float"],
+    ],
+    ({ out, rows, C }) => ({ ptr: out, floats: rows * C }),
+    ({ rows, C }) => ({ flops: RMSNORM_FLOPS_PER_ELEMENT * rows * C, activations: 2 * rows * C, vectors: C }),
+  ),
+  // qkv's q and k heads (B·T rows of C + 2 kv_C) turned in place by their position's rotation (rope: (max_ctx, hs)
+  // cos | sin), each head RMS-normalised by q_norm / k_norm (hs) first where they are given (Qwen3; else 0)
+  rope: op(
+    15,
+    [
+      ["qkv", "float*"],
+      ["state", "const int*"],
+      ["rope", "const float*"],
+      ["q_norm", "const float*"],
+      ["k_norm", "const float*"],
+      ["B", "int"],
+      ["T", "int"],
+      ["C", "int"],
+      ["n_head", "int"],
+      ["n_kv_head", "int"],
+      ["max_ctx", "int"],
+      ["eps", "float"],
+    ],
+    () => null,
+    ({ B, T, C, n_head, n_kv_head, q_norm }) => {
+      const elements = B * T * (C + (C / n_head) * n_kv_head);
+      const hs = C / n_head;
+      return {
+        flops: (ROPE_FLOPS_PER_ELEMENT + (q_norm ? RMSNORM_FLOPS_PER_ELEMENT : 0)) * elements,
+        activations: 2 * elements,
+        vectors: B * T * hs + (q_norm ? 2 * hs : 0), // each row's table row (hs/2 cos, hs/2 sin), the norms
+      };
+    },
+  ),
+  // out: (rows, I) = silu(gate) * up     gate_up: (rows, 2I) as [gate | up]
+  swiglu: op(
+    16,
+    [
+      ["out", "float*"],
+      ["gate_up", "const float*"],
+      ["rows", "int"],
+      ["I", "int"],
+    ],
+    ({ out, rows, I }) => ({ ptr: out, floats: rows * I }),
+    ({ rows, I }) => ({ flops: SWIGLU_FLOPS_PER_OUTPUT * rows * I, activations: 3 * rows * I }),
   ),
   // ---- fused decode ops (one row per sequence): each is a chain of the ops above in one launch
   // qkv: (B, 3C) = layernorm(x) @ weight + bias, and its k, v thirds to each sequence's cache row pos_b: layernorm, linear, kv_append

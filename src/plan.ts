@@ -174,6 +174,7 @@ function unfusedStep(m: ModelBuffers, T: number): PlanOp[] {
       B,
       T,
       C,
+      kv_C: C,
       max_ctx,
       kvdtype,
     }); // cache ← k, v
@@ -192,6 +193,7 @@ function unfusedStep(m: ModelBuffers, T: number): PlanOp[] {
         T,
         C,
         n_head,
+        n_kv_head: n_head,
         max_ctx,
         kvdtype,
       },
@@ -246,7 +248,21 @@ function fusedDecodeStep(m: ModelBuffers): PlanOp[] {
       "attention",
       `${h}.attn.attend`,
       l, //                                                y = softmax(q K^T / √d) V (causal)
-      { out: m.att, scratch: m.scratch, qkv: m.qkv, k_cache, v_cache, state, B, T: 1, C, n_head, max_ctx, kvdtype },
+      {
+        out: m.att,
+        scratch: m.scratch,
+        qkv: m.qkv,
+        k_cache,
+        v_cache,
+        state,
+        B,
+        T: 1,
+        C,
+        n_head,
+        n_kv_head: n_head,
+        max_ctx,
+        kvdtype,
+      },
     );
     op("linear_residual", `${h}.attn.c_proj`, l, { x, partials, inp: m.att, ...w.attn_c_proj, B, C, OC: C, wdtype }); //  x = x + y @ W_proj
     op(
@@ -276,38 +292,45 @@ function fusedDecodeStep(m: ModelBuffers): PlanOp[] {
 }
 
 /**
- * The plan's shape without a backend: every pointer 0. Its ops have the real families, labels, sizes and
- * work — what the work model counts — and must never run.
+ * A pointer of a plan that must never run: 16-byte aligned (the launchers pick their vector paths) and not null
+ * (a null table is an op's "none").
+ */
+export const PLACEHOLDER_POINTER = 256;
+
+/**
+ * The plan's shape without a backend: every pointer PLACEHOLDER_POINTER. Its ops have the real families, labels,
+ * sizes and work — what the work model counts — and must never run.
  */
 export function planShape(config: GPT2Config, T: number, form: StepForm = DEFAULT_STEP_FORM): PlanOp[] {
-  const pair = { weight: 0, bias: 0 };
+  const at = PLACEHOLDER_POINTER;
+  const pair = { weight: at, bias: at };
   const layer: LayerBuffers = { ln_1: pair, c_attn: pair, attn_c_proj: pair, ln_2: pair, c_fc: pair, mlp_c_proj: pair };
   const nowhere = {
-    wte: 0,
-    wpe: 0,
-    seq: 0,
-    state: 0,
-    x: 0,
-    ln: 0,
-    qkv: 0,
-    att: 0,
-    proj: 0,
-    fc: 0,
-    act: 0,
-    logits: 0,
-    scratch: 0,
-    partials: 0,
+    wte: at,
+    wpe: at,
+    seq: at,
+    state: at,
+    x: at,
+    ln: at,
+    qkv: at,
+    att: at,
+    proj: at,
+    fc: at,
+    act: at,
+    logits: at,
+    scratch: at,
+    partials: at,
   };
-  const zeros = Array.from({ length: config.n_layer }, () => 0);
+  const everyLayer = Array.from({ length: config.n_layer }, () => at);
   const buffers: ModelBuffers = {
     config,
     batch: form.batch,
     dtypes: dtypeCodes(form),
     ...nowhere,
-    layers: zeros.map(() => layer),
+    layers: everyLayer.map(() => layer),
     ln_f: pair,
-    kCache: zeros,
-    vCache: zeros,
+    kCache: everyLayer,
+    vCache: everyLayer,
     maxRows: form.batch * T,
   };
   return decodeStep(buffers, T, form.plan);

@@ -98,7 +98,7 @@ function checkAttention(
   const k = on.put(storedWords(dtype, history.subarray(0, maxCtx * C))),
     v = on.put(storedWords(dtype, history.subarray(maxCtx * C)));
   const st = on.put(Int32Array.of(pos, 0, 0, 0));
-  b.ops.op_kv_append(k.ptr, v.ptr, on.put(qkv).ptr, st.ptr, 1, T, C, maxCtx, DTYPES[dtype]);
+  b.ops.op_kv_append(k.ptr, v.ptr, on.put(qkv).ptr, st.ptr, 1, T, C, C, maxCtx, DTYPES[dtype]);
   const kHost = readStored(on, dtype, k, maxCtx * C),
     vHost = readStored(on, dtype, v, maxCtx * C);
   if (opts.checkAppend) {
@@ -111,7 +111,7 @@ function checkAttention(
     }
   }
   const out = on.poisoned(T * C);
-  b.ops.op_attention(out.ptr, 0, on.put(qkv).ptr, k.ptr, v.ptr, st.ptr, 1, T, C, H, maxCtx, DTYPES[dtype]);
+  b.ops.op_attention(out.ptr, 0, on.put(qkv).ptr, k.ptr, v.ptr, st.ptr, 1, T, C, H, H, maxCtx, DTYPES[dtype]);
   expect(maxRelativeError(on.floats(out), attentionRef(qkv, 3 * C, kHost, vHost, pos, T, C, H))).toBeLessThan(
     TOLERANCE,
   );
@@ -191,8 +191,8 @@ describe("results do not depend on which thread ran which chunk", () => {
     const runs: Array<[number, (out: number) => void]> = [
       [3 * C, (out) => ops.op_linear(out, 0, inp.ptr, w.ptr, bias.ptr, 1, C, 3 * C, F32)],
       [64 * 3 * C, (out) => ops.op_linear(out, 0, inp.ptr, w.ptr, bias.ptr, 64, C, 3 * C, F32)],
-      [C, (out) => ops.op_attention(out, 0, inp.ptr, k.ptr, v.ptr, state(999).ptr, 1, 1, C, H, maxCtx, F32)],
-      [100 * C, (out) => ops.op_attention(out, 0, inp.ptr, k.ptr, v.ptr, state(0).ptr, 1, 100, C, H, maxCtx, F32)],
+      [C, (out) => ops.op_attention(out, 0, inp.ptr, k.ptr, v.ptr, state(999).ptr, 1, 1, C, H, H, maxCtx, F32)],
+      [100 * C, (out) => ops.op_attention(out, 0, inp.ptr, k.ptr, v.ptr, state(0).ptr, 1, 100, C, H, H, maxCtx, F32)],
       [3 * C, (out) => ops.op_lm_head(out, inp.ptr, w.ptr, 1, 1, C, 3 * C, F32)],
     ];
     const threads = backend.threads;
@@ -562,7 +562,7 @@ describe("kv_append's rounding, bit for bit against src/model/dtypes.ts", () => 
       const words = Math.ceil((C * 2) / 4);
       const k = arena.put(new Int32Array(words)),
         v = arena.put(new Int32Array(words));
-      ops.op_kv_append(k.ptr, v.ptr, arena.put(qkv).ptr, state(0).ptr, 1, 1, C, maxCtx, DTYPES[dtype]);
+      ops.op_kv_append(k.ptr, v.ptr, arena.put(qkv).ptr, state(0).ptr, 1, 1, C, C, maxCtx, DTYPES[dtype]);
       const stored = new Uint16Array(arena.ints(k).buffer, 0, C);
       const isNaN16 = (b: number) => (b & 0x7fff) > (dtype === "bf16" ? 0x7f80 : 0x7c00);
       const mismatches: string[] = [];
@@ -692,8 +692,8 @@ describe.each(DTYPE_NAMES)(
           state: perSequence(stateOf(B), B),
         },
         (p, n) => {
-          ops.op_kv_append(p.k!, p.v!, p.qkv!, p.state!, n, 1, C, maxCtx, code);
-          ops.op_attention(p.out!, 0, p.qkv!, p.k!, p.v!, p.state!, n, 1, C, H, maxCtx, code);
+          ops.op_kv_append(p.k!, p.v!, p.qkv!, p.state!, n, 1, C, C, maxCtx, code);
+          ops.op_attention(p.out!, 0, p.qkv!, p.k!, p.v!, p.state!, n, 1, C, H, H, maxCtx, code);
         },
       );
       const T = 3,
@@ -710,8 +710,8 @@ describe.each(DTYPE_NAMES)(
           state: perSequence(stateOf(B, positions), B),
         },
         (p, n) => {
-          ops.op_kv_append(p.k!, p.v!, p.qkv!, p.state!, n, T, C, maxCtx, code);
-          ops.op_attention(p.out!, 0, p.qkv!, p.k!, p.v!, p.state!, n, T, C, H, maxCtx, code);
+          ops.op_kv_append(p.k!, p.v!, p.qkv!, p.state!, n, T, C, C, maxCtx, code);
+          ops.op_attention(p.out!, 0, p.qkv!, p.k!, p.v!, p.state!, n, T, C, H, H, maxCtx, code);
         },
       );
     });
@@ -835,8 +835,8 @@ describe("an unknown storage type code is rejected: an invalid-value error, and 
     const calls: Array<[string, () => void]> = [
       ["embed", () => ops.op_embed(out.ptr, tokens.ptr, pos.ptr, w.ptr, w.ptr, 1, 1, C, maxCtx, bad)],
       ["linear", () => ops.op_linear(out.ptr, 0, x.ptr, w.ptr, b.ptr, 1, C, OC, bad)],
-      ["kv_append", () => ops.op_kv_append(k.ptr, v.ptr, x.ptr, pos.ptr, 1, 1, C, maxCtx, bad)],
-      ["attention", () => ops.op_attention(out.ptr, 0, x.ptr, k.ptr, v.ptr, pos.ptr, 1, 1, C, 2, maxCtx, bad)],
+      ["kv_append", () => ops.op_kv_append(k.ptr, v.ptr, x.ptr, pos.ptr, 1, 1, C, C, maxCtx, bad)],
+      ["attention", () => ops.op_attention(out.ptr, 0, x.ptr, k.ptr, v.ptr, pos.ptr, 1, 1, C, 2, 2, maxCtx, bad)],
       ["lm_head", () => ops.op_lm_head(out.ptr, x.ptr, w.ptr, 1, 1, C, V, bad)],
       [
         "ln_qkv (bad weights)",

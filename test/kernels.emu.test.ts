@@ -71,7 +71,7 @@ describe("split-key attention's scratch", () => {
         const out = a.poisoned(C),
           state = a.put(Int32Array.of(pos, 0, 0, 0)),
           q = a.put(qkv);
-        a.backend.ops.op_kv_append(kc!.ptr, vc!.ptr, q.ptr, state.ptr, 1, 1, C, maxCtx, DTYPES.f32);
+        a.backend.ops.op_kv_append(kc!.ptr, vc!.ptr, q.ptr, state.ptr, 1, 1, C, C, maxCtx, DTYPES.f32);
         a.backend.ops.op_attention(
           out.ptr,
           scratchPtr,
@@ -82,6 +82,7 @@ describe("split-key attention's scratch", () => {
           1,
           1,
           C,
+          nHead,
           nHead,
           maxCtx,
           DTYPES.f32,
@@ -113,7 +114,7 @@ describe("split-key attention's scratch", () => {
         const out = a.poisoned(T * C),
           state = a.put(Int32Array.of(pos, 0, 0, 0)),
           q = a.put(qkv);
-        a.backend.ops.op_kv_append(kc!.ptr, vc!.ptr, q.ptr, state.ptr, 1, T, C, maxCtx, DTYPES.f32);
+        a.backend.ops.op_kv_append(kc!.ptr, vc!.ptr, q.ptr, state.ptr, 1, T, C, C, maxCtx, DTYPES.f32);
         a.backend.ops.op_attention(
           out.ptr,
           scratchPtr,
@@ -124,6 +125,7 @@ describe("split-key attention's scratch", () => {
           1,
           T,
           C,
+          nHead,
           nHead,
           maxCtx,
           DTYPES.f32,

@@ -93,6 +93,7 @@ describe("the op table", () => {
       T: 1,
       C: 768,
       n_head: 12,
+      n_kv_head: 12,
       max_ctx: 1024,
       kvdtype: DTYPES.f32 as number,
     };

@@ -221,7 +221,7 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
 
   /**
    * The grid and block of each kernel a plan launches, in order, read by capturing the plan without running it:
-   * the plan's pointers may be anything (planShape's zeros).
+   * the plan's pointers may be anything (planShape's placeholders).
    */
   launchShapes(plan: EncodedPlan): LaunchShape[] {
     const native = this.recordPlan(plan);

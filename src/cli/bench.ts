@@ -286,9 +286,23 @@ function benchManyQueryAttention(backend: CpuBackend, cfg: GPT2Config, peak: num
       Float32Array.from({ length: T * 3 * C }, (_, i) => Math.sin(i)),
     );
     backend.upload(state, new Int32Array(4));
-    backend.ops.op_kv_append(kCache.ptr, vCache.ptr, qkv.ptr, state.ptr, 1, T, C, maxCtx, DTYPES.f32);
+    backend.ops.op_kv_append(kCache.ptr, vCache.ptr, qkv.ptr, state.ptr, 1, T, C, C, maxCtx, DTYPES.f32);
     const [ms] = bestMs(() =>
-      backend.ops.op_attention(att.ptr, 0, qkv.ptr, kCache.ptr, vCache.ptr, state.ptr, 1, T, C, H, maxCtx, DTYPES.f32),
+      backend.ops.op_attention(
+        att.ptr,
+        0,
+        qkv.ptr,
+        kCache.ptr,
+        vCache.ptr,
+        state.ptr,
+        1,
+        T,
+        C,
+        H,
+        H,
+        maxCtx,
+        DTYPES.f32,
+      ),
     );
     line(
       `  T = ${String(T).padEnd(5)} ${gflops(flops, ms!).toFixed(1).padStart(8)} GFLOP/s  ${((100 * gflops(flops, ms!) * 1e9) / peak).toFixed(0).padStart(3)}% of peak`,

@@ -36,6 +36,9 @@ export const DECODE_KERNELS: Readonly<Record<OpFamily, KernelTemplate & { name?:
   ln_linear_gelu: { of: "weights", body: "matvec" },
   linear_residual: { of: "weights", body: "matvec" },
   ln_lm_head_argmax: { of: "weights", body: "lm_head" },
+  rmsnorm: { of: "width" },
+  rope: { of: "none" },
+  swiglu: { of: "width" },
 };
 
 /** The body an op's kernel runs where it is the decode matvec's or the LM head's, else null. */

@@ -360,37 +360,41 @@ const KV_DTYPES: readonly DtypeName[] = ["f32", "bf16", "f16"];
 /** A random cache (max_ctx, C) rounded to its storage type. */
 const cache = (kv: DtypeName, maxCtx: number, C: number, seed: number) => stored(kv, randomFloats(maxCtx * C, seed));
 
-/** qkv rows whose k and v thirds are exact in the cache's type, so that a twin caching fp32 caches the same values. */
-function qkvRows(T: number, C: number, kv: DtypeName, seed: number): Float32Array {
-  const qkv = randomFloats(T * 3 * C, seed, 2);
-  for (let t = 0; t < T; t++) roundInPlace(kv, qkv.subarray(t * 3 * C + C, (t + 1) * 3 * C));
+/** qkv rows (C + 2 kv_C) whose k and v parts are exact in the cache's type, so that a twin caching fp32 caches the same values. */
+function qkvRows(T: number, C: number, kvC: number, kv: DtypeName, seed: number): Float32Array {
+  const row = C + 2 * kvC;
+  const qkv = randomFloats(T * row, seed, 2);
+  for (let t = 0; t < T; t++) roundInPlace(kv, qkv.subarray(t * row + C, (t + 1) * row));
   return qkv;
 }
 
-/** kv_append then attention for T new rows of each sequence at its own position. */
-const attentionSpec = ([T, C, nHead, maxCtx]: number[], kv: DtypeName): BatchSpec => ({
-  kernel: "kv_append+attention",
-  shape: `T=${T} C=${C} heads=${nHead} max_ctx=${maxCtx}`,
-  shared: () => ({}),
-  sequence: (b, seed) => ({
-    qkv: qkvRows(T!, C!, kv, seed + 20 + 100 * b),
-    k: cache(kv, maxCtx!, C!, seed + 21 + 100 * b),
-    v: cache(kv, maxCtx!, C!, seed + 22 + 100 * b),
-    state: stateAt(positionOf(b, b === 0 ? 0 : 7, maxCtx! - T!)),
-  }),
-  outputs: { out: T! * C! },
-  updated: ["k", "v"],
-  scratch: (be, B) => ({ scratch: be.attentionScratchBytes(B * T!, C!, nHead!, maxCtx!) / 4 }),
-  run: (be, p, B, code) => {
-    be.ops.op_kv_append(p.k!, p.v!, p.qkv!, p.state!, B, T!, C!, maxCtx!, code(kv));
-    be.ops.op_attention(p.out!, p.scratch!, p.qkv!, p.k!, p.v!, p.state!, B, T!, C!, nHead!, maxCtx!, code(kv));
-  },
-  // the cache rows: the twin's values rounded to the cache's type, exactly (src/model/dtypes.ts's rounding)
-  exact: (device, cpu) =>
-    ["k", "v"].every((n) =>
-      sameBytes(device.bytes[n]!, new Uint8Array(encode(kv, roundInPlace(kv, cpu.floats(n).slice())).buffer)),
-    ),
-});
+/** kv_append then attention for T new rows of each sequence at its own position; nKv K/V heads. */
+const attentionSpec = ([T, C, nHead, nKv, maxCtx]: number[], kv: DtypeName): BatchSpec => {
+  const kvC = (C! / nHead!) * nKv!;
+  return {
+    kernel: "kv_append+attention",
+    shape: `T=${T} C=${C} heads=${nHead}/${nKv} max_ctx=${maxCtx}`,
+    shared: () => ({}),
+    sequence: (b, seed) => ({
+      qkv: qkvRows(T!, C!, kvC, kv, seed + 20 + 100 * b),
+      k: cache(kv, maxCtx!, kvC, seed + 21 + 100 * b),
+      v: cache(kv, maxCtx!, kvC, seed + 22 + 100 * b),
+      state: stateAt(positionOf(b, b === 0 ? 0 : 7, maxCtx! - T!)),
+    }),
+    outputs: { out: T! * C! },
+    updated: ["k", "v"],
+    scratch: (be, B) => ({ scratch: be.attentionScratchBytes(B * T!, C!, nHead!, maxCtx!) / 4 }),
+    run: (be, p, B, code) => {
+      be.ops.op_kv_append(p.k!, p.v!, p.qkv!, p.state!, B, T!, C!, kvC, maxCtx!, code(kv));
+      be.ops.op_attention(p.out!, p.scratch!, p.qkv!, p.k!, p.v!, p.state!, B, T!, C!, nHead!, nKv!, maxCtx!, code(kv));
+    },
+    // the cache rows: the twin's values rounded to the cache's type, exactly (src/model/dtypes.ts's rounding)
+    exact: (device, cpu) =>
+      ["k", "v"].every((n) =>
+        sameBytes(device.bytes[n]!, new Uint8Array(encode(kv, roundInPlace(kv, cpu.floats(n).slice())).buffer)),
+      ),
+  };
+};
 
 /** ln_qkv: qkv within the tolerance; each sequence's cache row pos_b = the device's own k and v thirds rounded to the
  *  cache's type (when below max_ctx), every other row as it was. */
@@ -507,6 +511,7 @@ const roundingCases: KernelCase[] = KV_DTYPES.map((kv) => ({
         1,
         1,
         C,
+        C,
         maxCtx,
         DTYPES[kv],
       );
@@ -571,9 +576,11 @@ export const BATCH_DTYPE_CASES: KernelCase[] = [
     [4096, 2],
   ].flatMap((shape) => BATCHES.map((B) => batchCase(argmaxSpec(shape), B, "fp32 logits"))),
   ...[
-    [1, 128, 2, 80],
-    [2, 96, 3, 40],
-    [1, 90, 3, 24],
+    [1, 128, 2, 2, 80],
+    [2, 96, 3, 3, 40],
+    [1, 90, 3, 3, 24],
+    [1, 256, 4, 2, 72], // grouped-query: 2 query heads per K/V head
+    [2, 448, 7, 1, 40], // multi-query (Qwen2's 7/1)
   ].flatMap((shape) =>
     KV_DTYPES.flatMap((kv) => BATCHES.map((B) => batchCase(attentionSpec(shape, kv), B, `cache ${kv}`))),
   ),

@@ -216,15 +216,26 @@ const argmaxCases = (
   }),
 );
 
-/** kv_append then attention for T new rows at pos: the cache rows exactly, the output within tolerance. */
-export function attentionCase(T: number, pos: number, C: number, nHead: number, maxCtx: number): KernelCase {
+/**
+ * kv_append then attention for T new rows at pos, nKv K/V heads (nHead by default: multi-head): the cache rows
+ * exactly, the output within tolerance.
+ */
+export function attentionCase(
+  T: number,
+  pos: number,
+  C: number,
+  nHead: number,
+  maxCtx: number,
+  nKv: number = nHead,
+): KernelCase {
+  const kvC = (C / nHead) * nKv;
   return {
     kernel: "kv_append+attention",
-    shape: `T=${T} pos=${pos} C=${C} heads=${nHead} max_ctx=${maxCtx}`,
+    shape: `T=${T} pos=${pos} C=${C} heads=${nHead}${nKv === nHead ? "" : `/${nKv}`} max_ctx=${maxCtx}`,
     run: (pair, seed) => {
-      const qkv = randomFloats(T * 3 * C, seed + 20 + pos, 2);
-      const k = randomFloats(maxCtx * C, seed + 21),
-        v = randomFloats(maxCtx * C, seed + 22);
+      const qkv = randomFloats(T * (C + 2 * kvC), seed + 20 + pos, 2);
+      const k = randomFloats(maxCtx * kvC, seed + 21),
+        v = randomFloats(maxCtx * kvC, seed + 22);
       const on = (arena: DeviceArena) => {
         const b = arena.backend;
         const pk = arena.put(k),
@@ -234,8 +245,8 @@ export function attentionCase(T: number, pos: number, C: number, nHead: number, 
         const scratchBytes = b.attentionScratchBytes(T, C, nHead, maxCtx);
         const scratch = scratchBytes > 0 ? arena.zeroed(scratchBytes / 4).ptr : 0;
         const out = arena.poisoned(T * C);
-        b.ops.op_kv_append(pk.ptr, pv.ptr, pq.ptr, st.ptr, 1, T, C, maxCtx, F32);
-        b.ops.op_attention(out.ptr, scratch, pq.ptr, pk.ptr, pv.ptr, st.ptr, 1, T, C, nHead, maxCtx, F32);
+        b.ops.op_kv_append(pk.ptr, pv.ptr, pq.ptr, st.ptr, 1, T, C, kvC, maxCtx, F32);
+        b.ops.op_attention(out.ptr, scratch, pq.ptr, pk.ptr, pv.ptr, st.ptr, 1, T, C, nHead, nKv, maxCtx, F32);
         return { out: arena.floats(out), k: arena.floats(pk), v: arena.floats(pv) };
       };
       const got = on(pair.device),
@@ -262,6 +273,131 @@ const ATTENTION_SHAPES = [
   [1, 100, 1024, 8, 128], // head size 128
   [2, 20, 90, 3, 64], // head size 30: scalar key reads
 ] as const;
+
+/** Grouped-query attention: [T, pos, C, heads, K/V heads, max_ctx] (Llama-3.2-1B's 32/8 × 64, MQA, Qwen3's 128). */
+const GQA_SHAPES = [
+  [1, 100, 2048, 32, 8, 256],
+  [1, 70, 448, 7, 1, 128],
+  [3, 40, 512, 4, 2, 64],
+  [1, 5, 128, 2, 1, 16],
+  [7, 0, 256, 4, 2, 64],
+] as const;
+
+// ---- the Llama family's ops ---------------------------------------------------------------------------------
+const rmsnormCases = (
+  [
+    [1, 2048],
+    [5, 576],
+    [3, 100],
+    [2, 4096],
+  ] as const
+).map(
+  ([rows, C]): KernelCase => ({
+    kernel: "rmsnorm",
+    shape: `rows=${rows} C=${C}`,
+    run: (pair, seed) =>
+      pair.compare(
+        { inp: randomFloats(rows * C, seed + 80, 3), w: randomFloats(C, seed + 81) },
+        { out: rows * C },
+        (b, p) => b.ops.op_rmsnorm(p.out!, p.inp!, p.w!, rows, C, 1e-6),
+      ),
+  }),
+);
+
+/** A rotary table (max_ctx, hs): each position's cos then sin of p · theta^(-2i/hs). */
+export function ropeTable(maxCtx: number, hs: number, theta = 10000): Float32Array {
+  const table = new Float32Array(maxCtx * hs);
+  for (let p = 0; p < maxCtx; p++)
+    for (let i = 0; i < hs / 2; i++) {
+      const angle = p * theta ** ((-2 * i) / hs);
+      table[p * hs + i] = Math.cos(angle);
+      table[p * hs + hs / 2 + i] = Math.sin(angle);
+    }
+  return table;
+}
+
+/** rope on T rows at pos (rows past max_ctx untouched), with or without Qwen3's q/k norms. */
+const ropeCases = (
+  [
+    [1, 9, 2048, 32, 8, 64, false],
+    [3, 5, 512, 4, 2, 128, true],
+    [2, 79, 320, 4, 1, 80, false], // head size 80: partners in other lanes; the second row past max_ctx
+    [1, 3, 512, 2, 2, 256, true],
+    [4, 0, 96, 6, 3, 16, true],
+  ] as const
+).map(
+  ([T, pos, C, nHead, nKv, maxCtx, norms]): KernelCase => ({
+    kernel: "rope",
+    shape: `T=${T} pos=${pos} C=${C} heads=${nHead}/${nKv} hs=${C / nHead}${norms ? " q/k norms" : ""}`,
+    run: (pair, seed) => {
+      const hs = C / nHead;
+      return pair.compare(
+        {
+          qkv: randomFloats(T * (C + 2 * nKv * hs), seed + 90, 2),
+          state: stateAt(pos),
+          table: ropeTable(maxCtx, hs),
+          qn: randomFloats(hs, seed + 91),
+          kn: randomFloats(hs, seed + 92),
+        },
+        {},
+        (b, p) =>
+          b.ops.op_rope(
+            p.qkv!,
+            p.state!,
+            p.table!,
+            norms ? p.qn! : 0,
+            norms ? p.kn! : 0,
+            1,
+            T,
+            C,
+            nHead,
+            nKv,
+            maxCtx,
+            1e-6,
+          ),
+        ["qkv"],
+      );
+    },
+  }),
+);
+
+const swigluCases = (
+  [
+    [1, 8192],
+    [3, 1536],
+    [2, 101],
+  ] as const
+).map(
+  ([rows, I]): KernelCase => ({
+    kernel: "swiglu",
+    shape: `rows=${rows} I=${I}`,
+    run: (pair, seed) =>
+      pair.compare({ gu: randomFloats(rows * 2 * I, seed + 95, 4) }, { out: rows * I }, (b, p) =>
+        b.ops.op_swiglu(p.out!, p.gu!, rows, I),
+      ),
+  }),
+);
+
+/** embed without a position table (rotary models): the token's row alone. */
+const tokenEmbedCases = (
+  [
+    [1, 2048],
+    [3, 130],
+  ] as const
+).map(
+  ([T, C]): KernelCase => ({
+    kernel: "embed",
+    shape: `T=${T} C=${C} no positions`,
+    run: (pair, seed) => {
+      const V = 1003,
+        maxCtx = 64;
+      const seq = Int32Array.from({ length: maxCtx + 1 }, (_, i) => (i * 7919 + seed) % V);
+      return pair.compare({ seq, state: stateAt(5), wte: randomFloats(V * C, seed + 1) }, { out: T * C }, (b, p) =>
+        b.ops.op_embed(p.out!, p.seq!, p.state!, p.wte!, 0, 1, T, C, maxCtx, F32),
+      );
+    },
+  }),
+);
 
 // ---- the fused decode ops (one row) -------------------------------------------------------------------------
 const EPS = 1e-5;
@@ -426,6 +562,11 @@ export const KERNEL_CASES: KernelCase[] = [
   ...lmHeadCases,
   ...argmaxCases,
   ...ATTENTION_SHAPES.map(([T, pos, C, H, maxCtx]) => attentionCase(T, pos, C, H, maxCtx)),
+  ...GQA_SHAPES.map(([T, pos, C, H, nKv, maxCtx]) => attentionCase(T, pos, C, H, maxCtx, nKv)),
+  ...rmsnormCases,
+  ...ropeCases,
+  ...swigluCases,
+  ...tokenEmbedCases,
   ...lnQkvCases,
   ...lnLinearGeluCases,
   ...linearResidualCases,

@@ -41,9 +41,16 @@ export function activeLoads(op: PlanOp, facts: KernelFacts): number {
       return facts.argmax.loads;
     case "layernorm":
       return 3; // a float4 of the row, its weight and its bias (C <= 1024)
+    case "rmsnorm":
+      return 2; // a float4 of the row and of its weight (C <= 1024)
+    case "rope": {
+      const { C, n_head } = namedArgs("rope", op.args);
+      return 3 * Math.ceil(C / n_head / facts.warpSize); // a lane's elements of its head, their cos and sin (floats)
+    }
     case "embed":
     case "kv_append":
     case "residual":
+    case "swiglu":
       return 2;
     case "gelu":
       return 1;
@@ -74,7 +81,7 @@ function lookAheadBytes(op: PlanOp, context: number, facts: KernelFacts): number
   }
 }
 
-/** The kernel the launchers pick for an op on 16-byte-aligned buffers (every pointer of planShape is 0). */
+/** The kernel the launchers pick for an op on 16-byte-aligned buffers (planShape's pointers are). */
 export function kernelOf(op: PlanOp, facts: KernelFacts): string {
   const args = namedArgs(op.family, op.args) as Readonly<Record<string, number>>;
   const kernel = DECODE_KERNELS[op.family];
