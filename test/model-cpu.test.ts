@@ -8,7 +8,7 @@ import { roundInPlace, roundTo } from "../src/model/dtypes.ts";
 import { loadModel, materializeWeights, parameterSpecs } from "../src/model/weights.ts";
 import type { DtypeName } from "../src/ops.ts";
 import { ensureBuilt } from "../src/native/build.ts";
-import { compileEager, decodeStep, DEFAULT_STEP_FORM, type PlanOp } from "../src/plan.ts";
+import { compileEager, decodeStep, DEFAULT_STEP_FORM, type ModelBuffers, type PlanOp } from "../src/plan.ts";
 import { generate, generateBatch } from "../src/run/generate.ts";
 import { launchMode } from "../src/run/launch-modes.ts";
 import { Session } from "../src/run/session.ts";
@@ -58,7 +58,7 @@ function decodeWithStep(
   mutate: (ops: PlanOp[]) => PlanOp[] = (o) => o,
 ): number[] {
   s.prefill(prompt);
-  const calls = compileEager(mutate(decodeStep(s.resident.buffers, 1)), s.backend.ops);
+  const calls = compileEager(mutate(decodeStep(s.resident.buffers as ModelBuffers, 1)), s.backend.ops);
   for (let i = 1; i < n; i++) for (const call of calls) call();
   return s.readSequence(prompt.length + n).slice(prompt.length);
 }

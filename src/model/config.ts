@@ -78,7 +78,7 @@ export function hfConfigOf(cfg: GPT2Config): Record<string, unknown> {
 /** A config.json is a few hundred bytes; anything above this is not one. */
 const MAX_CONFIG_BYTES = 1 << 20;
 
-function parseJsonObject(path: string): Record<string, unknown> {
+export function parseJsonObject(path: string): Record<string, unknown> {
   const text = readSmallTextFile(path, MAX_CONFIG_BYTES); // says what went wrong: a directory, a FIFO, no permission
   let value: unknown;
   try {

@@ -284,7 +284,7 @@ export function randomWeights(config: GPT2Config, seed = 0): GPT2Weights {
 }
 
 /** xoshiro128** (Blackman & Vigna), seeded through splitmix32. */
-class Xoshiro128ss {
+export class Xoshiro128ss {
   private s0: number;
   private s1: number;
   private s2: number;

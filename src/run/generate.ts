@@ -2,7 +2,11 @@
 // step), or the uncached baseline that recomputes each whole sequence every step.
 import { UserError } from "../errors.ts";
 import { launchMode, type LaunchMode } from "./launch-modes.ts";
-import type { Session } from "./session.ts";
+import type { ModelWeights } from "../model/architectures.ts";
+import type { Session as AnySession } from "./session.ts";
+
+/** A session of any architecture. */
+type Session = AnySession<ModelWeights>;
 
 export interface GenerateOptions {
   /** one prompt per sequence of the session */

@@ -13,10 +13,10 @@ const ALIGN = 256; // bytes: every tensor starts on a 256-byte boundary (16-byte
 const FLOAT = 4;
 const INT32 = 4;
 
-const align = (n: number) => Math.ceil(n / ALIGN) * ALIGN;
+export const align = (n: number) => Math.ceil(n / ALIGN) * ALIGN;
 
 /** Lays out named regions in one allocation. */
-class Arena {
+export class Arena {
   size = 0;
   /** returns the region's offset */
   reserve(bytes: number): number {

@@ -3,11 +3,22 @@
 // full-sequence logits.
 import type { Backend } from "../backends/backend.ts";
 import { UserError } from "../errors.ts";
+import type { ModelWeights } from "../model/architectures.ts";
+import { isLlamaConfig, type LlamaWeights } from "../model/llama.ts";
 import type { GPT2Weights } from "../model/weights.ts";
 import { STATE_INTS, STATE_POS } from "../ops.ts";
-import { decodeStep, DEFAULT_STEP_FORM, type PlanKind, type StepForm } from "../plan.ts";
+import { llamaStep, type LlamaBuffers } from "../plan-llama.ts";
+import {
+  decodeStep,
+  DEFAULT_STEP_FORM,
+  type ModelBuffers,
+  type PlanKind,
+  type PlanOp,
+  type StepForm,
+} from "../plan.ts";
 import { launchMode, type LaunchMode } from "./launch-modes.ts";
 import { firstNonFinite, firstNonFiniteOp, nonFiniteMessage } from "./finite.ts";
+import { llamaSequenceView, placeLlama, type ResidentLlama } from "./llama-buffers.ts";
 import { placeModel, sequenceView, type ResidentModel } from "./model-buffers.ts";
 import { CompiledStep } from "./step.ts";
 
@@ -21,8 +32,11 @@ export interface SessionOptions {
   maxRows?: number;
 }
 
-export class Session {
-  readonly resident: ResidentModel;
+const isLlamaBuffers = (b: ModelBuffers | LlamaBuffers): b is LlamaBuffers => isLlamaConfig(b.config);
+
+/** A session of GPT-2 (the default) or of a Llama-family model. */
+export class Session<W extends ModelWeights = GPT2Weights> {
+  readonly resident: ResidentModel | ResidentLlama;
   /** compiled steps by "<sequence or all>:<T>" */
   private readonly steps = new Map<string, CompiledStep>();
   private readonly stateWords: Int32Array;
@@ -30,14 +44,21 @@ export class Session {
 
   constructor(
     readonly backend: Backend,
-    readonly weights: GPT2Weights,
+    readonly weights: W,
     opts: SessionOptions = {},
   ) {
-    this.resident = placeModel(backend, weights, opts.form ?? DEFAULT_STEP_FORM, opts.maxRows);
+    const form = opts.form ?? DEFAULT_STEP_FORM;
+    if (isLlamaConfig(weights.config) && form.plan === "fused")
+      throw new UserError(
+        `the fused plan is GPT-2's only so far: a ${weights.config.arch} model runs --plan unfused (one launch per op)`,
+      );
+    this.resident = isLlamaConfig(weights.config)
+      ? placeLlama(backend, weights as LlamaWeights, form, opts.maxRows)
+      : placeModel(backend, weights as GPT2Weights, form, opts.maxRows);
     this.stateWords = new Int32Array(this.batch * STATE_INTS);
   }
 
-  get config() {
+  get config(): W["config"] {
     return this.weights.config;
   }
 
@@ -58,16 +79,24 @@ export class Session {
 
   /** The step for T new rows of every sequence, compiled once and kept (T = 1 is the decode step). */
   step(T: number): CompiledStep {
-    return this.compiled(`all:${T}`, () => decodeStep(this.resident.buffers, T, this.plan));
+    return this.compiled(`all:${T}`, () => this.stepOf(this.resident.buffers, T));
   }
 
   /** The step for T new rows of sequence b alone (a prefill, a recompute). */
   sequenceStep(b: number, T: number): CompiledStep {
     if (this.batch === 1) return this.step(T);
-    return this.compiled(`${b}:${T}`, () => decodeStep(sequenceView(this.resident.buffers, b), T, this.plan));
+    const all = this.resident.buffers;
+    return this.compiled(`${b}:${T}`, () =>
+      this.stepOf(isLlamaBuffers(all) ? llamaSequenceView(all, b) : sequenceView(all, b), T),
+    );
   }
 
-  private compiled(key: string, build: () => ReturnType<typeof decodeStep>): CompiledStep {
+  /** The architecture's step over these buffers. */
+  private stepOf(buffers: ModelBuffers | LlamaBuffers, T: number): PlanOp[] {
+    return isLlamaBuffers(buffers) ? llamaStep(buffers, T) : decodeStep(buffers, T, this.plan);
+  }
+
+  private compiled(key: string, build: () => PlanOp[]): CompiledStep {
     let s = this.steps.get(key);
     if (!s) {
       s = new CompiledStep(this.backend, build());
@@ -161,10 +190,11 @@ export class Session {
   logitsAtEveryPosition(ids: number[]): Float32Array {
     const { vocab_size: V, n_embd: C } = this.config;
     const b = this.resident.buffers;
+    const head = isLlamaBuffers(b) ? b.lm_head : b.wte;
     this.prefill(ids);
     const out = new Float32Array(ids.length * V);
     for (let t = 0; t < ids.length; t++) {
-      this.backend.ops.op_lm_head(b.logits, b.ln, b.wte, 1, t + 1, C, V, b.dtypes.weights);
+      this.backend.ops.op_lm_head(b.logits, b.ln, head, 1, t + 1, C, V, b.dtypes.weights);
       this.readLogits(out.subarray(t * V, (t + 1) * V));
     }
     return out;

@@ -5,6 +5,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 
 import type { Backend } from "../backends/backend.ts";
+import type { ModelWeights } from "../model/architectures.ts";
 import type { GPT2Weights } from "../model/weights.ts";
 import { DEFAULT_STEP_FORM, PLAN_KINDS, type PlanKind } from "../plan.ts";
 import { generate } from "../run/generate.ts";
@@ -54,7 +55,12 @@ export function readFixture(dir: string): Fixture {
 }
 
 /** The fixture's logits at every position and its greedy continuation in every launch mode, cached and not. */
-export function fixtureChecks(device: Backend, weights: GPT2Weights, f: Fixture, plan: PlanKind = "fused"): CheckRow[] {
+export function fixtureChecks(
+  device: Backend,
+  weights: ModelWeights,
+  f: Fixture,
+  plan: PlanKind = "fused",
+): CheckRow[] {
   const s = new Session(device, weights, { form: { ...DEFAULT_STEP_FORM, plan } });
   try {
     const err = maxRelativeError(s.logitsAtEveryPosition(f.sequence), f.logits);
@@ -83,7 +89,7 @@ export function fixtureChecks(device: Backend, weights: GPT2Weights, f: Fixture,
 }
 
 /** The device's logits against the CPU backend's, every position of a prompt, on the same weights. */
-export function againstCpu(device: Backend, cpu: Backend, weights: GPT2Weights, prompt: number[]): CheckRow {
+export function againstCpu(device: Backend, cpu: Backend, weights: ModelWeights, prompt: number[]): CheckRow {
   const logits = (b: Backend) => {
     const s = new Session(b, weights, { maxRows: prompt.length });
     try {

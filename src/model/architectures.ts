@@ -1,0 +1,54 @@
+/**
+ * The architectures this project runs, by the `architectures` / `model_type` of a Hugging Face config.json: GPT-2
+ * (config.ts, weights.ts) and the Llama family (llama.ts). Adding one: its config keys and weight names in a file
+ * of its own under model/, a row here, its plan beside src/plan.ts, its buffers under src/run/.
+ */
+import { existsSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { UserError } from "../errors.ts";
+import { parseJsonObject, readHFConfig, type GPT2Config } from "./config.ts";
+import { LLAMA_ARCHITECTURES, llamaConfigOf, loadLlama, type LlamaConfig, type LlamaWeights } from "./llama.ts";
+import { loadModel, type GPT2Weights } from "./weights.ts";
+
+export type ModelConfig = GPT2Config | LlamaConfig;
+export type ModelWeights = GPT2Weights | LlamaWeights;
+
+/** The HF architecture names, with their model_type. */
+export const ARCHITECTURES: Readonly<Record<string, string>> = { GPT2LMHeadModel: "gpt2", ...LLAMA_ARCHITECTURES };
+
+/** The architecture of a parsed config.json: its `architectures[0]`, else its `model_type`. */
+function architectureOf(raw: Record<string, unknown>, path: string): string {
+  const names = Array.isArray(raw.architectures) ? raw.architectures : [];
+  const byName = names.length > 0 ? ARCHITECTURES[String(names[0])] : undefined;
+  const byType = Object.values(ARCHITECTURES).find((t) => t === raw.model_type);
+  const found = byName ?? byType ?? (names.length === 0 && raw.model_type === undefined ? "gpt2" : undefined);
+  if (!found) {
+    const named = names.length > 0 ? JSON.stringify(names[0]) : `model_type ${JSON.stringify(raw.model_type)}`;
+    throw new UserError(
+      `${path}: architecture ${named} is not supported (supported: ${Object.keys(ARCHITECTURES).join(", ")})`,
+    );
+  }
+  return found;
+}
+
+/** Opens a Hugging Face checkpoint directory of any supported architecture. */
+export function loadAnyModel(dir: string): ModelWeights {
+  if (!existsSync(dir)) throw new UserError(`model directory not found: ${dir}`);
+  if (!statSync(dir).isDirectory())
+    throw new UserError(`--model takes a directory (with config.json and model.safetensors), not a file: ${dir}`);
+  const path = join(dir, "config.json");
+  if (!existsSync(path)) throw new UserError(`no config.json in ${dir} (expected a Hugging Face checkpoint directory)`);
+  const raw = parseJsonObject(path);
+  const arch = architectureOf(raw, path);
+  if (arch === "gpt2") return loadModel(dir);
+  return loadLlama(dir, llamaConfigOf(raw, arch as LlamaConfig["arch"], path, dir));
+}
+
+/** The config of any supported checkpoint directory (GPT-2's through readHFConfig). */
+export function readAnyConfig(dir: string): ModelConfig {
+  const path = join(dir, "config.json");
+  if (!existsSync(path)) throw new UserError(`no config.json in ${dir} (expected a Hugging Face checkpoint directory)`);
+  const raw = parseJsonObject(path);
+  const arch = architectureOf(raw, path);
+  return arch === "gpt2" ? readHFConfig(dir) : llamaConfigOf(raw, arch as LlamaConfig["arch"], path, dir);
+}

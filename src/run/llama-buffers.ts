@@ -1,0 +1,136 @@
+// Puts a Llama-family model on a backend for `batch` sequences, as model-buffers.ts does GPT-2: the weights in one
+// arena (matrices in the weight dtype, vectors fp32), the rotary table, a KV cache of n_kv_head × head_dim columns
+// per layer and sequence, the activations for up to `maxRows` rows, each sequence's tokens and position.
+import type { Backend } from "../backends/backend.ts";
+import { kvWidth, llamaParameters, queryWidth, ropeTable, type LlamaWeights } from "../model/llama.ts";
+import { StorageConverter } from "../model/dtypes.ts";
+import { nameOf, numel } from "../model/safetensors.ts";
+import type { ParameterSpec } from "../model/weights.ts";
+import { DTYPE_BYTES, dtypeOf, STATE_INTS } from "../ops.ts";
+import type { LlamaBuffers } from "../plan-llama.ts";
+import { DEFAULT_STEP_FORM, dtypeCodes, type StepForm } from "../plan.ts";
+import { align, Arena, storedInWeightDtype, type ResidentModel } from "./model-buffers.ts";
+
+const FLOAT = 4;
+const INT32 = 4;
+
+export type ResidentLlama = Omit<ResidentModel, "buffers"> & { buffers: LlamaBuffers };
+
+export function placeLlama(
+  backend: Backend,
+  weights: LlamaWeights,
+  form: StepForm = DEFAULT_STEP_FORM,
+  maxRows?: number,
+): ResidentLlama {
+  const cfg = weights.config;
+  const rows = maxRows ?? Math.max(cfg.n_positions, form.batch);
+  const narrow = new StorageConverter(form.weights);
+  const specs = llamaParameters(cfg);
+  const bytesPer = (spec: ParameterSpec) => (storedInWeightDtype(spec) ? narrow.bytesPerElement : FLOAT);
+  const arena = new Arena();
+  const offsets = new Map(specs.map((s) => [s.name, arena.reserve(numel(s.shape) * bytesPer(s))]));
+  const table = ropeTable(cfg, cfg.n_positions);
+  const ropeAt = arena.reserve(table.byteLength);
+  const weightBuffer = backend.alloc(arena.size);
+  try {
+    weights.stream((spec, chunk, offset) => {
+      const stored = storedInWeightDtype(spec) ? narrow.convert(chunk, () => `weight ${nameOf(spec.name)}`) : chunk;
+      backend.upload(weightBuffer, stored, offsets.get(spec.name)! + offset * bytesPer(spec));
+    });
+    backend.upload(weightBuffer, table, ropeAt);
+  } catch (e) {
+    backend.free(weightBuffer);
+    throw e;
+  }
+  const w = (name: string) => weightBuffer.ptr + offsets.get(name)!;
+  const linear = (p: string) => ({ weight: w(`${p}.weight`), bias: w(`${p}.bias`) });
+
+  const cacheBytes = align(form.batch * cfg.n_positions * kvWidth(cfg) * DTYPE_BYTES[form.kv]);
+  const cache = backend.alloc(2 * cfg.n_layer * cacheBytes); // zeroed by be_alloc's contract
+  const acts = allocateActivations(backend, weights, rows, form.batch);
+  const buffers: LlamaBuffers = {
+    config: cfg,
+    batch: form.batch,
+    dtypes: dtypeCodes(form),
+    embed_tokens: w("embed_tokens.weight"),
+    layers: Array.from({ length: cfg.n_layer }, (_, l) => ({
+      input_layernorm: w(`layers.${l}.input_layernorm.weight`),
+      qkv: linear(`layers.${l}.qkv`),
+      q_norm: cfg.qk_norm ? w(`layers.${l}.q_norm.weight`) : 0,
+      k_norm: cfg.qk_norm ? w(`layers.${l}.k_norm.weight`) : 0,
+      o_proj: linear(`layers.${l}.o_proj`),
+      post_attention_layernorm: w(`layers.${l}.post_attention_layernorm.weight`),
+      gate_up: linear(`layers.${l}.gate_up`),
+      down: linear(`layers.${l}.down`),
+    })),
+    norm: w("norm.weight"),
+    lm_head: cfg.tie_word_embeddings ? w("embed_tokens.weight") : w("lm_head.weight"),
+    rope: weightBuffer.ptr + ropeAt,
+    kCache: Array.from({ length: cfg.n_layer }, (_, l) => cache.ptr + 2 * l * cacheBytes),
+    vCache: Array.from({ length: cfg.n_layer }, (_, l) => cache.ptr + (2 * l + 1) * cacheBytes),
+    ...acts.pointers,
+    maxRows: rows,
+  };
+  return {
+    buffers,
+    form,
+    allocations: { weights: weightBuffer, cache, activations: acts.buffer },
+    free() {
+      backend.free(weightBuffer);
+      backend.free(cache);
+      backend.free(acts.buffer);
+    },
+  };
+}
+
+function allocateActivations(backend: Backend, weights: LlamaWeights, rows: number, batch: number) {
+  const cfg = weights.config;
+  const C = cfg.n_embd,
+    Q = queryWidth(cfg),
+    KV = kvWidth(cfg),
+    I = cfg.intermediate_size;
+  const arena = new Arena();
+  const widest = Math.max(C, Q + 2 * KV, 2 * I);
+  const layout = {
+    x: arena.reserve(rows * C * FLOAT),
+    ln: arena.reserve(rows * C * FLOAT),
+    qkv: arena.reserve(rows * (Q + 2 * KV) * FLOAT),
+    att: arena.reserve(rows * Q * FLOAT),
+    proj: arena.reserve(rows * C * FLOAT),
+    fc: arena.reserve(rows * 2 * I * FLOAT),
+    act: arena.reserve(rows * I * FLOAT),
+    logits: arena.reserve(batch * cfg.vocab_size * FLOAT),
+    scratch: arena.reserve(
+      Math.max(
+        FLOAT,
+        backend.attentionScratchBytes(rows, Q, cfg.n_head, cfg.n_positions),
+        backend.attentionScratchBytes(1, Q, cfg.n_head, cfg.n_positions),
+      ),
+    ),
+    partials: arena.reserve(Math.max(FLOAT, backend.partialsBytes(rows, widest, widest, cfg.vocab_size))),
+    seq: arena.reserve(batch * (cfg.n_positions + 1) * INT32),
+    state: arena.reserve(batch * STATE_INTS * INT32),
+  };
+  const buffer = backend.alloc(arena.size);
+  const pointers = Object.fromEntries(Object.entries(layout).map(([k, at]) => [k, buffer.ptr + at])) as Record<
+    keyof typeof layout,
+    number
+  >;
+  return { buffer, pointers };
+}
+
+/** The buffers as sequence b alone sees them (model-buffers.ts sequenceView's twin). */
+export function llamaSequenceView(m: LlamaBuffers, b: number): LlamaBuffers {
+  if (!Number.isInteger(b) || b < 0 || b >= m.batch) throw new RangeError(`sequence ${b} outside 0..${m.batch - 1}`);
+  const cfg = m.config;
+  const cacheRowsBytes = cfg.n_positions * kvWidth(cfg) * DTYPE_BYTES[dtypeOf(m.dtypes.kv)];
+  return {
+    ...m,
+    batch: 1,
+    state: m.state + b * STATE_INTS * INT32,
+    seq: m.seq + b * (cfg.n_positions + 1) * INT32,
+    logits: m.logits + b * cfg.vocab_size * FLOAT,
+    kCache: m.kCache.map((p) => p + b * cacheRowsBytes),
+    vCache: m.vCache.map((p) => p + b * cacheRowsBytes),
+  };
+}

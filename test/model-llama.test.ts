@@ -1,0 +1,147 @@
+// The Llama family end to end against its float64 numpy references (../shared/fixtures README says how they were
+// checked): logits at every position, and the greedy continuation cached in every launch mode and uncached, on the
+// CPU backend and on the CUDA kernels' own source emulated on the CPU; a batch of sequences against each alone;
+// a sharded copy of a checkpoint. llama-tiny (GQA 4/2 × 64, tied) and qwen3-tiny (q/k norms, heads × head_dim ≠
+// hidden) travel with the project; llama-mini (llama3 rope scaling, untied) and qwen2-tiny (q/k/v biases, MQA 7/1)
+// are read from ../shared/fixtures where it is present.
+import { afterAll, describe, expect, test } from "bun:test";
+import { copyFileSync, existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+import { CpuBackend } from "../src/backends/cpu.ts";
+import { CudaBackend } from "../src/backends/cuda.ts";
+import { loadAnyModel } from "../src/model/architectures.ts";
+import { readSafetensors } from "../src/model/safetensors.ts";
+import { generate, generateBatch } from "../src/run/generate.ts";
+import { launchMode } from "../src/run/launch-modes.ts";
+import { Session } from "../src/run/session.ts";
+import { fixtureChecks, readFixture } from "../src/verify/model-checks.ts";
+
+const HERE = join(import.meta.dir, "fixtures");
+const SHARED = join(import.meta.dir, "../../shared/fixtures");
+const FIXTURES = [
+  { name: "llama-tiny", dir: join(HERE, "llama-tiny") },
+  { name: "qwen3-tiny", dir: join(HERE, "qwen3-tiny") },
+  { name: "llama-mini", dir: join(SHARED, "llama-mini") },
+  { name: "qwen2-tiny", dir: join(SHARED, "qwen2-tiny") },
+];
+const present = FIXTURES.filter((f) => existsSync(join(f.dir, "config.json")));
+for (const f of FIXTURES.filter((f) => !present.includes(f)))
+  console.log(`model-llama: skipping ${f.name}: ${f.dir} is not here (../shared/fixtures is absent)`);
+
+const cpu = CpuBackend.open();
+const emu = CudaBackend.open({ emulated: true });
+afterAll(() => {
+  cpu.close();
+  emu.close();
+});
+
+describe.each(present.map((f) => [f.name, f] as const))("%s against its float64 reference", (_, f) => {
+  const fixture = readFixture(f.dir);
+  test.each([
+    ["cpu", cpu],
+    ["emulated CUDA", emu],
+  ] as const)("on %s: logits, and greedy tokens in every mode, cached and uncached", (_, backend) => {
+    const rows = fixtureChecks(backend, loadAnyModel(f.dir), fixture, "unfused");
+    expect(rows.filter((r) => r.status !== "pass")).toEqual([]);
+    expect(rows.length).toBeGreaterThanOrEqual(3); // logits, at least one cached mode, uncached
+  });
+});
+
+describe("batches and checkpoints", () => {
+  const dir = join(HERE, "llama-tiny");
+  const fixture = readFixture(dir);
+  test.each([
+    ["cpu", cpu],
+    ["emulated CUDA", emu],
+  ] as const)("on %s, a batch of 3 sequences gives each its tokens alone, in every storage type", (_, backend) => {
+    const weights = loadAnyModel(dir);
+    const prompts = [fixture.prompt, fixture.prompt.slice(2), [7, 8, 9, 10]];
+    for (const dtype of ["f32", "bf16", "f16"] as const) {
+      const form = { plan: "unfused" as const, batch: 1, weights: dtype, kv: dtype };
+      const alone = prompts.map((prompt) => {
+        const s = new Session(backend, weights, { form });
+        try {
+          return generate(s, { prompt, maxNewTokens: 6, cache: true, mode: launchMode("eager") }).generatedIds;
+        } finally {
+          s.close();
+        }
+      });
+      const s = new Session(backend, weights, { form: { ...form, batch: prompts.length } });
+      try {
+        const together = generateBatch(s, { prompts, maxNewTokens: 6, cache: true, mode: launchMode("eager") });
+        expect(together.generatedIds).toEqual(alone);
+      } finally {
+        s.close();
+      }
+    }
+  });
+
+  test("a sharded copy (index + two shards) gives the same tokens; a missing shard is one line", () => {
+    const copy = mkdtempSync(join(tmpdir(), "llama-sharded-"));
+    try {
+      copyFileSync(join(dir, "config.json"), join(copy, "config.json"));
+      const file = readSafetensors(join(dir, "model.safetensors"));
+      const names = [...file.tensors.keys()];
+      // both shards are copies of the one file, each indexed for half of the tensors: a shard holding tensors the
+      // index gives to the other is "in two shards", so each shard is written with only its half
+      const half = Math.ceil(names.length / 2);
+      const { writeSafetensorsSubset } = shards(file);
+      writeSafetensorsSubset(join(copy, "model-00001-of-00002.safetensors"), names.slice(0, half));
+      writeSafetensorsSubset(join(copy, "model-00002-of-00002.safetensors"), names.slice(half));
+      const weight_map = Object.fromEntries(
+        names.map((n, i) => [n, i < half ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors"]),
+      );
+      writeFileSync(join(copy, "model.safetensors.index.json"), JSON.stringify({ metadata: {}, weight_map }));
+      const s = new Session(cpu, loadAnyModel(copy), {
+        form: { plan: "unfused", batch: 1, weights: "f32", kv: "f32" },
+      });
+      try {
+        const ids = generate(s, {
+          prompt: fixture.prompt,
+          maxNewTokens: fixture.generated.length,
+          cache: true,
+          mode: launchMode("eager"),
+        }).generatedIds;
+        expect(ids).toEqual(fixture.generated);
+      } finally {
+        s.close();
+      }
+      rmSync(join(copy, "model-00002-of-00002.safetensors"));
+      expect(() => loadAnyModel(copy)).toThrow(/shard model-00002-of-00002\.safetensors .* is missing/);
+    } finally {
+      rmSync(copy, { recursive: true, force: true });
+    }
+  });
+});
+
+/** Writes a safetensors file holding some of `file`'s tensors, their bytes copied as they are. */
+function shards(file: ReturnType<typeof readSafetensors>) {
+  return {
+    writeSafetensorsSubset(path: string, names: string[]) {
+      const source = file.open();
+      try {
+        const header: Record<string, unknown> = {};
+        let at = 0;
+        const parts: Uint8Array[] = [];
+        for (const name of names) {
+          const t = file.tensors.get(name)!;
+          const bytes = new Uint8Array(t.end - t.begin);
+          source.read(bytes, file.dataStart + t.begin);
+          header[name] = { dtype: t.dtype, shape: t.shape, data_offsets: [at, at + bytes.length] };
+          parts.push(bytes);
+          at += bytes.length;
+        }
+        const json = new TextEncoder().encode(JSON.stringify(header));
+        const padded = new Uint8Array(Math.ceil(json.length / 8) * 8).fill(0x20);
+        padded.set(json);
+        const length = new Uint8Array(8);
+        new DataView(length.buffer).setBigUint64(0, BigInt(padded.length), true);
+        writeFileSync(path, Buffer.concat([length, padded, ...parts]));
+      } finally {
+        source.close();
+      }
+    },
+  };
+}
