@@ -2,7 +2,7 @@
 // no stack trace) for each kind of bad input.
 import { describe, expect, test } from "bun:test";
 import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { freemem, tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { ROOT, runCli } from "./helpers/cli.ts";
@@ -257,5 +257,44 @@ describe("generate: bad input is one clear line and exit ≠ 0", () => {
     expect(errorLines).toHaveLength(1);
     expect(errorLines[0]).toMatch(message);
     expect(r.stderr).not.toMatch(/\n\s+at /); // no stack trace
+  });
+});
+
+describe("generate: the Llama family", () => {
+  const LLAMA = join(import.meta.dir, "fixtures/llama-tiny");
+  const llama = JSON.parse(readFileSync(join(LLAMA, "expected.json"), "utf8"));
+
+  test("--model llama-tiny gives its reference tokens; --prompt goes through its tokenizer.json", () => {
+    const ids = generate("--model", LLAMA, "--backend", "cpu", "--prompt-ids", llama.prompt.join(","), "--json");
+    expect(ids.code).toBe(0);
+    expect(JSON.parse(ids.stdout).generated_ids).toEqual(llama.generated.slice(0, 20));
+    expect(JSON.parse(ids.stdout).plan).toBe("unfused");
+    const text = generate("--model", LLAMA, "--backend", "cpu", "--prompt", llama.tokenizer_check.text, "--json");
+    expect(text.code).toBe(0);
+    expect(JSON.parse(text.stdout).prompt_ids).toEqual(llama.tokenizer_check.ids);
+    expect(text.stderr).toContain("tokenizer.json");
+  });
+
+  test("a preset that does not fit, --plan fused, and a text prompt without a tokenizer: one line each", () => {
+    const one = (r: ReturnType<typeof generate>, pattern: RegExp) => {
+      expect(r.code).not.toBe(0);
+      expect(r.stderr.trim().split("\n")).toHaveLength(1);
+      expect(r.stderr).toMatch(pattern);
+    };
+    one(
+      generate("--model", LLAMA, "--backend", "cpu", "--plan", "fused"),
+      /^error: the fused plan is GPT-2's only so far/,
+    );
+    one(
+      generate("--model", join(import.meta.dir, "fixtures/qwen3-tiny"), "--backend", "cpu", "--prompt", "hi"),
+      /^error: qwen3-tiny has no tokenizer\.json .* --prompt-ids/,
+    );
+    // a machine with more free memory holds it: the rule itself is checked in llama-config.test.ts
+    if (freemem() < 32e9)
+      one(
+        generate("--preset", "llama-3.1-8b", "--backend", "cpu"),
+        /^error: llama-3\.1-8b in f32 is 32\.1 GB of weights.*--dtype/,
+      );
+    else console.log("cli-generate: llama-3.1-8b's f32 weights fit this machine's free memory: refusal not run");
   });
 });

@@ -1,5 +1,8 @@
 import { describe, expect, test } from "bun:test";
-import { decodeTokens, encodeText, GPT2_VOCAB, parsePromptIds } from "../src/model/tokenizer.ts";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { byteCodec, decodeTokens, encodeText, GPT2_VOCAB, parsePromptIds, textCodec } from "../src/model/tokenizer.ts";
 import { expectUserError } from "./helpers/expect.ts";
 
 describe("GPT-2 BPE", () => {
@@ -52,5 +55,44 @@ describe("parsePromptIds", () => {
       () => parsePromptIds("99999999999999999999999", 1001),
       /token id 99999999999999999999999 is out of range/,
     );
+  });
+});
+
+describe("a checkpoint's tokenizer.json (@huggingface/tokenizers)", () => {
+  const dir = join(import.meta.dir, "fixtures/llama-tiny");
+  const check = JSON.parse(readFileSync(join(dir, "expected.json"), "utf8")).tokenizer_check;
+
+  test("llama-tiny's tokenizer check: the text encodes to its ids and decodes back", () => {
+    const codec = textCodec(dir, 1003)!;
+    expect(codec.encode(check.text)).toEqual(check.ids);
+    expect(codec.decode(check.ids)).toBe(check.text);
+  });
+
+  test("a malformed or missing tokenizer.json is one line; without one, a non-GPT-2 checkpoint has no text mapping", () => {
+    const bad = mkdtempSync(join(tmpdir(), "tokenizer-"));
+    try {
+      writeFileSync(join(bad, "tokenizer.json"), "{ not json");
+      expectUserError(() => textCodec(bad, 1003), /tokenizer\.json: not valid JSON/);
+      writeFileSync(join(bad, "tokenizer.json"), JSON.stringify({ model: { type: "NoSuchModel" } }));
+      expectUserError(() => textCodec(bad, 1003), /tokenizer\.json: not a tokenizer @huggingface\/tokenizers can read/);
+      rmSync(join(bad, "tokenizer.json"));
+      expect(textCodec(bad, 1003)).toBeNull();
+      expect(textCodec(bad, GPT2_VOCAB)!.encode("Hello")).toEqual([15496]); // GPT-2 without a tokenizer.json
+    } finally {
+      rmSync(bad, { recursive: true, force: true });
+    }
+  });
+
+  test("an id past the vocabulary is refused", () => {
+    expectUserError(() => textCodec(dir, 500)!.encode(check.text), /outside the model's 500 tokens/);
+  });
+});
+
+describe("seeded presets' byte-level vocabulary", () => {
+  test("text is its UTF-8 bytes, and decodes back", () => {
+    const codec = byteCodec(49152);
+    expect(codec.encode("Hé")).toEqual([72, 195, 169]);
+    expect(codec.decode([72, 195, 169, 40000])).toBe("Hé<40000>");
+    expect(textCodec(undefined, 49152)!.source).toMatch(/byte-level/);
   });
 });

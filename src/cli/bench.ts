@@ -319,7 +319,7 @@ async function benchCpu(
 ): Promise<void> {
   // the flags are checked before anything is printed: a bad one is one error line and nothing else
   const modelLines: string[] = [];
-  const weights = loadWeights(model.dir, model.preset, 0, (text) => modelLines.push(text));
+  const weights = loadWeights(model.dir, model.preset, 0, (text) => modelLines.push(text), "bun run bench");
   const cfg = weights.config;
   const contexts = parseContexts(contextsFlag, cfg.n_positions - 1);
   const backend = CpuBackend.open();

@@ -2,38 +2,77 @@
 import type { Argv } from "yargs";
 import { hideBin } from "yargs/helpers";
 
+import { freemem } from "node:os";
 import { UserError } from "../errors.ts";
+import { loadAnyModel, type ModelConfig, type ModelWeights } from "../model/architectures.ts";
 import { parameterCount, PRESETS } from "../model/config.ts";
-import { loadModel, randomWeights, type GPT2Weights } from "../model/weights.ts";
+import { isLlamaConfig, LLAMA_PRESETS, llamaParameterCount, randomLlamaWeights } from "../model/llama.ts";
+import { randomWeights, type GPT2Weights } from "../model/weights.ts";
+import { DTYPE_BYTES, DTYPE_NAMES, type DtypeName } from "../ops.ts";
 
 export const DEFAULT_PRESET = "gpt2";
-export const PRESET_CHOICES = Object.keys(PRESETS);
+export const PRESET_CHOICES = [...Object.keys(PRESETS), ...Object.keys(LLAMA_PRESETS)];
+
+const countOf = (cfg: ModelConfig) => (isLlamaConfig(cfg) ? llamaParameterCount(cfg) : parameterCount(cfg));
 
 /**
- * `--model DIR` loads a Hugging Face checkpoint; without it, a preset's exact shapes (GPT-2 small by default)
- * with seeded random weights, stated on stderr.
+ * `--model DIR` loads a Hugging Face checkpoint of any supported architecture; without it, a preset's exact shapes
+ * (GPT-2 small by default) with seeded random weights, stated on stderr.
  */
-export function loadWeights(
+export function loadAnyWeights(
   modelDir: string | undefined,
   preset: string,
   seed: number,
   say: (line: string) => void,
-): GPT2Weights {
+): ModelWeights {
   if (modelDir) {
-    const w = loadModel(modelDir);
+    const w = loadAnyModel(modelDir);
     const skipped = w.skipped.tensors
       ? `; skipped ${w.skipped.tensors} buffers (${(w.skipped.bytes / 2 ** 20).toFixed(1)} MiB: causal masks / tied lm_head)`
       : "";
     say(`model: ${w.config.name} from ${w.source}${skipped}`);
     return w;
   }
-  const cfg = PRESETS[preset];
+  const cfg = PRESETS[preset] ?? LLAMA_PRESETS[preset];
   if (!cfg) throw new UserError(`unknown preset ${preset} (presets: ${PRESET_CHOICES.join(", ")})`);
-  const millions = Math.round(parameterCount(cfg) / 1e6);
   say(
-    `model: ${cfg.name} shapes (${millions}M) with seeded random weights (seed ${seed}) — no --model given; timing does not depend on the values`,
+    `model: ${cfg.name} shapes (${countOf(cfg).toLocaleString("en-US")} parameters) with seeded random weights (seed ${seed}) — no --model given; timing does not depend on the values`,
   );
-  return randomWeights(cfg, seed);
+  return isLlamaConfig(cfg) ? randomLlamaWeights(cfg, seed) : randomWeights(cfg, seed);
+}
+
+/** As loadAnyWeights, for the commands that run GPT-2 only so far (`command` names it in the refusal). */
+export function loadWeights(
+  modelDir: string | undefined,
+  preset: string,
+  seed: number,
+  say: (line: string) => void,
+  command = "this command",
+): GPT2Weights {
+  const lines: string[] = [];
+  const w = loadAnyWeights(modelDir, preset, seed, (line) => lines.push(line));
+  if (isLlamaConfig(w.config))
+    throw new UserError(
+      `${command} runs GPT-2 so far; the ${w.config.arch} model ${w.config.name} runs with bun run generate`,
+    );
+  lines.forEach(say);
+  return w as GPT2Weights;
+}
+
+/** What the weights take on a backend, every parameter counted in `dtype` (vectors, kept fp32, are well under 1%). */
+function storedBytes(cfg: ModelConfig, dtype: DtypeName): number {
+  return countOf(cfg) * DTYPE_BYTES[dtype];
+}
+
+/** Refuses weights that do not fit the host's free memory, naming a storage type that would. */
+export function checkHostMemory(cfg: ModelConfig, dtype: DtypeName, free = freemem()): void {
+  const need = storedBytes(cfg, dtype);
+  if (need <= free) return;
+  const fits = DTYPE_NAMES.filter((d) => storedBytes(cfg, d) <= free);
+  const gb = (n: number) => `${(n / 1e9).toFixed(1)} GB`;
+  throw new UserError(
+    `${cfg.name} in ${dtype} is ${gb(need)} of weights, more than this machine's ${gb(free)} of free memory${fits.length ? `: use --dtype ${fits[0]}` : ""}`,
+  );
 }
 
 /** yargs .check(): every flag at most once (yargs would make a repeated flag an array); `lists` are meant to be arrays. */

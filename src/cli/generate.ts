@@ -4,7 +4,8 @@ import { hideBin } from "yargs/helpers";
 
 import { BACKEND_CHOICES, openBackend, type BackendChoice } from "../backends/select.ts";
 import { runCli, UserError } from "../errors.ts";
-import { decodeTokens, encodeText, parsePromptIds } from "../model/tokenizer.ts";
+import { isLlamaConfig } from "../model/llama.ts";
+import { parsePromptIds, textCodec } from "../model/tokenizer.ts";
 import { DTYPE_NAMES, MAX_BATCH, type DtypeName } from "../ops.ts";
 import { PLAN_KINDS, type PlanKind, type StepForm } from "../plan.ts";
 import { generateBatch } from "../run/generate.ts";
@@ -17,7 +18,7 @@ import {
 } from "../run/launch-modes.ts";
 import { Session } from "../run/session.ts";
 import { summarize } from "../stats.ts";
-import { DEFAULT_PRESET, intFlag, loadWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
+import { checkHostMemory, DEFAULT_PRESET, intFlag, loadAnyWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
 import { checkWritableFile, writeFileAtomic, writeStdout } from "./outputs.ts";
 
 /** replay = the plan recorded natively: a CUDA graph where the backend has graphs, one native call per step elsewhere */
@@ -28,11 +29,11 @@ await runCli(async () => {
   const argv = await parseFlags(
     yargs(hideBin(process.argv))
       .scriptName("bun run generate")
-      .usage("$0 [options]: greedy GPT-2 generation with a KV cache")
+      .usage("$0 [options]: greedy generation with a KV cache (GPT-2, Llama, Mistral, Qwen2, Qwen3)")
       .option("model", {
         type: "string",
         describe:
-          "Hugging Face GPT-2 directory (config.json + model.safetensors); default: GPT-2 small shapes, seeded random weights",
+          "Hugging Face checkpoint directory (config.json + model.safetensors or its shards; GPT-2 or the Llama family); default: GPT-2 small shapes, seeded random weights",
       })
       .option("preset", {
         choices: PRESET_CHOICES,
@@ -41,7 +42,7 @@ await runCli(async () => {
       .conflicts("model", "preset")
       .option("prompt", {
         type: "string",
-        describe: `prompt text (GPT-2 BPE), once per sequence or once for all; default ${JSON.stringify(DEFAULT_PROMPT)}`,
+        describe: `prompt text (the checkpoint's tokenizer.json, else GPT-2's BPE, or bytes for seeded weights), once per sequence or once for all; default ${JSON.stringify(DEFAULT_PROMPT)}`,
       })
       .option("prompt-ids", {
         type: "string",
@@ -76,8 +77,8 @@ await runCli(async () => {
       })
       .option("plan", {
         choices: PLAN_KINDS,
-        default: "fused" as PlanKind,
-        describe: "ops of cached decode steps: fused (5 launches per layer) or unfused (one per op)",
+        describe:
+          "ops of cached decode steps: fused (GPT-2: 5 launches per layer, the default) or unfused (one per op; the Llama family's)",
       })
       .option("seed", { type: "number", default: 0, describe: "seed of the random weights when no --model is given" })
       .option("threads", { type: "number", describe: "CPU backend threads (default: all cores)" })
@@ -98,14 +99,23 @@ await runCli(async () => {
   // the model's header and the prompt are checked before the backend opens, and the model's line is said
   // after them: a bad input is its one line
   const modelLines: string[] = [];
-  const weights = loadWeights(argv.model, argv.preset ?? DEFAULT_PRESET, intFlag("seed", argv.seed, 0), (line) =>
+  const weights = loadAnyWeights(argv.model, argv.preset ?? DEFAULT_PRESET, intFlag("seed", argv.seed, 0), (line) =>
     modelLines.push(line),
   );
   const cfg = weights.config;
+  const codec = textCodec(argv.model, cfg.vocab_size);
+  const encode = (text: string) => {
+    if (!codec)
+      throw new UserError(
+        `${cfg.name} has no tokenizer.json and its ${cfg.vocab_size} tokens are not GPT-2's, so a text prompt can't be tokenized; give token ids with --prompt-ids (e.g. --prompt-ids 1,2,3)`,
+      );
+    return codec.encode(text);
+  };
+  const decode = (ids: readonly number[]) => (codec ? codec.decode(ids) : ids.map((id) => `<${id}>`).join(""));
   const given =
     argv["prompt-ids"] !== undefined
       ? [argv["prompt-ids"]].flat().map((ids) => parsePromptIds(ids, cfg.vocab_size))
-      : [argv.prompt ?? DEFAULT_PROMPT].flat().map((text) => encodeText(text, cfg.vocab_size));
+      : [argv.prompt ?? DEFAULT_PROMPT].flat().map(encode);
   const batch = argv.batch === undefined ? given.length : intFlag("batch", argv.batch, 1, MAX_BATCH);
   if (given.length !== 1 && given.length !== batch) {
     throw new UserError(`--batch ${batch} takes one prompt (repeated) or ${batch} prompts, not ${given.length}`);
@@ -114,9 +124,16 @@ await runCli(async () => {
   if (dumpLogits && batch > 1)
     throw new UserError("--dump-logits writes one sequence's logits: use it with one prompt and --batch 1");
   const dtype: DtypeName = argv.dtype ?? weights.storedAs;
-  const form: StepForm = { plan: argv.plan, batch, weights: dtype, kv: argv["kv-dtype"] ?? dtype };
-  modelLines.forEach(say);
+  const plan: PlanKind = argv.plan ?? (isLlamaConfig(cfg) ? "unfused" : "fused");
+  if (isLlamaConfig(cfg) && plan === "fused")
+    throw new UserError(
+      `the fused plan is GPT-2's only so far: a ${cfg.arch} model runs --plan unfused (one launch per op)`,
+    );
+  const form: StepForm = { plan, batch, weights: dtype, kv: argv["kv-dtype"] ?? dtype };
   const backend = await openBackend(argv.backend, { threads, note: say });
+  if (backend.kind !== "cuda") checkHostMemory(cfg, dtype); // the CPU's and the emulator's weights are in host memory
+  modelLines.forEach(say);
+  if (codec && argv["prompt-ids"] === undefined) say(`tokenizer: ${codec.source}`);
   const mode = argv.mode === "replay" ? replayMode(backend) : launchMode(argv.mode as LaunchModeName);
   if (!mode.available(backend, form)) throw unavailableMode(mode.name, backend, form);
   const session = new Session(backend, weights, { form });
@@ -133,7 +150,7 @@ await runCli(async () => {
   const [firstStepMs, ...steadyMs] = result.tokenMs.filter((_, i) => result.tokenKinds[i] !== "prefill");
   // one sequence: flat lists, as before batches; several: a list per sequence
   const perSequence = <T>(values: T[]) => (batch === 1 ? values[0]! : values);
-  const texts = result.generatedIds.map((ids) => decodeTokens(ids, cfg.vocab_size));
+  const texts = result.generatedIds.map(decode);
   const summary = {
     prompt_ids: perSequence(result.promptIds),
     generated_ids: perSequence(result.generatedIds),
@@ -145,7 +162,7 @@ await runCli(async () => {
     device: backend.deviceName,
     cache: argv.cache,
     mode: cache ? mode.name : "eager",
-    plan: cache ? argv.plan : "unfused",
+    plan: cache ? plan : "unfused",
     model: { name: cfg.name, source: weights.source },
     token_ms: result.tokenMs,
     token_kinds: result.tokenKinds,
@@ -155,7 +172,7 @@ await runCli(async () => {
   if (argv.json) {
     writeStdout(`${JSON.stringify(summary)}\n`);
   } else {
-    writeStdout(result.promptIds.map((ids, b) => `${decodeTokens(ids, cfg.vocab_size)}${texts[b]}\n`).join(""));
+    writeStdout(result.promptIds.map((ids, b) => `${decode(ids)}${texts[b]}\n`).join(""));
     const step = batch === 1 ? "token" : `step of ${batch} tokens`;
     const perToken =
       summary.median_step_ms === null

@@ -251,7 +251,13 @@ await runCli(async () => {
   let peers: PeerSet | undefined;
   let progress: ReturnType<typeof createProgress> | undefined;
   try {
-    const weights = loadWeights(argv.model, argv.preset ?? DEFAULT_PRESET, intFlag("seed", argv.seed, 0), say);
+    const weights = loadWeights(
+      argv.model,
+      argv.preset ?? DEFAULT_PRESET,
+      intFlag("seed", argv.seed, 0),
+      say,
+      "bun run profile",
+    );
     const cfg = weights.config;
     backend = await openBackend(argv.backend, { threads, note: say });
     const defaults = backend.studyDefaults;

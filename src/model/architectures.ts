@@ -19,9 +19,9 @@ export const ARCHITECTURES: Readonly<Record<string, string>> = { GPT2LMHeadModel
 /** The architecture of a parsed config.json: its `architectures[0]`, else its `model_type`. */
 function architectureOf(raw: Record<string, unknown>, path: string): string {
   const names = Array.isArray(raw.architectures) ? raw.architectures : [];
-  const byName = names.length > 0 ? ARCHITECTURES[String(names[0])] : undefined;
-  const byType = Object.values(ARCHITECTURES).find((t) => t === raw.model_type);
-  const found = byName ?? byType ?? (names.length === 0 && raw.model_type === undefined ? "gpt2" : undefined);
+  // GPT-2 checkpoints from before `architectures` name neither: they are GPT-2
+  const byType = raw.model_type === undefined ? "gpt2" : Object.values(ARCHITECTURES).find((t) => t === raw.model_type);
+  const found = names.length > 0 ? ARCHITECTURES[String(names[0])] : byType;
   if (!found) {
     const named = names.length > 0 ? JSON.stringify(names[0]) : `model_type ${JSON.stringify(raw.model_type)}`;
     throw new UserError(

@@ -508,3 +508,103 @@ export function randomLlamaWeights(config: LlamaConfig, seed = 0): LlamaWeights 
     },
   };
 }
+
+// ---------------------------------------------------------------------------------------------
+// Presets: the released models' exact shapes (their config.json), for seeded weights
+
+function llamaPreset(
+  name: string,
+  arch: LlamaArch,
+  shape: Pick<LlamaConfig, "n_layer" | "n_head" | "n_kv_head" | "head_dim" | "n_embd" | "intermediate_size">,
+  rest: Partial<LlamaConfig> & Pick<LlamaConfig, "n_positions" | "vocab_size" | "rope_theta" | "tie_word_embeddings">,
+): LlamaConfig {
+  return {
+    arch,
+    name,
+    ...shape,
+    rms_norm_eps: 1e-5,
+    rope_scaling: null,
+    qkv_bias: arch === "qwen2",
+    qk_norm: arch === "qwen3",
+    ...rest,
+  };
+}
+
+const llama3Scaling = (factor: number): Llama3RopeScaling => ({
+  factor,
+  low_freq_factor: 1,
+  high_freq_factor: 4,
+  original_max_position_embeddings: 8192,
+});
+
+/** The served Llama-family models' shapes (HF config.json of each), with their exact parameter counts. */
+export const LLAMA_PRESETS: Readonly<Record<string, LlamaConfig>> = Object.fromEntries(
+  [
+    llamaPreset(
+      "smollm2-135m",
+      "llama",
+      { n_layer: 30, n_head: 9, n_kv_head: 3, head_dim: 64, n_embd: 576, intermediate_size: 1536 },
+      { n_positions: 8192, vocab_size: 49152, rope_theta: 100000, tie_word_embeddings: true },
+    ),
+    llamaPreset(
+      "smollm2-360m",
+      "llama",
+      { n_layer: 32, n_head: 15, n_kv_head: 5, head_dim: 64, n_embd: 960, intermediate_size: 2560 },
+      { n_positions: 8192, vocab_size: 49152, rope_theta: 100000, tie_word_embeddings: true },
+    ),
+    llamaPreset(
+      "qwen2.5-0.5b",
+      "qwen2",
+      { n_layer: 24, n_head: 14, n_kv_head: 2, head_dim: 64, n_embd: 896, intermediate_size: 4864 },
+      { n_positions: 32768, vocab_size: 151936, rope_theta: 1000000, tie_word_embeddings: true, rms_norm_eps: 1e-6 },
+    ),
+    llamaPreset(
+      "qwen3-0.6b",
+      "qwen3",
+      { n_layer: 28, n_head: 16, n_kv_head: 8, head_dim: 128, n_embd: 1024, intermediate_size: 3072 },
+      { n_positions: 40960, vocab_size: 151936, rope_theta: 1000000, tie_word_embeddings: true, rms_norm_eps: 1e-6 },
+    ),
+    llamaPreset(
+      "llama-3.2-1b",
+      "llama",
+      { n_layer: 16, n_head: 32, n_kv_head: 8, head_dim: 64, n_embd: 2048, intermediate_size: 8192 },
+      {
+        n_positions: 131072,
+        vocab_size: 128256,
+        rope_theta: 500000,
+        rope_scaling: llama3Scaling(32),
+        tie_word_embeddings: true,
+      },
+    ),
+    llamaPreset(
+      "tinyllama-1.1b",
+      "llama",
+      { n_layer: 22, n_head: 32, n_kv_head: 4, head_dim: 64, n_embd: 2048, intermediate_size: 5632 },
+      { n_positions: 2048, vocab_size: 32000, rope_theta: 10000, tie_word_embeddings: false },
+    ),
+    llamaPreset(
+      "llama-3.2-3b",
+      "llama",
+      { n_layer: 28, n_head: 24, n_kv_head: 8, head_dim: 128, n_embd: 3072, intermediate_size: 8192 },
+      {
+        n_positions: 131072,
+        vocab_size: 128256,
+        rope_theta: 500000,
+        rope_scaling: llama3Scaling(32),
+        tie_word_embeddings: true,
+      },
+    ),
+    llamaPreset(
+      "llama-3.1-8b",
+      "llama",
+      { n_layer: 32, n_head: 32, n_kv_head: 8, head_dim: 128, n_embd: 4096, intermediate_size: 14336 },
+      {
+        n_positions: 131072,
+        vocab_size: 128256,
+        rope_theta: 500000,
+        rope_scaling: llama3Scaling(8),
+        tie_word_embeddings: false,
+      },
+    ),
+  ].map((c) => [c.name, c]),
+);
