@@ -4,16 +4,14 @@ import { hideBin } from "yargs/helpers";
 
 import { freemem } from "node:os";
 import { UserError } from "../errors.ts";
-import { loadAnyModel, type ModelConfig, type ModelWeights } from "../model/architectures.ts";
-import { parameterCount, PRESETS } from "../model/config.ts";
-import { isLlamaConfig, LLAMA_PRESETS, llamaParameterCount, randomLlamaWeights } from "../model/llama.ts";
+import { loadAnyModel, parameterCountOf, type ModelConfig, type ModelWeights } from "../model/architectures.ts";
+import { PRESETS } from "../model/config.ts";
+import { isLlamaConfig, LLAMA_PRESETS, randomLlamaWeights } from "../model/llama.ts";
 import { randomWeights, type GPT2Weights } from "../model/weights.ts";
 import { DTYPE_BYTES, DTYPE_NAMES, type DtypeName } from "../ops.ts";
 
 export const DEFAULT_PRESET = "gpt2";
 export const PRESET_CHOICES = [...Object.keys(PRESETS), ...Object.keys(LLAMA_PRESETS)];
-
-const countOf = (cfg: ModelConfig) => (isLlamaConfig(cfg) ? llamaParameterCount(cfg) : parameterCount(cfg));
 
 /**
  * `--model DIR` loads a Hugging Face checkpoint of any supported architecture; without it, a preset's exact shapes
@@ -36,7 +34,7 @@ export function loadAnyWeights(
   const cfg = PRESETS[preset] ?? LLAMA_PRESETS[preset];
   if (!cfg) throw new UserError(`unknown preset ${preset} (presets: ${PRESET_CHOICES.join(", ")})`);
   say(
-    `model: ${cfg.name} shapes (${countOf(cfg).toLocaleString("en-US")} parameters) with seeded random weights (seed ${seed}) — no --model given; timing does not depend on the values`,
+    `model: ${cfg.name} shapes (${parameterCountOf(cfg).toLocaleString("en-US")} parameters) with seeded random weights (seed ${seed}) — no --model given; timing does not depend on the values`,
   );
   return isLlamaConfig(cfg) ? randomLlamaWeights(cfg, seed) : randomWeights(cfg, seed);
 }
@@ -61,7 +59,7 @@ export function loadWeights(
 
 /** What the weights take on a backend, every parameter counted in `dtype` (vectors, kept fp32, are well under 1%). */
 function storedBytes(cfg: ModelConfig, dtype: DtypeName): number {
-  return countOf(cfg) * DTYPE_BYTES[dtype];
+  return parameterCountOf(cfg) * DTYPE_BYTES[dtype];
 }
 
 /** Refuses weights that do not fit the host's free memory, naming a storage type that would. */

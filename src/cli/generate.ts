@@ -136,7 +136,8 @@ await runCli(async () => {
   if (codec && argv["prompt-ids"] === undefined) say(`tokenizer: ${codec.source}`);
   const mode = argv.mode === "replay" ? replayMode(backend) : launchMode(argv.mode as LaunchModeName);
   if (!mode.available(backend, form)) throw unavailableMode(mode.name, backend, form);
-  const session = new Session(backend, weights, { form });
+  const maxContext = Math.max(...prompts.map((p) => p.length)) + maxNew;
+  const session = new Session(backend, weights, { form, maxContext });
   const cache = argv.cache === "on";
   if (!cache && mode.name !== "eager")
     say(`note: --cache off recomputes eagerly; --mode ${argv.mode} applies to cached steps only`);

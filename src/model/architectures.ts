@@ -6,9 +6,19 @@
 import { existsSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { UserError } from "../errors.ts";
-import { parseJsonObject, readHFConfig, type GPT2Config } from "./config.ts";
-import { LLAMA_ARCHITECTURES, llamaConfigOf, loadLlama, type LlamaConfig, type LlamaWeights } from "./llama.ts";
-import { loadModel, type GPT2Weights } from "./weights.ts";
+import { parameterCount, parseJsonObject, readHFConfig, type GPT2Config } from "./config.ts";
+import {
+  isLlamaConfig,
+  kvWidth,
+  LLAMA_ARCHITECTURES,
+  llamaConfigOf,
+  llamaParameterCount,
+  llamaParameters,
+  loadLlama,
+  type LlamaConfig,
+  type LlamaWeights,
+} from "./llama.ts";
+import { loadModel, parameterSpecs, type GPT2Weights, type ParameterSpec } from "./weights.ts";
 
 export type ModelConfig = GPT2Config | LlamaConfig;
 export type ModelWeights = GPT2Weights | LlamaWeights;
@@ -51,4 +61,24 @@ export function readAnyConfig(dir: string): ModelConfig {
   const raw = parseJsonObject(path);
   const arch = architectureOf(raw, path);
   return arch === "gpt2" ? readHFConfig(dir) : llamaConfigOf(raw, arch as LlamaConfig["arch"], path, dir);
+}
+
+/** Exact parameter count of any supported model (a tied output embedding counted once). */
+export function parameterCountOf(cfg: ModelConfig): number {
+  return isLlamaConfig(cfg) ? llamaParameterCount(cfg) : parameterCount(cfg);
+}
+
+/** Key and value columns of one layer's cache row: n_kv_head × head_dim (GPT-2: n_embd). */
+export function kvColumns(cfg: ModelConfig): number {
+  return isLlamaConfig(cfg) ? kvWidth(cfg) : cfg.n_embd;
+}
+
+/** KV cache bytes per token: 2 × layers × kv_heads × head_dim × bytes per element. */
+export function kvBytesPerToken(cfg: ModelConfig, bytesPerElement = 4): number {
+  return 2 * cfg.n_layer * kvColumns(cfg) * bytesPerElement;
+}
+
+/** The parameters as a backend holds them (name, shape, init), in placement order. */
+export function placedParameters(cfg: ModelConfig): ParameterSpec[] {
+  return isLlamaConfig(cfg) ? llamaParameters(cfg) : parameterSpecs(cfg);
 }

@@ -28,8 +28,13 @@ const FLOAT_BYTES = 4;
 export interface SessionOptions {
   /** its decode steps' plan (several-row steps are unfused either way), sequences and storage types (default: DEFAULT_STEP_FORM) */
   form?: StepForm;
-  /** the most rows a step may have (default: n_positions, or the batch if larger) */
+  /** the most rows a step may have (default: the positions held, or the batch if larger) */
   maxRows?: number;
+  /**
+   * the most positions a sequence reaches (default: the model's n_positions): a rotary model's cache, rotary table
+   * and activations are sized by it (GPT-2's position table is n_positions long either way)
+   */
+  maxContext?: number;
 }
 
 const isLlamaBuffers = (b: ModelBuffers | LlamaBuffers): b is LlamaBuffers => isLlamaConfig(b.config);
@@ -52,14 +57,19 @@ export class Session<W extends ModelWeights = GPT2Weights> {
       throw new UserError(
         `the fused plan is GPT-2's only so far: a ${weights.config.arch} model runs --plan unfused (one launch per op)`,
       );
-    this.resident = isLlamaConfig(weights.config)
-      ? placeLlama(backend, weights as LlamaWeights, form, opts.maxRows)
-      : placeModel(backend, weights as GPT2Weights, form, opts.maxRows);
+    if (isLlamaConfig(weights.config)) {
+      const held = Math.min(opts.maxContext ?? weights.config.n_positions, weights.config.n_positions);
+      const config = { ...weights.config, n_positions: held };
+      this.resident = placeLlama(backend, { ...(weights as LlamaWeights), config }, form, opts.maxRows);
+    } else {
+      this.resident = placeModel(backend, weights as GPT2Weights, form, opts.maxRows);
+    }
     this.stateWords = new Int32Array(this.batch * STATE_INTS);
   }
 
+  /** the model's config as placed: n_positions is the positions its sequences can reach */
   get config(): W["config"] {
-    return this.weights.config;
+    return this.resident.buffers.config as W["config"];
   }
 
   /** its decode steps: plan, sequences and storage types (what the launch modes a step can run in depend on) */
