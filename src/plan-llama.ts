@@ -2,7 +2,7 @@
 // per step of the math (the unfused plan); the same list runs in every launch mode but the persistent one.
 import type { LlamaConfig } from "./model/llama.ts";
 import type { OpArgs, OpFamily } from "./ops.ts";
-import { planOp, type PlanOp } from "./plan.ts";
+import { dtypeCodes, PLACEHOLDER_POINTER, planOp, type PlanOp, type StepForm } from "./plan.ts";
 
 /** A linear's device buffers: its input-first matrix and its bias (zeros where the model has none). */
 export interface Linear {
@@ -132,4 +132,48 @@ export function llamaStep(m: LlamaBuffers, T: number): PlanOp[] {
   op("lm_head", "lm_head", null, { logits: m.logits, inp: m.ln, wte: m.lm_head, B, T, C, V, wdtype }); // logits = a[-1] @ lm_head^T
   op("argmax", "argmax", null, { seq: m.seq, state, partials: m.partials, logits: m.logits, B, V, T, max_ctx }); // next = argmax; pos += T
   return plan;
+}
+
+/** The step's shape without a backend (plan.ts planShape): every pointer a placeholder, q/k norms where the model has them. */
+export function llamaPlanShape(config: LlamaConfig, T: number, form: StepForm): PlanOp[] {
+  const at = PLACEHOLDER_POINTER;
+  const linear = { weight: at, bias: at };
+  const norms = config.qk_norm ? at : 0;
+  const layer: LlamaLayerBuffers = {
+    input_layernorm: at,
+    qkv: linear,
+    q_norm: norms,
+    k_norm: norms,
+    o_proj: linear,
+    post_attention_layernorm: at,
+    gate_up: linear,
+    down: linear,
+  };
+  const everyLayer = Array.from({ length: config.n_layer }, () => at);
+  const buffers: LlamaBuffers = {
+    config,
+    batch: form.batch,
+    dtypes: dtypeCodes(form),
+    embed_tokens: at,
+    layers: everyLayer.map(() => layer),
+    norm: at,
+    lm_head: at,
+    rope: at,
+    kCache: everyLayer,
+    vCache: everyLayer,
+    seq: at,
+    state: at,
+    x: at,
+    ln: at,
+    qkv: at,
+    att: at,
+    proj: at,
+    fc: at,
+    act: at,
+    logits: at,
+    scratch: at,
+    partials: at,
+    maxRows: form.batch * T,
+  };
+  return llamaStep(buffers, T);
 }

@@ -27,6 +27,8 @@ import { createProgress } from "../report/progress.ts";
 import { renderTerminalSummary } from "../report/terminal.ts";
 import { writeProfileOutputs, type WrittenOutputs } from "../report/write.ts";
 import { PLAN_KINDS, type PlanKind, type StepForm } from "../plan.ts";
+import { defaultPlan, plansOf } from "../plans.ts";
+import { isLlamaConfig } from "../model/llama.ts";
 import {
   availableModes,
   LAUNCH_MODE_NAMES,
@@ -36,7 +38,7 @@ import {
   type LaunchModeName,
 } from "../run/launch-modes.ts";
 import { DTYPE_NAMES, MAX_BATCH, type DtypeName } from "../ops.ts";
-import { DEFAULT_PRESET, intFlag, loadWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
+import { DEFAULT_PRESET, intFlag, loadAnyWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
 import { watchSignals } from "./interrupt.ts";
 import { ProfileOutput, writeStdout } from "./outputs.ts";
 
@@ -148,8 +150,8 @@ await runCli(async () => {
       })
       .option("plan", {
         choices: PLAN_KINDS,
-        default: "fused" as PlanKind,
-        describe: "ops of the cached step: fused (5 launches per layer) or unfused (one launch per op, 11 per layer)",
+        describe:
+          "ops of the cached step: fused (GPT-2's default: 5 launches per layer) or unfused (one launch per op: GPT-2's 11 per layer; the Llama family's only plan)",
       })
       .option("backend", {
         choices: BACKEND_CHOICES,
@@ -251,21 +253,28 @@ await runCli(async () => {
   let peers: PeerSet | undefined;
   let progress: ReturnType<typeof createProgress> | undefined;
   try {
-    const weights = loadWeights(
-      argv.model,
-      argv.preset ?? DEFAULT_PRESET,
-      intFlag("seed", argv.seed, 0),
-      say,
-      "bun run profile",
+    const lines: string[] = [];
+    const weights = loadAnyWeights(argv.model, argv.preset ?? DEFAULT_PRESET, intFlag("seed", argv.seed, 0), (l) =>
+      lines.push(l),
     );
     const cfg = weights.config;
+    const plan: PlanKind = argv.plan ?? defaultPlan(cfg);
+    if (!plansOf(cfg).includes(plan))
+      throw new UserError(
+        `the ${plan} plan is GPT-2's only so far: a ${cfg.name} step runs --plan ${defaultPlan(cfg)}`,
+      );
+    if (peerNames.length && isLlamaConfig(cfg))
+      throw new UserError(
+        `the peers run GPT-2 so far: profile ${cfg.name} without --peers (llama.cpp and PyTorch on the Llama family are to come)`,
+      );
+    lines.forEach(say);
     backend = await openBackend(argv.backend, { threads, note: say });
     const defaults = backend.studyDefaults;
     const e2eMax = cfg.n_positions - E2E_PROMPT;
     const dtypes = listFlag("dtypes", argv.dtypes, DTYPE_NAMES, [weights.storedAs]);
     const batches = listFlag("batches", argv.batches, BATCH_CHOICES, ["1"]).map(Number);
     const formOf = (dtype: DtypeName, batch: number): StepForm => ({
-      plan: argv.plan,
+      plan,
       batch,
       weights: dtype,
       kv: argv["kv-dtype"] ?? dtype,
@@ -289,7 +298,7 @@ await runCli(async () => {
       seed: intFlag("seed", argv.seed, 0),
       checkpoint: () => interrupt.checkpoint(),
     };
-    output ??= ProfileOutput.prepare(defaultOutDir(backend, argv.mode, peerNames.length > 0, argv.plan), {
+    output ??= ProfileOutput.prepare(defaultOutDir(backend, argv.mode, peerNames.length > 0, plan), {
       fresh: true,
       force: false,
     });
@@ -307,7 +316,7 @@ await runCli(async () => {
     await interrupt.checkpoint();
     const launch = instrument.measureLaunch();
     peers = peerNames.length
-      ? await openPeers(peerNames, torchVariants, backend, weights, argv.model, opts, say)
+      ? await openPeers(peerNames, torchVariants, backend, weights as GPT2Weights, argv.model, opts, say) // GPT-2 (above)
       : undefined;
     study = new Study(backend, instrument, weights, opts);
     await interrupt.checkpoint();

@@ -2,7 +2,7 @@
 // batch) and context the time per step and per token against the bytes and FLOPs the step moves, and the
 // attribution of the cached step's time to launch mode, bytes and batch, measured.
 import type { Peaks } from "../backends/instrument.ts";
-import type { GPT2Config } from "../model/config.ts";
+import type { ModelConfig } from "../model/architectures.ts";
 import type { DtypeName } from "../ops.ts";
 import type { InterventionSample } from "./interventions.ts";
 import type { Attribution, InterventionPoint, InterventionsSection, StudyPoint } from "./types.ts";
@@ -17,7 +17,7 @@ const CHEAP_BATCH = 0.5;
 const ratio = (x: number) => `${x.toFixed(x >= 10 ? 0 : 2)}×`;
 
 export function buildInterventions(
-  cfg: GPT2Config,
+  cfg: ModelConfig,
   samples: InterventionSample[],
   mode: string,
   peaks: Peaks,

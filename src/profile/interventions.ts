@@ -4,7 +4,7 @@
 // shared machine hits all of them alike.
 import type { Backend } from "../backends/backend.ts";
 import type { Instrument, TimedStep } from "../backends/instrument.ts";
-import type { GPT2Weights } from "../model/weights.ts";
+import type { ModelWeights } from "../model/architectures.ts";
 import type { StepForm } from "../plan.ts";
 import type { LaunchMode } from "../run/launch-modes.ts";
 import { Session } from "../run/session.ts";
@@ -38,16 +38,16 @@ const sameForm = (a: StepForm, b: StepForm) =>
 export async function measureInterventions(
   backend: Backend,
   instrument: Instrument,
-  weights: GPT2Weights,
+  weights: ModelWeights,
   forms: StepForm[],
   mode: LaunchMode,
-  reuse: Session,
+  reuse: Session<ModelWeights>,
   opts: InterventionOptions,
 ): Promise<InterventionSample[]> {
-  const owned: Session[] = [];
+  const owned: Session<ModelWeights>[] = [];
   const sessions = forms.map((form) => {
     if (sameForm(form, reuse.form)) return reuse;
-    const s = new Session(backend, weights, { form });
+    const s = new Session(backend, weights, { form, maxContext: reuse.config.n_positions });
     owned.push(s);
     return s;
   });
@@ -68,7 +68,7 @@ export async function measureInterventions(
 
 /** Every session's sequences filled to `context` (a prompt of its own each), then interleaved rounds of one step per session. */
 async function timeContext(
-  sessions: Session[],
+  sessions: Session<ModelWeights>[],
   instrument: Instrument,
   mode: LaunchMode,
   context: number,
@@ -77,7 +77,7 @@ async function timeContext(
   for (const s of sessions) {
     for (let b = 0; b < s.batch; b++) s.prefill(promptOf(context, s.config.vocab_size, opts.seed + b), b);
   }
-  const timeOne = async (s: Session): Promise<TimedStep> => {
+  const timeOne = async (s: Session<ModelWeights>): Promise<TimedStep> => {
     await opts.checkpoint();
     s.setPosition(context);
     s.backend.synchronize();

@@ -3,8 +3,8 @@
 // them, generate end to end, and measure the cache's memory.
 import type { Backend } from "../backends/backend.ts";
 import type { Instrument, TimedStep } from "../backends/instrument.ts";
-import { kvCacheBytesPerToken, type GPT2Config } from "../model/config.ts";
-import type { GPT2Weights } from "../model/weights.ts";
+import { kvBytesPerToken, type ModelConfig } from "../model/architectures.ts";
+import type { ModelWeights } from "../model/architectures.ts";
 import { DTYPE_BYTES } from "../ops.ts";
 import type { PeerSet } from "../peers/peer-set.ts";
 import type { PeerDispatchSplit } from "../peers/process.ts";
@@ -66,6 +66,8 @@ export interface StudyResult {
 /** Tokens of the greedy agreement check between the project and its peers, from an 8-token prompt. */
 export const AGREEMENT_TOKENS = 20;
 export const AGREEMENT_PROMPT = 8;
+/** The prompt the memory measurement prefills before its warm-up step. */
+const MEMORY_PROMPT = 8;
 
 const nowMs = () => Bun.nanoseconds() / 1e6;
 
@@ -84,7 +86,7 @@ export function studyUnits(opts: Pick<StudyOptions, "contexts" | "modes" | "kern
  * configurations moves the most. The CPU's read probe reads at least this much (src/backends/read-probe.ts).
  */
 export function largestStepBytes(
-  config: GPT2Config,
+  config: ModelConfig,
   opts: Pick<StudyOptions, "contexts" | "form" | "interventions">,
 ): number {
   const context = Math.max(...opts.contexts);
@@ -92,21 +94,25 @@ export function largestStepBytes(
   return Math.max(...forms.map((form) => sumWork(cachedStepWork(config, context, form)).bytes));
 }
 
+/** The most positions a study's sequences reach: its largest context's step writes position c; the end-to-end run. */
+export const studiedContext = (opts: Pick<StudyOptions, "contexts" | "e2e">) =>
+  Math.max(...opts.contexts.map((c) => c + 1), opts.e2e.promptTokens + opts.e2e.newTokens, MEMORY_PROMPT + 1);
+
 /** Whether a mode's steps are traced op by op: the uncached step and every mode that launches a kernel per op. */
 export const tracedByOp = (mode: StudyMode) => mode === "uncached" || launchMode(mode).kernelPerOp;
 
 export class Study {
-  readonly session: Session;
+  readonly session: Session<ModelWeights>;
   private readonly memoryBefore: number;
 
   constructor(
     readonly backend: Backend,
     readonly instrument: Instrument,
-    readonly weights: GPT2Weights,
+    readonly weights: ModelWeights,
     readonly opts: StudyOptions,
   ) {
     this.memoryBefore = backend.memInfo().free;
-    this.session = new Session(backend, weights, { form: opts.form });
+    this.session = new Session(backend, weights, { form: opts.form, maxContext: studiedContext(opts) });
   }
 
   /**
@@ -361,7 +367,7 @@ export class Study {
   private measureMemory(): MemoryReport {
     const s = this.session;
     const cfg = s.config;
-    s.prefill(promptOf(Math.min(8, cfg.n_positions - 1), cfg.vocab_size, this.opts.seed));
+    s.prefill(promptOf(Math.min(MEMORY_PROMPT, cfg.n_positions - 1), cfg.vocab_size, this.opts.seed));
     s.run(1);
     s.backend.synchronize();
     const afterWarmup = this.backend.memInfo().free;
@@ -372,7 +378,7 @@ export class Study {
     const afterCache = this.backend.memInfo().free;
     this.backend.free(extra);
     const a = s.resident.allocations;
-    const perTokenFormula = kvCacheBytesPerToken(cfg, DTYPE_BYTES[form.kv]);
+    const perTokenFormula = kvBytesPerToken(cfg, DTYPE_BYTES[form.kv]);
     const measuredCache = this.memoryBefore === 0 ? 0 : afterWarmup - afterCache;
     const weightBytes = a.weights.bytes;
     const ownBytes = a.weights.bytes + a.cache.bytes + a.activations.bytes;

@@ -3,8 +3,8 @@ import { cpus, hostname, release, totalmem, type } from "node:os";
 
 import type { Backend } from "../backends/backend.ts";
 import type { Instrument, LaunchFloor, Peaks } from "../backends/instrument.ts";
-import { parameterCount, type GPT2Config } from "../model/config.ts";
-import type { GPT2Weights } from "../model/weights.ts";
+import { parameterCountOf, type ModelConfig } from "../model/architectures.ts";
+import type { ModelWeights } from "../model/architectures.ts";
 import type { OpFamily, Work } from "../ops.ts";
 import type { PlanKind, StepForm } from "../plan.ts";
 import { storedWeightBytes } from "../run/model-buffers.ts";
@@ -32,7 +32,7 @@ import { cachedStepWork, classifyRegime, flopReduction, sumWork, uncachedStepWor
 
 export const TOOL = { name: "decode-floor", version: "0.1.0" };
 
-function stepWorkOf(cfg: GPT2Config, form: StepForm, mode: StudyMode, context: number) {
+function stepWorkOf(cfg: ModelConfig, form: StepForm, mode: StudyMode, context: number) {
   return mode === "uncached" ? uncachedStepWork(cfg, context, form) : cachedStepWork(cfg, context, form);
 }
 
@@ -73,7 +73,7 @@ function achieved(work: Work, ms: number, peaks: Peaks, floorUs: number, opsPerS
  * different shapes — c_attn, c_proj, c_fc — are summed, not averaged); launch-bound judged per call.
  */
 function regimesOf(
-  cfg: GPT2Config,
+  cfg: ModelConfig,
   form: StepForm,
   point: StudyPoint,
   steps: readonly StepTrace[],
@@ -101,7 +101,7 @@ function regimesOf(
 }
 
 /** The seed's table: per context, no cache against every cached launch mode measured, and the FLOP reduction. */
-export function seedTable(cfg: GPT2Config, points: StudyPoint[], contexts: number[]): SeedRow[] {
+export function seedTable(cfg: ModelConfig, points: StudyPoint[], contexts: number[]): SeedRow[] {
   const at = (mode: StudyMode, c: number) =>
     points.find((p) => p.mode === mode && p.context === c)?.device_ms.median ?? null;
   const cachedModes = [...new Set(points.map((p) => p.mode))].filter((m): m is LaunchModeName => m !== "uncached");
@@ -119,7 +119,7 @@ export function seedTable(cfg: GPT2Config, points: StudyPoint[], contexts: numbe
 /** On a GPU the kernel model has parameters for, its prediction beside every measured cached step and every traced kernel family. */
 function predictionsOf(
   backend: Backend,
-  cfg: GPT2Config,
+  cfg: ModelConfig,
   plan: PlanKind,
   measured: MeasuredStep[],
   launch: LaunchFloor,
@@ -155,7 +155,7 @@ function interventionsMethod(opts: StudyOptions): string {
 
 /** The peers against the project's fastest cached mode at each context and the memory floor (bytes at the measured bandwidth). */
 function peersOf(
-  cfg: GPT2Config,
+  cfg: ModelConfig,
   opts: StudyOptions,
   points: StudyPoint[],
   peaks: Peaks,
@@ -182,7 +182,7 @@ export function buildSummary(args: {
   command: string;
   backend: Backend;
   instrument: Instrument;
-  weights: GPT2Weights;
+  weights: ModelWeights;
   opts: StudyOptions;
   peaks: Peaks;
   launch: LaunchFloor;
@@ -259,7 +259,7 @@ export function buildSummary(args: {
     model: {
       config: cfg,
       source: weights.source,
-      parameters: parameterCount(cfg),
+      parameters: parameterCountOf(cfg),
       dtype,
       weight_bytes: storedWeightBytes(cfg, dtype),
     },

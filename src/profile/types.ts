@@ -2,7 +2,7 @@
 // summary.json is exactly a ProfileSummary (schema: src/report/schema.ts, documented in docs/summary-schema.md).
 import type { BackendDescription } from "../backends/backend.ts";
 import type { LaunchFloor, Peaks, TracedStep } from "../backends/instrument.ts";
-import type { GPT2Config } from "../model/config.ts";
+import type { ModelConfig } from "../model/architectures.ts";
 import type { PeerSubject } from "../peers/peer-set.ts";
 import type { PeerDispatchSplit } from "../peers/process.ts";
 import type { DtypeName, OpFamily, Work } from "../ops.ts";
@@ -131,9 +131,11 @@ export interface DeviceDescription extends BackendDescription {
  * types and batch, the attribution's launch part as eager against the fastest other mode: launch.mode, mode_ms;
  * 6: the launch floor's graph-pdl node and grid barrier, the predictions' launch_parameters; 7: the grid barrier
  * with skewed arrivals and in the sequentially consistent design, op times that overlap counted by their marginal
- * cost (breakdown.overlapping_ops), the predictions per op family beside the traced kernels).
+ * cost (breakdown.overlapping_ops), the predictions per op family beside the traced kernels; 8: model.config is
+ * GPT-2's or a Llama-family config — arch, n_kv_head, head_dim, intermediate_size, rms_norm_eps, rope_theta,
+ * rope_scaling, tie_word_embeddings, qkv_bias, qk_norm —, and the op families rmsnorm, rope, swiglu).
  */
-export const SCHEMA_VERSION = 7;
+export const SCHEMA_VERSION = 8;
 
 export interface ProfileSummary {
   schema_version: typeof SCHEMA_VERSION;
@@ -143,7 +145,7 @@ export interface ProfileSummary {
   machine: { hostname: string; os: string; cpu: string; cpus: number; memory_bytes: number; bun: string };
   device: DeviceDescription;
   /** weight_bytes: as stored (matrices and embeddings in `dtype`, vectors in fp32) */
-  model: { config: GPT2Config; source: string; parameters: number; dtype: DtypeName; weight_bytes: number };
+  model: { config: ModelConfig; source: string; parameters: number; dtype: DtypeName; weight_bytes: number };
   /** plan: which ops the cached decode step runs (src/plan.ts PlanKind); dtype, kv_dtype: how the study's model is stored */
   settings: {
     modes: StudyMode[];

@@ -1,9 +1,10 @@
 // Work model of the decode plan: the FLOPs and fewest bytes of every op, read off the plan's ops (each op
 // carries its work, from its row in the op table, src/ops.ts), and the regime of an op from its measured time.
 import type { Peaks } from "../backends/instrument.ts";
-import type { GPT2Config } from "../model/config.ts";
+import type { ModelConfig } from "../model/architectures.ts";
 import type { OpFamily, Work } from "../ops.ts";
-import { DEFAULT_STEP_FORM, planShape, type PlanOp, type StepForm } from "../plan.ts";
+import { DEFAULT_STEP_FORM, type PlanOp, type StepForm } from "../plan.ts";
+import { planShapeOf } from "../plans.ts";
 
 export interface OpWork extends Work {
   family: OpFamily;
@@ -20,14 +21,14 @@ export function opsWork(ops: readonly PlanOp[], pos: number): OpWork[] {
  * The work of every op of one step of T new rows of each sequence, every sequence's first row at position
  * `pos`, in plan order; `form`: the plan, sequences and storage types.
  */
-export function stepWork(cfg: GPT2Config, T: number, pos: number, form: StepForm = DEFAULT_STEP_FORM): OpWork[] {
+export function stepWork(cfg: ModelConfig, T: number, pos: number, form: StepForm = DEFAULT_STEP_FORM): OpWork[] {
   if (!Number.isInteger(T) || T < 1) throw new RangeError(`step rows T must be a positive integer, got ${T}`);
   if (!Number.isInteger(pos) || pos < 0)
     throw new RangeError(`step position must be a non-negative integer, got ${pos}`);
   if (pos + T > cfg.n_positions) {
     throw new RangeError(`rows [${pos}, ${pos + T}) exceed ${cfg.name}'s ${cfg.n_positions} positions`);
   }
-  return opsWork(planShape(cfg, T, form), pos);
+  return opsWork(planShapeOf(cfg, T, form), pos);
 }
 
 export function sumWork(ops: readonly Work[]): Work {
@@ -42,17 +43,17 @@ export function sumWork(ops: readonly Work[]): Work {
 }
 
 /** One decode step with a KV cache holding `context` tokens: T = 1 at position `context`. */
-export function cachedStepWork(cfg: GPT2Config, context: number, form: StepForm = DEFAULT_STEP_FORM): OpWork[] {
+export function cachedStepWork(cfg: ModelConfig, context: number, form: StepForm = DEFAULT_STEP_FORM): OpWork[] {
   return stepWork(cfg, 1, context, form);
 }
 
 /** The same token without a cache: the whole sequence of context + 1 rows recomputed from position 0 (unfused in either plan). */
-export function uncachedStepWork(cfg: GPT2Config, context: number, form: StepForm = DEFAULT_STEP_FORM): OpWork[] {
+export function uncachedStepWork(cfg: ModelConfig, context: number, form: StepForm = DEFAULT_STEP_FORM): OpWork[] {
   return stepWork(cfg, context + 1, 0, form);
 }
 
 /** Uncached FLOPs / cached FLOPs for the token after `context` tokens (the same in either plan). */
-export function flopReduction(cfg: GPT2Config, context: number): number {
+export function flopReduction(cfg: ModelConfig, context: number): number {
   return sumWork(uncachedStepWork(cfg, context)).flops / sumWork(cachedStepWork(cfg, context)).flops;
 }
 

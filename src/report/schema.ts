@@ -140,6 +140,32 @@ const gpt2Config = object({
   layer_norm_epsilon: { type: "number", exclusiveMinimum: 0 },
 });
 
+const llama3Scaling = object({
+  factor: { type: "number", exclusiveMinimum: 0 },
+  low_freq_factor: { type: "number", exclusiveMinimum: 0 },
+  high_freq_factor: { type: "number", exclusiveMinimum: 0 },
+  original_max_position_embeddings: { type: "number", exclusiveMinimum: 0 },
+});
+
+const llamaConfig = object({
+  arch: { enum: ["llama", "mistral", "qwen2", "qwen3"] },
+  name: text,
+  n_layer: { type: "integer", minimum: 1 },
+  n_head: { type: "integer", minimum: 1 },
+  n_kv_head: { type: "integer", minimum: 1 },
+  head_dim: { type: "integer", minimum: 1 },
+  n_embd: { type: "integer", minimum: 1 },
+  intermediate_size: { type: "integer", minimum: 1 },
+  n_positions: { type: "integer", minimum: 1 },
+  vocab_size: { type: "integer", minimum: 1 },
+  rms_norm_eps: { type: "number", exclusiveMinimum: 0 },
+  rope_theta: { type: "number", exclusiveMinimum: 0 },
+  rope_scaling: { oneOf: [{ type: "null" }, llama3Scaling] },
+  tie_word_embeddings: { type: "boolean" },
+  qkv_bias: { type: "boolean" },
+  qk_norm: { type: "boolean" },
+});
+
 const peerDispatchSplit = object({
   context: count,
   unit: text,
@@ -283,7 +309,13 @@ export const PROFILE_SUMMARY_SCHEMA = {
           how_measured: text,
         }),
       }),
-      model: object({ config: gpt2Config, source: text, parameters: count, dtype, weight_bytes: nonNegative }),
+      model: object({
+        config: { oneOf: [gpt2Config, llamaConfig] },
+        source: text,
+        parameters: count,
+        dtype,
+        weight_bytes: nonNegative,
+      }),
       settings: object({
         modes: { type: "array", items: studyMode },
         plan: { enum: [...PLAN_KINDS] },

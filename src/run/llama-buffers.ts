@@ -9,7 +9,7 @@ import type { ParameterSpec } from "../model/weights.ts";
 import { DTYPE_BYTES, dtypeOf, STATE_INTS } from "../ops.ts";
 import type { LlamaBuffers } from "../plan-llama.ts";
 import { DEFAULT_STEP_FORM, dtypeCodes, type StepForm } from "../plan.ts";
-import { align, Arena, storedInWeightDtype, type ResidentModel } from "./model-buffers.ts";
+import { Arena, layerCacheBytes, storedInWeightDtype, type ResidentModel } from "./model-buffers.ts";
 
 const FLOAT = 4;
 const INT32 = 4;
@@ -45,7 +45,7 @@ export function placeLlama(
   const w = (name: string) => weightBuffer.ptr + offsets.get(name)!;
   const linear = (p: string) => ({ weight: w(`${p}.weight`), bias: w(`${p}.bias`) });
 
-  const cacheBytes = align(form.batch * cfg.n_positions * kvWidth(cfg) * DTYPE_BYTES[form.kv]);
+  const cacheBytes = layerCacheBytes(cfg, form);
   const cache = backend.alloc(2 * cfg.n_layer * cacheBytes); // zeroed by be_alloc's contract
   const acts = allocateActivations(backend, weights, rows, form.batch);
   const buffers: LlamaBuffers = {

@@ -2,6 +2,7 @@
 // the weight dtype, vectors in fp32), a preallocated KV cache per layer and sequence in the cache dtype, the
 // activations for up to `maxRows` rows, and each sequence's tokens and position that the kernels read from memory.
 import type { Backend, DeviceBuffer } from "../backends/backend.ts";
+import { kvColumns, placedParameters, type ModelConfig } from "../model/architectures.ts";
 import type { GPT2Config } from "../model/config.ts";
 import { StorageConverter } from "../model/dtypes.ts";
 import { nameOf, numel } from "../model/safetensors.ts";
@@ -29,9 +30,9 @@ export class Arena {
 /** Matrices and embedding tables are stored in the weight dtype; biases and layer-norm parameters stay fp32. */
 export const storedInWeightDtype = (spec: ParameterSpec) => spec.shape.length === 2;
 
-/** The weights' bytes as stored in `dtype` (without the arena's alignment). */
-export function storedWeightBytes(cfg: GPT2Config, dtype: DtypeName): number {
-  return parameterSpecs(cfg).reduce(
+/** The weights' bytes as stored in `dtype` (without the arena's alignment), for any architecture. */
+export function storedWeightBytes(cfg: ModelConfig, dtype: DtypeName): number {
+  return placedParameters(cfg).reduce(
     (sum, s) => sum + numel(s.shape) * (storedInWeightDtype(s) ? DTYPE_BYTES[dtype] : FLOAT),
     0,
   );
@@ -115,12 +116,12 @@ export function placeModel(
 /** What the cache's size depends on: the sequences and the cache's storage type. */
 type CacheForm = Pick<StepForm, "batch" | "kv">;
 
-/** One layer's K (or V) cache: every sequence's n_positions rows of n_embd values in the cache dtype. */
-const layerCacheBytes = (cfg: GPT2Config, form: CacheForm) =>
-  align(form.batch * cfg.n_positions * cfg.n_embd * DTYPE_BYTES[form.kv]);
+/** One layer's K (or V) cache: every sequence's n_positions rows of its K/V columns in the cache dtype. */
+export const layerCacheBytes = (cfg: ModelConfig, form: CacheForm) =>
+  align(form.batch * cfg.n_positions * kvColumns(cfg) * DTYPE_BYTES[form.kv]);
 
-/** KV cache bytes as allocated: 2 × n_layer × batch × n_positions × n_embd × cache dtype bytes (each layer's K and V aligned). */
-export function cacheBytes(cfg: GPT2Config, form: CacheForm = DEFAULT_STEP_FORM): number {
+/** KV cache bytes as allocated: 2 × n_layer × batch × n_positions × K/V columns × cache dtype bytes (each layer's K and V aligned). */
+export function cacheBytes(cfg: ModelConfig, form: CacheForm = DEFAULT_STEP_FORM): number {
   return 2 * cfg.n_layer * layerCacheBytes(cfg, form);
 }
 

@@ -4,12 +4,13 @@
 // (cu_kernel_facts), and the SASS facts of the instantiation each op launches (loads in flight, registers, loads
 // issued before the wait, FFMA's share of the instructions). Everything built from them is a prediction (model.ts).
 import type { KernelLaunches, LaunchShape } from "../../backends/backend.ts";
-import type { GPT2Config } from "../../model/config.ts";
+import type { ModelConfig } from "../../model/architectures.ts";
 import { atBucket, perAccess, type KernelFacts } from "../../native/kernel-facts.ts";
 import { DECODE_KERNELS, decodeKernel, persistentStepKernel, tiledLinearKernel } from "../../native/kernel-names.ts";
 import { disassemble, findCuobjdump } from "../../native/sass.ts";
 import { DTYPE_BYTES, dtypeOf, kernelFamily, MAX_BATCH, namedArgs } from "../../ops.ts";
-import { encodePlan, planShape, type PlanOp, type StepForm } from "../../plan.ts";
+import { encodePlan, type PlanOp, type StepForm } from "../../plan.ts";
+import { planShapeOf } from "../../plans.ts";
 import { persistentStepRuns } from "../../run/launch-modes.ts";
 import { sassFacts, type SassFacts } from "../../verify/sass-checks.ts";
 import { registerBudget, SASS_GPU, type GpuModel } from "./gpus.ts";
@@ -154,13 +155,13 @@ export function kernelInputs(
 
 /** A decode step's kernels as the model reads them: the plan, its launch shapes and kernel facts from the library, and the SASS facts. */
 export function decodeKernelInputs(
-  config: GPT2Config,
+  config: ModelConfig,
   form: StepForm,
   context: number,
   kernels: KernelLaunches,
   sass: readonly SassFacts[] | null,
 ): KernelInput[] {
-  const ops = planShape(config, 1, form);
+  const ops = planShapeOf(config, 1, form);
   return kernelInputs(ops, context, kernels.launchShapes(encodePlan(ops)), kernels.facts, sass);
 }
 
@@ -182,7 +183,7 @@ export function persistentKernel(
 
 /** A decode step's prediction for a GPU. */
 export function predictDecodeStep(
-  config: GPT2Config,
+  config: ModelConfig,
   form: StepForm,
   context: number,
   gpu: GpuModel,

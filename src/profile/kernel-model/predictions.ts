@@ -4,7 +4,7 @@
 // on the GPU calibrates the model. Predictions, labelled so.
 import type { KernelLaunches } from "../../backends/backend.ts";
 import type { LaunchFloor } from "../../backends/instrument.ts";
-import type { GPT2Config } from "../../model/config.ts";
+import type { ModelConfig } from "../../model/architectures.ts";
 import type { PlanKind, StepForm } from "../../plan.ts";
 import type { SassFacts } from "../../verify/sass-checks.ts";
 import type { InterventionConfig, InterventionsSection, PredictionsSection, StudyPoint } from "../types.ts";
@@ -62,7 +62,7 @@ export interface TracedFamilies {
  */
 export function buildPredictions(
   gpu: GpuName,
-  config: GPT2Config,
+  config: ModelConfig,
   plan: PlanKind,
   measured: readonly MeasuredStep[],
   library: KernelLaunches,
