@@ -1,7 +1,7 @@
 // The GGUF writer against its format (read back by a small reader written here from the spec), GPT-2's
 // tensors and vocabulary as llama.cpp's converter writes them, and the file read back by llama.cpp itself.
 import { afterAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -9,7 +9,11 @@ import { encode } from "gpt-tokenizer/encoding/r50k_base";
 
 import { PRESETS } from "../src/model/config.ts";
 import { GGUF_MAGIC, GGUFValueType, writeGGUF, type GGUFValue } from "../src/model/gguf.ts";
+import { loadAnyModel } from "../src/model/architectures.ts";
 import { gpt2Tensors, TokenType, writeGPT2GGUF } from "../src/model/gguf-gpt2.ts";
+import { ropeFactors, writeLlamaGGUF } from "../src/model/gguf-llama.ts";
+import { LLAMA_PRESETS, type LlamaWeights } from "../src/model/llama.ts";
+import { readSafetensors, tensorFloat32 } from "../src/model/safetensors.ts";
 import { BYTE_TO_CHAR, gpt2Vocab } from "../src/model/gpt2-vocab.ts";
 import { loadModel, materializeWeights, randomWeights } from "../src/model/weights.ts";
 import { llamaPeerUnavailable, runNodeModule } from "../src/peers/llama.ts";
@@ -313,4 +317,83 @@ describe.skipIf(unavailable !== null)("read back by llama.cpp (node-llama-cpp)",
     const r = runNodeModule([join(import.meta.dir, "helpers/llama-tokenize.mjs"), join(dir, "full-vocab.gguf"), text]);
     expect(JSON.parse(r.stdout)).toEqual(encode(text));
   }, 60_000);
+});
+
+// ---- the Llama family ------------------------------------------------------------------------------------
+
+describe("the Llama family as llama.cpp's converter writes it", () => {
+  const LLAMA = join(import.meta.dir, "fixtures/llama-tiny");
+  const w = loadAnyModel(LLAMA) as LlamaWeights;
+  const path = join(dir, "llama-tiny.gguf");
+  writeLlamaGGUF(w, path);
+  const f = readGGUF(path);
+  const checkpoint = readSafetensors(join(LLAMA, "model.safetensors"));
+  const hf = (name: string) => tensorFloat32(checkpoint, checkpoint.tensors.get(name)!);
+
+  test("metadata: llama architecture, GQA heads, head size, RMSNorm epsilon, rope base", () => {
+    const m = f.metadata;
+    expect(m.get("general.architecture")).toBe("llama");
+    expect([
+      m.get("llama.block_count"),
+      m.get("llama.embedding_length"),
+      m.get("llama.feed_forward_length"),
+      m.get("llama.attention.head_count"),
+      m.get("llama.attention.head_count_kv"),
+      m.get("llama.rope.dimension_count"),
+    ]).toEqual([2, 256, 128, 4, 2, 64]);
+    expect(m.get("llama.rope.freq_base")).toBe(10000);
+    expect((m.get("tokenizer.ggml.tokens") as string[]).length).toBe(1003);
+  });
+
+  test("tensors: q and k split from the project's qkv, (out, in) again, their rows permuted to interleaved pairs", () => {
+    const dims = new Map(f.tensors.map((t) => [t.name, t.dims]));
+    expect(dims.get("blk.0.attn_q.weight")).toEqual([256, 256]);
+    expect(dims.get("blk.0.attn_k.weight")).toEqual([256, 128]);
+    expect(dims.get("blk.1.ffn_gate.weight")).toEqual([256, 128]);
+    expect(dims.get("blk.1.ffn_down.weight")).toEqual([128, 256]);
+    expect(dims.has("output.weight")).toBe(false); // tied
+    const q = tensorData(f, f.tensors.find((t) => t.name === "blk.0.attn_q.weight")!);
+    const hfQ = hf("model.layers.0.self_attn.q_proj.weight"); // (256 out, 256 in)
+    // head 1, pair j = 3: GGUF rows 2j, 2j + 1 of the head are HF rows j and j + 32 of the head
+    for (const s of [0, 1])
+      for (const c of [0, 7, 255]) expect(q[(64 + 6 + s) * 256 + c]).toBe(hfQ[(64 + 3 + 32 * s) * 256 + c]!);
+    const v = tensorData(f, f.tensors.find((t) => t.name === "blk.1.attn_v.weight")!);
+    expect([...v]).toEqual([...hf("model.layers.1.self_attn.v_proj.weight")]); // v is not permuted
+    const up = tensorData(f, f.tensors.find((t) => t.name === "blk.0.ffn_up.weight")!);
+    expect([...up]).toEqual([...hf("model.layers.0.mlp.up_proj.weight")]);
+  });
+
+  test("llama3 rope scaling becomes rope_freqs: the divisor of each frequency", () => {
+    const cfg = LLAMA_PRESETS["llama-3.2-1b"]!;
+    const factors = ropeFactors(cfg)!;
+    expect(factors).toHaveLength(32);
+    expect(factors[0]).toBe(1);
+    expect(factors[31]).toBeCloseTo(32, 4);
+    expect(ropeFactors({ ...cfg, rope_scaling: null })).toBeNull();
+  });
+
+  const present = [
+    join(import.meta.dir, "fixtures/llama-tiny"),
+    join(import.meta.dir, "fixtures/qwen3-tiny"),
+    join(import.meta.dir, "../../shared/fixtures/llama-mini"),
+  ].filter((d) => existsSync(d));
+  test.skipIf(unavailable !== null)(
+    "llama.cpp reads llama (GQA, tied), qwen3 (q/k norms) and llama3-scaled llama (untied) back: the references' greedy tokens",
+    () => {
+      for (const fixture of present) {
+        const expected = JSON.parse(readFileSync(join(fixture, "expected.json"), "utf8"));
+        const gguf = join(dir, `${fixture.split("/").pop()}.gguf`);
+        writeLlamaGGUF(loadAnyModel(fixture) as LlamaWeights, gguf);
+        const r = runNodeModule([
+          join(ROOT, "src/peers/llama_peer.mjs"),
+          ...["--model", gguf, "--threads", "1", "--contexts", "8", "--repeats", "1", "--warmup", "0"],
+          ...["--prompt-ids", expected.prompt.join(","), "--new-tokens", "20"],
+        ]);
+        expect(r.stderr).toBe("");
+        const out = JSON.parse(r.stdout) as { generated: Record<string, number[]> };
+        for (const tokens of Object.values(out.generated)) expect(tokens).toEqual(expected.generated.slice(0, 20));
+      }
+    },
+    120_000,
+  );
 });

@@ -10,7 +10,7 @@ import type { Backend } from "../backends/backend.ts";
 import type { Instrument } from "../backends/instrument.ts";
 import { BACKEND_CHOICES, openBackend, type BackendChoice } from "../backends/select.ts";
 import { runCli, UserError } from "../errors.ts";
-import type { GPT2Weights } from "../model/weights.ts";
+import type { ModelWeights } from "../model/architectures.ts";
 import { ROOT } from "../native/build.ts";
 import { parsePeers, parseTorchVariants, PeerSet, TORCH_VARIANTS, type TorchVariant } from "../peers/peer-set.ts";
 import {
@@ -28,7 +28,6 @@ import { renderTerminalSummary } from "../report/terminal.ts";
 import { writeProfileOutputs, type WrittenOutputs } from "../report/write.ts";
 import { PLAN_KINDS, type PlanKind, type StepForm } from "../plan.ts";
 import { defaultPlan, plansOf } from "../plans.ts";
-import { isLlamaConfig } from "../model/llama.ts";
 import {
   availableModes,
   LAUNCH_MODE_NAMES,
@@ -116,7 +115,7 @@ async function openPeers(
   names: ReturnType<typeof parsePeers>,
   torchVariants: TorchVariant[],
   backend: Backend,
-  weights: GPT2Weights,
+  weights: ModelWeights,
   modelDir: string | undefined,
   opts: StudyOptions,
   say: (l: string) => void,
@@ -263,10 +262,6 @@ await runCli(async () => {
       throw new UserError(
         `the ${plan} plan is GPT-2's only so far: a ${cfg.name} step runs --plan ${defaultPlan(cfg)}`,
       );
-    if (peerNames.length && isLlamaConfig(cfg))
-      throw new UserError(
-        `the peers run GPT-2 so far: profile ${cfg.name} without --peers (llama.cpp and PyTorch on the Llama family are to come)`,
-      );
     lines.forEach(say);
     backend = await openBackend(argv.backend, { threads, note: say });
     const defaults = backend.studyDefaults;
@@ -316,7 +311,7 @@ await runCli(async () => {
     await interrupt.checkpoint();
     const launch = instrument.measureLaunch();
     peers = peerNames.length
-      ? await openPeers(peerNames, torchVariants, backend, weights as GPT2Weights, argv.model, opts, say) // GPT-2 (above)
+      ? await openPeers(peerNames, torchVariants, backend, weights, argv.model, opts, say)
       : undefined;
     study = new Study(backend, instrument, weights, opts);
     await interrupt.checkpoint();

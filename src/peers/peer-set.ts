@@ -6,7 +6,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { UserError } from "../errors.ts";
+import type { ModelWeights } from "../model/architectures.ts";
 import { writeGPT2GGUF } from "../model/gguf-gpt2.ts";
+import { writeLlamaGGUF } from "../model/gguf-llama.ts";
+import { isLlamaConfig, type LlamaWeights } from "../model/llama.ts";
 import { saveModel, type GPT2Weights } from "../model/weights.ts";
 import { llamaPeerUnavailable, startLlamaPeer } from "./llama.ts";
 import { PeerFailure, type PeerInfo, type PeerProcess, type PeerDispatchSplit } from "./process.ts";
@@ -68,7 +71,7 @@ export interface PeerSetOptions {
   peers: PeerName[];
   /** the PyTorch peer's variants (default: all) */
   torchVariants?: TorchVariant[];
-  weights: GPT2Weights;
+  weights: ModelWeights;
   /** the checkpoint the project loaded, if any (else the seeded weights are written out) */
   modelDir?: string;
   device: "cpu" | "cuda";
@@ -135,6 +138,8 @@ export class PeerSet {
     let started: { peer: PeerProcess; info: PeerInfo };
     try {
       if (name === "torch") {
+        if (isLlamaConfig(o.weights.config))
+          return this.skip("PyTorch", `its model is GPT-2's so far, and this run's is ${o.weights.config.arch}`);
         const found = findTorchPython();
         if ("missing" in found) return this.skip("PyTorch", found.missing);
         started = await startTorchPeer({
@@ -152,7 +157,8 @@ export class PeerSet {
         const why = llamaPeerUnavailable();
         if (why) return this.skip("llama.cpp", why);
         const gguf = join(this.scratch, "model.gguf");
-        writeGPT2GGUF(o.weights, gguf);
+        if (isLlamaConfig(o.weights.config)) writeLlamaGGUF(o.weights as LlamaWeights, gguf);
+        else writeGPT2GGUF(o.weights as GPT2Weights, gguf);
         started = await startLlamaPeer({ gguf, threads: o.threads, maxContext: o.maxContext, fillSeed: o.fillSeed });
       }
     } catch (e) {
@@ -183,7 +189,7 @@ export class PeerSet {
   private modelDir(): string {
     if (this.o.modelDir) return this.o.modelDir;
     const dir = join(this.scratch, "hf");
-    saveModel(this.o.weights, dir);
+    saveModel(this.o.weights as GPT2Weights, dir); // the PyTorch peer runs GPT-2 only (start)
     return dir;
   }
 
