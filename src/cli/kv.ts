@@ -5,7 +5,8 @@ import { hideBin } from "yargs/helpers";
 
 import { runCli } from "../errors.ts";
 import { PRESETS } from "../model/config.ts";
-import { gpt2Shape, kvReport, readDecoderConfig, type KvReport } from "../model/kv.ts";
+import { kvReport, readDecoderConfig, shapeOf, type KvReport } from "../model/kv.ts";
+import { LLAMA_PRESETS } from "../model/llama.ts";
 import { DTYPE_NAMES, type DtypeName } from "../ops.ts";
 import { formatBytes } from "../report/tables.ts";
 import { DEFAULT_PRESET, intFlag, parseFlags, PRESET_CHOICES } from "./common.ts";
@@ -44,7 +45,7 @@ await runCli(async () => {
       .usage("$0 [options]: KV-cache memory of a decoder, against its weights")
       .option("preset", {
         choices: PRESET_CHOICES,
-        describe: `a GPT-2 size (default ${DEFAULT_PRESET} without --config)`,
+        describe: `a model's exact shapes: GPT-2's sizes or the Llama family's presets (default ${DEFAULT_PRESET} without --config)`,
       })
       .option("config", {
         type: "string",
@@ -60,7 +61,8 @@ await runCli(async () => {
       })
       .option("json", { type: "boolean", default: false, describe: "print the figures as one JSON object" }),
   );
-  const shape = argv.config ? readDecoderConfig(argv.config) : gpt2Shape(PRESETS[argv.preset ?? DEFAULT_PRESET]!);
+  const preset = argv.preset ?? DEFAULT_PRESET;
+  const shape = argv.config ? readDecoderConfig(argv.config) : shapeOf(PRESETS[preset] ?? LLAMA_PRESETS[preset]!);
   const context = intFlag("context", argv.context ?? shape.max_context, 1);
   const report = kvReport(shape, context, intFlag("batch", argv.batch, 1), argv.dtype);
   process.stdout.write(argv.json ? `${JSON.stringify(report, null, 2)}\n` : render(report));

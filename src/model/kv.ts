@@ -10,7 +10,9 @@ import { readFileSync } from "node:fs";
 
 import { UserError } from "../errors.ts";
 import { DTYPE_BYTES, type DtypeName } from "../ops.ts";
+import type { ModelConfig } from "./architectures.ts";
 import { parameterCount, type GPT2Config } from "./config.ts";
+import { isLlamaConfig, LLAMA_ARCHITECTURES, llamaConfigOf, llamaParameterCount, type LlamaConfig } from "./llama.ts";
 
 /** What the cache's size depends on, and the weights' parameter count with how it was found. */
 export interface DecoderShape {
@@ -60,8 +62,34 @@ export function gpt2Shape(cfg: GPT2Config): DecoderShape {
   };
 }
 
+/** A Llama-family model the project runs: its exact parameter count (llama.ts), its K/V heads. */
+export function llamaShape(cfg: LlamaConfig): DecoderShape {
+  return {
+    name: cfg.name,
+    family: "llama-style",
+    layers: cfg.n_layer,
+    heads: cfg.n_head,
+    kv_heads: cfg.n_kv_head,
+    head_dim: cfg.head_dim,
+    max_context: cfg.n_positions,
+    parameters: llamaParameterCount(cfg),
+    parameters_how: `exact for ${cfg.arch}: every tensor of its checkpoint (src/model/llama.ts), a tied output head counted once`,
+    notes: [],
+  };
+}
+
+/** The decoder shape of a model the project runs (a preset, a checkpoint's config). */
+export const shapeOf = (cfg: ModelConfig): DecoderShape => (isLlamaConfig(cfg) ? llamaShape(cfg) : gpt2Shape(cfg));
+
 /** The decoder shape of a parsed config.json; `where` names it in errors. */
 export function shapeFromConfig(raw: Record<string, unknown>, name: string, where: string): DecoderShape {
+  const architecture = Array.isArray(raw.architectures) ? String(raw.architectures[0]) : "";
+  const arch = LLAMA_ARCHITECTURES[architecture as keyof typeof LLAMA_ARCHITECTURES];
+  if (arch && raw.num_local_experts === undefined) {
+    // an architecture the project runs: the same config rules and exact count as generate and profile
+    const shape = llamaShape(llamaConfigOf(raw, arch, where, name));
+    return { ...shape, name, notes: slidingWindowNotes(raw) };
+  }
   const int = (key: string, fallback?: number): number => {
     const v = raw[key] ?? fallback;
     if (v === undefined || v === null) throw new UserError(`${where}: missing ${key}`);
@@ -106,7 +134,6 @@ export function shapeFromConfig(raw: Record<string, unknown>, name: string, wher
     vocab: int("vocab_size"),
     inter: int("intermediate_size"),
   });
-  const window = raw.sliding_window;
   return {
     name,
     family: "llama-style",
@@ -117,13 +144,17 @@ export function shapeFromConfig(raw: Record<string, unknown>, name: string, wher
     max_context: int("max_position_embeddings", 4096),
     parameters,
     parameters_how: how,
-    notes:
-      typeof window === "number" && raw.use_sliding_window !== false
-        ? [
-            `sliding_window ${window}: a cache that evicts beyond the window holds at most ${window} tokens per sequence; the figures are for a full cache`,
-          ]
-        : [],
+    notes: slidingWindowNotes(raw),
   };
+}
+
+function slidingWindowNotes(raw: Record<string, unknown>): string[] {
+  const window = raw.sliding_window;
+  return typeof window === "number" && raw.use_sliding_window !== false
+    ? [
+        `sliding_window ${window}: a cache that evicts beyond the window holds at most ${window} tokens per sequence; the figures are for a full cache`,
+      ]
+    : [];
 }
 
 /**

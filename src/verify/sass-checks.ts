@@ -53,7 +53,8 @@ const ATTENTION_BLOCKS_PER_SM = 2,
   SMALL_KERNEL_REGISTERS = 64;
 /** Fewest 16-byte loads in flight the check asks of attention (a chunk's key and value rows) and layernorm (the row, its weight and bias). */
 const ATTENTION_LOADS = 8,
-  LAYERNORM_LOADS = 4;
+  LAYERNORM_LOADS = 4,
+  SWIGLU_LOADS = 2;
 
 /** Every hot kernel's design, in every storage type and batch bucket the library is built for. */
 export function sassRequirements(facts: KernelFacts): SassRequirement[] {
@@ -101,6 +102,18 @@ export function sassRequirements(facts: KernelFacts): SassRequirement[] {
       minWideLoads: LAYERNORM_LOADS,
       maxRegisters: SMALL_KERNEL_REGISTERS,
       why: "the row, its weight and its bias in one pass",
+    },
+    {
+      kernel: decodeKernel(facts, "rmsnorm", "f32", 1),
+      minWideLoads: LAYERNORM_LOADS,
+      maxRegisters: SMALL_KERNEL_REGISTERS,
+      why: "the row and its weight in one pass (the Llama family's norm)",
+    },
+    {
+      kernel: decodeKernel(facts, "swiglu", "f32", 1),
+      minWideLoads: SWIGLU_LOADS,
+      maxRegisters: SMALL_KERNEL_REGISTERS,
+      why: "a float4 of gate and of up issued together",
     },
   ];
 }
