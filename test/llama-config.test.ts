@@ -6,7 +6,13 @@ import { join } from "node:path";
 
 import { checkHostMemory } from "../src/cli/common.ts";
 import { loadAnyModel } from "../src/model/architectures.ts";
-import { inverseFrequencies, LLAMA_PRESETS, llamaParameterCount } from "../src/model/llama.ts";
+import {
+  inverseFrequencies,
+  LLAMA_PRESETS,
+  llamaParameterCount,
+  saveLlamaModel,
+  type LlamaWeights,
+} from "../src/model/llama.ts";
 import { expectUserError } from "./helpers/expect.ts";
 
 const FIXTURE = join(import.meta.dir, "fixtures/llama-tiny");
@@ -150,5 +156,23 @@ describe("presets and rotary frequencies", () => {
     expect(scaled[31]).toBeCloseTo(plain[31]! / 32, 15); // the longest wavelength: beyond 8192
     const blended = Array.from(scaled).filter((f, i) => f !== plain[i] && Math.abs(f - plain[i]! / 32) > 1e-18);
     expect(blended.length).toBeGreaterThan(0);
+  });
+});
+
+describe("writing a checkpoint back", () => {
+  test("saveLlamaModel writes what loadLlama reads back: every parameter of the project's layout, bit for bit", () => {
+    for (const fixture of ["llama-tiny", "qwen3-tiny"]) {
+      const original = loadAnyModel(join(import.meta.dir, "fixtures", fixture)) as LlamaWeights;
+      const dir = join(work, `saved-${fixture}`);
+      saveLlamaModel(original, dir);
+      const back = loadAnyModel(dir) as LlamaWeights;
+      const collect = (w: LlamaWeights) => {
+        const parts: number[] = [];
+        w.stream((_spec, chunk) => parts.push(...chunk));
+        return Float32Array.from(parts);
+      };
+      expect(back.config).toEqual({ ...original.config, name: `saved-${fixture}` });
+      expect(collect(back)).toEqual(collect(original));
+    }
   });
 });

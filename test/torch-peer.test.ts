@@ -1,7 +1,7 @@
 // The PyTorch peer (src/peers/torch_peer.py) on gpt2-tiny: the fixture's tokens and logits from every CPU
 // variant, the timing and trace structure, the serve protocol, and one clear line when python or torch is missing.
 import { afterAll, describe, expect, test } from "bun:test";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -207,4 +207,60 @@ describe("a missing python or torch: one clear line", () => {
       expect(r.stderr).toMatch(/^error: /);
     }
   });
+});
+
+describe.skipIf(!python)("the PyTorch peer on the Llama family (CPU)", () => {
+  const fixtures = [
+    join(import.meta.dir, "fixtures/llama-tiny"),
+    join(import.meta.dir, "fixtures/qwen3-tiny"),
+    join(import.meta.dir, "../../shared/fixtures/llama-mini"),
+    join(import.meta.dir, "../../shared/fixtures/qwen2-tiny"),
+  ].filter((d) => existsSync(d));
+
+  test.each(fixtures.map((d) => [d.split("/").pop()!, d] as const))(
+    "%s: seed-style, static and the fixed-shape step give the float64 reference's tokens and logits",
+    (name, fixture) => {
+      const ref = JSON.parse(readFileSync(join(fixture, "expected.json"), "utf8"));
+      const vocab = JSON.parse(readFileSync(join(fixture, "config.json"), "utf8")).vocab_size as number;
+      const logits = new Float32Array(readFileSync(join(fixture, "expected_logits.f32")).buffer.slice(0));
+      const logitsDir = join(dir, `logits-${name}`);
+      mkdirSync(logitsDir);
+      const args = ["--model", fixture, "--threads", "1", "--contexts", "8", "--repeats", "1", "--warmup", "0"];
+      const r = peer(python!, [
+        ...args,
+        ...["--prompt-ids", ref.prompt.join(","), "--new-tokens", "20", "--logits-dir", logitsDir, "--no-trace"],
+      ]);
+      expect(r.stderr).toBe("");
+      const out = JSON.parse(r.stdout) as OneShot;
+      const first = ref.prompt.length - 1;
+      for (const variant of ["seed", "static"]) {
+        expect(out.generated[variant]).toEqual(ref.generated.slice(0, 20));
+        const got = new Float32Array(readFileSync(join(logitsDir, `${variant}.f32`)).buffer.slice(0));
+        expect(maxRelativeError(got, logits.subarray(first * vocab, (first + 20) * vocab))).toBeLessThan(1e-4);
+      }
+      const code = `
+import json, sys
+sys.path.insert(0, ${JSON.stringify(join(TORCH_PEER_SCRIPT, ".."))})
+import torch_peer as tp
+from torch_llama import llama_fixed_step_module
+args = tp.parse_args(["--model", ${JSON.stringify(fixture)}, "--threads", "1", "--variants", "static", "--cache-rows", "40"])
+torch = tp.import_torch(1)
+peer = tp.TorchPeer(torch, args)
+with torch.inference_mode():
+    fixed = llama_fixed_step_module(torch, peer.m, peer.kc, peer.vc)
+    prompt = ${JSON.stringify(ref.prompt)}
+    logits = peer.m.forward_static(torch.tensor(prompt), 0, peer.kc, peer.vc)
+    tok, pos, out = logits.argmax().view(1), torch.tensor([len(prompt)]), []
+    out.append(int(tok))
+    for _ in range(19):
+        tok = fixed(tok, pos).view(1)
+        pos.add_(1)
+        out.append(int(tok))
+print(json.dumps(out))`;
+      const fixed = Bun.spawnSync([python!, "-c", code], { stdout: "pipe", stderr: "pipe" });
+      expect(fixed.stderr.toString()).toBe("");
+      expect(JSON.parse(fixed.stdout.toString())).toEqual(ref.generated.slice(0, 20));
+    },
+    120_000,
+  );
 });

@@ -11,7 +11,7 @@
  * q, k, v become one (hidden, q + 2 kv) matrix `qkv`, gate and up one (hidden, 2 I) matrix `gate_up`, o and down are
  * transposed; every linear has a bias vector (zeros where the checkpoint has none).
  */
-import { existsSync, statSync } from "node:fs";
+import { existsSync, mkdirSync, statSync, writeFileSync } from "node:fs";
 import { basename, join, resolve } from "node:path";
 import { UserError } from "../errors.ts";
 import type { DtypeName } from "../ops.ts";
@@ -27,6 +27,7 @@ import {
   WEIGHT_DTYPES,
   type ByteSource,
   type SafetensorsFile,
+  writeSafetensors,
   type TensorInfo,
 } from "./safetensors.ts";
 import { Xoshiro128ss, type ChunkVisitor, type ParameterSpec } from "./weights.ts";
@@ -608,3 +609,44 @@ export const LLAMA_PRESETS: Readonly<Record<string, LlamaConfig>> = Object.fromE
     ),
   ].map((c) => [c.name, c]),
 );
+
+// ---------------------------------------------------------------------------------------------
+// Writing a checkpoint back (the peers load Hugging Face directories)
+
+/**
+ * Writes `w` as a Hugging Face checkpoint directory (config.json + model.safetensors, F32) that loadLlama reads
+ * back: each parameter of the project's layout becomes the checkpoint tensors it came from (llamaParameters'
+ * sources), a transposed matrix gathered whole, one at a time.
+ */
+export function saveLlamaModel(w: LlamaWeights, dir: string): void {
+  const cfg = w.config;
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, "config.json"), `${JSON.stringify(llamaHfConfig(cfg), null, 2)}\n`);
+  const shapes = checkpointTensors(cfg);
+  const params = llamaParameters(cfg);
+  const order = params.flatMap((p) =>
+    p.source.how === "copy" ? [p.source.from] : p.source.how === "zeros" ? [] : p.source.from,
+  );
+  const byName = new Map(params.map((p) => [p.name, p]));
+  let gathering: Float32Array | null = null;
+  writeSafetensors(
+    join(dir, "model.safetensors"),
+    order.map((name) => ({ name, shape: shapes.get(name)! })),
+    (emit) =>
+      w.stream((spec, chunk, offset) => {
+        const s = byName.get(spec.name)!.source;
+        if (s.how === "zeros") return;
+        if (s.how === "copy") return emit(chunk);
+        gathering ??= new Float32Array(numel(spec.shape));
+        gathering.set(chunk, offset);
+        if (offset + chunk.length < gathering.length) return;
+        const whole = gathering;
+        gathering = null;
+        if (s.how === "concat") return emit(whole); // biases end to end, as the tensors follow one another
+        const [inDim, outDim] = [spec.shape[0]!, spec.shape[1]!];
+        const t = new Float32Array(whole.length); // (out, in): the parts' rows one after another
+        for (let r = 0; r < inDim; r++) for (let c = 0; c < outDim; c++) t[c * inDim + r] = whole[r * outDim + c]!;
+        emit(t);
+      }),
+  );
+}

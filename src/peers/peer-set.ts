@@ -9,7 +9,7 @@ import { UserError } from "../errors.ts";
 import type { ModelWeights } from "../model/architectures.ts";
 import { writeGPT2GGUF } from "../model/gguf-gpt2.ts";
 import { writeLlamaGGUF } from "../model/gguf-llama.ts";
-import { isLlamaConfig, type LlamaWeights } from "../model/llama.ts";
+import { isLlamaConfig, saveLlamaModel, type LlamaWeights } from "../model/llama.ts";
 import { saveModel, type GPT2Weights } from "../model/weights.ts";
 import { llamaPeerUnavailable, startLlamaPeer } from "./llama.ts";
 import { PeerFailure, type PeerInfo, type PeerProcess, type PeerDispatchSplit } from "./process.ts";
@@ -138,8 +138,6 @@ export class PeerSet {
     let started: { peer: PeerProcess; info: PeerInfo };
     try {
       if (name === "torch") {
-        if (isLlamaConfig(o.weights.config))
-          return this.skip("PyTorch", `its model is GPT-2's so far, and this run's is ${o.weights.config.arch}`);
         const found = findTorchPython();
         if ("missing" in found) return this.skip("PyTorch", found.missing);
         started = await startTorchPeer({
@@ -189,7 +187,8 @@ export class PeerSet {
   private modelDir(): string {
     if (this.o.modelDir) return this.o.modelDir;
     const dir = join(this.scratch, "hf");
-    saveModel(this.o.weights as GPT2Weights, dir); // the PyTorch peer runs GPT-2 only (start)
+    if (isLlamaConfig(this.o.weights.config)) saveLlamaModel(this.o.weights as LlamaWeights, dir);
+    else saveModel(this.o.weights as GPT2Weights, dir);
     return dir;
   }
 

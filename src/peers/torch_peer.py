@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The PyTorch peer of the decode-floor study: GPT-2's cached decode step the ways PyTorch users run it.
+"""The PyTorch peer of the decode-floor study: the cached decode step the ways PyTorch users run it, for GPT-2
+(here) and the Llama family (torch_llama.py).
 
 Variants (each on the same Hugging Face weights: DIR/config.json + DIR/model.safetensors, read without the
 `safetensors` package):
@@ -33,13 +34,16 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_llama import Llama, LlamaWeights, is_llama, llama_config, llama_fixed_step_module, load_hf_llama  # noqa: E402
+
 VARIANTS = ["seed", "static", "graph", "compile", "hf"]
 LABELS = {  # variant: (short name for tables and plots, what it is)
     "seed": ("PyTorch seed-style", "PyTorch eager, cache grown by torch.cat (seed-style)"),
     "static": ("PyTorch static", "PyTorch eager, static cache written in place"),
     "graph": ("PyTorch CUDA graph", "PyTorch static cache, CUDA graph replay"),
     "compile": ("PyTorch compile", 'PyTorch torch.compile(mode="reduce-overhead")'),
-    "hf": ("HF transformers", "Hugging Face GPT2LMHeadModel, its own cache"),
+    "hf": ("HF transformers", "Hugging Face transformers' model of the architecture, its own cache"),
 }
 WEIGHT_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
 MASK_BUFFER = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")
@@ -76,8 +80,10 @@ def read_config(model_dir):
             raw = json.load(f)
     except (OSError, ValueError) as e:
         raise PeerError(f"{path}: cannot read ({e})")
+    if is_llama(raw):
+        return llama_config(raw, PeerError)
     if raw.get("model_type", "gpt2") != "gpt2":
-        raise PeerError(f"{path}: model_type is {raw.get('model_type')!r}, only gpt2 is supported")
+        raise PeerError(f"{path}: model_type is {raw.get('model_type')!r}, only gpt2 and the Llama family are supported")
     try:
         cfg = {
             "n_layer": int(raw["n_layer"]), "n_head": int(raw["n_head"]), "n_embd": int(raw["n_embd"]),
@@ -91,8 +97,9 @@ def read_config(model_dir):
     return cfg
 
 
-def read_safetensors(torch, path):
-    """{name without "transformer.": float32 tensor}: u64 header length, JSON header, raw little-endian data."""
+def read_safetensors(torch, path, gpt2=True):
+    """{name without "transformer.": float32 tensor}: u64 header length, JSON header, raw little-endian data
+    (GPT-2's causal-mask buffers and its tied lm_head left out)."""
     try:
         with open(path, "rb") as f:  # mapped copy-on-write: the file is never held twice in memory
             data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
@@ -111,7 +118,7 @@ def read_safetensors(torch, path):
         if name == "__metadata__":
             continue
         short = name[len("transformer."):] if name.startswith("transformer.") else name
-        if MASK_BUFFER.match(short) or short == "lm_head.weight":
+        if gpt2 and (MASK_BUFFER.match(short) or short == "lm_head.weight"):
             continue  # causal-mask buffers, and the output head GPT-2 ties to wte
         dtype = WEIGHT_DTYPES.get(entry["dtype"])
         if dtype is None:
@@ -277,11 +284,18 @@ class TorchPeer:
         self.torch = torch
         self.device = torch.device(args.device)
         self.cuda = args.device == "cuda"
-        self.w = Weights(torch, args.model, self.device)
-        self.m = GPT2(torch, self.w)
+        cfg = read_config(args.model)
+        self.llama = "arch" in cfg
+        if self.llama:
+            read = lambda torch, path: read_safetensors(torch, path, gpt2=False)  # noqa: E731
+            self.w = LlamaWeights(torch, args.model, self.device, cfg, read, PeerError)
+            self.m = Llama(torch, self.w)
+        else:
+            self.w = Weights(torch, args.model, self.device)
+            self.m = GPT2(torch, self.w)
         self.cfg = self.w.cfg
         self.max_rows = min(self.cfg["n_positions"], args.cache_rows)
-        L, nh, hs = self.cfg["n_layer"], self.m.nh, self.m.hs
+        L, nh, hs = self.cfg["n_layer"], getattr(self.m, "kv_heads", self.m.nh), self.m.hs
         self.kc = torch.zeros(L, nh, self.max_rows, hs, device=self.device)
         self.vc = torch.zeros_like(self.kc)
         self.fill_seed = args.fill_seed
@@ -306,7 +320,8 @@ class TorchPeer:
         if "compile" in self.requested and "compile" not in self.unavailable and not hasattr(torch, "compile"):
             self.unavailable["compile"] = f"torch {torch.__version__} has no torch.compile"
         if any(v in self.requested and v not in self.unavailable for v in ("graph", "compile")):
-            self.fixed = fixed_step_module(torch, self.m, self.kc, self.vc)
+            fixed = llama_fixed_step_module if self.llama else fixed_step_module
+            self.fixed = fixed(torch, self.m, self.kc, self.vc)
             self.tok_in = torch.zeros(1, dtype=torch.long, device=self.device)
             self.pos_in = torch.zeros(1, dtype=torch.long, device=self.device)
         if "graph" in self.requested and "graph" not in self.unavailable:
@@ -347,6 +362,9 @@ class TorchPeer:
         torch.cuda.synchronize()
 
     def load_hf(self):
+        if self.llama:
+            model, self.hf_version = load_hf_llama(self.torch, self.w, self.device, PeerError)
+            return model
         import transformers
         from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -404,7 +422,7 @@ class TorchPeer:
             return {**common, "step": f"fixed shapes: attention over all {self.max_rows} rows, masked past the position; one CUDA graph replay per token"}
         if name == "compile":
             return {**common, "step": 'the graph variant\'s fixed-shape step under torch.compile(mode="reduce-overhead", fullgraph=True)'}
-        return {**common, "step": f"transformers {getattr(self, 'hf_version', '?')} GPT2LMHeadModel, attention {getattr(self.hf.config, '_attn_implementation', '?')}, its own cache (cropped back after each step)"}
+        return {**common, "step": f"transformers {getattr(self, 'hf_version', '?')} {type(self.hf).__name__}, attention {getattr(self.hf.config, '_attn_implementation', '?')}, its own cache (cropped back after each step)"}
 
     # -- filling the caches to a context --
 

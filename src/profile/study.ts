@@ -94,9 +94,17 @@ export function largestStepBytes(
   return Math.max(...forms.map((form) => sumWork(cachedStepWork(config, context, form)).bytes));
 }
 
-/** The most positions a study's sequences reach: its largest context's step writes position c; the end-to-end run. */
+/**
+ * The most positions a study's sequences reach: its largest context's step writes position c; the end-to-end run;
+ * the peers' agreement check.
+ */
 export const studiedContext = (opts: Pick<StudyOptions, "contexts" | "e2e">) =>
-  Math.max(...opts.contexts.map((c) => c + 1), opts.e2e.promptTokens + opts.e2e.newTokens, MEMORY_PROMPT + 1);
+  Math.max(
+    ...opts.contexts.map((c) => c + 1),
+    opts.e2e.promptTokens + opts.e2e.newTokens,
+    AGREEMENT_PROMPT + AGREEMENT_TOKENS,
+    MEMORY_PROMPT + 1,
+  );
 
 /** Whether a mode's steps are traced op by op: the uncached step and every mode that launches a kernel per op. */
 export const tracedByOp = (mode: StudyMode) => mode === "uncached" || launchMode(mode).kernelPerOp;
