@@ -73,6 +73,23 @@ describe("bench cpu sections", () => {
     expect(r.stdout.split("\n").some((line) => line.trimStart().startsWith("4 "))).toBe(true);
   });
 
+  test("--decode --model DIR of the Llama family: its unfused step against the same floor", () => {
+    const r = bench(
+      "cpu",
+      "--decode",
+      "--model",
+      join(ROOT, "test/fixtures/qwen3-tiny"),
+      "--contexts",
+      "4,100",
+      "--steps",
+      "2",
+    );
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain("decode — the cached step ÷ its memory floor (goal ≤ 1.3), qwen3-tiny");
+    expect(r.stdout.split("\n").some((line) => line.trimStart().startsWith("100 "))).toBe(true);
+  });
+
   test("--contend 1: quiet and loaded steps, a slowdown, and the competing program gone afterwards", () => {
     const r = bench("cpu", "--contend", "1", "--steps", "4");
     expect(r.code).toBe(0);

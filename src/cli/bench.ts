@@ -17,7 +17,10 @@ import { CpuBackend } from "../backends/cpu.ts";
 import { ReadProbe } from "../backends/read-probe.ts";
 import { FP32_PEAK_PASSES } from "../backends/cpu-instrument.ts";
 import { runCli, UserError } from "../errors.ts";
-import type { GPT2Config } from "../model/config.ts";
+import type { ModelConfig, ModelWeights } from "../model/architectures.ts";
+import { isLlamaConfig, kvWidth, queryWidth } from "../model/llama.ts";
+import { DEFAULT_STEP_FORM } from "../plan.ts";
+import { defaultPlan } from "../plans.ts";
 import { openOpenBlas } from "../native/openblas.ts";
 import { DTYPES } from "../ops.ts";
 import { cachedStepWork, stepWork, sumWork } from "../profile/work-model.ts";
@@ -25,16 +28,18 @@ import { formatBytes } from "../report/tables.ts";
 import { availableModes, replayMode, type LaunchMode } from "../run/launch-modes.ts";
 import { Session } from "../run/session.ts";
 import { summarize } from "../stats.ts";
-import { DEFAULT_PRESET, intFlag, loadWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
+import { checkHostMemory, DEFAULT_PRESET, intFlag, loadAnyWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
 import { writeStdout } from "./outputs.ts";
 
 const DEFAULT_CONTEXTS = [8, 128, 512, 1000];
 const DEFAULT_CONTEND_THREADS = 2;
 const CONTEND_CONTEXT = 128;
 /** The contention section's context, within the model's positions. */
-const contendContext = (cfg: GPT2Config) => Math.min(CONTEND_CONTEXT, cfg.n_positions - 1);
+const contendContext = (cfg: ModelConfig) => Math.min(CONTEND_CONTEXT, cfg.n_positions - 1);
 const CONTEND_ROUNDS = 4;
 const PREFILL_ROWS = [128, 1000];
+/** The prefill table's first column: "1000×1536→576 (gate_up_proj)" and the like. */
+const LABEL_WIDTH = 30;
 const PREFILL_REPEATS = 7;
 const DECODE_ROUNDS = 5;
 const PROBE_PASSES_PER_ROUND = 2;
@@ -56,13 +61,13 @@ interface Sections {
 }
 
 /** (weight bytes + KV-cache bytes the attention reads) of the cached step at a context: the bytes that must cross memory. */
-function floorBytes(cfg: GPT2Config, context: number): { weights: number; kv: number } {
+function floorBytes(cfg: ModelConfig, context: number): { weights: number; kv: number } {
   const ops = cachedStepWork(cfg, context);
   return { weights: sumWork(ops).weight_bytes, kv: sumWork(ops.filter((o) => o.family === "attention")).kv_bytes };
 }
 
 /** ms of each of `steps` cached steps at `context` in a launch mode, after a warm-up. */
-function timeCachedSteps(session: Session, context: number, steps: number, mode: LaunchMode): number[] {
+function timeCachedSteps(session: Session<ModelWeights>, context: number, steps: number, mode: LaunchMode): number[] {
   const step = session.step(1);
   const ms: number[] = [];
   for (let i = 0; i < steps + WARMUP_STEPS; i++) {
@@ -79,7 +84,7 @@ function timeCachedSteps(session: Session, context: number, steps: number, mode:
  * the shared machine's memory bandwidth hits the step and its floor alike: each round's floor is the step's bytes
  * at the round's best probe pass, and a context's ratio is the median over the rounds of its step ÷ its floor.
  */
-function benchDecode(backend: CpuBackend, session: Session, contexts: number[], steps: number): void {
+function benchDecode(backend: CpuBackend, session: Session<ModelWeights>, contexts: number[], steps: number): void {
   const cfg = session.config;
   const modes = availableModes(backend, session.form);
   const replay = replayMode(backend);
@@ -160,7 +165,7 @@ async function startLoad(threads: number): Promise<Subprocess<"ignore", "pipe", 
   return child;
 }
 
-async function benchContention(session: Session, threads: number, steps: number): Promise<void> {
+async function benchContention(session: Session<ModelWeights>, threads: number, steps: number): Promise<void> {
   const replay = replayMode(session.backend);
   const context = contendContext(session.config);
   const child = await startLoad(threads);
@@ -216,16 +221,32 @@ function bestMs(...runs: Array<() => void>): number[] {
   return best;
 }
 
-async function benchPrefill(backend: CpuBackend, cfg: GPT2Config): Promise<void> {
+/** A step's linears as (name, in, out): GPT-2's four, or the Llama family's qkv, o, gate_up and down. */
+function linearShapes(cfg: ModelConfig): Array<[string, number, number]> {
+  const C = cfg.n_embd;
+  if (!isLlamaConfig(cfg))
+    return [
+      ["c_attn", C, 3 * C],
+      ["attn.c_proj", C, C],
+      ["c_fc", C, 4 * C],
+      ["mlp.c_proj", 4 * C, C],
+    ];
+  const Q = queryWidth(cfg),
+    I = cfg.intermediate_size;
+  return [
+    ["qkv_proj", C, Q + 2 * kvWidth(cfg)],
+    ["o_proj", Q, C],
+    ["gate_up_proj", C, 2 * I],
+    ["down_proj", I, C],
+  ];
+}
+
+async function benchPrefill(backend: CpuBackend, cfg: ModelConfig): Promise<void> {
   const peak = backend.measureFp32Peak();
   const blas = openOpenBlas(backend.threads);
-  const C = cfg.n_embd;
-  const shapes: Array<[string, number, number]> = [
-    ["c_attn", C, 3 * C],
-    ["attn.c_proj", C, C],
-    ["c_fc", C, 4 * C],
-    ["mlp.c_proj", 4 * C, C],
-  ];
+  const shapes = linearShapes(cfg);
+  const widest = Math.max(...shapes.map(([, IC, OC]) => Math.max(IC, OC)));
+  const largest = Math.max(...shapes.map(([, IC, OC]) => IC * OC));
   const maxT = Math.max(...PREFILL_ROWS);
   const floats = (n: number) => {
     const buf = backend.alloc(n * 4);
@@ -235,10 +256,10 @@ async function benchPrefill(backend: CpuBackend, cfg: GPT2Config): Promise<void>
     );
     return buf;
   };
-  const inp = floats(maxT * 4 * C),
-    weight = floats(4 * C * C),
-    bias = floats(4 * C),
-    out = floats(maxT * 4 * C);
+  const inp = floats(maxT * widest),
+    weight = floats(largest),
+    bias = floats(widest),
+    out = floats(maxT * widest);
   line(
     `\nprefill — the many-rows linear (out = inp @ W + b, fp32) on ${cfg.name}'s shapes (goal ≤ 1.3× OpenBLAS sgemm)`,
   );
@@ -246,7 +267,7 @@ async function benchPrefill(backend: CpuBackend, cfg: GPT2Config): Promise<void>
     `FMA peak: ${(peak / 1e9).toFixed(1)} GFLOP/s (${backend.threads} threads, best of ${FP32_PEAK_PASSES} passes); times are best of ${PREFILL_REPEATS}, ours and OpenBLAS's in turn, each timed call right after an untimed one`,
   );
   line(`OpenBLAS: ${"missing" in blas ? `absent — ${blas.missing}` : blas.config}`);
-  line(`shape                   ours GFLOP/s  % peak  OpenBLAS GFLOP/s  ours ÷ OpenBLAS time`);
+  line(`${"shape".padEnd(LABEL_WIDTH)}ours GFLOP/s  % peak  OpenBLAS GFLOP/s  ours ÷ OpenBLAS time`);
   for (const T of PREFILL_ROWS) {
     for (const [name, IC, OC] of shapes) {
       const flops = 2 * T * IC * OC;
@@ -259,7 +280,7 @@ async function benchPrefill(backend: CpuBackend, cfg: GPT2Config): Promise<void>
         theirs === undefined
           ? `${"—".padStart(16)}  —`
           : `${gflops(flops, theirs).toFixed(1).padStart(16)}  ${(ours! / theirs).toFixed(2)}`;
-      const label = `${T}×${IC}→${OC} (${name})`.padEnd(24);
+      const label = `${T}×${IC}→${OC} (${name})`.padEnd(LABEL_WIDTH);
       line(
         `${label}${gflops(flops, ours!).toFixed(1).padStart(12)}  ${((100 * gflops(flops, ours!) * 1e9) / peak).toFixed(0).padStart(5)}%  ${blasCells}`,
       );
@@ -271,22 +292,26 @@ async function benchPrefill(backend: CpuBackend, cfg: GPT2Config): Promise<void>
 }
 
 /** The uncached step's attention (T queries from position 0, causal), GFLOP/s by the work model's count. */
-function benchManyQueryAttention(backend: CpuBackend, cfg: GPT2Config, peak: number): void {
-  const { n_embd: C, n_head: H, n_positions: maxCtx } = cfg;
+function benchManyQueryAttention(backend: CpuBackend, cfg: ModelConfig, peak: number): void {
+  const H = cfg.n_head;
+  const maxCtx = Math.min(cfg.n_positions, Math.max(...PREFILL_ROWS)); // the cache rows the longest prefill fills
+  const [C, kvC, KV] = isLlamaConfig(cfg)
+    ? [queryWidth(cfg), kvWidth(cfg), cfg.n_kv_head]
+    : [cfg.n_embd, cfg.n_embd, H];
   line(`many-query attention (the uncached step's, one layer, FLOPs as the work model counts them):`);
   for (const T of PREFILL_ROWS) {
     const flops = stepWork(cfg, T, 0).find((o) => o.family === "attention")!.flops;
-    const qkv = backend.alloc(T * 3 * C * 4),
-      kCache = backend.alloc(maxCtx * C * 4),
-      vCache = backend.alloc(maxCtx * C * 4),
+    const qkv = backend.alloc(T * (C + 2 * kvC) * 4),
+      kCache = backend.alloc(maxCtx * kvC * 4),
+      vCache = backend.alloc(maxCtx * kvC * 4),
       att = backend.alloc(T * C * 4);
     const state = backend.alloc(16);
     backend.upload(
       qkv,
-      Float32Array.from({ length: T * 3 * C }, (_, i) => Math.sin(i)),
+      Float32Array.from({ length: T * (C + 2 * kvC) }, (_, i) => Math.sin(i)),
     );
     backend.upload(state, new Int32Array(4));
-    backend.ops.op_kv_append(kCache.ptr, vCache.ptr, qkv.ptr, state.ptr, 1, T, C, C, maxCtx, DTYPES.f32);
+    backend.ops.op_kv_append(kCache.ptr, vCache.ptr, qkv.ptr, state.ptr, 1, T, C, kvC, maxCtx, DTYPES.f32);
     const [ms] = bestMs(() =>
       backend.ops.op_attention(
         att.ptr,
@@ -299,7 +324,7 @@ function benchManyQueryAttention(backend: CpuBackend, cfg: GPT2Config, peak: num
         T,
         C,
         H,
-        H,
+        KV,
         maxCtx,
         DTYPES.f32,
       ),
@@ -319,7 +344,7 @@ async function benchCpu(
 ): Promise<void> {
   // the flags are checked before anything is printed: a bad one is one error line and nothing else
   const modelLines: string[] = [];
-  const weights = loadWeights(model.dir, model.preset, 0, (text) => modelLines.push(text), "bun run bench");
+  const weights = loadAnyWeights(model.dir, model.preset, 0, (text) => modelLines.push(text));
   const cfg = weights.config;
   const contexts = parseContexts(contextsFlag, cfg.n_positions - 1);
   const backend = CpuBackend.open();
@@ -330,7 +355,11 @@ async function benchCpu(
   if (sections.decode || sections.contend) {
     const longest = Math.max(...(sections.decode ? contexts : []), sections.contend ? contendContext(cfg) : 0);
     line(`model: ${cfg.name}; prefilling ${longest} tokens…`);
-    const session = new Session(backend, weights, { maxRows: cfg.n_positions });
+    checkHostMemory(cfg, "f32");
+    // a rotary model's sessions hold what the sweep reaches (Llama-3.2-1B's 131,072 positions would not fit)
+    const held = isLlamaConfig(cfg) ? longest + 1 : cfg.n_positions;
+    const form = { ...DEFAULT_STEP_FORM, plan: defaultPlan(cfg) };
+    const session = new Session(backend, weights, { form, maxRows: held, maxContext: held });
     session.prefill(Array.from({ length: longest }, (_, i) => (i * 7919) % cfg.vocab_size));
     if (sections.decode) benchDecode(backend, session, contexts, steps);
     if (sections.contend) await benchContention(session, sections.contend, steps);
