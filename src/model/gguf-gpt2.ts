@@ -15,7 +15,7 @@ import { gpt2Vocab } from "./gpt2-vocab.ts";
 import { GGML_TYPE_F32, writeGGUF, type GGUFTensorInfo, type GGUFValue } from "./gguf.ts";
 import { numel } from "./safetensors.ts";
 import { END_OF_TEXT_ID } from "./tokenizer.ts";
-import { parameterSpecs, type GPT2Weights, type ParameterSpec } from "./weights.ts";
+import { parameterSpecs, transposed, type GPT2Weights, type ParameterSpec } from "./weights.ts";
 
 /** gguf-py's TokenType */
 export const TokenType = { NORMAL: 1, UNKNOWN: 2, CONTROL: 3, USER_DEFINED: 4, UNUSED: 5, BYTE: 6 } as const;
@@ -74,13 +74,6 @@ export function gpt2Metadata(cfg: GPT2Config): [string, GGUFValue][] {
     ...special,
     ["general.quantization_version", u32(GGML_QUANT_VERSION)],
   ];
-}
-
-/** out: (cols, rows) = a: (rows, cols) transposed */
-function transposed(a: Float32Array, rows: number, cols: number): Float32Array {
-  const out = new Float32Array(a.length);
-  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) out[c * rows + r] = a[r * cols + c]!;
-  return out;
 }
 
 /** Hugging Face names (no prefix) → llama.cpp's GPT-2 names. */

@@ -27,6 +27,7 @@ import {
   type LlamaWeights,
 } from "./llama.ts";
 import { numel } from "./safetensors.ts";
+import { transposed } from "./weights.ts";
 
 const u32 = (value: number): GGUFValue => ({ kind: "u32", value });
 const f32 = (value: number): GGUFValue => ({ kind: "f32", value });
@@ -187,8 +188,7 @@ export function writeLlamaGGUF(w: LlamaWeights, path: string, alignment?: number
           return;
         }
         const [inDim, outDim] = [spec.shape[0]!, spec.shape[1]!];
-        const t = new Float32Array(whole.length); // (out, in)
-        for (let r = 0; r < inDim; r++) for (let c = 0; c < outDim; c++) t[c * inDim + r] = whole[r * outDim + c]!;
+        const t = transposed(whole, inDim, outDim); // (out, in)
         let row0 = 0;
         for (const p of how.parts.length === 1 ? [{ ...how.parts[0]!, rows: outDim }] : how.parts) {
           const part = t.subarray(row0 * inDim, (row0 + p.rows) * inDim);

@@ -30,7 +30,7 @@ import {
   writeSafetensors,
   type TensorInfo,
 } from "./safetensors.ts";
-import { Xoshiro128ss, type ChunkVisitor, type ParameterSpec } from "./weights.ts";
+import { streamSeeded, transposed, type ChunkVisitor, type ParameterSpec } from "./weights.ts";
 
 export const LLAMA_ARCHITECTURES = {
   LlamaForCausalLM: "llama",
@@ -494,19 +494,7 @@ export function randomLlamaWeights(config: LlamaConfig, seed = 0): LlamaWeights 
     source: `random (seed ${seed})`,
     storedAs: "f32",
     skipped: { tensors: 0, bytes: 0, names: [] },
-    stream(visit) {
-      const rng = new Xoshiro128ss(seed);
-      const staging = new Float32Array(CHUNK_ELEMENTS);
-      for (const spec of llamaParameters(config)) {
-        const n = numel(spec.shape);
-        for (let offset = 0; offset < n; offset += CHUNK_ELEMENTS) {
-          const chunk = staging.subarray(0, Math.min(CHUNK_ELEMENTS, n - offset));
-          if (spec.init === "normal") rng.fillNormal(chunk, 0.02);
-          else chunk.fill(spec.init === "ones" ? 1 : 0);
-          visit(spec, chunk, offset);
-        }
-      }
-    },
+    stream: (visit) => streamSeeded(llamaParameters(config), seed, visit),
   };
 }
 
@@ -643,10 +631,7 @@ export function saveLlamaModel(w: LlamaWeights, dir: string): void {
         const whole = gathering;
         gathering = null;
         if (s.how === "concat") return emit(whole); // biases end to end, as the tensors follow one another
-        const [inDim, outDim] = [spec.shape[0]!, spec.shape[1]!];
-        const t = new Float32Array(whole.length); // (out, in): the parts' rows one after another
-        for (let r = 0; r < inDim; r++) for (let c = 0; c < outDim; c++) t[c * inDim + r] = whole[r * outDim + c]!;
-        emit(t);
+        emit(transposed(whole, spec.shape[0]!, spec.shape[1]!)); // (out, in): the parts' rows one after another
       }),
   );
 }

@@ -267,24 +267,37 @@ export function randomWeights(config: GPT2Config, seed = 0): GPT2Weights {
     source: `random (seed ${seed})`,
     storedAs: "f32",
     skipped: { tensors: 0, bytes: 0, names: [] },
-    stream(visit) {
-      const rng = new Xoshiro128ss(seed);
-      const staging = new Float32Array(CHUNK_ELEMENTS);
-      for (const spec of parameterSpecs(config)) {
-        const n = numel(spec.shape);
-        for (let offset = 0; offset < n; offset += CHUNK_ELEMENTS) {
-          const chunk = staging.subarray(0, Math.min(CHUNK_ELEMENTS, n - offset));
-          if (spec.init === "normal") rng.fillNormal(chunk, 0.02);
-          else chunk.fill(spec.init === "ones" ? 1 : 0);
-          visit(spec, chunk, offset);
-        }
-      }
-    },
+    stream: (visit) => streamSeeded(parameterSpecs(config), seed, visit),
   };
 }
 
+/**
+ * Streams `specs` initialised as each says (N(0, 0.02), ones, zeros), chunk by chunk from one generator seeded with
+ * `seed`, in order: the same values every time.
+ */
+export function streamSeeded(specs: readonly ParameterSpec[], seed: number, visit: ChunkVisitor): void {
+  const rng = new Xoshiro128ss(seed);
+  const staging = new Float32Array(CHUNK_ELEMENTS);
+  for (const spec of specs) {
+    const n = numel(spec.shape);
+    for (let offset = 0; offset < n; offset += CHUNK_ELEMENTS) {
+      const chunk = staging.subarray(0, Math.min(CHUNK_ELEMENTS, n - offset));
+      if (spec.init === "normal") rng.fillNormal(chunk, 0.02);
+      else chunk.fill(spec.init === "ones" ? 1 : 0);
+      visit(spec, chunk, offset);
+    }
+  }
+}
+
+/** out: (cols, rows) = a: (rows, cols) transposed */
+export function transposed(a: Float32Array, rows: number, cols: number): Float32Array {
+  const out = new Float32Array(a.length);
+  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) out[c * rows + r] = a[r * cols + c]!;
+  return out;
+}
+
 /** xoshiro128** (Blackman & Vigna), seeded through splitmix32. */
-export class Xoshiro128ss {
+class Xoshiro128ss {
   private s0: number;
   private s1: number;
   private s2: number;
