@@ -5,6 +5,7 @@ import { join } from "node:path";
 
 import { CpuBackend } from "../src/backends/cpu.ts";
 import { openOpenBlas } from "../src/native/openblas.ts";
+import { PRESET_CHOICES } from "../src/cli/common.ts";
 import { DTYPES } from "../src/ops.ts";
 import { ROOT, runCli } from "./helpers/cli.ts";
 import { DeviceArena } from "./helpers/device.ts";
@@ -135,7 +136,7 @@ describe("bench: bad flags, one line, exit ≠ 0", () => {
     [["cpu", "--contend", "1", "--contend", "2"], "--contend is given 2 times; give it once"],
     [
       ["cpu", "--preset", "gpt2-huge"],
-      'Invalid values: Argument: preset, Given: "gpt2-huge", Choices: "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"',
+      `Invalid values: Argument: preset, Given: "gpt2-huge", Choices: ${PRESET_CHOICES.map((n) => `"${n}"`).join(", ")}`,
     ],
     [
       ["cpu", "--model", "test/fixtures/gpt2-tiny", "--preset", "gpt2"],

@@ -7,7 +7,8 @@ import { join } from "node:path";
 
 import { XMLValidator } from "fast-xml-parser";
 
-import type { Comparison } from "../src/profile/compare.ts";
+import { type Comparison, OLDEST_READ_VERSION } from "../src/profile/compare.ts";
+import { SCHEMA_VERSION } from "../src/profile/types.ts";
 import { COMPARE_FILES } from "../src/report/compare-markdown.ts";
 import { ROOT, runCli, type CliRun } from "./helpers/cli.ts";
 import { syntheticSummary } from "./helpers/synthetic-profile.ts";
@@ -58,9 +59,9 @@ describe("compare: bad inputs are one error line and nothing written", () => {
     ["a folder without summary.json", [empty, V5_ALL], /empty holds no summary\.json: not a profile run/],
     ["malformed JSON", [runDir("malformed", '{"schema_version": 7,'), V5_ALL], /malformed\/summary\.json is not JSON/],
     [
-      "a version-7 summary that fails its schema",
-      [runDir("bad7", { ...syntheticSummary(), points: "none" }), V5_ALL],
-      /breaks schema version 7 .*first: \/points: must be array/,
+      "a current-version summary that fails its schema",
+      [runDir("bad-current", { ...syntheticSummary(), points: "none" }), V5_ALL],
+      new RegExp(`breaks schema version ${SCHEMA_VERSION} .*first: /points: must be array`),
     ],
     [
       "a version-5 summary that fails its schema",
@@ -73,7 +74,7 @@ describe("compare: bad inputs are one error line and nothing written", () => {
     [
       "an unread version",
       [runDir("v4", { ...syntheticSummary(), schema_version: 4 }), V5_ALL],
-      /schema version 4; compare reads versions 5 to 7/,
+      new RegExp(`schema version 4; compare reads versions ${OLDEST_READ_VERSION} to ${SCHEMA_VERSION}`),
     ],
     ["not a summary", [runDir("other", { hello: "world" }), V5_ALL], /has no integer schema_version/],
     ["one folder only", [V5_ALL], /two or more run folders \(got 1: /],
