@@ -1,6 +1,7 @@
 // op_gelu, op_residual, op_swiglu: flat elementwise kernels, one float4 (or, for the tail, one float) per thread.
 #include "cols.h"
 #include "gelu.h"
+#include "silu.h"
 #include "dispatch.h"
 #include "ops.h"
 
@@ -39,8 +40,6 @@ __global__ void __launch_bounds__(kElementwiseThreads)
     out[tail_index(i, n_vec4)] = a[tail_index(i, n_vec4)] + b[tail_index(i, n_vec4)];
   }
 }
-
-__device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 
 // out: (rows, I) = silu(gate) * up    gate_up: (rows, 2I) as [gate | up]
 // grid: (ceil(rows · I / kWidth / kElementwiseThreads))  block: (kElementwiseThreads); thread i takes kWidth

@@ -25,7 +25,9 @@ static int chain_l2_trips(OpCode op) {
     case OP_LINEAR:
     case OP_LN_QKV:
     case OP_LN_LINEAR_GELU:
-    case OP_LINEAR_RESIDUAL: return kMatvecChainL2Trips;
+    case OP_LINEAR_RESIDUAL:
+    case OP_RMS_QKV_ROPE:
+    case OP_RMS_GATE_UP: return kMatvecChainL2Trips;
     case OP_KV_APPEND: return kKvAppendChainL2Trips;
     case OP_ATTENTION: return kAttnChainL2Trips;
     case OP_GELU:
@@ -33,7 +35,8 @@ static int chain_l2_trips(OpCode op) {
     case OP_SWIGLU: return kElementwiseChainL2Trips;
     case OP_LM_HEAD: return kLmHeadChainL2Trips;
     case OP_ARGMAX: return kArgmaxChainL2Trips;
-    case OP_LN_LM_HEAD_ARGMAX: return kLnLmHeadArgmaxChainL2Trips;
+    case OP_LN_LM_HEAD_ARGMAX:
+    case OP_RMS_LM_HEAD_ARGMAX: return kLnLmHeadArgmaxChainL2Trips;
   }
   return -1;
 }
@@ -45,7 +48,8 @@ static int matvec_min_blocks_per_sm(int dtype, int rows) {
     with_batch_bucket(rows, [&](auto r) {
       constexpr int V = kVecOf<decltype(w)>, R = decltype(r)::value;
       static_assert(
-          MatvecShape<V, R, kInputAsIs>::kMinBlocksPerSm == MatvecShape<V, R, kInputLayernorm>::kMinBlocksPerSm,
+          MatvecShape<V, R, kInputAsIs>::kMinBlocksPerSm == MatvecShape<V, R, kInputLayernorm>::kMinBlocksPerSm &&
+              MatvecShape<V, R, kInputAsIs>::kMinBlocksPerSm == MatvecShape<V, R, kInputRmsnorm>::kMinBlocksPerSm,
           "every matvec op of an instantiation fits as many blocks");
       n = MatvecShape<V, R, kInputAsIs>::kMinBlocksPerSm;
     });

@@ -22,6 +22,10 @@ MATVEC_KERNEL(ln_qkv_kernel, kOpLnQkv)
 MATVEC_KERNEL(ln_linear_gelu_kernel, kOpLnLinearGelu)
 // x: (B, OC) += inp @ weight + bias
 MATVEC_KERNEL(linear_residual_kernel, kOpLinearResidual)
+// qkv: (B, Q + 2 KV) = rmsnorm(x) @ weight + bias, q and k turned at pos, k and v also to the caches' row pos
+MATVEC_KERNEL(rms_qkv_rope_kernel, kOpRmsQkvRope)
+// out: (B, I) = silu(gate) * up, [gate | up] = rmsnorm(x) @ weight + bias
+MATVEC_KERNEL(rms_gate_up_kernel, kOpRmsGateUp)
 #undef MATVEC_KERNEL
 
 using MatvecKernel = void (*)(MatvecArgs, Overlap);
@@ -33,8 +37,12 @@ template <MatvecOp kOp, typename W, int kWidth, int kRows> MatvecKernel matvec_k
     return ln_qkv_kernel<W, kWidth, kRows>;
   else if constexpr (kOp == kOpLnLinearGelu)
     return ln_linear_gelu_kernel<W, kWidth, kRows>;
-  else
+  else if constexpr (kOp == kOpLinearResidual)
     return linear_residual_kernel<W, kWidth, kRows>;
+  else if constexpr (kOp == kOpRmsQkvRope)
+    return rms_qkv_rope_kernel<W, kWidth, kRows>;
+  else
+    return rms_gate_up_kernel<W, kWidth, kRows>;
 }
 
 // The instantiation for `rows` rows: 16-byte accesses with 1, 2, 4 or MAX_BATCH accumulated rows (the fewest that hold
@@ -48,21 +56,30 @@ template <MatvecOp kOp, typename W> MatvecKernel pick_matvec(int rows, bool vec)
 // The persistent step's task form of a fused decode op (a plain linear has none).
 template <MatvecOp kOp> static StepTaskForm matvec_task(const MatvecArgs& a, bool vec, int wdtype) {
   static_assert(kOp != kOpLinear, "a plain linear has no task form");
-  const StepTaskKind kind = kOp == kOpLnQkv          ? kTaskLnQkv
-                            : kOp == kOpLnLinearGelu ? kTaskLnLinearGelu
-                                                     : kTaskLinearResidual;
-  const int kvdtype = kOp == kOpLnQkv ? a.kvdtype : kStepNone;
-  return {.kind = kind, .vec = vec, .variant = {.wdtype = wdtype, .kvdtype = kvdtype, .rows = batch_bucket(a.rows)}};
+  const StepTaskKind kind = kOp == kOpLnQkv            ? kTaskLnQkv
+                            : kOp == kOpLnLinearGelu   ? kTaskLnLinearGelu
+                            : kOp == kOpLinearResidual ? kTaskLinearResidual
+                            : kOp == kOpRmsQkvRope     ? kTaskRmsQkvRope
+                                                       : kTaskRmsGateUp;
+  const int kvdtype = kOp == kOpLnQkv || kOp == kOpRmsQkvRope ? a.kvdtype : kStepNone;
+  return {.kind = kind,
+          .vec = vec,
+          .variant = {.wdtype = wdtype, .kvdtype = kvdtype, .rows = batch_bucket(a.rows), .arch = step_arch_of(kind)}};
 }
 
 // Launches the 16-byte variant when every row of weight, bias and out starts 16-byte aligned (OC a multiple of
-// the vector) and the op's own outputs allow it (also_vec), else the scalar one.
+// the vector), the op's own outputs allow it (also_vec) and, where the op pairs columns, its tiles fit the units
+// whole; else the scalar one (whose tiles of 8 columns a unit must hold whole).
 template <MatvecOp kOp> static void launch_matvec(const MatvecArgs& a, int wdtype, bool also_vec = true) {
-  if (rt_reject_unless(is_storage_type(wdtype) && a.rows >= 1 && a.rows <= kMatvecMaxRows)) return;
+  constexpr bool kPaired = pairs_columns(output_of(kOp));
+  const int unit = kPaired ? column_pairs<output_of(kOp)>(a).unit : 0;  // 0: any tile fits
+  if (rt_reject_unless(is_storage_type(wdtype) && a.rows >= 1 && a.rows <= kMatvecMaxRows && (!kPaired || unit > 0) &&
+                       unit % kMatvecTileGroups == 0))
+    return;
   with_storage(wdtype, [&](auto w) {
     using W = decltype(w);
-    const bool vec =
-        also_vec && a.OC % kVecOf<W> == 0 && aligned16(a.weight) && row_vec4_count(a.OC, a.out, a.bias) > 0;
+    const bool vec = also_vec && a.OC % kVecOf<W> == 0 && aligned16(a.weight) &&
+                     row_vec4_count(a.OC, a.out, a.bias) > 0 && unit % (kMatvecTileGroups * kVecOf<W>) == 0;
     const int width = vec ? kVecOf<W> : 1;
     const dim3 grid(ceil_div(a.OC, kMatvecTileGroups * width), ceil_div(a.C, kMatvecRowsPerSplit));
     if ((int)grid.x > kMaxGridCounters || (a.ln_weight && a.C > kMatvecMaxLayernormC)) {
@@ -182,16 +199,16 @@ extern "C" void op_ln_qkv(float* qkv, void* k_cache, void* v_cache, float* parti
                         .inp = x,
                         .weight = weight,
                         .bias = bias,
+                        .ln_weight = ln_weight,
+                        .ln_bias = ln_bias,
+                        .k_cache = k_cache,
+                        .v_cache = v_cache,
+                        .state = state,
                         .rows = B,
                         .C = C,
                         .OC = 3 * C,
-                        .ln_weight = ln_weight,
-                        .ln_bias = ln_bias,
                         .eps = eps,
-                        .k_cache = k_cache,
-                        .v_cache = v_cache,
                         .kvdtype = kvdtype,
-                        .state = state,
                         .max_ctx = max_ctx};
   // the vector variant's groups of k and v land in the caches' rows: they must start 16-byte aligned too
   launch_matvec<kOpLnQkv>(a, wdtype, aligned16(k_cache) && aligned16(v_cache));
@@ -205,11 +222,11 @@ extern "C" void op_ln_linear_gelu(float* out, float* partials, const float* x, c
                         .inp = x,
                         .weight = weight,
                         .bias = bias,
+                        .ln_weight = ln_weight,
+                        .ln_bias = ln_bias,
                         .rows = B,
                         .C = C,
                         .OC = OC,
-                        .ln_weight = ln_weight,
-                        .ln_bias = ln_bias,
                         .eps = eps};
   launch_matvec<kOpLnLinearGelu>(a, wdtype);
 }
@@ -225,4 +242,48 @@ extern "C" void op_linear_residual(float* x, float* partials, const float* inp, 
                         .C = C,
                         .OC = OC};
   launch_matvec<kOpLinearResidual>(a, wdtype);
+}
+
+extern "C" void op_rms_qkv_rope(float* qkv, void* k_cache, void* v_cache, float* partials, const float* x,
+                                const float* ln_weight, const void* weight, const float* bias, const int* state,
+                                const float* rope, int B, int C, int n_head, int n_kv_head, int head_dim, int max_ctx,
+                                float eps, int wdtype, int kvdtype) {
+  const bool shape_fits = n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0 && head_dim > 0 && head_dim % 2 == 0;
+  if (rt_reject_unless(shape_fits && is_storage_type(kvdtype))) return;
+  const int Q = n_head * head_dim, KV = n_kv_head * head_dim;
+  const MatvecArgs a = {.out = qkv,
+                        .scratch = op_scratch(partials),
+                        .inp = x,
+                        .weight = weight,
+                        .bias = bias,
+                        .ln_weight = ln_weight,
+                        .k_cache = k_cache,
+                        .v_cache = v_cache,
+                        .state = state,
+                        .rope = rope,
+                        .rows = B,
+                        .C = C,
+                        .OC = Q + 2 * KV,
+                        .eps = eps,
+                        .kvdtype = kvdtype,
+                        .max_ctx = max_ctx,
+                        .q_cols = Q,
+                        .head_dim = head_dim};
+  // the vector variant's groups of k and v land in the caches' rows, and its table rows are read as float4
+  launch_matvec<kOpRmsQkvRope>(a, wdtype, aligned16(k_cache) && aligned16(v_cache) && aligned16(rope));
+}
+
+extern "C" void op_rms_gate_up(float* out, float* partials, const float* x, const float* ln_weight, const void* weight,
+                               const float* bias, int B, int C, int I, float eps, int wdtype) {
+  const MatvecArgs a = {.out = out,
+                        .scratch = op_scratch(partials),
+                        .inp = x,
+                        .weight = weight,
+                        .bias = bias,
+                        .ln_weight = ln_weight,
+                        .rows = B,
+                        .C = C,
+                        .OC = 2 * I,
+                        .eps = eps};
+  launch_matvec<kOpRmsGateUp>(a, wdtype, row_vec4_count(I, out) > 0);
 }

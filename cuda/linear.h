@@ -9,6 +9,7 @@
 #include "launch.h"
 #include "ops.h"
 #include "row_stats.h"
+#include "silu.h"
 #include "warp.h"
 
 // ---- rows <= 8 (decode): op_linear and the fused decode ops ---------------------------------------------------
@@ -42,36 +43,87 @@ constexpr int kMatvecMaxLayernormC = 4096;
 constexpr int kMatvecChainL2Trips = 3;
 static_assert(kMatvecSlots % kMatvecMergeLanes == 0 && kMatvecThreads % kWarpSize == 0, "whole warps merge");
 
-enum MatvecInput { kInputAsIs, kInputLayernorm };
-enum MatvecOutput { kStore, kStoreGelu, kAddTo, kStoreQkv };
-enum MatvecOp { kOpLinear, kOpLnQkv, kOpLnLinearGelu, kOpLinearResidual };
+enum MatvecInput { kInputAsIs, kInputLayernorm, kInputRmsnorm };
+enum MatvecOutput { kStore, kStoreGelu, kAddTo, kStoreQkv, kStoreQkvRope, kStoreSwiglu };
+enum MatvecOp { kOpLinear, kOpLnQkv, kOpLnLinearGelu, kOpLinearResidual, kOpRmsQkvRope, kOpRmsGateUp };
 __host__ __device__ constexpr MatvecInput input_of(MatvecOp op) {
-  return op == kOpLnQkv || op == kOpLnLinearGelu ? kInputLayernorm : kInputAsIs;
+  return op == kOpLnQkv || op == kOpLnLinearGelu     ? kInputLayernorm
+         : op == kOpRmsQkvRope || op == kOpRmsGateUp ? kInputRmsnorm
+                                                     : kInputAsIs;
 }
 __host__ __device__ constexpr MatvecOutput output_of(MatvecOp op) {
-  return op == kOpLnQkv ? kStoreQkv : op == kOpLnLinearGelu ? kStoreGelu : op == kOpLinearResidual ? kAddTo : kStore;
+  return op == kOpLnQkv            ? kStoreQkv
+         : op == kOpLnLinearGelu   ? kStoreGelu
+         : op == kOpLinearResidual ? kAddTo
+         : op == kOpRmsQkvRope     ? kStoreQkvRope
+         : op == kOpRmsGateUp      ? kStoreSwiglu
+                                   : kStore;
 }
+// Outputs whose step needs two columns half a unit apart: RoPE's rotate-half pairs (i, i + hs/2) of each q and k
+// head (units of hs over the q and k columns; v's columns as they are), SwiGLU's gate j and up j (one unit of all
+// 2I columns). Their tiles are paired: groups g and g + 4 of a tile hold partners, so the merge's lanes 16 apart
+// meet them with one shuffle; a warp's weight load reads two 64-byte halves of 4 rows instead of 128 bytes.
+__host__ __device__ constexpr bool pairs_columns(MatvecOutput out) {
+  return out == kStoreQkvRope || out == kStoreSwiglu;
+}
+constexpr int kMatvecPartnerLanes = kMatvecMergeLanes * kMatvecTileGroups / 2;  // 16: output o's partner is o ^ 4
 
 // One matvec's operands, for `rows` input rows (sequences). out: (rows, OC) (kAddTo: out += the product);
-// inp: (rows, C) (kInputLayernorm: each row normalised with ln_weight, ln_bias, eps first); kStoreQkv also writes
-// the k and v thirds of row b of out to row state[b][STATE_POS] of sequence b's k_cache, v_cache ((max_ctx, C)
-// each, C = OC / 3 columns, in kvdtype) when that row is below max_ctx.
+// inp: (rows, C) (kInputLayernorm: each row normalised with ln_weight, ln_bias, eps first; kInputRmsnorm: RMS-
+// normalised with ln_weight, eps). kStoreQkv also writes the k and v thirds of row b of out to row
+// state[b][STATE_POS] = pos of sequence b's k_cache, v_cache ((max_ctx, C) each, C = OC / 3 columns, in kvdtype)
+// when that row is below max_ctx. kStoreQkvRope: out's row is [q (q_cols) | k (kv) | v (kv)], kv = (OC - q_cols) / 2,
+// heads of head_dim; q and k turned by position pos's rotation (rope: (max_ctx, head_dim) cos | sin) when pos is
+// below max_ctx, then k and v to the caches' row pos ((max_ctx, kv) each). kStoreSwiglu: the product's row is
+// [gate (I) | up (I)], OC = 2I, and out: (rows, I) = silu(gate) * up.
 struct MatvecArgs {
   float* out;
   OpScratch scratch;
   const float* inp;
   const void* weight;  // (C, OC) in the kernel's storage type
   const float* bias;
-  int rows, C, OC;
   const float* ln_weight;
   const float* ln_bias;
-  float eps;
   void* k_cache;
   void* v_cache;
-  int kvdtype;
   const int* state;
+  const float* rope;
+  int rows, C, OC;
+  float eps;
+  int kvdtype;
   int max_ctx;
+  int q_cols, head_dim;
 };
+
+// The paired columns of an output that pairs them: units of `unit` columns, each [first half | second half], over
+// columns [0, paired); the columns from `paired` on (v) are not paired.
+struct ColumnPairs {
+  int unit, paired;
+};
+template <MatvecOutput kOutput> __host__ __device__ __forceinline__ ColumnPairs column_pairs(const MatvecArgs& a) {
+  if constexpr (kOutput == kStoreQkvRope)
+    return {a.head_dim, a.q_cols + (a.OC - a.q_cols) / 2};
+  else
+    return {a.OC, a.OC};
+}
+
+// The column of weight, bias and product that a tile's column v stands for: v itself, or where kOutput pairs
+// columns, tile t of a unit takes the unit's columns [t 4 kWidth, (t + 1) 4 kWidth) of each half, first half first.
+template <int kWidth, MatvecOutput kOutput> __device__ __forceinline__ int true_column(const MatvecArgs& a, int v) {
+  if constexpr (!pairs_columns(kOutput)) {
+    return v;
+  } else {
+    constexpr int kTile = kMatvecTileGroups * kWidth, kHalf = kTile / 2;
+    const ColumnPairs pairs = column_pairs<kOutput>(a);
+    if (v >= pairs.paired) return v;
+    const int unit = v / pairs.unit, in_unit = v % pairs.unit, tile = in_unit / kTile, in_tile = in_unit % kTile;
+    return unit * pairs.unit + (in_tile < kHalf ? 0 : pairs.unit / 2) + tile * kHalf + in_tile % kHalf;
+  }
+}
+// Whether tile column v is in the first half of its tile (the first half of its unit where columns are paired).
+template <int kWidth> __device__ __forceinline__ bool in_first_half(int v) {
+  return v % (kMatvecTileGroups * kWidth) < kMatvecTileGroups * kWidth / 2;
+}
 
 // The shapes a kernel instantiation works in: kWidth elements of W per access, kRows accumulated rows.
 template <int kWidth, int kRows, MatvecInput kInput> struct MatvecShape {
@@ -85,7 +137,7 @@ template <int kWidth, int kRows, MatvecInput kInput> struct MatvecShape {
   static constexpr int kSumFloats = kUnits * kMergeWidth * kMatvecThreads;
   static constexpr int kLayernormFloats = kRows == 1 ? kMatvecMaxLayernormC : 2 * kMatvecMaxLayernormC;
   static constexpr int kStageFloats =
-      kInput == kInputLayernorm && kLayernormFloats > kSumFloats ? kLayernormFloats : kSumFloats;
+      kInput != kInputAsIs && kLayernormFloats > kSumFloats ? kLayernormFloats : kSumFloats;
   // blocks of 256 threads per SM the registers allow: 3 (at most 80 registers) up to 32 accumulators (kRows x kWidth:
   // 8 rows of floats, 4 of halves), else 2 (at most 128 registers)
   static constexpr int kMinBlocksPerSm = kRows * kWidth <= 32 ? 3 : 2;
@@ -107,8 +159,10 @@ __device__ __forceinline__ void matvec_prologue(const MatvecArgs& a, const Block
 #pragma unroll
     for (int b = 0; b < kRows; b++) xs[b][threadIdx.x] = v[b];
   } else {
+    constexpr bool kRms = kInput == kInputRmsnorm;
     __shared__ float partial[kRows][kWarpSize];
-    const float g = in_c ? __ldcg(a.ln_weight + r) : 0.0f, beta = in_c ? __ldcg(a.ln_bias + r) : 0.0f;
+    const float g = in_c ? __ldcg(a.ln_weight + r) : 0.0f;
+    const float beta = in_c && !kRms ? __ldcg(a.ln_bias + r) : 0.0f;
     const int group = kStageFloats / a.C < kRows ? kStageFloats / a.C : kRows;  // rows staged at once (>= 1)
 #pragma unroll
     for (int b = 0; b < kRows; b++)
@@ -116,10 +170,13 @@ __device__ __forceinline__ void matvec_prologue(const MatvecArgs& a, const Block
     for (int b0 = 0; b0 < a.rows; b0 += group) {
       RowStats st[kRows];
       const int n = a.rows - b0 < group ? a.rows - b0 : group;
-      stage_rows_stats<kRows>(st, stage, a.inp + (size_t)b0 * a.C, n, a.C, a.eps, partial);
+      stage_rows_stats<kRows, kRms>(st, stage, a.inp + (size_t)b0 * a.C, n, a.C, a.eps, partial);
 #pragma unroll
-      for (int b = 0; b < kRows; b++)
-        if (b < n) xs[b0 + b][threadIdx.x] = in_c ? (stage[b * a.C + r] - st[b].mean) * st[b].rstd * g + beta : 0.0f;
+      for (int b = 0; b < kRows; b++) {
+        if (b >= n) continue;
+        const float x = stage[b * a.C + r];  // RMSNorm as op_rmsnorm: x · rstd · weight
+        xs[b0 + b][threadIdx.x] = !in_c ? 0.0f : kRms ? x * st[b].rstd * g : (x - st[b].mean) * st[b].rstd * g + beta;
+      }
       __syncthreads();  // the next group restages
     }
   }
@@ -263,8 +320,44 @@ __device__ __forceinline__ void matvec_output(const MatvecArgs& a, int b, int co
   }
 }
 
+// The output step of a paired output for row b, the kMergeWidth columns from col (value = bias + the product), its
+// partner the columns half a unit away (first: whether col is in the unit's first half).
+//   kStoreQkvRope: q and k turned as op_rope turns them, x' = x cos - y sin (first half), y' = y cos + x sin, at the
+//                  row's position (below max_ctx; else as they are), then k and v to the caches' row pos.
+//   kStoreSwiglu:  the gate half stores silu(gate) · up to out's row (I columns).
+template <int M, MatvecOutput kOutput>
+__device__ __forceinline__ void matvec_paired_output(const MatvecArgs& a, int b, int col, Cols<M> value,
+                                                     const Cols<M>& partner, bool first) {
+  if constexpr (kOutput == kStoreSwiglu) {
+    if (!first) return;
+    const int I = a.OC / 2;
+#pragma unroll
+    for (int k = 0; k < M; k++) value.v[k] = silu(value.v[k]) * partner.v[k];
+    store_cols<M>(a.out + (size_t)b * I + col, value);
+  } else {
+    const ColumnPairs pairs = column_pairs<kOutput>(a);
+    const int pos = __ldcg(a.state + b * STATE_INTS + STATE_POS);
+    if (col < pairs.paired && pos < a.max_ctx) {
+      const int half = a.head_dim / 2, i = col % a.head_dim - (first ? 0 : half);
+      const float* cos_sin = a.rope + (size_t)pos * a.head_dim + i;
+      const Cols<M> cs = load_cols<M>(cos_sin), sn = load_cols<M>(cos_sin + half);
+#pragma unroll
+      for (int k = 0; k < M; k++)
+        value.v[k] =
+            first ? value.v[k] * cs.v[k] - partner.v[k] * sn.v[k] : value.v[k] * cs.v[k] + partner.v[k] * sn.v[k];
+    }
+    store_cols<M>(a.out + (size_t)b * a.OC + col, value);
+    if (col < a.q_cols || pos >= a.max_ctx) return;
+    const int kv = pairs.paired - a.q_cols;
+    const bool is_k = col < pairs.paired;
+    const size_t at = ((size_t)b * a.max_ctx + pos) * kv + (col - (is_k ? a.q_cols : pairs.paired));
+    store_rounded_as<M>(a.kvdtype, is_k ? a.k_cache : a.v_cache, at, value.v);
+  }
+}
+
 // The last block of a column tile: output (b, col) = bias[col] + sum over splits of partials[split][b][col], lane p
 // of the output's 4 adding splits p, p + 4, ... in order, then the shuffle tree. All passes' loads go out together.
+// A paired output meets its partner (lanes kMatvecPartnerLanes apart) before its output step.
 template <typename W, int kWidth, int kRows, MatvecInput kInput, MatvecOutput kOutput>
 __device__ __forceinline__ void matvec_merge(const MatvecArgs& a, const BlockPlace& at, int splits) {
   using Shape = MatvecShape<kWidth, kRows, kInput>;
@@ -296,22 +389,44 @@ __device__ __forceinline__ void matvec_merge(const MatvecArgs& a, const BlockPla
 #pragma unroll
   for (int pass = 0; pass < P; pass++) {
     merge_lanes(sum[pass]);
-    if (p != 0 || !out[pass].valid) continue;
-    Cols<M> total = load_cols<M>(a.bias + out[pass].col);
-    add_cols(total, sum[pass]);
-    matvec_output<M, kOutput>(a, out[pass].b, out[pass].col, total);
+    if constexpr (pairs_columns(kOutput)) {
+      const int col = true_column<kWidth, kOutput>(a, out[pass].col);
+      Cols<M> total = {}, partner;
+      if (out[pass].valid) {
+        total = load_cols<M>(a.bias + col);
+        add_cols(total, sum[pass]);
+      }
+#pragma unroll
+      for (int k = 0; k < M; k++) partner.v[k] = __shfl_xor_sync(kFullWarpMask, total.v[k], kMatvecPartnerLanes);
+      if (p != 0 || !out[pass].valid) continue;
+      matvec_paired_output<M, kOutput>(a, out[pass].b, col, total, partner, in_first_half<kWidth>(out[pass].col));
+    } else {
+      if (p != 0 || !out[pass].valid) continue;
+      Cols<M> total = load_cols<M>(a.bias + out[pass].col);
+      add_cols(total, sum[pass]);
+      matvec_output<M, kOutput>(a, out[pass].b, out[pass].col, total);
+    }
   }
 }
 
 // The persistent step's look-ahead for virtual block `at` (cuda/persistent.cu): its rows of C, the bytes of its
-// column tile in each (128, fewer in the last tile).
-template <typename W, int kWidth>
+// column tile in each (128, fewer in the last tile; a paired tile's two halves of 64).
+template <typename W, int kWidth, MatvecOutput kOutput = kStore>
 __device__ __forceinline__ L2Lines matvec_lines(const MatvecArgs& a, const BlockPlace& at) {
-  const int row = at.idx.y * kMatvecRowsPerSplit, col = at.idx.x * kMatvecTileGroups * kWidth;
+  constexpr int kTile = kMatvecTileGroups * kWidth;
+  const int row = at.idx.y * kMatvecRowsPerSplit, col = at.idx.x * kTile;
   if (row >= a.C || col >= a.OC) return {};
-  const W* first = static_cast<const W*>(a.weight) + (size_t)row * a.OC + col;
-  return {reinterpret_cast<const char*>(first), nullptr, (size_t)a.OC * sizeof(W), min(kMatvecRowsPerSplit, a.C - row),
-          (int)(min(kMatvecTileGroups * kWidth, a.OC - col) * sizeof(W))};
+  const W* weight_row = static_cast<const W*>(a.weight) + (size_t)row * a.OC;
+  const size_t stride = (size_t)a.OC * sizeof(W);
+  const int rows = min(kMatvecRowsPerSplit, a.C - row);
+  if constexpr (pairs_columns(kOutput)) {  // every tile is whole (the launcher checks)
+    const char* first = reinterpret_cast<const char*>(weight_row + true_column<kWidth, kOutput>(a, col));
+    const char* second = reinterpret_cast<const char*>(weight_row + true_column<kWidth, kOutput>(a, col + kTile / 2));
+    return {first, second, stride, rows, (int)(kTile / 2 * sizeof(W))};
+  } else {
+    return {reinterpret_cast<const char*>(weight_row + col), nullptr, stride, rows,
+            (int)(min(kTile, a.OC - col) * sizeof(W))};
+  }
 }
 
 // The block's shared memory: its input rows, and the staging area (layer-norm rows, then the slots' sums).
@@ -330,7 +445,8 @@ __device__ __forceinline__ void matvec(const MatvecArgs& a, const BlockPlace& at
   let_successor_start();
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int slot = warp * kMatvecSubRows + lane / kMatvecTileGroups;
-  const int col = (at.idx.x * kMatvecTileGroups + lane % kMatvecTileGroups) * kWidth;
+  const int col =
+      true_column<kWidth, output_of(kOp)>(a, (at.idx.x * kMatvecTileGroups + lane % kMatvecTileGroups) * kWidth);
   Cols<kWidth> acc[kRows];
   matvec_products<W, kWidth, kRows, kInput>(acc, a, at.idx.y * kMatvecRowsPerSplit + slot, slot, col, shared.xs, stage,
                                             at);

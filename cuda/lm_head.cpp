@@ -125,3 +125,15 @@ extern "C" void op_ln_lm_head_argmax(float* logits, int* seq, int* state, float*
   op_lm_head(logits, normed.data(), wte, B, 1, C, V, wdtype);
   op_argmax(seq, state, partials, logits, B, V, 1, max_ctx);
 }
+
+extern "C" void op_rms_lm_head_argmax(float* logits, int* seq, int* state, float* partials, const float* x,
+                                      const float* ln_weight, const void* wte, int B, int C, int V, int max_ctx,
+                                      float eps, int wdtype) {
+  OpTimer timer(OP_RMS_LM_HEAD_ARGMAX);
+  if (cpu_reject_unless(is_storage_type(wdtype))) return;  // before anything is written
+  static thread_local std::vector<float> normed;
+  normed.resize((size_t)B * C);
+  op_rmsnorm(normed.data(), x, ln_weight, B, C, eps);
+  op_lm_head(logits, normed.data(), wte, B, 1, C, V, wdtype);
+  op_argmax(seq, state, partials, logits, B, V, 1, max_ctx);
+}

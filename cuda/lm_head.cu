@@ -7,28 +7,31 @@
 __host__ __device__ constexpr int lm_head_min_blocks(int rows) { return rows <= 1 ? 4 : rows <= 2 ? 3 : 2; }
 int lm_head_min_blocks_per_sm(int rows) { return lm_head_min_blocks(rows); }
 
-#define LM_HEAD_KERNEL(name, fused)                                                                                  \
+#define LM_HEAD_KERNEL(name, op)                                                                                     \
   template <typename W, int kWidth, int kRows>                                                                       \
   __global__ void __launch_bounds__(kLmHeadThreads, lm_head_min_blocks(kRows)) name(LmHeadArgs a, Overlap overlap) { \
     __shared__ LmHeadShared shared;                                                                                  \
-    lm_head<W, kWidth, kRows, fused>(a, own_launch(overlap), shared);                                                \
+    lm_head<W, kWidth, kRows, op>(a, own_launch(overlap), shared);                                                   \
   }
-LM_HEAD_KERNEL(lm_head_kernel, false)
-LM_HEAD_KERNEL(ln_lm_head_argmax_kernel, true)
+LM_HEAD_KERNEL(lm_head_kernel, kLmHeadOnly)
+LM_HEAD_KERNEL(ln_lm_head_argmax_kernel, kLnLmHeadArgmax)
+LM_HEAD_KERNEL(rms_lm_head_argmax_kernel, kRmsLmHeadArgmax)
 #undef LM_HEAD_KERNEL
 
 using LmHeadKernel = void (*)(LmHeadArgs, Overlap);
 
-template <bool kFused, typename W, int kRows> LmHeadKernel lm_head_kernel_of() {
-  if constexpr (kFused)
+template <LmHeadOp kOp, typename W, int kRows> LmHeadKernel lm_head_kernel_of() {
+  if constexpr (kOp == kLnLmHeadArgmax)
     return ln_lm_head_argmax_kernel<W, kVecOf<W>, kRows>;
+  else if constexpr (kOp == kRmsLmHeadArgmax)
+    return rms_lm_head_argmax_kernel<W, kVecOf<W>, kRows>;
   else
     return lm_head_kernel<W, kVecOf<W>, kRows>;
 }
 // The instantiation for `rows` sequences: batch_bucket(rows) rows of x accumulated.
-template <bool kFused, typename W> LmHeadKernel pick_lm_head(int rows) {
+template <LmHeadOp kOp, typename W> LmHeadKernel pick_lm_head(int rows) {
   static_assert(kLmHeadMaxRows == MAX_BATCH, "the largest bucket is a whole batch");
-  return with_batch_bucket(rows, [](auto bucket) { return lm_head_kernel_of<kFused, W, decltype(bucket)::value>(); });
+  return with_batch_bucket(rows, [](auto bucket) { return lm_head_kernel_of<kOp, W, decltype(bucket)::value>(); });
 }
 
 // Enough blocks to fill every SM as deep as the instantiation's registers allow, but at least one group of 4 rows
@@ -48,7 +51,7 @@ static int lm_head_rows_per_launch(int C) {
 
 // One launch per group of sequences that fits (one for GPT-2 small's C = 768 up to 8 sequences); `a` holds the
 // whole batch's pointers and B in a.rows.
-template <bool kFused> static void launch_lm_head(LmHeadArgs a, int wdtype) {
+template <LmHeadOp kOp> static void launch_lm_head(LmHeadArgs a, int wdtype) {
   if (rt_reject_unless(is_storage_type(wdtype) && a.rows >= 1 && a.C >= 1 && a.C <= kLmHeadMaxFloats)) return;
   const int B = a.rows, per_launch = lm_head_rows_per_launch(a.C);
   with_storage(wdtype, [&](auto w) {
@@ -59,16 +62,19 @@ template <bool kFused> static void launch_lm_head(LmHeadArgs a, int wdtype) {
       g.rows = std::min(per_launch, B - s0);
       g.logits = a.logits + (size_t)s0 * a.V;
       g.x = a.x + (size_t)s0 * a.x_stride;
-      if (kFused) {
+      if (picks_token(kOp)) {
         g.seq = a.seq + (size_t)s0 * (a.max_ctx + 1);
         g.state = a.state + s0 * STATE_INTS;
       }
       if (rt_reject_unless(batch_bucket(g.rows) * a.C <= kLmHeadMaxFloats)) return;  // x's rows the kernel reads fit
-      const LmHeadKernel kernel = pick_lm_head<kFused, W>(g.rows);
+      const LmHeadKernel kernel = pick_lm_head<kOp, W>(g.rows);
       const Geometry at = {.grid = lm_head_blocks(a.V, g.rows), .block = kLmHeadThreads};
+      const StepTaskKind kind = kOp == kRmsLmHeadArgmax ? kTaskRmsLmHeadArgmax : kTaskLnLmHeadArgmax;
       const StepTaskForm task = {
-          .kind = kTaskLnLmHeadArgmax, .vec = true, .variant = {.wdtype = wdtype, .rows = batch_bucket(g.rows)}};
-      if constexpr (kFused)
+          .kind = kind,
+          .vec = true,
+          .variant = {.wdtype = wdtype, .rows = batch_bucket(g.rows), .arch = step_arch_of(kind)}};
+      if constexpr (picks_token(kOp))
         launch_step_op(kernel, at, task, g);
       else
         launch_op(kernel, at, g);
@@ -149,7 +155,7 @@ extern "C" size_t op_partials_bytes(int max_rows, int max_in, int max_out, int V
 extern "C" void op_lm_head(float* logits, const float* inp, const void* wte, int B, int T, int C, int V, int wdtype) {
   const LmHeadArgs a = {
       .logits = logits, .x = inp + (size_t)(T - 1) * C, .x_stride = T * C, .wte = wte, .rows = B, .C = C, .V = V};
-  launch_lm_head<false>(a, wdtype);
+  launch_lm_head<kLmHeadOnly>(a, wdtype);
 }
 
 extern "C" void op_ln_lm_head_argmax(float* logits, int* seq, int* state, float* partials, const float* x,
@@ -169,7 +175,7 @@ extern "C" void op_ln_lm_head_argmax(float* logits, int* seq, int* state, float*
                         .state = state,
                         .scratch = op_scratch(partials),
                         .max_ctx = max_ctx};
-  launch_lm_head<true>(a, wdtype);
+  launch_lm_head<kLnLmHeadArgmax>(a, wdtype);
 }
 
 extern "C" void op_argmax(int* seq, int* state, float* partials, const float* logits, int B, int V, int T,
@@ -179,4 +185,23 @@ extern "C" void op_argmax(int* seq, int* state, float* partials, const float* lo
   const bool vec = aligned16(logits) && (B == 1 || V % kVecWidth == 0);  // every sequence's row starts 16-byte aligned
   const auto kernel = vec ? argmax_kernel<kVecWidth> : argmax_kernel<1>;
   launch_op(kernel, {.grid = grid, .block = kArgmaxThreads}, seq, state, op_scratch(partials), logits, V, T, max_ctx);
+}
+
+extern "C" void op_rms_lm_head_argmax(float* logits, int* seq, int* state, float* partials, const float* x,
+                                      const float* ln_weight, const void* wte, int B, int C, int V, int max_ctx,
+                                      float eps, int wdtype) {
+  const LmHeadArgs a = {.logits = logits,
+                        .x = x,
+                        .x_stride = C,
+                        .wte = wte,
+                        .rows = B,
+                        .C = C,
+                        .V = V,
+                        .ln_weight = ln_weight,
+                        .eps = eps,
+                        .seq = seq,
+                        .state = state,
+                        .scratch = op_scratch(partials),
+                        .max_ctx = max_ctx};
+  launch_lm_head<kRmsLmHeadArgmax>(a, wdtype);
 }

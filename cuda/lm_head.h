@@ -192,18 +192,27 @@ template <int n> __device__ __forceinline__ float warp_sum_spread(float (&v)[n])
 
 template <int n> __host__ __device__ constexpr int log2_of() { return n <= 1 ? 0 : 1 + log2_of<n / 2>(); }
 
-// Stages the sequences' rows in xs (xs + b * C for b < a.rows; the sums of the rest are never stored), layer-normed
-// when kFused.
-template <int kRows, bool kFused> __device__ __forceinline__ void stage_x(float* xs, const LmHeadArgs& a) {
-  if constexpr (kFused) {
+// The LM head alone, or fused: the final norm (GPT-2's layer norm, the Llama family's RMSNorm) first and each
+// sequence's next token after.
+enum LmHeadOp { kLmHeadOnly, kLnLmHeadArgmax, kRmsLmHeadArgmax };
+__host__ __device__ constexpr bool picks_token(LmHeadOp op) { return op != kLmHeadOnly; }
+
+// Stages the sequences' rows in xs (xs + b * C for b < a.rows; the sums of the rest are never stored), normalised
+// first by the fused ops (RMSNorm as op_rmsnorm: x · rstd · weight).
+template <int kRows, LmHeadOp kOp> __device__ __forceinline__ void stage_x(float* xs, const LmHeadArgs& a) {
+  if constexpr (picks_token(kOp)) {
+    constexpr bool kRms = kOp == kRmsLmHeadArgmax;
     __shared__ float partial[kRows][kWarpSize];
     RowStats st[kRows];
-    stage_rows_stats<kRows>(st, xs, a.x, a.rows, a.C, a.eps, partial);
+    stage_rows_stats<kRows, kRms>(st, xs, a.x, a.rows, a.C, a.eps, partial);
     for (int i = threadIdx.x; i < a.C; i += kLmHeadThreads) {  // the elements this thread staged
-      const float g = __ldcg(a.ln_weight + i), beta = __ldcg(a.ln_bias + i);
+      const float g = __ldcg(a.ln_weight + i), beta = kRms ? 0.0f : __ldcg(a.ln_bias + i);
 #pragma unroll
-      for (int b = 0; b < kRows; b++)
-        if (b < a.rows) xs[b * a.C + i] = (xs[b * a.C + i] - st[b].mean) * st[b].rstd * g + beta;
+      for (int b = 0; b < kRows; b++) {
+        if (b >= a.rows) continue;
+        const float x = xs[b * a.C + i];
+        xs[b * a.C + i] = kRms ? x * st[b].rstd * g : (x - st[b].mean) * st[b].rstd * g + beta;
+      }
     }
   } else {
     for (int i = threadIdx.x; i < a.C; i += kLmHeadThreads)
@@ -214,7 +223,7 @@ template <int kRows, bool kFused> __device__ __forceinline__ void stage_x(float*
   __syncthreads();
 }
 
-// logits: (rows, V) = x_b (C) @ wte (V, C)^T for each sequence b; kFused: each x_b layer-normed first, and each
+// logits: (rows, V) = x_b (C) @ wte (V, C)^T for each sequence b; picks_token(kOp): each x_b normalised first, and each
 // sequence's next token chosen from its logits. grid: (lm_head_blocks)  block: (kLmHeadThreads)
 // Warp g of the grid takes the groups of 4 vocabulary rows g, g + G, ... (G warps in the grid). A lane loads 2
 // chunks (16 bytes) of each of the 4 rows per batch, 8 loads before their first use, and every load feeds all
@@ -235,7 +244,7 @@ struct LmHeadShared {
   float4 x4[kLmHeadMaxFloats / 4];
 };
 
-template <typename W, int kWidth, int kRows, bool kFused>
+template <typename W, int kWidth, int kRows, LmHeadOp kOp>
 __device__ __forceinline__ void lm_head(const LmHeadArgs& a, const BlockPlace& at, LmHeadShared& shared) {
   constexpr int kValues = kLmHeadRowsPerWarp * kRows;  // a lane's sums: (row r, sequence b) at r * kRows + b
   constexpr int kShift = 5 - log2_of<kValues>();       // the lanes holding value i: i << kShift and up
@@ -249,7 +258,7 @@ __device__ __forceinline__ void lm_head(const LmHeadArgs& a, const BlockPlace& a
   LmHeadBatch<W, kWidth> batch;
   load_batch(batch, a, row0, 0);
   wait_for_inputs(at);  // x is the predecessor's output
-  stage_x<kRows, kFused>(xs, a);
+  stage_x<kRows, kOp>(xs, a);
   const int mine = lane >> kShift, my_row = mine / kRows, my_seq = mine % kRows;
   const bool owner = (lane & ((1 << kShift) - 1)) == 0;
   float best = -INFINITY;
@@ -281,10 +290,10 @@ __device__ __forceinline__ void lm_head(const LmHeadArgs& a, const BlockPlace& a
     const int row = row0 + my_row;
     if (row < a.V && my_seq < a.rows) {
       if (owner) a.logits[(size_t)my_seq * a.V + row] = logit;
-      if (kFused && argmax_better(logit, row, best, best_index)) best = logit, best_index = row;
+      if (picks_token(kOp) && argmax_better(logit, row, best, best_index)) best = logit, best_index = row;
     }
   }
-  if constexpr (kFused) {
+  if constexpr (picks_token(kOp)) {
     // each sequence's best over the lanes holding it (lanes differing outside its bits), then over the warps
     warp_argmax(best, best_index, (kWarpSize - 1) & ~((unsigned)(kRows - 1) << kShift));
     if ((lane & ~((kRows - 1) << kShift)) == 0) warp_best[my_seq][warp] = {best, best_index};

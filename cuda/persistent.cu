@@ -10,7 +10,7 @@
 // earlier cache rows), so the memory keeps streaming through this task's merge and the barrier that follows it.
 //
 // cu_graph_capture (cuda/runtime.cu) records the plan's launches as tasks (cuda/step_tasks.h), uploads them, and
-// captures one cooperative launch of the instantiation for the plan's storage types and batch bucket.
+// captures one cooperative launch of the instantiation for the plan's architecture, storage types and batch bucket.
 #include "attention.h"
 #include "embed.h"
 #include "linear.h"
@@ -42,10 +42,11 @@ constexpr size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 template <typename W, int kRows> struct StepShared {
   static constexpr int V = kVecOf<W>;
   using LnMatvec = MatvecShared<V, kRows, kInputLayernorm>;
+  using RmsMatvec = MatvecShared<V, kRows, kInputRmsnorm>;
   using Matvec = MatvecShared<V, kRows, kInputAsIs>;
   using Attn = AttnShared<V>;
-  static constexpr size_t kBytes =
-      max_size(max_size(sizeof(LnMatvec), sizeof(Matvec)), max_size(sizeof(Attn), sizeof(LmHeadShared)));
+  static constexpr size_t kBytes = max_size(max_size(max_size(sizeof(LnMatvec), sizeof(RmsMatvec)), sizeof(Matvec)),
+                                            max_size(sizeof(Attn), sizeof(LmHeadShared)));
 };
 
 template <typename Args> __device__ __forceinline__ const Args& task_args(const StepTask& task) {
@@ -138,37 +139,84 @@ template <> struct StepBody<kTaskLinearResidual> {
 template <> struct StepBody<kTaskLnLmHeadArgmax> {
   template <typename W, int kRows>
   __device__ __forceinline__ static void run(const StepTask& t, const BlockPlace& at, float4* s) {
-    lm_head<W, kV<W>, kRows, true>(task_args<LmHeadArgs>(t), at, shared_as<LmHeadShared>(s));
+    lm_head<W, kV<W>, kRows, kLnLmHeadArgmax>(task_args<LmHeadArgs>(t), at, shared_as<LmHeadShared>(s));
+  }
+  template <typename W> __device__ __forceinline__ static L2Lines lines(const StepTask& t, const BlockPlace& at) {
+    return lm_head_lines<W>(task_args<LmHeadArgs>(t), at);
+  }
+};
+template <> struct StepBody<kTaskRmsQkvRope> {
+  template <typename W, int kRows>
+  __device__ __forceinline__ static void run(const StepTask& t, const BlockPlace& at, float4* s) {
+    matvec<W, kV<W>, kRows, kOpRmsQkvRope>(task_args<MatvecArgs>(t), at,
+                                           shared_as<typename StepShared<W, kRows>::RmsMatvec>(s));
+  }
+  template <typename W> __device__ __forceinline__ static L2Lines lines(const StepTask& t, const BlockPlace& at) {
+    return matvec_lines<W, kV<W>, kStoreQkvRope>(task_args<MatvecArgs>(t), at);
+  }
+};
+template <> struct StepBody<kTaskRmsGateUp> {
+  template <typename W, int kRows>
+  __device__ __forceinline__ static void run(const StepTask& t, const BlockPlace& at, float4* s) {
+    matvec<W, kV<W>, kRows, kOpRmsGateUp>(task_args<MatvecArgs>(t), at,
+                                          shared_as<typename StepShared<W, kRows>::RmsMatvec>(s));
+  }
+  template <typename W> __device__ __forceinline__ static L2Lines lines(const StepTask& t, const BlockPlace& at) {
+    return matvec_lines<W, kV<W>, kStoreSwiglu>(task_args<MatvecArgs>(t), at);
+  }
+};
+template <> struct StepBody<kTaskRmsLmHeadArgmax> {
+  template <typename W, int kRows>
+  __device__ __forceinline__ static void run(const StepTask& t, const BlockPlace& at, float4* s) {
+    lm_head<W, kV<W>, kRows, kRmsLmHeadArgmax>(task_args<LmHeadArgs>(t), at, shared_as<LmHeadShared>(s));
   }
   template <typename W> __device__ __forceinline__ static L2Lines lines(const StepTask& t, const BlockPlace& at) {
     return lm_head_lines<W>(task_args<LmHeadArgs>(t), at);
   }
 };
 
-// One virtual block of a task.
-template <typename W, int kRows>
+// The architectures' steps: each instantiation of the step kernel runs the bodies of its architecture's step and
+// those every step shares (step_arch_of).
+struct Gpt2Step {
+  static constexpr int kArch = kStepGpt2;
+};
+struct LlamaStep {
+  static constexpr int kArch = kStepLlama;
+};
+template <typename Arch> __host__ __device__ constexpr bool runs_body(int arch) {
+  return arch == kStepNone || arch == Arch::kArch;
+}
+
+// One virtual block of a task (of one of the architecture's bodies: the recorder let no other in).
+template <typename Arch, typename W, int kRows>
 __device__ __forceinline__ void run_task(const StepTask& task, const BlockPlace& at, float4* shared) {
-#define RUN_BODY(kind) \
-  case kind: StepBody<kind>::run<W, kRows>(task, at, shared); break;
+#define RUN_BODY(kind, arch)                                                                       \
+  case kind:                                                                                       \
+    if constexpr (runs_body<Arch>(arch)) StepBody<kind>::template run<W, kRows>(task, at, shared); \
+    break;
   switch (task.kind) { STEP_TASK_KINDS(RUN_BODY) }
 #undef RUN_BODY
 }
 
 // The look-ahead for a task's virtual block `v` (none past the task's blocks).
-template <typename W> __device__ __forceinline__ L2Lines look_ahead_of(const StepTask& task, unsigned v) {
+template <typename Arch, typename W>
+__device__ __forceinline__ L2Lines look_ahead_of(const StepTask& task, unsigned v) {
   const dim3 grid = task.grid;
   if (v >= grid.x * grid.y * grid.z) return {};
   const BlockPlace at = {virtual_block(grid, v), grid, nullptr, 0u, false, nullptr};
-#define BODY_LINES(kind) \
-  case kind: return StepBody<kind>::lines<W>(task, at);
+#define BODY_LINES(kind, arch)                                                               \
+  case kind:                                                                                 \
+    if constexpr (runs_body<Arch>(arch)) return StepBody<kind>::template lines<W>(task, at); \
+    break;
   switch (task.kind) { STEP_TASK_KINDS(BODY_LINES) }
 #undef BODY_LINES
   return {};
 }
 
 // tasks: (n_tasks), run in order  grid: (resident blocks, all co-resident)  block: (kStepThreads)
-// W: the weights' and the cache's storage type; kRows: the batch bucket
-template <typename W, int kRows>
+// Arch: the architecture's step (Gpt2Step, LlamaStep); W: the weights' and the cache's storage type; kRows: the
+// batch bucket
+template <typename Arch, typename W, int kRows>
 __global__ void __launch_bounds__(kStepThreads, step_min_blocks_per_sm<W, kRows>())
     persistent_step_kernel(const StepTask* tasks, int n_tasks, StepBarrier* barrier) {
   extern __shared__ float4 shared[];
@@ -185,9 +233,9 @@ __global__ void __launch_bounds__(kStepThreads, step_min_blocks_per_sm<W, kRows>
     // the first virtual block a resident block takes waits for every block's arrival from the previous tasks,
     // having requested its next round and its first lines of the next task into L2 (wait_for_inputs)
     // two warps work them out side by side (each a chain of dependent loads of the task list), neither copying the task
-    if (threadIdx.x == kWarpSize) ahead.next_round() = look_ahead_of<W>(tasks[i], blockIdx.x + gridDim.x);
+    if (threadIdx.x == kWarpSize) ahead.next_round() = look_ahead_of<Arch, W>(tasks[i], blockIdx.x + gridDim.x);
     if (threadIdx.x == 2 * kWarpSize)
-      ahead.next_task() = i + 1 < n_tasks ? look_ahead_of<W>(tasks[i + 1], blockIdx.x) : L2Lines{};
+      ahead.next_task() = i + 1 < n_tasks ? look_ahead_of<Arch, W>(tasks[i + 1], blockIdx.x) : L2Lines{};
     __syncthreads();
     const dim3 grid = task.grid;
     const unsigned virtual_blocks = grid.x * grid.y * grid.z;
@@ -195,12 +243,12 @@ __global__ void __launch_bounds__(kStepThreads, step_min_blocks_per_sm<W, kRows>
     for (unsigned v = blockIdx.x; v < virtual_blocks; v += gridDim.x) {
       // a later round has no wait to request behind: from the second on, the round after it is requested first
       if (v >= blockIdx.x + gridDim.x && v + gridDim.x < virtual_blocks) {
-        if (threadIdx.x == 0) ahead.next_round() = look_ahead_of<W>(task, v + gridDim.x);
+        if (threadIdx.x == 0) ahead.next_round() = look_ahead_of<Arch, W>(task, v + gridDim.x);
         __syncthreads();
         prefetch_lines_l2(ahead.next_round());
       }
       at.idx = virtual_block(grid, v);
-      run_task<W, kRows>(task, at, shared);
+      run_task<Arch, W, kRows>(task, at, shared);
       at.arrivals_needed = 0;
       __syncthreads();  // the next virtual block reuses the shared memory
     }
@@ -216,13 +264,19 @@ __global__ void __launch_bounds__(kStepThreads, step_min_blocks_per_sm<W, kRows>
   if (arrive_last(&barrier->departures, gridDim.x, &last_to_leave) && threadIdx.x == 0) barrier->arrivals = 0;
 }
 
-// The instantiation for weights and cache in W and batch bucket kRows, with its shared memory.
-template <typename W, int kRows> static void pick(StepLaunch* out) {
-  out->kernel = persistent_step_kernel<W, kRows>;
+// The instantiation for the architecture's step, weights and cache in W and batch bucket kRows, with its shared memory.
+template <typename Arch, typename W, int kRows> static void pick(StepLaunch* out) {
+  out->kernel = persistent_step_kernel<Arch, W, kRows>;
   out->shared_bytes = StepShared<W, kRows>::kBytes;
 }
-template <typename W> static void pick_for_rows(int rows, StepLaunch* out) {
-  with_batch_bucket(rows, [&](auto bucket) { pick<W, decltype(bucket)::value>(out); });
+template <typename W> static void pick_for(int arch, int rows, StepLaunch* out) {
+  with_batch_bucket(rows, [&](auto bucket) {
+    constexpr int kRows = decltype(bucket)::value;
+    if (arch == kStepLlama)
+      pick<LlamaStep, W, kRows>(out);
+    else
+      pick<Gpt2Step, W, kRows>(out);
+  });
 }
 
 // Blocks of the kernel that fit on the device at once (a cooperative launch needs them all resident).
@@ -259,7 +313,7 @@ cudaError_t persistent_step_prepare(const StepRecorder& recorded, StepLaunch* ou
   if (!recorded.supported() || (v.kvdtype != kStepNone && v.kvdtype != v.wdtype)) return cudaErrorNotSupported;
   *out = {};
   out->n_tasks = (int)recorded.tasks().size();
-  with_storage(v.wdtype, [&](auto w) { pick_for_rows<decltype(w)>(v.rows, out); });
+  with_storage(v.wdtype, [&](auto w) { pick_for<decltype(w)>(v.arch, v.rows, out); });
   return resident_blocks(out->kernel, out->shared_bytes, &out->blocks);
 }
 
@@ -302,7 +356,7 @@ __global__ void __launch_bounds__(kStepThreads) runtime_skew_kernel(int n, long 
 
 cudaError_t persistent_barrier_blocks(int* blocks) {
   StepLaunch step = {};
-  pick<float, 1>(&step);  // the fp32 single-sequence step's grid
+  pick<Gpt2Step, float, 1>(&step);  // GPT-2's fp32 single-sequence step's grid
   return resident_blocks(step.kernel, step.shared_bytes, blocks);
 }
 

@@ -9,18 +9,36 @@
 
 #include "launch.h"
 
-// The bodies the persistent step kernel runs (each the 16-byte variant of its op's kernel): one list for the kinds
-// and for the switches over them (cuda/persistent.cu).
-#define STEP_TASK_KINDS(X) \
-  X(kTaskEmbed)            \
-  X(kTaskLnQkv)            \
-  X(kTaskAttention)        \
-  X(kTaskLnLinearGelu)     \
-  X(kTaskLinearResidual)   \
-  X(kTaskLnLmHeadArgmax)
-#define STEP_TASK_ENUMERATOR(kind) kind,
+constexpr int kStepNone = -1;  // an op without weights, a cache or rows; a body every architecture's step runs
+
+// The architectures whose decode step has a persistent kernel of its own: each instantiation holds only its
+// architecture's bodies, so one family's bodies never cost another's registers.
+enum StepArch : int32_t { kStepGpt2, kStepLlama };
+
+// The bodies the persistent step kernel runs (each the 16-byte variant of its op's kernel), with the architecture
+// whose step runs them: one list for the kinds and for the switches over them (cuda/persistent.cu).
+#define STEP_TASK_KINDS(X)          \
+  X(kTaskEmbed, kStepNone)          \
+  X(kTaskLnQkv, kStepGpt2)          \
+  X(kTaskAttention, kStepNone)      \
+  X(kTaskLnLinearGelu, kStepGpt2)   \
+  X(kTaskLinearResidual, kStepNone) \
+  X(kTaskLnLmHeadArgmax, kStepGpt2) \
+  X(kTaskRmsQkvRope, kStepLlama)    \
+  X(kTaskRmsGateUp, kStepLlama)     \
+  X(kTaskRmsLmHeadArgmax, kStepLlama)
+#define STEP_TASK_ENUMERATOR(kind, arch) kind,
 enum StepTaskKind : int32_t { STEP_TASK_KINDS(STEP_TASK_ENUMERATOR) };
 #undef STEP_TASK_ENUMERATOR
+
+// The architecture whose step runs a body (kStepNone: every one's).
+constexpr int step_arch_of(StepTaskKind kind) {
+#define STEP_TASK_ARCH(k, arch) \
+  if (kind == k) return arch;
+  STEP_TASK_KINDS(STEP_TASK_ARCH)
+#undef STEP_TASK_ARCH
+  return kStepNone;
+}
 
 constexpr int kStepTaskArgBytes = 128;  // the largest of the bodies' argument structs (cuda/persistent.cu asserts it)
 
@@ -31,12 +49,10 @@ struct StepTask {
   alignas(16) unsigned char args[kStepTaskArgBytes];
 };
 
-constexpr int kStepNone = -1;  // an op without weights, a cache or rows
-
-// What the step's kernel is instantiated for: the weights' and the cache's storage types, and the rows each body
-// accumulates (batch_bucket of the batch).
+// What the step's kernel is instantiated for: the weights' and the cache's storage types, the rows each body
+// accumulates (batch_bucket of the batch), and the architecture (StepArch).
 struct StepVariant {
-  int wdtype = kStepNone, kvdtype = kStepNone, rows = kStepNone;
+  int wdtype = kStepNone, kvdtype = kStepNone, rows = kStepNone, arch = kStepNone;
 };
 
 // A fused decode op's task form: the body that runs it, whether the launcher chose the 16-byte variant (the only
@@ -55,7 +71,7 @@ class StepRecorder {
     static_assert(sizeof(Args) <= kStepTaskArgBytes, "a body's arguments fit a task");
     const StepVariant& v = form.variant;
     if (!form.vec || !agree(variant_.wdtype, v.wdtype) || !agree(variant_.kvdtype, v.kvdtype) ||
-        !agree(variant_.rows, v.rows)) {
+        !agree(variant_.rows, v.rows) || !agree(variant_.arch, v.arch)) {
       supported_ = false;
       return;
     }
@@ -69,7 +85,8 @@ class StepRecorder {
   void reject() { supported_ = false; }
 
   bool supported() const {
-    return supported_ && !tasks_.empty() && variant_.wdtype != kStepNone && variant_.rows != kStepNone;
+    return supported_ && !tasks_.empty() && variant_.wdtype != kStepNone && variant_.rows != kStepNone &&
+           variant_.arch != kStepNone;
   }
   const std::vector<StepTask>& tasks() const { return tasks_; }
   const StepVariant& variant() const { return variant_; }

@@ -448,6 +448,97 @@ export const OPS = {
       token_ids: B,
     }),
   ),
+  // ---- the Llama family's fused decode ops (one row per sequence)
+  // qkv: (B, Q + 2 KV) = rmsnorm(x) @ weight + bias, q and k turned at pos_b, k and v to each sequence's cache row
+  // pos_b: rmsnorm, linear, rope, kv_append
+  rms_qkv_rope: op(
+    17,
+    [
+      ["qkv", "float*"],
+      ["k_cache", "void*"],
+      ["v_cache", "void*"],
+      ["partials", "float*"],
+      ["x", "const float*"],
+      ["ln_weight", "const float*"],
+      ["weight", "const void*"],
+      ["bias", "const float*"],
+      ["state", "const int*"],
+      ["rope", "const float*"],
+      ["B", "int"],
+      ["C", "int"],
+      ["n_head", "int"],
+      ["n_kv_head", "int"],
+      ["head_dim", "int"],
+      ["max_ctx", "int"],
+      ["eps", "float"],
+      ["wdtype", "int"],
+      ["kvdtype", "int"],
+    ],
+    ({ qkv, B, n_head, n_kv_head, head_dim }) => ({ ptr: qkv, floats: B * (n_head + 2 * n_kv_head) * head_dim }),
+    ({ B, C, n_head, n_kv_head, head_dim }) => {
+      const Q = n_head * head_dim,
+        KV = n_kv_head * head_dim,
+        OC = Q + 2 * KV;
+      return {
+        flops: B * (RMSNORM_FLOPS_PER_ELEMENT * C + 2 * C * OC + OC + ROPE_FLOPS_PER_ELEMENT * (Q + KV)),
+        activations: B * (C + OC),
+        weights: C * OC,
+        vectors: C + OC + B * head_dim, // the norm, the bias, each row's table row
+        kv: 2 * B * KV,
+      };
+    },
+  ),
+  // out: (B, I) = silu(g) * u, [g | u] = rmsnorm(x) @ weight (C, 2I) + bias: rmsnorm, linear, swiglu
+  rms_gate_up: op(
+    18,
+    [
+      ["out", "float*"],
+      ["partials", "float*"],
+      ["x", "const float*"],
+      ["ln_weight", "const float*"],
+      ["weight", "const void*"],
+      ["bias", "const float*"],
+      ["B", "int"],
+      ["C", "int"],
+      ["I", "int"],
+      ["eps", "float"],
+      ["wdtype", "int"],
+    ],
+    ({ out, B, I }) => ({ ptr: out, floats: B * I }),
+    ({ B, C, I }) => ({
+      flops: B * (RMSNORM_FLOPS_PER_ELEMENT * C + 2 * C * 2 * I + 2 * I + SWIGLU_FLOPS_PER_OUTPUT * I),
+      activations: B * (C + I),
+      weights: C * 2 * I,
+      vectors: C + 2 * I,
+    }),
+  ),
+  // logits: (B, V) = rmsnorm(x) @ wte^T, then each sequence's next token: rmsnorm, lm_head, argmax
+  rms_lm_head_argmax: op(
+    19,
+    [
+      ["logits", "float*"],
+      ["seq", "int*"],
+      ["state", "int*"],
+      ["partials", "float*"],
+      ["x", "const float*"],
+      ["ln_weight", "const float*"],
+      ["wte", "const void*"],
+      ["B", "int"],
+      ["C", "int"],
+      ["V", "int"],
+      ["max_ctx", "int"],
+      ["eps", "float"],
+      ["wdtype", "int"],
+    ],
+    ({ logits, B, V }) => ({ ptr: logits, floats: B * V }),
+    ({ B, C, V }) => ({
+      flops: B * (RMSNORM_FLOPS_PER_ELEMENT * C + 2 * C * V + V),
+      activations: B * (C + V),
+      weights: V * C,
+      vectors: C,
+      token_ids: B,
+    }),
+  ),
 } as const;
 
 export type OpFamily = keyof typeof OPS;

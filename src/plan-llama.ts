@@ -1,8 +1,12 @@
-// The Llama family's decode step as a list of ops — it reads like the model's math (src/model/llama.ts). One op
-// per step of the math (the unfused plan); the same list runs in every launch mode but the persistent one.
+// The Llama family's decode step as a list of ops — it reads like the model's math (src/model/llama.ts). The
+// unfused plan is one op per step of the math; the fused one runs a decode step of one row per sequence in five
+// launches per layer, as GPT-2's does (plan.ts): RMSNorm in the next matvec's prologue, RoPE and the cache write in
+// the q/k/v matvec's epilogue, silu(gate) · up in the gate/up matvec's, the residual adds in o and down's, argmax
+// in the LM head. Qwen3's per-head q/k norms need a whole head before the rotation, which a matvec's column tile
+// does not hold: its steps are unfused.
 import type { LlamaConfig } from "./model/llama.ts";
 import type { OpArgs, OpFamily } from "./ops.ts";
-import { dtypeCodes, PLACEHOLDER_POINTER, planOp, type PlanOp, type StepForm } from "./plan.ts";
+import { dtypeCodes, PLACEHOLDER_POINTER, planOp, type PlanKind, type PlanOp, type StepForm } from "./plan.ts";
 
 /** A linear's device buffers: its input-first matrix and its bias (zeros where the model has none). */
 export interface Linear {
@@ -48,11 +52,24 @@ export interface LlamaBuffers {
   maxRows: number;
 }
 
+/** The plans a Llama-family model has: the fused one unless its heads are normalised before the rotation (Qwen3). */
+export function llamaPlans(config: LlamaConfig): readonly PlanKind[] {
+  return config.qk_norm ? ["unfused"] : ["fused", "unfused"];
+}
+
 /** The step for T new rows of each of the buffers' sequences, at the positions held in `state`. */
-export function llamaStep(m: LlamaBuffers, T: number): PlanOp[] {
+export function llamaStep(m: LlamaBuffers, T: number, kind: PlanKind): PlanOp[] {
   const rows = m.batch * T;
   if (!Number.isInteger(T) || T < 1 || rows > m.maxRows)
     throw new Error(`llamaStep: ${m.batch} × T=${T} rows outside 1..${m.maxRows}`);
+  if (kind === "fused" && !llamaPlans(m.config).includes("fused"))
+    throw new Error(`llamaStep: ${m.config.name} has no fused plan (its q/k norms)`);
+  return kind === "fused" && T === 1 ? fusedLlamaStep(m) : unfusedLlamaStep(m, T);
+}
+
+/** One launch per op, for T rows of each sequence. */
+function unfusedLlamaStep(m: LlamaBuffers, T: number): PlanOp[] {
+  const rows = m.batch * T;
   const cfg = m.config;
   const { n_embd: C, n_head, n_kv_head, head_dim, intermediate_size: I, vocab_size: V, rms_norm_eps: eps } = cfg;
   const { n_positions: max_ctx } = cfg;
@@ -134,6 +151,95 @@ export function llamaStep(m: LlamaBuffers, T: number): PlanOp[] {
   return plan;
 }
 
+/** The same math for one row per sequence, the fused decode ops in five launches per layer. */
+function fusedLlamaStep(m: LlamaBuffers): PlanOp[] {
+  const cfg = m.config;
+  const { n_embd: C, n_head, n_kv_head, head_dim, intermediate_size: I, vocab_size: V, rms_norm_eps: eps } = cfg;
+  const { n_positions: max_ctx } = cfg;
+  const Q = n_head * head_dim;
+  const {
+    batch: B,
+    dtypes: { weights: wdtype, kv: kvdtype },
+    state,
+    partials,
+    x,
+  } = m;
+  const plan: PlanOp[] = [];
+  const op = <F extends OpFamily>(family: F, label: string, layer: number | null, args: OpArgs<F>) =>
+    plan.push(planOp(family, label, layer, args));
+
+  op("embed", "embed", null, { out: x, seq: m.seq, state, wte: m.embed_tokens, wpe: 0, B, T: 1, C, max_ctx, wdtype }); // x = embed[token]
+  m.layers.forEach((w, l) => {
+    const h = `layers.${l}`;
+    const [k_cache, v_cache] = [m.kCache[l]!, m.vCache[l]!];
+    op("rms_qkv_rope", `${h}.self_attn.rms_qkv_rope`, l, {
+      qkv: m.qkv,
+      k_cache,
+      v_cache,
+      partials,
+      x,
+      ln_weight: w.input_layernorm,
+      ...w.qkv,
+      state,
+      rope: m.rope,
+      B,
+      C,
+      n_head,
+      n_kv_head,
+      head_dim,
+      max_ctx,
+      eps,
+      wdtype,
+      kvdtype,
+    }); //                                                    q, k, v = rope(rmsnorm(x) @ W_qkv + b); cache ← k, v
+    op("attention", `${h}.self_attn.attend`, l, {
+      out: m.att,
+      scratch: m.scratch,
+      qkv: m.qkv,
+      k_cache,
+      v_cache,
+      state,
+      B,
+      T: 1,
+      C: Q,
+      n_head,
+      n_kv_head,
+      max_ctx,
+      kvdtype,
+    }); //                                                                                   y = softmax(q K^T / √d) V, GQA
+    op("linear_residual", `${h}.self_attn.o_proj`, l, { x, partials, inp: m.att, ...w.o_proj, B, C: Q, OC: C, wdtype }); // x = x + y @ W_o
+    op("rms_gate_up", `${h}.mlp.rms_gate_up`, l, {
+      out: m.act,
+      partials,
+      x,
+      ln_weight: w.post_attention_layernorm,
+      ...w.gate_up,
+      B,
+      C,
+      I,
+      eps,
+      wdtype,
+    }); //                                                                                   s = silu(a @ W_gate) * (a @ W_up), a = rmsnorm(x)
+    op("linear_residual", `${h}.mlp.down_proj`, l, { x, partials, inp: m.act, ...w.down, B, C: I, OC: C, wdtype }); // x = x + s @ W_down
+  });
+  op("rms_lm_head_argmax", "norm.lm_head.argmax", null, {
+    logits: m.logits,
+    seq: m.seq,
+    state,
+    partials,
+    x,
+    ln_weight: m.norm,
+    wte: m.lm_head,
+    B,
+    C,
+    V,
+    max_ctx,
+    eps,
+    wdtype,
+  }); //                                                         logits = rmsnorm(x) @ lm_head^T; next = argmax; pos += 1
+  return plan;
+}
+
 /** The step's shape without a backend (plan.ts planShape): every pointer a placeholder, q/k norms where the model has them. */
 export function llamaPlanShape(config: LlamaConfig, T: number, form: StepForm): PlanOp[] {
   const at = PLACEHOLDER_POINTER;
@@ -175,5 +281,5 @@ export function llamaPlanShape(config: LlamaConfig, T: number, form: StepForm): 
     partials: at,
     maxRows: form.batch * T,
   };
-  return llamaStep(buffers, T);
+  return llamaStep(buffers, T, form.plan);
 }

@@ -268,22 +268,22 @@ describe("generate: the Llama family", () => {
     const ids = generate("--model", LLAMA, "--backend", "cpu", "--prompt-ids", llama.prompt.join(","), "--json");
     expect(ids.code).toBe(0);
     expect(JSON.parse(ids.stdout).generated_ids).toEqual(llama.generated.slice(0, 20));
-    expect(JSON.parse(ids.stdout).plan).toBe("unfused");
+    expect(JSON.parse(ids.stdout).plan).toBe("fused");
     const text = generate("--model", LLAMA, "--backend", "cpu", "--prompt", llama.tokenizer_check.text, "--json");
     expect(text.code).toBe(0);
     expect(JSON.parse(text.stdout).prompt_ids).toEqual(llama.tokenizer_check.ids);
     expect(text.stderr).toContain("tokenizer.json");
   });
 
-  test("a preset that does not fit, --plan fused, and a text prompt without a tokenizer: one line each", () => {
+  test("a preset that does not fit, --plan fused on Qwen3, and a text prompt without a tokenizer: one line each", () => {
     const one = (r: ReturnType<typeof generate>, pattern: RegExp) => {
       expect(r.code).not.toBe(0);
       expect(r.stderr.trim().split("\n")).toHaveLength(1);
       expect(r.stderr).toMatch(pattern);
     };
     one(
-      generate("--model", LLAMA, "--backend", "cpu", "--plan", "fused"),
-      /^error: the fused plan is GPT-2's only so far/,
+      generate("--model", join(import.meta.dir, "fixtures/qwen3-tiny"), "--backend", "cpu", "--plan", "fused"),
+      /^error: a qwen3-tiny model has no fused plan \(its per-head q\/k norms .*--plan unfused/,
     );
     one(
       generate("--model", join(import.meta.dir, "fixtures/qwen3-tiny"), "--backend", "cpu", "--prompt", "hi"),

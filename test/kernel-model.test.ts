@@ -310,8 +310,8 @@ describe("the kernels' facts from the library", () => {
     ]).toEqual([4, 7, 256 * 256, 32]);
     expect(predictKernel(at(changed), h200).chainUs).toBeCloseTo(7 * h200.l2LatencyUs.value, 9);
     const bf16x4 = { plan: "fused", batch: 4, weights: "bf16", kv: "bf16" } as const;
-    expect(persistentKernel(bf16x4, facts, null)).toEqual({ registers: 255, laterRoundL2Trips: 3 }); // 1 block of 256 per SM
-    expect(persistentKernel(DEFAULT_STEP_FORM, facts, null)!.registers).toBe(128); // 2 blocks of 256 per SM
+    expect(persistentKernel(gpt2, bf16x4, facts, null)).toEqual({ registers: 255, laterRoundL2Trips: 3 }); // 1 block of 256 per SM
+    expect(persistentKernel(gpt2, DEFAULT_STEP_FORM, facts, null)!.registers).toBe(128); // 2 blocks of 256 per SM
     const oneBlock = {
       ...facts,
       persistent: {
@@ -320,7 +320,7 @@ describe("the kernels' facts from the library", () => {
         laterRoundL2Trips: 5,
       },
     };
-    expect(persistentKernel(DEFAULT_STEP_FORM, oneBlock, null)).toEqual({ registers: 64, laterRoundL2Trips: 5 });
+    expect(persistentKernel(gpt2, DEFAULT_STEP_FORM, oneBlock, null)).toEqual({ registers: 64, laterRoundL2Trips: 5 });
   });
 });
 

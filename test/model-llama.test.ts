@@ -14,9 +14,18 @@ import { CudaBackend } from "../src/backends/cuda.ts";
 import { loadAnyModel } from "../src/model/architectures.ts";
 import { readSafetensors } from "../src/model/safetensors.ts";
 import { generate, generateBatch } from "../src/run/generate.ts";
+import { DTYPE_NAMES } from "../src/ops.ts";
+import { PLAN_KINDS } from "../src/plan.ts";
+import { plansOf } from "../src/plans.ts";
 import { launchMode } from "../src/run/launch-modes.ts";
 import { Session } from "../src/run/session.ts";
-import { fixtureChecks, readFixture } from "../src/verify/model-checks.ts";
+import {
+  cachedEqualsUncached,
+  fixtureChecks,
+  modesBitIdentical,
+  plansAgree,
+  readFixture,
+} from "../src/verify/model-checks.ts";
 
 const HERE = join(import.meta.dir, "fixtures");
 const SHARED = join(import.meta.dir, "../../shared/fixtures");
@@ -30,6 +39,8 @@ const present = FIXTURES.filter((f) => existsSync(join(f.dir, "config.json")));
 for (const f of FIXTURES.filter((f) => !present.includes(f)))
   console.log(`model-llama: skipping ${f.name}: ${f.dir} is not here (../shared/fixtures is absent)`);
 
+/** The emulator runs every CUDA thread as a fiber: tens of seconds per model, several times that on busy cores. */
+const EMU_TIMEOUT_MS = 600_000;
 const cpu = CpuBackend.open();
 const emu = CudaBackend.open({ emulated: true });
 afterAll(() => {
@@ -39,14 +50,42 @@ afterAll(() => {
 
 describe.each(present.map((f) => [f.name, f] as const))("%s against its float64 reference", (_, f) => {
   const fixture = readFixture(f.dir);
-  test.each([
+  const weights = loadAnyModel(f.dir);
+  const cases = [
     ["cpu", cpu],
     ["emulated CUDA", emu],
-  ] as const)("on %s: logits, and greedy tokens in every mode, cached and uncached", (_, backend) => {
-    const rows = fixtureChecks(backend, loadAnyModel(f.dir), fixture, "unfused");
-    expect(rows.filter((r) => r.status !== "pass")).toEqual([]);
-    expect(rows.length).toBeGreaterThanOrEqual(3); // logits, at least one cached mode, uncached
-  });
+  ] as const;
+  test.each(cases.flatMap(([name, backend]) => plansOf(weights.config).map((plan) => [name, plan, backend] as const)))(
+    "on %s, %s plan: logits, and greedy tokens in every mode, cached and uncached",
+    (name, plan, backend) => {
+      const rows = fixtureChecks(backend, weights, fixture, plan);
+      expect(rows.filter((r) => r.status !== "pass")).toEqual([]);
+      // logits, a greedy row per launch mode the backend has (the persistent step: the fused plan's), uncached
+      const modes = name === "cpu" ? 2 : plan === "fused" ? 5 : 4;
+      expect(rows).toHaveLength(modes + 2);
+    },
+    EMU_TIMEOUT_MS,
+  );
+});
+
+describe("llama-tiny's fused plan on the emulated CUDA kernels", () => {
+  const dir = join(HERE, "llama-tiny");
+  const weights = loadAnyModel(dir);
+  const { prompt } = readFixture(dir);
+  const n = weights.config.n_positions - prompt.length; // every position the cache holds
+  test(
+    "every launch mode bit for bit (the persistent step too), the cache exact, the plans agreeing, over every position",
+    () => {
+      for (const check of [
+        modesBitIdentical(emu, weights, prompt, n, "fused"),
+        cachedEqualsUncached(emu, weights, prompt, n, "fused"),
+        plansAgree(emu, weights, prompt, n),
+      ])
+        expect(`${check.check} ${check.detail}: ${check.status}`).toEndWith(": pass");
+      expect(modesBitIdentical(emu, weights, prompt, 4, "fused").detail).toContain("persistent");
+    },
+    EMU_TIMEOUT_MS,
+  );
 });
 
 describe("batches and checkpoints", () => {
@@ -55,28 +94,31 @@ describe("batches and checkpoints", () => {
   test.each([
     ["cpu", cpu],
     ["emulated CUDA", emu],
-  ] as const)("on %s, a batch of 3 sequences gives each its tokens alone, in every storage type", (_, backend) => {
-    const weights = loadAnyModel(dir);
-    const prompts = [fixture.prompt, fixture.prompt.slice(2), [7, 8, 9, 10]];
-    for (const dtype of ["f32", "bf16", "f16"] as const) {
-      const form = { plan: "unfused" as const, batch: 1, weights: dtype, kv: dtype };
-      const alone = prompts.map((prompt) => {
-        const s = new Session(backend, weights, { form });
+  ] as const)(
+    "on %s, a batch of 3 sequences gives each its tokens alone, in both plans and every storage type",
+    (_, backend) => {
+      const weights = loadAnyModel(dir);
+      const prompts = [fixture.prompt, fixture.prompt.slice(2), [7, 8, 9, 10]];
+      for (const [plan, dtype] of PLAN_KINDS.flatMap((p) => DTYPE_NAMES.map((d) => [p, d] as const))) {
+        const form = { plan, batch: 1, weights: dtype, kv: dtype };
+        const alone = prompts.map((prompt) => {
+          const s = new Session(backend, weights, { form });
+          try {
+            return generate(s, { prompt, maxNewTokens: 6, cache: true, mode: launchMode("eager") }).generatedIds;
+          } finally {
+            s.close();
+          }
+        });
+        const s = new Session(backend, weights, { form: { ...form, batch: prompts.length } });
         try {
-          return generate(s, { prompt, maxNewTokens: 6, cache: true, mode: launchMode("eager") }).generatedIds;
+          const together = generateBatch(s, { prompts, maxNewTokens: 6, cache: true, mode: launchMode("eager") });
+          expect(together.generatedIds).toEqual(alone);
         } finally {
           s.close();
         }
-      });
-      const s = new Session(backend, weights, { form: { ...form, batch: prompts.length } });
-      try {
-        const together = generateBatch(s, { prompts, maxNewTokens: 6, cache: true, mode: launchMode("eager") });
-        expect(together.generatedIds).toEqual(alone);
-      } finally {
-        s.close();
       }
-    }
-  });
+    },
+  );
 
   test("a sharded copy (index + two shards) gives the same tokens; a missing shard is one line", () => {
     const copy = mkdtempSync(join(tmpdir(), "llama-sharded-"));

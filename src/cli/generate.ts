@@ -4,10 +4,10 @@ import { hideBin } from "yargs/helpers";
 
 import { BACKEND_CHOICES, openBackend, type BackendChoice } from "../backends/select.ts";
 import { runCli, UserError } from "../errors.ts";
-import { isLlamaConfig } from "../model/llama.ts";
 import { parsePromptIds, textCodec } from "../model/tokenizer.ts";
 import { DTYPE_NAMES, MAX_BATCH, type DtypeName } from "../ops.ts";
 import { PLAN_KINDS, type PlanKind, type StepForm } from "../plan.ts";
+import { defaultPlan, planRefusal } from "../plans.ts";
 import { generateBatch } from "../run/generate.ts";
 import {
   LAUNCH_MODE_NAMES,
@@ -124,11 +124,9 @@ await runCli(async () => {
   if (dumpLogits && batch > 1)
     throw new UserError("--dump-logits writes one sequence's logits: use it with one prompt and --batch 1");
   const dtype: DtypeName = argv.dtype ?? weights.storedAs;
-  const plan: PlanKind = argv.plan ?? (isLlamaConfig(cfg) ? "unfused" : "fused");
-  if (isLlamaConfig(cfg) && plan === "fused")
-    throw new UserError(
-      `the fused plan is GPT-2's only so far: a ${cfg.arch} model runs --plan unfused (one launch per op)`,
-    );
+  const plan: PlanKind = argv.plan ?? defaultPlan(cfg);
+  const refusal = planRefusal(cfg, plan);
+  if (refusal) throw new UserError(refusal);
   const form: StepForm = { plan, batch, weights: dtype, kv: argv["kv-dtype"] ?? dtype };
   const backend = await openBackend(argv.backend, { threads, note: say });
   if (backend.kind !== "cuda") checkHostMemory(cfg, dtype); // the CPU's and the emulator's weights are in host memory

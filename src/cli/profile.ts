@@ -27,7 +27,7 @@ import { createProgress } from "../report/progress.ts";
 import { renderTerminalSummary } from "../report/terminal.ts";
 import { writeProfileOutputs, type WrittenOutputs } from "../report/write.ts";
 import { PLAN_KINDS, type PlanKind, type StepForm } from "../plan.ts";
-import { defaultPlan, plansOf } from "../plans.ts";
+import { defaultPlan, planRefusal } from "../plans.ts";
 import {
   availableModes,
   LAUNCH_MODE_NAMES,
@@ -258,10 +258,8 @@ await runCli(async () => {
     );
     const cfg = weights.config;
     const plan: PlanKind = argv.plan ?? defaultPlan(cfg);
-    if (!plansOf(cfg).includes(plan))
-      throw new UserError(
-        `the ${plan} plan is GPT-2's only so far: a ${cfg.name} step runs --plan ${defaultPlan(cfg)}`,
-      );
+    const refusal = planRefusal(cfg, plan);
+    if (refusal) throw new UserError(refusal);
     lines.forEach(say);
     backend = await openBackend(argv.backend, { threads, note: say });
     const defaults = backend.studyDefaults;

@@ -188,7 +188,7 @@ function printPredictions(device: CudaBackend, sass: SassFacts[] | null): void {
     predictRange(
       decodeKernelInputs(config, form, ctx, kernels, sass),
       model,
-      persistentKernel(form, kernels.facts, sass),
+      persistentKernel(config, form, kernels.facts, sass),
     );
   const cases: StepCase[] = (["h200", "a40"] as const).flatMap((gpu) =>
     PLAN_KINDS.flatMap((plan) =>

@@ -39,6 +39,9 @@ export const DECODE_KERNELS: Readonly<Record<OpFamily, KernelTemplate & { name?:
   rmsnorm: { of: "width" },
   rope: { of: "none" },
   swiglu: { of: "width" },
+  rms_qkv_rope: { of: "weights", body: "matvec" },
+  rms_gate_up: { of: "weights", body: "matvec" },
+  rms_lm_head_argmax: { of: "weights", body: "lm_head" },
 };
 
 /** The body an op's kernel runs where it is the decode matvec's or the LM head's, else null. */
@@ -72,7 +75,13 @@ export function decodeKernel(facts: KernelFacts, family: OpFamily, dtype: DtypeN
 /** op_linear's kernel for more than MAX_BATCH rows (prefill): a tiled matrix product on weights in `dtype`. */
 export const tiledLinearKernel = (dtype: DtypeName) => `linear_tiled_kernel<${elementType(dtype)}>`;
 
-/** The persistent step kernel (cuda/persistent.cu), and its instantiation for weights and cache in `dtype` and `rows` rows. */
+/** The architectures' steps the persistent kernel is instantiated for (cuda/persistent.cu Gpt2Step, LlamaStep). */
+export const STEP_ARCHS = ["Gpt2Step", "LlamaStep"] as const;
+export type StepArch = (typeof STEP_ARCHS)[number];
+/**
+ * The persistent step kernel (cuda/persistent.cu), and its instantiation for an architecture's step, weights and
+ * cache in `dtype` and `rows` rows.
+ */
 export const PERSISTENT_STEP_KERNEL = "persistent_step_kernel";
-export const persistentStepKernel = (facts: KernelFacts, dtype: DtypeName, rows: number) =>
-  `${PERSISTENT_STEP_KERNEL}<${elementType(dtype)}, ${rowBucket(facts, rows)}>`;
+export const persistentStepKernel = (facts: KernelFacts, arch: StepArch, dtype: DtypeName, rows: number) =>
+  `${PERSISTENT_STEP_KERNEL}<${arch}, ${elementType(dtype)}, ${rowBucket(facts, rows)}>`;

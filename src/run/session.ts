@@ -8,6 +8,7 @@ import { isLlamaConfig, type LlamaWeights } from "../model/llama.ts";
 import type { GPT2Weights } from "../model/weights.ts";
 import { STATE_INTS, STATE_POS } from "../ops.ts";
 import { llamaStep, type LlamaBuffers } from "../plan-llama.ts";
+import { planRefusal } from "../plans.ts";
 import {
   decodeStep,
   DEFAULT_STEP_FORM,
@@ -53,10 +54,8 @@ export class Session<W extends ModelWeights = GPT2Weights> {
     opts: SessionOptions = {},
   ) {
     const form = opts.form ?? DEFAULT_STEP_FORM;
-    if (isLlamaConfig(weights.config) && form.plan === "fused")
-      throw new UserError(
-        `the fused plan is GPT-2's only so far: a ${weights.config.arch} model runs --plan unfused (one launch per op)`,
-      );
+    const refusal = planRefusal(weights.config, form.plan);
+    if (refusal) throw new UserError(refusal);
     if (isLlamaConfig(weights.config)) {
       const held = Math.min(opts.maxContext ?? weights.config.n_positions, weights.config.n_positions);
       const config = { ...weights.config, n_positions: held };
@@ -103,7 +102,7 @@ export class Session<W extends ModelWeights = GPT2Weights> {
 
   /** The architecture's step over these buffers. */
   private stepOf(buffers: ModelBuffers | LlamaBuffers, T: number): PlanOp[] {
-    return isLlamaBuffers(buffers) ? llamaStep(buffers, T) : decodeStep(buffers, T, this.plan);
+    return isLlamaBuffers(buffers) ? llamaStep(buffers, T, this.plan) : decodeStep(buffers, T, this.plan);
   }
 
   private compiled(key: string, build: () => PlanOp[]): CompiledStep {

@@ -11,7 +11,7 @@ import { bf16Bits, bf16Value, roundInPlace } from "../model/dtypes.ts";
 import { DTYPE_BYTES, DTYPE_NAMES, DTYPES, MAX_BATCH, STATE_INTS, type DtypeName } from "../ops.ts";
 import type { DeviceArena } from "./arena.ts";
 import { maxRelativeError, randomFloats } from "./compare.ts";
-import { expectedArgmax, stateAt, type KernelCase, type Pair, type Pointers } from "./kernel-case.ts";
+import { expectedArgmax, ropeTable, stateAt, type KernelCase, type Pair, type Pointers } from "./kernel-case.ts";
 
 /**
  * The storage types the CPU twins (cuda/*.cpp) run: all of them. (A device op in a type a twin did not run would be
@@ -449,6 +449,128 @@ const lnQkvSpec = ([C, maxCtx]: number[], w: DtypeName, kv: DtypeName): BatchSpe
   },
 });
 
+// ---- the Llama family's fused decode ops
+/** Each sequence's cache rows: row pos_b the device's own k (v) columns of its qkv row rounded to the cache's type
+ *  (when below max_ctx), every other row as it was. qkv rows: [q (Q) | k (KV) | v (KV)]. */
+function cacheRowsFollowQkv(
+  device: Results,
+  sequences: Record<string, Data>[],
+  Q: number,
+  KV: number,
+  maxCtx: number,
+  kv: DtypeName,
+): boolean {
+  const qkv = device.floats("qkv"),
+    row = Q + 2 * KV;
+  return ["k", "v"].every((n, part) => {
+    const got = device.floats(n);
+    return sequences.every((s, b) => {
+      const pos = (s.state as Int32Array)[0]!;
+      const want = (s[n] as Stored).values.slice();
+      const from = b * row + Q + part * KV;
+      if (pos < maxCtx) want.set(roundInPlace(kv, qkv.slice(from, from + KV)), pos * KV);
+      const mine = got.subarray(b * maxCtx * KV, (b + 1) * maxCtx * KV);
+      return mine.every((x, i) => Object.is(x, want[i]));
+    });
+  });
+}
+
+/** rms_qkv_rope: qkv (RMSNorm, q/k/v, the rotation) within the tolerance; the cache rows as cacheRowsFollowQkv. The
+ *  last sequences sit at max_ctx: nothing turned, nothing cached. */
+const rmsQkvRopeSpec = ([C, nHead, nKv, hd, maxCtx]: number[], w: DtypeName, kv: DtypeName): BatchSpec => {
+  const Q = nHead! * hd!,
+    KV = nKv! * hd!,
+    OC = Q + 2 * KV;
+  return {
+    kernel: "rms_qkv_rope",
+    shape: `C=${C} heads=${nHead}/${nKv}x${hd} max_ctx=${maxCtx}`,
+    shared: (seed) => ({
+      lnW: randomFloats(C!, seed + 90),
+      w: stored(w, randomFloats(C! * OC, seed + 91, 0.1)),
+      b: randomFloats(OC, seed + 92),
+      rope: ropeTable(maxCtx!, hd!),
+    }),
+    sequence: (b, seed) => ({
+      x: randomFloats(C!, seed + 93 + 100 * b, 3),
+      state: stateAt(positionOf(b, 3, maxCtx!)),
+      k: cache(kv, maxCtx!, KV, seed + 94 + 100 * b),
+      v: cache(kv, maxCtx!, KV, seed + 95 + 100 * b),
+    }),
+    outputs: { qkv: OC },
+    updated: ["k", "v"],
+    run: (be, p, B, code) =>
+      be.ops.op_rms_qkv_rope(
+        p.qkv!,
+        p.k!,
+        p.v!,
+        p.partials!,
+        p.x!,
+        p.lnW!,
+        p.w!,
+        p.b!,
+        p.state!,
+        p.rope!,
+        B,
+        C!,
+        nHead!,
+        nKv!,
+        hd!,
+        maxCtx!,
+        EPS,
+        code(w),
+        code(kv),
+      ),
+    exact: (device, _cpu, sequences) => cacheRowsFollowQkv(device, sequences, Q, KV, maxCtx!, kv),
+  };
+};
+
+const rmsGateUpSpec = ([C, I]: number[], w: DtypeName): BatchSpec => ({
+  kernel: "rms_gate_up",
+  shape: `C=${C} I=${I}`,
+  shared: (seed) => ({
+    lnW: randomFloats(C!, seed + 96),
+    w: stored(w, randomFloats(C! * 2 * I!, seed + 97, 0.1)),
+    b: randomFloats(2 * I!, seed + 98),
+  }),
+  sequence: (b, seed) => ({ x: randomFloats(C!, seed + 99 + 100 * b, 3) }),
+  outputs: { out: I! },
+  run: (be, p, B, code) =>
+    be.ops.op_rms_gate_up(p.out!, p.partials!, p.x!, p.lnW!, p.w!, p.b!, B, C!, I!, EPS, code(w)),
+});
+
+const rmsLmHeadArgmaxSpec = ([C, V]: number[], w: DtypeName): BatchSpec => {
+  const maxCtx = 16;
+  return {
+    kernel: "rms_lm_head_argmax",
+    shape: `C=${C} V=${V} max_ctx=${maxCtx}`,
+    shared: (seed) => ({ lnW: randomFloats(C!, seed + 76), wte: stored(w, randomFloats(V! * C!, seed + 77, 0.1)) }),
+    sequence: (b, seed) => ({
+      x: randomFloats(C!, seed + 78 + 100 * b, 3),
+      seq: untouched(maxCtx),
+      state: stateAt(positionOf(b, 1, maxCtx)),
+    }),
+    outputs: { logits: V! },
+    updated: ["seq", "state"],
+    run: (be, p, B, code) =>
+      be.ops.op_rms_lm_head_argmax(
+        p.logits!,
+        p.seq!,
+        p.state!,
+        p.partials!,
+        p.x!,
+        p.lnW!,
+        p.wte!,
+        B,
+        C!,
+        V!,
+        maxCtx,
+        EPS,
+        code(w),
+      ),
+    exact: (device, _cpu, sequences) => tokensFollowLogits(device, sequences, V!, 1, maxCtx),
+  };
+};
+
 /** fp32 numbers where rounding is delicate: ties both ways, f16's subnormals and overflow, bf16's ties, -0 (no NaN: cuda/dtypes.h). */
 export function roundingEdges(): Float32Array {
   // half an ulp of 1 is 2^-11 in f16, 2^-8 in bf16: 1 + that ties down to even, 1 + 3 x that up
@@ -596,5 +718,33 @@ export const BATCH_DTYPE_CASES: KernelCase[] = [
       [264, 24],
       [90, 16],
     ].flatMap((shape) => BATCHES.map((B) => batchCase(lnQkvSpec(shape, w, kv), B, `weights ${w}, cache ${kv}`))),
+  ),
+  ...(
+    [
+      ["f32", "f32"],
+      ["bf16", "bf16"],
+      ["f16", "f16"],
+      ["f32", "bf16"],
+    ] as const
+  ).flatMap(([w, kv]) =>
+    [
+      [256, 4, 2, 64, 24], // GQA 2 query heads per K/V head (f32 and bf16 tiles each hold whole halves)
+      [136, 2, 1, 16, 16], // head_dim 16: the scalar variant (tiles of 8 columns)
+      [192, 2, 2, 96, 32], // head_dim 96: bf16's 64-column tiles do not fit, the scalar variant
+    ].flatMap((shape) => BATCHES.map((B) => batchCase(rmsQkvRopeSpec(shape, w, kv), B, `weights ${w}, cache ${kv}`))),
+  ),
+  ...weightCases(
+    [
+      [256, 128],
+      [96, 36], // 2I = 72: the scalar variant
+    ],
+    rmsGateUpSpec,
+  ),
+  ...weightCases(
+    [
+      [136, 1001],
+      [1600, 517],
+    ],
+    rmsLmHeadArgmaxSpec,
   ),
 ];

@@ -89,3 +89,15 @@ export function expectedArgmax(logits: ArrayLike<number>): number {
   for (let v = 0; v < logits.length; v++) if (best < 0 ? logits[v]! >= -Infinity : logits[v]! > logits[best]!) best = v;
   return Math.max(best, 0);
 }
+
+/** A rotary table (max_ctx, hs): each position's cos then sin of p · theta^(-2i/hs). */
+export function ropeTable(maxCtx: number, hs: number, theta = 10000): Float32Array {
+  const table = new Float32Array(maxCtx * hs);
+  for (let p = 0; p < maxCtx; p++)
+    for (let i = 0; i < hs / 2; i++) {
+      const angle = p * theta ** ((-2 * i) / hs);
+      table[p * hs + i] = Math.cos(angle);
+      table[p * hs + hs / 2 + i] = Math.sin(angle);
+    }
+  return table;
+}

@@ -8,7 +8,7 @@ import { DTYPES } from "../ops.ts";
 import type { DeviceArena } from "./arena.ts";
 import { BATCH_DTYPE_CASES } from "./batch-checks.ts";
 import { maxRelativeError, randomFloats } from "./compare.ts";
-import { expectedArgmax, KERNEL_TOLERANCE, Pair, stateAt, type KernelCase } from "./kernel-case.ts";
+import { expectedArgmax, KERNEL_TOLERANCE, Pair, ropeTable, stateAt, type KernelCase } from "./kernel-case.ts";
 
 export { expectedArgmax, KERNEL_TOLERANCE, type KernelCase };
 
@@ -303,18 +303,6 @@ const rmsnormCases = (
       ),
   }),
 );
-
-/** A rotary table (max_ctx, hs): each position's cos then sin of p · theta^(-2i/hs). */
-export function ropeTable(maxCtx: number, hs: number, theta = 10000): Float32Array {
-  const table = new Float32Array(maxCtx * hs);
-  for (let p = 0; p < maxCtx; p++)
-    for (let i = 0; i < hs / 2; i++) {
-      const angle = p * theta ** ((-2 * i) / hs);
-      table[p * hs + i] = Math.cos(angle);
-      table[p * hs + hs / 2 + i] = Math.sin(angle);
-    }
-  return table;
-}
 
 /** rope on T rows at pos (rows past max_ctx untouched), with or without Qwen3's q/k norms. */
 const ropeCases = (

@@ -110,7 +110,7 @@ export function againstCpu(device: Backend, cpu: Backend, weights: ModelWeights,
 /** Every launch mode generates the same tokens, and leaves bit-identical logits. */
 export function modesBitIdentical(
   device: Backend,
-  weights: GPT2Weights,
+  weights: ModelWeights,
   prompt: number[],
   n: number,
   plan: PlanKind = "fused",
@@ -143,7 +143,7 @@ export function modesBitIdentical(
  */
 export function cachedEqualsUncached(
   device: Backend,
-  weights: GPT2Weights,
+  weights: ModelWeights,
   prompt: number[],
   n: number,
   plan: PlanKind = "fused",
@@ -172,7 +172,7 @@ export function cachedEqualsUncached(
  * each other. They sum in different orders, so where their tokens part the two choices must be a near-tie of
  * the full-recompute logits (as for cached and uncached).
  */
-export function plansAgree(device: Backend, weights: GPT2Weights, prompt: number[], n: number): CheckRow {
+export function plansAgree(device: Backend, weights: ModelWeights, prompt: number[], n: number): CheckRow {
   const runs = PLAN_KINDS.map((plan) => {
     const s = new Session(device, weights, { form: { ...DEFAULT_STEP_FORM, plan } });
     try {

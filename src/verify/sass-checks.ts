@@ -15,6 +15,7 @@ import {
   familiesWithBody,
   PERSISTENT_STEP_KERNEL,
   persistentStepKernel,
+  STEP_ARCHS,
 } from "../native/kernel-names.ts";
 import {
   attachSourceLines,
@@ -216,13 +217,15 @@ function persistentBodyLoads(
 /** For each persistent step instantiation, the standalone kernel of each op family whose body it runs (the same template arguments). */
 function ownKernels(facts: KernelFacts): Map<string, (family: OpFamily) => string> {
   return new Map(
-    DTYPE_NAMES.flatMap((dtype) =>
-      facts.batchBuckets.map(
-        (rows) =>
-          [
-            persistentStepKernel(facts, dtype, rows),
-            (family: OpFamily) => decodeKernel(facts, family, dtype, rows),
-          ] as const,
+    STEP_ARCHS.flatMap((arch) =>
+      DTYPE_NAMES.flatMap((dtype) =>
+        facts.batchBuckets.map(
+          (rows) =>
+            [
+              persistentStepKernel(facts, arch, dtype, rows),
+              (family: OpFamily) => decodeKernel(facts, family, dtype, rows),
+            ] as const,
+        ),
       ),
     ),
   );

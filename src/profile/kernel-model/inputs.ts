@@ -10,7 +10,7 @@ import { DECODE_KERNELS, decodeKernel, persistentStepKernel, tiledLinearKernel }
 import { disassemble, findCuobjdump } from "../../native/sass.ts";
 import { DTYPE_BYTES, dtypeOf, kernelFamily, MAX_BATCH, namedArgs } from "../../ops.ts";
 import { encodePlan, type PlanOp, type StepForm } from "../../plan.ts";
-import { planShapeOf } from "../../plans.ts";
+import { planShapeOf, stepArchOf } from "../../plans.ts";
 import { persistentStepRuns } from "../../run/launch-modes.ts";
 import { sassFacts, type SassFacts } from "../../verify/sass-checks.ts";
 import { registerBudget, SASS_GPU, type GpuModel } from "./gpus.ts";
@@ -23,9 +23,12 @@ export function activeLoads(op: PlanOp, facts: KernelFacts): number {
     case "linear_residual":
     case "ln_qkv":
     case "ln_linear_gelu":
+    case "rms_qkv_rope":
+    case "rms_gate_up":
       return facts.matvec.loads;
     case "lm_head":
-    case "ln_lm_head_argmax": {
+    case "ln_lm_head_argmax":
+    case "rms_lm_head_argmax": {
       const { C, wdtype } = namedArgs(op.family, op.args);
       const { rowsPerWarp, chunksPerBatch } = facts.lmHead;
       const chunksPerLane = Math.ceil(C / perAccess(facts, dtypeOf(wdtype)) / facts.warpSize);
@@ -72,9 +75,12 @@ function lookAheadBytes(op: PlanOp, context: number, facts: KernelFacts): number
     case "ln_qkv":
     case "ln_linear_gelu":
     case "linear_residual":
+    case "rms_qkv_rope":
+    case "rms_gate_up":
       return Math.min(facts.matvec.rowsPerSplit, namedArgs(op.family, op.args).C) * facts.matvec.tileBytes;
-    case "ln_lm_head_argmax": {
-      const { C, V, wdtype } = namedArgs("ln_lm_head_argmax", op.args);
+    case "ln_lm_head_argmax":
+    case "rms_lm_head_argmax": {
+      const { C, V, wdtype } = namedArgs(op.family, op.args);
       return Math.min(facts.lmHead.rowsPerBlock, V) * C * DTYPE_BYTES[dtypeOf(wdtype)];
     }
     default:
@@ -170,13 +176,14 @@ export function decodeKernelInputs(
  * thread from the SASS, or the most its launch bounds allow where that was not read.
  */
 export function persistentKernel(
+  config: ModelConfig,
   form: StepForm,
   facts: KernelFacts,
   sass: readonly SassFacts[] | null,
 ): PersistentKernel | null {
   if (!persistentStepRuns(form)) return null;
   const { threads, minBlocksPerSm, laterRoundL2Trips } = facts.persistent;
-  const name = persistentStepKernel(facts, form.weights, form.batch);
+  const name = persistentStepKernel(facts, stepArchOf(config), form.weights, form.batch);
   const compiledFor = registerBudget(SASS_GPU, threads, atBucket(facts, minBlocksPerSm[form.weights], form.batch));
   return { registers: sass?.find((f) => f.kernel === name)?.registers ?? compiledFor, laterRoundL2Trips };
 }
@@ -193,6 +200,6 @@ export function predictDecodeStep(
   return predictStep(
     decodeKernelInputs(config, form, context, kernels, sass),
     gpu,
-    persistentKernel(form, kernels.facts, sass),
+    persistentKernel(config, form, kernels.facts, sass),
   );
 }

@@ -41,6 +41,9 @@ const STREAMS_FROM_DRAM: ReadonlySet<OpFamily> = new Set<OpFamily>([
   "ln_linear_gelu",
   "linear_residual",
   "ln_lm_head_argmax",
+  "rms_qkv_rope",
+  "rms_gate_up",
+  "rms_lm_head_argmax",
 ]);
 
 /** One kernel launch as the model sees it. */

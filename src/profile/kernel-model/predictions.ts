@@ -82,7 +82,7 @@ export function buildPredictions(
         predictRange(
           decodeKernelInputs(config, form, m.context, library, sass.facts),
           model,
-          persistentKernel(form, library.facts, sass.facts),
+          persistentKernel(config, form, library.facts, sass.facts),
         ),
       );
     }
