@@ -26,6 +26,7 @@ import { PLAN_KINDS, planShape } from "../src/plan.ts";
 import { libraryKernelFacts, type KernelFacts } from "../src/native/kernel-facts.ts";
 import { activeLoads, factsFor, kernelOf } from "../src/profile/kernel-model/index.ts";
 import {
+  bodyArchs,
   librarySassFunctions,
   runTaskCases,
   sassChecks,
@@ -176,17 +177,33 @@ describe("SASS reader", () => {
         .join(" ");
     expect(runOf("kTaskLnQkv")).toMatch(/void run\(.*matvec<W, kV<W>, kRows, kOpLnQkv>\(.*}$/);
     expect(runOf("kTaskAttention")).toMatch(/void run\(.*attention<W, kV<W>>\(.*}$/);
-    expect(runOf("kTaskLnLmHeadArgmax")).toMatch(/lm_head<W, kV<W>, kRows, true>/);
-    expect(new Set(cases.values())).toEqual(
-      new Set([
-        "kTaskEmbed",
-        "kTaskLnQkv",
-        "kTaskAttention",
-        "kTaskLnLinearGelu",
-        "kTaskLinearResidual",
-        "kTaskLnLmHeadArgmax",
-      ]),
-    );
+    expect(runOf("kTaskLnLmHeadArgmax")).toMatch(/lm_head<W, kV<W>, kRows, kLnLmHeadArgmax>/);
+    expect(runOf("kTaskRmsGateUp")).toMatch(/matvec<W, kV<W>, kRows, kOpRmsGateUp>/);
+    const kinds = [
+      "kTaskEmbed",
+      "kTaskLnQkv",
+      "kTaskAttention",
+      "kTaskLnLinearGelu",
+      "kTaskLinearResidual",
+      "kTaskLnLmHeadArgmax",
+      "kTaskRmsQkvRope",
+      "kTaskRmsGateUp",
+      "kTaskRmsLmHeadArgmax",
+    ];
+    expect(new Set(cases.values())).toEqual(new Set(kinds));
+    // each body runs in one architecture's step, or in every one's
+    const archs = bodyArchs(readFileSync(join(import.meta.dir, "../cuda/step_tasks.h"), "utf8"));
+    expect(Object.fromEntries(archs)).toEqual({
+      kTaskEmbed: null,
+      kTaskLnQkv: "Gpt2Step",
+      kTaskAttention: null,
+      kTaskLnLinearGelu: "Gpt2Step",
+      kTaskLinearResidual: null,
+      kTaskLnLmHeadArgmax: "Gpt2Step",
+      kTaskRmsQkvRope: "LlamaStep",
+      kTaskRmsGateUp: "LlamaStep",
+      kTaskRmsLmHeadArgmax: "LlamaStep",
+    });
     expect([...cases.keys()].some((n) => /\blines\(|_lines</.test(lines[n - 1]!))).toBe(false);
     // each task kind names the op family whose body it runs
     expect([...new Set(cases.values())].map(taskFamily)).toEqual([
@@ -196,6 +213,9 @@ describe("SASS reader", () => {
       "ln_linear_gelu",
       "linear_residual",
       "ln_lm_head_argmax",
+      "rms_qkv_rope",
+      "rms_gate_up",
+      "rms_lm_head_argmax",
     ]);
     expect(taskFamily("kTaskNoSuchOp")).toBeNull();
   });
@@ -292,12 +312,14 @@ describe.skipIf(skipReason !== null)("the built CUDA library's SASS", () => {
   /** The requirements of the matvec family: every storage type and row count. */
   const matvecs = () =>
     requirements()
-      .filter((r) => /^(linear_matvec|ln_qkv|ln_linear_gelu|linear_residual)_kernel</.test(r.kernel))
+      .filter((r) =>
+        /^(linear_matvec|ln_qkv|ln_linear_gelu|linear_residual|rms_qkv_rope|rms_gate_up)_kernel</.test(r.kernel),
+      )
       .map((r) => r.kernel);
 
   test("the matvecs issue their 8 weight loads before waiting for the predecessor (programmatic launch prefetches them)", () => {
     const fns = library();
-    expect(matvecs()).toHaveLength(4 * 3 * 4); // 4 ops x fp32, bf16, f16 x 1, 2, 4, 8 rows
+    expect(matvecs()).toHaveLength(6 * 3 * 4); // 6 ops x fp32, bf16, f16 x 1, 2, 4, 8 rows
     for (const name of matvecs())
       expect([name, sassFacts(fns.find((f) => f.kernel === name)!).wideLoadsBeforeWait]).toEqual([name, 8]);
   }, 600_000);
@@ -340,8 +362,10 @@ describe.skipIf(skipReason !== null)("the built CUDA library's SASS", () => {
       .map((s) => s.replace(/^persistent_step_kernel<[^>]*> /, "").split(" ")[0]);
     expect(bodies.status).toBe(findNvdisasm() ? "fail" : "skip");
     if (bodies.status === "fail") {
-      expect(new Set(shortBodies)).toEqual(new Set(["ln_qkv", "ln_linear_gelu", "linear_residual"]));
-      expect(shortBodies).toHaveLength(12 * 3); // every persistent kernel's three matvec bodies
+      expect(new Set(shortBodies)).toEqual(
+        new Set(["ln_qkv", "ln_linear_gelu", "linear_residual", "rms_qkv_rope", "rms_gate_up"]),
+      );
+      expect(shortBodies).toHaveLength(2 * 12 * 3); // every persistent kernel's three matvec bodies, both architectures'
     }
     const failed = rows.filter((r) => r.status === "fail" && r !== local && r !== bodies).map((r) => r.check);
     expect(failed).toEqual(matvecs().map((k) => `sass ${k}`));
@@ -363,14 +387,22 @@ describe.skipIf(skipReason !== null)("the built CUDA library's SASS", () => {
     if (!findNvdisasm())
       return void expect(failed.map((r) => [r.check, r.status])).toEqual([["sass persistent bodies", "skip"]]);
     expect(failed.map((r) => r.check)).toEqual(["sass persistent bodies"]);
-    // each body reloads its arguments around its weight loads: the matvecs and the LM head keep 1 or 2 in flight
+    // each body reloads its arguments around its weight loads: the matvecs and the LM head keep 1 to 3 in flight
     const short = failed[0]!.detail
       .replace(/^too few 16-byte loads in flight: /, "")
       .split("; ")
       .map((s) => s.replace(/^persistent_step_kernel<[^>]*> /, ""));
     expect(new Set(short.map((s) => s.split(" ")[0]))).toEqual(
-      new Set(["ln_qkv", "ln_linear_gelu", "linear_residual", "ln_lm_head_argmax"]),
+      new Set([
+        "ln_qkv",
+        "ln_linear_gelu",
+        "linear_residual",
+        "ln_lm_head_argmax",
+        "rms_qkv_rope",
+        "rms_gate_up",
+        "rms_lm_head_argmax",
+      ]),
     );
-    for (const s of short) expect(s).toMatch(/^\w+ [12] \(< 8\)$/);
+    for (const s of short) expect(s).toMatch(/^\w+ [123] \(< 8\)$/);
   }, 600_000);
 });

@@ -16,6 +16,7 @@ import {
   PERSISTENT_STEP_KERNEL,
   persistentStepKernel,
   STEP_ARCHS,
+  type StepArch,
 } from "../native/kernel-names.ts";
 import {
   attachSourceLines,
@@ -194,6 +195,19 @@ export function runTaskCases(source: string): Map<number, string> {
 }
 
 /**
+ * The architecture's step each body runs in (cuda/step_tasks.h STEP_TASK_KINDS: `X(kTaskLnQkv, kStepGpt2)`), by task
+ * kind; null: every architecture's step (kStepNone).
+ */
+export function bodyArchs(stepTasksSource: string): Map<string, StepArch | null> {
+  return new Map(
+    [...stepTasksSource.matchAll(/X\((kTask\w+), kStep(\w+)\)/g)].map(([, kind, arch]) => [
+      kind!,
+      arch === "None" ? null : (`${arch}Step` as StepArch),
+    ]),
+  );
+}
+
+/**
  * 16-byte loads in flight of each body in `bodies` (task kinds) a persistent step kernel inlines: the instructions
  * whose source lines pass through that kind's run (cases: runTaskCases). Null where its SASS carries
  * no source lines (attachSourceLines).
@@ -271,11 +285,14 @@ function persistentBodiesRow(
   const own = ownKernels(facts);
   const short: string[] = [],
     seen = new Set<string>();
+  const archs = bodyArchs(readFileSync(join(ROOT, "cuda/step_tasks.h"), "utf8"));
   for (const f of persistent) {
+    const arch = f.kernel.slice(`${PERSISTENT_STEP_KERNEL}<`.length).split(",")[0];
+    const runs = bodies.filter((b) => [null, arch].includes(archs.get(b.kind) ?? null));
     const loads = persistentBodyLoads(
       f,
       cases,
-      bodies.map((b) => b.kind),
+      runs.map((b) => b.kind),
     );
     if (!loads)
       return {
@@ -284,7 +301,7 @@ function persistentBodiesRow(
         error: null,
         status: "skip",
       };
-    for (const { kind, family } of bodies) {
+    for (const { kind, family } of runs) {
       const ownKernel = own.get(f.kernel)?.(family);
       const need = requirements.find((r) => r.kernel === ownKernel)?.minWideLoads;
       const have = loads.get(kind) ?? 0;
