@@ -282,7 +282,16 @@ describe("generate: the Llama family", () => {
       expect(r.stderr).toMatch(pattern);
     };
     one(
-      generate("--model", join(import.meta.dir, "fixtures/qwen3-tiny"), "--backend", "cpu", "--plan", "fused"),
+      generate(
+        "--model",
+        join(import.meta.dir, "fixtures/qwen3-tiny"),
+        "--backend",
+        "cpu",
+        "--plan",
+        "fused",
+        "--prompt-ids",
+        "1,2,3",
+      ),
       /^error: a qwen3-tiny model has no fused plan \(its per-head q\/k norms .*--plan unfused/,
     );
     one(

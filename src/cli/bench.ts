@@ -60,9 +60,9 @@ interface Sections {
   prefill: boolean;
 }
 
-/** (weight bytes + KV-cache bytes the attention reads) of the cached step at a context: the bytes that must cross memory. */
-function floorBytes(cfg: ModelConfig, context: number): { weights: number; kv: number } {
-  const ops = cachedStepWork(cfg, context);
+/** (weight bytes + KV-cache bytes the attention reads) of the session's cached step at a context: the bytes that must cross memory. */
+function floorBytes(session: Session<ModelWeights>, context: number): { weights: number; kv: number } {
+  const ops = cachedStepWork(session.config, context, session.form);
   return { weights: sumWork(ops).weight_bytes, kv: sumWork(ops.filter((o) => o.family === "attention")).kv_bytes };
 }
 
@@ -89,7 +89,7 @@ function benchDecode(backend: CpuBackend, session: Session<ModelWeights>, contex
   const modes = availableModes(backend, session.form);
   const replay = replayMode(backend);
   const bytesAt = (c: number) => {
-    const { weights, kv } = floorBytes(cfg, c);
+    const { weights, kv } = floorBytes(session, c);
     return weights + kv;
   };
   const probe = ReadProbe.open(backend, Math.max(...contexts.map(bytesAt)));
@@ -110,7 +110,7 @@ function benchDecode(backend: CpuBackend, session: Session<ModelWeights>, contex
       }
     }
     const read = probe.report();
-    const weights = floorBytes(cfg, contexts[0]!).weights;
+    const weights = floorBytes(session, contexts[0]!).weights;
     const kind = weights >= read.knee_bytes ? "DRAM floor" : "cache floor";
     line(
       `\ndecode — the cached step ÷ its memory floor (goal ≤ 1.3), ${cfg.name}: ${(weights / 1e6).toFixed(0)} MB of weights`,
@@ -132,7 +132,7 @@ function benchDecode(backend: CpuBackend, session: Session<ModelWeights>, contex
     );
     line(`context  weights MB  KV MB  floor ms   ${modes.map((m) => `${m.name} ms`.padEnd(22)).join("")}÷ ${kind}`);
     for (const c of contexts) {
-      const { weights: w, kv } = floorBytes(cfg, c);
+      const { weights: w, kv } = floorBytes(session, c);
       const floorMs = ((w + kv) / read.bytes_per_s) * 1e3;
       const cell = (ms: number[]) => {
         const x = summarize(ms);
