@@ -1,9 +1,11 @@
 // op_kv_append: this step's keys and values into each sequence's caches, rounded to the cache's storage type.
 // op_attention: causal attention of each sequence's T new queries over its own cache, split over the key dimension
-// in one launch: block (chunk, head, row) reduces one chunk of keys to partial (max, sum, acc) in scratch; the last
-// block of each (row, head) to arrive merges the partials. The number of chunks depends on max_ctx only
-// (positions are read from device memory), so one captured graph serves every context length. The cache is read
-// in its storage type (cuda/dtypes.h): 16-byte loads of 4 floats or 8 halves, widened where they are used.
+// in one launch: block (chunk, K/V head's query heads, row) reduces one chunk of keys to partial (max, sum, acc) in
+// scratch for each of the query heads (up to 8) that share the K/V head; the last block of each of its rows to
+// arrive merges the partials.
+// The number of chunks depends on max_ctx only (positions are read from device memory), so one captured graph
+// serves every context length. The cache is read in its storage type (cuda/dtypes.h): 16-byte loads of 4 floats
+// or 8 halves, widened where they are used.
 #include "attention.h"
 #include "dispatch.h"
 
@@ -76,9 +78,11 @@ static AttnScratch scratch_layout(float* scratch, int rows, int C, int n_head, i
           reinterpret_cast<float*>(base + s.counters + s.stats)};
 }
 
-// grid: (n_chunks, n_head, B·T)  block: (kAttnThreads): one block per (chunk, head, row) of the body (cuda/attention.h)
+// grid: (n_chunks, n_kv_head·passes, B·T)  block: (kAttnThreads): one block per (chunk, K/V head's query heads,
+// row) of the body (cuda/attention.h). One resident block per SM is enough (a launch has few blocks per SM): said
+// so, ptxas gives the one-element variant the registers for its rows instead of spilling to fit two.
 template <typename K, int kWidth>
-__global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a, Overlap overlap) {
+__global__ void __launch_bounds__(kAttnThreads, 1) attention_kernel(AttnArgs a, Overlap overlap) {
   __shared__ AttnShared<kWidth> shared;
   attention<K, kWidth>(a, own_launch(overlap), shared);
 }
@@ -96,8 +100,8 @@ extern "C" void op_attention(float* out, float* scratch, const float* qkv, const
       n_head > 0 && C % n_head == 0 && C / n_head <= kAttnMaxHeadSize && n_kv_head > 0 && n_head % n_kv_head == 0;
   // B·T rows: each (row, head) pair has its arrival counter among the max_ctx * n_head the scratch holds
   if (rt_reject_unless(is_storage_type(kvdtype) && heads_fit && B >= 1 && T >= 1 && B * T <= max_ctx)) return;
-  const int hs = C / n_head;
-  const dim3 grid(attention_chunks(max_ctx), n_head, B * T);
+  const int hs = C / n_head, group = n_head / n_kv_head, passes = ceil_div(group, kAttnHeadsAtOnce);
+  const dim3 grid(attention_chunks(max_ctx), n_kv_head * passes, B * T);
   const AttnArgs a = {.out = out,
                       .scratch = scratch_layout(scratch, B * T, C, n_head, max_ctx),
                       .qkv = qkv,
@@ -109,7 +113,8 @@ extern "C" void op_attention(float* out, float* scratch, const float* qkv, const
                       .n_head = n_head,
                       .max_ctx = max_ctx,
                       .kv_C = n_kv_head * hs,
-                      .group = n_head / n_kv_head};
+                      .group = group,
+                      .passes = passes};
   with_storage(kvdtype, [&](auto kind) {
     using K = decltype(kind);
     constexpr int V = kVecOf<K>;

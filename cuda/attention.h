@@ -16,6 +16,8 @@ constexpr int kAttnThreads = 256;
 constexpr int kAttnMaxHeadSize = 128;
 constexpr int kAttnLanesPerKey = kAttnThreads / kAttnKeysPerChunk;  // threads sharing one key's score: 4
 constexpr int kAttnMergeBatch = 8;  // chunks whose partials a merging thread loads at once
+// Query heads of one K/V head whose scores and softmax a block computes in one pass: a warp's softmax each.
+constexpr int kAttnHeadsAtOnce = kAttnThreads / kWarpSize;
 // Dependent L2 round trips besides the cache stream (the kernel model's chain): the state before the keys, then the
 // merge as a matvec's; kv_append's: the state before the rows.
 constexpr int kAttnChainL2Trips = 4;
@@ -31,8 +33,8 @@ template <int kWidth> struct AttnUnits {
 };
 
 // Scratch, for (row, head) pair th = row * n_head + h (row = b * T + t, at most max_ctx rows) and chunk c:
-//   counters[th]                      blocks of th that have finished (the merging block resets it to 0);
-//                                     max_ctx * n_head of them at the start, the same for every B and T
+//   counters[row * grid.y + y]        blocks of (row, y) that have finished (the merging block resets it to 0);
+//                                     max_ctx * n_head of them at the start (grid.y <= n_head), for every B and T
 //   stats[(th * n_chunks + c) * 2]    chunk max score m_c, then sum_j exp(s_j - m_c)
 //   acc[(th * n_chunks + c) * hs + d] sum_j exp(s_j - m_c) v_j[d]
 // The counters must be zero before the first launch (be_alloc returns zeroed memory); every launch leaves them zero.
@@ -77,66 +79,93 @@ __device__ __forceinline__ void load_chunk_rows(ChunkRows<K, kWidth>& r, const K
   }
 }
 
-// One chunk of n_keys keys (>= 1) from key0 for one (query, head): scores into p, then the partial
-// (max, sum, acc) into stats/acc. q: the head's query (hs floats) pre-scaled in shared memory.
+template <int kWidth> struct AttnShared {
+  float q[kAttnHeadsAtOnce * kAttnMaxHeadSize];  // a pass's queries, head i's at i·hs
+  float p[kAttnHeadsAtOnce][kAttnKeysPerChunk];
+  Cols<kWidth> value_partial[kAttnThreads];
+};
+
+// Where query head th's (its (row, head) pair) partial for `chunk` lands in scratch: (max, sum), then its acc.
+__device__ __forceinline__ float* chunk_stats(const AttnScratch& s, int th, int n_chunks, int chunk) {
+  return s.stats + ((size_t)th * n_chunks + chunk) * kStatsPerChunk;
+}
+__device__ __forceinline__ float* chunk_acc(const AttnScratch& s, int th, int n_chunks, int chunk, int hs) {
+  return s.acc + ((size_t)th * n_chunks + chunk) * hs;
+}
+
+// Chunk `chunk` (n_keys >= 1 keys) for query heads th0 .. th0 + n_heads - 1 (n_heads <= kAttnHeadsAtOnce) that
+// share its K/V rows `r`: every head's scores into p, the heads' softmax numerators side by side (a warp each),
+// then each head's values in turn, its partial (max, sum, acc) into scratch (its pointers computed where they are
+// stored: the persistent f32 step has no registers to hold them). shared.q: the heads' queries, pre-scaled.
 template <typename K, int kWidth>
-__device__ __forceinline__ void attend_chunk(float* stats, float* acc, const ChunkRows<K, kWidth>& r, const float* q,
-                                             float* p, Cols<kWidth>* value_partial, int n_keys, int hs) {
+__device__ __forceinline__ void attend_chunk(const AttnScratch& scratch, int th0, int n_chunks, int chunk,
+                                             const ChunkRows<K, kWidth>& r, AttnShared<kWidth>& shared, int n_heads,
+                                             int n_keys, int hs) {
   const int units = hs / kWidth;
   const int j = threadIdx.x / kAttnLanesPerKey, sub = threadIdx.x % kAttnLanesPerKey;
-  float s = 0.0f;
-#pragma unroll
-  for (int u = 0; u < AttnUnits<kWidth>::value; u++) {
-    const int unit = sub + u * kAttnLanesPerKey;
-    if (unit < units)
-#pragma unroll
-      for (int e = 0; e < kWidth; e++) s += q[unit * kWidth + e] * widen(r.k[u], e);
-  }
-#pragma unroll
-  for (int offset = kAttnLanesPerKey / 2; offset > 0; offset /= 2) s += __shfl_xor_sync(kFullWarpMask, s, offset);
-  if (sub == 0 && j < n_keys) p[j] = s;
-  __syncthreads();
-  // softmax numerators: warp 0 finds the chunk max and turns scores into exp(s - max)
-  const int lane = threadIdx.x % kWarpSize;
-  if (threadIdx.x / kWarpSize == 0) {
-    float m = -INFINITY;
-    for (int i = lane; i < n_keys; i += kWarpSize) m = fmaxf(m, p[i]);
-    m = warp_max(m);
-    float sum = 0.0f;
-    for (int i = lane; i < n_keys; i += kWarpSize) {
-      p[i] = expf(p[i] - m);
-      sum += p[i];
-    }
-    sum = warp_sum(sum);
-    if (lane == 0) stats[kStatMax] = m, stats[kStatSum] = sum;
-  }
-  __syncthreads();
-  // values: thread (part, g) sums its keys' unit g, weighted; the parts meet in shared memory in order
-  const int parts = kAttnThreads / units, part = threadIdx.x / units, g = threadIdx.x % units;
-  if (part < parts) {
-    Cols<kWidth> a = {};
+  for (int i = 0; i < n_heads; i++) {
+    const float* q = shared.q + i * hs;
+    float s = 0.0f;
 #pragma unroll
     for (int u = 0; u < AttnUnits<kWidth>::value; u++) {
-      const int i = part + u * parts;
-      if (i < n_keys)
+      const int unit = sub + u * kAttnLanesPerKey;
+      if (unit < units)
 #pragma unroll
-        for (int e = 0; e < kWidth; e++) a.v[e] += p[i] * widen(r.v[u], e);
+        for (int e = 0; e < kWidth; e++) s += q[unit * kWidth + e] * widen(r.k[u], e);
     }
-    value_partial[threadIdx.x] = a;
+#pragma unroll
+    for (int offset = kAttnLanesPerKey / 2; offset > 0; offset /= 2) s += __shfl_xor_sync(kFullWarpMask, s, offset);
+    if (sub == 0 && j < n_keys) shared.p[i][j] = s;
   }
   __syncthreads();
-  if (part == 0) {
-    Cols<kWidth> a = value_partial[g];
-    for (int i = 1; i < parts; i++) add_cols(a, value_partial[i * units + g]);
-    store_cols<kWidth>(acc + g * kWidth, a);
+  // softmax numerators: warp i finds head i's chunk max and turns its scores into exp(s - max)
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  if (warp < n_heads) {
+    float* p = shared.p[warp];
+    float m = -INFINITY;
+    for (int k = lane; k < n_keys; k += kWarpSize) m = fmaxf(m, p[k]);
+    m = warp_max(m);
+    float sum = 0.0f;
+    for (int k = lane; k < n_keys; k += kWarpSize) {
+      p[k] = expf(p[k] - m);
+      sum += p[k];
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) {
+      float* stats = chunk_stats(scratch, th0 + warp, n_chunks, chunk);
+      stats[kStatMax] = m, stats[kStatSum] = sum;
+    }
+  }
+  __syncthreads();
+  // values, a head at a time: thread (part, g) sums its keys' unit g, weighted; the parts meet in shared memory in
+  // order
+  const int parts = kAttnThreads / units, part = threadIdx.x / units, g = threadIdx.x % units;
+  for (int i = 0; i < n_heads; i++) {
+    if (part < parts) {
+      Cols<kWidth> a = {};
+#pragma unroll
+      for (int u = 0; u < AttnUnits<kWidth>::value; u++) {
+        const int key = part + u * parts;
+        if (key < n_keys)
+#pragma unroll
+          for (int e = 0; e < kWidth; e++) a.v[e] += shared.p[i][key] * widen(r.v[u], e);
+      }
+      shared.value_partial[threadIdx.x] = a;
+    }
+    __syncthreads();
+    if (part == 0) {
+      Cols<kWidth> a = shared.value_partial[g];
+      for (int k = 1; k < parts; k++) add_cols(a, shared.value_partial[k * units + g]);
+      store_cols<kWidth>(chunk_acc(scratch, th0 + i, n_chunks, chunk, hs) + g * kWidth, a);
+    }
+    if (i + 1 < n_heads) __syncthreads();  // the next head rewrites value_partial
   }
 }
 
 // out: (hs) = sum_c exp(m_c - M) acc_c / sum_c exp(m_c - M) sum_c over the n_used chunks with keys, merged
-// kAttnMergeBatch chunks at a time (their loads in flight together) with a running max M.
-__device__ __forceinline__ void merge_chunks(float* out, const float* stats, const float* acc, int n_used, int hs) {
-  const int d = threadIdx.x;
-  if (d >= hs) return;
+// kAttnMergeBatch chunks at a time (their loads in flight together) with a running max M; this thread's element d.
+__device__ __forceinline__ void merge_chunks(float* out, const float* stats, const float* acc, int n_used, int hs,
+                                             int d) {
   float M = -INFINITY, sum = 0.0f, a = 0.0f;
   for (int c0 = 0; c0 < n_used; c0 += kAttnMergeBatch) {
     float m[kAttnMergeBatch], s[kAttnMergeBatch], x[kAttnMergeBatch];
@@ -166,7 +195,8 @@ __device__ __forceinline__ void merge_chunks(float* out, const float* stats, con
 }
 
 // out: (B·T, C)  qkv: (B·T, C + 2 kv_C) (q only)  k_cache, v_cache: (B, max_ctx, kv_C) in the kernel's K, where
-// C = n_head·hs and kv_C = n_kv_head·hs; query head h (columns [h·hs, (h + 1)·hs)) reads K/V head h / group.
+// C = n_head·hs and kv_C = n_kv_head·hs; query heads [g·group, (g + 1)·group) (columns [h·hs, (h + 1)·hs) each)
+// read K/V head g.
 struct AttnArgs {
   float* out;
   AttnScratch scratch;
@@ -175,37 +205,33 @@ struct AttnArgs {
   const void* v_cache;
   const int* state;
   int T, C, n_head, max_ctx;
-  int kv_C;   // a cache row's elements
-  int group;  // query heads per K/V head: n_head / n_kv_head
+  int kv_C;    // a cache row's elements
+  int group;   // query heads per K/V head: n_head / n_kv_head
+  int passes;  // blocks per K/V head: ceil(group / kAttnHeadsAtOnce)
 };
 
-// Where query head h's K/V head starts in a cache row, and a qkv row's floats.
-__device__ __forceinline__ int kv_head_offset(const AttnArgs& a, int h, int hs) { return h / a.group * hs; }
 __device__ __forceinline__ size_t qkv_row_floats(const AttnArgs& a) { return (size_t)a.C + 2 * (size_t)a.kv_C; }
-
-template <int kWidth> struct AttnShared {
-  float q[kAttnMaxHeadSize];
-  float p[kAttnKeysPerChunk];
-  Cols<kWidth> value_partial[kAttnThreads];
-};
 
 // The persistent step's look-ahead for virtual block `at` (cuda/persistent.cu): its chunk's key and value rows that
 // earlier steps wrote (below pos: this step's row is not written yet), the head's hs elements of each.
 template <typename K> __device__ __forceinline__ L2Lines attention_lines(const AttnArgs& a, const BlockPlace& at) {
-  const int chunk = at.idx.x, h = at.idx.y, b = at.idx.z / a.T;
+  const int chunk = at.idx.x, kv_head = at.idx.y / a.passes, b = at.idx.z / a.T;
   const int pos = __ldcg(a.state + b * STATE_INTS + STATE_POS);
   const int key0 = chunk * kAttnKeysPerChunk, end = min(min(key0 + kAttnKeysPerChunk, pos), a.max_ctx);
   if (key0 >= end) return {};
   const int hs = a.C / a.n_head;
-  const size_t at_row = ((size_t)b * a.max_ctx + key0) * a.kv_C + kv_head_offset(a, h, hs);
+  const size_t at_row = ((size_t)b * a.max_ctx + key0) * a.kv_C + (size_t)kv_head * hs;
   return {reinterpret_cast<const char*>(static_cast<const K*>(a.k_cache) + at_row),
           reinterpret_cast<const char*>(static_cast<const K*>(a.v_cache) + at_row), (size_t)a.kv_C * sizeof(K),
           end - key0, (int)(hs * sizeof(K))};
 }
 
-// grid: (n_chunks, n_head, B·T)  block: (kAttnThreads); block (c, h, row) takes keys [c * 64, (c + 1) * 64) of the
-// visible keys of query t of sequence b (row = b * T + t), and does nothing but arrive when the chunk is past them
-// (the merge reads only the chunks that hold keys, so such a block writes no partial).
+// grid: (n_chunks, n_kv_head·passes, B·T)  block: (kAttnThreads); block (c, y, row) takes keys [c * 64, (c + 1) * 64)
+// of the visible keys of query t of sequence b (row = b * T + t) for the query heads [h0, h0 + n_heads) of K/V head
+// g = y / passes (at most kAttnHeadsAtOnce of them, h0 = g·group + (y % passes)·kAttnHeadsAtOnce): it loads the
+// chunk's key and value rows once for them all (GQA's saving is these bytes: once per K/V head wherever a group has
+// at most kAttnHeadsAtOnce heads). A block past the visible keys does nothing but arrive (the merge reads only the
+// chunks that hold keys, so such a block writes no partial). The last block of (row, y) to arrive merges its heads.
 // Every thread's key and value loads are issued before the first is used. Rows below pos_b were written by
 // earlier steps (no kernel of this step writes them, nor state), so they are loaded before the wait for the
 // predecessor; rows from pos_b on (this step's kv_append) and q after it.
@@ -213,32 +239,42 @@ template <typename K, int kWidth>
 __device__ __forceinline__ void attention(const AttnArgs& a, const BlockPlace& at, AttnShared<kWidth>& shared) {
   __shared__ bool is_last;
   let_successor_start();
-  const int chunk = at.idx.x, h = at.idx.y, row = at.idx.z;
+  const int chunk = at.idx.x, row = at.idx.z;
   const int b = row / a.T, t = row % a.T;
   const int n_chunks = at.grid.x;
-  const int C = a.C, hs = C / a.n_head;
-  const int th = row * a.n_head + h;
+  const int hs = a.C / a.n_head;
   const int pos = __ldcg(a.state + b * STATE_INTS + STATE_POS);
   const int n_keys = visible_keys(pos, t, a.max_ctx);
   const int key0 = chunk * kAttnKeysPerChunk;
-  const size_t head = (size_t)b * a.max_ctx * a.kv_C + kv_head_offset(a, h, hs);
+  const size_t head = (size_t)b * a.max_ctx * a.kv_C + (size_t)(at.idx.y / a.passes) * hs;
   const K* k = static_cast<const K*>(a.k_cache) + head;
   const K* v = static_cast<const K*>(a.v_cache) + head;
+  // the block's query heads, from the indices again where they are used: no register holds them across the loads
+  const auto first_head = [&] { return at.idx.y / a.passes * a.group + at.idx.y % a.passes * kAttnHeadsAtOnce; };
+  const auto heads = [&] { return min(kAttnHeadsAtOnce, a.group - at.idx.y % a.passes * kAttnHeadsAtOnce); };
   ChunkRows<K, kWidth> rows = {};
   if (key0 < n_keys) load_chunk_rows<K, kWidth>(rows, k, v, key0, 0, min(pos, n_keys), a.kv_C, hs);
   wait_for_inputs(at);
   if (key0 < n_keys) {
     load_chunk_rows<K, kWidth>(rows, k, v, key0, pos, n_keys, a.kv_C, hs);
+    // the heads' queries: consecutive columns of the row
     const float scale = 1.0f / sqrtf((float)hs);
-    for (int d = threadIdx.x; d < hs; d += blockDim.x)
-      shared.q[d] = __ldcg(a.qkv + (size_t)row * qkv_row_floats(a) + h * hs + d) * scale;
+    const int h0 = first_head(), n_heads = heads();
+    const float* q = a.qkv + (size_t)row * qkv_row_floats(a) + (size_t)h0 * hs;
+    // one load per thread for up to 256 / hs heads; a loop rather than loads in flight together, whose registers the
+    // persistent f32 step has not to spare beside the chunk's rows
+    for (int e = threadIdx.x; e < n_heads * hs; e += kAttnThreads) shared.q[e] = __ldcg(q + e) * scale;
     __syncthreads();
-    float* stats = a.scratch.stats + ((size_t)th * n_chunks + chunk) * kStatsPerChunk;
-    float* acc = a.scratch.acc + ((size_t)th * n_chunks + chunk) * hs;
-    attend_chunk<K, kWidth>(stats, acc, rows, shared.q, shared.p, shared.value_partial,
+    attend_chunk<K, kWidth>(a.scratch, row * a.n_head + h0, n_chunks, chunk, rows, shared, n_heads,
                             min(kAttnKeysPerChunk, n_keys - key0), hs);
   }
-  if (!arrive_last(a.scratch.counters + th, n_chunks, &is_last)) return;
-  merge_chunks(a.out + (size_t)row * C + h * hs, a.scratch.stats + (size_t)th * n_chunks * kStatsPerChunk,
-               a.scratch.acc + (size_t)th * n_chunks * hs, ceil_div(n_keys, kAttnKeysPerChunk), hs);
+  if (!arrive_last(a.scratch.counters + (size_t)row * at.grid.y + at.idx.y, n_chunks, &is_last)) return;
+  const int h0 = first_head(), n_heads = heads(), th0 = row * a.n_head + h0;
+  // the block's heads side by side: kAttnThreads / hs of them at a time, one thread per element
+  const int heads_at_once = kAttnThreads / hs, tid = threadIdx.x, d = tid % hs;
+  for (int i = tid / hs; i < n_heads && tid < heads_at_once * hs; i += heads_at_once) {
+    const int th = th0 + i;
+    merge_chunks(a.out + (size_t)row * a.C + (size_t)(h0 + i) * hs, chunk_stats(a.scratch, th, n_chunks, 0),
+                 chunk_acc(a.scratch, th, n_chunks, 0, hs), ceil_div(n_keys, kAttnKeysPerChunk), hs, d);
+  }
 }
