@@ -79,8 +79,9 @@ static AttnScratch scratch_layout(float* scratch, int rows, int C, int n_head, i
 }
 
 // grid: (n_chunks, n_kv_head·passes, B·T)  block: (kAttnThreads): one block per (chunk, K/V head's query heads,
-// row) of the body (cuda/attention.h). One resident block per SM is enough (a launch has few blocks per SM): said
-// so, ptxas gives the one-element variant the registers for its rows instead of spilling to fit two.
+// row) of the body (cuda/attention.h). One resident block per SM is enough (a decode step's launch has about one
+// block per SM): said so, ptxas gives the one-element variant the registers for its rows instead of spilling to fit
+// two.
 template <typename K, int kWidth>
 __global__ void __launch_bounds__(kAttnThreads, 1) attention_kernel(AttnArgs a, Overlap overlap) {
   __shared__ AttnShared<kWidth> shared;
