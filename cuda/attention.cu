@@ -101,7 +101,7 @@ extern "C" void op_attention(float* out, float* scratch, const float* qkv, const
       n_head > 0 && C % n_head == 0 && C / n_head <= kAttnMaxHeadSize && n_kv_head > 0 && n_head % n_kv_head == 0;
   // B·T rows: each (row, head) pair has its arrival counter among the max_ctx * n_head the scratch holds
   if (rt_reject_unless(is_storage_type(kvdtype) && heads_fit && B >= 1 && T >= 1 && B * T <= max_ctx)) return;
-  const int hs = C / n_head, group = n_head / n_kv_head, passes = ceil_div(group, kAttnHeadsAtOnce);
+  const int hs = C / n_head, group = n_head / n_kv_head, passes = attention_passes(group);
   const dim3 grid(attention_chunks(max_ctx), n_kv_head * passes, B * T);
   const AttnArgs a = {.out = out,
                       .scratch = scratch_layout(scratch, B * T, C, n_head, max_ctx),
@@ -114,8 +114,7 @@ extern "C" void op_attention(float* out, float* scratch, const float* qkv, const
                       .n_head = n_head,
                       .max_ctx = max_ctx,
                       .kv_C = n_kv_head * hs,
-                      .group = group,
-                      .passes = passes};
+                      .group = group};
   with_storage(kvdtype, [&](auto kind) {
     using K = decltype(kind);
     constexpr int V = kVecOf<K>;

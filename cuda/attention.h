@@ -205,17 +205,19 @@ struct AttnArgs {
   const void* v_cache;
   const int* state;
   int T, C, n_head, max_ctx;
-  int kv_C;    // a cache row's elements
-  int group;   // query heads per K/V head: n_head / n_kv_head
-  int passes;  // blocks per K/V head: ceil(group / kAttnHeadsAtOnce)
+  int kv_C;   // a cache row's elements
+  int group;  // query heads per K/V head: n_head / n_kv_head
 };
+
+// Blocks per K/V head and chunk: one per kAttnHeadsAtOnce of its query heads.
+__host__ __device__ inline int attention_passes(int group) { return ceil_div(group, kAttnHeadsAtOnce); }
 
 __device__ __forceinline__ size_t qkv_row_floats(const AttnArgs& a) { return (size_t)a.C + 2 * (size_t)a.kv_C; }
 
 // The persistent step's look-ahead for virtual block `at` (cuda/persistent.cu): its chunk's key and value rows that
 // earlier steps wrote (below pos: this step's row is not written yet), the head's hs elements of each.
 template <typename K> __device__ __forceinline__ L2Lines attention_lines(const AttnArgs& a, const BlockPlace& at) {
-  const int chunk = at.idx.x, kv_head = at.idx.y / a.passes, b = at.idx.z / a.T;
+  const int chunk = at.idx.x, kv_head = at.idx.y / attention_passes(a.group), b = at.idx.z / a.T;
   const int pos = __ldcg(a.state + b * STATE_INTS + STATE_POS);
   const int key0 = chunk * kAttnKeysPerChunk, end = min(min(key0 + kAttnKeysPerChunk, pos), a.max_ctx);
   if (key0 >= end) return {};
@@ -246,12 +248,13 @@ __device__ __forceinline__ void attention(const AttnArgs& a, const BlockPlace& a
   const int pos = __ldcg(a.state + b * STATE_INTS + STATE_POS);
   const int n_keys = visible_keys(pos, t, a.max_ctx);
   const int key0 = chunk * kAttnKeysPerChunk;
-  const size_t head = (size_t)b * a.max_ctx * a.kv_C + (size_t)(at.idx.y / a.passes) * hs;
+  const size_t head = (size_t)b * a.max_ctx * a.kv_C + (size_t)(at.idx.y / attention_passes(a.group)) * hs;
   const K* k = static_cast<const K*>(a.k_cache) + head;
   const K* v = static_cast<const K*>(a.v_cache) + head;
   // the block's query heads, from the indices again where they are used: no register holds them across the loads
-  const auto first_head = [&] { return at.idx.y / a.passes * a.group + at.idx.y % a.passes * kAttnHeadsAtOnce; };
-  const auto heads = [&] { return min(kAttnHeadsAtOnce, a.group - at.idx.y % a.passes * kAttnHeadsAtOnce); };
+  const auto in_group = [&] { return at.idx.y % attention_passes(a.group) * kAttnHeadsAtOnce; };
+  const auto first_head = [&] { return at.idx.y / attention_passes(a.group) * a.group + in_group(); };
+  const auto heads = [&] { return min(kAttnHeadsAtOnce, a.group - in_group()); };
   ChunkRows<K, kWidth> rows = {};
   if (key0 < n_keys) load_chunk_rows<K, kWidth>(rows, k, v, key0, 0, min(pos, n_keys), a.kv_C, hs);
   wait_for_inputs(at);
