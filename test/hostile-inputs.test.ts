@@ -1,8 +1,9 @@
 // A corpus of malformed and hostile inputs, generated here (test/helpers/model-files.ts), run through the CLIs
 // as a user types them: truncations at every structural boundary of a safetensors file, hostile header
 // lengths, duplicate keys, holes and overlaps, FIFOs and device files, non-finite and overflowing weights,
-// names with control characters, unwritable and full outputs, and bad flags. Every case must end with
-// exit ≠ 0, exactly one `error:` line, no stack trace, no raw control characters, and no partial output.
+// names with control characters, the Llama layout and a sharded checkpoint's index, tokenizer files,
+// unwritable and full outputs, and bad flags. Every case must end with exit ≠ 0, exactly one `error:` line,
+// no stack trace, no raw control characters, and no partial output.
 // The spawns run a few at a time; then each case is checked on its own.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import {
@@ -13,6 +14,7 @@ import {
   mkdtempSync,
   openSync,
   readdirSync,
+  readFileSync,
   rmSync,
   symlinkSync,
   writeFileSync,
@@ -22,11 +24,14 @@ import { join } from "node:path";
 
 import { MAX_HEADER_BYTES } from "../src/model/safetensors.ts";
 import {
+  checkpointTensors,
   dataOf,
   encode,
   encodeWithHeader,
+  INDEX_FILE,
   microTensors,
   modelDir,
+  shardedDir,
   withHeaderLength,
   type RawTensor,
 } from "./helpers/model-files.ts";
@@ -349,6 +354,145 @@ add({
   absent: [overflowOut],
   clean: [base],
 });
+
+// the Llama family's layout (llama-tiny), single-file and sharded: the same rules, and the index file's own
+const LLAMA = join(import.meta.dir, "fixtures/llama-tiny");
+const llamaConfig = readFileSync(join(LLAMA, "config.json"), "utf8");
+const llamaTensors = checkpointTensors(join(LLAMA, "model.safetensors"));
+const llamaNames = llamaTensors.map((t) => t.name);
+const llamaHalves = [llamaNames.slice(0, 10), llamaNames.slice(10)];
+const withLlama = (model: Uint8Array, config = llamaConfig) => ["--model", modelDir(base, { model, config })];
+const llamaGood = encode(llamaTensors);
+const gateProj = "model.layers.0.mlp.gate_proj.weight";
+const llamaCuts = [8 + llamaGood.headerLen, llamaGood.fileOffsets.get(gateProj)! + 1, llamaGood.bytes.length - 1];
+for (const at of llamaCuts)
+  gen(
+    `a Llama checkpoint truncated at byte ${at} of ${llamaGood.bytes.length}`,
+    withLlama(llamaGood.bytes.subarray(0, at)),
+    /run past the end of the data section|runs past the end of the file|truncated/,
+  );
+const llamaPoisoned = (dtype: RawTensor["dtype"], value: number) => {
+  const list = checkpointTensors(join(LLAMA, "model.safetensors"), dtype);
+  list.find((t) => t.name === gateProj)!.values[5] = value;
+  return encode(list).bytes;
+};
+gen(
+  "a NaN weight in a Llama layout (BF16)",
+  withLlama(llamaPoisoned("BF16", NaN)),
+  /tensor model\.layers\.0\.mlp\.gate_proj\.weight \(BF16\) holds NaN at element 5 of \d+; weights must be finite/,
+);
+gen(
+  "an F16 Llama weight that widens to Inf",
+  withLlama(llamaPoisoned("F16", 1e6)),
+  /tensor model\.layers\.0\.mlp\.gate_proj\.weight \(F16\) holds Infinity at element 5/,
+);
+gen(
+  "a Llama tensor missing",
+  withLlama(encode(llamaTensors.filter((t) => t.name !== gateProj)).bytes),
+  /tensor model\.layers\.0\.mlp\.gate_proj\.weight is missing \(expected \[\d+, \d+\]\)/,
+);
+gen(
+  "a Llama tensor of the wrong shape",
+  withLlama(
+    encode(llamaTensors, (h) => {
+      h[gateProj]!.shape = [...h[gateProj]!.shape].reverse();
+    }).bytes,
+  ),
+  /model\.layers\.0\.mlp\.gate_proj\.weight has shape \[\d+, \d+\], expected \[\d+, \d+\]/,
+);
+gen(
+  "a Llama config with heads not divisible by its K/V heads",
+  withLlama(llamaGood.bytes, JSON.stringify({ ...JSON.parse(llamaConfig), num_key_value_heads: 3 })),
+  /num_attention_heads 4 is not divisible by num_key_value_heads 3/,
+);
+const sharded = (index?: (map: Record<string, string>) => string) =>
+  shardedDir(base, join(LLAMA, "config.json"), llamaTensors, llamaHalves, index);
+const weightMap = (edit: (map: Record<string, string>) => void) => (map: Record<string, string>) => {
+  edit(map);
+  return JSON.stringify({ weight_map: map });
+};
+gen(
+  "an index naming a shard outside the folder",
+  ["--model", sharded(weightMap((m) => (m[gateProj] = "../model-00001-of-00002.safetensors")))],
+  /tensor model\.layers\.0\.mlp\.gate_proj\.weight names shard "\.\.\/model-00001-of-00002\.safetensors", not a file in/,
+);
+gen(
+  "an index naming an absolute shard path",
+  ["--model", sharded(weightMap((m) => (m[gateProj] = "/etc/passwd")))],
+  /names shard "\/etc\/passwd", not a file in/,
+);
+gen(
+  "an index naming a missing shard",
+  ["--model", sharded(weightMap((m) => (m[gateProj] = "model-00003-of-00002.safetensors")))],
+  /shard model-00003-of-00002\.safetensors \(of model\.layers\.0\.mlp\.gate_proj\.weight\) is missing/,
+);
+gen(
+  "a tensor in two shards",
+  [
+    "--model",
+    shardedDir(base, join(LLAMA, "config.json"), llamaTensors, [llamaNames.slice(0, 11), llamaNames.slice(10)]),
+  ],
+  /tensor \S+ is in two shards \(model-00001-of-00002\.safetensors and model-00002-of-00002\.safetensors\)/,
+);
+gen(
+  "an index giving a tensor to a shard that does not hold it",
+  ["--model", sharded(weightMap((m) => (m[llamaNames[0]!] = "model-00002-of-00002.safetensors")))],
+  /tensor model\.\S+ is not in its shard model-00002-of-00002\.safetensors/,
+);
+gen(
+  "an index that is not JSON",
+  ["--model", sharded(() => "{ nope")],
+  /model\.safetensors\.index\.json: not valid JSON/,
+);
+gen(
+  "an index without a weight_map",
+  ["--model", sharded(() => JSON.stringify({ metadata: {} }))],
+  /expected an object with a "weight_map" object/,
+);
+const shardedSpecial = (make: (path: string) => void, file: string) => {
+  const d = sharded();
+  rmSync(join(d, file));
+  make(join(d, file));
+  return d;
+};
+gen(
+  "the index is a FIFO (must not block)",
+  ["--model", shardedSpecial(fifo, INDEX_FILE)],
+  /model\.safetensors\.index\.json is a FIFO \(named pipe\), not a regular file/,
+);
+gen(
+  "the index is /dev/zero",
+  ["--model", shardedSpecial(zero, INDEX_FILE)],
+  /model\.safetensors\.index\.json is a character device/,
+);
+gen(
+  "a shard is a FIFO (must not block)",
+  ["--model", shardedSpecial(fifo, "model-00002-of-00002.safetensors")],
+  /model-00002-of-00002\.safetensors is a FIFO \(named pipe\), not a regular file/,
+);
+const tokenizerDir = (make: (path: string) => void) => {
+  const d = modelDir(base, { model: llamaGood.bytes, config: llamaConfig });
+  make(join(d, "tokenizer.json"));
+  return d;
+};
+const promptCase = (name: string, dir: string, message: RegExp) =>
+  add({
+    name,
+    command: "generate",
+    args: ["--model", dir, "--backend", "cpu", "--prompt", "hello", "--max-new-tokens", "3"],
+    message,
+  });
+promptCase(
+  "a malformed tokenizer.json",
+  tokenizerDir((p) => writeFileSync(p, '{"model": ')),
+  /tokenizer\.json: not valid JSON/,
+);
+promptCase(
+  "a tokenizer.json its library cannot read",
+  tokenizerDir((p) => writeFileSync(p, '{"model": {}}')),
+  /tokenizer\.json: not a tokenizer @huggingface\/tokenizers can read/,
+);
+promptCase("tokenizer.json is a FIFO (must not block)", tokenizerDir(fifo), /tokenizer\.json is a FIFO/);
 
 // odd tensor names: every message stays one line, the name escaped
 for (const [what, name, shown] of [

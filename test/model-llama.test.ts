@@ -5,20 +5,20 @@
 // hidden) travel with the project; llama-mini (llama3 rope scaling, untied) and qwen2-tiny (q/k/v biases, MQA 7/1)
 // are read from ../shared/fixtures where it is present.
 import { afterAll, describe, expect, test } from "bun:test";
-import { copyFileSync, existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { CpuBackend } from "../src/backends/cpu.ts";
 import { CudaBackend } from "../src/backends/cuda.ts";
 import { loadAnyModel } from "../src/model/architectures.ts";
-import { readSafetensors } from "../src/model/safetensors.ts";
 import { generate, generateBatch } from "../src/run/generate.ts";
 import { DTYPE_NAMES } from "../src/ops.ts";
 import { PLAN_KINDS } from "../src/plan.ts";
 import { plansOf } from "../src/plans.ts";
 import { launchMode } from "../src/run/launch-modes.ts";
 import { Session } from "../src/run/session.ts";
+import { checkpointTensors, shardedDir } from "./helpers/model-files.ts";
 import {
   cachedEqualsUncached,
   fixtureChecks,
@@ -121,21 +121,12 @@ describe("batches and checkpoints", () => {
   );
 
   test("a sharded copy (index + two shards) gives the same tokens; a missing shard is one line", () => {
-    const copy = mkdtempSync(join(tmpdir(), "llama-sharded-"));
+    const base = mkdtempSync(join(tmpdir(), "llama-sharded-"));
     try {
-      copyFileSync(join(dir, "config.json"), join(copy, "config.json"));
-      const file = readSafetensors(join(dir, "model.safetensors"));
-      const names = [...file.tensors.keys()];
-      // both shards are copies of the one file, each indexed for half of the tensors: a shard holding tensors the
-      // index gives to the other is "in two shards", so each shard is written with only its half
+      const tensors = checkpointTensors(join(dir, "model.safetensors"));
+      const names = tensors.map((t) => t.name);
       const half = Math.ceil(names.length / 2);
-      const { writeSafetensorsSubset } = shards(file);
-      writeSafetensorsSubset(join(copy, "model-00001-of-00002.safetensors"), names.slice(0, half));
-      writeSafetensorsSubset(join(copy, "model-00002-of-00002.safetensors"), names.slice(half));
-      const weight_map = Object.fromEntries(
-        names.map((n, i) => [n, i < half ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors"]),
-      );
-      writeFileSync(join(copy, "model.safetensors.index.json"), JSON.stringify({ metadata: {}, weight_map }));
+      const copy = shardedDir(base, join(dir, "config.json"), tensors, [names.slice(0, half), names.slice(half)]);
       const s = new Session(cpu, loadAnyModel(copy), {
         form: { plan: "unfused", batch: 1, weights: "f32", kv: "f32" },
       });
@@ -153,37 +144,7 @@ describe("batches and checkpoints", () => {
       rmSync(join(copy, "model-00002-of-00002.safetensors"));
       expect(() => loadAnyModel(copy)).toThrow(/shard model-00002-of-00002\.safetensors .* is missing/);
     } finally {
-      rmSync(copy, { recursive: true, force: true });
+      rmSync(base, { recursive: true, force: true });
     }
   });
 });
-
-/** Writes a safetensors file holding some of `file`'s tensors, their bytes copied as they are. */
-function shards(file: ReturnType<typeof readSafetensors>) {
-  return {
-    writeSafetensorsSubset(path: string, names: string[]) {
-      const source = file.open();
-      try {
-        const header: Record<string, unknown> = {};
-        let at = 0;
-        const parts: Uint8Array[] = [];
-        for (const name of names) {
-          const t = file.tensors.get(name)!;
-          const bytes = new Uint8Array(t.end - t.begin);
-          source.read(bytes, file.dataStart + t.begin);
-          header[name] = { dtype: t.dtype, shape: t.shape, data_offsets: [at, at + bytes.length] };
-          parts.push(bytes);
-          at += bytes.length;
-        }
-        const json = new TextEncoder().encode(JSON.stringify(header));
-        const padded = new Uint8Array(Math.ceil(json.length / 8) * 8).fill(0x20);
-        padded.set(json);
-        const length = new Uint8Array(8);
-        new DataView(length.buffer).setBigUint64(0, BigInt(padded.length), true);
-        writeFileSync(path, Buffer.concat([length, padded, ...parts]));
-      } finally {
-        source.close();
-      }
-    },
-  };
-}

@@ -1,10 +1,12 @@
 // Model files made at test time (nothing binary is committed): seeded GPT-2 checkpoints of any shape written
 // as safetensors — the micro one (1 layer, 8 wide, a few KiB) that test/hostile-inputs.test.ts breaks in
-// byte-level ways, and small ones with a real model's layer count.
-import { chmodSync, mkdirSync, writeFileSync } from "node:fs";
+// byte-level ways, and small ones with a real model's layer count — and checkpoints rewritten from a fixture's
+// tensors (any storage type, poisoned, or cut into shards with their index).
+import { chmodSync, copyFileSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import type { GPT2Config } from "../../src/model/config.ts";
+import { readSafetensors } from "../../src/model/safetensors.ts";
 import { materializeWeights, parameterSpecs, randomWeights } from "../../src/model/weights.ts";
 
 export const MICRO: GPT2Config = {
@@ -139,5 +141,48 @@ export function modelDir(base: string, files: { config?: string | null; model?: 
   chmodSync(dir, 0o755);
   if (files.config !== null) writeFileSync(join(dir, "config.json"), files.config ?? hfConfigJson(MICRO));
   if (files.model !== null && files.model !== undefined) writeFileSync(join(dir, "model.safetensors"), files.model);
+  return dir;
+}
+
+/** An F32 checkpoint's tensors in file order, as values (to be written again in any storage type). */
+export function checkpointTensors(path: string, dtype: RawTensor["dtype"] = "F32"): RawTensor[] {
+  const file = readSafetensors(path);
+  const source = file.open();
+  try {
+    return [...file.tensors.values()]
+      .sort((a, b) => a.begin - b.begin)
+      .map((t) => {
+        if (t.dtype !== "F32") throw new Error(`${path}: ${t.name} is ${t.dtype}, not F32`);
+        const bytes = new Uint8Array(t.end - t.begin);
+        source.read(bytes, file.dataStart + t.begin);
+        return { name: t.name, dtype, shape: t.shape, values: new Float32Array(bytes.buffer) };
+      });
+  } finally {
+    source.close();
+  }
+}
+
+export const INDEX_FILE = "model.safetensors.index.json";
+
+/**
+ * A sharded copy of `tensors` under `base`: `config` copied from a file, shard i (`model-0000i-of-0000n.safetensors`)
+ * holding shards[i]'s tensors, and an index mapping each to its shard; `index` may replace the index's text.
+ */
+export function shardedDir(
+  base: string,
+  configPath: string,
+  tensors: RawTensor[],
+  shards: string[][],
+  index?: (map: Record<string, string>) => string,
+): string {
+  const dir = modelDir(base, { config: null });
+  copyFileSync(configPath, join(dir, "config.json"));
+  const map: Record<string, string> = {};
+  shards.forEach((names, i) => {
+    const file = `model-${String(i + 1).padStart(5, "0")}-of-${String(shards.length).padStart(5, "0")}.safetensors`;
+    writeFileSync(join(dir, file), encode(tensors.filter((t) => names.includes(t.name))).bytes);
+    for (const name of names) map[name] = file;
+  });
+  writeFileSync(join(dir, INDEX_FILE), index ? index(map) : JSON.stringify({ metadata: {}, weight_map: map }));
   return dir;
 }
