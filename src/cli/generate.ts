@@ -103,6 +103,9 @@ await runCli(async () => {
     modelLines.push(line),
   );
   const cfg = weights.config;
+  const plan: PlanKind = argv.plan ?? defaultPlan(cfg);
+  const refusal = planRefusal(cfg, plan); // before the tokenizer: a plan the model lacks is said whatever the prompt
+  if (refusal) throw new UserError(refusal);
   const codec = textCodec(argv.model, cfg.vocab_size);
   const encode = (text: string) => {
     if (!codec)
@@ -124,9 +127,6 @@ await runCli(async () => {
   if (dumpLogits && batch > 1)
     throw new UserError("--dump-logits writes one sequence's logits: use it with one prompt and --batch 1");
   const dtype: DtypeName = argv.dtype ?? weights.storedAs;
-  const plan: PlanKind = argv.plan ?? defaultPlan(cfg);
-  const refusal = planRefusal(cfg, plan);
-  if (refusal) throw new UserError(refusal);
   const form: StepForm = { plan, batch, weights: dtype, kv: argv["kv-dtype"] ?? dtype };
   const backend = await openBackend(argv.backend, { threads, note: say });
   if (backend.kind !== "cuda") checkHostMemory(cfg, dtype); // the CPU's and the emulator's weights are in host memory
