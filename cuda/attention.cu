@@ -88,6 +88,14 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attention_kernel(AttnArgs a, 
   attention<K, kWidth>(a, own_launch(overlap), shared);
 }
 
+// Head sizes past kAttnMaxHeadSize: the same body with room for twice the units. Not a persistent step body (its
+// launch is rejected while a step is recorded), so the step's kernels keep the fast path's registers.
+template <typename K, int kWidth>
+__global__ void __launch_bounds__(kAttnThreads, 1) attention_wide_kernel(AttnArgs a, Overlap overlap) {
+  __shared__ AttnShared<kWidth, kAttnWideHeadSize> shared;
+  attention<K, kWidth, kAttnWideHeadSize>(a, own_launch(overlap), shared);
+}
+
 extern "C" size_t op_attention_scratch_bytes(int rows, int C, int n_head, int max_ctx) {
   if (n_head <= 0 || C % n_head != 0) return 0;
   const ScratchSizes s = scratch_sizes(rows, C, n_head, max_ctx);
@@ -98,7 +106,7 @@ extern "C" void op_attention(float* out, float* scratch, const float* qkv, const
                              const int* state, int B, int T, int C, int n_head, int n_kv_head, int max_ctx,
                              int kvdtype) {
   const bool heads_fit =
-      n_head > 0 && C % n_head == 0 && C / n_head <= kAttnMaxHeadSize && n_kv_head > 0 && n_head % n_kv_head == 0;
+      n_head > 0 && C % n_head == 0 && C / n_head <= kAttnWideHeadSize && n_kv_head > 0 && n_head % n_kv_head == 0;
   // B·T rows: each (row, head) pair has its arrival counter among the max_ctx * n_head the scratch holds
   if (rt_reject_unless(is_storage_type(kvdtype) && heads_fit && B >= 1 && T >= 1 && B * T <= max_ctx)) return;
   const int hs = C / n_head, group = n_head / n_kv_head, passes = attention_passes(group);
@@ -119,8 +127,10 @@ extern "C" void op_attention(float* out, float* scratch, const float* qkv, const
     using K = decltype(kind);
     constexpr int V = kVecOf<K>;
     const bool vec = hs % V == 0 && aligned16(k_cache) && aligned16(v_cache);  // every head's row start: kv_C % V == 0
+    const Geometry at = {.grid = grid, .block = kAttnThreads};
+    if (hs > kAttnMaxHeadSize) return launch_op(vec ? attention_wide_kernel<K, V> : attention_wide_kernel<K, 1>, at, a);
     const auto kernel = vec ? attention_kernel<K, V> : attention_kernel<K, 1>;
     const StepTaskForm task = {.kind = kTaskAttention, .vec = vec, .variant = {.kvdtype = kvdtype}};
-    launch_step_op(kernel, {.grid = grid, .block = kAttnThreads}, task, a);
+    launch_step_op(kernel, at, task, a);
   });
 }

@@ -13,7 +13,8 @@
 
 constexpr int kAttnKeysPerChunk = 64;
 constexpr int kAttnThreads = 256;
-constexpr int kAttnMaxHeadSize = 128;
+constexpr int kAttnMaxHeadSize = 128;   // the head sizes of the fast path (and of the persistent step's body)
+constexpr int kAttnWideHeadSize = 256;  // op_attention's wide instantiation: the rest, with twice the registers
 constexpr int kAttnLanesPerKey = kAttnThreads / kAttnKeysPerChunk;  // threads sharing one key's score: 4
 constexpr int kAttnMergeBatch = 8;  // chunks whose partials a merging thread loads at once
 // Query heads of one K/V head whose scores and softmax a block computes in one pass: a warp's softmax each.
@@ -23,13 +24,13 @@ constexpr int kAttnHeadsAtOnce = kAttnThreads / kWarpSize;
 constexpr int kAttnChainL2Trips = 4;
 constexpr int kKvAppendChainL2Trips = 1;
 static_assert(kAttnLanesPerKey >= 1 && kWarpSize % kAttnLanesPerKey == 0, "a key's threads sit in one warp");
-static_assert(kAttnMaxHeadSize <= kAttnThreads, "the merge gives each head dimension a thread");
+static_assert(kAttnWideHeadSize <= kAttnThreads, "the merge gives each head dimension a thread");
 
 // Loads per thread, one per unit of kWidth elements (16 bytes, or one element): a key lane's share of a key row (hs /
-// kWidth / 4 units), and a value thread's keys (64 / (256 / (hs / kWidth)) of them); both at most 128 / 4 / kWidth for
-// hs <= 128.
-template <int kWidth> struct AttnUnits {
-  static constexpr int value = kAttnMaxHeadSize / kAttnLanesPerKey / kWidth;
+// kWidth / 4 units), and a value thread's keys (64 / (256 / (hs / kWidth)) of them); both at most kMaxHs / 4 / kWidth
+// for hs <= kMaxHs.
+template <int kWidth, int kMaxHs> struct AttnUnits {
+  static constexpr int value = kMaxHs / kAttnLanesPerKey / kWidth;
 };
 
 // Scratch, for (row, head) pair th = row * n_head + h (row = b * T + t, at most max_ctx rows) and chunk c:
@@ -57,19 +58,19 @@ __device__ __forceinline__ int visible_keys(int pos, int t, int max_ctx) {
 // The chunk's key and value rows this thread reads, one unit (kWidth elements of K, kept packed) per load; rows
 // outside [lo, hi) keep their values. Key lane `sub` of key j takes units sub, sub + 4, ... of the row; value thread
 // (part, g) takes unit g of keys part, part + parts, ...
-template <typename K, int kWidth> struct ChunkRows {
-  Packed<K, kWidth> k[AttnUnits<kWidth>::value];
-  Packed<K, kWidth> v[AttnUnits<kWidth>::value];
+template <typename K, int kWidth, int kMaxHs> struct ChunkRows {
+  Packed<K, kWidth> k[AttnUnits<kWidth, kMaxHs>::value];
+  Packed<K, kWidth> v[AttnUnits<kWidth, kMaxHs>::value];
 };
 
-template <typename K, int kWidth>
-__device__ __forceinline__ void load_chunk_rows(ChunkRows<K, kWidth>& r, const K* k, const K* v, int key0, int lo,
-                                                int hi, int row_elements, int hs) {
+template <typename K, int kWidth, int kMaxHs>
+__device__ __forceinline__ void load_chunk_rows(ChunkRows<K, kWidth, kMaxHs>& r, const K* k, const K* v, int key0,
+                                                int lo, int hi, int row_elements, int hs) {
   const int units = hs / kWidth;
   const int key = key0 + (int)threadIdx.x / kAttnLanesPerKey, sub = threadIdx.x % kAttnLanesPerKey;
   const int parts = kAttnThreads / units, part = threadIdx.x / units, g = threadIdx.x % units;
 #pragma unroll
-  for (int u = 0; u < AttnUnits<kWidth>::value; u++) {
+  for (int u = 0; u < AttnUnits<kWidth, kMaxHs>::value; u++) {
     const int unit = sub + u * kAttnLanesPerKey;
     if (key >= lo && key < hi && unit < units)
       r.k[u] = load_packed<K, kWidth>(k + (size_t)key * row_elements + unit * kWidth);
@@ -79,8 +80,8 @@ __device__ __forceinline__ void load_chunk_rows(ChunkRows<K, kWidth>& r, const K
   }
 }
 
-template <int kWidth> struct AttnShared {
-  float q[kAttnHeadsAtOnce * kAttnMaxHeadSize];  // a pass's queries, head i's at i·hs
+template <int kWidth, int kMaxHs = kAttnMaxHeadSize> struct AttnShared {
+  float q[kAttnHeadsAtOnce * kMaxHs];  // a pass's queries, head i's at i·hs
   float p[kAttnHeadsAtOnce][kAttnKeysPerChunk];
   Cols<kWidth> value_partial[kAttnThreads];
 };
@@ -97,17 +98,17 @@ __device__ __forceinline__ float* chunk_acc(const AttnScratch& s, int th, int n_
 // share its K/V rows `r`: every head's scores into p, the heads' softmax numerators side by side (a warp each),
 // then each head's values in turn, its partial (max, sum, acc) into scratch (its pointers computed where they are
 // stored: the persistent f32 step has no registers to hold them). shared.q: the heads' queries, pre-scaled.
-template <typename K, int kWidth>
+template <typename K, int kWidth, int kMaxHs>
 __device__ __forceinline__ void attend_chunk(const AttnScratch& scratch, int th0, int n_chunks, int chunk,
-                                             const ChunkRows<K, kWidth>& r, AttnShared<kWidth>& shared, int n_heads,
-                                             int n_keys, int hs) {
+                                             const ChunkRows<K, kWidth, kMaxHs>& r, AttnShared<kWidth, kMaxHs>& shared,
+                                             int n_heads, int n_keys, int hs) {
   const int units = hs / kWidth;
   const int j = threadIdx.x / kAttnLanesPerKey, sub = threadIdx.x % kAttnLanesPerKey;
   for (int i = 0; i < n_heads; i++) {
     const float* q = shared.q + i * hs;
     float s = 0.0f;
 #pragma unroll
-    for (int u = 0; u < AttnUnits<kWidth>::value; u++) {
+    for (int u = 0; u < AttnUnits<kWidth, kMaxHs>::value; u++) {
       const int unit = sub + u * kAttnLanesPerKey;
       if (unit < units)
 #pragma unroll
@@ -144,7 +145,7 @@ __device__ __forceinline__ void attend_chunk(const AttnScratch& scratch, int th0
     if (part < parts) {
       Cols<kWidth> a = {};
 #pragma unroll
-      for (int u = 0; u < AttnUnits<kWidth>::value; u++) {
+      for (int u = 0; u < AttnUnits<kWidth, kMaxHs>::value; u++) {
         const int key = part + u * parts;
         if (key < n_keys)
 #pragma unroll
@@ -237,8 +238,8 @@ template <typename K> __device__ __forceinline__ L2Lines attention_lines(const A
 // Every thread's key and value loads are issued before the first is used. Rows below pos_b were written by
 // earlier steps (no kernel of this step writes them, nor state), so they are loaded before the wait for the
 // predecessor; rows from pos_b on (this step's kv_append) and q after it.
-template <typename K, int kWidth>
-__device__ __forceinline__ void attention(const AttnArgs& a, const BlockPlace& at, AttnShared<kWidth>& shared) {
+template <typename K, int kWidth, int kMaxHs = kAttnMaxHeadSize>
+__device__ __forceinline__ void attention(const AttnArgs& a, const BlockPlace& at, AttnShared<kWidth, kMaxHs>& shared) {
   __shared__ bool is_last;
   let_successor_start();
   const int chunk = at.idx.x, row = at.idx.z;
@@ -255,11 +256,11 @@ __device__ __forceinline__ void attention(const AttnArgs& a, const BlockPlace& a
   const auto in_group = [&] { return at.idx.y % attention_passes(a.group) * kAttnHeadsAtOnce; };
   const auto first_head = [&] { return at.idx.y / attention_passes(a.group) * a.group + in_group(); };
   const auto heads = [&] { return min(kAttnHeadsAtOnce, a.group - in_group()); };
-  ChunkRows<K, kWidth> rows = {};
-  if (key0 < n_keys) load_chunk_rows<K, kWidth>(rows, k, v, key0, 0, min(pos, n_keys), a.kv_C, hs);
+  ChunkRows<K, kWidth, kMaxHs> rows = {};
+  if (key0 < n_keys) load_chunk_rows<K, kWidth, kMaxHs>(rows, k, v, key0, 0, min(pos, n_keys), a.kv_C, hs);
   wait_for_inputs(at);
   if (key0 < n_keys) {
-    load_chunk_rows<K, kWidth>(rows, k, v, key0, pos, n_keys, a.kv_C, hs);
+    load_chunk_rows<K, kWidth, kMaxHs>(rows, k, v, key0, pos, n_keys, a.kv_C, hs);
     // the heads' queries: consecutive columns of the row
     const float scale = 1.0f / sqrtf((float)hs);
     const int h0 = first_head(), n_heads = heads();
@@ -268,8 +269,8 @@ __device__ __forceinline__ void attention(const AttnArgs& a, const BlockPlace& a
     // persistent f32 step has not to spare beside the chunk's rows
     for (int e = threadIdx.x; e < n_heads * hs; e += kAttnThreads) shared.q[e] = __ldcg(q + e) * scale;
     __syncthreads();
-    attend_chunk<K, kWidth>(a.scratch, row * a.n_head + h0, n_chunks, chunk, rows, shared, n_heads,
-                            min(kAttnKeysPerChunk, n_keys - key0), hs);
+    attend_chunk<K, kWidth, kMaxHs>(a.scratch, row * a.n_head + h0, n_chunks, chunk, rows, shared, n_heads,
+                                    min(kAttnKeysPerChunk, n_keys - key0), hs);
   }
   if (!arrive_last(a.scratch.counters + (size_t)row * at.grid.y + at.idx.y, n_chunks, &is_last)) return;
   const int h0 = first_head(), n_heads = heads(), th0 = row * a.n_head + h0;

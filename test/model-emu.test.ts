@@ -8,7 +8,7 @@ import { CudaBackend } from "../src/backends/cuda.ts";
 import { loadModel } from "../src/model/weights.ts";
 import { DEFAULT_STEP_FORM, PLAN_KINDS, type PlanKind, type StepForm } from "../src/plan.ts";
 import { generateBatch } from "../src/run/generate.ts";
-import { availableModes, launchMode } from "../src/run/launch-modes.ts";
+import { availableModes, launchMode, modeForm } from "../src/run/launch-modes.ts";
 import { Session } from "../src/run/session.ts";
 import {
   cachedEqualsUncached,
@@ -27,12 +27,15 @@ const weights = loadModel(FIXTURE);
 const fixture = readFixture(FIXTURE);
 afterAll(() => emu.close());
 
-test("the emulator has every launch mode; the persistent step needs the fused plan and the cache in the weights' type", () => {
-  const names = (plan: PlanKind, kv: "f32" | "bf16") =>
-    availableModes(emu, { plan, weights: "f32", kv }).map((m) => m.name);
+test("the emulator has every launch mode; the persistent step needs the fused plan, the cache in the weights' type and heads its attention body holds", () => {
+  const names = (plan: PlanKind, kv: "f32" | "bf16", headDim = 64) =>
+    availableModes(emu, { plan, weights: "f32", kv, headDim }).map((m) => m.name);
   expect(names("fused", "f32")).toEqual(["eager", "eager-native", "graph", "graph-pdl", "persistent"]);
   expect(names("unfused", "f32")).toEqual(["eager", "eager-native", "graph", "graph-pdl"]);
   expect(names("fused", "bf16")).toEqual(["eager", "eager-native", "graph", "graph-pdl"]);
+  const widest = emu.kernels!.facts.attention.maxHeadSize;
+  expect(names("fused", "f32", widest)).toContain("persistent");
+  expect(names("fused", "f32", widest + 16)).toEqual(["eager", "eager-native", "graph", "graph-pdl"]);
 });
 
 test.each(PLAN_KINDS.map((p) => [p]))(
@@ -109,7 +112,9 @@ test.each(PLAN_KINDS.flatMap((plan) => (["f32", "bf16", "f16"] as const).map((dt
   (plan, dtype) => {
     const prompts = [fixture.prompt, [5, 9, 2], [7, 3, 1, 4, 1, 5, 9, 2, 6, 5]]; // prefills of 1..8 rows and over 8
     const alone = prompts.map((p) => tokensOf({ plan, batch: 1, weights: dtype, kv: dtype }, [p], "eager", 6)[0]!);
-    for (const mode of availableModes(emu, { plan, weights: dtype, kv: dtype }).map((m) => m.name))
+    for (const mode of availableModes(emu, modeForm({ plan, weights: dtype, kv: dtype }, weights.config)).map(
+      (m) => m.name,
+    ))
       expect([mode, tokensOf({ plan, batch: 3, weights: dtype, kv: dtype }, prompts, mode, 6)]).toEqual([mode, alone]);
   },
   EMU_TIMEOUT_MS,

@@ -1,7 +1,7 @@
 // One interface for every backend: the CPU library, the CUDA library, and the CUDA sources emulated on the CPU.
 // A backend describes itself — its device, what it can do, how it is measured, its study defaults — so
 // that nothing above it branches on which backend it is.
-import type { KernelFacts } from "../native/kernel-facts.ts";
+import type { KernelFacts, PersistentStepBuild } from "../native/kernel-facts.ts";
 import type { OpSymbols } from "../ops.ts";
 import type { EncodedPlan } from "../plan.ts";
 import type { Instrument } from "./instrument.ts";
@@ -86,8 +86,8 @@ export interface Backend {
   readonly graphs: boolean;
   /** whether kernels can be launched with programmatic dependent launch (a GPU of compute capability 9.0 or later, or the emulator) */
   readonly programmaticLaunch: boolean;
-  /** runs the fused decode step as one persistent cooperative kernel (RecordedStep.runPersistent) */
-  readonly persistentStep: boolean;
+  /** what the persistent cooperative step kernel runs (RecordedStep.runPersistent), null where there is none */
+  readonly persistentStep: PersistentStepBuild | null;
   /** whether issuing a step returns before the device runs it (CUDA): host issue time is the launch path alone */
   readonly issueIsAsync: boolean;
   /** what memInfo's free bytes are, in words */

@@ -41,7 +41,7 @@ export class CpuBackend extends NativeBackend implements CpuTimers {
   readonly kind = "cpu" as const;
   readonly graphs = false;
   readonly programmaticLaunch = false;
-  readonly persistentStep = false;
+  readonly persistentStep = null;
   readonly issueIsAsync = false;
   readonly memInfoSource =
     "host memory not held resident by the CPU library's allocations (MemTotal − their resident pages, mincore)";

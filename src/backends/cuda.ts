@@ -11,7 +11,12 @@ import {
   type CuDeviceInfo,
 } from "../native/cuda-symbols.ts";
 import { probeDriver } from "../native/driver.ts";
-import { readKernelFacts, type KernelFactsSymbol } from "../native/kernel-facts.ts";
+import {
+  persistentStepBuild,
+  readKernelFacts,
+  type KernelFactsSymbol,
+  type PersistentStepBuild,
+} from "../native/kernel-facts.ts";
 import type { EncodedPlan } from "../plan.ts";
 import type { GridBarrierMeasurement } from "./cuda-instrument.ts";
 import {
@@ -124,7 +129,7 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
   readonly device: CuDeviceInfo;
   readonly graphs = true;
   readonly programmaticLaunch: boolean;
-  readonly persistentStep = true;
+  readonly persistentStep: PersistentStepBuild;
   readonly issueIsAsync = true;
   readonly memInfoSource = "cudaMemGetInfo free bytes";
   /** the emulator runs on the host CPU: the CPU's shorter sweep */
@@ -148,7 +153,9 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
     this.deviceName = this.device.name;
     this.programmaticLaunch = emulated || this.device.ccMajor >= 9;
     this.studyDefaults = emulated ? HOST_STUDY_DEFAULTS : GPU_STUDY;
-    this.kernels = { launchShapes: (plan) => this.launchShapes(plan), libraryPath, facts: readKernelFacts(this.cu) };
+    const facts = readKernelFacts(this.cu);
+    this.kernels = { launchShapes: (plan) => this.launchShapes(plan), libraryPath, facts };
+    this.persistentStep = persistentStepBuild(facts);
   }
 
   describe(): BackendDescription {

@@ -3,6 +3,7 @@ import { dlopen, type FFIFunction } from "bun:ffi";
 
 import { UserError } from "../errors.ts";
 import { OP_SYMBOLS, PLAN_SYMBOLS, RUNTIME_SYMBOLS } from "../native/symbols.ts";
+import type { PersistentStepBuild } from "../native/kernel-facts.ts";
 import type { OpSymbols } from "../ops.ts";
 import type { EncodedPlan } from "../plan.ts";
 import type {
@@ -63,7 +64,7 @@ export abstract class NativeBackend implements Backend {
   abstract readonly deviceName: string;
   abstract readonly graphs: boolean;
   abstract readonly programmaticLaunch: boolean;
-  abstract readonly persistentStep: boolean;
+  abstract readonly persistentStep: PersistentStepBuild | null;
   abstract readonly issueIsAsync: boolean;
   abstract readonly memInfoSource: string;
   abstract readonly studyDefaults: StudyDefaults;

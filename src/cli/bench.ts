@@ -86,7 +86,7 @@ function timeCachedSteps(session: Session<ModelWeights>, context: number, steps:
  */
 function benchDecode(backend: CpuBackend, session: Session<ModelWeights>, contexts: number[], steps: number): void {
   const cfg = session.config;
-  const modes = availableModes(backend, session.form);
+  const modes = availableModes(backend, session.modeForm);
   const replay = replayMode(backend);
   const bytesAt = (c: number) => {
     const { weights, kv } = floorBytes(session, c);

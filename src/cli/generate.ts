@@ -12,6 +12,7 @@ import { generateBatch } from "../run/generate.ts";
 import {
   LAUNCH_MODE_NAMES,
   launchMode,
+  modeForm,
   replayMode,
   unavailableMode,
   type LaunchModeName,
@@ -133,7 +134,8 @@ await runCli(async () => {
   modelLines.forEach(say);
   if (codec && argv["prompt-ids"] === undefined) say(`tokenizer: ${codec.source}`);
   const mode = argv.mode === "replay" ? replayMode(backend) : launchMode(argv.mode as LaunchModeName);
-  if (!mode.available(backend, form)) throw unavailableMode(mode.name, backend, form);
+  const judged = modeForm(form, cfg);
+  if (!mode.available(backend, judged)) throw unavailableMode(mode.name, backend, judged);
   const maxContext = Math.max(...prompts.map((p) => p.length)) + maxNew;
   const session = new Session(backend, weights, { form, maxContext });
   const cache = argv.cache === "on";

@@ -32,9 +32,11 @@ import {
   availableModes,
   LAUNCH_MODE_NAMES,
   launchMode,
+  modeForm,
   replayMode,
   unavailableMode,
   type LaunchModeName,
+  type ModeForm,
 } from "../run/launch-modes.ts";
 import { DTYPE_NAMES, MAX_BATCH, type DtypeName } from "../ops.ts";
 import { DEFAULT_PRESET, intFlag, loadAnyWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
@@ -46,7 +48,7 @@ const E2E_PROMPT = 8;
 const MAX_LISTED_PROBLEMS = 10;
 const MAX_REPEATS = 100_000;
 
-function modesFor(choice: (typeof MODE_CHOICES)[number], backend: Backend, step: StepForm): StudyMode[] {
+function modesFor(choice: (typeof MODE_CHOICES)[number], backend: Backend, step: ModeForm): StudyMode[] {
   const available = availableModes(backend, step).map((m) => m.name as LaunchModeName);
   if (choice === "all") return ["uncached", ...available];
   if (!launchMode(choice).available(backend, step)) throw unavailableMode(choice, backend, step, ["all"]);
@@ -273,7 +275,7 @@ await runCli(async () => {
       kv: argv["kv-dtype"] ?? dtype,
     });
     const studied = formOf(dtypes[0]!, 1);
-    const modes = modesFor(argv.mode, backend, studied);
+    const modes = modesFor(argv.mode, backend, modeForm(studied, cfg));
     const forms = dtypes.flatMap((dtype) => batches.map((batch) => formOf(dtype, batch)));
     const opts: StudyOptions = {
       modes,

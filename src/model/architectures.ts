@@ -68,6 +68,11 @@ export function parameterCountOf(cfg: ModelConfig): number {
   return isLlamaConfig(cfg) ? llamaParameterCount(cfg) : parameterCount(cfg);
 }
 
+/** The width of one attention head: head_dim (GPT-2: n_embd / n_head). */
+export function headDimOf(cfg: ModelConfig): number {
+  return isLlamaConfig(cfg) ? cfg.head_dim : cfg.n_embd / cfg.n_head;
+}
+
 /** Key and value columns of one layer's cache row: n_kv_head × head_dim (GPT-2: n_embd). */
 export function kvColumns(cfg: ModelConfig): number {
   return isLlamaConfig(cfg) ? kvWidth(cfg) : cfg.n_embd;

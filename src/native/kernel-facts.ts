@@ -139,6 +139,16 @@ export interface KernelFactsSymbol {
 }
 export const KERNEL_FACTS_SYMBOL = { cu_kernel_facts: { args: [FFIType.ptr], returns: FFIType.i32 } } as const;
 
+/** What the persistent step kernel is built for besides the fused plan (cuda/persistent.cu). */
+export interface PersistentStepBuild {
+  /** the widest head its attention body holds: wider heads run the per-op kernels only */
+  maxHeadDim: number;
+}
+
+export const persistentStepBuild = (facts: KernelFacts): PersistentStepBuild => ({
+  maxHeadDim: facts.attention.maxHeadSize,
+});
+
 /** The facts of an open library. */
 export function readKernelFacts(symbols: KernelFactsSymbol): KernelFacts {
   const words = new Int32Array(CU_KERNEL_FACTS.bytes / INT32);

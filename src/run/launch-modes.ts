@@ -1,13 +1,23 @@
 // How a cached decode step is launched: each launch mode is one value here, and everything else (sessions,
 // the study, generate, bench, reports) takes modes from this list. Adding a mode is one entry.
 import type { Backend } from "../backends/backend.ts";
+import type { PersistentStepBuild } from "../native/kernel-facts.ts";
 import { gridBarrierUs, type LaunchFloor } from "../backends/instrument.ts";
 import { UserError } from "../errors.ts";
+import { headDimOf, type ModelConfig } from "../model/architectures.ts";
 import type { StepForm } from "../plan.ts";
 import type { CompiledStep } from "./step.ts";
 
-/** What a mode's availability depends on besides the backend: the cached step's plan and storage types. */
-type ModeForm = Pick<StepForm, "plan" | "weights" | "kv">;
+/** What a mode's availability depends on besides the backend: the cached step's plan, storage types and head width. */
+export type ModeForm = Pick<StepForm, "plan" | "weights" | "kv"> & { headDim: number };
+
+/** A step form with the model's head width, as the modes judge it. */
+export const modeForm = (step: Pick<StepForm, "plan" | "weights" | "kv">, cfg: ModelConfig): ModeForm => ({
+  plan: step.plan,
+  weights: step.weights,
+  kv: step.kv,
+  headDim: headDimOf(cfg),
+});
 
 export interface LaunchMode {
   readonly name: string;
@@ -76,7 +86,7 @@ export const LAUNCH_MODES = [
     phrase: "the persistent step kernel",
     // its ops are tasks inside one kernel: a trace sees one record per step, not one per op
     kernelPerOp: false,
-    available: (backend, step) => backend.persistentStep && persistentStepRuns(step),
+    available: (backend, step) => backend.persistentStep !== null && persistentStepRuns(step, backend.persistentStep),
     run: (step, n) => step.native().runPersistent!(n),
     // no launch per op (one graph node per token, ~1 µs against a step of ~0.1 ms): what dispatches an op is the
     // grid barrier before it, at the dearer of its two arrival patterns
@@ -91,9 +101,12 @@ export function launchMode(name: LaunchModeName): LaunchMode {
   return LAUNCH_MODES.find((m) => m.name === name)!;
 }
 
-/** Whether the persistent step kernel is built for a step of this form: the fused plan's bodies, the cache in the weights' storage type (cuda/persistent.cu). */
-export function persistentStepRuns(step: ModeForm): boolean {
-  return step.plan === "fused" && step.kv === step.weights;
+/**
+ * Whether the persistent step kernel is built for a step of this form: the fused plan's bodies, the cache in the
+ * weights' storage type, heads no wider than its attention body holds (cuda/persistent.cu).
+ */
+export function persistentStepRuns(step: ModeForm, built: PersistentStepBuild): boolean {
+  return step.plan === "fused" && step.kv === step.weights && step.headDim <= built.maxHeadDim;
 }
 
 /** The error for a mode this backend cannot run a step of this form in, naming the modes it can (and `more` choices). */
@@ -105,7 +118,7 @@ export function unavailableMode(
 ): UserError {
   const available = [...availableModes(backend, step).map((m) => m.name), ...more];
   return new UserError(
-    `launch mode ${name} is not available on the ${backend.kind} backend for the ${step.plan} plan with weights ${step.weights} and cache ${step.kv} (available: ${available.join(", ")})`,
+    `launch mode ${name} is not available on the ${backend.kind} backend for the ${step.plan} plan with weights ${step.weights}, cache ${step.kv} and heads of ${step.headDim} (available: ${available.join(", ")})`,
   );
 }
 

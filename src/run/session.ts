@@ -17,7 +17,7 @@ import {
   type PlanOp,
   type StepForm,
 } from "../plan.ts";
-import { launchMode, type LaunchMode } from "./launch-modes.ts";
+import { launchMode, modeForm, type LaunchMode, type ModeForm } from "./launch-modes.ts";
 import { firstNonFinite, firstNonFiniteOp, nonFiniteMessage } from "./finite.ts";
 import { llamaSequenceView, placeLlama, type ResidentLlama } from "./llama-buffers.ts";
 import { placeModel, sequenceView, type ResidentModel } from "./model-buffers.ts";
@@ -76,6 +76,11 @@ export class Session<W extends ModelWeights = GPT2Weights> {
     return this.resident.form;
   }
 
+  /** the step's form as the launch modes judge it */
+  get modeForm(): ModeForm {
+    return modeForm(this.form, this.config);
+  }
+
   /** the ops of its decode steps */
   get plan(): PlanKind {
     return this.form.plan;
@@ -116,7 +121,7 @@ export class Session<W extends ModelWeights = GPT2Weights> {
 
   /** Runs a step of T rows of every sequence in a launch mode (asynchronous on CUDA). */
   run(T: number, mode: LaunchMode = launchMode("eager")): void {
-    if (!mode.available(this.backend, this.form))
+    if (!mode.available(this.backend, this.modeForm))
       throw new UserError(
         `launch mode ${mode.name} is not available on the ${this.backend.kind} backend for this step`,
       );

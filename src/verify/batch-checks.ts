@@ -704,6 +704,7 @@ export const BATCH_DTYPE_CASES: KernelCase[] = [
     [1, 256, 4, 2, 72], // grouped-query: 2 query heads per K/V head
     [2, 448, 7, 1, 40], // multi-query (Qwen2's 7/1)
     [2, 512, 4, 1, 70], // head size 128: the merge takes two of a K/V head's query heads at a time
+    [1, 1024, 4, 2, 70], // head size 256: the wide kernel, a head merged at a time
   ].flatMap((shape) =>
     KV_DTYPES.flatMap((kv) => BATCHES.map((B) => batchCase(attentionSpec(shape, kv), B, `cache ${kv}`))),
   ),

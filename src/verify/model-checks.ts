@@ -68,7 +68,7 @@ export function fixtureChecks(
       row(`${f.name} logits`, `${f.sequence.length} positions vs numpy float64`, err <= LOGIT_TOLERANCE, err),
     ];
     const runs: Array<[boolean, LaunchMode]> = [
-      ...availableModes(device, s.form).map((m): [boolean, LaunchMode] => [true, m]),
+      ...availableModes(device, s.modeForm).map((m): [boolean, LaunchMode] => [true, m]),
       [false, launchMode("eager")],
     ];
     for (const [cache, mode] of runs) {
@@ -117,7 +117,7 @@ export function modesBitIdentical(
 ): CheckRow {
   const s = new Session(device, weights, { form: { ...DEFAULT_STEP_FORM, plan } });
   try {
-    const modes = availableModes(device, s.form);
+    const modes = availableModes(device, s.modeForm);
     const runs = modes.map((mode) => {
       const ids = generate(s, { prompt, maxNewTokens: n, cache: true, mode }).generatedIds;
       return { mode, ids, logits: new Uint32Array(s.readLogits().buffer) };

@@ -5,13 +5,13 @@
 // issued before the wait, FFMA's share of the instructions). Everything built from them is a prediction (model.ts).
 import type { KernelLaunches, LaunchShape } from "../../backends/backend.ts";
 import type { ModelConfig } from "../../model/architectures.ts";
-import { atBucket, perAccess, type KernelFacts } from "../../native/kernel-facts.ts";
+import { atBucket, perAccess, persistentStepBuild, type KernelFacts } from "../../native/kernel-facts.ts";
 import { DECODE_KERNELS, decodeKernel, persistentStepKernel, tiledLinearKernel } from "../../native/kernel-names.ts";
 import { disassemble, findCuobjdump } from "../../native/sass.ts";
 import { DTYPE_BYTES, dtypeOf, kernelFamily, MAX_BATCH, namedArgs } from "../../ops.ts";
 import { encodePlan, type PlanOp, type StepForm } from "../../plan.ts";
 import { planShapeOf, stepArchOf } from "../../plans.ts";
-import { persistentStepRuns } from "../../run/launch-modes.ts";
+import { modeForm, persistentStepRuns } from "../../run/launch-modes.ts";
 import { sassFacts, type SassFacts } from "../../verify/sass-checks.ts";
 import { registerBudget, SASS_GPU, type GpuModel } from "./gpus.ts";
 import { predictStep, type KernelInput, type PersistentKernel, type StepPrediction } from "./model.ts";
@@ -181,7 +181,7 @@ export function persistentKernel(
   facts: KernelFacts,
   sass: readonly SassFacts[] | null,
 ): PersistentKernel | null {
-  if (!persistentStepRuns(form)) return null;
+  if (!persistentStepRuns(modeForm(form, config), persistentStepBuild(facts))) return null;
   const { threads, minBlocksPerSm, laterRoundL2Trips } = facts.persistent;
   const name = persistentStepKernel(facts, stepArchOf(config), form.weights, form.batch);
   const compiledFor = registerBudget(SASS_GPU, threads, atBucket(facts, minBlocksPerSm[form.weights], form.batch));
