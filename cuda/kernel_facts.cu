@@ -81,6 +81,7 @@ extern "C" int cu_kernel_facts(CuKernelFacts* out) {
   f.attn_keys_per_chunk = kAttnKeysPerChunk;
   f.attn_lanes_per_key = kAttnLanesPerKey;
   f.attn_max_head_size = kAttnMaxHeadSize;
+  f.attn_wide_head_size = kAttnWideHeadSize;
   f.persistent_threads = kMatvecThreads;  // kStepThreads: persistent.cu asserts every body's blocks are that size
   f.persistent_later_round_l2_trips = kStepLaterRoundL2Trips;
   for (int b = 0; b < CU_FACTS_BUCKETS; b++) {

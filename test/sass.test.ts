@@ -22,7 +22,10 @@ import {
   type SassFunction,
 } from "../src/native/sass.ts";
 import { PRESETS } from "../src/model/config.ts";
-import { PLAN_KINDS, planShape } from "../src/plan.ts";
+import type { ModelConfig } from "../src/model/architectures.ts";
+import { LLAMA_PRESETS } from "../src/model/llama.ts";
+import { planShapeOf } from "../src/plans.ts";
+import { PLAN_KINDS } from "../src/plan.ts";
 import { libraryKernelFacts, type KernelFacts } from "../src/native/kernel-facts.ts";
 import { activeLoads, factsFor, kernelOf } from "../src/profile/kernel-model/index.ts";
 import {
@@ -324,7 +327,7 @@ describe.skipIf(skipReason !== null)("the built CUDA library's SASS", () => {
       expect([name, sassFacts(fns.find((f) => f.kernel === name)!).wideLoadsBeforeWait]).toEqual([name, 8]);
   }, 600_000);
 
-  test("the kernel model's loads per thread for GPT-2 small's hot kernels never exceed what their SASS holds in flight, in every storage type and batch", () => {
+  test("the kernel model's loads per thread for GPT-2 small's hot kernels (and Qwen3's at heads of 256, the wide attention) never exceed what their SASS holds in flight, in every storage type and batch", () => {
     const sass = library().map(sassFacts);
     const hot = new Set(requirements().map((r) => r.kernel));
     const forms = [
@@ -333,15 +336,26 @@ describe.skipIf(skipReason !== null)("the built CUDA library's SASS", () => {
       [8, "f16"],
       [3, "f32"],
     ] as const;
+    const wideHeads: ModelConfig = { ...LLAMA_PRESETS["qwen3-0.6b"]!, head_dim: 256 };
+    const checked = new Set<string>();
     for (const [batch, dtype] of forms)
-      for (const plan of PLAN_KINDS)
-        for (const op of planShape(PRESETS.gpt2!, 1, { plan, batch, weights: dtype, kv: dtype })) {
+      for (const [cfg, plan] of [
+        ...PLAN_KINDS.map((p) => [PRESETS.gpt2!, p] as const),
+        [wideHeads, "unfused"] as const,
+      ])
+        for (const op of planShapeOf(cfg, 1, { plan, batch, weights: dtype, kv: dtype })) {
           const name = kernelOf(op, built());
           if (!hot.has(name)) continue;
+          checked.add(name);
           const f = factsFor(op, sass, built())!;
           expect(f.kernel).toBe(name);
           expect(activeLoads(op, built())).toBeLessThanOrEqual(f.wideLoadsInFlight!);
         }
+    expect([...checked].filter((k) => k.startsWith("attention_wide_kernel")).sort()).toEqual([
+      "attention_wide_kernel<__half, 8>",
+      "attention_wide_kernel<__nv_bfloat16, 8>",
+      "attention_wide_kernel<float, 4>",
+    ]);
   }, 600_000);
 
   test("planted serialisation (-DPLANT_SERIAL_MATVEC, #pragma unroll 1 in the matvec) fails the check in every matvec instantiation, and only there", () => {

@@ -30,6 +30,7 @@ const FIELDS = [
   ["attn_keys_per_chunk", 1],
   ["attn_lanes_per_key", 1],
   ["attn_max_head_size", 1],
+  ["attn_wide_head_size", 1],
   ["persistent_threads", 1],
   ["persistent_min_blocks_per_sm", DTYPE_NAMES.length * BUCKETS],
   ["persistent_later_round_l2_trips", 1],
@@ -76,7 +77,15 @@ export interface KernelFacts {
   };
   argmax: { loads: number };
   /** decode attention (cuda/attention.h) */
-  attention: { threads: number; keysPerChunk: number; lanesPerKey: number; maxHeadSize: number };
+  attention: {
+    threads: number;
+    keysPerChunk: number;
+    lanesPerKey: number;
+    /** the fast kernel's (and the persistent body's) widest head */
+    maxHeadSize: number;
+    /** attention_wide_kernel's: the widest head the op takes */
+    wideHeadSize: number;
+  };
   /** the persistent step kernel (cuda/persistent.cu); minBlocksPerSm by the weights' (and cache's) storage type, per batch bucket */
   persistent: {
     threads: number;
@@ -120,6 +129,7 @@ export function decodeKernelFacts(words: Int32Array): KernelFacts {
       keysPerChunk: at("attn_keys_per_chunk"),
       lanesPerKey: at("attn_lanes_per_key"),
       maxHeadSize: at("attn_max_head_size"),
+      wideHeadSize: at("attn_wide_head_size"),
     },
     persistent: {
       threads: at("persistent_threads"),

@@ -72,6 +72,10 @@ export function decodeKernel(facts: KernelFacts, family: OpFamily, dtype: DtypeN
   }
 }
 
+/** op_attention's kernel for heads wider than the fast path's (cuda/attention.cu), on cache `kv`. */
+export const wideAttentionKernel = (facts: KernelFacts, kv: DtypeName) =>
+  `attention_wide_kernel<${elementType(kv)}, ${perAccess(facts, kv)}>`;
+
 /** op_linear's kernel for more than MAX_BATCH rows (prefill): a tiled matrix product on weights in `dtype`. */
 export const tiledLinearKernel = (dtype: DtypeName) => `linear_tiled_kernel<${elementType(dtype)}>`;
 

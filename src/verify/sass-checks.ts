@@ -17,6 +17,7 @@ import {
   persistentStepKernel,
   STEP_ARCHS,
   type StepArch,
+  wideAttentionKernel,
 } from "../native/kernel-names.ts";
 import {
   attachSourceLines,
@@ -53,8 +54,9 @@ const GPT2_HEAD_SIZE = PRESETS.gpt2!.n_embd / PRESETS.gpt2!.n_head;
 /** The check's own register bounds where no launch bound sets one: attention keeps 2 blocks per SM, argmax and layernorm 64 registers. */
 const ATTENTION_BLOCKS_PER_SM = 2,
   SMALL_KERNEL_REGISTERS = 64;
-/** Fewest 16-byte loads in flight the check asks of attention (a chunk's key and value rows) and layernorm (the row, its weight and bias). */
+/** Fewest 16-byte loads in flight the check asks of attention (a chunk's key and value rows; the wide kernel's rows are twice as long) and layernorm (the row, its weight and bias). */
 const ATTENTION_LOADS = 8,
+  WIDE_ATTENTION_LOADS = 2 * ATTENTION_LOADS,
   LAYERNORM_LOADS = 4,
   SWIGLU_LOADS = 2;
 
@@ -91,6 +93,16 @@ export function sassRequirements(facts: KernelFacts): SassRequirement[] {
         minWideLoads: ATTENTION_LOADS,
         maxRegisters: b.maxRegisters,
         why: `a chunk's key and value rows issued together (${attentionUnits(dtype, GPT2_HEAD_SIZE)} of ${attentionUnits(dtype, facts.attention.maxHeadSize)} units used at head size ${GPT2_HEAD_SIZE}); ${b.perSm}`,
+      };
+    }),
+    ...DTYPE_NAMES.map((dtype) => {
+      const b = budget(facts.attention.threads, 1),
+        wide = facts.attention.wideHeadSize;
+      return {
+        kernel: wideAttentionKernel(facts, dtype),
+        minWideLoads: WIDE_ATTENTION_LOADS,
+        maxRegisters: b.maxRegisters,
+        why: `heads up to ${wide}: a chunk's key and value rows issued together (${attentionUnits(dtype, wide)} units at head size ${wide}); ${b.perSm}`,
       };
     }),
     {

@@ -6,7 +6,13 @@
 import type { KernelLaunches, LaunchShape } from "../../backends/backend.ts";
 import type { ModelConfig } from "../../model/architectures.ts";
 import { atBucket, perAccess, persistentStepBuild, type KernelFacts } from "../../native/kernel-facts.ts";
-import { DECODE_KERNELS, decodeKernel, persistentStepKernel, tiledLinearKernel } from "../../native/kernel-names.ts";
+import {
+  DECODE_KERNELS,
+  decodeKernel,
+  persistentStepKernel,
+  tiledLinearKernel,
+  wideAttentionKernel,
+} from "../../native/kernel-names.ts";
 import { disassemble, findCuobjdump } from "../../native/sass.ts";
 import { DTYPE_BYTES, dtypeOf, kernelFamily, MAX_BATCH, namedArgs } from "../../ops.ts";
 import { encodePlan, type PlanOp, type StepForm } from "../../plan.ts";
@@ -100,8 +106,12 @@ export function kernelOf(op: PlanOp, facts: KernelFacts): string {
         ? tiledLinearKernel(weights)
         : decodeKernel(facts, op.family, weights, rows);
     }
-    case "storage":
-      return decodeKernel(facts, op.family, dtypeOf(args[kernel.dtype]!), 1);
+    case "storage": {
+      const storage = dtypeOf(args[kernel.dtype]!);
+      return op.family === "attention" && args.C! / args.n_head! > facts.attention.maxHeadSize
+        ? wideAttentionKernel(facts, storage)
+        : decodeKernel(facts, op.family, storage, 1);
+    }
     default:
       return decodeKernel(facts, op.family, "f32", 1);
   }
