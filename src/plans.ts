@@ -1,14 +1,56 @@
-// The architectures' decode steps, chosen by config: GPT-2's (plan.ts) and the Llama family's (plan-llama.ts).
-import type { ModelConfig } from "./model/architectures.ts";
-import { isLlamaConfig } from "./model/llama.ts";
+// The architectures' decode steps: one row per family of the registry (model/architectures.ts), GPT-2's (plan.ts)
+// and the Llama family's (plan-llama.ts).
+import { familyNameOf, type FamilyName, type ModelConfig } from "./model/architectures.ts";
+import type { GPT2Config } from "./model/config.ts";
+import type { LlamaConfig } from "./model/llama.ts";
 import type { StepArch } from "./native/kernel-names.ts";
-import { llamaPlanShape, llamaPlans } from "./plan-llama.ts";
-import { DEFAULT_STEP_FORM, PLAN_KINDS, planShape, type PlanKind, type PlanOp, type StepForm } from "./plan.ts";
+import { llamaPlanShape, llamaPlans, llamaStep, type LlamaBuffers } from "./plan-llama.ts";
+import {
+  decodeStep,
+  DEFAULT_STEP_FORM,
+  PLAN_KINDS,
+  planShape,
+  type ModelBuffers,
+  type PlanKind,
+  type PlanOp,
+  type StepForm,
+} from "./plan.ts";
+
+/** What the plan layer knows of a family: its plans, its step over a backend's buffers, its persistent kernel. */
+interface StepFamily<C extends ModelConfig, B extends { config: C }> {
+  /** the plans a model has, the default first */
+  plans(config: C): readonly PlanKind[];
+  /** the step for T new rows of each of the buffers' sequences */
+  step(buffers: B, T: number, kind: PlanKind): PlanOp[];
+  /** the step's shape without a backend: every pointer a placeholder */
+  planShape(config: C, T: number, form: StepForm): PlanOp[];
+  /** its persistent step kernel (cuda/persistent.cu) */
+  stepArch: StepArch;
+}
+
+/** Any family's buffers on a backend (src/run/). */
+export type StepBuffers = ModelBuffers | LlamaBuffers;
+type AnyStepFamily = StepFamily<ModelConfig, StepBuffers>;
+
+const STEP_FAMILIES: { [F in FamilyName]: AnyStepFamily } = {
+  gpt2: {
+    plans: () => PLAN_KINDS,
+    step: decodeStep,
+    planShape,
+    stepArch: "Gpt2Step",
+  } satisfies StepFamily<GPT2Config, ModelBuffers> as AnyStepFamily,
+  llama: {
+    plans: llamaPlans,
+    step: llamaStep,
+    planShape: llamaPlanShape,
+    stepArch: "LlamaStep",
+  } satisfies StepFamily<LlamaConfig, LlamaBuffers> as AnyStepFamily,
+};
+
+const stepFamilyOf = (config: ModelConfig): AnyStepFamily => STEP_FAMILIES[familyNameOf(config)];
 
 /** The plans an architecture has, the default first: GPT-2 both, the Llama family both but Qwen3 (llamaPlans). */
-export function plansOf(config: ModelConfig): readonly PlanKind[] {
-  return isLlamaConfig(config) ? llamaPlans(config) : PLAN_KINDS;
-}
+export const plansOf = (config: ModelConfig): readonly PlanKind[] => stepFamilyOf(config).plans(config);
 
 /** Why a model cannot run `plan` (one line for the user), or null where it can. */
 export function planRefusal(config: ModelConfig, plan: PlanKind): string | null {
@@ -20,9 +62,13 @@ export function planRefusal(config: ModelConfig, plan: PlanKind): string | null 
 export const defaultPlan = (config: ModelConfig): PlanKind => plansOf(config)[0]!;
 
 /** The architecture's persistent step kernel (cuda/persistent.cu). */
-export const stepArchOf = (config: ModelConfig): StepArch => (isLlamaConfig(config) ? "LlamaStep" : "Gpt2Step");
+export const stepArchOf = (config: ModelConfig): StepArch => stepFamilyOf(config).stepArch;
+
+/** The step for T new rows of each of the buffers' sequences, in its architecture's plan `kind`. */
+export const stepOf = (buffers: StepBuffers, T: number, kind: PlanKind): PlanOp[] =>
+  stepFamilyOf(buffers.config).step(buffers, T, kind);
 
 /** The step's shape without a backend (plan.ts planShape) for any architecture. */
 export function planShapeOf(config: ModelConfig, T: number, form: StepForm = DEFAULT_STEP_FORM): PlanOp[] {
-  return isLlamaConfig(config) ? llamaPlanShape(config, T, form) : planShape(config, T, form);
+  return stepFamilyOf(config).planShape(config, T, form);
 }

@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { kvCacheBytesPerToken, PRESETS } from "../src/model/config.ts";
-import { gpt2Shape, kvReport, readDecoderConfig, type KvReport } from "../src/model/kv.ts";
+import { shapeOf, kvReport, readDecoderConfig, type KvReport } from "../src/model/kv.ts";
 import { runCli } from "./helpers/cli.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "kv-"));
@@ -34,7 +34,7 @@ const llama3 = configFile("llama3.json", {
 const kv = (...args: string[]) => runCli("kv", args);
 
 describe("GPT-2 small", () => {
-  const r = kvReport(gpt2Shape(PRESETS.gpt2!), 1024, 1, "f32");
+  const r = kvReport(shapeOf(PRESETS.gpt2!), 1024, 1, "f32");
 
   test("73,728 B per token in fp32: 2 × 12 layers × 768 × 4 B; 72 MiB for 1,024 tokens", () => {
     expect(r.kv_bytes_per_token).toBe(73_728);
@@ -52,7 +52,7 @@ describe("GPT-2 small", () => {
   });
 
   test("bf16 halves both the cache and the weights; the crossover stays", () => {
-    const half = kvReport(gpt2Shape(PRESETS.gpt2!), 1024, 4, "bf16");
+    const half = kvReport(shapeOf(PRESETS.gpt2!), 1024, 4, "bf16");
     expect(half.kv_bytes_per_token).toBe(36_864);
     expect(half.kv_bytes).toBe(36_864 * 1024 * 4);
     expect(half.crossover_tokens).toBe(6752);

@@ -17,8 +17,14 @@ import { CpuBackend } from "../backends/cpu.ts";
 import { ReadProbe } from "../backends/read-probe.ts";
 import { FP32_PEAK_PASSES } from "../backends/cpu-instrument.ts";
 import { runCli, UserError } from "../errors.ts";
-import type { ModelConfig, ModelWeights } from "../model/architectures.ts";
-import { isLlamaConfig, kvWidth, queryWidth } from "../model/llama.ts";
+import {
+  familyOf,
+  headDimOf,
+  kvColumns,
+  kvHeadsOf,
+  type ModelConfig,
+  type ModelWeights,
+} from "../model/architectures.ts";
 import { DEFAULT_STEP_FORM } from "../plan.ts";
 import { defaultPlan } from "../plans.ts";
 import { openOpenBlas } from "../native/openblas.ts";
@@ -221,30 +227,10 @@ function bestMs(...runs: Array<() => void>): number[] {
   return best;
 }
 
-/** A step's linears as (name, in, out): GPT-2's four, or the Llama family's qkv, o, gate_up and down. */
-function linearShapes(cfg: ModelConfig): Array<[string, number, number]> {
-  const C = cfg.n_embd;
-  if (!isLlamaConfig(cfg))
-    return [
-      ["c_attn", C, 3 * C],
-      ["attn.c_proj", C, C],
-      ["c_fc", C, 4 * C],
-      ["mlp.c_proj", 4 * C, C],
-    ];
-  const Q = queryWidth(cfg),
-    I = cfg.intermediate_size;
-  return [
-    ["qkv_proj", C, Q + 2 * kvWidth(cfg)],
-    ["o_proj", Q, C],
-    ["gate_up_proj", C, 2 * I],
-    ["down_proj", I, C],
-  ];
-}
-
 async function benchPrefill(backend: CpuBackend, cfg: ModelConfig): Promise<void> {
   const peak = backend.measureFp32Peak();
   const blas = openOpenBlas(backend.threads);
-  const shapes = linearShapes(cfg);
+  const shapes = familyOf(cfg).linears(cfg);
   const widest = Math.max(...shapes.map(([, IC, OC]) => Math.max(IC, OC)));
   const largest = Math.max(...shapes.map(([, IC, OC]) => IC * OC));
   const maxT = Math.max(...PREFILL_ROWS);
@@ -295,9 +281,7 @@ async function benchPrefill(backend: CpuBackend, cfg: ModelConfig): Promise<void
 function benchManyQueryAttention(backend: CpuBackend, cfg: ModelConfig, peak: number): void {
   const H = cfg.n_head;
   const maxCtx = Math.min(cfg.n_positions, Math.max(...PREFILL_ROWS)); // the cache rows the longest prefill fills
-  const [C, kvC, KV] = isLlamaConfig(cfg)
-    ? [queryWidth(cfg), kvWidth(cfg), cfg.n_kv_head]
-    : [cfg.n_embd, cfg.n_embd, H];
+  const [C, kvC, KV] = [H * headDimOf(cfg), kvColumns(cfg), kvHeadsOf(cfg)];
   line(`many-query attention (the uncached step's, one layer, FLOPs as the work model counts them):`);
   for (const T of PREFILL_ROWS) {
     const flops = stepWork(cfg, T, 0).find((o) => o.family === "attention")!.flops;
@@ -357,7 +341,7 @@ async function benchCpu(
     line(`model: ${cfg.name}; prefilling ${longest} tokens…`);
     checkHostMemory(cfg, "f32");
     // a rotary model's sessions hold what the sweep reaches (Llama-3.2-1B's 131,072 positions would not fit)
-    const held = isLlamaConfig(cfg) ? longest + 1 : cfg.n_positions;
+    const held = familyOf(cfg).rotary ? longest + 1 : cfg.n_positions;
     const form = { ...DEFAULT_STEP_FORM, plan: defaultPlan(cfg) };
     const session = new Session(backend, weights, { form, maxRows: held, maxContext: held });
     session.prefill(Array.from({ length: longest }, (_, i) => (i * 7919) % cfg.vocab_size));

@@ -4,14 +4,21 @@ import { hideBin } from "yargs/helpers";
 
 import { freemem } from "node:os";
 import { UserError } from "../errors.ts";
-import { loadAnyModel, parameterCountOf, type ModelConfig, type ModelWeights } from "../model/architectures.ts";
-import { PRESETS } from "../model/config.ts";
-import { isLlamaConfig, LLAMA_PRESETS, randomLlamaWeights } from "../model/llama.ts";
-import { randomWeights, type GPT2Weights } from "../model/weights.ts";
+import {
+  ALL_PRESETS,
+  familyNameOf,
+  familyOf,
+  loadAnyModel,
+  parameterCountOf,
+  randomWeightsOf,
+  type ModelConfig,
+  type ModelWeights,
+} from "../model/architectures.ts";
+import type { GPT2Weights } from "../model/weights.ts";
 import { DTYPE_BYTES, DTYPE_NAMES, type DtypeName } from "../ops.ts";
 
 export const DEFAULT_PRESET = "gpt2";
-export const PRESET_CHOICES = [...Object.keys(PRESETS), ...Object.keys(LLAMA_PRESETS)];
+export const PRESET_CHOICES = Object.keys(ALL_PRESETS);
 
 /**
  * `--model DIR` loads a Hugging Face checkpoint of any supported architecture; without it, a preset's exact shapes
@@ -31,12 +38,12 @@ export function loadAnyWeights(
     say(`model: ${w.config.name} from ${w.source}${skipped}`);
     return w;
   }
-  const cfg = PRESETS[preset] ?? LLAMA_PRESETS[preset];
+  const cfg = ALL_PRESETS[preset];
   if (!cfg) throw new UserError(`unknown preset ${preset} (presets: ${PRESET_CHOICES.join(", ")})`);
   say(
     `model: ${cfg.name} shapes (${parameterCountOf(cfg).toLocaleString("en-US")} parameters) with seeded random weights (seed ${seed}) — no --model given; timing does not depend on the values`,
   );
-  return isLlamaConfig(cfg) ? randomLlamaWeights(cfg, seed) : randomWeights(cfg, seed);
+  return randomWeightsOf(cfg, seed);
 }
 
 /** As loadAnyWeights, for the commands that run GPT-2 only so far (`command` names it in the refusal). */
@@ -49,9 +56,9 @@ export function loadWeights(
 ): GPT2Weights {
   const lines: string[] = [];
   const w = loadAnyWeights(modelDir, preset, seed, (line) => lines.push(line));
-  if (isLlamaConfig(w.config))
+  if (familyNameOf(w.config) !== "gpt2")
     throw new UserError(
-      `${command} runs GPT-2 so far; the ${w.config.arch} model ${w.config.name} runs with bun run generate`,
+      `${command} runs GPT-2 so far; the ${familyOf(w.config).modelType(w.config)} model ${w.config.name} runs with bun run generate`,
     );
   lines.forEach(say);
   return w as GPT2Weights;

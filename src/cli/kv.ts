@@ -4,9 +4,8 @@ import yargs from "yargs";
 import { hideBin } from "yargs/helpers";
 
 import { runCli } from "../errors.ts";
-import { PRESETS } from "../model/config.ts";
+import { ALL_PRESETS } from "../model/architectures.ts";
 import { kvReport, readDecoderConfig, shapeOf, type KvReport } from "../model/kv.ts";
-import { LLAMA_PRESETS } from "../model/llama.ts";
 import { DTYPE_NAMES, type DtypeName } from "../ops.ts";
 import { formatBytes } from "../report/tables.ts";
 import { DEFAULT_PRESET, intFlag, parseFlags, PRESET_CHOICES } from "./common.ts";
@@ -62,7 +61,7 @@ await runCli(async () => {
       .option("json", { type: "boolean", default: false, describe: "print the figures as one JSON object" }),
   );
   const preset = argv.preset ?? DEFAULT_PRESET;
-  const shape = argv.config ? readDecoderConfig(argv.config) : shapeOf(PRESETS[preset] ?? LLAMA_PRESETS[preset]!);
+  const shape = argv.config ? readDecoderConfig(argv.config) : shapeOf(ALL_PRESETS[preset]!);
   const context = intFlag("context", argv.context ?? shape.max_context, 1);
   const report = kvReport(shape, context, intFlag("batch", argv.batch, 1), argv.dtype);
   process.stdout.write(argv.json ? `${JSON.stringify(report, null, 2)}\n` : render(report));

@@ -1,44 +1,72 @@
 /**
- * The architectures this project runs, by the `architectures` / `model_type` of a Hugging Face config.json: GPT-2
- * (config.ts, weights.ts) and the Llama family (llama.ts). Adding one: its config keys and weight names in a file
- * of its own under model/, a row here, its plan beside src/plan.ts, its buffers under src/run/.
+ * The architectures this project runs, by the `architectures` / `model_type` of a Hugging Face config.json: one
+ * row per family, GPT-2 (gpt2.ts) and the Llama family (llama.ts). Each layer above keeps its own table keyed by
+ * FamilyName (plans.ts, run/session.ts, peers/peer-set.ts), so a family without its row there does not compile.
  */
 import { existsSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { UserError } from "../errors.ts";
-import { parameterCount, parseJsonObject, readHFConfig, type GPT2Config } from "./config.ts";
-import {
-  isLlamaConfig,
-  kvWidth,
-  LLAMA_ARCHITECTURES,
-  llamaConfigOf,
-  llamaParameterCount,
-  llamaParameters,
-  loadLlama,
-  type LlamaConfig,
-  type LlamaWeights,
-} from "./llama.ts";
-import { loadModel, parameterSpecs, type GPT2Weights, type ParameterSpec } from "./weights.ts";
+import type { GPT2Config } from "./config.ts";
+import { parseJsonObject } from "./config.ts";
+import type { ModelFamily } from "./family.ts";
+import { GPT2_FAMILY } from "./gpt2.ts";
+import { LLAMA_FAMILY, type LlamaConfig, type LlamaWeights } from "./llama.ts";
+import type { GPT2Weights, ParameterSpec } from "./weights.ts";
 
 export type ModelConfig = GPT2Config | LlamaConfig;
 export type ModelWeights = GPT2Weights | LlamaWeights;
 
-/** The HF architecture names, with their model_type. */
-export const ARCHITECTURES: Readonly<Record<string, string>> = { GPT2LMHeadModel: "gpt2", ...LLAMA_ARCHITECTURES };
+/** The registry: every architecture family the project runs. */
+export const MODEL_FAMILIES = { gpt2: GPT2_FAMILY, llama: LLAMA_FAMILY } as const;
+export type FamilyName = keyof typeof MODEL_FAMILIES;
+type AnyFamily = ModelFamily<ModelConfig, ModelWeights>;
+const FAMILY_NAMES = Object.keys(MODEL_FAMILIES) as FamilyName[];
+const familyNamed = (name: FamilyName): AnyFamily => MODEL_FAMILIES[name] as AnyFamily;
 
-/** The architecture of a parsed config.json: its `architectures[0]`, else its `model_type`. */
-function architectureOf(raw: Record<string, unknown>, path: string): string {
+/** The family a config belongs to. */
+export function familyNameOf(cfg: ModelConfig): FamilyName {
+  const name = FAMILY_NAMES.find((n) => familyNamed(n).owns(cfg));
+  if (!name) throw new Error(`familyNameOf: ${cfg.name} belongs to no registered family`);
+  return name;
+}
+
+export const familyOf = (cfg: ModelConfig): AnyFamily => familyNamed(familyNameOf(cfg));
+
+/** The HF architecture names, with their model_type. */
+export const ARCHITECTURES: Readonly<Record<string, string>> = Object.assign(
+  {},
+  ...FAMILY_NAMES.map((n) => familyNamed(n).architectures),
+);
+
+/** Every preset, by name. */
+export const ALL_PRESETS: Readonly<Record<string, ModelConfig>> = Object.assign(
+  {},
+  ...FAMILY_NAMES.map((n) => familyNamed(n).presets),
+);
+
+/** The family and model_type of a parsed config.json: its `architectures[0]`, else its `model_type`. */
+function architectureOf(raw: Record<string, unknown>, path: string): { family: AnyFamily; modelType: string } {
   const names = Array.isArray(raw.architectures) ? raw.architectures : [];
   // GPT-2 checkpoints from before `architectures` name neither: they are GPT-2
   const byType = raw.model_type === undefined ? "gpt2" : Object.values(ARCHITECTURES).find((t) => t === raw.model_type);
-  const found = names.length > 0 ? ARCHITECTURES[String(names[0])] : byType;
-  if (!found) {
+  const modelType = names.length > 0 ? ARCHITECTURES[String(names[0])] : byType;
+  const family = FAMILY_NAMES.map(familyNamed).find((f) => Object.values(f.architectures).includes(modelType ?? ""));
+  if (!modelType || !family) {
     const named = names.length > 0 ? JSON.stringify(names[0]) : `model_type ${JSON.stringify(raw.model_type)}`;
     throw new UserError(
       `${path}: architecture ${named} is not supported (supported: ${Object.keys(ARCHITECTURES).join(", ")})`,
     );
   }
-  return found;
+  return { family, modelType };
+}
+
+/** A checkpoint directory's config.json, parsed, with the family that reads it. */
+function openConfig(dir: string) {
+  const path = join(dir, "config.json");
+  if (!existsSync(path)) throw new UserError(`no config.json in ${dir} (expected a Hugging Face checkpoint directory)`);
+  const raw = parseJsonObject(path);
+  const { family, modelType } = architectureOf(raw, path);
+  return { family, config: family.configOf(raw, modelType, path, dir) };
 }
 
 /** Opens a Hugging Face checkpoint directory of any supported architecture. */
@@ -46,37 +74,24 @@ export function loadAnyModel(dir: string): ModelWeights {
   if (!existsSync(dir)) throw new UserError(`model directory not found: ${dir}`);
   if (!statSync(dir).isDirectory())
     throw new UserError(`--model takes a directory (with config.json and model.safetensors), not a file: ${dir}`);
-  const path = join(dir, "config.json");
-  if (!existsSync(path)) throw new UserError(`no config.json in ${dir} (expected a Hugging Face checkpoint directory)`);
-  const raw = parseJsonObject(path);
-  const arch = architectureOf(raw, path);
-  if (arch === "gpt2") return loadModel(dir);
-  return loadLlama(dir, llamaConfigOf(raw, arch as LlamaConfig["arch"], path, dir));
+  const { family, config } = openConfig(dir);
+  return family.load(dir, config);
 }
 
-/** The config of any supported checkpoint directory (GPT-2's through readHFConfig). */
-export function readAnyConfig(dir: string): ModelConfig {
-  const path = join(dir, "config.json");
-  if (!existsSync(path)) throw new UserError(`no config.json in ${dir} (expected a Hugging Face checkpoint directory)`);
-  const raw = parseJsonObject(path);
-  const arch = architectureOf(raw, path);
-  return arch === "gpt2" ? readHFConfig(dir) : llamaConfigOf(raw, arch as LlamaConfig["arch"], path, dir);
-}
+/** The config of any supported checkpoint directory. */
+export const readAnyConfig = (dir: string): ModelConfig => openConfig(dir).config;
 
 /** Exact parameter count of any supported model (a tied output embedding counted once). */
-export function parameterCountOf(cfg: ModelConfig): number {
-  return isLlamaConfig(cfg) ? llamaParameterCount(cfg) : parameterCount(cfg);
-}
+export const parameterCountOf = (cfg: ModelConfig): number => familyOf(cfg).parameterCount(cfg);
 
 /** The width of one attention head: head_dim (GPT-2: n_embd / n_head). */
-export function headDimOf(cfg: ModelConfig): number {
-  return isLlamaConfig(cfg) ? cfg.head_dim : cfg.n_embd / cfg.n_head;
-}
+export const headDimOf = (cfg: ModelConfig): number => familyOf(cfg).headDim(cfg);
+
+/** K/V heads: n_kv_head (GPT-2: n_head). */
+export const kvHeadsOf = (cfg: ModelConfig): number => familyOf(cfg).kvHeads(cfg);
 
 /** Key and value columns of one layer's cache row: n_kv_head × head_dim (GPT-2: n_embd). */
-export function kvColumns(cfg: ModelConfig): number {
-  return isLlamaConfig(cfg) ? kvWidth(cfg) : cfg.n_embd;
-}
+export const kvColumns = (cfg: ModelConfig): number => kvHeadsOf(cfg) * headDimOf(cfg);
 
 /** KV cache bytes per token: 2 × layers × kv_heads × head_dim × bytes per element. */
 export function kvBytesPerToken(cfg: ModelConfig, bytesPerElement = 4): number {
@@ -84,6 +99,10 @@ export function kvBytesPerToken(cfg: ModelConfig, bytesPerElement = 4): number {
 }
 
 /** The parameters as a backend holds them (name, shape, init), in placement order. */
-export function placedParameters(cfg: ModelConfig): ParameterSpec[] {
-  return isLlamaConfig(cfg) ? llamaParameters(cfg) : parameterSpecs(cfg);
-}
+export const placedParameters = (cfg: ModelConfig): ParameterSpec[] => familyOf(cfg).placedParameters(cfg);
+
+/** Seeded random weights of a config's exact shapes. */
+export const randomWeightsOf = (cfg: ModelConfig, seed: number): ModelWeights => familyOf(cfg).randomWeights(cfg, seed);
+
+/** Writes weights back as a Hugging Face checkpoint directory their loader reads. */
+export const saveAnyModel = (w: ModelWeights, dir: string): void => familyOf(w.config).save(w, dir);

@@ -10,9 +10,9 @@ import { readFileSync } from "node:fs";
 
 import { UserError } from "../errors.ts";
 import { DTYPE_BYTES, type DtypeName } from "../ops.ts";
-import type { ModelConfig } from "./architectures.ts";
-import { parameterCount, type GPT2Config } from "./config.ts";
-import { isLlamaConfig, LLAMA_ARCHITECTURES, llamaConfigOf, llamaParameterCount, type LlamaConfig } from "./llama.ts";
+import { familyOf, type ModelConfig } from "./architectures.ts";
+import type { GPT2Config } from "./config.ts";
+import { LLAMA_ARCHITECTURES, llamaConfigOf } from "./llama.ts";
 
 /** What the cache's size depends on, and the weights' parameter count with how it was found. */
 export interface DecoderShape {
@@ -46,40 +46,22 @@ export interface KvReport extends DecoderShape {
   crossover: { batch: number; context: number }[];
 }
 
-export function gpt2Shape(cfg: GPT2Config): DecoderShape {
-  return {
-    name: cfg.name,
-    family: "gpt2",
-    layers: cfg.n_layer,
-    heads: cfg.n_head,
-    kv_heads: cfg.n_head,
-    head_dim: cfg.n_embd / cfg.n_head,
-    max_context: cfg.n_positions,
-    parameters: parameterCount(cfg),
-    parameters_how:
-      "exact for GPT-2: embeddings (vocab + positions) × n_embd, 12·C² + 13·C per block, final LayerNorm; the output head is tied to the embeddings",
-    notes: [],
-  };
-}
-
-/** A Llama-family model the project runs: its exact parameter count (llama.ts), its K/V heads. */
-export function llamaShape(cfg: LlamaConfig): DecoderShape {
-  return {
-    name: cfg.name,
-    family: "llama-style",
-    layers: cfg.n_layer,
-    heads: cfg.n_head,
-    kv_heads: cfg.n_kv_head,
-    head_dim: cfg.head_dim,
-    max_context: cfg.n_positions,
-    parameters: llamaParameterCount(cfg),
-    parameters_how: `exact for ${cfg.arch}: every tensor of its checkpoint (src/model/llama.ts), a tied output head counted once`,
-    notes: [],
-  };
-}
-
 /** The decoder shape of a model the project runs (a preset, a checkpoint's config). */
-export const shapeOf = (cfg: ModelConfig): DecoderShape => (isLlamaConfig(cfg) ? llamaShape(cfg) : gpt2Shape(cfg));
+export function shapeOf(cfg: ModelConfig): DecoderShape {
+  const family = familyOf(cfg);
+  return {
+    name: cfg.name,
+    family: family.shapeFamily,
+    layers: cfg.n_layer,
+    heads: cfg.n_head,
+    kv_heads: family.kvHeads(cfg),
+    head_dim: family.headDim(cfg),
+    max_context: cfg.n_positions,
+    parameters: family.parameterCount(cfg),
+    parameters_how: family.parametersHow(cfg),
+    notes: [],
+  };
+}
 
 /** The decoder shape of a parsed config.json; `where` names it in errors. */
 export function shapeFromConfig(raw: Record<string, unknown>, name: string, where: string): DecoderShape {
@@ -87,7 +69,7 @@ export function shapeFromConfig(raw: Record<string, unknown>, name: string, wher
   const arch = LLAMA_ARCHITECTURES[architecture as keyof typeof LLAMA_ARCHITECTURES];
   if (arch && raw.num_local_experts === undefined) {
     // an architecture the project runs: the same config rules and exact count as generate and profile
-    const shape = llamaShape(llamaConfigOf(raw, arch, where, name));
+    const shape = shapeOf(llamaConfigOf(raw, arch, where, name));
     return { ...shape, name, notes: slidingWindowNotes(raw) };
   }
   const int = (key: string, fallback?: number): number => {
@@ -111,7 +93,7 @@ export function shapeFromConfig(raw: Record<string, unknown>, name: string, wher
       throw new UserError(`${where}: n_embd ${cfg.n_embd} is not divisible by n_head ${cfg.n_head}`);
     if (raw.n_inner != null && raw.n_inner !== 4 * cfg.n_embd)
       throw new UserError(`${where}: n_inner ${JSON.stringify(raw.n_inner)} is not GPT-2's 4 × n_embd`);
-    return gpt2Shape(cfg);
+    return shapeOf(cfg);
   }
   if (!("num_hidden_layers" in raw)) {
     throw new UserError(

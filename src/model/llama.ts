@@ -15,6 +15,7 @@ import { existsSync, mkdirSync, statSync, writeFileSync } from "node:fs";
 import { basename, join, resolve } from "node:path";
 import { UserError } from "../errors.ts";
 import type { DtypeName } from "../ops.ts";
+import type { ModelFamily } from "./family.ts";
 import { readSmallTextFile } from "./files.ts";
 import {
   CHUNK_ELEMENTS,
@@ -635,3 +636,36 @@ export function saveLlamaModel(w: LlamaWeights, dir: string): void {
       }),
   );
 }
+
+// ---------------------------------------------------------------------------------------------
+// The family's row in the registry (architectures.ts)
+
+export const LLAMA_FAMILY: ModelFamily<LlamaConfig, LlamaWeights> = {
+  architectures: LLAMA_ARCHITECTURES,
+  shapeFamily: "llama-style",
+  rotary: true,
+  presets: LLAMA_PRESETS,
+  owns: isLlamaConfig,
+  modelType: (cfg) => cfg.arch,
+  configOf: (raw, modelType, path, dir) => llamaConfigOf(raw, modelType as LlamaArch, path, dir),
+  load: loadLlama,
+  randomWeights: randomLlamaWeights,
+  save: saveLlamaModel,
+  parameterCount: llamaParameterCount,
+  parametersHow: (cfg) =>
+    `exact for ${cfg.arch}: every tensor of its checkpoint (src/model/llama.ts), a tied output head counted once`,
+  headDim: (cfg) => cfg.head_dim,
+  kvHeads: (cfg) => cfg.n_kv_head,
+  placedParameters: llamaParameters,
+  linears: (cfg) => {
+    const C = cfg.n_embd,
+      Q = queryWidth(cfg),
+      I = cfg.intermediate_size;
+    return [
+      ["qkv_proj", C, Q + 2 * kvWidth(cfg)],
+      ["o_proj", Q, C],
+      ["gate_up_proj", C, 2 * I],
+      ["down_proj", I, C],
+    ];
+  },
+};

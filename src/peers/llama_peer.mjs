@@ -2,7 +2,7 @@
 // The llama.cpp peer of the decode-floor study, through node-llama-cpp (an optional dependency). It runs
 // under Node, as its own process: a native crash here costs the peer, never the study.
 //
-// Variants: llama.cpp's single-token decode of a GPT-2 GGUF (all F32, written by src/model/gguf-gpt2.ts)
+// Variants: llama.cpp's single-token decode of a GPT-2 GGUF (all F32, written by src/peers/gguf-gpt2.ts)
 // with an F32 KV cache, flash attention off ("fa-off") and on ("fa-on"), each in its own context.
 // Per context c a sequence really holds c tokens (a prefill of c prompt tokens); decode steps at
 // position c are timed (performance.now around one awaited evaluation), the token erased after each.

@@ -6,14 +6,23 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { UserError } from "../errors.ts";
-import type { ModelWeights } from "../model/architectures.ts";
-import { writeGPT2GGUF } from "../model/gguf-gpt2.ts";
-import { writeLlamaGGUF } from "../model/gguf-llama.ts";
-import { isLlamaConfig, saveLlamaModel, type LlamaWeights } from "../model/llama.ts";
-import { saveModel, type GPT2Weights } from "../model/weights.ts";
+import { familyNameOf, saveAnyModel, type FamilyName, type ModelWeights } from "../model/architectures.ts";
+import type { LlamaWeights } from "../model/llama.ts";
+import type { GPT2Weights } from "../model/weights.ts";
+import { writeGPT2GGUF } from "./gguf-gpt2.ts";
+import { writeLlamaGGUF } from "./gguf-llama.ts";
 import { llamaPeerUnavailable, startLlamaPeer } from "./llama.ts";
 import { PeerFailure, type PeerInfo, type PeerProcess, type PeerDispatchSplit } from "./process.ts";
 import { findTorchPython, startTorchPeer } from "./torch.ts";
+
+/**
+ * Each family's GGUF layout, as llama.cpp's converter writes it (the PyTorch peer picks its model from the
+ * checkpoint's config.json: torch_peer.py, torch_llama.py).
+ */
+const GGUF_LAYOUTS: { [F in FamilyName]: (w: ModelWeights, path: string) => void } = {
+  gpt2: (w, path) => writeGPT2GGUF(w as GPT2Weights, path),
+  llama: (w, path) => writeLlamaGGUF(w as LlamaWeights, path),
+};
 
 export const PEER_NAMES = ["torch", "llama.cpp"] as const;
 export type PeerName = (typeof PEER_NAMES)[number];
@@ -155,8 +164,7 @@ export class PeerSet {
         const why = llamaPeerUnavailable();
         if (why) return this.skip("llama.cpp", why);
         const gguf = join(this.scratch, "model.gguf");
-        if (isLlamaConfig(o.weights.config)) writeLlamaGGUF(o.weights as LlamaWeights, gguf);
-        else writeGPT2GGUF(o.weights as GPT2Weights, gguf);
+        GGUF_LAYOUTS[familyNameOf(o.weights.config)](o.weights, gguf);
         started = await startLlamaPeer({ gguf, threads: o.threads, maxContext: o.maxContext, fillSeed: o.fillSeed });
       }
     } catch (e) {
@@ -187,8 +195,7 @@ export class PeerSet {
   private modelDir(): string {
     if (this.o.modelDir) return this.o.modelDir;
     const dir = join(this.scratch, "hf");
-    if (isLlamaConfig(this.o.weights.config)) saveLlamaModel(this.o.weights as LlamaWeights, dir);
-    else saveModel(this.o.weights as GPT2Weights, dir);
+    saveAnyModel(this.o.weights, dir);
     return dir;
   }
 

@@ -3,20 +3,13 @@
 // full-sequence logits.
 import type { Backend } from "../backends/backend.ts";
 import { UserError } from "../errors.ts";
-import type { ModelWeights } from "../model/architectures.ts";
-import { isLlamaConfig, type LlamaWeights } from "../model/llama.ts";
+import { familyNameOf, type FamilyName, type ModelWeights } from "../model/architectures.ts";
+import type { LlamaWeights } from "../model/llama.ts";
 import type { GPT2Weights } from "../model/weights.ts";
 import { STATE_INTS, STATE_POS } from "../ops.ts";
-import { llamaStep, type LlamaBuffers } from "../plan-llama.ts";
-import { planRefusal } from "../plans.ts";
-import {
-  decodeStep,
-  DEFAULT_STEP_FORM,
-  type ModelBuffers,
-  type PlanKind,
-  type PlanOp,
-  type StepForm,
-} from "../plan.ts";
+import type { LlamaBuffers } from "../plan-llama.ts";
+import { planRefusal, stepOf, type StepBuffers } from "../plans.ts";
+import { DEFAULT_STEP_FORM, type ModelBuffers, type PlanKind, type PlanOp, type StepForm } from "../plan.ts";
 import { launchMode, modeForm, type LaunchMode, type ModeForm } from "./launch-modes.ts";
 import { firstNonFinite, firstNonFiniteOp, nonFiniteMessage } from "./finite.ts";
 import { llamaSequenceView, placeLlama, type ResidentLlama } from "./llama-buffers.ts";
@@ -38,11 +31,47 @@ export interface SessionOptions {
   maxContext?: number;
 }
 
-const isLlamaBuffers = (b: ModelBuffers | LlamaBuffers): b is LlamaBuffers => isLlamaConfig(b.config);
+type Resident = ResidentModel | ResidentLlama;
+
+/** What the run layer knows of a family: how its weights go onto a backend, one sequence's view, its output head. */
+interface ResidentFamily<W extends ModelWeights, B extends StepBuffers> {
+  /** the weights, cache and activations on `backend`, sequences reaching at most maxContext positions */
+  place(
+    backend: Backend,
+    weights: W,
+    form: StepForm,
+    maxRows: number | undefined,
+    maxContext: number | undefined,
+  ): Resident;
+  /** the buffers of sequence b alone */
+  sequenceView(buffers: B, b: number): B;
+  /** the (V, C) matrix the logits are read through */
+  outputHead(buffers: B): number;
+}
+type AnyResidentFamily = ResidentFamily<ModelWeights, StepBuffers>;
+
+const RESIDENT_FAMILIES: { [F in FamilyName]: AnyResidentFamily } = {
+  gpt2: {
+    // GPT-2's position table is n_positions long whatever the run's context
+    place: (backend, weights, form, maxRows) => placeModel(backend, weights, form, maxRows),
+    sequenceView,
+    outputHead: (b) => b.wte,
+  } satisfies ResidentFamily<GPT2Weights, ModelBuffers> as AnyResidentFamily,
+  llama: {
+    // a rotary model's cache, rotary table and activations are sized by the positions its sequences reach
+    place: (backend, weights, form, maxRows, maxContext) => {
+      const held = Math.min(maxContext ?? weights.config.n_positions, weights.config.n_positions);
+      return placeLlama(backend, { ...weights, config: { ...weights.config, n_positions: held } }, form, maxRows);
+    },
+    sequenceView: llamaSequenceView,
+    outputHead: (b) => b.lm_head,
+  } satisfies ResidentFamily<LlamaWeights, LlamaBuffers> as AnyResidentFamily,
+};
 
 /** A session of GPT-2 (the default) or of a Llama-family model. */
 export class Session<W extends ModelWeights = GPT2Weights> {
-  readonly resident: ResidentModel | ResidentLlama;
+  readonly resident: Resident;
+  private readonly family: AnyResidentFamily;
   /** compiled steps by "<sequence or all>:<T>" */
   private readonly steps = new Map<string, CompiledStep>();
   private readonly stateWords: Int32Array;
@@ -56,13 +85,8 @@ export class Session<W extends ModelWeights = GPT2Weights> {
     const form = opts.form ?? DEFAULT_STEP_FORM;
     const refusal = planRefusal(weights.config, form.plan);
     if (refusal) throw new UserError(refusal);
-    if (isLlamaConfig(weights.config)) {
-      const held = Math.min(opts.maxContext ?? weights.config.n_positions, weights.config.n_positions);
-      const config = { ...weights.config, n_positions: held };
-      this.resident = placeLlama(backend, { ...(weights as LlamaWeights), config }, form, opts.maxRows);
-    } else {
-      this.resident = placeModel(backend, weights as GPT2Weights, form, opts.maxRows);
-    }
+    this.family = RESIDENT_FAMILIES[familyNameOf(weights.config)];
+    this.resident = this.family.place(backend, weights, form, opts.maxRows, opts.maxContext);
     this.stateWords = new Int32Array(this.batch * STATE_INTS);
   }
 
@@ -99,15 +123,12 @@ export class Session<W extends ModelWeights = GPT2Weights> {
   /** The step for T new rows of sequence b alone (a prefill, a recompute). */
   sequenceStep(b: number, T: number): CompiledStep {
     if (this.batch === 1) return this.step(T);
-    const all = this.resident.buffers;
-    return this.compiled(`${b}:${T}`, () =>
-      this.stepOf(isLlamaBuffers(all) ? llamaSequenceView(all, b) : sequenceView(all, b), T),
-    );
+    return this.compiled(`${b}:${T}`, () => this.stepOf(this.family.sequenceView(this.resident.buffers, b), T));
   }
 
   /** The architecture's step over these buffers. */
-  private stepOf(buffers: ModelBuffers | LlamaBuffers, T: number): PlanOp[] {
-    return isLlamaBuffers(buffers) ? llamaStep(buffers, T, this.plan) : decodeStep(buffers, T, this.plan);
+  private stepOf(buffers: StepBuffers, T: number): PlanOp[] {
+    return stepOf(buffers, T, this.plan);
   }
 
   private compiled(key: string, build: () => PlanOp[]): CompiledStep {
@@ -204,7 +225,7 @@ export class Session<W extends ModelWeights = GPT2Weights> {
   logitsAtEveryPosition(ids: number[]): Float32Array {
     const { vocab_size: V, n_embd: C } = this.config;
     const b = this.resident.buffers;
-    const head = isLlamaBuffers(b) ? b.lm_head : b.wte;
+    const head = this.family.outputHead(b);
     this.prefill(ids);
     const out = new Float32Array(ids.length * V);
     for (let t = 0; t < ids.length; t++) {

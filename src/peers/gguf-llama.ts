@@ -25,9 +25,9 @@ import {
   queryWidth,
   type LlamaConfig,
   type LlamaWeights,
-} from "./llama.ts";
-import { numel } from "./safetensors.ts";
-import { transposed } from "./weights.ts";
+} from "../model/llama.ts";
+import { numel } from "../model/safetensors.ts";
+import { transposed } from "../model/weights.ts";
 
 const u32 = (value: number): GGUFValue => ({ kind: "u32", value });
 const f32 = (value: number): GGUFValue => ({ kind: "f32", value });
