@@ -5,7 +5,7 @@ import { describe, expect, test } from "bun:test";
 import { XMLValidator } from "fast-xml-parser";
 
 import type { PeerSubject } from "../src/peers/peer-set.ts";
-import { agreementOf, buildPeersSection } from "../src/profile/peers-summary.ts";
+import { agreementOf, buildPeersSection, partingOf } from "../src/profile/peers-summary.ts";
 import type { ProfileSummary } from "../src/profile/types.ts";
 import { renderReport } from "../src/report/markdown.ts";
 import { peerSentences } from "../src/report/sections.ts";
@@ -71,6 +71,11 @@ function withPeers(): ProfileSummary {
         ["torch:seed", reference],
         ["llama.cpp:fa-on", [...reference.slice(0, 7), 1, ...reference.slice(8)]],
       ]),
+      // the agreeing subject's entry is dropped: a subject that agrees has no parting
+      partings: new Map([
+        ["llama.cpp:fa-on", { rank: 2, margin: 3.6e-4 }],
+        ["torch:seed", { rank: 9, margin: 0.5 }],
+      ]),
       skipped: [
         {
           name: "torch:graph (PyTorch static cache, CUDA graph replay)",
@@ -101,9 +106,10 @@ describe("the peers section", () => {
       [4, 3, "graph", 1.5, 0.25, 12],
       [32, 4.4, "graph", 1.1, 2, 2.2],
     ]);
-    expect(seed.agreement).toEqual({ matched: 20, of: 20, agrees: true, tokens: reference });
+    expect(seed.agreement).toEqual({ matched: 20, of: 20, agrees: true, tokens: reference, parted: null });
     expect(llama.agreement!.matched).toBe(7);
     expect(llama.agreement!.agrees).toBe(false);
+    expect(llama.agreement!.parted).toEqual({ rank: 2, margin: 3.6e-4 });
   });
 
   test("validates against the schema, and a broken one does not", () => {
@@ -111,8 +117,10 @@ describe("the peers section", () => {
     const broken = JSON.parse(JSON.stringify(s));
     broken.peers.results[0].agreement.matched = "all";
     broken.peers.torch_dispatch[0].extra = 1;
+    broken.peers.results[1].agreement.parted.rank = 0;
     const problems = validateSummary(broken);
     expect(problems.some((p) => p.startsWith("/peers/results/0/agreement"))).toBe(true);
+    expect(problems.some((p) => p.startsWith("/peers/results/1/agreement/parted/rank"))).toBe(true);
     expect(problems).toContain("/peers/torch_dispatch/0: must NOT have additional properties (extra)");
   });
 
@@ -123,7 +131,9 @@ describe("the peers section", () => {
         "llama.cpp FA on 2.000 ms (0.50× the project's time); the memory floor there is 2.000 ms (the project at 2.00× it).",
     );
     expect(lines[1]).toBe(
-      "Greedy tokens: llama.cpp FA on DISAGREES (7/20 before the first difference); 1 of 2 peers agree on all 20.",
+      "Greedy tokens: llama.cpp FA on DISAGREES (7/20 before the first difference; there the project's logits rank its token #2, " +
+        "0.00036 of the largest logit below the project's: a near-tie (the runner-up within 0.001 of it), which another summation order may flip); " +
+        "1 of 2 peers agree on all 20.",
     );
     expect(lines[2]).toMatch(
       /^PyTorch seed-style at context 32, .*55 torch calls per token; the host spends 2\.000 ms between them \(40%/,
@@ -138,7 +148,9 @@ describe("the peers section", () => {
     expect(md).toContain("## Peers: PyTorch and llama.cpp on the same weights");
     expect(md).toContain("| decode-floor graph (fastest mode) | 32 | 4.000 | – | – | 1.00× | 2.00× | reference |");
     expect(md).toContain("| PyTorch seed-style | 32 | 4.400 | 4.400 | 4.400 | 1.10× | 2.20× | 20/20 |");
-    expect(md).toContain("| llama.cpp FA on | 4 | 1.000 | 1.000 | 1.000 | 0.50× | 4.00× | 7/20 DISAGREES |");
+    expect(md).toContain(
+      "| llama.cpp FA on | 4 | 1.000 | 1.000 | 1.000 | 0.50× | 4.00× | 7/20 DISAGREES (its token our #2, 0.00036 below) |",
+    );
     const terminal = renderTerminalSummary(s);
     expect(terminal).toContain("Peers: PyTorch and llama.cpp on the same weights");
     expect(terminal).toContain("• Greedy tokens: llama.cpp FA on DISAGREES");
@@ -155,7 +167,22 @@ describe("the peers section", () => {
 });
 
 test("agreementOf counts the tokens before the first difference", () => {
-  expect(agreementOf([1, 2, 3], [1, 2, 3])).toEqual({ matched: 3, of: 3, agrees: true, tokens: [1, 2, 3] });
+  expect(agreementOf([1, 2, 3], [1, 2, 3])).toEqual({
+    matched: 3,
+    of: 3,
+    agrees: true,
+    tokens: [1, 2, 3],
+    parted: null,
+  });
   expect(agreementOf([1, 9, 3], [1, 2, 3]).matched).toBe(1);
-  expect(agreementOf([1, 2], [1, 2, 3])).toMatchObject({ matched: 2, agrees: false });
+  expect(agreementOf([1, 2], [1, 2, 3])).toMatchObject({ matched: 2, agrees: false, parted: null });
+  expect(agreementOf([1, 9, 3], [1, 2, 3], { rank: 4, margin: 0.1 }).parted).toEqual({ rank: 4, margin: 0.1 });
+});
+
+test("partingOf ranks the peer's token among the project's logits, its gap relative to the largest |logit|", () => {
+  const logits = new Float32Array([0.5, -4, 3.9, 4, 1]); // the project chose 3 (4.0)
+  expect(partingOf(logits, 3, 2).rank).toBe(2);
+  expect(partingOf(logits, 3, 2).margin).toBeCloseTo(0.025, 6);
+  expect(partingOf(logits, 3, 4).rank).toBe(3);
+  expect(partingOf(logits, 3, 1)).toEqual({ rank: 5, margin: 2 });
 });

@@ -28,6 +28,7 @@ export const FIELDS_ADDED_IN = {
     "predictions.kernels_how",
   ],
   8: [], // model.config may be a Llama-family config; rmsnorm, rope and swiglu op families
+  9: ["peers.results[].agreement.parted"],
 } as const;
 
 type AddedField = (typeof FIELDS_ADDED_IN)[keyof typeof FIELDS_ADDED_IN][number];
@@ -35,7 +36,7 @@ type AddedField = (typeof FIELDS_ADDED_IN)[keyof typeof FIELDS_ADDED_IN][number]
 type AddedUnder<Parent extends string, F = AddedField> = F extends `${Parent}.${infer Name}` ? Name : never;
 type Later<T, Parent extends string> = Omit<T, AddedUnder<Parent>> & Partial<Pick<T, AddedUnder<Parent> & keyof T>>;
 
-/** A summary of any version compare reads (5–8): the current layout, the fields later versions added optional. */
+/** A summary of any version compare reads (5–9): the current layout, the fields later versions added optional. */
 export interface ReadSummary extends Omit<ProfileSummary, "schema_version" | "device" | "points" | "predictions"> {
   schema_version: number;
   device: Omit<DeviceDescription, "launch"> & { launch: Later<LaunchFloor, "device.launch"> };

@@ -4,7 +4,7 @@
 import type { PeerSubject } from "../peers/peer-set.ts";
 import type { PeerDispatchSplit } from "../peers/process.ts";
 import { summarize } from "../stats.ts";
-import type { PeerAgreement, PeerResult, PeersSection } from "./types.ts";
+import type { PeerAgreement, PeerParting, PeerResult, PeersSection } from "./types.ts";
 
 /** What the study collected from its peers. */
 export interface PeerMeasurements {
@@ -14,6 +14,8 @@ export interface PeerMeasurements {
   traces: readonly PeerDispatchSplit[];
   /** subject id → greedy tokens for the prompt */
   generated: ReadonlyMap<string, readonly number[]>;
+  /** subject id → where its tokens part from the project's (partingOf), for the subjects that part */
+  partings: ReadonlyMap<string, PeerParting>;
   skipped: readonly { name: string; reason: string }[];
 }
 
@@ -28,11 +30,34 @@ export interface PeerYardsticks {
   method: string;
 }
 
-/** Tokens that agree with the reference before the first difference. */
-export function agreementOf(tokens: readonly number[], reference: readonly number[]): PeerAgreement {
+/** How many leading tokens agree with the reference. */
+export function tokensBeforeParting(tokens: readonly number[], reference: readonly number[]): number {
   let matched = 0;
   while (matched < reference.length && tokens[matched] === reference[matched]) matched++;
-  return { matched, of: reference.length, agrees: matched === reference.length, tokens: [...tokens] };
+  return matched;
+}
+
+/** Tokens that agree with the reference before the first difference, and how the project ranked the peer's there. */
+export function agreementOf(
+  tokens: readonly number[],
+  reference: readonly number[],
+  parted: PeerParting | null = null,
+): PeerAgreement {
+  const matched = tokensBeforeParting(tokens, reference);
+  const agrees = matched === reference.length;
+  return { matched, of: reference.length, agrees, tokens: [...tokens], parted: agrees ? null : parted };
+}
+
+/** The peer's token `theirs` among the project's logits (V) at the step where the project chose `ours`. */
+export function partingOf(logits: Float32Array, ours: number, theirs: number): PeerParting {
+  const at = logits[theirs]!;
+  let rank = 1,
+    largest = 0;
+  for (const l of logits) {
+    if (l > at) rank++;
+    largest = Math.max(largest, Math.abs(l));
+  }
+  return { rank, margin: largest > 0 ? (logits[ours]! - at) / largest : 0 };
 }
 
 export function buildPeersSection(m: PeerMeasurements, y: PeerYardsticks): PeersSection {
@@ -66,7 +91,7 @@ export function buildPeersSection(m: PeerMeasurements, y: PeerYardsticks): Peers
       device: s.device,
       settings: s.settings,
       points,
-      agreement: tokens ? agreementOf(tokens, y.reference) : null,
+      agreement: tokens ? agreementOf(tokens, y.reference, m.partings.get(s.id) ?? null) : null,
     };
   });
   return {

@@ -15,9 +15,9 @@ import { cacheBytes } from "../run/model-buffers.ts";
 import { Session } from "../run/session.ts";
 import { summarize, type Stats } from "../stats.ts";
 import { measureInterventions, type InterventionSample } from "./interventions.ts";
-import type { PeerMeasurements } from "./peers-summary.ts";
+import { partingOf, tokensBeforeParting, type PeerMeasurements } from "./peers-summary.ts";
 import { promptOf } from "./prompts.ts";
-import type { EndToEnd, MemoryReport, StepTrace, StudyMode } from "./types.ts";
+import type { EndToEnd, MemoryReport, PeerParting, StepTrace, StudyMode } from "./types.ts";
 import { cachedStepWork, sumWork } from "./work-model.ts";
 
 export interface StudyOptions {
@@ -312,10 +312,33 @@ export class Study {
       samples,
       traces,
       generated,
+      partings: this.partings(prompt, reference, generated),
       skipped: [...peers.skipped],
       prompt,
       reference,
     };
+  }
+
+  /**
+   * For each subject whose tokens part from the project's, the project's logits at that step (one uncached pass over
+   * the prompt and its tokens, taken only when some subject parts) set against the subject's token.
+   */
+  private partings(
+    prompt: readonly number[],
+    reference: readonly number[],
+    generated: ReadonlyMap<string, readonly number[]>,
+  ): Map<string, PeerParting> {
+    const V = this.session.config.vocab_size;
+    const partings = new Map<string, PeerParting>();
+    let logits: Float32Array | null = null;
+    for (const [id, tokens] of generated) {
+      const k = tokensBeforeParting(tokens, reference);
+      if (k === reference.length || tokens[k] === undefined) continue;
+      logits ??= this.session.logitsAtEveryPosition([...prompt, ...reference.slice(0, -1)]);
+      const at = prompt.length - 1 + k; // the position whose logits chose reference[k]
+      partings.set(id, partingOf(logits.subarray(at * V, (at + 1) * V), reference[k]!, tokens[k]!));
+    }
+    return partings;
   }
 
   private async tracePoint(mode: StudyMode, context: number) {

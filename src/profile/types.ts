@@ -135,7 +135,7 @@ export interface DeviceDescription extends BackendDescription {
  * GPT-2's or a Llama-family config — arch, n_kv_head, head_dim, intermediate_size, rms_norm_eps, rope_theta,
  * rope_scaling, tie_word_embeddings, qkv_bias, qk_norm —, and the op families rmsnorm, rope, swiglu).
  */
-export const SCHEMA_VERSION = 8;
+export const SCHEMA_VERSION = 9;
 
 export interface ProfileSummary {
   schema_version: typeof SCHEMA_VERSION;
@@ -280,6 +280,19 @@ export interface PeerAgreement {
   of: number;
   agrees: boolean;
   tokens: number[];
+  /** where the peer's token first differs, how the project's own logits at that step rank it; null where all agree */
+  parted: PeerParting | null;
+}
+
+/**
+ * The project's logits at the step where a peer parts from it: the peer's token's rank among them (1 is the
+ * largest; the project's own token is at 1, so a runner-up is 2) and how far below the project's token it falls,
+ * relative to the largest |logit|. A runner-up a hair below is a near-tie another summation order may flip; a
+ * token the project ranks far down means another model.
+ */
+export interface PeerParting {
+  rank: number;
+  margin: number;
 }
 
 /** One way a peer runs the decode step, as a subject of the study: the subject and what it measured. */

@@ -11,6 +11,9 @@ const SCHEMA_OBJECTS: Record<string, string[]> = {
   "device.launch": ["properties", "device", "properties", "launch"],
   "points[].breakdown": ["$defs", "studyPoint", "properties", "breakdown"],
   predictions: ["properties", "predictions"],
+  "peers.results[].agreement": [
+    ...["properties", "peers", "properties", "results", "items", "properties", "agreement", "oneOf", "1"],
+  ],
 };
 
 type SchemaObject = { properties: Record<string, unknown>; required: string[] };

@@ -202,7 +202,18 @@ const peerResult = object({
   agreement: {
     oneOf: [
       { type: "null" },
-      object({ matched: count, of: count, agrees: { type: "boolean" }, tokens: { type: "array", items: count } }),
+      object({
+        matched: count,
+        of: count,
+        agrees: { type: "boolean" },
+        tokens: { type: "array", items: count },
+        parted: {
+          oneOf: [
+            { type: "null" },
+            object({ rank: { type: "integer", minimum: 1 }, margin: { type: "number", minimum: 0 } }),
+          ],
+        },
+      }),
     ],
   },
 });

@@ -3,6 +3,7 @@
 import type {
   Breakdown,
   OpAggregate,
+  PeerParting,
   PeerResult,
   ProfileSummary,
   SeedRow,
@@ -245,10 +246,25 @@ export function runLine(s: ProfileSummary): string {
 // ---- peers ---------------------------------------------------------------------------------------
 
 const ratio = (v: number | null) => (v === null ? null : `${v.toFixed(2)}×`);
-const agreement = (r: PeerResult) =>
-  r.agreement === null
-    ? "not generated"
-    : `${r.agreement.matched}/${r.agreement.of}${r.agreement.agrees ? "" : " DISAGREES"}`;
+const agreement = (r: PeerResult) => {
+  if (r.agreement === null) return "not generated";
+  const { matched, of, agrees, parted } = r.agreement;
+  if (agrees) return `${matched}/${of}`;
+  return `${matched}/${of} DISAGREES${parted ? ` (its token our #${parted.rank}, ${parted.margin.toPrecision(2)} below)` : ""}`;
+};
+
+/** A runner-up this close below the project's token (relative to the largest logit) is called a near-tie. */
+const NEAR_TIE_MARGIN = 1e-3;
+
+/** Where a peer parts from the project, as the project's logits there see the peer's token. */
+function partingSentence(p: PeerParting | null): string {
+  if (!p) return "";
+  const tie = p.rank === 2 && p.margin <= NEAR_TIE_MARGIN;
+  return (
+    `; there the project's logits rank its token #${p.rank}, ${p.margin.toPrecision(2)} of the largest logit below the project's` +
+    (tie ? `: a near-tie (the runner-up within ${NEAR_TIE_MARGIN} of it), which another summation order may flip` : "")
+  );
+}
 
 /** Per context: the project's fastest mode, then each peer subject, with its ratio to that mode and to the memory floor. */
 export function peersTable(s: ProfileSummary): TableData {
@@ -333,7 +349,7 @@ export function peerSentences(s: ProfileSummary): string[] {
     out.push(
       disagree.length === 0
         ? `Greedy tokens: every peer agrees with the project on all ${n} tokens of the prompt.`
-        : `Greedy tokens: ${disagree.map((r) => `${r.short} DISAGREES (${r.agreement!.matched}/${n} before the first difference)`).join("; ")}; ` +
+        : `Greedy tokens: ${disagree.map((r) => `${r.short} DISAGREES (${r.agreement!.matched}/${n} before the first difference${partingSentence(r.agreement!.parted)})`).join("; ")}; ` +
             `${checked.length - disagree.length} of ${checked.length} peers agree on all ${n}.`,
     );
   }
