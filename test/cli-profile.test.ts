@@ -2,7 +2,7 @@
 // step's split consistent by construction; one clear line for every bad flag; a clean stop on a signal.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { freemem, tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { XMLValidator } from "fast-xml-parser";
@@ -280,6 +280,19 @@ describe("bad flags: one line, exit ≠ 0", () => {
     ],
   ])("%s", (_, args, message) => {
     expectOneErrorLine(profile(...args), message);
+  });
+
+  // a machine with more free memory holds it: the rule itself is checked in llama-config.test.ts
+  const roomy = freemem() >= 32e9;
+  if (roomy)
+    console.log("cli-profile.test.ts: skipping 'weights beyond free memory': llama-3.1-8b's f32 weights fit here");
+  test.skipIf(roomy)("weights beyond free memory, before any work", () => {
+    const r = profile("--preset", "llama-3.1-8b", "--backend", "cpu", "--contexts", "8");
+    expectOneErrorLine(
+      r,
+      /^error: llama-3\.1-8b in f32 is 32\.1 GB of weights, more than .* free memory: use --dtypes bf16$/,
+    );
+    expect(r.stderr).not.toMatch(/allocating/);
   });
 
   // where a GPU is present, --backend cuda is no error: it would start a real profile

@@ -1,6 +1,6 @@
 // bun run profile — the decode-floor study: eager vs graph over a context sweep, per-kernel breakdowns,
 // where the step's time goes, FLOPs/bytes against measured peaks, KV memory; results under profiles/.
-import { cpus, loadavg } from "node:os";
+import { cpus, freemem, loadavg } from "node:os";
 import { basename, join } from "node:path";
 
 import yargs from "yargs";
@@ -39,7 +39,7 @@ import {
   type ModeForm,
 } from "../run/launch-modes.ts";
 import { DTYPE_NAMES, MAX_BATCH, type DtypeName } from "../ops.ts";
-import { DEFAULT_PRESET, intFlag, loadAnyWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
+import { checkHostMemory, DEFAULT_PRESET, intFlag, loadAnyWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
 import { watchSignals } from "./interrupt.ts";
 import { ProfileOutput, writeStdout } from "./outputs.ts";
 
@@ -267,6 +267,8 @@ await runCli(async () => {
     const defaults = backend.studyDefaults;
     const e2eMax = cfg.n_positions - E2E_PROMPT;
     const dtypes = listFlag("dtypes", argv.dtypes, DTYPE_NAMES, [weights.storedAs]);
+    // the CPU's and the emulator's weights are in host memory; the interventions' sessions come one at a time
+    if (backend.kind !== "cuda") for (const dtype of dtypes) checkHostMemory(cfg, dtype, freemem(), "--dtypes");
     const batches = listFlag("batches", argv.batches, BATCH_CHOICES, ["1"]).map(Number);
     const formOf = (dtype: DtypeName, batch: number): StepForm => ({
       plan,
