@@ -11,8 +11,17 @@ const SCHEMA_OBJECTS: Record<string, string[]> = {
   "device.launch": ["properties", "device", "properties", "launch"],
   "points[].breakdown": ["$defs", "studyPoint", "properties", "breakdown"],
   predictions: ["properties", "predictions"],
+  // the agreement's object form, the second of its oneOf
   "peers.results[].agreement": [
-    ...["properties", "peers", "properties", "results", "items", "properties", "agreement", "oneOf", "1"],
+    "properties",
+    "peers",
+    "properties",
+    "results",
+    "items",
+    "properties",
+    "agreement",
+    "oneOf",
+    "1",
   ],
 };
 
