@@ -9,7 +9,7 @@ export const GPT2_FAMILY: ModelFamily<GPT2Config, GPT2Weights> = {
   shapeFamily: "gpt2",
   rotary: false,
   presets: PRESETS,
-  owns: (cfg) => !("arch" in cfg),
+  owns: (cfg) => "layer_norm_epsilon" in cfg, // its LayerNorm's key: a config of its own, not "anything but Llama"
   modelType: () => "gpt2",
   configOf: (_raw, _modelType, _path, dir) => readHFConfig(dir),
   load: (dir) => loadModel(dir),
