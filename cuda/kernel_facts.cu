@@ -72,6 +72,7 @@ extern "C" int cu_kernel_facts(CuKernelFacts* out) {
   f.matvec_loads = kMatvecLoads;
   f.matvec_rows_per_split = kMatvecRowsPerSplit;
   f.matvec_tile_bytes = kMatvecTileGroups * kAccessBytes;
+  f.matvec_head_norm_l2_trips = kMatvecHeadNormL2Trips;
   f.lm_head_threads = kLmHeadThreads;
   f.lm_head_rows_per_warp = kLmHeadRowsPerWarp;
   f.lm_head_chunks_per_batch = kLmHeadChunksPerBatch;

@@ -29,6 +29,7 @@ typedef struct CuKernelFacts {
   int32_t matvec_tile_bytes;      // bytes of one weight row in a block's column tile (16-byte variant)
   int32_t matvec_min_blocks_per_sm[DTYPE_COUNT]
                                   [CU_FACTS_BUCKETS];  // __launch_bounds__ by the weights' DTYPE and bucket
+  int32_t matvec_head_norm_l2_trips;  // rms_qkv_rope with q/k norms: the further round trips of a head's last tile
   // the LM head and argmax (cuda/lm_head.h)
   int32_t lm_head_threads;
   int32_t lm_head_rows_per_warp;     // vocabulary rows a warp works on at once

@@ -234,17 +234,19 @@ extern "C" void op_linear_residual(float* x, float* partials, const float* inp, 
 
 extern "C" void op_rms_qkv_rope(float* qkv, void* k_cache, void* v_cache, float* partials, const float* x,
                                 const float* ln_weight, const void* weight, const float* bias, const int* state,
-                                const float* rope, int B, int C, int n_head, int n_kv_head, int head_dim, int max_ctx,
-                                float eps, int wdtype, int kvdtype) {
+                                const float* rope, const float* q_norm, const float* k_norm, int B, int C, int n_head,
+                                int n_kv_head, int head_dim, int max_ctx, float eps, int wdtype, int kvdtype) {
   OpTimer timer(OP_RMS_QKV_ROPE);
   const bool shape_fits = n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0 && head_dim > 0 && head_dim % 2 == 0;
-  if (cpu_reject_unless(shape_fits && is_storage_type(wdtype) && is_storage_type(kvdtype))) return;
+  if (cpu_reject_unless(shape_fits && (q_norm == nullptr) == (k_norm == nullptr) && is_storage_type(wdtype) &&
+                        is_storage_type(kvdtype)))
+    return;
   const int Q = n_head * head_dim, KV = n_kv_head * head_dim;
   static thread_local std::vector<float> normed;
   normed.resize((size_t)B * C);
   op_rmsnorm(normed.data(), x, ln_weight, B, C, eps);
   op_linear(qkv, partials, normed.data(), weight, bias, B, C, Q + 2 * KV, wdtype);
-  op_rope(qkv, state, rope, nullptr, nullptr, B, 1, Q, n_head, n_kv_head, max_ctx, eps);
+  op_rope(qkv, state, rope, q_norm, k_norm, B, 1, Q, n_head, n_kv_head, max_ctx, eps);
   op_kv_append(k_cache, v_cache, qkv, state, B, 1, Q, KV, max_ctx, kvdtype);
 }
 

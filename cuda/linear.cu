@@ -246,10 +246,16 @@ extern "C" void op_linear_residual(float* x, float* partials, const float* inp, 
 
 extern "C" void op_rms_qkv_rope(float* qkv, void* k_cache, void* v_cache, float* partials, const float* x,
                                 const float* ln_weight, const void* weight, const float* bias, const int* state,
-                                const float* rope, int B, int C, int n_head, int n_kv_head, int head_dim, int max_ctx,
-                                float eps, int wdtype, int kvdtype) {
+                                const float* rope, const float* q_norm, const float* k_norm, int B, int C, int n_head,
+                                int n_kv_head, int head_dim, int max_ctx, float eps, int wdtype, int kvdtype) {
   const bool shape_fits = n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0 && head_dim > 0 && head_dim % 2 == 0;
-  if (rt_reject_unless(shape_fits && is_storage_type(kvdtype))) return;
+  // with q/k norms, a head per warp and a head's arrival counter after the column tiles' (matvec_head_norm)
+  const bool norms_fit =
+      (q_norm == nullptr) == (k_norm == nullptr) &&
+      (!q_norm ||
+       (head_dim <= kMatvecMaxHeadDim &&
+        ceil_div((n_head + 2 * n_kv_head) * head_dim, kMatvecTileGroups) + n_head + n_kv_head <= kMaxGridCounters));
+  if (rt_reject_unless(shape_fits && norms_fit && is_storage_type(kvdtype))) return;
   const int Q = n_head * head_dim, KV = n_kv_head * head_dim;
   const MatvecArgs a = {.out = qkv,
                         .scratch = op_scratch(partials),
@@ -268,7 +274,9 @@ extern "C" void op_rms_qkv_rope(float* qkv, void* k_cache, void* v_cache, float*
                         .kvdtype = kvdtype,
                         .max_ctx = max_ctx,
                         .q_cols = Q,
-                        .head_dim = head_dim};
+                        .head_dim = head_dim,
+                        .q_norm = q_norm,
+                        .k_norm = k_norm};
   // the vector variant's groups of k and v land in the caches' rows, and its table rows are read as float4
   launch_matvec<kOpRmsQkvRope>(a, wdtype, aligned16(k_cache) && aligned16(v_cache) && aligned16(rope));
 }

@@ -74,7 +74,8 @@ constexpr int kMatvecPartnerLanes = kMatvecMergeLanes * kMatvecTileGroups / 2;  
 // state[b][STATE_POS] = pos of sequence b's k_cache, v_cache ((max_ctx, C) each, C = OC / 3 columns, in kvdtype)
 // when that row is below max_ctx. kStoreQkvRope: out's row is [q (q_cols) | k (kv) | v (kv)], kv = (OC - q_cols) / 2,
 // heads of head_dim; q and k turned by position pos's rotation (rope: (max_ctx, head_dim) cos | sin) when pos is
-// below max_ctx, then k and v to the caches' row pos ((max_ctx, kv) each). kStoreSwiglu: the product's row is
+// below max_ctx (each head RMS-normalised with q_norm / k_norm first where they are given), then k and v to the
+// caches' row pos ((max_ctx, kv) each). kStoreSwiglu: the product's row is
 // [gate (I) | up (I)], OC = 2I, and out: (rows, I) = silu(gate) * up.
 struct MatvecArgs {
   float* out;
@@ -93,6 +94,8 @@ struct MatvecArgs {
   int kvdtype;
   int max_ctx;
   int q_cols, head_dim;
+  const float* q_norm;  // kStoreQkvRope: (head_dim) each, RMS-normalising every q and k head first (Qwen3); or null
+  const float* k_norm;
 };
 
 // The paired columns of an output that pairs them: units of `unit` columns, each [first half | second half], over
@@ -399,13 +402,75 @@ __device__ __forceinline__ void matvec_merge(const MatvecArgs& a, const BlockPla
 #pragma unroll
       for (int k = 0; k < M; k++) partner.v[k] = __shfl_xor_sync(kFullWarpMask, total.v[k], kMatvecPartnerLanes);
       if (p != 0 || !out[pass].valid) continue;
-      matvec_paired_output<M, kOutput>(a, out[pass].b, col, total, partner, in_first_half<kWidth>(out[pass].col));
+      if (kOutput == kStoreQkvRope && a.q_norm && col < column_pairs<kOutput>(a).paired)
+        store_cols<M>(a.out + (size_t)out[pass].b * a.OC + col, total);  // turned with its head (matvec_head_norm)
+      else
+        matvec_paired_output<M, kOutput>(a, out[pass].b, col, total, partner, in_first_half<kWidth>(out[pass].col));
     } else {
       if (p != 0 || !out[pass].valid) continue;
       Cols<M> total = load_cols<M>(a.bias + out[pass].col);
       add_cols(total, sum[pass]);
       matvec_output<M, kOutput>(a, out[pass].b, out[pass].col, total);
     }
+  }
+}
+
+constexpr int kMatvecMaxHeadDim = 256;                           // q/k norms: the widest head a warp normalises
+constexpr int kMatvecHeadUnits = kMatvecMaxHeadDim / kWarpSize;  // elements per lane: lane + 32 j, j < 8
+static_assert(kMatvecMaxRows <= kMatvecWarps, "one warp per row normalises a head");
+// Dependent L2 round trips the head adds to the merge's (the kernel model's chain): the tile's q/k columns stored and
+// fenced, the head's arrival counter, the head read back.
+constexpr int kMatvecHeadNormL2Trips = 3;
+
+// kStoreQkvRope with q/k norms (Qwen3): a head's RMS needs all of its columns, which several column tiles hold. The
+// merged tiles leave their q and k columns as they are; the last of a head's tiles to merge then takes the whole
+// head, row b in warp b, as op_rope does: RMS-normalised with q_norm / k_norm, turned at the row's position (below
+// max_ctx; else as it is), and a k head to the cache's row pos. `heads`: (kMatvecWarps, kMatvecMaxHeadDim) of shared
+// memory; a head's arrival counter follows the launch's column tiles'.
+template <int kWidth>
+__device__ __forceinline__ void matvec_head_norm(const MatvecArgs& a, const BlockPlace& at, float* heads) {
+  constexpr int kTile = kMatvecTileGroups * kWidth;
+  const int paired = column_pairs<kStoreQkvRope>(a).paired, first_column = at.idx.x * kTile;
+  if (first_column >= paired) return;          // a tile of v
+  const int head = first_column / a.head_dim;  // a tile never straddles heads (launch_matvec checks)
+  __shared__ bool is_last;
+  if (!arrive_last(a.scratch.counters + at.grid.x + head, a.head_dim / kTile, &is_last)) return;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, b = warp;
+  if (b >= a.rows) return;
+  const int pos = __ldcg(a.state + b * STATE_INTS + STATE_POS);
+  if (pos >= a.max_ctx) return;
+  const int hs = a.head_dim, half = hs / 2, column = head * hs;
+  const bool is_q = column < a.q_cols;
+  float* x = a.out + (size_t)b * a.OC + column;
+  const float* norm = is_q ? a.q_norm : a.k_norm;
+  const float* cos_sin = a.rope + (size_t)pos * hs;
+  // the head through shared memory, so that only its elements stay in registers (the persistent step's bodies
+  // share its register budget): normalised, then each element turned with its partner half a head away
+  float v[kMatvecHeadUnits];
+#pragma unroll
+  for (int j = 0; j < kMatvecHeadUnits; j++) v[j] = lane + j * kWarpSize < hs ? __ldcg(x + lane + j * kWarpSize) : 0.0f;
+  float squares = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kMatvecHeadUnits; j++) squares += v[j] * v[j];
+  const float scale = 1.0f / sqrtf(warp_sum(squares) / hs + a.eps);
+  float* h = heads + warp * kMatvecMaxHeadDim;
+#pragma unroll
+  for (int j = 0; j < kMatvecHeadUnits; j++) {
+    const int e = lane + j * kWarpSize;
+    if (e < hs) h[e] = v[j] * scale * __ldcg(norm + e);
+  }
+  __syncwarp();
+  const int kv = paired - a.q_cols;
+  const size_t cache_row = ((size_t)b * a.max_ctx + pos) * kv + (column - a.q_cols);
+#pragma unroll
+  for (int j = 0; j < kMatvecHeadUnits; j++) {
+    const int e = lane + j * kWarpSize;
+    if (e >= hs) continue;
+    const int i = e < half ? e : e - half;
+    const float cs = __ldcg(cos_sin + i), sn = __ldcg(cos_sin + half + i);
+    const float turned[1] = {e < half ? h[e] * cs - h[e + half] * sn : h[e] * cs + h[e - half] * sn};
+    x[e] = turned[0];
+    if (!is_q) store_rounded_as<1>(a.kvdtype, a.k_cache, cache_row + e, turned);
   }
 }
 
@@ -461,4 +526,9 @@ __device__ __forceinline__ void matvec(const MatvecArgs& a, const BlockPlace& at
   if (!arrive_last(a.scratch.counters + at.idx.x, splits, &is_last)) return;
 #endif
   matvec_merge<W, kWidth, kRows, kInput, output_of(kOp)>(a, at, (int)splits);
+  if constexpr (output_of(kOp) == kStoreQkvRope) {
+    static_assert(MatvecShape<kWidth, kRows, kInput>::kStageFloats >= kMatvecWarps * kMatvecMaxHeadDim,
+                  "a head per warp fits the staging area");
+    if (a.q_norm) matvec_head_norm<kWidth>(a, at, stage);  // the merge reads no staged sums
+  }
 }

@@ -135,11 +135,13 @@ void op_ln_lm_head_argmax(float* logits, int* seq, int* state, float* partials, 
 // The Llama family's fused decode ops (B sequences of one row); RMSNorm here uses C <= 4096 (float rows) on CUDA.
 
 // qkv: (B, Q + 2 KV) = rmsnorm(x) @ weight (C, Q + 2 KV) + bias, Q = n_head·head_dim, KV = n_kv_head·head_dim; then
-// q and k turned at pos_b (op_rope without q/k norms) and k, v to row pos_b of sequence b's k_cache, v_cache (if
-// pos_b < max_ctx): op_rmsnorm, op_linear, op_rope, op_kv_append. head_dim a multiple of 8 on CUDA.
+// q and k turned at pos_b (op_rope, each head RMS-normalised by q_norm / k_norm first where they are given) and k, v
+// to row pos_b of sequence b's k_cache, v_cache (if pos_b < max_ctx): op_rmsnorm, op_linear, op_rope, op_kv_append.
+// head_dim a multiple of 8 on CUDA.
 void op_rms_qkv_rope(float* qkv, void* k_cache, void* v_cache, float* partials, const float* x, const float* ln_weight,
-                     const void* weight, const float* bias, const int* state, const float* rope, int B, int C,
-                     int n_head, int n_kv_head, int head_dim, int max_ctx, float eps, int wdtype, int kvdtype);
+                     const void* weight, const float* bias, const int* state, const float* rope, const float* q_norm,
+                     const float* k_norm, int B, int C, int n_head, int n_kv_head, int head_dim, int max_ctx, float eps,
+                     int wdtype, int kvdtype);
 
 // out: (B, I) = silu(g) * u, [g | u] = rmsnorm(x) @ weight (C, 2I) + bias: op_rmsnorm, op_linear, op_swiglu. I a
 // multiple of 4 on CUDA.

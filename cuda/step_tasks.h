@@ -40,7 +40,7 @@ constexpr int step_arch_of(StepTaskKind kind) {
   return kStepNone;
 }
 
-constexpr int kStepTaskArgBytes = 128;  // the largest of the bodies' argument structs (cuda/persistent.cu asserts it)
+constexpr int kStepTaskArgBytes = 144;  // the largest of the bodies' argument structs (cuda/persistent.cu asserts it)
 
 // One task: `kind`'s body over the virtual blocks of `grid`, with the argument struct in `args`.
 struct StepTask {

@@ -14,7 +14,7 @@
 export const STATE_POS = 0;
 export const STATE_INTS = 4;
 /** int64 slots per op in a plan record: the opcode, then the op_* arguments (cuda/plan.h). */
-export const PLAN_SLOTS = 20;
+export const PLAN_SLOTS = 22;
 /**
  * The most sequences a step decodes together: every op gives each of up to MAX_BATCH rows the bits it gets
  * alone (cuda/ops.h), and the matvec paths read each weight once for all of them.
@@ -449,8 +449,9 @@ export const OPS = {
     }),
   ),
   // ---- the Llama family's fused decode ops (one row per sequence)
-  // qkv: (B, Q + 2 KV) = rmsnorm(x) @ weight + bias, q and k turned at pos_b, k and v to each sequence's cache row
-  // pos_b: rmsnorm, linear, rope, kv_append
+  // qkv: (B, Q + 2 KV) = rmsnorm(x) @ weight + bias, q and k turned at pos_b (each head RMS-normalised by q_norm /
+  // k_norm first where they are given: Qwen3; else 0), k and v to each sequence's cache row pos_b: rmsnorm, linear,
+  // rope, kv_append
   rms_qkv_rope: op(
     17,
     [
@@ -464,6 +465,8 @@ export const OPS = {
       ["bias", "const float*"],
       ["state", "const int*"],
       ["rope", "const float*"],
+      ["q_norm", "const float*"],
+      ["k_norm", "const float*"],
       ["B", "int"],
       ["C", "int"],
       ["n_head", "int"],
@@ -475,15 +478,16 @@ export const OPS = {
       ["kvdtype", "int"],
     ],
     ({ qkv, B, n_head, n_kv_head, head_dim }) => ({ ptr: qkv, floats: B * (n_head + 2 * n_kv_head) * head_dim }),
-    ({ B, C, n_head, n_kv_head, head_dim }) => {
+    ({ B, C, n_head, n_kv_head, head_dim, q_norm }) => {
       const Q = n_head * head_dim,
         KV = n_kv_head * head_dim,
         OC = Q + 2 * KV;
+      const turn = ROPE_FLOPS_PER_ELEMENT + (q_norm ? RMSNORM_FLOPS_PER_ELEMENT : 0);
       return {
-        flops: B * (RMSNORM_FLOPS_PER_ELEMENT * C + 2 * C * OC + OC + ROPE_FLOPS_PER_ELEMENT * (Q + KV)),
+        flops: B * (RMSNORM_FLOPS_PER_ELEMENT * C + 2 * C * OC + OC + turn * (Q + KV)),
         activations: B * (C + OC),
         weights: C * OC,
-        vectors: C + OC + B * head_dim, // the norm, the bias, each row's table row
+        vectors: C + OC + B * head_dim + (q_norm ? 2 * head_dim : 0), // the norms, the bias, each row's table row
         kv: 2 * B * KV,
       };
     },

@@ -2,8 +2,7 @@
 // unfused plan is one op per step of the math; the fused one runs a decode step of one row per sequence in five
 // launches per layer, as GPT-2's does (plan.ts): RMSNorm in the next matvec's prologue, RoPE and the cache write in
 // the q/k/v matvec's epilogue, silu(gate) · up in the gate/up matvec's, the residual adds in o and down's, argmax
-// in the LM head. Qwen3's per-head q/k norms need a whole head before the rotation, which a matvec's column tile
-// does not hold: its steps are unfused.
+// in the LM head; Qwen3's per-head q/k norms in the rotation's epilogue, once a head's last column tile is merged.
 import type { LlamaConfig } from "./model/llama.ts";
 import type { OpArgs, OpFamily } from "./ops.ts";
 import { dtypeCodes, PLACEHOLDER_POINTER, planOp, type PlanKind, type PlanOp, type StepForm } from "./plan.ts";
@@ -52,18 +51,11 @@ export interface LlamaBuffers {
   maxRows: number;
 }
 
-/** The plans a Llama-family model has: the fused one unless its heads are normalised before the rotation (Qwen3). */
-export function llamaPlans(config: LlamaConfig): readonly PlanKind[] {
-  return config.qk_norm ? ["unfused"] : ["fused", "unfused"];
-}
-
 /** The step for T new rows of each of the buffers' sequences, at the positions held in `state`. */
 export function llamaStep(m: LlamaBuffers, T: number, kind: PlanKind): PlanOp[] {
   const rows = m.batch * T;
   if (!Number.isInteger(T) || T < 1 || rows > m.maxRows)
     throw new Error(`llamaStep: ${m.batch} × T=${T} rows outside 1..${m.maxRows}`);
-  if (kind === "fused" && !llamaPlans(m.config).includes("fused"))
-    throw new Error(`llamaStep: ${m.config.name} has no fused plan (its q/k norms)`);
   return kind === "fused" && T === 1 ? fusedLlamaStep(m) : unfusedLlamaStep(m, T);
 }
 
@@ -182,6 +174,8 @@ function fusedLlamaStep(m: LlamaBuffers): PlanOp[] {
       ...w.qkv,
       state,
       rope: m.rope,
+      q_norm: w.q_norm,
+      k_norm: w.k_norm,
       B,
       C,
       n_head,
@@ -191,7 +185,7 @@ function fusedLlamaStep(m: LlamaBuffers): PlanOp[] {
       eps,
       wdtype,
       kvdtype,
-    }); //                                                    q, k, v = rope(rmsnorm(x) @ W_qkv + b); cache ← k, v
+    }); //                                        q, k, v = rope(norm(rmsnorm(x) @ W_qkv + b)); cache ← k, v
     op("attention", `${h}.self_attn.attend`, l, {
       out: m.att,
       scratch: m.scratch,

@@ -362,8 +362,10 @@ type Call = (...args: number[]) => void;
 
 /** A closure making exactly one call with fixed arguments: no spread, no allocation per call. */
 function bindCall(fn: Call, a: readonly number[]): () => void {
-  const [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18] =
-    a as number[] as number[] & { length: 19 } as [
+  const [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20] =
+    a as number[] as number[] & { length: 21 } as [
+      number,
+      number,
       number,
       number,
       number,
@@ -419,6 +421,10 @@ function bindCall(fn: Call, a: readonly number[]): () => void {
       return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17);
     case 19:
       return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18);
+    case 20:
+      return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19);
+    case 21:
+      return () => fn(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20);
     default:
       throw new Error(`no eager call for ${a.length} arguments (a plan record holds ${PLAN_SLOTS - 1})`);
   }

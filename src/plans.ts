@@ -4,11 +4,10 @@ import { familyNameOf, type FamilyName, type ModelConfig } from "./model/archite
 import type { GPT2Config } from "./model/config.ts";
 import type { LlamaConfig } from "./model/llama.ts";
 import type { StepArch } from "./native/kernel-names.ts";
-import { llamaPlanShape, llamaPlans, llamaStep, type LlamaBuffers } from "./plan-llama.ts";
+import { llamaPlanShape, llamaStep, type LlamaBuffers } from "./plan-llama.ts";
 import {
   decodeStep,
   DEFAULT_STEP_FORM,
-  PLAN_KINDS,
   planShape,
   type ModelBuffers,
   type PlanKind,
@@ -16,10 +15,8 @@ import {
   type StepForm,
 } from "./plan.ts";
 
-/** What the plan layer knows of a family: its plans, its step over a backend's buffers, its persistent kernel. */
+/** What the plan layer knows of a family: its step (in either plan) over a backend's buffers, its persistent kernel. */
 interface StepFamily<C extends ModelConfig, B extends { config: C }> {
-  /** the plans a model has, the default first */
-  plans(config: C): readonly PlanKind[];
   /** the step for T new rows of each of the buffers' sequences */
   step(buffers: B, T: number, kind: PlanKind): PlanOp[];
   /** the step's shape without a backend: every pointer a placeholder */
@@ -34,13 +31,11 @@ type AnyStepFamily = StepFamily<ModelConfig, StepBuffers>;
 
 const STEP_FAMILIES: { [F in FamilyName]: AnyStepFamily } = {
   gpt2: {
-    plans: () => PLAN_KINDS,
     step: decodeStep,
     planShape,
     stepArch: "Gpt2Step",
   } satisfies StepFamily<GPT2Config, ModelBuffers> as AnyStepFamily,
   llama: {
-    plans: llamaPlans,
     step: llamaStep,
     planShape: llamaPlanShape,
     stepArch: "LlamaStep",
@@ -48,18 +43,6 @@ const STEP_FAMILIES: { [F in FamilyName]: AnyStepFamily } = {
 };
 
 const stepFamilyOf = (config: ModelConfig): AnyStepFamily => STEP_FAMILIES[familyNameOf(config)];
-
-/** The plans an architecture has, the default first: GPT-2 both, the Llama family both but Qwen3 (llamaPlans). */
-export const plansOf = (config: ModelConfig): readonly PlanKind[] => stepFamilyOf(config).plans(config);
-
-/** Why a model cannot run `plan` (one line for the user), or null where it can. */
-export function planRefusal(config: ModelConfig, plan: PlanKind): string | null {
-  if (plansOf(config).includes(plan)) return null;
-  return `a ${config.name} model has no ${plan} plan (its per-head q/k norms need a whole head before the rotation): it runs --plan ${defaultPlan(config)}`;
-}
-
-/** The plan a run of this model takes when none is asked for. */
-export const defaultPlan = (config: ModelConfig): PlanKind => plansOf(config)[0]!;
 
 /** The architecture's persistent step kernel (cuda/persistent.cu). */
 export const stepArchOf = (config: ModelConfig): StepArch => stepFamilyOf(config).stepArch;

@@ -4,7 +4,8 @@ import { describe, expect, test } from "bun:test";
 
 import { ALL_PRESETS, ARCHITECTURES, familyNameOf, kvColumns, MODEL_FAMILIES } from "../src/model/architectures.ts";
 import { shapeOf } from "../src/model/kv.ts";
-import { planShapeOf, plansOf } from "../src/plans.ts";
+import { DEFAULT_STEP_FORM } from "../src/plan.ts";
+import { planShapeOf } from "../src/plans.ts";
 
 const families = Object.entries(MODEL_FAMILIES);
 
@@ -35,7 +36,7 @@ describe("architecture registry", () => {
         expect(shape.kv_heads * shape.head_dim).toBe(kvColumns(cfg));
         expect(shape.parameters).toBe(family.parameterCount(cfg));
         expect(Object.values(family.architectures)).toContain(family.modelType(cfg));
-        const ops = planShapeOf(cfg, 1, { plan: plansOf(cfg)[0]!, batch: 1, weights: "f32", kv: "f32" });
+        const ops = planShapeOf(cfg, 1, DEFAULT_STEP_FORM);
         expect(new Set(ops.flatMap((op) => (op.layer === null ? [] : [op.layer]))).size).toBe(cfg.n_layer);
       }
   });

@@ -4,9 +4,11 @@
 import { afterAll, describe, expect, test } from "bun:test";
 
 import { CudaBackend } from "../src/backends/cuda.ts";
+import { ALL_PRESETS } from "../src/model/architectures.ts";
 import { PRESETS } from "../src/model/config.ts";
 import type { DtypeName } from "../src/ops.ts";
 import { DEFAULT_STEP_FORM, encodePlan, planShape, type PlanOp } from "../src/plan.ts";
+import { planShapeOf } from "../src/plans.ts";
 import {
   activeLoads,
   blocksBeside,
@@ -322,6 +324,18 @@ describe("the kernels' facts from the library", () => {
     };
     expect(persistentKernel(gpt2, DEFAULT_STEP_FORM, oneBlock, null)).toEqual({ registers: 64, laterRoundL2Trips: 5 });
   });
+});
+
+test("Qwen3's q/k norms add the head's arrival to its q/k/v matvec's chain; a Llama without them keeps the merge's", () => {
+  const qkvChain = (preset: string, f = facts) => {
+    const ops = planShapeOf(ALL_PRESETS[preset]!, 1);
+    return kernelInputs(ops, 100, shapesOf(ops), f, null).find((k) => k.family === "rms_qkv_rope")!.chainL2Trips;
+  };
+  const merge = facts.chainL2Trips.rms_qkv_rope;
+  expect(facts.matvec.headNormL2Trips).toBeGreaterThan(0);
+  expect(qkvChain("qwen3-0.6b")).toBe(merge + facts.matvec.headNormL2Trips);
+  expect(qkvChain("llama-3.2-1b")).toBe(merge);
+  expect(qkvChain("qwen3-0.6b", { ...facts, matvec: { ...facts.matvec, headNormL2Trips: 11 } })).toBe(merge + 11);
 });
 
 test("predictStep sums what predictKernel gives", () => {

@@ -26,7 +26,6 @@ import {
   type ModelWeights,
 } from "../model/architectures.ts";
 import { DEFAULT_STEP_FORM } from "../plan.ts";
-import { defaultPlan } from "../plans.ts";
 import { openOpenBlas } from "../native/openblas.ts";
 import { DTYPES } from "../ops.ts";
 import { cachedStepWork, stepWork, sumWork } from "../profile/work-model.ts";
@@ -342,8 +341,7 @@ async function benchCpu(
     checkHostMemory(cfg, "f32");
     // a rotary model's sessions hold what the sweep reaches (Llama-3.2-1B's 131,072 positions would not fit)
     const held = familyOf(cfg).rotary ? longest + 1 : cfg.n_positions;
-    const form = { ...DEFAULT_STEP_FORM, plan: defaultPlan(cfg) };
-    const session = new Session(backend, weights, { form, maxRows: held, maxContext: held });
+    const session = new Session(backend, weights, { form: DEFAULT_STEP_FORM, maxRows: held, maxContext: held });
     session.prefill(Array.from({ length: longest }, (_, i) => (i * 7919) % cfg.vocab_size));
     if (sections.decode) benchDecode(backend, session, contexts, steps);
     if (sections.contend) await benchContention(session, sections.contend, steps);

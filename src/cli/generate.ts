@@ -6,8 +6,7 @@ import { BACKEND_CHOICES, openBackend, type BackendChoice } from "../backends/se
 import { runCli, UserError } from "../errors.ts";
 import { parsePromptIds, textCodec } from "../model/tokenizer.ts";
 import { DTYPE_NAMES, MAX_BATCH, type DtypeName } from "../ops.ts";
-import { PLAN_KINDS, type PlanKind, type StepForm } from "../plan.ts";
-import { defaultPlan, planRefusal } from "../plans.ts";
+import { DEFAULT_STEP_FORM, PLAN_KINDS, type PlanKind, type StepForm } from "../plan.ts";
 import { generateBatch } from "../run/generate.ts";
 import {
   LAUNCH_MODE_NAMES,
@@ -104,9 +103,7 @@ await runCli(async () => {
     modelLines.push(line),
   );
   const cfg = weights.config;
-  const plan: PlanKind = argv.plan ?? defaultPlan(cfg);
-  const refusal = planRefusal(cfg, plan); // before the tokenizer: a plan the model lacks is said whatever the prompt
-  if (refusal) throw new UserError(refusal);
+  const plan: PlanKind = argv.plan ?? DEFAULT_STEP_FORM.plan;
   const codec = textCodec(argv.model, cfg.vocab_size);
   const encode = (text: string) => {
     if (!codec)

@@ -26,8 +26,7 @@ import type { StudyMode } from "../profile/types.ts";
 import { createProgress } from "../report/progress.ts";
 import { renderTerminalSummary } from "../report/terminal.ts";
 import { writeProfileOutputs, type WrittenOutputs } from "../report/write.ts";
-import { PLAN_KINDS, type PlanKind, type StepForm } from "../plan.ts";
-import { defaultPlan, planRefusal } from "../plans.ts";
+import { DEFAULT_STEP_FORM, PLAN_KINDS, type PlanKind, type StepForm } from "../plan.ts";
 import {
   availableModes,
   LAUNCH_MODE_NAMES,
@@ -259,9 +258,7 @@ await runCli(async () => {
       lines.push(l),
     );
     const cfg = weights.config;
-    const plan: PlanKind = argv.plan ?? defaultPlan(cfg);
-    const refusal = planRefusal(cfg, plan);
-    if (refusal) throw new UserError(refusal);
+    const plan: PlanKind = argv.plan ?? DEFAULT_STEP_FORM.plan;
     lines.forEach(say);
     backend = await openBackend(argv.backend, { threads, note: say });
     const defaults = backend.studyDefaults;

@@ -20,6 +20,7 @@ const FIELDS = [
   ["matvec_rows_per_split", 1],
   ["matvec_tile_bytes", 1],
   ["matvec_min_blocks_per_sm", DTYPE_NAMES.length * BUCKETS],
+  ["matvec_head_norm_l2_trips", 1],
   ["lm_head_threads", 1],
   ["lm_head_rows_per_warp", 1],
   ["lm_head_chunks_per_batch", 1],
@@ -66,6 +67,8 @@ export interface KernelFacts {
     rowsPerSplit: number;
     tileBytes: number;
     minBlocksPerSm: Readonly<Record<DtypeName, readonly number[]>>;
+    /** rms_qkv_rope with q/k norms: the dependent L2 round trips a head's last tile adds to the merge */
+    headNormL2Trips: number;
   };
   /** the LM head (cuda/lm_head.h); minBlocksPerSm per batch bucket */
   lmHead: {
@@ -115,6 +118,7 @@ export function decodeKernelFacts(words: Int32Array): KernelFacts {
       rowsPerSplit: at("matvec_rows_per_split"),
       tileBytes: at("matvec_tile_bytes"),
       minBlocksPerSm: byDtype("matvec_min_blocks_per_sm"),
+      headNormL2Trips: at("matvec_head_norm_l2_trips"),
     },
     lmHead: {
       threads: at("lm_head_threads"),

@@ -8,7 +8,7 @@ import type { LlamaWeights } from "../model/llama.ts";
 import type { GPT2Weights } from "../model/weights.ts";
 import { STATE_INTS, STATE_POS } from "../ops.ts";
 import type { LlamaBuffers } from "../plan-llama.ts";
-import { planRefusal, stepOf, type StepBuffers } from "../plans.ts";
+import { stepOf, type StepBuffers } from "../plans.ts";
 import { DEFAULT_STEP_FORM, type ModelBuffers, type PlanKind, type PlanOp, type StepForm } from "../plan.ts";
 import { launchMode, modeForm, type LaunchMode, type ModeForm } from "./launch-modes.ts";
 import { firstNonFinite, firstNonFiniteOp, nonFiniteMessage } from "./finite.ts";
@@ -83,8 +83,6 @@ export class Session<W extends ModelWeights = GPT2Weights> {
     opts: SessionOptions = {},
   ) {
     const form = opts.form ?? DEFAULT_STEP_FORM;
-    const refusal = planRefusal(weights.config, form.plan);
-    if (refusal) throw new UserError(refusal);
     this.family = RESIDENT_FAMILIES[familyNameOf(weights.config)];
     this.resident = this.family.place(backend, weights, form, opts.maxRows, opts.maxContext);
     this.stateWords = new Int32Array(this.batch * STATE_INTS);

@@ -475,20 +475,21 @@ function cacheRowsFollowQkv(
   });
 }
 
-/** rms_qkv_rope: qkv (RMSNorm, q/k/v, the rotation) within the tolerance; the cache rows as cacheRowsFollowQkv. The
- *  last sequences sit at max_ctx: nothing turned, nothing cached. */
-const rmsQkvRopeSpec = ([C, nHead, nKv, hd, maxCtx]: number[], w: DtypeName, kv: DtypeName): BatchSpec => {
+/** rms_qkv_rope: qkv (RMSNorm, q/k/v, the rotation, each head RMS-normalised first where `norms`) within the
+ *  tolerance; the cache rows as cacheRowsFollowQkv. The last sequences sit at max_ctx: nothing turned, nothing cached. */
+const rmsQkvRopeSpec = ([C, nHead, nKv, hd, maxCtx, norms]: number[], w: DtypeName, kv: DtypeName): BatchSpec => {
   const Q = nHead! * hd!,
     KV = nKv! * hd!,
     OC = Q + 2 * KV;
   return {
     kernel: "rms_qkv_rope",
-    shape: `C=${C} heads=${nHead}/${nKv}x${hd} max_ctx=${maxCtx}`,
+    shape: `C=${C} heads=${nHead}/${nKv}x${hd} max_ctx=${maxCtx}${norms ? " q/k norms" : ""}`,
     shared: (seed) => ({
       lnW: randomFloats(C!, seed + 90),
       w: stored(w, randomFloats(C! * OC, seed + 91, 0.1)),
       b: randomFloats(OC, seed + 92),
       rope: ropeTable(maxCtx!, hd!),
+      ...(norms ? { qNorm: randomFloats(hd!, seed + 88, 2), kNorm: randomFloats(hd!, seed + 89, 2) } : {}),
     }),
     sequence: (b, seed) => ({
       x: randomFloats(C!, seed + 93 + 100 * b, 3),
@@ -510,6 +511,8 @@ const rmsQkvRopeSpec = ([C, nHead, nKv, hd, maxCtx]: number[], w: DtypeName, kv:
         p.b!,
         p.state!,
         p.rope!,
+        p.qNorm ?? 0,
+        p.kNorm ?? 0,
         B,
         C!,
         nHead!,
@@ -733,6 +736,8 @@ export const BATCH_DTYPE_CASES: KernelCase[] = [
       [256, 4, 2, 64, 24], // GQA 2 query heads per K/V head (f32 and bf16 tiles each hold whole halves)
       [136, 2, 1, 16, 16], // head_dim 16: the scalar variant (tiles of 8 columns)
       [192, 2, 2, 96, 32], // head_dim 96: bf16's 64-column tiles do not fit, the scalar variant
+      [256, 4, 2, 128, 24, 1], // q/k norms: a head over 4 f32 tiles (2 of bf16) meets in its last tile
+      [136, 2, 1, 16, 16, 1], // q/k norms in the scalar variant: 2 tiles of 8 columns per head
     ].flatMap((shape) => BATCHES.map((B) => batchCase(rmsQkvRopeSpec(shape, w, kv), B, `weights ${w}, cache ${kv}`))),
   ),
   ...weightCases(

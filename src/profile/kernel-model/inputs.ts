@@ -67,6 +67,11 @@ export function activeLoads(op: PlanOp, facts: KernelFacts): number {
   }
 }
 
+/** The round trips Qwen3's q/k norms add to the q/k/v matvec's chain (cuda/linear.h matvec_head_norm); else 0. */
+function headNormTrips(op: PlanOp, facts: KernelFacts): number {
+  return op.family === "rms_qkv_rope" && namedArgs("rms_qkv_rope", op.args).q_norm ? facts.matvec.headNormL2Trips : 0;
+}
+
 /**
  * The persistent step's look-ahead for an op at `context` (cuda/persistent.cu look_ahead_of): the bytes one virtual
  * block requests into L2 before the barrier ahead of the op (a matvec's weights of its tile, the LM head's first
@@ -163,7 +168,7 @@ export function kernelInputs(
       prefetches: (read?.wideLoadsBeforeWait ?? 0) > 0,
       lookAheadBytes: lookAheadBytes(op, context, facts),
       fmaShare: read?.fmaShare ?? 1,
-      chainL2Trips: facts.chainL2Trips[op.family],
+      chainL2Trips: facts.chainL2Trips[op.family] + headNormTrips(op, facts),
       loadBytes: facts.accessBytes,
     };
   });
