@@ -81,6 +81,43 @@ describe.skipIf(!torch && !llama)("profile --peers all on gpt2-tiny", () => {
   });
 });
 
+describe.skipIf(!llama)("profile --peers llama.cpp --fill synthetic on llama-tiny", () => {
+  test("the peer runs at the prefilled context only, and the method says why", () => {
+    const r = profile([
+      "--backend",
+      "cpu",
+      "--model",
+      join(import.meta.dir, "fixtures/llama-tiny"),
+      "--contexts",
+      "8,100",
+      "--fill",
+      "synthetic",
+      "--repeats",
+      "2",
+      "--warmup",
+      "1",
+      "--e2e-tokens",
+      "4",
+      "--no-kernels",
+      "--peers",
+      "llama.cpp",
+      "--out",
+      join(out, "synthetic"),
+      "--json",
+    ]);
+    expect(r.code).toBe(0);
+    const s = JSON.parse(r.stdout) as ProfileSummary;
+    expect(validateSummary(s)).toEqual([]);
+    expect(s.seed_table.map((row) => row.fill)).toEqual(["prefill", "synthetic"]);
+    expect(s.peers!.results.length).toBeGreaterThan(0);
+    for (const p of s.peers!.results) {
+      expect(p.points.map((q) => q.context)).toEqual([8]);
+      expect(p.agreement).toMatchObject({ agrees: true });
+    }
+    expect(s.peers!.method).toContain("not run at the synthetically filled contexts (100)");
+  }, 300_000);
+});
+
 test("peers that cannot run are one note line each, and the study still runs", () => {
   // a PATH with the compiler (the build stamp asks it its version) but no node (llama.cpp), and a python that does not exist (PyTorch)
   const bin = join(out, "bin");

@@ -251,6 +251,49 @@ test("--dtypes f32,bf16 --batches 1,2: every configuration at every context, the
   expect(readFileSync(join(dir, OUTPUT_FILES.report), "utf8")).toContain("## Interventions: the bytes and the batch");
 }, 300_000);
 
+describe("profile --fill synthetic on llama-tiny", () => {
+  const dir = join(out, "fill");
+  let run: ReturnType<typeof profile>;
+  let summary: ProfileSummary;
+  beforeAll(() => {
+    run = profile(
+      "--backend",
+      "cpu",
+      "--model",
+      join(import.meta.dir, "fixtures/llama-tiny"),
+      "--contexts",
+      "8,100",
+      "--fill",
+      "synthetic",
+      "--repeats",
+      "2",
+      "--e2e-tokens",
+      "4",
+      "--no-kernels",
+      "--out",
+      dir,
+      "--json",
+    );
+    summary = JSON.parse(run.stdout) as ProfileSummary;
+  });
+
+  test("each context says its fill; the one within the real prefix was prefilled", () => {
+    expect(run.code).toBe(0);
+    expect(validateSummary(summary)).toEqual([]);
+    expect(summary.settings.fill).toBe("synthetic");
+    expect(summary.settings.prefill_flops_per_s).toBeGreaterThan(0);
+    expect(summary.seed_table.map((r) => [r.context, r.fill])).toEqual([
+      [8, "prefill"],
+      [100, "synthetic"],
+    ]);
+    // a tiny model's uncached step takes milliseconds: timed at both
+    for (const r of summary.seed_table) expect([r.uncached_ms! > 0, r.uncached_model_ms]).toEqual([true, null]);
+    expect(readFileSync(join(dir, OUTPUT_FILES.report), "utf8")).toContain(
+      "At context 100 the cache was filled synthetically",
+    );
+  });
+});
+
 describe("bad flags: one line, exit ≠ 0", () => {
   test.each([
     ["an unknown mode", ["--mode", "turbo"], /turbo/],
@@ -273,6 +316,11 @@ describe("bad flags: one line, exit ≠ 0", () => {
       /--batches: "0" is not one of 1, 2/,
     ],
     ["zero repeats", ["--model", FIXTURE, "--backend", "cpu", "--repeats", "0"], /--repeats/],
+    [
+      "an unknown fill",
+      ["--model", FIXTURE, "--backend", "cpu", "--fill", "sometimes"],
+      /fill.*sometimes|sometimes.*fill/,
+    ],
     [
       "--out naming a file",
       ["--model", FIXTURE, "--backend", "cpu", "--out", join(FIXTURE, "config.json")],

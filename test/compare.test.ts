@@ -298,10 +298,16 @@ describe("committed profiles (summary version 5)", () => {
 });
 
 describe("older summary versions' schemas", () => {
-  /** The synthetic (current) summary taken back to version 6: the fields version 7 added removed. */
+  /** The synthetic (current) summary taken back to version 6: the fields versions 7 and 10 added removed. */
   function version6(): Record<string, any> {
     const s: Record<string, any> = structuredClone(syntheticSummary());
     s.schema_version = 6;
+    delete s.settings.fill;
+    delete s.settings.prefill_flops_per_s;
+    for (const r of s.seed_table) {
+      delete r.fill;
+      delete r.uncached_model_ms;
+    }
     for (const f of ["grid_barrier_skewed_us", "grid_barrier_sc_us", "grid_barrier_sc_skewed_us"])
       delete s.device.launch[f];
     for (const p of s.points) if (p.breakdown) delete p.breakdown.overlapping_ops;

@@ -239,7 +239,9 @@ describe("seedVerdict", () => {
   test("contrasts FLOP reduction and speedup", () => {
     const row = {
       context: 1000,
+      fill: "prefill" as const,
       uncached_ms: 31,
+      uncached_model_ms: null,
       cached: { eager: { ms: 5.2, speedup: 31 / 5.2 }, graph: { ms: 5.1, speedup: 31 / 5.1 } },
       flop_reduction: 417.4,
     };

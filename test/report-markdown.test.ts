@@ -43,12 +43,12 @@ describe("renderReport", () => {
   test("lists every verdict and the seed-style table", () => {
     for (const v of summary.verdicts) expect(report).toContain(`- ${v}`);
     expect(report).toContain(
-      "| context (tokens) | no cache (ms) | KV cache eager (ms) | KV cache graph (ms) | speedup eager (×) | speedup graph (×) | FLOP reduction (×) |",
+      "| context (tokens) | cache filled by | no cache (ms) | KV cache eager (ms) | KV cache graph (ms) | speedup eager (×) | speedup graph (×) | FLOP reduction (×) |",
     );
     const r = summary.seed_table[1]!;
     const { eager, graph } = r.cached;
     expect(report).toContain(
-      `| 32 | ${r.uncached_ms!.toFixed(3)} | ${eager!.ms.toFixed(3)} | ${graph!.ms.toFixed(3)} | ${eager!.speedup!.toFixed(1)}× | ${graph!.speedup!.toFixed(1)}× |`,
+      `| 32 | prefill | ${r.uncached_ms!.toFixed(3)} | ${eager!.ms.toFixed(3)} | ${graph!.ms.toFixed(3)} | ${eager!.speedup!.toFixed(1)}× | ${graph!.speedup!.toFixed(1)}× |`,
     );
   });
 
@@ -75,8 +75,21 @@ describe("renderReport", () => {
     for (const p of s.points) delete p.split;
     const text = renderReport(s);
     expect(text).toContain("is the per-token floor launch overhead?");
-    expect(text).toContain("| 4 | – |");
+    expect(text).toContain("| 4 | prefill | – |");
     expect(text).toContain("_No per-kernel regimes");
+  });
+
+  test("says how each cache was filled, and labels the uncached step the work model's where it was not timed", () => {
+    expect(report).toContain("Every cache was filled by a real prefill.");
+    const s = syntheticSummary();
+    const last = s.seed_table[s.seed_table.length - 1]!;
+    Object.assign(last, { fill: "synthetic", uncached_ms: null, uncached_model_ms: 1234.5 });
+    const text = renderReport(s);
+    expect(text).toContain(`| ${last.context} | synthetic | ~1234.500 (work model) |`);
+    expect(text).toContain(
+      `At context ${last.context} the cache was filled synthetically (a short real prefill, the other rows drawn to its distribution; --fill auto); elsewhere by a real prefill. ` +
+        `The no-cache step was not timed at context ${last.context} (it takes more than seconds): its time there is the work model's FLOPs at the prefill rate measured in this run, 2500.0 GFLOP/s.`,
+    );
   });
 });
 
@@ -85,7 +98,7 @@ describe("renderTerminalSummary", () => {
     const s = syntheticSummary();
     const text = renderTerminalSummary(s);
     expect(text).toStartWith(questionSentence(s));
-    expect(text).toContain("context (tokens)  no cache (ms)");
+    expect(text).toContain("context (tokens)  cache filled by  no cache (ms)");
     expect(text).toContain("Where a step's time goes");
     expect(text).toContain("Top operations: KV cache eager at context 32");
     expect(text).toContain("Op time total per step: 52.000 us");

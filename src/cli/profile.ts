@@ -21,6 +21,7 @@ import {
   studyUnits,
   type StudyOptions,
 } from "../profile/study.ts";
+import { FILL_CHOICES, PREFILL_LIMIT_S, type FillChoice } from "../profile/fill.ts";
 import { buildSummary } from "../profile/summary.ts";
 import type { StudyMode } from "../profile/types.ts";
 import { createProgress } from "../report/progress.ts";
@@ -38,6 +39,7 @@ import {
   type ModeForm,
 } from "../run/launch-modes.ts";
 import { DTYPE_NAMES, MAX_BATCH, type DtypeName } from "../ops.ts";
+import { SYNTHETIC_SAMPLE_ROWS } from "../run/synthetic-fill.ts";
 import { checkHostMemory, DEFAULT_PRESET, intFlag, loadAnyWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
 import { watchSignals } from "./interrupt.ts";
 import { ProfileOutput, writeStdout } from "./outputs.ts";
@@ -172,6 +174,11 @@ await runCli(async () => {
         describe:
           "comma-separated context lengths (default: the backend's, 8,10,16,…,1000,1024 on a GPU, capped by n_positions; 8…128 on the CPU)",
       })
+      .option("fill", {
+        choices: FILL_CHOICES,
+        default: "auto" as FillChoice,
+        describe: `how each context's cache is filled: prefill (real), synthetic (a ${SYNTHETIC_SAMPLE_ROWS}-token prefill, the rest drawn to its distribution), auto (prefill where it is estimated under ${PREFILL_LIMIT_S} s)`,
+      })
       .option("repeats", {
         type: "number",
         describe: "timed steps per point (default: the backend's, 50 on a GPU, 10 on the CPU)",
@@ -281,6 +288,7 @@ await runCli(async () => {
       form: studied,
       ...(forms.length > 1 ? { interventions: { forms, mode: fastestMode(backend) } } : {}),
       contexts: contextsFor(argv.contexts, backend, cfg.n_positions, say),
+      fill: argv.fill,
       repeats: intFlag("repeats", argv.repeats ?? defaults.repeats, 1, MAX_REPEATS),
       warmup: intFlag("warmup", argv.warmup ?? defaults.warmup, 0, MAX_REPEATS),
       kernels: argv.kernels,

@@ -297,7 +297,7 @@ export function transposed(a: Float32Array, rows: number, cols: number): Float32
 }
 
 /** xoshiro128** (Blackman & Vigna), seeded through splitmix32. */
-class Xoshiro128ss {
+export class Xoshiro128ss {
   private s0: number;
   private s1: number;
   private s2: number;

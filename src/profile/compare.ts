@@ -10,6 +10,7 @@ import type {
   ProfileSummary,
   StudyMode,
   StudyPoint,
+  SeedRow,
 } from "./types.ts";
 import { ms, NOISE, pct } from "./verdicts.ts";
 
@@ -29,6 +30,7 @@ export const FIELDS_ADDED_IN = {
   ],
   8: [], // model.config may be a Llama-family config; rmsnorm, rope and swiglu op families
   9: ["peers.results[].agreement.parted"],
+  10: ["settings.fill", "settings.prefill_flops_per_s", "seed_table[].fill", "seed_table[].uncached_model_ms"],
 } as const;
 
 type AddedField = (typeof FIELDS_ADDED_IN)[keyof typeof FIELDS_ADDED_IN][number];
@@ -36,9 +38,12 @@ type AddedField = (typeof FIELDS_ADDED_IN)[keyof typeof FIELDS_ADDED_IN][number]
 type AddedUnder<Parent extends string, F = AddedField> = F extends `${Parent}.${infer Name}` ? Name : never;
 type Later<T, Parent extends string> = Omit<T, AddedUnder<Parent>> & Partial<Pick<T, AddedUnder<Parent> & keyof T>>;
 
-/** A summary of any version compare reads (5–9): the current layout, the fields later versions added optional. */
-export interface ReadSummary extends Omit<ProfileSummary, "schema_version" | "device" | "points" | "predictions"> {
+/** A summary of any version compare reads (5–10): the current layout, the fields later versions added optional. */
+export interface ReadSummary
+  extends Omit<ProfileSummary, "schema_version" | "device" | "points" | "predictions" | "settings" | "seed_table"> {
   schema_version: number;
+  settings: Later<ProfileSummary["settings"], "settings">;
+  seed_table: Later<SeedRow, "seed_table[]">[];
   device: Omit<DeviceDescription, "launch"> & { launch: Later<LaunchFloor, "device.launch"> };
   points: (Omit<StudyPoint, "breakdown"> & { breakdown?: Later<Breakdown, "points[].breakdown"> })[];
   predictions?: Later<PredictionsSection, "predictions">;

@@ -9,7 +9,7 @@ import type { StepForm } from "../plan.ts";
 import type { LaunchMode } from "../run/launch-modes.ts";
 import { Session } from "../run/session.ts";
 import { summarize, type Stats } from "../stats.ts";
-import { promptOf } from "./prompts.ts";
+import { fillCache, type FillMethod } from "./fill.ts";
 
 /** One configuration's samples at one context: device time per step (every sequence's token). */
 export interface InterventionSample {
@@ -26,6 +26,8 @@ export interface InterventionOptions {
   /** a safe point between steps, outside the timed region */
   checkpoint: () => Promise<void>;
   onContext?: (context: number) => void;
+  /** how the study filled the cache at a context (each sequence is filled the same way) */
+  fillOf: (context: number) => FillMethod;
 }
 
 const sameForm = (a: StepForm, b: StepForm) =>
@@ -66,7 +68,7 @@ export async function measureInterventions(
   }
 }
 
-/** Every session's sequences filled to `context` (a prompt of its own each), then interleaved rounds of one step per session. */
+/** Every session's sequences filled to `context` (a prompt of its own each, filled as the study's point was), then interleaved rounds of one step per session. */
 async function timeContext(
   sessions: Session<ModelWeights>[],
   instrument: Instrument,
@@ -75,7 +77,7 @@ async function timeContext(
   opts: InterventionOptions,
 ): Promise<TimedStep[][]> {
   for (const s of sessions) {
-    for (let b = 0; b < s.batch; b++) s.prefill(promptOf(context, s.config.vocab_size, opts.seed + b), b);
+    for (let b = 0; b < s.batch; b++) fillCache(s, opts.fillOf(context), context, opts.seed + b, b);
   }
   const timeOne = async (s: Session<ModelWeights>): Promise<TimedStep> => {
     await opts.checkpoint();

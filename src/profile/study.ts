@@ -1,6 +1,7 @@
-// The decode-floor study: for every context and launch mode, fill the KV cache to that context for real,
-// then time decode steps there (and the uncached baseline's full recompute), trace the ops of a few of
-// them, generate end to end, and measure the cache's memory.
+// The decode-floor study: for every context and launch mode, fill the KV cache to that context (by a real
+// prefill, or synthetically past what prefills in seconds: fill.ts), then time decode steps there (and the
+// uncached baseline's full recompute where it finishes in seconds), trace the ops of a few of them, generate
+// end to end, and measure the cache's memory.
 import type { Backend } from "../backends/backend.ts";
 import type { Instrument, TimedStep } from "../backends/instrument.ts";
 import { kvBytesPerToken, type ModelConfig } from "../model/architectures.ts";
@@ -14,6 +15,7 @@ import { launchMode, type LaunchMode } from "../run/launch-modes.ts";
 import { cacheBytes } from "../run/model-buffers.ts";
 import { Session } from "../run/session.ts";
 import { summarize, type Stats } from "../stats.ts";
+import { CALIBRATION_TOKENS, fillCache, pointFill, PrefillRate, type FillChoice, type PointFill } from "./fill.ts";
 import { measureInterventions, type InterventionSample } from "./interventions.ts";
 import { partingOf, tokensBeforeParting, type PeerMeasurements } from "./peers-summary.ts";
 import { promptOf } from "./prompts.ts";
@@ -27,6 +29,8 @@ export interface StudyOptions {
   /** the cached step again with other storage types and batches, in one launch mode (profile --dtypes, --batches) */
   interventions?: { forms: StepForm[]; mode: LaunchMode };
   contexts: number[];
+  /** how each context's cache is filled (fill.ts) */
+  fill: FillChoice;
   repeats: number;
   warmup: number;
   /** trace ops (CUPTI / native timers) */
@@ -61,6 +65,10 @@ export interface StudyResult {
   /** the peers' measurements, when the study ran with peers */
   peers?: PeerMeasurements & { prompt: number[]; reference: number[] };
   interventions?: InterventionSample[];
+  /** per context: how its cache was filled, and whether its uncached baseline was timed */
+  fills: PointFill[];
+  /** the prefill rate the fills were decided by (FLOP/s, work model over the longest real prefill timed) */
+  prefillFlopsPerS: number;
 }
 
 /** Tokens of the greedy agreement check between the project and its peers, from an 8-token prompt. */
@@ -112,6 +120,8 @@ export const tracedByOp = (mode: StudyMode) => mode === "uncached" || launchMode
 export class Study {
   readonly session: Session<ModelWeights>;
   private readonly memoryBefore: number;
+  private readonly rate: PrefillRate;
+  private readonly fills = new Map<number, PointFill>();
 
   constructor(
     readonly backend: Backend,
@@ -121,6 +131,7 @@ export class Study {
   ) {
     this.memoryBefore = backend.memInfo().free;
     this.session = new Session(backend, weights, { form: opts.form, maxContext: studiedContext(opts) });
+    this.rate = new PrefillRate(this.session.config, opts.form);
   }
 
   /**
@@ -131,6 +142,7 @@ export class Study {
    */
   async run(peers?: PeerSet): Promise<StudyResult> {
     const memory = this.measureMemory();
+    this.prefill(Math.min(CALIBRATION_TOKENS, this.session.config.n_positions - 1)); // the rate's first estimate
     const total = studyUnits(this.opts);
     let done = 0;
     const progress = (what: string, units = 1) => {
@@ -143,12 +155,17 @@ export class Study {
     const peerTraces: PeerDispatchSplit[] = [];
     const measured: Measured[] = [];
     for (const context of this.opts.contexts) {
+      const fill = pointFill(context, this.opts.fill, this.rate, modes.includes("uncached"));
+      this.fills.set(context, fill);
+      const withPeers = fill.fill === "prefill" && peers?.subjects.length;
       progress(
-        `timing context ${context}: ${modes.join(", ")}${peers?.subjects.length ? ` and ${peers.subjects.length} peer subjects` : ""}`,
+        `timing context ${context} (${fill.fill} fill): ${this.modesAt(context).join(", ")}` +
+          `${withPeers ? ` and ${peers!.subjects.length} peer subjects` : ""}` +
+          `${fill.uncached_timed ? "" : "; uncached from the work model"}`,
         modes.length,
       );
       measured.push(...(await this.timeContext(context, peers, peerSamples)));
-      const trace = this.opts.kernels && peers ? await peers.traceTorch() : null;
+      const trace = this.opts.kernels && peers && fill.fill === "prefill" ? await peers.traceTorch() : null;
       if (trace) peerTraces.push(trace);
     }
     const endToEnd: EndToEnd[] = [];
@@ -175,14 +192,15 @@ export class Study {
               `interventions at context ${context}: ${interventions.forms.length} configurations`,
               interventions.forms.length,
             ),
+          fillOf: (context) => this.fills.get(context)!.fill,
         },
       ));
     const traces: StepTrace[] = [];
     let dropped = 0;
     let mismatched = 0;
     if (this.opts.kernels && this.instrument.canTrace) {
-      for (const [i, { mode, context }] of points.entries()) {
-        if (!tracedByOp(mode)) continue;
+      for (const { mode, context } of points) {
+        if (!tracedByOp(mode) || !this.modesAt(context).includes(mode)) continue;
         progress(`tracing ${mode} @ ${context}`);
         await this.checkpoint();
         const t = await this.tracePoint(mode, context);
@@ -192,7 +210,7 @@ export class Study {
         );
         dropped += t.dropped;
         mismatched += t.mismatchedSteps.length;
-        measured[i]!.tracing_overhead = t.overhead;
+        measured.find((m) => m.mode === mode && m.context === context)!.tracing_overhead = t.overhead;
       }
     }
     const peerResult = peers ? await this.checkPeers(peers, peerSamples, peerTraces) : undefined;
@@ -206,6 +224,8 @@ export class Study {
       memory,
       ...(peerResult ? { peers: peerResult } : {}),
       ...(samples ? { interventions: samples } : {}),
+      fills: this.opts.contexts.map((c) => this.fills.get(c)!),
+      prefillFlopsPerS: this.rate.measured,
     };
   }
 
@@ -214,15 +234,41 @@ export class Study {
     return [...this.opts.modes.filter((m) => m !== "uncached"), ...this.opts.modes.filter((m) => m === "uncached")];
   }
 
-  /** How a step in `mode` at `context` is issued, and what must be reset before each so the context stays put. */
+  /** The modes timed at `context`: the uncached baseline only where its fill decision times it. */
+  private modesAt(context: number): StudyMode[] {
+    const timed = this.fills.get(context)?.uncached_timed ?? true;
+    return this.orderedModes().filter((m) => m !== "uncached" || timed);
+  }
+
+  /** A real prefill of `tokens` tokens of the study's prompt, timed for the prefill rate. */
+  private prefill(tokens: number): void {
+    const s = this.session;
+    s.backend.synchronize();
+    const t0 = nowMs();
+    s.prefill(promptOf(tokens, s.config.vocab_size, this.opts.seed));
+    s.backend.synchronize();
+    this.rate.observe(tokens, nowMs() - t0);
+  }
+
+  /** The cache holds `context` tokens of the study's prompt, filled as the point's decision says. */
+  private fillTo(context: number): void {
+    if (this.fills.get(context)!.fill === "prefill") {
+      this.prefill(context);
+      return;
+    }
+    fillCache(this.session, "synthetic", context, this.opts.seed);
+    this.session.backend.synchronize();
+  }
+
+  /**
+   * How a step in `mode` at `context` is issued, and what must be reset before each so the context stays put
+   * (the cache filled to `context` first: fillTo).
+   */
   private stepAt(
     mode: StudyMode,
     context: number,
   ): { run: () => void; before: () => void; ops: PlanOp[]; rows: number } {
     const s = this.session;
-    // the cache really holds `context` tokens: prefill them; every step then decodes at position `context`
-    s.prefill(promptOf(context, s.config.vocab_size, this.opts.seed));
-    s.backend.synchronize();
     if (mode === "uncached") {
       // the whole sequence of context + 1 tokens recomputed from position 0
       const step = s.step(context + 1);
@@ -251,8 +297,11 @@ export class Study {
     peerSamples: Map<string, Map<number, number[]>>,
   ): Promise<Measured[]> {
     const { repeats, warmup } = this.opts;
-    const modes = this.orderedModes();
+    const modes = this.modesAt(context);
+    this.fillTo(context);
     const steps = modes.map((mode) => this.stepAt(mode, context));
+    const settle = peers !== undefined; // fixed for the whole run, even if a peer drops out or sits a point out
+    if (this.fills.get(context)!.fill !== "prefill") peers = undefined; // the peers fill their caches by prefill
     // a safe point between steps, outside the timed region
     const timeOne = async (i: number): Promise<TimedStep> => {
       const { run, before } = steps[i]!;
@@ -267,7 +316,6 @@ export class Study {
     for (const s of subjects) await peers!.time(s, 0, warmup);
     const samples = modes.map((): TimedStep[] => []);
     const peerMs = new Map(subjects.map((s) => [s.id, [] as number[]]));
-    const settle = peers !== undefined; // fixed for the whole run, even if a peer drops out
     for (let r = 0; r < repeats; r++) {
       for (let i = 0; i < modes.length; i++) {
         if (settle) await timeOne(i);
@@ -342,6 +390,7 @@ export class Study {
   }
 
   private async tracePoint(mode: StudyMode, context: number) {
+    this.fillTo(context);
     const { run, before, ops } = this.stepAt(mode, context);
     for (let i = 0; i < this.opts.warmup; i++) {
       await this.checkpoint();

@@ -27,6 +27,7 @@ import {
   type StudyMode,
   type StudyPoint,
 } from "./types.ts";
+import type { PointFill } from "./fill.ts";
 import { launchVerdict, modeSplitOf, splitVerdicts, studyVerdicts, uncachedBaselineVerdict } from "./verdicts.ts";
 import { cachedStepWork, classifyRegime, flopReduction, sumWork, uncachedStepWork } from "./work-model.ts";
 
@@ -100,19 +101,29 @@ function regimesOf(
   });
 }
 
-/** The seed's table: per context, no cache against every cached launch mode measured, and the FLOP reduction. */
-export function seedTable(cfg: ModelConfig, points: StudyPoint[], contexts: number[]): SeedRow[] {
+/**
+ * The seed's table: per context, how its cache was filled, no cache (timed, or the work model's time where it
+ * was not) against every cached launch mode measured, and the FLOP reduction.
+ */
+export function seedTable(cfg: ModelConfig, points: StudyPoint[], fills: PointFill[]): SeedRow[] {
   const at = (mode: StudyMode, c: number) =>
     points.find((p) => p.mode === mode && p.context === c)?.device_ms.median ?? null;
   const cachedModes = [...new Set(points.map((p) => p.mode))].filter((m): m is LaunchModeName => m !== "uncached");
-  return contexts.map((context) => {
+  return fills.map(({ context, fill, uncached_model_ms }) => {
     const uncached = at("uncached", context);
     const cached: SeedRow["cached"] = {};
     for (const mode of cachedModes) {
       const ms = at(mode, context);
       if (ms !== null) cached[mode] = { ms, speedup: uncached === null ? null : uncached / ms };
     }
-    return { context, uncached_ms: uncached, cached, flop_reduction: flopReduction(cfg, context) };
+    return {
+      context,
+      fill,
+      uncached_ms: uncached,
+      uncached_model_ms,
+      cached,
+      flop_reduction: flopReduction(cfg, context),
+    };
   });
 }
 
@@ -170,11 +181,16 @@ function peersOf(
     return cached ? { mode: cached.mode, ms: cached.device_ms.median } : null;
   };
   const floorAt = (context: number) => (sumWork(cachedStepWork(cfg, context)).bytes / peaks.bytes_per_s) * 1e3;
+  const unfilled = result.fills.filter((f) => f.fill === "synthetic").map((f) => f.context);
+  const synthetic = unfilled.length
+    ? ` The peers fill their caches by real prefill, so they were not run at the synthetically filled contexts (${unfilled.join(", ")}).`
+    : "";
   const method =
     `At each context the project's modes and every peer subject take one decode step in turn (A B C A B C …), ${opts.repeats} rounds after ` +
     `${opts.warmup} warm-up steps each, so drift on a shared machine hits all alike; each timed step follows an untimed one of the same subject, so that no subject is timed while the previous one's threads still spin. Each peer is its own process on the same weights and ` +
     `fills its cache with the same prompt tokens; it times its own step (PyTorch: CUDA events on a GPU, perf_counter on the CPU; ` +
-    `llama.cpp: performance.now around one awaited evaluation). Greedy tokens are checked against the project's for ${p.reference.length} tokens.`;
+    `llama.cpp: performance.now around one awaited evaluation). Greedy tokens are checked against the project's for ${p.reference.length} tokens.` +
+    synthetic;
   return buildPeersSection(p, { prompt: p.prompt, reference: p.reference, bestAt, floorAt, method });
 }
 
@@ -217,7 +233,7 @@ export function buildSummary(args: {
     const v = splitVerdicts(here.map((p) => modeSplitOf(p, result.traces)));
     for (const s of v.sentences) here.find((p) => p.mode === s.mode)!.split!.verdict = s.sentence;
   }
-  const seed = seedTable(cfg, points, opts.contexts);
+  const seed = seedTable(cfg, points, result.fills);
   const interventions =
     result.interventions && opts.interventions
       ? buildInterventions(
@@ -272,6 +288,8 @@ export function buildSummary(args: {
       kernels: opts.kernels,
       dtype,
       kv_dtype,
+      fill: opts.fill,
+      prefill_flops_per_s: result.prefillFlopsPerS,
     },
     points,
     regimes: points.flatMap((p) =>

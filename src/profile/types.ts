@@ -9,6 +9,7 @@ import type { DtypeName, OpFamily, Work } from "../ops.ts";
 import type { PlanKind } from "../plan.ts";
 import type { LaunchModeName } from "../run/launch-modes.ts";
 import type { Stats } from "../stats.ts";
+import type { FillChoice, FillMethod } from "./fill.ts";
 
 /** What a study row measures: a launch mode of the cached step, or the uncached baseline (full recompute, eager). */
 export type StudyMode = LaunchModeName | "uncached";
@@ -91,7 +92,12 @@ export interface KernelRegime {
 /** The seed's table row: no cache against each launch mode of the cached step. */
 export interface SeedRow {
   context: number;
+  /** how the cache was filled to this context (profile/fill.ts) */
+  fill: FillMethod;
+  /** the uncached step timed; null where it was not (see uncached_model_ms) or not studied */
   uncached_ms: number | null;
+  /** where the uncached step was not timed (it would take more than seconds): the work model at the measured prefill rate */
+  uncached_model_ms: number | null;
   /** per launch mode measured at this context: median ms per token, and uncached / cached */
   cached: Partial<Record<LaunchModeName, { ms: number; speedup: number | null }>>;
   /** uncached FLOPs / cached FLOPs */
@@ -133,9 +139,11 @@ export interface DeviceDescription extends BackendDescription {
  * with skewed arrivals and in the sequentially consistent design, op times that overlap counted by their marginal
  * cost (breakdown.overlapping_ops), the predictions per op family beside the traced kernels; 8: model.config is
  * GPT-2's or a Llama-family config — arch, n_kv_head, head_dim, intermediate_size, rms_norm_eps, rope_theta,
- * rope_scaling, tie_word_embeddings, qkv_bias, qk_norm —, and the op families rmsnorm, rope, swiglu).
+ * rope_scaling, tie_word_embeddings, qkv_bias, qk_norm —, and the op families rmsnorm, rope, swiglu; 9: a peer's
+ * parting token; 10: how each context's cache was filled — seed_table[].fill, uncached_model_ms, settings.fill,
+ * prefill_flops_per_s).
  */
-export const SCHEMA_VERSION = 9;
+export const SCHEMA_VERSION = 10;
 
 export interface ProfileSummary {
   schema_version: typeof SCHEMA_VERSION;
@@ -156,6 +164,10 @@ export interface ProfileSummary {
     kernels: boolean;
     dtype: DtypeName;
     kv_dtype: DtypeName;
+    /** profile --fill: one fill method at every context, or auto (fill.ts) */
+    fill: FillChoice;
+    /** the prefill rate the fills and uncached_model_ms were decided by (FLOP/s; work model over a timed real prefill) */
+    prefill_flops_per_s: number;
   };
   points: StudyPoint[];
   regimes: KernelRegime[];

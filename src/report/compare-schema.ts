@@ -11,6 +11,8 @@ const SCHEMA_OBJECTS: Record<string, string[]> = {
   "device.launch": ["properties", "device", "properties", "launch"],
   "points[].breakdown": ["$defs", "studyPoint", "properties", "breakdown"],
   predictions: ["properties", "predictions"],
+  settings: ["properties", "settings"],
+  "seed_table[]": ["properties", "seed_table", "items"],
   // the agreement's object form, the second of its oneOf
   "peers.results[].agreement": [
     "properties",

@@ -17,6 +17,7 @@ import {
   peersTable,
   questionSentence,
   regimeTable,
+  fillSentence,
   seedTable,
   splitTable,
   topOpsTable,
@@ -82,7 +83,8 @@ export function renderReport(summary: ProfileSummary): string {
     section("Verdicts", s.verdicts.map((v) => `- ${v}`).join("\n") || "_No verdicts: nothing was traced._"),
     section(
       "Time per token: no cache vs KV cache",
-      "Median device time per generated token; speedup = no cache / KV cache; FLOP reduction = uncached FLOPs / cached FLOPs (work model).",
+      "Median device time per generated token; speedup = no cache / KV cache; FLOP reduction = uncached FLOPs / cached FLOPs (work model). " +
+        fillSentence(s),
       markdownTable(seedTable(s)),
       `![Latency per token against context](${f.latency})`,
     ),

@@ -4,6 +4,7 @@ import Ajv2020, { type ErrorObject } from "ajv/dist/2020.js";
 
 import { DTYPE_NAMES, MAX_BATCH, OP_FAMILIES } from "../ops.ts";
 import { PLAN_KINDS } from "../plan.ts";
+import { FILL_CHOICES, FILL_METHODS } from "../profile/fill.ts";
 import { SCHEMA_VERSION } from "../profile/types.ts";
 import { LAUNCH_MODE_NAMES } from "../run/launch-modes.ts";
 
@@ -101,7 +102,9 @@ const kernelRegime = object({
 
 const seedRow = object({
   context: count,
+  fill: { enum: [...FILL_METHODS] },
   uncached_ms: nullableNumber,
+  uncached_model_ms: nullableNumber,
   cached: {
     type: "object",
     propertyNames: { enum: LAUNCH_MODE_NAMES },
@@ -336,6 +339,8 @@ export const PROFILE_SUMMARY_SCHEMA = {
         kernels: { type: "boolean" },
         dtype,
         kv_dtype: dtype,
+        fill: { enum: [...FILL_CHOICES] },
+        prefill_flops_per_s: nonNegative,
       }),
       points: { type: "array", items: { $ref: "#/$defs/studyPoint" } },
       regimes: { type: "array", items: kernelRegime },

@@ -68,20 +68,46 @@ export interface TableData {
 /** The cached launch modes the study measured, in its order. */
 const cachedModes = (s: ProfileSummary) => s.settings.modes.filter((m): m is LaunchModeName => m !== "uncached");
 
-/** The seed's table: no cache, then one time column and one speedup column per cached launch mode. */
+const contextsPhrase = (list: number[]) => `context${list.length > 1 ? "s" : ""} ${list.join(", ")}`;
+
+/** How the caches were filled and what "work model" in the no-cache column means, in a sentence. */
+export function fillSentence(s: ProfileSummary): string {
+  const rate = `${(s.settings.prefill_flops_per_s / 1e9).toFixed(1)} GFLOP/s`;
+  const synthetic = s.seed_table.filter((r) => r.fill === "synthetic").map((r) => r.context);
+  const modelled = s.seed_table.filter((r) => r.uncached_model_ms !== null).map((r) => r.context);
+  return (
+    (synthetic.length
+      ? `At ${contextsPhrase(synthetic)} the cache was filled synthetically (a short real prefill, the other rows drawn to its distribution; --fill ${s.settings.fill}); elsewhere by a real prefill. `
+      : "Every cache was filled by a real prefill. ") +
+    (modelled.length
+      ? `The no-cache step was not timed at ${contextsPhrase(modelled)} (it takes more than seconds): its time there is the work model's FLOPs at the prefill rate measured in this run, ${rate}.`
+      : "")
+  ).trim();
+}
+
+/** The uncached step's cell: its time, or the work model's (labelled) where it was not timed. */
+const uncachedCell = (r: SeedRow): Cell =>
+  r.uncached_ms ?? (r.uncached_model_ms === null ? null : `~${ms3(r.uncached_model_ms)} (work model)`);
+
+/**
+ * The seed's table: how the cache was filled, no cache, then one time column and one speedup column per cached
+ * launch mode.
+ */
 export function seedTable(s: ProfileSummary): TableData {
   const modes = cachedModes(s);
   return {
     columns: [
       { header: "context (tokens)" },
-      { header: "no cache (ms)", format: ms3 },
+      { header: "cache filled by" },
+      { header: "no cache (ms)", format: ms3, align: "right" },
       ...modes.map((m): Column => ({ header: `KV cache ${m} (ms)`, format: ms3, align: "right" })),
       ...modes.map((m): Column => ({ header: `speedup ${m} (×)`, align: "right" })),
       { header: "FLOP reduction (×)", format: fixed(1) },
     ],
     rows: s.seed_table.map((r) => [
       r.context,
-      r.uncached_ms,
+      r.fill,
+      uncachedCell(r),
       ...modes.map((m) => r.cached[m]?.ms ?? null),
       ...modes.map((m) => times(r.cached[m]?.speedup ?? null)),
       r.flop_reduction,

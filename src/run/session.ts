@@ -15,6 +15,7 @@ import { firstNonFinite, firstNonFiniteOp, nonFiniteMessage } from "./finite.ts"
 import { llamaSequenceView, placeLlama, type ResidentLlama } from "./llama-buffers.ts";
 import { placeModel, sequenceView, type ResidentModel } from "./model-buffers.ts";
 import { CompiledStep } from "./step.ts";
+import { SYNTHETIC_SAMPLE_ROWS, writeSyntheticRows } from "./synthetic-fill.ts";
 
 const INT32_BYTES = 4;
 const FLOAT_BYTES = 4;
@@ -217,6 +218,30 @@ export class Session<W extends ModelWeights = GPT2Weights> {
     this.setSequence(prompt, b);
     this.setPosition(0, b);
     launchMode("eager").run(this.sequenceStep(b, prompt.length), 1);
+  }
+
+  /**
+   * Sequence b's cache filled to prompt.length tokens with a prefill of only the first SYNTHETIC_SAMPLE_ROWS:
+   * the rows past them drawn to the real rows' distribution (synthetic-fill.ts). Its tokens are the prompt, the
+   * last one again at seq_b[prompt.length] (the next step's input), and its position is prompt.length.
+   */
+  fillSynthetic(prompt: number[], seed: number, b = 0): void {
+    const n = prompt.length;
+    if (n <= SYNTHETIC_SAMPLE_ROWS) {
+      this.prefill(prompt, b);
+      return;
+    }
+    this.checkContext(n + 1);
+    this.prefill(prompt.slice(0, SYNTHETIC_SAMPLE_ROWS), b);
+    writeSyntheticRows(
+      this.backend,
+      this.family.sequenceView(this.resident.buffers, b),
+      SYNTHETIC_SAMPLE_ROWS,
+      n,
+      seed,
+    );
+    this.setSequence([...prompt, prompt[n - 1]!], b);
+    this.setPosition(n, b);
   }
 
   /** Logits (len, V) at every position of `ids`, from one uncached forward pass of sequence 0. */

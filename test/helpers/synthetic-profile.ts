@@ -195,7 +195,13 @@ export function syntheticSummary(steps: StepTrace[] = syntheticSteps(), cfg: GPT
   const atLast = points.filter((p) => p.context === lastContext && p.mode !== "uncached");
   const { sentences, conclusion } = splitVerdicts(atLast.map((p) => modeSplitOf(p, steps)));
   for (const p of atLast) p.split!.verdict = sentences.find((s) => s.mode === p.mode)!.sentence;
-  const seed_table = seedTable(cfg, points, syntheticContexts);
+  const fills = syntheticContexts.map((context) => ({
+    context,
+    fill: "prefill" as const,
+    uncached_timed: true,
+    uncached_model_ms: null,
+  }));
+  const seed_table = seedTable(cfg, points, fills);
   const weight_bytes = 4 * parameterCount(cfg);
   const kvPerToken = kvCacheBytesPerToken(cfg);
   return {
@@ -238,6 +244,8 @@ export function syntheticSummary(steps: StepTrace[] = syntheticSteps(), cfg: GPT
       kernels: true,
       dtype: "f32",
       kv_dtype: "f32",
+      fill: "auto",
+      prefill_flops_per_s: 2.5e12,
     },
     points,
     regimes: atLast.flatMap((p) =>
