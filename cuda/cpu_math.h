@@ -68,6 +68,25 @@ inline float sum_lanes(vecf v) {
   return cpu_math_detail::sum_halves<kVecFloats>(v, std::make_index_sequence<kVecFloats / 2>{});
 }
 
+namespace cpu_math_detail {
+// [a | b]'s adjacent lanes added pairwise: a's kVecFloats / 2 pair sums, then b's
+template <size_t... I> inline vecf pair_sums(vecf a, vecf b, std::index_sequence<I...>) {
+  return __builtin_shufflevector(a, b, (2 * I)...) + __builtin_shufflevector(a, b, (2 * I + 1)...);
+}
+}  // namespace cpu_math_detail
+
+// Lane j of the result: the lanes' sum of v[j] (v is overwritten). Adjacent lanes are added pairwise, level by
+// level (kVecFloats - 1 pair sums for kVecFloats vectors, where sum_lanes would take kVecFloats trees): the same
+// sum for v[j] whichever j it is.
+inline vecf sum_lanes_each(vecf (&v)[kVecFloats]) {
+#pragma GCC unroll 4
+  for (int width = kVecFloats; width > 1; width /= 2)
+#pragma GCC unroll 8
+    for (int i = 0; i < width / 2; i++)
+      v[i] = cpu_math_detail::pair_sums(v[2 * i], v[2 * i + 1], std::make_index_sequence<kVecFloats>{});
+  return v[0];
+}
+
 // ---- Storage types (cuda/ops.h) ---------------------------------------------------------------------------
 //
 // Weights and the KV cache may be stored as bf16 or f16: a load widens exactly to fp32 (every bf16 and f16

@@ -19,7 +19,7 @@ export type FillChoice = (typeof FILL_CHOICES)[number];
 /** A point's prefill estimated past this many seconds is filled synthetically (--fill auto). */
 export const PREFILL_LIMIT_S = 10;
 /** The uncached baseline is timed where one of its steps is estimated under this many seconds. */
-export const UNCACHED_TIMED_LIMIT_S = 2;
+export const UNCACHED_TIMED_LIMIT_S = 5;
 /** Tokens of the prefill timed before the first point, when nothing else has measured the rate yet. */
 export const CALIBRATION_TOKENS = 128;
 

@@ -283,6 +283,8 @@ const GQA_SHAPES = [
   [7, 0, 256, 4, 2, 64],
   [1, 130, 1024, 4, 2, 256], // head size 256: the wide kernel
   [3, 61, 768, 4, 1, 128], // head size 192, past the fast path's 128
+  [1, 1500, 576, 9, 3, 1536], // SmolLM2's heads at a longer context: the CPU's 80-key ranges and a partial one
+  [1, 1200, 1024, 8, 4, 1280], // head size 128 there
 ] as const;
 
 // ---- the Llama family's ops ---------------------------------------------------------------------------------
