@@ -196,8 +196,8 @@ void score_keys(float* scores, vecf* part, const float* q, const S* k, const S* 
           dot_widened(q + h * heads.hs, k + (size_t)j * heads.kv_C + heads.kv_offset(h), heads.hs) * scale;
 }
 
-// slot (hs + 2)'s weighted sum of V, for Heads consecutive query heads from h0, over keys [0, n): the
-// accumulators in registers, the keys in order (the sums of attend_key_range_any's adds, bit for bit).
+// slot (hs + 2)'s weighted sum of V, for Heads_ consecutive query heads from h0, over keys [0, n) in order,
+// the accumulators in registers.
 template <int Heads_, int Vecs, typename S>
 void weigh_values(float* slots, const float* scores, const S* v, int n, const Heads& heads, int h0) {
   vecf acc[Heads_][Vecs] = {};
