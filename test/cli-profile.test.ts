@@ -18,6 +18,7 @@ import { encode, hfConfigJson, modelDir, seededTensors } from "./helpers/model-f
 import { ROOT, runCli } from "./helpers/cli.ts";
 
 const FIXTURE = join(import.meta.dir, "fixtures/gpt2-tiny");
+const LLAMA_FIXTURE = join(import.meta.dir, "fixtures/llama-tiny");
 const out = mkdtempSync(join(tmpdir(), "profile-"));
 afterAll(() => rmSync(out, { recursive: true, force: true }));
 
@@ -216,7 +217,7 @@ test("--dtypes f32,bf16 --batches 1,2: every configuration at every context, the
   expect([s.settings.dtype, s.settings.kv_dtype, s.model.dtype]).toEqual(["f32", "f32", "f32"]);
   const iv = s.interventions!;
   expect(iv.mode).toBe("eager-native");
-  const config = (dtype: DtypeName, batch: number) => ({ dtype, kv_dtype: dtype, batch });
+  const config = (dtype: DtypeName, batch: number) => ({ dtype, kv_dtype: dtype, batch, kv_heads: 2 });
   expect(iv.configs).toEqual([config("f32", 1), config("f32", 2), config("bf16", 1), config("bf16", 2)]);
   expect(iv.points.map((p) => [p.dtype, p.batch, p.context])).toEqual(
     [8, 16].flatMap((c) => [
@@ -251,29 +252,19 @@ test("--dtypes f32,bf16 --batches 1,2: every configuration at every context, the
   expect(readFileSync(join(dir, OUTPUT_FILES.report), "utf8")).toContain("## Interventions: the bytes and the batch");
 }, 300_000);
 
+/** A short untraced CPU profile of llama-tiny into `dir`, its summary on stdout. */
+const quickLlamaProfile = (dir: string, ...flags: string[]) =>
+  profile(
+    ...["--backend", "cpu", "--model", LLAMA_FIXTURE, "--repeats", "2", "--e2e-tokens", "4", "--no-kernels"],
+    ...["--out", dir, "--json", ...flags],
+  );
+
 describe("profile --fill synthetic on llama-tiny", () => {
   const dir = join(out, "fill");
   let run: ReturnType<typeof profile>;
   let summary: ProfileSummary;
   beforeAll(() => {
-    run = profile(
-      "--backend",
-      "cpu",
-      "--model",
-      join(import.meta.dir, "fixtures/llama-tiny"),
-      "--contexts",
-      "8,100",
-      "--fill",
-      "synthetic",
-      "--repeats",
-      "2",
-      "--e2e-tokens",
-      "4",
-      "--no-kernels",
-      "--out",
-      dir,
-      "--json",
-    );
+    run = quickLlamaProfile(dir, "--contexts", "8,100", "--fill", "synthetic");
     summary = JSON.parse(run.stdout) as ProfileSummary;
   });
 
@@ -290,6 +281,69 @@ describe("profile --fill synthetic on llama-tiny", () => {
     for (const r of summary.seed_table) expect([r.uncached_ms! > 0, r.uncached_model_ms]).toEqual([true, null]);
     expect(readFileSync(join(dir, OUTPUT_FILES.report), "utf8")).toContain(
       "At context 100 the cache was filled synthetically",
+    );
+  });
+});
+
+describe("profile --kv-heads 4,2,1 --batches 1,2 on llama-tiny (4 query heads, 2 K/V heads)", () => {
+  const dir = join(out, "kv-heads");
+  let run: ReturnType<typeof profile>;
+  let summary: ProfileSummary;
+  beforeAll(() => {
+    run = quickLlamaProfile(dir, "--contexts", "8,32", "--kv-heads", "1,4,2", "--batches", "1,2", "--warmup", "1");
+    summary = JSON.parse(run.stdout) as ProfileSummary;
+  });
+
+  test("every variant × batch at every context, the bytes of each variant's own shape", () => {
+    expect(run.code).toBe(0);
+    expect(validateSummary(summary)).toEqual([]);
+    const iv = summary.interventions!;
+    expect(iv.configs.map((c) => [c.kv_heads, c.batch])).toEqual([
+      [4, 1],
+      [4, 2],
+      [2, 1],
+      [2, 2],
+      [1, 1],
+      [1, 2],
+    ]);
+    expect(iv.points).toHaveLength(12);
+    const at = (kv: number, batch: number, context: number) =>
+      iv.points.find((p) => p.kv_heads === kv && p.batch === batch && p.context === context)!;
+    // K/V bytes: 2 layers × 2 (K, V) × kv_heads × 64 × 4 B per row: at context 32, 33 rows read and the new one written
+    for (const kv of [4, 2, 1]) expect(at(kv, 1, 32).work.kv_bytes).toBe(34 * 2 * 2 * kv * 64 * 4);
+    expect(at(1, 2, 32).work.kv_bytes).toBe(2 * at(1, 1, 32).work.kv_bytes);
+    expect(at(4, 1, 8).work.weight_bytes).toBeGreaterThan(at(1, 1, 8).work.weight_bytes);
+  });
+
+  test("the saving against 4 K/V heads and each crossover, measured beside the bytes", () => {
+    const k = summary.interventions!.kv_heads!;
+    expect(k.variants).toEqual([4, 2, 1]);
+    expect(k.timed_together).toBe(true);
+    expect(k.savings.map((s) => [s.kv_heads, s.batch, s.context, s.reference_kv_heads])).toEqual([
+      [2, 1, 32, 4],
+      [2, 2, 32, 4],
+      [1, 1, 32, 4],
+      [1, 2, 32, 4],
+    ]);
+    const at = (kv: number, batch: number) =>
+      summary.interventions!.points.find((p) => p.kv_heads === kv && p.batch === batch && p.context === 32)!;
+    for (const s of k.savings) {
+      expect(s.formula_saved).toBeCloseTo(1 - at(s.kv_heads, s.batch).work.bytes / at(4, s.batch).work.bytes, 12);
+      expect(s.saved).toBeCloseTo(1 - at(s.kv_heads, s.batch).step_ms.median / at(4, s.batch).step_ms.median, 12);
+    }
+    expect(k.crossovers).toHaveLength(6);
+    for (const c of k.crossovers) {
+      const p = at(c.kv_heads, c.batch);
+      expect(c.formula_context).toBeCloseTo((32 * p.work.weight_bytes) / p.work.kv_bytes, 6);
+      expect(c.within_run).toBe(c.formula_context <= 32);
+    }
+    expect(
+      summary.verdicts.some((v) =>
+        v.startsWith("K/V heads at context 32 (batch 1, weights f32, cache f32): against 4 K/V heads"),
+      ),
+    ).toBe(true);
+    expect(readFileSync(join(dir, OUTPUT_FILES.report), "utf8")).toContain(
+      "## Grouped-query attention: the K/V heads' saving",
     );
   });
 });
@@ -316,6 +370,21 @@ describe("bad flags: one line, exit ≠ 0", () => {
       /--batches: "0" is not one of 1, 2/,
     ],
     ["zero repeats", ["--model", FIXTURE, "--backend", "cpu", "--repeats", "0"], /--repeats/],
+    [
+      "K/V heads that do not divide the query heads",
+      ["--model", LLAMA_FIXTURE, "--backend", "cpu", "--kv-heads", "4,3"],
+      /^error: --kv-heads: 3 does not divide llama-tiny's 4 query heads \(its divisors: 4, 2, 1\)$/,
+    ],
+    [
+      "K/V heads that are not a number",
+      ["--model", LLAMA_FIXTURE, "--backend", "cpu", "--kv-heads", "4,two"],
+      /--kv-heads: "two" is not a positive integer \(e\.g\. --kv-heads 4,2,1\)/,
+    ],
+    [
+      "K/V heads of GPT-2 other than its own",
+      ["--model", FIXTURE, "--backend", "cpu", "--kv-heads", "2,1"],
+      /--kv-heads: .* one K\/V head per query head .*only 2 runs; reshape a Llama-family --preset/,
+    ],
     [
       "an unknown fill",
       ["--model", FIXTURE, "--backend", "cpu", "--fill", "sometimes"],

@@ -179,6 +179,7 @@ describe("compareRuns on synthetic summaries", () => {
             dtype: "f32",
             kv_dtype: "f32",
             batch: 1,
+            kv_heads: 12,
             measured_ms,
             predicted_ms: 0.1,
             optimistic_ms: 0.08,
@@ -307,6 +308,12 @@ describe("older summary versions' schemas", () => {
     for (const r of s.seed_table) {
       delete r.fill;
       delete r.uncached_model_ms;
+      delete r.kv_byte_share;
+    }
+    for (const p of s.predictions?.points ?? []) delete p.kv_heads;
+    if (s.interventions) {
+      delete s.interventions.kv_heads;
+      for (const p of [...s.interventions.configs, ...s.interventions.points]) delete p.kv_heads;
     }
     for (const f of ["grid_barrier_skewed_us", "grid_barrier_sc_us", "grid_barrier_sc_skewed_us"])
       delete s.device.launch[f];

@@ -3,6 +3,7 @@
 import { afterAll, describe, expect, test } from "bun:test";
 
 import { CudaBackend } from "../src/backends/cuda.ts";
+import { ALL_PRESETS } from "../src/model/architectures.ts";
 import { PRESETS } from "../src/model/config.ts";
 import type { DtypeName } from "../src/ops.ts";
 import { buildPredictions, gpuModelFor, measuredSteps } from "../src/profile/kernel-model/index.ts";
@@ -14,7 +15,7 @@ import { syntheticSummary } from "./helpers/synthetic-profile.ts";
 const emu = CudaBackend.open({ emulated: true });
 afterAll(() => emu.close());
 const assumed = { facts: null, note: "assumed" };
-const f32 = { dtype: "f32", kv_dtype: "f32", batch: 1 } as const;
+const f32 = { dtype: "f32", kv_dtype: "f32", batch: 1, kv_heads: 12 } as const;
 
 describe("the kernel model beside the measurements", () => {
   test("a GPU is modelled by its name; other devices are not", () => {
@@ -125,23 +126,25 @@ describe("the kernel model beside the measurements", () => {
 
   test("the interventions' steps join the study's, except the one that repeats the study's own configuration and mode", () => {
     const summary = syntheticSummary();
-    const step = (dtype: DtypeName, batch: number, context: number, ms: number) => ({
+    const step = (dtype: DtypeName, batch: number, context: number, ms: number, kv_heads = 12) => ({
       dtype,
       kv_dtype: dtype,
       batch,
+      kv_heads,
       context,
       step_ms: { median: ms },
     });
     const interventions = {
       mode: "graph",
-      points: [step("f32", 1, 32, 9), step("bf16", 1, 32, 5), step("f32", 4, 32, 12)],
+      points: [step("f32", 1, 32, 9), step("bf16", 1, 32, 5), step("f32", 4, 32, 12), step("f32", 1, 32, 7, 4)],
     } as unknown as InterventionsSection;
     const steps = measuredSteps(summary.points, f32, interventions);
     const cached = summary.points.filter((q) => q.mode !== "uncached");
-    expect(steps).toHaveLength(cached.length + 2);
+    expect(steps).toHaveLength(cached.length + 3);
     expect(steps.slice(cached.length)).toEqual([
-      { dtype: "bf16", kv_dtype: "bf16", batch: 1, mode: "graph", context: 32, measured_ms: 5 },
-      { dtype: "f32", kv_dtype: "f32", batch: 4, mode: "graph", context: 32, measured_ms: 12 },
+      { dtype: "bf16", kv_dtype: "bf16", batch: 1, kv_heads: 12, mode: "graph", context: 32, measured_ms: 5 },
+      { dtype: "f32", kv_dtype: "f32", batch: 4, kv_heads: 12, mode: "graph", context: 32, measured_ms: 12 },
+      { dtype: "f32", kv_dtype: "f32", batch: 1, kv_heads: 4, mode: "graph", context: 32, measured_ms: 7 },
     ]);
   });
 
@@ -150,6 +153,7 @@ describe("the kernel model beside the measurements", () => {
       dtype,
       kv_dtype: dtype,
       batch,
+      kv_heads: 12,
       mode,
       context: 512,
       measured_ms: 1,
@@ -173,5 +177,30 @@ describe("the kernel model beside the measurements", () => {
     expect(bf16One).toBeLessThan(0.75 * f32One);
     expect(f32Four).toBeGreaterThan(f32One);
     expect(f32Four).toBeLessThan(2 * f32One);
+  });
+
+  test("a K/V-head variant is predicted at its own shape: at a long context fewer K/V heads read fewer cache bytes", () => {
+    const at = (kv_heads: number) => ({
+      dtype: "bf16" as const,
+      kv_dtype: "bf16" as const,
+      batch: 1,
+      kv_heads,
+      mode: "graph",
+      context: 8191,
+      measured_ms: 1,
+    });
+    const p = buildPredictions(
+      "h200",
+      ALL_PRESETS["smollm2-135m"]!,
+      "fused",
+      [at(9), at(3), at(1)],
+      emu.kernels,
+      assumed,
+      syntheticSummary().device.launch,
+    );
+    expect(p.points.map((q) => q.kv_heads)).toEqual([9, 3, 1]);
+    const [mha, gqa, mqa] = p.points.map((q) => q.predicted_ms) as [number, number, number];
+    expect(gqa).toBeLessThan(mha);
+    expect(mqa).toBeLessThan(gqa);
   });
 });

@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import type { HostInterval, OpInterval } from "../src/backends/instrument.ts";
-import type { StepTrace } from "../src/profile/types.ts";
+import type { SeedRow, StepTrace } from "../src/profile/types.ts";
 import {
   aggregateOps,
   buildBreakdown,
@@ -13,7 +13,7 @@ import {
   stepSplit,
   unionMs,
 } from "../src/profile/aggregate.ts";
-import { seedVerdict, splitVerdicts, type ModeSplit } from "../src/profile/verdicts.ts";
+import { cacheRegimeVerdict, seedVerdict, splitVerdicts, type ModeSplit } from "../src/profile/verdicts.ts";
 import { syntheticSteps } from "./helpers/synthetic-profile.ts";
 
 function op(
@@ -244,9 +244,44 @@ describe("seedVerdict", () => {
       uncached_model_ms: null,
       cached: { eager: { ms: 5.2, speedup: 31 / 5.2 }, graph: { ms: 5.1, speedup: 31 / 5.1 } },
       flop_reduction: 417.4,
+      kv_byte_share: 0.1,
     };
     expect(seedVerdict(row)).toBe(
       "At context 1000 the KV cache does 417× fewer FLOPs but the step is only 6.1× faster (31.0 ms → 5.10 ms).",
     );
+  });
+});
+
+describe("cacheRegimeVerdict", () => {
+  const row = (context: number, ms: number, kv_byte_share: number): SeedRow => ({
+    context,
+    fill: "prefill",
+    uncached_ms: null,
+    uncached_model_ms: null,
+    cached: { eager: { ms, speedup: null }, "eager-native": { ms: ms * 1.1, speedup: null } },
+    flop_reduction: 1,
+    kv_byte_share,
+  });
+
+  test("at the largest context: the cache's share of the bytes, the step's growth over the shortest, the regime", () => {
+    expect(cacheRegimeVerdict([row(256, 12, 0.02), row(32768, 27.6, 0.58)])).toEqual([
+      "At context 32768 the cache is 58% of the step's bytes (work model) and the step is 2.3× its time at context 256: the floor is the cache, not the weights.",
+    ]);
+    expect(cacheRegimeVerdict([row(8, 10, 0.001), row(2048, 12, 0.2)])[0]).toEndWith(
+      "the weights are still most of the floor, the cache a visible part of it.",
+    );
+    expect(cacheRegimeVerdict([row(8, 10, 0.001), row(64, 10.1, 0.01)])[0]).toEndWith(
+      "the floor is the weights; the cache barely shows.",
+    );
+  });
+
+  test("nothing to say with one context, or none timed", () => {
+    expect(cacheRegimeVerdict([row(256, 12, 0.02)])).toEqual([]);
+    expect(
+      cacheRegimeVerdict([
+        { ...row(8, 1, 0), cached: {} },
+        { ...row(64, 1, 0), cached: {} },
+      ]),
+    ).toEqual([]);
   });
 });

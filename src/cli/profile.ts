@@ -10,7 +10,7 @@ import type { Backend } from "../backends/backend.ts";
 import type { Instrument } from "../backends/instrument.ts";
 import { BACKEND_CHOICES, openBackend, type BackendChoice } from "../backends/select.ts";
 import { runCli, UserError } from "../errors.ts";
-import type { ModelWeights } from "../model/architectures.ts";
+import { kvHeadsOf, randomWeightsOf, withKvHeads, type ModelWeights } from "../model/architectures.ts";
 import { ROOT } from "../native/build.ts";
 import { parsePeers, parseTorchVariants, PeerSet, TORCH_VARIANTS, type TorchVariant } from "../peers/peer-set.ts";
 import {
@@ -22,6 +22,7 @@ import {
   type StudyOptions,
 } from "../profile/study.ts";
 import { FILL_CHOICES, PREFILL_LIMIT_S, type FillChoice } from "../profile/fill.ts";
+import type { KvVariant } from "../profile/interventions.ts";
 import { buildSummary } from "../profile/summary.ts";
 import type { StudyMode } from "../profile/types.ts";
 import { createProgress } from "../report/progress.ts";
@@ -99,6 +100,42 @@ function listFlag<T extends string>(
   const bad = items.find((s) => !(choices as readonly string[]).includes(s));
   if (bad !== undefined) throw new UserError(`--${flag}: ${JSON.stringify(bad)} is not one of ${choices.join(", ")}`);
   return [...new Set(items as T[])];
+}
+
+/**
+ * profile --kv-heads: the model with each K/V-head count (a divisor of its query heads), most heads first — its
+ * own weights at its own count, seeded weights of the reshaped config at the others; without the flag, its own.
+ */
+function kvVariantsFor(flag: string | undefined, weights: ModelWeights, seed: number): KvVariant[] {
+  const cfg = weights.config;
+  const own = kvHeadsOf(cfg);
+  if (flag === undefined) return [{ kv_heads: own, weights }];
+  const heads = cfg.n_head;
+  const divisors = Array.from({ length: heads }, (_, i) => heads - i).filter((d) => heads % d === 0);
+  const counts = flag.split(",").map((item) => {
+    const s = item.trim();
+    const n = Number(s);
+    if (!/^\d+$/.test(s) || n < 1)
+      throw new UserError(
+        `--kv-heads: ${JSON.stringify(s)} is not a positive integer (e.g. --kv-heads ${divisors.join(",")})`,
+      );
+    if (heads % n !== 0)
+      throw new UserError(
+        `--kv-heads: ${n} does not divide ${cfg.name}'s ${heads} query heads (its divisors: ${divisors.join(", ")})`,
+      );
+    return n;
+  });
+  return [...new Set(counts)]
+    .sort((a, b) => b - a)
+    .map((k) => {
+      if (k === own) return { kv_heads: k, weights };
+      const reshaped = withKvHeads(cfg, k);
+      if (!reshaped)
+        throw new UserError(
+          `--kv-heads: ${cfg.name} has one K/V head per query head in this project (GPT-2's c_attn): only ${heads} runs; reshape a Llama-family --preset (e.g. smollm2-135m)`,
+        );
+      return { kv_heads: k, weights: randomWeightsOf(reshaped, seed) };
+    });
 }
 
 /** The interventions run in the launch mode that issues a step fastest: captured where there are graphs, natively elsewhere. */
@@ -235,6 +272,11 @@ await runCli(async () => {
         choices: DTYPE_NAMES,
         describe: "storage type of the KV cache in every configuration (default: each configuration's weight type)",
       })
+      .option("kv-heads", {
+        type: "string",
+        describe:
+          "K/V-head counts to compare (divisors of the query heads, comma-separated, e.g. 9,3,1: MHA, GQA, MQA): the model's attention reshaped, seeded weights of each shape, timed beside each other in the fastest launch mode",
+      })
       .option("batches", {
         type: "string",
         describe: `sequences per step to compare (1..${MAX_BATCH}, comma-separated, e.g. 1,4): every storage type × batch is timed in the fastest launch mode`,
@@ -283,10 +325,14 @@ await runCli(async () => {
     const studied = formOf(dtypes[0]!, 1);
     const modes = modesFor(argv.mode, backend, modeForm(studied, cfg));
     const forms = dtypes.flatMap((dtype) => batches.map((batch) => formOf(dtype, batch)));
+    const variants = kvVariantsFor(argv["kv-heads"], weights, intFlag("seed", argv.seed, 0));
+    if (backend.kind !== "cuda")
+      for (const v of variants)
+        for (const dtype of dtypes) checkHostMemory(v.weights.config, dtype, freemem(), "--dtypes");
     const opts: StudyOptions = {
       modes,
       form: studied,
-      ...(forms.length > 1 ? { interventions: { forms, mode: fastestMode(backend) } } : {}),
+      ...(forms.length * variants.length > 1 ? { interventions: { forms, variants, mode: fastestMode(backend) } } : {}),
       contexts: contextsFor(argv.contexts, backend, cfg.n_positions, say),
       fill: argv.fill,
       repeats: intFlag("repeats", argv.repeats ?? defaults.repeats, 1, MAX_REPEATS),
@@ -299,6 +345,7 @@ await runCli(async () => {
       },
       seed: intFlag("seed", argv.seed, 0),
       checkpoint: () => interrupt.checkpoint(),
+      say,
     };
     output ??= ProfileOutput.prepare(defaultOutDir(backend, argv.mode, peerNames.length > 0, plan), {
       fresh: true,

@@ -90,6 +90,13 @@ export const headDimOf = (cfg: ModelConfig): number => familyOf(cfg).headDim(cfg
 /** K/V heads: n_kv_head (GPT-2: n_head). */
 export const kvHeadsOf = (cfg: ModelConfig): number => familyOf(cfg).kvHeads(cfg);
 
+/**
+ * The config with its attention reshaped to `kvHeads` K/V heads (a divisor of the query heads), everything else
+ * the same: MHA, GQA or MQA of one model (profile --kv-heads); null where the architecture has no grouped form.
+ */
+export const withKvHeads = (cfg: ModelConfig, kvHeads: number): ModelConfig | null =>
+  familyOf(cfg).withKvHeads(cfg, kvHeads);
+
 /** Key and value columns of one layer's cache row: n_kv_head × head_dim (GPT-2: n_embd). */
 export const kvColumns = (cfg: ModelConfig): number => kvHeadsOf(cfg) * headDimOf(cfg);
 

@@ -20,6 +20,7 @@ export const GPT2_FAMILY: ModelFamily<GPT2Config, GPT2Weights> = {
     "exact for GPT-2: embeddings (vocab + positions) × n_embd, 12·C² + 13·C per block, final LayerNorm; the output head is tied to the embeddings",
   headDim: headSize,
   kvHeads: (cfg) => cfg.n_head,
+  withKvHeads: (cfg, kvHeads) => (kvHeads === cfg.n_head ? cfg : null), // c_attn holds one K/V head per query head
   placedParameters: parameterSpecs,
   linears: ({ n_embd: C }) => [
     ["c_attn", C, 3 * C],

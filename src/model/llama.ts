@@ -656,6 +656,7 @@ export const LLAMA_FAMILY: ModelFamily<LlamaConfig, LlamaWeights> = {
     `exact for ${cfg.arch}: every tensor of its checkpoint (src/model/llama.ts), a tied output head counted once`,
   headDim: (cfg) => cfg.head_dim,
   kvHeads: (cfg) => cfg.n_kv_head,
+  withKvHeads: (cfg, kvHeads) => ({ ...cfg, n_kv_head: kvHeads }),
   placedParameters: llamaParameters,
   linears: (cfg) => {
     const C = cfg.n_embd,

@@ -2,10 +2,14 @@
 // its spread, its ratio to the first run, and whether the difference is larger than the runs' own spread; what
 // cannot be compared, with why; and verdict sentences computed from those numbers. Pure functions over summaries.
 import type { LaunchFloor } from "../backends/instrument.ts";
+import { kvHeadsOf } from "../model/architectures.ts";
 import type { Stats } from "../stats.ts";
 import type {
   Breakdown,
   DeviceDescription,
+  InterventionConfig,
+  InterventionPoint,
+  InterventionsSection,
   PredictionsSection,
   ProfileSummary,
   StudyMode,
@@ -31,6 +35,13 @@ export const FIELDS_ADDED_IN = {
   8: [], // model.config may be a Llama-family config; rmsnorm, rope and swiglu op families
   9: ["peers.results[].agreement.parted"],
   10: ["settings.fill", "settings.prefill_flops_per_s", "seed_table[].fill", "seed_table[].uncached_model_ms"],
+  11: [
+    "interventions.kv_heads",
+    "interventions.configs[].kv_heads",
+    "interventions.points[].kv_heads",
+    "predictions.points[].kv_heads",
+    "seed_table[].kv_byte_share",
+  ],
 } as const;
 
 type AddedField = (typeof FIELDS_ADDED_IN)[keyof typeof FIELDS_ADDED_IN][number];
@@ -38,16 +49,28 @@ type AddedField = (typeof FIELDS_ADDED_IN)[keyof typeof FIELDS_ADDED_IN][number]
 type AddedUnder<Parent extends string, F = AddedField> = F extends `${Parent}.${infer Name}` ? Name : never;
 type Later<T, Parent extends string> = Omit<T, AddedUnder<Parent>> & Partial<Pick<T, AddedUnder<Parent> & keyof T>>;
 
-/** A summary of any version compare reads (5–10): the current layout, the fields later versions added optional. */
+/** A summary of any version compare reads (5–11): the current layout, the fields later versions added optional. */
 export interface ReadSummary
-  extends Omit<ProfileSummary, "schema_version" | "device" | "points" | "predictions" | "settings" | "seed_table"> {
+  extends Omit<
+    ProfileSummary,
+    "schema_version" | "device" | "points" | "predictions" | "settings" | "seed_table" | "interventions"
+  > {
   schema_version: number;
   settings: Later<ProfileSummary["settings"], "settings">;
   seed_table: Later<SeedRow, "seed_table[]">[];
   device: Omit<DeviceDescription, "launch"> & { launch: Later<LaunchFloor, "device.launch"> };
   points: (Omit<StudyPoint, "breakdown"> & { breakdown?: Later<Breakdown, "points[].breakdown"> })[];
-  predictions?: Later<PredictionsSection, "predictions">;
+  predictions?: Omit<Later<PredictionsSection, "predictions">, "points"> & {
+    points: Later<PredictionsSection["points"][number], "predictions.points[]">[];
+  };
+  interventions?: Omit<Later<InterventionsSection, "interventions">, "points" | "configs"> & {
+    configs: Later<InterventionConfig, "interventions.configs[]">[];
+    points: Later<InterventionPoint, "interventions.points[]">[];
+  };
 }
+
+/** A row's K/V heads: the model's own in a summary from before --kv-heads. */
+const kvHeadsIn = (p: { kv_heads?: number }, s: ReadSummary) => p.kv_heads ?? kvHeadsOf(s.model.config);
 
 /** The version that added a field (its path as FIELDS_ADDED_IN writes it), or the oldest read for one every version has. */
 function addedIn(path: string): number {
@@ -357,12 +380,12 @@ const SECTIONS: Section[] = [
     unit: "ms",
     lowerIsBetter: true,
     rule: "p10-p90",
-    keyColumns: ["mode", "weights/KV", "batch", "context"],
-    pointColumns: 4,
+    keyColumns: ["mode", "weights/KV", "batch", "K/V heads", "context"],
+    pointColumns: 5,
     group: modelPlanGroup,
     measure: (s) =>
       (s.interventions?.points ?? []).map((p) => ({
-        key: [s.interventions!.mode, storage(p.dtype, p.kv_dtype), p.batch, p.context],
+        key: [s.interventions!.mode, storage(p.dtype, p.kv_dtype), p.batch, kvHeadsIn(p, s), p.context],
         value: spreadOf(p.step_ms),
       })),
   },
@@ -373,12 +396,12 @@ const SECTIONS: Section[] = [
     unit: "×",
     lowerIsBetter: false,
     rule: "model range",
-    keyColumns: ["mode", "weights/KV", "batch", "context"],
-    pointColumns: 4,
+    keyColumns: ["mode", "weights/KV", "batch", "K/V heads", "context"],
+    pointColumns: 5,
     group: modelPlanGroup,
     measure: (s) =>
       (s.predictions?.points ?? []).map((p) => ({
-        key: [p.mode, storage(p.dtype, p.kv_dtype), p.batch, p.context],
+        key: [p.mode, storage(p.dtype, p.kv_dtype), p.batch, kvHeadsIn(p, s), p.context],
         value: againstModel(p.measured_ms, p.predicted_ms, p.optimistic_ms, p.pessimistic_ms),
       })),
   },

@@ -1,10 +1,12 @@
 // From the interventions' samples to summary.json's `interventions` section: per configuration (storage types,
-// batch) and context the time per step and per token against the bytes and FLOPs the step moves, and the
-// attribution of the cached step's time to launch mode, bytes and batch, measured.
+// batch, K/V heads) and context the time per step and per token against the bytes and FLOPs the step moves, the
+// attribution of the cached step's time to launch mode, bytes and batch, measured, and GQA's saving
+// (kv-heads-summary.ts).
 import type { Peaks } from "../backends/instrument.ts";
-import type { ModelConfig } from "../model/architectures.ts";
+import { withKvHeads, type ModelConfig } from "../model/architectures.ts";
 import type { DtypeName } from "../ops.ts";
-import type { InterventionSample } from "./interventions.ts";
+import type { InterventionsResult } from "./interventions.ts";
+import { buildKvHeads } from "./kv-heads-summary.ts";
 import type { Attribution, InterventionPoint, InterventionsSection, StudyPoint } from "./types.ts";
 import { LARGE_SAVING, NOISE, pct } from "./verdicts.ts";
 import { cachedStepWork, sumWork } from "./work-model.ts";
@@ -18,15 +20,15 @@ const ratio = (x: number) => `${x.toFixed(x >= 10 ? 0 : 2)}×`;
 
 export function buildInterventions(
   cfg: ModelConfig,
-  samples: InterventionSample[],
+  result: InterventionsResult,
   mode: string,
   peaks: Peaks,
   studyPoints: StudyPoint[],
   method: string,
-  base: { dtype: DtypeName; kv: DtypeName },
+  base: { dtype: DtypeName; kv: DtypeName; kv_heads: number },
 ): InterventionsSection {
-  const points = samples.map(({ form: p, context, step_ms }): InterventionPoint => {
-    const work = sumWork(cachedStepWork(cfg, context, p));
+  const points = result.samples.map(({ form: p, kv_heads, context, step_ms }): InterventionPoint => {
+    const work = sumWork(cachedStepWork(withKvHeads(cfg, kv_heads)!, context, p));
     const s = step_ms.median / 1e3;
     const flops_per_s = work.flops / s,
       bytes_per_s = work.bytes / s;
@@ -35,6 +37,7 @@ export function buildInterventions(
       dtype: p.weights,
       kv_dtype: p.kv,
       batch: p.batch,
+      kv_heads,
       context,
       step_ms,
       token_ms: step_ms.median / p.batch,
@@ -53,8 +56,8 @@ export function buildInterventions(
   const configs = [
     ...new Map(
       points.map((p) => [
-        `${p.dtype}/${p.kv_dtype}/${p.batch}`,
-        { dtype: p.dtype, kv_dtype: p.kv_dtype, batch: p.batch },
+        `${p.dtype}/${p.kv_dtype}/${p.batch}/${p.kv_heads}`,
+        { dtype: p.dtype, kv_dtype: p.kv_dtype, batch: p.batch, kv_heads: p.kv_heads },
       ]),
     ).values(),
   ];
@@ -64,8 +67,15 @@ export function buildInterventions(
     configs,
     points,
     balance_flop_per_byte: balance(peaks),
-    attribution: attribute(points, studyPoints, base, peaks),
+    attribution: attribute(attributed(points, base.kv_heads), studyPoints, base, peaks),
+    kv_heads: buildKvHeads(points, result.together),
   };
+}
+
+/** The points the attribution weighs: the model's own K/V heads where they were timed, else the variant with the most. */
+function attributed(points: InterventionPoint[], own: number): InterventionPoint[] {
+  const heads = points.some((p) => p.kv_heads === own) ? own : Math.max(...points.map((p) => p.kv_heads));
+  return points.filter((p) => p.kv_heads === heads);
 }
 
 /** The machine's measured peak FLOP/s over peak B/s. */

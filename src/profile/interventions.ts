@@ -1,19 +1,36 @@
 // The interventions: the same cached step with its bytes changed (weights and KV cache stored as f32, bf16 or
-// f16) and with several sequences decoded at once (each weight read once for all of them), timed at every
-// context in one launch mode, the configurations interleaved step by step (A B C A B C …) so that drift on a
-// shared machine hits all of them alike.
+// f16), with several sequences decoded at once (each weight read once for all of them) and with its attention
+// reshaped to other K/V-head counts (MHA, GQA, MQA: seeded weights of each shape), timed at every context in one
+// launch mode, the configurations interleaved step by step (A B C A B C …) so that drift on a shared machine hits
+// all of them alike — every K/V-head variant at once where their weights and caches fit in memory together, one
+// variant after another where they do not.
 import type { Backend } from "../backends/backend.ts";
 import type { Instrument, TimedStep } from "../backends/instrument.ts";
-import type { ModelWeights } from "../model/architectures.ts";
+import { kvHeadsOf, parameterCountOf, type ModelWeights } from "../model/architectures.ts";
+import { DTYPE_BYTES } from "../ops.ts";
 import type { StepForm } from "../plan.ts";
 import type { LaunchMode } from "../run/launch-modes.ts";
+import { cacheBytes } from "../run/model-buffers.ts";
 import { Session } from "../run/session.ts";
 import { summarize, type Stats } from "../stats.ts";
 import { fillCache, type FillMethod } from "./fill.ts";
 
+/**
+ * Of the memory free when the interventions start, the share their sessions may take at once: on the 24 GiB VM,
+ * three llama-3.2-1b variants placed in 82% of it ran 1.6–4.5× slower at 8,191 than one at a time.
+ */
+const MEMORY_SHARE = 0.5;
+
+/** The model with one K/V-head count: the study's own weights, or seeded weights of the reshaped config (streamed when placed). */
+export interface KvVariant {
+  kv_heads: number;
+  weights: ModelWeights;
+}
+
 /** One configuration's samples at one context: device time per step (every sequence's token). */
 export interface InterventionSample {
   form: StepForm;
+  kv_heads: number;
   context: number;
   step_ms: Stats;
 }
@@ -25,41 +42,95 @@ export interface InterventionOptions {
   seed: number;
   /** a safe point between steps, outside the timed region */
   checkpoint: () => Promise<void>;
-  onContext?: (context: number) => void;
+  /** a group of `configurations` is about to be timed at `context` */
+  onContext?: (context: number, configurations: number) => void;
   /** how the study filled the cache at a context (each sequence is filled the same way) */
   fillOf: (context: number) => FillMethod;
+  /** a line for the user: how the K/V-head variants are timed */
+  say?: (line: string) => void;
+}
+
+export interface InterventionsResult {
+  samples: InterventionSample[];
+  /** every K/V-head variant placed at once and interleaved (true), or one after another because together they do not fit */
+  together: boolean;
 }
 
 const sameForm = (a: StepForm, b: StepForm) =>
   a.plan === b.plan && a.batch === b.batch && a.weights === b.weights && a.kv === b.kv;
 
 /**
- * Times every form's cached decode step in `mode` at every context. `reuse` is a session already holding one of
- * the forms (the study's own); the others are placed here and freed at the end.
+ * Times every form of every K/V-head variant's cached decode step in `mode` at every context. `reuse` is a session
+ * already holding one of them (the study's own); the others are placed here and freed when their group is done.
  */
 export async function measureInterventions(
   backend: Backend,
   instrument: Instrument,
-  weights: ModelWeights,
+  variants: KvVariant[],
   forms: StepForm[],
   mode: LaunchMode,
   reuse: Session<ModelWeights>,
   opts: InterventionOptions,
+): Promise<InterventionsResult> {
+  const maxContext = Math.max(...opts.contexts) + 1;
+  // each session places its weights and its cache; the study's own session is already placed
+  const need = ({ weights }: KvVariant) => {
+    const cfg = { ...weights.config, n_positions: maxContext };
+    const placed = forms.filter((form) => weights !== reuse.weights || !sameForm(form, reuse.form));
+    return placed.reduce((sum, f) => sum + parameterCountOf(cfg) * DTYPE_BYTES[f.weights] + cacheBytes(cfg, f), 0);
+  };
+  const free = backend.memInfo().free;
+  const together = variants.reduce((sum, v) => sum + need(v), 0) <= MEMORY_SHARE * free;
+  if (variants.length > 1 && !together)
+    opts.say?.(
+      `note: the ${variants.length} K/V-head variants' weights and caches do not fit in memory together: timed one variant after another`,
+    );
+  const groups = together ? [variants] : variants.map((v) => [v]);
+  const samples: InterventionSample[] = [];
+  for (const group of groups)
+    samples.push(...(await measureGroup(backend, instrument, group, forms, mode, reuse, opts, maxContext)));
+  const order = (x: InterventionSample) => opts.contexts.indexOf(x.context);
+  return { samples: samples.sort((a, b) => order(a) - order(b)), together };
+}
+
+/** One group of variants, every form of each placed at once, timed interleaved at every context. */
+async function measureGroup(
+  backend: Backend,
+  instrument: Instrument,
+  group: KvVariant[],
+  forms: StepForm[],
+  mode: LaunchMode,
+  reuse: Session<ModelWeights>,
+  opts: InterventionOptions,
+  maxContext: number,
 ): Promise<InterventionSample[]> {
   const owned: Session<ModelWeights>[] = [];
-  const sessions = forms.map((form) => {
-    if (sameForm(form, reuse.form)) return reuse;
-    const s = new Session(backend, weights, { form, maxContext: reuse.config.n_positions });
-    owned.push(s);
-    return s;
-  });
   try {
+    const configs = group.flatMap((variant) =>
+      forms.map((form) => {
+        if (variant.weights === reuse.weights && sameForm(form, reuse.form)) return { variant, form, session: reuse };
+        const s = new Session(backend, variant.weights, { form, maxContext });
+        owned.push(s);
+        return { variant, form, session: s };
+      }),
+    );
     const samples: InterventionSample[] = [];
     for (const context of opts.contexts) {
-      opts.onContext?.(context);
-      const timed = await timeContext(sessions, instrument, mode, context, opts);
+      opts.onContext?.(context, configs.length);
+      const timed = await timeContext(
+        configs.map((c) => c.session),
+        instrument,
+        mode,
+        context,
+        opts,
+      );
       samples.push(
-        ...forms.map((form, i) => ({ form, context, step_ms: summarize(timed[i]!.map((t) => t.deviceMs)) })),
+        ...configs.map(({ variant, form }, i) => ({
+          form,
+          kv_heads: variant.kv_heads,
+          context,
+          step_ms: summarize(timed[i]!.map((t) => t.deviceMs)),
+        })),
       );
     }
     return samples;
@@ -91,7 +162,7 @@ async function timeContext(
     for (const [i, s] of sessions.entries()) samples[i]!.push(await timeOne(s));
   }
   for (const s of sessions) {
-    const what = `of the ${mode.name} step at context ${context} (batch ${s.batch}, weights ${s.form.weights}, cache ${s.form.kv})`;
+    const what = `of the ${mode.name} step at context ${context} (batch ${s.batch}, weights ${s.form.weights}, cache ${s.form.kv}, ${kvHeadsOf(s.config)} K/V heads)`;
     s.checkLogits(what, 1, () => s.setPosition(context));
   }
   return samples;

@@ -16,7 +16,7 @@ import { cacheBytes } from "../run/model-buffers.ts";
 import { Session } from "../run/session.ts";
 import { summarize, type Stats } from "../stats.ts";
 import { CALIBRATION_TOKENS, fillCache, pointFill, PrefillRate, type FillChoice, type PointFill } from "./fill.ts";
-import { measureInterventions, type InterventionSample } from "./interventions.ts";
+import { measureInterventions, type InterventionsResult, type KvVariant } from "./interventions.ts";
 import { partingOf, tokensBeforeParting, type PeerMeasurements } from "./peers-summary.ts";
 import { promptOf } from "./prompts.ts";
 import type { EndToEnd, MemoryReport, PeerParting, StepTrace, StudyMode } from "./types.ts";
@@ -26,8 +26,8 @@ export interface StudyOptions {
   modes: StudyMode[];
   /** the study's cached decode step: its plan and storage types (one sequence) */
   form: StepForm;
-  /** the cached step again with other storage types and batches, in one launch mode (profile --dtypes, --batches) */
-  interventions?: { forms: StepForm[]; mode: LaunchMode };
+  /** the cached step again with other storage types, batches and K/V-head counts, in one launch mode (profile --dtypes, --batches, --kv-heads) */
+  interventions?: { forms: StepForm[]; variants: KvVariant[]; mode: LaunchMode };
   contexts: number[];
   /** how each context's cache is filled (fill.ts) */
   fill: FillChoice;
@@ -40,6 +40,8 @@ export interface StudyOptions {
   e2e: { promptTokens: number; newTokens: number };
   seed: number;
   onProgress?: (done: number, total: number, what: string) => void;
+  /** a line for the user outside the progress bar */
+  say?: (line: string) => void;
   /** a safe point between steps: the CLI yields to the event loop there and stops on a signal */
   checkpoint?: () => Promise<void>;
 }
@@ -64,7 +66,7 @@ export interface StudyResult {
   memory: MemoryReport;
   /** the peers' measurements, when the study ran with peers */
   peers?: PeerMeasurements & { prompt: number[]; reference: number[] };
-  interventions?: InterventionSample[];
+  interventions?: InterventionsResult;
   /** per context: how its cache was filled, and whether its uncached baseline was timed */
   fills: PointFill[];
   /** the prefill rate the fills were decided by (FLOP/s, work model over the longest real prefill timed) */
@@ -84,10 +86,14 @@ const nowMs = () => Bun.nanoseconds() / 1e6;
  * intervention configuration at every context, then every point traced.
  */
 export function studyUnits(opts: Pick<StudyOptions, "contexts" | "modes" | "kernels" | "interventions">): number {
-  const interventions = opts.contexts.length * (opts.interventions?.forms.length ?? 0);
+  const interventions = opts.contexts.length * interventionConfigs(opts);
   const traced = opts.kernels ? opts.modes.filter(tracedByOp).length : 0;
   return opts.contexts.length * (opts.modes.length + traced) + opts.modes.length + interventions;
 }
+
+/** Configurations the interventions time: every form of every K/V-head variant. */
+const interventionConfigs = (opts: Pick<StudyOptions, "interventions">) =>
+  (opts.interventions?.forms.length ?? 0) * (opts.interventions?.variants.length ?? 0);
 
 /**
  * The most bytes one cached step of the study reads (work model): its largest context, in whichever of its
@@ -99,7 +105,8 @@ export function largestStepBytes(
 ): number {
   const context = Math.max(...opts.contexts);
   const forms = [opts.form, ...(opts.interventions?.forms ?? [])];
-  return Math.max(...forms.map((form) => sumWork(cachedStepWork(config, context, form)).bytes));
+  const configs = [config, ...(opts.interventions?.variants ?? []).map((v) => v.weights.config)];
+  return Math.max(...configs.flatMap((cfg) => forms.map((form) => sumWork(cachedStepWork(cfg, context, form)).bytes)));
 }
 
 /**
@@ -180,19 +187,17 @@ export class Study {
       (await measureInterventions(
         this.backend,
         this.instrument,
-        this.weights,
+        interventions.variants,
         interventions.forms,
         interventions.mode,
         this.session,
         {
           ...this.opts,
           checkpoint: () => this.checkpoint(),
-          onContext: (context) =>
-            progress(
-              `interventions at context ${context}: ${interventions.forms.length} configurations`,
-              interventions.forms.length,
-            ),
+          onContext: (context, configurations) =>
+            progress(`interventions at context ${context}: ${configurations} configurations`, configurations),
           fillOf: (context) => this.fills.get(context)!.fill,
+          ...(this.opts.say ? { say: this.opts.say } : {}),
         },
       ));
     const traces: StepTrace[] = [];

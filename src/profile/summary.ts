@@ -3,7 +3,7 @@ import { cpus, hostname, release, totalmem, type } from "node:os";
 
 import type { Backend } from "../backends/backend.ts";
 import type { Instrument, LaunchFloor, Peaks } from "../backends/instrument.ts";
-import { parameterCountOf, type ModelConfig } from "../model/architectures.ts";
+import { kvHeadsOf, parameterCountOf, type ModelConfig } from "../model/architectures.ts";
 import type { ModelWeights } from "../model/architectures.ts";
 import type { OpFamily, Work } from "../ops.ts";
 import type { PlanKind, StepForm } from "../plan.ts";
@@ -28,7 +28,14 @@ import {
   type StudyPoint,
 } from "./types.ts";
 import type { PointFill } from "./fill.ts";
-import { launchVerdict, modeSplitOf, splitVerdicts, studyVerdicts, uncachedBaselineVerdict } from "./verdicts.ts";
+import {
+  cacheRegimeVerdict,
+  launchVerdict,
+  modeSplitOf,
+  splitVerdicts,
+  studyVerdicts,
+  uncachedBaselineVerdict,
+} from "./verdicts.ts";
 import { cachedStepWork, classifyRegime, flopReduction, sumWork, uncachedStepWork } from "./work-model.ts";
 
 export const TOOL = { name: "decode-floor", version: "0.1.0" };
@@ -105,12 +112,13 @@ function regimesOf(
  * The seed's table: per context, how its cache was filled, no cache (timed, or the work model's time where it
  * was not) against every cached launch mode measured, and the FLOP reduction.
  */
-export function seedTable(cfg: ModelConfig, points: StudyPoint[], fills: PointFill[]): SeedRow[] {
+export function seedTable(cfg: ModelConfig, form: StepForm, points: StudyPoint[], fills: PointFill[]): SeedRow[] {
   const at = (mode: StudyMode, c: number) =>
     points.find((p) => p.mode === mode && p.context === c)?.device_ms.median ?? null;
   const cachedModes = [...new Set(points.map((p) => p.mode))].filter((m): m is LaunchModeName => m !== "uncached");
   return fills.map(({ context, fill, uncached_model_ms }) => {
     const uncached = at("uncached", context);
+    const work = sumWork(cachedStepWork(cfg, context, form));
     const cached: SeedRow["cached"] = {};
     for (const mode of cachedModes) {
       const ms = at(mode, context);
@@ -123,6 +131,7 @@ export function seedTable(cfg: ModelConfig, points: StudyPoint[], fills: PointFi
       uncached_model_ms,
       cached,
       flop_reduction: flopReduction(cfg, context),
+      kv_byte_share: work.kv_bytes / work.bytes,
     };
   });
 }
@@ -156,11 +165,19 @@ function predictionsOf(
   return buildPredictions(gpu, cfg, plan, measured, kernels, librarySass(kernels.libraryPath), launch, traced, study);
 }
 
-function interventionsMethod(opts: StudyOptions): string {
+function interventionsMethod(opts: StudyOptions, together: boolean): string {
+  const { mode, variants } = opts.interventions!;
+  const reshaped =
+    variants.length > 1
+      ? ` The K/V-head variants (${variants.map((v) => v.kv_heads).join(", ")}) are the model's attention reshaped, seeded weights of each shape, ` +
+        (together
+          ? "all placed at once and timed in the same rounds."
+          : "timed one variant after another: together they do not fit in memory.")
+      : "";
   return (
-    `Every configuration (storage types × batch) decodes one step of each of its sequences in ${opts.interventions!.mode.name} mode, at every ` +
+    `Every configuration (storage types × batch${variants.length > 1 ? " × K/V heads" : ""}) decodes one step of each of its sequences in ${mode.name} mode, at every ` +
     `context, the configurations in turn (A B C A B C …), ${opts.repeats} rounds after ${opts.warmup} warm-up steps each; each sequence's cache ` +
-    `holds \`context\` tokens of its own prompt. Bytes and FLOPs are the work model's for that configuration.`
+    `holds \`context\` tokens of its own prompt. Bytes and FLOPs are the work model's for that configuration.${reshaped}`
   );
 }
 
@@ -233,7 +250,7 @@ export function buildSummary(args: {
     const v = splitVerdicts(here.map((p) => modeSplitOf(p, result.traces)));
     for (const s of v.sentences) here.find((p) => p.mode === s.mode)!.split!.verdict = s.sentence;
   }
-  const seed = seedTable(cfg, points, result.fills);
+  const seed = seedTable(cfg, form, points, result.fills);
   const interventions =
     result.interventions && opts.interventions
       ? buildInterventions(
@@ -242,11 +259,11 @@ export function buildSummary(args: {
           opts.interventions.mode.name,
           peaks,
           points,
-          interventionsMethod(opts),
-          { dtype, kv: kv_dtype },
+          interventionsMethod(opts, result.interventions.together),
+          { dtype, kv: kv_dtype, kv_heads: kvHeadsOf(cfg) },
         )
       : undefined;
-  const study = { dtype, kv_dtype, batch: 1 };
+  const study = { dtype, kv_dtype, batch: 1, kv_heads: kvHeadsOf(cfg) };
   const predictions = predictionsOf(
     backend,
     cfg,
@@ -313,8 +330,10 @@ export function buildSummary(args: {
     verdicts: [
       ...studyVerdicts(points, result.traces, seed),
       ...uncachedBaselineVerdict(points, peaks),
+      ...cacheRegimeVerdict(seed),
       ...launchVerdict(points, launch, opsOf),
       ...(interventions ? [interventions.attribution.verdict] : []),
+      ...(interventions?.kv_heads ? [interventions.kv_heads.verdict] : []),
     ],
     ...(result.peers ? { peers: peersOf(cfg, opts, points, peaks, result) } : {}),
     ...(interventions ? { interventions } : {}),

@@ -102,6 +102,8 @@ export interface SeedRow {
   cached: Partial<Record<LaunchModeName, { ms: number; speedup: number | null }>>;
   /** uncached FLOPs / cached FLOPs */
   flop_reduction: number;
+  /** of the cached step's bytes (work model, the study's storage types), the share that is K/V cache traffic */
+  kv_byte_share: number;
 }
 
 export interface EndToEnd {
@@ -141,9 +143,10 @@ export interface DeviceDescription extends BackendDescription {
  * GPT-2's or a Llama-family config — arch, n_kv_head, head_dim, intermediate_size, rms_norm_eps, rope_theta,
  * rope_scaling, tie_word_embeddings, qkv_bias, qk_norm —, and the op families rmsnorm, rope, swiglu; 9: a peer's
  * parting token; 10: how each context's cache was filled — seed_table[].fill, uncached_model_ms, settings.fill,
- * prefill_flops_per_s).
+ * prefill_flops_per_s; 11: K/V-head variants — the interventions' and predictions' kv_heads,
+ * interventions.kv_heads; the cache's share of a step's bytes, seed_table[].kv_byte_share).
  */
-export const SCHEMA_VERSION = 10;
+export const SCHEMA_VERSION = 11;
 
 export interface ProfileSummary {
   schema_version: typeof SCHEMA_VERSION;
@@ -230,6 +233,8 @@ export interface InterventionConfig {
   dtype: DtypeName;
   kv_dtype: DtypeName;
   batch: number;
+  /** K/V heads of the model's attention (profile --kv-heads reshapes it; else the model's own) */
+  kv_heads: number;
 }
 
 export interface InterventionPoint extends InterventionConfig {
@@ -268,6 +273,35 @@ export interface InterventionsSection {
   /** the machine's measured peak FLOP/s ÷ peak B/s: a step of higher intensity is compute-bound by the work model */
   balance_flop_per_byte: number;
   attribution: Attribution;
+  /** with more than one K/V-head variant (profile --kv-heads): GQA's saving and the crossovers; else null */
+  kv_heads: KvHeadsSection | null;
+}
+
+/** Each K/V-head variant against the one with the most heads, and where each one's cache read equals its weights'. */
+export interface KvHeadsSection {
+  /** the K/V-head counts timed, most first: the first is every saving's reference */
+  variants: number[];
+  /** every variant placed at once and interleaved (true), or one after another: together they did not fit in memory */
+  timed_together: boolean;
+  /** at the largest context, per other variant × storage types × batch: 1 − its step ÷ the reference's, and the same of the work model's bytes */
+  savings: (InterventionConfig & {
+    context: number;
+    reference_kv_heads: number;
+    step_ms: number;
+    reference_ms: number;
+    saved: number;
+    formula_saved: number;
+    /** saved ÷ formula_saved: 1 where the time saved follows the bytes saved */
+    saved_over_formula: number | null;
+  })[];
+  /** per variant × storage types × batch: the context at which its K/V read equals its weights' read */
+  crossovers: (InterventionConfig & {
+    formula_context: number;
+    within_run: boolean;
+    measured_context: number | null;
+  })[];
+  crossover_how: string;
+  verdict: string;
 }
 
 // ---- peers: PyTorch and llama.cpp on the same weights, in the same run -----------------------------

@@ -130,6 +130,34 @@ export function seedVerdict(row: SeedRow): string {
   );
 }
 
+/** A K/V share of the step's bytes at or above this: the cache, not the weights, is the floor. */
+export const CACHE_BOUND = 0.5;
+/** At or above this share (and below CACHE_BOUND) the cache is a visible part of the floor beside the weights. */
+const CACHE_VISIBLE = 0.1;
+
+/**
+ * Which bytes the cached step is bound by at the largest context: the cache's share of the step's bytes (work
+ * model) and how much the fastest cached step grew over the shortest context's. Nothing with one context.
+ */
+export function cacheRegimeVerdict(seed: readonly SeedRow[]): string[] {
+  const timed = seed.filter((r) => bestCachedMs(r) !== null);
+  const first = timed[0];
+  const last = timed[timed.length - 1];
+  if (!first || !last || first === last) return [];
+  const growth = bestCachedMs(last)! / bestCachedMs(first)!;
+  const share = last.kv_byte_share;
+  const regime =
+    share >= CACHE_BOUND
+      ? "the floor is the cache, not the weights"
+      : share >= CACHE_VISIBLE
+        ? "the weights are still most of the floor, the cache a visible part of it"
+        : "the floor is the weights; the cache barely shows";
+  return [
+    `At context ${last.context} the cache is ${pct(share)} of the step's bytes (work model) and the step is ` +
+      `${growth.toFixed(1)}× its time at context ${first.context}: ${regime}.`,
+  ];
+}
+
 /** A traced point's split for the verdicts, with its untraced median step time to compare modes by. */
 export function modeSplitOf(p: StudyPoint, traces: readonly StepTrace[]): ModeSplit {
   return {

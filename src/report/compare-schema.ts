@@ -11,6 +11,10 @@ const SCHEMA_OBJECTS: Record<string, string[]> = {
   "device.launch": ["properties", "device", "properties", "launch"],
   "points[].breakdown": ["$defs", "studyPoint", "properties", "breakdown"],
   predictions: ["properties", "predictions"],
+  "predictions.points[]": ["properties", "predictions", "properties", "points", "items"],
+  interventions: ["properties", "interventions"],
+  "interventions.configs[]": ["properties", "interventions", "properties", "configs", "items"],
+  "interventions.points[]": ["properties", "interventions", "properties", "points", "items"],
   settings: ["properties", "settings"],
   "seed_table[]": ["properties", "seed_table", "items"],
   // the agreement's object form, the second of its oneOf

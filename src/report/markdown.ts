@@ -6,6 +6,7 @@ import {
   endToEndTable,
   opTimeNote,
   interventionsTable,
+  kvHeadsTable,
   kernelPredictionsTable,
   launchParametersTable,
   predictionsTable,
@@ -118,6 +119,16 @@ export function renderReport(summary: ProfileSummary): string {
               `(${s.interventions.balance_flop_per_byte.toFixed(1)} FLOP/B: peak FLOP/s ÷ peak B/s) is compute-bound.`,
             markdownTable(interventionsTable(s)),
             `- ${md(s.interventions.attribution.verdict)}`,
+          ),
+        ]
+      : []),
+    ...(s.interventions?.kv_heads
+      ? [
+          section(
+            "Grouped-query attention: the K/V heads' saving",
+            `Each K/V-head variant's step against the one with the most heads, at the largest context. The crossover: ${md(s.interventions.kv_heads.crossover_how)}`,
+            markdownTable(kvHeadsTable(s)),
+            `- ${md(s.interventions.kv_heads.verdict)}`,
           ),
         ]
       : []),

@@ -111,6 +111,7 @@ const seedRow = object({
     additionalProperties: object({ ms: nonNegative, speedup: nullableNumber }),
   },
   flop_reduction: nonNegative,
+  kv_byte_share: share,
 });
 
 const endToEnd = object({
@@ -230,7 +231,41 @@ const peers = object({
   skipped: { type: "array", items: object({ name: text, reason: text }) },
 });
 
-const interventionConfig = { dtype, kv_dtype: dtype, batch: { type: "integer", minimum: 1, maximum: MAX_BATCH } };
+const interventionConfig = {
+  dtype,
+  kv_dtype: dtype,
+  batch: { type: "integer", minimum: 1, maximum: MAX_BATCH },
+  kv_heads: { type: "integer", minimum: 1 },
+};
+
+const kvHeads = object({
+  variants: { type: "array", items: { type: "integer", minimum: 1 }, minItems: 2 },
+  timed_together: { type: "boolean" },
+  savings: {
+    type: "array",
+    items: object({
+      ...interventionConfig,
+      context: count,
+      reference_kv_heads: { type: "integer", minimum: 1 },
+      step_ms: nonNegative,
+      reference_ms: nonNegative,
+      saved: number,
+      formula_saved: number,
+      saved_over_formula: nullableNumber,
+    }),
+  },
+  crossovers: {
+    type: "array",
+    items: object({
+      ...interventionConfig,
+      formula_context: nonNegative,
+      within_run: { type: "boolean" },
+      measured_context: { type: ["number", "null"], minimum: 0 },
+    }),
+  },
+  crossover_how: text,
+  verdict: text,
+});
 
 const interventions = object({
   mode: text,
@@ -277,6 +312,7 @@ const interventions = object({
     },
     verdict: text,
   }),
+  kv_heads: { oneOf: [{ type: "null" }, kvHeads] },
 });
 
 export const PROFILE_SUMMARY_SCHEMA = {

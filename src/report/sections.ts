@@ -103,6 +103,7 @@ export function seedTable(s: ProfileSummary): TableData {
       ...modes.map((m): Column => ({ header: `KV cache ${m} (ms)`, format: ms3, align: "right" })),
       ...modes.map((m): Column => ({ header: `speedup ${m} (×)`, align: "right" })),
       { header: "FLOP reduction (×)", format: fixed(1) },
+      { header: "K/V share of bytes", align: "right" },
     ],
     rows: s.seed_table.map((r) => [
       r.context,
@@ -111,6 +112,7 @@ export function seedTable(s: ProfileSummary): TableData {
       ...modes.map((m) => r.cached[m]?.ms ?? null),
       ...modes.map((m) => times(r.cached[m]?.speedup ?? null)),
       r.flop_reduction,
+      percent(r.kv_byte_share),
     ]),
   };
 }
@@ -395,14 +397,16 @@ export function peerSentences(s: ProfileSummary): string[] {
 
 // ---- interventions ---------------------------------------------------------------------------------
 
-/** Per configuration (storage types, batch) and context: time per step and per token against bytes per token. */
+/** Per configuration (storage types, batch, K/V heads where they were varied) and context: time per step and per token against bytes per token. */
 export function interventionsTable(s: ProfileSummary): TableData {
   const points = s.interventions?.points ?? [];
+  const varied = s.interventions?.kv_heads != null;
   return {
     columns: [
       { header: "weights" },
       { header: "KV cache" },
       { header: "batch" },
+      ...(varied ? [{ header: "K/V heads" }] : []),
       { header: "context (tokens)" },
       { header: "step (ms)", format: ms3 },
       { header: "per token (ms)", format: ms3 },
@@ -416,6 +420,7 @@ export function interventionsTable(s: ProfileSummary): TableData {
       p.dtype,
       p.kv_dtype,
       p.batch,
+      ...(varied ? [p.kv_heads] : []),
       p.context,
       p.step_ms.median,
       p.token_ms,
@@ -425,6 +430,45 @@ export function interventionsTable(s: ProfileSummary): TableData {
       percent(p.achieved.bytes_share),
       p.achieved.regime,
     ]),
+  };
+}
+
+const tokensOrNone = (n: number | null) => (n === null ? "not reached" : Math.round(n).toLocaleString("en-US"));
+
+/** Per K/V-head variant, storage types and batch: the step's saving against the most heads (measured, by the bytes), and the crossover (by the bytes, measured). */
+export function kvHeadsTable(s: ProfileSummary): TableData {
+  const k = s.interventions?.kv_heads;
+  if (!k) return { columns: [], rows: [] };
+  const saving = (c: (typeof k.crossovers)[number]) =>
+    k.savings.find(
+      (v) => v.kv_heads === c.kv_heads && v.dtype === c.dtype && v.kv_dtype === c.kv_dtype && v.batch === c.batch,
+    );
+  return {
+    columns: [
+      { header: "K/V heads" },
+      { header: "weights/KV" },
+      { header: "batch" },
+      { header: `step at ${k.savings[0]?.context ?? "-"} (ms)`, align: "right" },
+      { header: `saved vs ${k.variants[0]} heads`, align: "right" },
+      { header: "saved by the bytes", align: "right" },
+      { header: "saved ÷ bytes", align: "right" },
+      { header: "crossover by the bytes (tokens)", align: "right" },
+      { header: "crossover measured (tokens)", align: "right" },
+    ],
+    rows: k.crossovers.map((c) => {
+      const v = saving(c);
+      return [
+        c.kv_heads,
+        `${c.dtype}/${c.kv_dtype}`,
+        c.batch,
+        v ? v.step_ms.toFixed(3) : "(reference)",
+        v ? percent(v.saved) : "-",
+        v ? percent(v.formula_saved) : "-",
+        v?.saved_over_formula == null ? "-" : v.saved_over_formula.toFixed(2),
+        tokensOrNone(c.formula_context),
+        tokensOrNone(c.measured_context),
+      ];
+    }),
   };
 }
 

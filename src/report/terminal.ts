@@ -5,6 +5,7 @@ import type { ProfileSummary } from "../profile/types.ts";
 import {
   breakdownPoints,
   interventionsTable,
+  kvHeadsTable,
   opTimeNote,
   predictionsTable,
   modeLabel,
@@ -60,6 +61,9 @@ export function renderTerminalSummary(s: ProfileSummary): string {
           terminalTable(interventionsTable(s)),
           "",
         ]
+      : []),
+    ...(s.interventions?.kv_heads
+      ? [heading("Grouped-query attention: the K/V heads' saving"), terminalTable(kvHeadsTable(s)), ""]
       : []),
     ...(withSplit(s).length > 0 ? [heading("Where a step's time goes"), terminalTable(splitTable(s)), ""] : []),
     ...tops,

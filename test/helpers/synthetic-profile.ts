@@ -201,7 +201,7 @@ export function syntheticSummary(steps: StepTrace[] = syntheticSteps(), cfg: GPT
     uncached_timed: true,
     uncached_model_ms: null,
   }));
-  const seed_table = seedTable(cfg, points, fills);
+  const seed_table = seedTable(cfg, DEFAULT_STEP_FORM, points, fills);
   const weight_bytes = 4 * parameterCount(cfg);
   const kvPerToken = kvCacheBytesPerToken(cfg);
   return {

@@ -4,7 +4,7 @@
 // on the GPU calibrates the model. Predictions, labelled so.
 import type { KernelLaunches } from "../../backends/backend.ts";
 import type { LaunchFloor } from "../../backends/instrument.ts";
-import type { ModelConfig } from "../../model/architectures.ts";
+import { withKvHeads, type ModelConfig } from "../../model/architectures.ts";
 import type { PlanKind, StepForm } from "../../plan.ts";
 import type { SassFacts } from "../../verify/sass-checks.ts";
 import type { InterventionConfig, InterventionsSection, PredictionsSection, StudyPoint } from "../types.ts";
@@ -34,12 +34,13 @@ export function measuredSteps(
   const study = points
     .filter((p) => p.mode !== "uncached")
     .map((p) => ({ ...config, batch: 1, mode: p.mode, context: p.context, measured_ms: p.device_ms.median }));
-  const key = (m: MeasuredStep) => `${m.mode} ${m.context} ${m.dtype} ${m.kv_dtype} ${m.batch}`;
+  const key = (m: MeasuredStep) => `${m.mode} ${m.context} ${m.dtype} ${m.kv_dtype} ${m.batch} ${m.kv_heads}`;
   const measured = new Set(study.map(key));
   const configs = (interventions?.points ?? []).map((p) => ({
     dtype: p.dtype,
     kv_dtype: p.kv_dtype,
     batch: p.batch,
+    kv_heads: p.kv_heads,
     mode: interventions!.mode,
     context: p.context,
     measured_ms: p.step_ms.median,
@@ -74,15 +75,16 @@ export function buildPredictions(
   const model: GpuModel = GPU_MODELS[gpu];
   const cache = new Map<string, PredictionRange>();
   const stepAt = (m: MeasuredStep) => {
-    const key = `${m.context} ${m.dtype} ${m.kv_dtype} ${m.batch}`;
+    const key = `${m.context} ${m.dtype} ${m.kv_dtype} ${m.batch} ${m.kv_heads}`;
     if (!cache.has(key)) {
       const form: StepForm = { plan, batch: m.batch, weights: m.dtype, kv: m.kv_dtype };
+      const variant = withKvHeads(config, m.kv_heads)!;
       cache.set(
         key,
         predictRange(
-          decodeKernelInputs(config, form, m.context, library, sass.facts),
+          decodeKernelInputs(variant, form, m.context, library, sass.facts),
           model,
-          persistentKernel(config, form, library.facts, sass.facts),
+          persistentKernel(variant, form, library.facts, sass.facts),
         ),
       );
     }
@@ -100,6 +102,7 @@ export function buildPredictions(
         dtype: m.dtype,
         kv_dtype: m.kv_dtype,
         batch: m.batch,
+        kv_heads: m.kv_heads,
         measured_ms: m.measured_ms,
         predicted_ms: predicted / 1e3,
         optimistic_ms: step.fast.modes[m.mode]! / 1e3,

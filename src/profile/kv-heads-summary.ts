@@ -1,0 +1,130 @@
+// GQA as an intervention (profile --kv-heads): each K/V-head variant's cached step against the variant with the
+// most heads — the time it saved beside the bytes it saved by the work model — and the context at which a
+// variant's K/V read equals its weights' read (the crossover): by the work model, and measured where the run
+// reaches it (the step has grown by its weights' time).
+import type { InterventionConfig, InterventionPoint, KvHeadsSection } from "./types.ts";
+import { pct } from "./verdicts.ts";
+
+/** The configuration of a point without its K/V heads: storage types and batch. */
+const storageKey = (p: Omit<InterventionConfig, "kv_heads">) => `${p.dtype}/${p.kv_dtype}/${p.batch}`;
+
+export const CROSSOVER_HOW =
+  "by formula, the context × batch at which the work model's K/V bytes per step equal its weight bytes; measured, " +
+  "the context at which the step's median time reaches twice its weights' time — the time at context 0, extrapolated " +
+  "from the two shortest contexts — interpolated between the contexts measured; none where the run does not reach it.";
+
+export function buildKvHeads(points: InterventionPoint[], together: boolean): KvHeadsSection | null {
+  const variants = [...new Set(points.map((p) => p.kv_heads))].sort((a, b) => b - a);
+  if (variants.length < 2) return null;
+  const reference = variants[0]!;
+  const context = Math.max(...points.map((p) => p.context));
+  const savings = points
+    .filter((p) => p.context === context && p.kv_heads !== reference)
+    .flatMap((p) => {
+      const ref = points.find(
+        (r) => r.context === context && r.kv_heads === reference && storageKey(r) === storageKey(p),
+      );
+      if (!ref) return [];
+      const saved = 1 - p.step_ms.median / ref.step_ms.median;
+      const formula = 1 - p.work.bytes / ref.work.bytes;
+      return [
+        {
+          kv_heads: p.kv_heads,
+          dtype: p.dtype,
+          kv_dtype: p.kv_dtype,
+          batch: p.batch,
+          context,
+          reference_kv_heads: reference,
+          step_ms: p.step_ms.median,
+          reference_ms: ref.step_ms.median,
+          saved,
+          formula_saved: formula,
+          saved_over_formula: formula > 0 ? saved / formula : null,
+        },
+      ];
+    });
+  const series = new Map<string, InterventionPoint[]>();
+  for (const p of points) {
+    const key = `${p.kv_heads} ${storageKey(p)}`;
+    series.set(key, [...(series.get(key) ?? []), p]);
+  }
+  const crossovers = [...series.values()].map((run) => {
+    const sorted = [...run].sort((a, b) => a.context - b.context);
+    const last = sorted[sorted.length - 1]!;
+    const formula = formulaCrossover(last);
+    return {
+      kv_heads: last.kv_heads,
+      dtype: last.dtype,
+      kv_dtype: last.kv_dtype,
+      batch: last.batch,
+      formula_context: formula,
+      within_run: formula <= last.context,
+      measured_context: measuredCrossover(sorted.map((p) => [p.context, p.step_ms.median])),
+    };
+  });
+  return {
+    variants,
+    timed_together: together,
+    savings,
+    crossovers,
+    crossover_how: CROSSOVER_HOW,
+    verdict: kvHeadsVerdict(context, reference, savings, crossovers),
+  };
+}
+
+/** The context at which the work model's K/V bytes reach its weight bytes (K/V bytes grow linearly in context). */
+const formulaCrossover = (p: InterventionPoint) => (p.context * p.work.weight_bytes) / p.work.kv_bytes;
+
+/**
+ * Where the step reaches twice its time at context 0: that time extrapolated along the line through the two
+ * shortest contexts (kept within (0, the shortest's time]), the crossing interpolated between neighbouring contexts.
+ */
+export function measuredCrossover(steps: readonly (readonly [number, number])[]): number | null {
+  if (steps.length < 2) return null;
+  const [[c1, t1], [c2, t2]] = steps as [[number, number], [number, number]];
+  const slope = (t2 - t1) / (c2 - c1);
+  const atZero = Math.min(t1, Math.max(t1 - slope * c1, Number.MIN_VALUE));
+  const target = 2 * atZero;
+  const line: (readonly [number, number])[] = [[0, atZero], ...steps];
+  for (let i = 1; i < line.length; i++) {
+    const [ca, ta] = line[i - 1]!;
+    const [cb, tb] = line[i]!;
+    if (tb >= target) return ca + ((target - ta) * (cb - ca)) / (tb - ta);
+  }
+  return null;
+}
+
+const tokens = (n: number) => (n >= 1000 ? `${(n / 1000).toFixed(1)}k` : `${Math.round(n)}`);
+const heads = (n: number) => `${n} K/V head${n === 1 ? "" : "s"}`;
+
+/** The savings of the first storage types and batch, then every batch's crossovers in those storage types. */
+function kvHeadsVerdict(
+  context: number,
+  reference: number,
+  savings: KvHeadsSection["savings"],
+  crossovers: KvHeadsSection["crossovers"],
+): string {
+  const first = savings[0];
+  if (!first) return `K/V heads at context ${context}: no variant shares a configuration with ${heads(reference)}.`;
+  const saved = savings
+    .filter((s) => storageKey(s) === storageKey(first))
+    .map((s) => `${heads(s.kv_heads)} saved ${pct(s.saved)} of the step (the bytes: ${pct(s.formula_saved)})`);
+  const same = crossovers.filter((c) => c.dtype === first.dtype && c.kv_dtype === first.kv_dtype);
+  const batches = [...new Set(same.map((c) => c.batch))];
+  const crossed = batches.map(
+    (b) =>
+      `at batch ${b}, ` +
+      same
+        .filter((c) => c.batch === b)
+        .map(
+          (c) =>
+            `${heads(c.kv_heads)} at ${tokens(c.formula_context)} tokens by the bytes` +
+            (c.measured_context === null ? " (not reached in the run)" : ` (${tokens(c.measured_context)} measured)`),
+        )
+        .join(", "),
+  );
+  return (
+    `K/V heads at context ${context} (batch ${first.batch}, weights ${first.dtype}, cache ${first.kv_dtype}): against ${heads(reference)}, ` +
+    `${saved.join("; ")}. The cache's read equals the weights' ${crossed.join("; ")}.`
+  );
+}

@@ -1,0 +1,41 @@
+// The GQA intervention's arithmetic: where a measured step reaches twice its weights' time.
+import { describe, expect, test } from "bun:test";
+
+import { measuredCrossover } from "../src/profile/kv-heads-summary.ts";
+
+const line = (weightsMs: number, msPerToken: number, contexts: number[]) =>
+  contexts.map((c) => [c, weightsMs + msPerToken * c] as const);
+
+describe("measuredCrossover", () => {
+  test("a step linear in context crosses where its K/V time equals its time at context 0", () => {
+    expect(measuredCrossover(line(10, 0.01, [256, 2048, 8192]))).toBeCloseTo(1000, 9);
+    expect(measuredCrossover(line(4, 0.001, [256, 2048, 8192]))).toBeCloseTo(4000, 9);
+  });
+
+  test("the crossing is interpolated between the two contexts around it, after a bend", () => {
+    // 10 ms at context 0 (from the first two points), 12 ms at 1000, then 30 ms at 3000: 20 ms at 1000 + 2000 × 8/18
+    const steps = [
+      [500, 11],
+      [1000, 12],
+      [3000, 30],
+    ] as const;
+    expect(measuredCrossover(steps)).toBeCloseTo(1000 + (2000 * 8) / 18, 9);
+  });
+
+  test("none where the run stops short of it, or with fewer than two contexts", () => {
+    expect(measuredCrossover(line(10, 0.001, [256, 2048, 8192]))).toBeNull();
+    expect(measuredCrossover([[8192, 20]])).toBeNull();
+  });
+
+  test("a time at context 0 extrapolated below zero is kept above it: the first context already crossed", () => {
+    // the two shortest points extrapolate to −10 ms at context 0; kept at the least positive time, crossed before 100
+    const c = measuredCrossover([
+      [100, 10],
+      [200, 30],
+      [400, 70],
+    ]);
+    expect(c).not.toBeNull();
+    expect(c!).toBeGreaterThan(0);
+    expect(c!).toBeLessThan(100);
+  });
+});
