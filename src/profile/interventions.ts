@@ -17,7 +17,7 @@ import { fillCache, type FillMethod } from "./fill.ts";
 
 /**
  * Of the memory free when the interventions start, the share their sessions may take at once: on the 24 GiB VM,
- * three llama-3.2-1b variants placed in 82% of it ran 1.6–4.5× slower at 8,191 than one at a time.
+ * three llama-3.2-1b variants placed in 82% of it ran 1.4–4.5× slower at 8,191 than one at a time.
  */
 const MEMORY_SHARE = 0.5;
 
