@@ -1,6 +1,6 @@
-// `bun run generate` as a user runs it: the JSON contract, --dump-logits, and one clear line (exit ≠ 0,
+// `bun run generate` as a user runs it: the JSON contract, --dump-logits, prompt caching, and one clear line (exit ≠ 0,
 // no stack trace) for each kind of bad input.
-import { describe, expect, test } from "bun:test";
+import { afterAll, describe, expect, test } from "bun:test";
 import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { freemem, tmpdir } from "node:os";
 import { join } from "node:path";
@@ -31,6 +31,10 @@ describe("generate: output contract", () => {
     expect(out.mode).toBe("eager-native");
     expect(out.token_ms).toHaveLength(48);
     expect(out.token_ms.every((ms: number) => ms > 0)).toBe(true);
+    // TTFT is the prompt's step, TPOT the mean of the 47 after it
+    expect(out.ttft_ms).toBe(out.token_ms[0]);
+    const rest = out.token_ms.slice(1).reduce((a: number, b: number) => a + b, 0);
+    expect(out.tpot_ms).toBeCloseTo(rest / 47, 9);
   });
 
   test("--cache off gives the same tokens", () => {
@@ -292,5 +296,76 @@ describe("generate: the Llama family", () => {
         /^error: llama-3\.1-8b in f32 is 32\.1 GB of weights.*--dtype/,
       );
     else console.log("cli-generate: llama-3.1-8b's f32 weights fit this machine's free memory: refusal not run");
+  });
+});
+
+describe("generate --save-prefix / --prefix: prompt caching", () => {
+  const LLAMA = join(import.meta.dir, "fixtures/llama-tiny");
+  const dir = mkdtempSync(join(tmpdir(), "generate-prefix-"));
+  const prefixIds = "1,2,3,4,5,6,7,8,9,10";
+  const longer = `${prefixIds},11,12,13`;
+  const file = join(dir, "p.prefix");
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  const run = (...args: string[]) =>
+    generate("--model", LLAMA, "--backend", "cpu", "--max-new-tokens", "8", "--json", ...args);
+  const ids = (r: ReturnType<typeof run>) => JSON.parse(r.stdout).generated_ids as number[];
+
+  test("a saved prefix gives the cold run's tokens, in every CPU mode, with only the suffix prefilled", () => {
+    const saved = run("--prompt-ids", prefixIds, "--save-prefix", file);
+    expect(saved.code).toBe(0);
+    // llama-tiny: 2 layers × K and V × 10 rows × 2 K/V heads × 64 × 4 bytes
+    expect(JSON.parse(saved.stdout).saved_prefix).toMatchObject({ tokens: 10, bytes: 2 * 2 * 10 * 128 * 4 });
+    const cold = ids(run("--prompt-ids", longer));
+    for (const mode of ["eager", "eager-native"]) {
+      const warm = run("--prompt-ids", longer, "--prefix", file, "--mode", mode);
+      expect(warm.code).toBe(0);
+      expect(ids(warm)).toEqual(cold);
+      expect(JSON.parse(warm.stdout).prefix).toMatchObject({ tokens: 10, reused_rows: 10 });
+    }
+    // the prompt is the prefix: its last token is prefilled again
+    const same = run("--prompt-ids", prefixIds, "--prefix", file);
+    expect(ids(same)).toEqual(ids(saved));
+    expect(JSON.parse(same.stdout).prefix.reused_rows).toBe(9);
+  });
+
+  test.each([
+    [
+      "another storage type",
+      ["--prompt-ids", longer, "--kv-dtype", "bf16"],
+      /holds a f32 cache; this run's cache is bf16/,
+      "saved",
+    ],
+    ["another model", ["--prompt-ids", longer], /was saved from another model: its config's \w+ is/, "gpt2"],
+    [
+      "a prompt that does not begin with it",
+      ["--prompt-ids", "1,2,3,5,5,6,7,8,9,10,11"],
+      /token 4 is 5, the prefix's is 4/,
+      "saved",
+    ],
+    [
+      "--cache off",
+      ["--prompt-ids", longer, "--cache", "off"],
+      /--prefix keeps the KV cache's rows: it needs --cache on/,
+      "saved",
+    ],
+    ["a truncated file", ["--prompt-ids", longer], /is truncated: 3000 bytes of the/, "truncated"],
+    ["a file that is not one", ["--prompt-ids", longer], /is not a prefix file/, "config"],
+  ] as [string, string[], RegExp, string][])("%s is one line, and nothing is saved", (_, args, message, which) => {
+    const source =
+      which === "truncated" ? join(dir, "cut.prefix") : which === "config" ? join(LLAMA, "config.json") : file;
+    if (which === "truncated") writeFileSync(source, readFileSync(file).subarray(0, 3000));
+    const model = which === "gpt2" ? ["--model", FIXTURE] : ["--model", LLAMA];
+    const target = join(dir, "never.prefix");
+    const r = generate(...model, "--backend", "cpu", ...args, "--prefix", source, "--save-prefix", target);
+    expect(r.code).not.toBe(0);
+    const lines = r.stderr.split("\n").filter((l) => l.startsWith("error:"));
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(message);
+    expect(() => readFileSync(target)).toThrow();
+  });
+
+  test("--save-prefix with several sequences is one line", () => {
+    const r = run("--prompt-ids", prefixIds, "--batch", "2", "--save-prefix", join(dir, "never2.prefix"));
+    expect(r.stderr).toMatch(/^error: --save-prefix keeps one prompt's keys and values/m);
   });
 });

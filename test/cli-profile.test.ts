@@ -87,6 +87,12 @@ describe("profile --backend cpu on gpt2-tiny", () => {
     }
     expect(summary.seed_table.map((r) => r.context)).toEqual([8, 32, 63]);
     expect(summary.end_to_end.map((e) => e.mode)).toEqual(["uncached", "eager", "eager-native"]);
+    for (const e of summary.end_to_end) {
+      // the first token's time and the rest's mean make up the total
+      expect(e.ttft_ms).toBeGreaterThan(0);
+      expect(e.ttft_ms).toBeLessThan(e.total_ms);
+      expect(e.ttft_ms + e.tpot_ms! * (e.new_tokens - 1)).toBeCloseTo(e.total_ms, 9);
+    }
     expect(summary.verdicts.some((v) => v.startsWith("Is the floor launch overhead?"))).toBe(true);
     // the launch floor is measured with empty ops and set against the step (the fused step: 12 ops for 2 layers)
     expect(summary.device.launch.host_us).toBeGreaterThan(0);
@@ -348,8 +354,50 @@ describe("profile --kv-heads 4,2,1 --batches 1,2 on llama-tiny (4 query heads, 2
   });
 });
 
+describe("profile --prompt-cache on llama-tiny", () => {
+  const dir = join(out, "prompt-cache");
+  let run: ReturnType<typeof profile>;
+  let summary: ProfileSummary;
+  beforeAll(() => {
+    run = quickLlamaProfile(dir, "--contexts", "8", "--mode", "eager", "--prompt-cache", "100,16");
+    summary = JSON.parse(run.stdout) as ProfileSummary;
+  });
+
+  test("cold and warm first tokens per prefix, the bytes kept, the same tokens after each", () => {
+    expect(run.code).toBe(0);
+    expect(validateSummary(summary)).toEqual([]);
+    const c = summary.prompt_cache!;
+    expect(c.suffix_tokens).toBe(16);
+    expect(c.points.map((p) => p.prefix_tokens)).toEqual([16, 100]);
+    for (const p of c.points) {
+      // 2 layers × K and V × P rows × 2 K/V heads × 64 × 4 bytes, and the file's header before them
+      expect(p.bytes_kept).toBe(2 * 2 * p.prefix_tokens * 128 * 4);
+      expect(p.file_bytes).toBeGreaterThan(p.bytes_kept);
+      for (const t of [p.cold_ttft_ms, p.warm_memory_ttft_ms, p.warm_file_ttft_ms]) {
+        expect(t.n).toBe(c.repeats);
+        expect(t.median).toBeGreaterThan(0);
+      }
+      expect(p.streams_identical).toBe(true);
+    }
+    expect(summary.verdicts.some((v) => v.startsWith("Prompt caching: with a 100-token prefix kept"))).toBe(true);
+    expect(readFileSync(join(dir, OUTPUT_FILES.report), "utf8")).toContain(
+      "## Prompt caching: time to first token, cold and with a kept prefix",
+    );
+  });
+});
+
 describe("bad flags: one line, exit ≠ 0", () => {
   test.each([
+    [
+      "a prompt-cache prefix beyond the positions",
+      ["--model", LLAMA_FIXTURE, "--backend", "cpu", "--prompt-cache", "64,105"],
+      /^error: --prompt-cache: a 105-token prefix does not fit: .* it needs 129 positions, and n_positions is 128 \(longest prefix 104\)$/,
+    ],
+    [
+      "a prompt-cache prefix that is not a number",
+      ["--model", LLAMA_FIXTURE, "--backend", "cpu", "--prompt-cache", "1k"],
+      /--prompt-cache: "1k" is not a positive integer/,
+    ],
     ["an unknown mode", ["--mode", "turbo"], /turbo/],
     ["an unknown flag", ["--bogus"], /bogus/],
     [

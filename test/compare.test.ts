@@ -75,6 +75,42 @@ describe("compareRuns on synthetic summaries", () => {
     expect(c.not_compared).toEqual([]);
   });
 
+  test("prompt caching: each start's time to first token, one run's warm start beyond the other's spread", () => {
+    const withCache = (warm: number) => {
+      const s = structuredClone(base);
+      s.prompt_cache = {
+        suffix_tokens: 16,
+        new_tokens: 8,
+        repeats: 3,
+        how: "synthetic",
+        points: [
+          {
+            prefix_tokens: 1024,
+            bytes_kept: 47185920,
+            file_bytes: 47192256,
+            cold_ttft_ms: statsAround(950, 0.02),
+            warm_memory_ttft_ms: statsAround(warm, 0.05),
+            warm_file_ttft_ms: statsAround(300, 0.05),
+            streams_identical: true,
+          },
+        ],
+      };
+      return s;
+    };
+    const c = compareRuns([run("before", withCache(70)), run("after", withCache(35))]);
+    const t = tableOf(c, "prompt_cache")!;
+    expect(t.rows.map((r) => [r.key, r.cells[1]!.change])).toEqual([
+      [[1024, "cold"], "within noise"],
+      [[1024, "warm, memory"], "faster"],
+      [[1024, "warm, file"], "within noise"],
+    ]);
+    // a run of the version before prompt caching lacks the section, and says why
+    const older = structuredClone(base) as ReadSummary;
+    older.schema_version = 11;
+    const gap = compareRuns([run("before", withCache(70)), run("v11", older)]);
+    expect(JSON.stringify(gap.not_compared)).toContain("older than these fields (version 12)");
+  });
+
   test("a run inside the other's spread is called within the noise", () => {
     const c = compareRuns([
       run("before", base),
@@ -318,6 +354,10 @@ describe("older summary versions' schemas", () => {
     for (const f of ["grid_barrier_skewed_us", "grid_barrier_sc_us", "grid_barrier_sc_skewed_us"])
       delete s.device.launch[f];
     for (const p of s.points) if (p.breakdown) delete p.breakdown.overlapping_ops;
+    for (const e of s.end_to_end) {
+      delete e.ttft_ms;
+      delete e.tpot_ms;
+    }
     return s;
   }
 

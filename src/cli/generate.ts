@@ -16,6 +16,15 @@ import {
   unavailableMode,
   type LaunchModeName,
 } from "../run/launch-modes.ts";
+import {
+  checkPrefixIdentity,
+  encodePrefix,
+  keepPrefix,
+  readPrefixFile,
+  prefixIdentityOf,
+  reusedRows,
+  type KeptPrefix,
+} from "../run/prefix.ts";
 import { Session } from "../run/session.ts";
 import { summarize } from "../stats.ts";
 import { checkHostMemory, DEFAULT_PRESET, intFlag, loadAnyWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
@@ -87,6 +96,16 @@ await runCli(async () => {
         type: "string",
         describe: "write float32 LE logits (len(prompt)+generated, vocab) from one uncached pass",
       })
+      .option("save-prefix", {
+        type: "string",
+        describe:
+          "after the run, write the prompt's keys and values to FILE (with the config, storage types and a hash of the weights) for --prefix",
+      })
+      .option("prefix", {
+        type: "string",
+        describe:
+          "a file from --save-prefix whose tokens every prompt begins with: its keys and values are restored and only the rest of the prompt is prefilled",
+      })
       .conflicts("prompt", "prompt-ids"),
     ["prompt", "prompt-ids"],
   );
@@ -95,6 +114,12 @@ await runCli(async () => {
   const maxNew = intFlag("max-new-tokens", argv["max-new-tokens"], 1);
   const dumpLogits =
     argv["dump-logits"] === undefined ? undefined : checkWritableFile("dump-logits", argv["dump-logits"]);
+  const savePrefix =
+    argv["save-prefix"] === undefined ? undefined : checkWritableFile("save-prefix", argv["save-prefix"]);
+  if ((savePrefix !== undefined || argv.prefix !== undefined) && argv.cache === "off")
+    throw new UserError(
+      `--${argv.prefix !== undefined ? "prefix" : "save-prefix"} keeps the KV cache's rows: it needs --cache on`,
+    );
   const threads = argv.threads === undefined ? undefined : intFlag("threads", argv.threads, 1, 1024);
   // the model's header and the prompt are checked before the backend opens, and the model's line is said
   // after them: a bad input is its one line
@@ -122,6 +147,10 @@ await runCli(async () => {
     throw new UserError(`--batch ${batch} takes one prompt (repeated) or ${batch} prompts, not ${given.length}`);
   }
   const prompts = given.length === batch ? given : Array.from({ length: batch }, () => given[0]!);
+  if (savePrefix !== undefined && batch > 1)
+    throw new UserError("--save-prefix keeps one prompt's keys and values: use it with one prompt and --batch 1");
+  const prefixRead = argv.prefix === undefined ? undefined : timedRead(argv.prefix);
+  if (prefixRead) for (const p of prompts) reusedRows(p, prefixRead.kept, argv.prefix!);
   if (dumpLogits && batch > 1)
     throw new UserError("--dump-logits writes one sequence's logits: use it with one prompt and --batch 1");
   const dtype: DtypeName = argv.dtype ?? weights.storedAs;
@@ -138,7 +167,13 @@ await runCli(async () => {
   const cache = argv.cache === "on";
   if (!cache && mode.name !== "eager")
     say(`note: --cache off recomputes eagerly; --mode ${argv.mode} applies to cached steps only`);
-  const result = generateBatch(session, { prompts, maxNewTokens: maxNew, cache, mode });
+  // the weights' hash and the prefix's checks come before the timed run, as a server's would at start-up
+  const identity = prefixRead || savePrefix ? prefixIdentityOf(session) : undefined;
+  if (prefixRead) checkPrefixIdentity(prefixRead.kept, identity!, argv.prefix!);
+  const prefix = prefixRead && { kept: prefixRead.kept, source: argv.prefix! };
+  const result = generateBatch(session, { prompts, maxNewTokens: maxNew, cache, mode, ...(prefix ? { prefix } : {}) });
+  const saved = savePrefix && keepPrefix(backend, session.sequenceCache(0), identity!, prompts[0]!);
+  if (savePrefix && saved) writeFileAtomic(savePrefix, encodePrefix(saved));
 
   if (dumpLogits) {
     const logits = session.logitsAtEveryPosition([...result.promptIds[0]!, ...result.generatedIds[0]!]);
@@ -166,6 +201,17 @@ await runCli(async () => {
     token_kinds: result.tokenKinds,
     first_step_ms: firstStepMs ?? null,
     median_step_ms: steadyMs.length ? summarize(steadyMs).median : null,
+    ...firstTokenSplit(result.tokenMs),
+    ...(prefixRead && {
+      prefix: {
+        file: argv.prefix,
+        tokens: prefixRead.kept.tokens.length,
+        reused_rows: perSequence(result.reusedRows),
+        bytes: prefixRead.kept.rows.length,
+        read_ms: prefixRead.ms,
+      },
+    }),
+    ...(saved && { saved_prefix: { file: savePrefix, tokens: saved.tokens.length, bytes: saved.rows.length } }),
   };
   if (argv.json) {
     writeStdout(`${JSON.stringify(summary)}\n`);
@@ -180,7 +226,40 @@ await runCli(async () => {
     say(
       `${backend.kind} (${backend.deviceName}), cache ${argv.cache}, mode ${summary.mode}, plan ${summary.plan}, ${storage}: ${maxNew} tokens${batch > 1 ? ` × ${batch} sequences` : ""}${perToken}`,
     );
+    if (summary.ttft_ms !== null) say(firstTokenLine(summary.ttft_ms, summary.tpot_ms));
+    if (prefixRead)
+      say(
+        `prefix ${argv.prefix}: ${result.reusedRows[0]} of the prompt's ${prompts[0]!.length} tokens' keys and values restored (${prefixRead.kept.rows.length} bytes, read and checked in ${prefixRead.ms.toFixed(1)} ms, outside the time to first token)`,
+      );
+    if (saved)
+      say(
+        `saved the prompt's ${saved.tokens.length} tokens' keys and values to ${savePrefix} (${saved.rows.length} bytes)`,
+      );
   }
   session.close();
   backend.close();
 });
+
+/**
+ * Time to first token (the prompt's step, synchronised) and time per output token after it (the mean of the
+ * rest: the field's TTFT / TPOT split); null where there is no such token.
+ */
+function firstTokenSplit(tokenMs: number[]): { ttft_ms: number | null; tpot_ms: number | null } {
+  const [first, ...rest] = tokenMs;
+  return {
+    ttft_ms: first ?? null,
+    tpot_ms: rest.length ? rest.reduce((a, b) => a + b, 0) / rest.length : null,
+  };
+}
+
+function firstTokenLine(ttft: number, tpot: number | null): string {
+  const after = tpot === null ? "" : `, ${tpot.toFixed(3)} ms per output token after it (mean)`;
+  return `time to first token ${ttft.toFixed(3)} ms${after}`;
+}
+
+/** A prefix file read whole, with the time that took (a warm request from a file pays it; one from memory does not). */
+function timedRead(path: string): { kept: KeptPrefix; ms: number } {
+  const t0 = Bun.nanoseconds();
+  const kept = readPrefixFile(path);
+  return { kept, ms: (Bun.nanoseconds() - t0) / 1e6 };
+}

@@ -1,5 +1,6 @@
 // bun run profile — the decode-floor study: eager vs graph over a context sweep, per-kernel breakdowns,
 // where the step's time goes, FLOPs/bytes against measured peaks, KV memory; results under profiles/.
+import { PROMPT_CACHE_SUFFIX, PROMPT_CACHE_TOKENS, promptCacheContext } from "../profile/prompt-cache.ts";
 import { cpus, freemem, loadavg } from "node:os";
 import { basename, join } from "node:path";
 
@@ -84,6 +85,25 @@ function contextsFor(
   if (defaults.some((c) => c > max))
     note(`note: contexts capped at ${max} (n_positions ${nPositions} minus the new token)`);
   return capped;
+}
+
+/** profile --prompt-cache: prefix lengths, each with its suffix and generated tokens inside the model's positions. */
+function promptCacheFor(flag: string | undefined, nPositions: number): number[] | undefined {
+  if (flag === undefined) return undefined;
+  const most = nPositions - promptCacheContext(0);
+  const values = flag.split(",").map((s) => {
+    const n = Number(s.trim());
+    if (!/^\d+$/.test(s.trim()) || n < 1)
+      throw new UserError(
+        `--prompt-cache: ${JSON.stringify(s)} is not a positive integer (e.g. --prompt-cache 1024,4096)`,
+      );
+    if (n > most)
+      throw new UserError(
+        `--prompt-cache: a ${n}-token prefix does not fit: with its ${PROMPT_CACHE_SUFFIX}-token suffix and ${PROMPT_CACHE_TOKENS} generated tokens it needs ${promptCacheContext(n)} positions, and n_positions is ${nPositions} (longest prefix ${most})`,
+      );
+    return n;
+  });
+  return [...new Set(values)].sort((a, b) => a - b);
 }
 
 const BATCH_CHOICES = Array.from({ length: MAX_BATCH }, (_, i) => String(i + 1));
@@ -277,6 +297,10 @@ await runCli(async () => {
         describe:
           "K/V-head counts to compare (divisors of the query heads, comma-separated, e.g. 9,3,1: MHA, GQA, MQA): the model's attention reshaped, seeded weights of each shape, timed beside each other in the fastest launch mode",
       })
+      .option("prompt-cache", {
+        type: "string",
+        describe: `prefix lengths (comma-separated, e.g. 1024,4096) at which time to first token is timed cold and with the prefix's keys and values kept (in memory and in a file), ${PROMPT_CACHE_SUFFIX} more prompt tokens prefilled`,
+      })
       .option("batches", {
         type: "string",
         describe: `sequences per step to compare (1..${MAX_BATCH}, comma-separated, e.g. 1,4): every storage type × batch is timed in the fastest launch mode`,
@@ -308,6 +332,7 @@ await runCli(async () => {
     );
     const cfg = weights.config;
     const plan: PlanKind = argv.plan ?? DEFAULT_STEP_FORM.plan;
+    const promptCache = promptCacheFor(argv["prompt-cache"], cfg.n_positions);
     lines.forEach(say);
     backend = await openBackend(argv.backend, { threads, note: say });
     const defaults = backend.studyDefaults;
@@ -343,6 +368,7 @@ await runCli(async () => {
         promptTokens: E2E_PROMPT,
         newTokens: intFlag("e2e-tokens", argv["e2e-tokens"] ?? Math.min(defaults.e2eTokens, e2eMax), 1, e2eMax),
       },
+      ...(promptCache ? { promptCache } : {}),
       seed: intFlag("seed", argv.seed, 0),
       checkpoint: () => interrupt.checkpoint(),
       say,

@@ -7,6 +7,7 @@ import type { Stats } from "../stats.ts";
 import type {
   Breakdown,
   DeviceDescription,
+  EndToEnd,
   InterventionConfig,
   InterventionPoint,
   InterventionsSection,
@@ -42,6 +43,7 @@ export const FIELDS_ADDED_IN = {
     "predictions.points[].kv_heads",
     "seed_table[].kv_byte_share",
   ],
+  12: ["end_to_end[].ttft_ms", "end_to_end[].tpot_ms", "prompt_cache"],
 } as const;
 
 type AddedField = (typeof FIELDS_ADDED_IN)[keyof typeof FIELDS_ADDED_IN][number];
@@ -49,13 +51,14 @@ type AddedField = (typeof FIELDS_ADDED_IN)[keyof typeof FIELDS_ADDED_IN][number]
 type AddedUnder<Parent extends string, F = AddedField> = F extends `${Parent}.${infer Name}` ? Name : never;
 type Later<T, Parent extends string> = Omit<T, AddedUnder<Parent>> & Partial<Pick<T, AddedUnder<Parent> & keyof T>>;
 
-/** A summary of any version compare reads (5–11): the current layout, the fields later versions added optional. */
+/** A summary of any version compare reads (5–12): the current layout, the fields later versions added optional. */
 export interface ReadSummary
   extends Omit<
     ProfileSummary,
-    "schema_version" | "device" | "points" | "predictions" | "settings" | "seed_table" | "interventions"
+    "schema_version" | "device" | "points" | "predictions" | "settings" | "seed_table" | "interventions" | "end_to_end"
   > {
   schema_version: number;
+  end_to_end: Later<EndToEnd, "end_to_end[]">[];
   settings: Later<ProfileSummary["settings"], "settings">;
   seed_table: Later<SeedRow, "seed_table[]">[];
   device: Omit<DeviceDescription, "launch"> & { launch: Later<LaunchFloor, "device.launch"> };
@@ -68,6 +71,20 @@ export interface ReadSummary
     points: Later<InterventionPoint, "interventions.points[]">[];
   };
 }
+
+/** The end-to-end times compare shows, the summary field of each (older runs lack the TTFT/TPOT split). */
+const END_TO_END_TIMES: { field: "per_token_ms" | "ttft_ms" | "tpot_ms"; label: string }[] = [
+  { field: "per_token_ms", label: "per new token" },
+  { field: "ttft_ms", label: "to first token" },
+  { field: "tpot_ms", label: "per token after the first" },
+];
+
+/** The starts the prompt-cache section times, the summary field of each. */
+const PROMPT_CACHE_STARTS: { field: "cold_ttft_ms" | "warm_memory_ttft_ms" | "warm_file_ttft_ms"; label: string }[] = [
+  { field: "cold_ttft_ms", label: "cold" },
+  { field: "warm_memory_ttft_ms", label: "warm, memory" },
+  { field: "warm_file_ttft_ms", label: "warm, file" },
+];
 
 /** A row's K/V heads: the model's own in a summary from before --kv-heads. */
 const kvHeadsIn = (p: { kv_heads?: number }, s: ReadSummary) => p.kv_heads ?? kvHeadsOf(s.model.config);
@@ -121,6 +138,7 @@ export type SectionId =
   | "split"
   | "seed"
   | "end_to_end"
+  | "prompt_cache"
   | "launch"
   | "peers"
   | "interventions"
@@ -327,18 +345,40 @@ const SECTIONS: Section[] = [
   {
     id: "end_to_end",
     title: "End-to-end generation",
-    quantity: "time per generated token (ms)",
+    quantity: "time per generated token, to the first token and per token after it (ms)",
     unit: "ms",
     lowerIsBetter: true,
     rule: "none",
-    keyColumns: ["mode", "tokens"],
+    keyColumns: ["mode", "tokens", "time"],
     pointColumns: 2,
     group: studyGroup,
     measure: (s) =>
-      s.end_to_end.map((e) => ({
-        key: [e.mode, `${e.prompt_tokens} + ${e.new_tokens}`],
-        value: exact(e.per_token_ms),
-      })),
+      s.end_to_end.flatMap((e) =>
+        END_TO_END_TIMES.flatMap(({ field, label }) => {
+          const v = e[field];
+          return v === null || v === undefined
+            ? []
+            : [{ key: [e.mode, `${e.prompt_tokens} + ${e.new_tokens}`, label], value: exact(v) }];
+        }),
+      ),
+    field: (key) =>
+      key === null ? "end_to_end" : `end_to_end[].${END_TO_END_TIMES.find((t) => t.label === key[2])!.field}`,
+  },
+  {
+    id: "prompt_cache",
+    title: "Prompt caching: time to first token",
+    quantity: "time to first token (ms)",
+    unit: "ms",
+    lowerIsBetter: true,
+    rule: "p10-p90",
+    keyColumns: ["prefix tokens", "start"],
+    pointColumns: 1,
+    group: studyGroup,
+    measure: (s) =>
+      (s.prompt_cache?.points ?? []).flatMap((p) =>
+        PROMPT_CACHE_STARTS.map(({ field, label }) => ({ key: [p.prefix_tokens, label], value: spreadOf(p[field]) })),
+      ),
+    field: () => "prompt_cache",
   },
   {
     id: "launch",

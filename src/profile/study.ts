@@ -19,7 +19,8 @@ import { CALIBRATION_TOKENS, fillCache, pointFill, PrefillRate, type FillChoice,
 import { measureInterventions, type InterventionsResult, type KvVariant } from "./interventions.ts";
 import { partingOf, tokensBeforeParting, type PeerMeasurements } from "./peers-summary.ts";
 import { promptOf } from "./prompts.ts";
-import type { EndToEnd, MemoryReport, PeerParting, StepTrace, StudyMode } from "./types.ts";
+import { measurePromptCache, promptCacheContext } from "./prompt-cache.ts";
+import type { EndToEnd, MemoryReport, PeerParting, PromptCacheSection, StepTrace, StudyMode } from "./types.ts";
 import { cachedStepWork, sumWork } from "./work-model.ts";
 
 export interface StudyOptions {
@@ -38,6 +39,8 @@ export interface StudyOptions {
   /** traced steps per (mode, context) */
   tracedSteps: number;
   e2e: { promptTokens: number; newTokens: number };
+  /** prefix lengths whose time to first token is timed cold and warm (profile --prompt-cache) */
+  promptCache?: number[];
   seed: number;
   onProgress?: (done: number, total: number, what: string) => void;
   /** a line for the user outside the progress bar */
@@ -63,6 +66,7 @@ export interface StudyResult {
   /** traced steps left out because their records did not line up one-to-one with the plan */
   mismatched: number;
   endToEnd: EndToEnd[];
+  promptCache?: PromptCacheSection;
   memory: MemoryReport;
   /** the peers' measurements, when the study ran with peers */
   peers?: PeerMeasurements & { prompt: number[]; reference: number[] };
@@ -82,13 +86,16 @@ const MEMORY_PROMPT = 8;
 const nowMs = () => Bun.nanoseconds() / 1e6;
 
 /**
- * Units of progress in a study: every (context, mode) point timed, one end-to-end run per mode, every
- * intervention configuration at every context, then every point traced.
+ * Units of progress in a study: every (context, mode) point timed, one end-to-end run per mode, every prompt-cache
+ * prefix, every intervention configuration at every context, then every point traced.
  */
-export function studyUnits(opts: Pick<StudyOptions, "contexts" | "modes" | "kernels" | "interventions">): number {
+export function studyUnits(
+  opts: Pick<StudyOptions, "contexts" | "modes" | "kernels" | "interventions" | "promptCache">,
+): number {
   const interventions = opts.contexts.length * interventionConfigs(opts);
   const traced = opts.kernels ? opts.modes.filter(tracedByOp).length : 0;
-  return opts.contexts.length * (opts.modes.length + traced) + opts.modes.length + interventions;
+  const promptCache = opts.promptCache?.length ?? 0;
+  return opts.contexts.length * (opts.modes.length + traced) + opts.modes.length + promptCache + interventions;
 }
 
 /** Configurations the interventions time: every form of every K/V-head variant. */
@@ -110,12 +117,13 @@ export function largestStepBytes(
 }
 
 /**
- * The most positions a study's sequences reach: its largest context's step writes position c; the end-to-end run;
- * the peers' agreement check.
+ * The most positions a study's sequences reach: its largest context's step writes position c; the prompt-cache
+ * prompts; the end-to-end run; the peers' agreement check.
  */
-export const studiedContext = (opts: Pick<StudyOptions, "contexts" | "e2e">) =>
+export const studiedContext = (opts: Pick<StudyOptions, "contexts" | "e2e" | "promptCache">) =>
   Math.max(
     ...opts.contexts.map((c) => c + 1),
+    ...(opts.promptCache ?? []).map(promptCacheContext),
     opts.e2e.promptTokens + opts.e2e.newTokens,
     AGREEMENT_PROMPT + AGREEMENT_TOKENS,
     MEMORY_PROMPT + 1,
@@ -143,8 +151,8 @@ export class Study {
 
   /**
    * Everything that is timed comes before tracing is first switched on (CUPTI attached to the driver can slow
-   * launches, and stays attached): every point (the peers, if any, beside the modes), then the end-to-end runs
-   * and the interventions; then every point is traced, its cache filled again, and the peers are checked token
+   * launches, and stays attached): every point (the peers, if any, beside the modes), then the end-to-end runs,
+   * the prompt cache and the interventions; then every point is traced, its cache filled again, and the peers are checked token
    * for token.
    */
   async run(peers?: PeerSet): Promise<StudyResult> {
@@ -181,6 +189,11 @@ export class Study {
       await this.checkpoint();
       endToEnd.push(this.endToEnd(mode));
     }
+    const promptCache =
+      this.opts.promptCache &&
+      measurePromptCache(this.session, this.opts.promptCache, this.opts.seed, (P) =>
+        progress(`prompt cache: a ${P}-token prefix, cold and warm`),
+      );
     const interventions = this.opts.interventions;
     const samples =
       interventions &&
@@ -226,6 +239,7 @@ export class Study {
       dropped,
       mismatched,
       endToEnd,
+      ...(promptCache ? { promptCache } : {}),
       memory,
       ...(peerResult ? { peers: peerResult } : {}),
       ...(samples ? { interventions: samples } : {}),
@@ -419,14 +433,22 @@ export class Study {
     const prompt = promptOf(promptTokens, s.config.vocab_size, this.opts.seed);
     s.backend.synchronize();
     const t0 = nowMs();
+    // the first token is known once its step has finished: one sync, then the rest back to back
     if (mode === "uncached") {
       s.setSequence(prompt);
-      for (let i = 0; i < newTokens; i++) {
+      s.setPosition(0);
+      s.run(promptTokens);
+    } else {
+      s.prefill(prompt);
+    }
+    s.backend.synchronize();
+    const ttft_ms = nowMs() - t0;
+    if (mode === "uncached") {
+      for (let i = 1; i < newTokens; i++) {
         s.setPosition(0);
         s.run(promptTokens + i);
       }
     } else {
-      s.prefill(prompt);
       launchMode(mode).run(s.step(1), newTokens - 1);
     }
     s.backend.synchronize();
@@ -441,7 +463,15 @@ export class Study {
     if (s.position() !== promptTokens + newTokens - 1) {
       throw new Error(`end-to-end ${mode}: the position ended at ${s.position()}, not ${promptTokens + newTokens - 1}`);
     }
-    return { mode, prompt_tokens: promptTokens, new_tokens: newTokens, total_ms, per_token_ms: total_ms / newTokens };
+    return {
+      mode,
+      prompt_tokens: promptTokens,
+      new_tokens: newTokens,
+      total_ms,
+      per_token_ms: total_ms / newTokens,
+      ttft_ms,
+      tpot_ms: newTokens > 1 ? (total_ms - ttft_ms) / (newTokens - 1) : null,
+    };
   }
 
   /**

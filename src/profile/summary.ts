@@ -1,4 +1,5 @@
 // From the study's measurements to the ProfileSummary every report is drawn from.
+import { promptCacheVerdict } from "./prompt-cache.ts";
 import { cpus, hostname, release, totalmem, type } from "node:os";
 
 import type { Backend } from "../backends/backend.ts";
@@ -334,9 +335,11 @@ export function buildSummary(args: {
       ...launchVerdict(points, launch, opsOf),
       ...(interventions ? [interventions.attribution.verdict] : []),
       ...(interventions?.kv_heads ? [interventions.kv_heads.verdict] : []),
+      ...(result.promptCache ? [promptCacheVerdict(result.promptCache)] : []),
     ],
     ...(result.peers ? { peers: peersOf(cfg, opts, points, peaks, result) } : {}),
     ...(interventions ? { interventions } : {}),
     ...(predictions ? { predictions } : {}),
+    ...(result.promptCache ? { prompt_cache: result.promptCache } : {}),
   };
 }

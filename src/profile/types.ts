@@ -112,6 +112,10 @@ export interface EndToEnd {
   new_tokens: number;
   total_ms: number;
   per_token_ms: number;
+  /** time to first token: the prompt's prefill (or, uncached, its first recompute) until its token is known */
+  ttft_ms: number;
+  /** time per output token after the first: (total − TTFT) / (new tokens − 1); null for one new token */
+  tpot_ms: number | null;
 }
 
 export interface MemoryReport {
@@ -144,9 +148,10 @@ export interface DeviceDescription extends BackendDescription {
  * rope_scaling, tie_word_embeddings, qkv_bias, qk_norm —, and the op families rmsnorm, rope, swiglu; 9: a peer's
  * parting token; 10: how each context's cache was filled — seed_table[].fill, uncached_model_ms, settings.fill,
  * prefill_flops_per_s; 11: K/V-head variants — the interventions' and predictions' kv_heads,
- * interventions.kv_heads; the cache's share of a step's bytes, seed_table[].kv_byte_share).
+ * interventions.kv_heads; the cache's share of a step's bytes, seed_table[].kv_byte_share; 12: end_to_end[].ttft_ms
+ * and tpot_ms, prompt_cache).
  */
-export const SCHEMA_VERSION = 11;
+export const SCHEMA_VERSION = 12;
 
 export interface ProfileSummary {
   schema_version: typeof SCHEMA_VERSION;
@@ -185,6 +190,33 @@ export interface ProfileSummary {
   interventions?: InterventionsSection;
   /** on a GPU the kernel model has parameters for: its predicted step beside each measured one */
   predictions?: PredictionsSection;
+  /** time to first token cold against a kept prefix (profile --prompt-cache) */
+  prompt_cache?: PromptCacheSection;
+}
+
+// ---- prompt caching: a prefix's keys and values kept from one request for the next (prompt-cache.ts) ----
+
+export interface PromptCachePoint {
+  prefix_tokens: number;
+  /** the prefix's K/V as kept in memory, and its file (header + rows) */
+  bytes_kept: number;
+  file_bytes: number;
+  /** the whole prompt prefilled */
+  cold_ttft_ms: Stats;
+  /** the prefix's rows copied in from host memory, the suffix prefilled */
+  warm_memory_ttft_ms: Stats;
+  /** the prefix file read and checked, its rows copied in, the suffix prefilled */
+  warm_file_ttft_ms: Stats;
+  /** the tokens generated after a warm start (memory and file) equal those after a cold one */
+  streams_identical: boolean;
+}
+
+export interface PromptCacheSection {
+  suffix_tokens: number;
+  new_tokens: number;
+  repeats: number;
+  how: string;
+  points: PromptCachePoint[];
 }
 
 /** The kernel model's step time beside the measured one: PREDICTIONS, for the first GPU run to calibrate. */

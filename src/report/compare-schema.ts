@@ -8,6 +8,7 @@ import { PROFILE_SUMMARY_SCHEMA, schemaProblems, validateSummary } from "./schem
 
 /** Where each object that later versions added fields to sits in the schema. */
 const SCHEMA_OBJECTS: Record<string, string[]> = {
+  "": [], // the summary itself
   "device.launch": ["properties", "device", "properties", "launch"],
   "points[].breakdown": ["$defs", "studyPoint", "properties", "breakdown"],
   predictions: ["properties", "predictions"],
@@ -17,6 +18,7 @@ const SCHEMA_OBJECTS: Record<string, string[]> = {
   "interventions.points[]": ["properties", "interventions", "properties", "points", "items"],
   settings: ["properties", "settings"],
   "seed_table[]": ["properties", "seed_table", "items"],
+  "end_to_end[]": ["properties", "end_to_end", "items"],
   // the agreement's object form, the second of its oneOf
   "peers.results[].agreement": [
     "properties",
@@ -36,7 +38,7 @@ type SchemaObject = { properties: Record<string, unknown>; required: string[] };
 /** Takes a field (its path as FIELDS_ADDED_IN writes it) out of `schema`: out of its object's properties and required list. */
 function removeField(schema: Record<string, unknown>, path: string): void {
   const dot = path.lastIndexOf(".");
-  const where = SCHEMA_OBJECTS[path.slice(0, dot)];
+  const where = SCHEMA_OBJECTS[dot < 0 ? "" : path.slice(0, dot)];
   if (!where) throw new RangeError(`compare-schema: no schema object for ${path}`);
   const target = where.reduce<Record<string, unknown>>(
     (node, key) => node[key] as Record<string, unknown>,

@@ -7,6 +7,7 @@ import {
   opTimeNote,
   interventionsTable,
   kvHeadsTable,
+  promptCacheTable,
   kernelPredictionsTable,
   launchParametersTable,
   predictionsTable,
@@ -147,6 +148,16 @@ export function renderReport(summary: ProfileSummary): string {
         ]
       : []),
     section("End-to-end generation", markdownTable(endToEndTable(s))),
+    ...(s.prompt_cache
+      ? [
+          section(
+            "Prompt caching: time to first token, cold and with a kept prefix",
+            `${md(s.prompt_cache.how)}.`,
+            markdownTable(promptCacheTable(s)),
+            `- ${md(s.verdicts.find((v) => v.startsWith("Prompt caching:")) ?? "")}`,
+          ),
+        ]
+      : []),
     section(
       "Where a step's time goes",
       "busy = union of the op intervals on the device; idle = step − busy; host issue = time the host spends issuing the step, of which launch API inside the launch calls.",

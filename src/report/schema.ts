@@ -120,6 +120,28 @@ const endToEnd = object({
   new_tokens: count,
   total_ms: nonNegative,
   per_token_ms: nonNegative,
+  ttft_ms: nonNegative,
+  tpot_ms: nullableNumber,
+});
+
+const promptCache = object({
+  suffix_tokens: count,
+  new_tokens: count,
+  repeats: count,
+  how: text,
+  points: {
+    type: "array",
+    minItems: 1,
+    items: object({
+      prefix_tokens: count,
+      bytes_kept: nonNegative,
+      file_bytes: nonNegative,
+      cold_ttft_ms: stats,
+      warm_memory_ttft_ms: stats,
+      warm_file_ttft_ms: stats,
+      streams_identical: { type: "boolean" },
+    }),
+  },
 });
 
 const memory = object({
@@ -434,8 +456,9 @@ export const PROFILE_SUMMARY_SCHEMA = {
           }),
         },
       }),
+      prompt_cache: promptCache,
     },
-    ["peers", "interventions", "predictions"],
+    ["peers", "interventions", "predictions", "prompt_cache"],
   ),
   $defs: { stats, opAggregate, timeSplit, work, studyPoint },
 };

@@ -243,8 +243,18 @@ export function endToEndTable(s: ProfileSummary): TableData {
       { header: "new tokens" },
       { header: "total (ms)", format: ms3 },
       { header: "per new token (ms)", format: ms3 },
+      { header: "to first token (ms)", format: ms3 },
+      { header: "per token after it (ms)", format: ms3 },
     ],
-    rows: s.end_to_end.map((e) => [modeLabel(e.mode), e.prompt_tokens, e.new_tokens, e.total_ms, e.per_token_ms]),
+    rows: s.end_to_end.map((e) => [
+      modeLabel(e.mode),
+      e.prompt_tokens,
+      e.new_tokens,
+      e.total_ms,
+      e.per_token_ms,
+      e.ttft_ms,
+      e.tpot_ms,
+    ]),
   };
 }
 
@@ -540,6 +550,35 @@ export function predictionsTable(s: ProfileSummary): TableData {
       p.predicted_ms,
       `${p.optimistic_ms.toFixed(3)}–${p.pessimistic_ms.toFixed(3)}`,
       p.measured_over_predicted,
+    ]),
+  };
+}
+
+/** Time to first token cold against a kept prefix, per prefix length (profile --prompt-cache). */
+export function promptCacheTable(s: ProfileSummary): TableData {
+  const c = s.prompt_cache;
+  if (!c) return { columns: [], rows: [] };
+  const sooner = (cold: number, warm: number) => `${(cold / warm).toFixed(1)}×`;
+  return {
+    columns: [
+      { header: "prefix tokens" },
+      { header: "K/V kept" },
+      { header: "cold TTFT (ms)", format: ms3 },
+      { header: "warm, memory (ms)", format: ms3 },
+      { header: "warm, file (ms)", format: ms3 },
+      { header: "cold ÷ memory", align: "right" },
+      { header: "cold ÷ file", align: "right" },
+      { header: "same tokens" },
+    ],
+    rows: c.points.map((p) => [
+      p.prefix_tokens,
+      formatBytes(p.bytes_kept),
+      p.cold_ttft_ms.median,
+      p.warm_memory_ttft_ms.median,
+      p.warm_file_ttft_ms.median,
+      sooner(p.cold_ttft_ms.median, p.warm_memory_ttft_ms.median),
+      sooner(p.cold_ttft_ms.median, p.warm_file_ttft_ms.median),
+      p.streams_identical ? "yes" : "NO",
     ]),
   };
 }

@@ -6,6 +6,7 @@ import {
   breakdownPoints,
   interventionsTable,
   kvHeadsTable,
+  promptCacheTable,
   opTimeNote,
   predictionsTable,
   modeLabel,
@@ -64,6 +65,9 @@ export function renderTerminalSummary(s: ProfileSummary): string {
       : []),
     ...(s.interventions?.kv_heads
       ? [heading("Grouped-query attention: the K/V heads' saving"), terminalTable(kvHeadsTable(s)), ""]
+      : []),
+    ...(s.prompt_cache
+      ? [heading("Prompt caching: time to first token, cold and warm"), terminalTable(promptCacheTable(s)), ""]
       : []),
     ...(withSplit(s).length > 0 ? [heading("Where a step's time goes"), terminalTable(splitTable(s)), ""] : []),
     ...tops,

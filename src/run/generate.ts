@@ -3,6 +3,7 @@
 import { UserError } from "../errors.ts";
 import { launchMode, type LaunchMode } from "./launch-modes.ts";
 import type { ModelWeights } from "../model/architectures.ts";
+import { restorePrefix, reusedRows, type KeptPrefix } from "./prefix.ts";
 import type { Session as AnySession } from "./session.ts";
 
 /** A session of any architecture. */
@@ -15,6 +16,8 @@ export interface GenerateOptions {
   cache: boolean;
   /** launch mode of the cached decode steps (prefill and the uncached baseline run eagerly) */
   mode: LaunchMode;
+  /** a kept prefix every prompt begins with: its rows restored, only the rest of each prompt prefilled */
+  prefix?: { kept: KeptPrefix; source: string };
 }
 
 export interface GenerateResult {
@@ -25,6 +28,8 @@ export interface GenerateResult {
   tokenMs: number[];
   /** which step produced each token: "prefill", "decode" or "recompute" */
   tokenKinds: string[];
+  /** per sequence: the prompt's rows restored from the prefix (0 without one) */
+  reusedRows: number[];
 }
 
 const nowMs = () => Bun.nanoseconds() / 1e6;
@@ -44,6 +49,7 @@ export function generateBatch(session: Session, opts: GenerateOptions): Generate
       );
     }
   }
+  if (opts.prefix && !opts.cache) throw new UserError("a kept prefix is the KV cache's: it needs --cache on");
   return opts.cache ? generateCached(session, opts) : generateUncached(session, opts);
 }
 
@@ -59,7 +65,8 @@ export function generate(
   return { ...r, promptIds: r.promptIds[0]!, generatedIds: r.generatedIds[0]! };
 }
 
-function generateCached(session: Session, { prompts, maxNewTokens, mode }: GenerateOptions): GenerateResult {
+function generateCached(session: Session, { prompts, maxNewTokens, mode, prefix }: GenerateOptions): GenerateResult {
+  const reused = prompts.map((p) => (prefix ? reusedRows(p, prefix.kept, prefix.source) : 0));
   const tokenMs: number[] = [];
   const tokenKinds: string[] = [];
   const timed = (kind: string, work: () => void) => {
@@ -72,14 +79,18 @@ function generateCached(session: Session, { prompts, maxNewTokens, mode }: Gener
   const where = (b: number) => (prompts.length > 1 ? ` of sequence ${b + 1}` : "");
   // the logits of every step are checked (outside the timing): argmax over NaN would pick token 0 silently
   if (maxNewTokens > 0) {
+    // warm: the prefix's rows copied into the cache, then only the rest of the prompt prefilled
     timed("prefill", () => {
-      for (const [b, prompt] of prompts.entries()) session.prefill(prompt, b);
+      for (const [b, prompt] of prompts.entries()) {
+        if (prefix) restorePrefix(session.backend, session.sequenceCache(b), prefix.kept, reused[b]!);
+        session.prefill(prompt, b, reused[b]);
+      }
     });
     for (const [b, prompt] of prompts.entries())
       session.checkLogits(
         `after the prompt${where(b)} (${prompt.length} tokens)`,
-        prompt.length,
-        () => session.setPosition(0, b),
+        prompt.length - reused[b]!,
+        () => session.setPosition(reused[b]!, b),
         b,
       );
   }
@@ -94,7 +105,7 @@ function generateCached(session: Session, { prompts, maxNewTokens, mode }: Gener
       reset,
     );
   }
-  return collect(session, prompts, maxNewTokens, tokenMs, tokenKinds);
+  return collect(session, prompts, maxNewTokens, tokenMs, tokenKinds, reused);
 }
 
 function generateUncached(session: Session, { prompts, maxNewTokens }: GenerateOptions): GenerateResult {
@@ -120,6 +131,7 @@ function generateUncached(session: Session, { prompts, maxNewTokens }: GenerateO
     maxNewTokens,
     tokenMs,
     tokenMs.map(() => "recompute"),
+    prompts.map(() => 0),
   );
 }
 
@@ -129,9 +141,10 @@ function collect(
   maxNewTokens: number,
   tokenMs: number[],
   tokenKinds: string[],
+  reusedRows: number[],
 ): GenerateResult {
   const generatedIds = prompts.map((prompt, b) =>
     session.readSequence(prompt.length + maxNewTokens, b).slice(prompt.length),
   );
-  return { promptIds: prompts, generatedIds, tokenMs, tokenKinds };
+  return { promptIds: prompts, generatedIds, tokenMs, tokenKinds, reusedRows };
 }

@@ -75,6 +75,8 @@ export function placeLlama(
     buffers,
     form,
     allocations: { weights: weightBuffer, cache, activations: acts.buffer },
+    // the rotary table after them is sized by the run's context
+    parameters: { ptr: weightBuffer.ptr, bytes: ropeAt },
     free() {
       backend.free(weightBuffer);
       backend.free(cache);

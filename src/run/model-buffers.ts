@@ -44,6 +44,8 @@ export interface ResidentModel {
   form: StepForm;
   /** what was allocated, for memory accounting */
   allocations: { weights: DeviceBuffer; cache: DeviceBuffer; activations: DeviceBuffer };
+  /** the part of the weights' allocation that holds the model's parameters alone (what identifies the weights) */
+  parameters: DeviceBuffer;
   free(): void;
 }
 
@@ -105,6 +107,7 @@ export function placeModel(
     buffers,
     form,
     allocations: { weights: weightBuffer, cache: cache.buffer, activations: acts.buffer },
+    parameters: weightBuffer,
     free() {
       backend.free(weightBuffer);
       backend.free(cache.buffer);

@@ -15,7 +15,7 @@ import { firstNonFinite, firstNonFiniteOp, nonFiniteMessage } from "./finite.ts"
 import { llamaSequenceView, placeLlama, type ResidentLlama } from "./llama-buffers.ts";
 import { placeModel, sequenceView, type ResidentModel } from "./model-buffers.ts";
 import { CompiledStep } from "./step.ts";
-import { SYNTHETIC_SAMPLE_ROWS, writeSyntheticRows } from "./synthetic-fill.ts";
+import { SYNTHETIC_SAMPLE_ROWS, writeSyntheticRows, type SequenceCache } from "./synthetic-fill.ts";
 
 const INT32_BYTES = 4;
 const FLOAT_BYTES = 4;
@@ -211,13 +211,19 @@ export class Session<W extends ModelWeights = GPT2Weights> {
   }
 
   /**
-   * Prefill of sequence b: its whole prompt in one eager pass at position 0; leaves its first generated token
-   * at seq_b[prompt.length] and its position there.
+   * Prefill of sequence b: its prompt from position `from` (the rows before it already in its cache: a kept
+   * prefix) in one eager pass; leaves its first generated token at seq_b[prompt.length] and its position there.
    */
-  prefill(prompt: number[], b = 0): void {
+  prefill(prompt: number[], b = 0, from = 0): void {
+    if (from >= prompt.length) throw new RangeError(`a prefill from ${from} of a ${prompt.length}-token prompt`);
     this.setSequence(prompt, b);
-    this.setPosition(0, b);
-    launchMode("eager").run(this.sequenceStep(b, prompt.length), 1);
+    this.setPosition(from, b);
+    launchMode("eager").run(this.sequenceStep(b, prompt.length - from), 1);
+  }
+
+  /** Sequence b's K/V cache: per layer, rows of kvColumns(config) in the cache's dtype. */
+  sequenceCache(b = 0): SequenceCache {
+    return this.family.sequenceView(this.resident.buffers, b);
   }
 
   /**
@@ -233,13 +239,7 @@ export class Session<W extends ModelWeights = GPT2Weights> {
     }
     this.checkContext(n + 1);
     this.prefill(prompt.slice(0, SYNTHETIC_SAMPLE_ROWS), b);
-    writeSyntheticRows(
-      this.backend,
-      this.family.sequenceView(this.resident.buffers, b),
-      SYNTHETIC_SAMPLE_ROWS,
-      n,
-      seed,
-    );
+    writeSyntheticRows(this.backend, this.sequenceCache(b), SYNTHETIC_SAMPLE_ROWS, n, seed);
     this.setSequence([...prompt, prompt[n - 1]!], b);
     this.setPosition(n, b);
   }

@@ -261,8 +261,24 @@ export function syntheticSummary(steps: StepTrace[] = syntheticSteps(), cfg: GPT
     ),
     seed_table,
     end_to_end: [
-      { mode: "eager", prompt_tokens: 4, new_tokens: 16, total_ms: 2.5, per_token_ms: 0.15 },
-      { mode: "graph", prompt_tokens: 4, new_tokens: 16, total_ms: 1.2, per_token_ms: 0.07 },
+      {
+        mode: "eager",
+        prompt_tokens: 4,
+        new_tokens: 16,
+        total_ms: 2.5,
+        per_token_ms: 0.15625,
+        ttft_ms: 0.4,
+        tpot_ms: 0.14,
+      },
+      {
+        mode: "graph",
+        prompt_tokens: 4,
+        new_tokens: 16,
+        total_ms: 1.2,
+        per_token_ms: 0.075,
+        ttft_ms: 0.3,
+        tpot_ms: 0.06,
+      },
     ],
     memory: {
       weight_bytes,
