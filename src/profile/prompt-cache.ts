@@ -20,6 +20,7 @@ import type { Session } from "../run/session.ts";
 import { summarize } from "../stats.ts";
 import { promptOf } from "./prompts.ts";
 import type { PromptCachePoint, PromptCacheSection } from "./types.ts";
+import { ms } from "./verdicts.ts";
 
 /** The suffix a warm request prefills after its kept prefix: a short new turn. */
 export const PROMPT_CACHE_SUFFIX = 16;
@@ -36,19 +37,19 @@ export const PROMPT_CACHE_HOW = `a prompt of P prefix tokens and ${PROMPT_CACHE_
 const nowMs = () => Bun.nanoseconds() / 1e6;
 
 /** Times cold and warm first tokens at every prefix length, in `session`'s sequence 0. */
-export function measurePromptCache(
+export async function measurePromptCache(
   session: Session<ModelWeights>,
   prefixes: number[],
-  seed: number,
-  onPrefix?: (prefix: number) => void,
-): PromptCacheSection {
+  opts: { seed: number; onPrefix?: (prefix: number) => void; checkpoint: () => Promise<void> },
+): Promise<PromptCacheSection> {
   const identity = prefixIdentityOf(session);
   const dir = mkdtempSync(join(tmpdir(), "decode-floor-prefix-"));
   try {
-    const points = prefixes.map((P) => {
-      onPrefix?.(P);
-      return measurePrefix(session, identity, P, seed, join(dir, `${P}.prefix`));
-    });
+    const points: PromptCachePoint[] = [];
+    for (const P of prefixes) {
+      opts.onPrefix?.(P);
+      points.push(await measurePrefix(session, identity, P, join(dir, `${P}.prefix`), opts));
+    }
     return {
       suffix_tokens: PROMPT_CACHE_SUFFIX,
       new_tokens: PROMPT_CACHE_TOKENS,
@@ -61,14 +62,15 @@ export function measurePromptCache(
   }
 }
 
-function measurePrefix(
+/** One prefix length; a Ctrl-C stops it between two starts (a cold one at a long prefix takes seconds). */
+async function measurePrefix(
   session: Session<ModelWeights>,
   identity: PrefixIdentity,
   P: number,
-  seed: number,
   file: string,
-): PromptCachePoint {
-  const prompt = promptOf(P + PROMPT_CACHE_SUFFIX, session.config.vocab_size, seed);
+  opts: { seed: number; checkpoint: () => Promise<void> },
+): Promise<PromptCachePoint> {
+  const prompt = promptOf(P + PROMPT_CACHE_SUFFIX, session.config.vocab_size, opts.seed);
   const cache = session.sequenceCache(0);
   const firstToken = (start: () => void) => {
     session.backend.synchronize();
@@ -95,13 +97,18 @@ function measurePrefix(
     fromMemory(read);
   };
   const ways = { cold, memory: () => fromMemory(kept), file: fromFile };
-  const streams = Object.fromEntries(
-    Object.entries(ways).map(([name, start]) => [name, streamAfter(session, start, prompt.length)]),
-  );
+  const streams: Record<string, number[]> = {};
+  for (const [name, start] of Object.entries(ways)) {
+    await opts.checkpoint();
+    streams[name] = streamAfter(session, start, prompt.length);
+  }
   const samples = { cold: [] as number[], memory: [] as number[], file: [] as number[] };
   // interleaved, so drift on the machine falls on every way alike
   for (let r = 0; r < PROMPT_CACHE_REPEATS; r++)
-    for (const [name, start] of Object.entries(ways)) samples[name as keyof typeof ways].push(firstToken(start));
+    for (const [name, start] of Object.entries(ways)) {
+      await opts.checkpoint();
+      samples[name as keyof typeof ways].push(firstToken(start));
+    }
   const same = (a: number[], b: number[]) => a.length === b.length && a.every((t, i) => t === b[i]);
   return {
     prefix_tokens: P,
@@ -139,12 +146,10 @@ export function promptCacheVerdict(section: PromptCacheSection): string {
         .join(", ")} prefix tokens`;
   return (
     `Prompt caching: with a ${p.prefix_tokens}-token prefix kept (${(p.bytes_kept / 1e6).toFixed(1)} MB of keys and values), ` +
-    `the first token came ${soonerOrLater(cold, memory)} from memory (${fmt(cold)} → ${fmt(memory)}) and ` +
-    `${soonerOrLater(cold, file)} from a file (${fmt(file)}); ${same}.`
+    `the first token came ${soonerOrLater(cold, memory)} from memory (${ms(cold)} → ${ms(memory)}) and ` +
+    `${soonerOrLater(cold, file)} from a file (${ms(file)}); ${same}.`
   );
 }
 
 const soonerOrLater = (cold: number, warm: number) =>
   warm <= cold ? `${(cold / warm).toFixed(1)}× sooner` : `${(warm / cold).toFixed(1)}× later`;
-
-const fmt = (ms: number) => (ms >= 1000 ? `${(ms / 1000).toFixed(2)} s` : `${ms.toFixed(1)} ms`);

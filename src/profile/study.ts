@@ -191,9 +191,11 @@ export class Study {
     }
     const promptCache =
       this.opts.promptCache &&
-      measurePromptCache(this.session, this.opts.promptCache, this.opts.seed, (P) =>
-        progress(`prompt cache: a ${P}-token prefix, cold and warm`),
-      );
+      (await measurePromptCache(this.session, this.opts.promptCache, {
+        seed: this.opts.seed,
+        onPrefix: (P) => progress(`prompt cache: a ${P}-token prefix, cold and warm`),
+        checkpoint: () => this.checkpoint(),
+      }));
     const interventions = this.opts.interventions;
     const samples =
       interventions &&

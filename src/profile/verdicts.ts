@@ -23,8 +23,7 @@ export const LARGE_SAVING = 0.3;
 /** Differences below this share of the step are treated as noise. */
 export const NOISE = 0.05;
 
-/** Three significant digits for sentences: "0.132 ms", "5.20 ms", "41.0 ms", "312 ms". */
-/** A time in a sentence: three significant digits, whole ms from 100 on. */
+/** A time in a sentence, three significant digits, whole ms from 100 on: "0.132 ms", "5.20 ms", "41.0 ms", "312 ms". */
 export const ms = (x: number) => `${Math.abs(x) >= 100 ? x.toFixed(0) : x.toPrecision(3)} ms`;
 /** A share as a whole percentage: "5%". */
 export const pct = (x: number) => `${Math.round(x * 100)}%`;
