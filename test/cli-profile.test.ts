@@ -11,7 +11,7 @@ import type { GPT2Config } from "../src/model/config.ts";
 import { probeDriver } from "../src/native/driver.ts";
 import type { DtypeName } from "../src/ops.ts";
 import { SCHEMA_VERSION, type ProfileSummary } from "../src/profile/types.ts";
-import { OUTPUT_FILES } from "../src/report/output-files.ts";
+import { OPTIONAL_FILES, OUTPUT_FILES } from "../src/report/output-files.ts";
 import { validateSummary } from "../src/report/schema.ts";
 import { validateTrace } from "../src/report/trace.ts";
 import { encode, hfConfigJson, modelDir, seededTensors } from "./helpers/model-files.ts";
@@ -71,7 +71,7 @@ describe("profile --backend cpu on gpt2-tiny", () => {
   });
 
   test("the SVG plots are well-formed XML", () => {
-    for (const name of [OUTPUT_FILES.latency, OUTPUT_FILES.breakdown]) {
+    for (const name of [OUTPUT_FILES.latency, OUTPUT_FILES.breakdown, OUTPUT_FILES.traffic]) {
       expect(XMLValidator.validate(readFileSync(join(dir, name), "utf8"))).toBe(true);
     }
   });
@@ -352,6 +352,17 @@ describe("profile --kv-heads 4,2,1 --batches 1,2 on llama-tiny (4 query heads, 2
       "## Grouped-query attention: the K/V heads' saving",
     );
   });
+
+  test("kv-heads.svg: a line per variant × batch, each crossover marked or listed beyond the run", () => {
+    const svg = readFileSync(join(dir, OPTIONAL_FILES.kvHeads), "utf8");
+    expect(XMLValidator.validate(svg)).toBe(true);
+    expect(svg.match(/<g class="series">/g)).toHaveLength(6);
+    for (const c of summary.interventions!.kv_heads!.crossovers) {
+      const short = `${c.kv_heads}h b${c.batch} `;
+      if (c.measured_context !== null || c.within_run) expect(svg).toContain(`>${short}`);
+      if (!c.within_run) expect(svg).toMatch(new RegExp(`beyond the run, by the bytes: .*${short}`));
+    }
+  });
 });
 
 describe("profile --prompt-cache on llama-tiny", () => {
@@ -383,6 +394,9 @@ describe("profile --prompt-cache on llama-tiny", () => {
     expect(readFileSync(join(dir, OUTPUT_FILES.report), "utf8")).toContain(
       "## Prompt caching: time to first token, cold and with a kept prefix",
     );
+    const svg = readFileSync(join(dir, OPTIONAL_FILES.promptCache), "utf8");
+    expect(XMLValidator.validate(svg)).toBe(true);
+    expect(svg.match(/<circle /g)).toHaveLength(3 * c.points.length);
   });
 });
 

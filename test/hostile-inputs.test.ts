@@ -752,6 +752,7 @@ describe("hostile and malformed inputs: exit ≠ 0, one error line, no stack, no
           "report.md",
           "summary.json",
           "trace.json",
+          "traffic.svg",
         ]);
     });
   }

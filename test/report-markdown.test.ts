@@ -58,7 +58,7 @@ describe("renderReport", () => {
     expect(report).toContain("| linear | 16 |");
     expect(report).toContain("Peaks: 1.00 TFLOP/s and 100.00 GB/s (synthetic)");
     expect(report).toContain("| KV cache per token | 1.0 kB | 1.0 kB |");
-    for (const f of ["latency.svg", "breakdown.svg", "trace.json", "kernels.csv", "summary.json"])
+    for (const f of ["latency.svg", "breakdown.svg", "traffic.svg", "trace.json", "kernels.csv", "summary.json"])
       expect(report).toContain(`](${f})`);
   });
 

@@ -11,7 +11,7 @@ import { renderReport } from "../src/report/markdown.ts";
 import { peerSentences } from "../src/report/sections.ts";
 import { renderTerminalSummary } from "../src/report/terminal.ts";
 import { validateSummary } from "../src/report/schema.ts";
-import { latencyChart } from "../src/report/write.ts";
+import { latencyChart } from "../src/report/charts.ts";
 import { withoutColour } from "./helpers/expect.ts";
 import { syntheticSummary } from "./helpers/synthetic-profile.ts";
 

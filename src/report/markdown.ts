@@ -1,6 +1,6 @@
 // report.md: the question, the verdicts and the evidence, with links to the other outputs.
 import type { ProfileSummary } from "../profile/types.ts";
-import { OUTPUT_FILES } from "./output-files.ts";
+import { OPTIONAL_FILES, OUTPUT_FILES } from "./output-files.ts";
 import {
   breakdownPoints,
   endToEndTable,
@@ -74,7 +74,7 @@ function escapedTexts(s: ProfileSummary): ProfileSummary {
 /** report.md: the question, the verdicts and the evidence, with links to the other outputs. */
 export function renderReport(summary: ProfileSummary): string {
   const s = escapedTexts(summary);
-  const f = OUTPUT_FILES;
+  const f = { ...OUTPUT_FILES, ...OPTIONAL_FILES };
   const peaks = s.device.peaks;
   const splits = withSplit(s);
   const parts = [
@@ -89,6 +89,8 @@ export function renderReport(summary: ProfileSummary): string {
         fillSentence(s),
       markdownTable(seedTable(s)),
       `![Latency per token against context](${f.latency})`,
+      "The fastest cached mode's step at each context, split in proportion to the bytes it reads (work model): the weights' share against the K/V cache's.",
+      `![A step's time split by the bytes it reads, by context](${f.traffic})`,
     ),
     ...(s.peers
       ? [
@@ -130,6 +132,7 @@ export function renderReport(summary: ProfileSummary): string {
             `Each K/V-head variant's step against the one with the most heads, at the largest context. The crossover: ${md(s.interventions.kv_heads.crossover_how)}`,
             markdownTable(kvHeadsTable(s)),
             `- ${md(s.interventions.kv_heads.verdict)}`,
+            `![Step time against context per K/V-head variant, crossovers marked](${f.kvHeads})`,
           ),
         ]
       : []),
@@ -155,6 +158,7 @@ export function renderReport(summary: ProfileSummary): string {
             `${md(s.prompt_cache.how)}.`,
             markdownTable(promptCacheTable(s)),
             `- ${md(s.verdicts.find((v) => v.startsWith("Prompt caching:")) ?? "")}`,
+            `![Time to first token against the prefix, cold and warm](${f.promptCache})`,
           ),
         ]
       : []),

@@ -5,5 +5,14 @@ export const OUTPUT_FILES = {
   trace: "trace.json",
   latency: "latency.svg",
   breakdown: "breakdown.svg",
+  traffic: "traffic.svg",
   report: "report.md",
+} as const;
+
+/** Charts written only where the run measured what they draw. */
+export const OPTIONAL_FILES = {
+  /** profile --kv-heads */
+  kvHeads: "kv-heads.svg",
+  /** profile --prompt-cache */
+  promptCache: "prompt-cache.svg",
 } as const;

@@ -1,5 +1,5 @@
-// Hand-written SVG charts (no DOM, nothing to load): latency against context on a log-2 axis, and
-// stacked per-operation bars per mode. Every text is escaped; every coordinate is checked finite.
+// Hand-written SVG charts (no DOM, nothing to load): lines against a log-2 x axis (context, prefix),
+// with vertical markers, and stacked bars. Every text is escaped; every coordinate is checked finite.
 
 export interface Point {
   x: number;
@@ -15,6 +15,16 @@ export interface LineSeries {
   dotted?: boolean;
 }
 
+/** A vertical line at one x (e.g. where a variant's cache read equals its weights' read), in a series' colour. */
+export interface XMarker {
+  x: number;
+  label: string;
+  /** index of the series whose colour it takes */
+  series: number;
+  /** dotted: a figure from a formula; solid: a measured one */
+  dotted?: boolean;
+}
+
 export interface LineChartSpec {
   title: string;
   xTitle: string;
@@ -24,6 +34,10 @@ export interface LineChartSpec {
   /** the left y axis in decades (log 10): a flat floor and a growing cost both stay readable */
   yLog?: boolean;
   series: LineSeries[];
+  /** vertical lines across the plot; the x axis reaches each of them */
+  markers?: XMarker[];
+  /** legend entries for the markers' two styles, e.g. "crossover measured" and "crossover by the bytes" */
+  markerLegend?: { solid: string; dotted: string };
   /** where the numbers come from: machine, device, date */
   caption: string;
 }
@@ -35,6 +49,8 @@ export interface BarSegment {
 
 export interface StackedBarsSpec {
   title: string;
+  /** what the bars' labels are, under them */
+  xTitle?: string;
   yTitle: string;
   bars: { label: string; segments: BarSegment[] }[];
   caption: string;
@@ -94,14 +110,32 @@ function text(x: number, y: number, content: string, attrs = ""): string {
   return `<text x="${coord(x)}" y="${coord(y)}" ${FONT} ${attrs}>${escapeXml(content)}</text>`;
 }
 
+/** Characters of the 11-px caption that fit between the plot's left edge and the chart's. */
+const CAPTION_CHARS = 140;
+
+/** The caption in lines that fit, broken after its " · " separators (a part longer than a line stays whole). */
+export function captionLines(caption: string): string[] {
+  const lines: string[] = [];
+  for (const part of caption.split(" · ")) {
+    const last = lines.at(-1);
+    if (last !== undefined && last.length + 3 + part.length <= CAPTION_CHARS)
+      lines[lines.length - 1] = `${last} · ${part}`;
+    else lines.push(part);
+  }
+  return lines;
+}
+
 function svgDocument(title: string, body: string[], caption: string): string {
+  const lines = captionLines(caption);
   return [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${HEIGHT}" viewBox="0 0 ${WIDTH} ${HEIGHT}">`,
     `<title>${escapeXml(title)}</title>`,
     `<rect x="0" y="0" width="${WIDTH}" height="${HEIGHT}" fill="#ffffff"/>`,
     text(WIDTH / 2, 28, title, `font-size="17" font-weight="bold" text-anchor="middle"`),
     ...body,
-    text(PLOT.left, HEIGHT - 14, caption, `font-size="11" fill="#555555"`),
+    ...lines.map((line, i) =>
+      text(PLOT.left, HEIGHT - 14 - (lines.length - 1 - i) * 14, line, `font-size="11" fill="#555555"`),
+    ),
     `</svg>`,
     "",
   ].join("\n");
@@ -168,6 +202,24 @@ function log2Domain(xs: number[]): { lo: number; hi: number } {
   return hi > lo ? { lo, hi } : { lo: lo - 1, hi: hi + 1 };
 }
 
+const MARKER_GREY = "#666666";
+
+/** Each marker a vertical line with its label beside its top, one row per marker in order of x so no two labels overlap. */
+function markerLines(markers: XMarker[], toX: (x: number) => number): string[] {
+  return [...markers]
+    .sort((a, b) => a.x - b.x)
+    .flatMap((m, row) => {
+      const x = toX(m.x);
+      const stroke = colour(m.series);
+      return [
+        `<g class="marker">`,
+        `<line x1="${coord(x)}" y1="${PLOT.top}" x2="${coord(x)}" y2="${PLOT.bottom}" stroke="${stroke}" stroke-width="1.5"${m.dotted ? ` stroke-dasharray="2 3"` : ""}/>`,
+        text(x + 3, PLOT.top + 10 + row * 12, m.label, `font-size="10" fill="${stroke}"`),
+        `</g>`,
+      ];
+    });
+}
+
 /** Lines of y against x, x on a log-2 axis; series on the "right" axis are dashed against a second y axis. */
 export function lineChart(spec: LineChartSpec): string {
   const points = spec.series.flatMap((s) => s.points);
@@ -175,7 +227,10 @@ export function lineChart(spec: LineChartSpec): string {
   const right = spec.series.filter((s) => s.axis === "right");
   if (right.length > 0 && spec.y2Title === undefined)
     throw new RangeError("lineChart: a series uses the second axis but y2Title is missing");
-  const { lo, hi } = log2Domain(points.map((p) => p.x));
+  const markers = spec.markers ?? [];
+  const stray = markers.find((m) => !Number.isInteger(m.series) || m.series < 0 || m.series >= spec.series.length);
+  if (stray) throw new RangeError(`lineChart: marker ${stray.label} names series ${stray.series}, which is not drawn`);
+  const { lo, hi } = log2Domain([...points, ...markers].map((p) => p.x));
   const toX = (x: number) => PLOT.left + ((Math.log2(x) - lo) / (hi - lo)) * (PLOT.right - PLOT.left);
   const maxOf = (series: LineSeries[]) => Math.max(0, ...series.flatMap((s) => s.points.map((p) => p.y)));
   const leftSeries = spec.series.filter((s) => s.axis !== "right");
@@ -206,14 +261,21 @@ export function lineChart(spec: LineChartSpec): string {
     ...xTicks,
     text((PLOT.left + PLOT.right) / 2, PLOT.bottom + 44, spec.xTitle, `font-size="13" text-anchor="middle"`),
     ...lines,
-    ...legend(
-      spec.series.map((s, i) => ({
+    ...markerLines(markers, toX),
+    ...legend([
+      ...spec.series.map((s, i) => ({
         name: s.name,
         colour: colour(i),
         dash: s.axis === "right" ? "6 4" : s.dotted ? "2 3" : undefined,
         swatch: "line" as const,
       })),
-    ),
+      ...(markers.length > 0 && spec.markerLegend
+        ? [
+            { name: spec.markerLegend.solid, colour: MARKER_GREY, swatch: "line" as const },
+            { name: spec.markerLegend.dotted, colour: MARKER_GREY, dash: "2 3", swatch: "line" as const },
+          ]
+        : []),
+    ]),
   ];
   return svgDocument(spec.title, body, spec.caption);
 }
@@ -253,6 +315,9 @@ export function stackedBars(spec: StackedBarsSpec): string {
   const body = [
     ...yAxis(scale, spec.yTitle, "left"),
     `<line x1="${PLOT.left}" y1="${PLOT.bottom}" x2="${PLOT.right}" y2="${PLOT.bottom}" stroke="#333333"/>`,
+    ...(spec.xTitle
+      ? [text((PLOT.left + PLOT.right) / 2, PLOT.bottom + 44, spec.xTitle, `font-size="13" text-anchor="middle"`)]
+      : []),
     ...bars,
     ...legend(keys.map((k, i) => ({ name: k, colour: colour(i), swatch: "box" as const }))),
   ];
