@@ -357,15 +357,23 @@ int be_free(void* ptr) {
 // in memory, exact to the page and blind to the rest of the process (the JS heap grows and shrinks on its
 // own threads) and to other processes.
 uint64_t cpu_resident_bytes(void) {
+  uint64_t bytes = 0;
+  for (const Mapping& m : g_mapped) bytes += cpu_resident_range_bytes(m.ptr, m.bytes);
+  return bytes;
+}
+
+// Every page the range touches counts whole: a range that starts mid-page (an arena's sub-buffer) has its
+// first page counted with it.
+uint64_t cpu_resident_range_bytes(const void* ptr, uint64_t bytes) {
   static std::vector<unsigned char> in_core;
-  const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  if (bytes == 0) return 0;
+  const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  const uintptr_t first = (uintptr_t)ptr & ~(page - 1);
+  const size_t pages = (size_t)(((uintptr_t)ptr + bytes - first + page - 1) / page);
+  if (in_core.size() < pages) in_core.resize(pages);
+  if (mincore((void*)first, pages * page, in_core.data()) != 0) return 0;
   uint64_t resident_pages = 0;
-  for (const Mapping& m : g_mapped) {
-    const size_t pages = (m.bytes + page - 1) / page;
-    if (in_core.size() < pages) in_core.resize(pages);
-    if (mincore(m.ptr, m.bytes, in_core.data()) != 0) continue;
-    for (size_t i = 0; i < pages; i++) resident_pages += in_core[i] & 1;
-  }
+  for (size_t i = 0; i < pages; i++) resident_pages += in_core[i] & 1;
   return resident_pages * page;
 }
 

@@ -14,6 +14,8 @@ int64_t cpu_now_ns(void);
 int cpu_threads(void);
 // Bytes of this library's allocations (be_alloc) that are resident in memory.
 uint64_t cpu_resident_bytes(void);
+// Bytes of [ptr, ptr + bytes), a range inside one of those allocations, that are resident (whole pages).
+uint64_t cpu_resident_range_bytes(const void* ptr, uint64_t bytes);
 void cpu_set_threads(int n);
 
 // Per-op timers: when enabled, every op_* appends {opcode, start_ns, end_ns} (CLOCK_MONOTONIC).

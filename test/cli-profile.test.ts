@@ -274,6 +274,30 @@ describe("profile --fill synthetic on llama-tiny", () => {
     summary = JSON.parse(run.stdout) as ProfileSummary;
   });
 
+  test("memory: the cache holds its formula's bytes for the positions written, to the page; the run's fit", () => {
+    const m = summary.memory;
+    const cfg = summary.model.config as { n_layer: number };
+    const PAGE = 4096;
+    expect(m.resident_source).toContain("mincore");
+    expect(m.by_context.map((r) => r.context)).toEqual([8, 100]);
+    for (const r of m.by_context) {
+      expect(r.kv_positions).toBeGreaterThanOrEqual(r.context + 1);
+      expect(r.kv_bytes_formula).toBe(r.kv_positions * m.kv_bytes_per_token_formula);
+      // every written row's page is held; at most each layer's K and V segment ends mid-page
+      expect(r.kv_bytes_resident).toBeGreaterThanOrEqual(r.kv_bytes_formula);
+      expect(r.kv_bytes_resident).toBeLessThanOrEqual(r.kv_bytes_formula + 2 * cfg.n_layer * PAGE);
+      expect(r.regions.find((g) => g.name === "cache")!.resident_bytes).toBe(r.kv_bytes_resident);
+      // a region of the activations may start and end mid-page: its pages count whole
+      for (const g of r.regions) expect(g.resident_bytes).toBeLessThanOrEqual(g.allocated_bytes + 2 * PAGE);
+      expect(r.regions.map((g) => g.name)).toEqual(expect.arrayContaining(["weights", "cache", "scratch", "seq"]));
+    }
+    expect(m.by_context[1]!.kv_positions).toBe(101);
+    // a tiny model fits to its limit, and what it held at once is what its session and memory measurement allocate
+    expect(m.fit.largest_context).toBe(summary.model.config.n_positions - 1);
+    expect(m.fit.need.weights).toBe(m.by_context[0]!.regions.find((g) => g.name === "weights")!.allocated_bytes);
+    expect(readFileSync(join(dir, OUTPUT_FILES.report), "utf8")).toContain("What the study's session held");
+  });
+
   test("each context says its fill; the one within the real prefix was prefilled", () => {
     expect(run.code).toBe(0);
     expect(validateSummary(summary)).toEqual([]);
@@ -472,6 +496,21 @@ describe("bad flags: one line, exit ≠ 0", () => {
       /^error: llama-3\.1-8b in f32 is 32\.1 GB of weights, more than .* free memory: use --dtypes bf16$/,
     );
     expect(r.stderr).not.toMatch(/allocating/);
+  });
+
+  // ~125 GB at once: weights, a batch-8 cache of 131,072 positions and activations for as many rows
+  const huge = freemem() >= 150e9;
+  if (huge) console.log("cli-profile.test.ts: skipping 'a context beyond the memory': 150 GB are free here");
+  test.skipIf(huge)("a context beyond the memory, before anything is allocated or written", () => {
+    const dir = join(out, "beyond-memory");
+    const r = profile(
+      ...["--preset", "llama-3.2-1b", "--backend", "cpu", "--contexts", "131071", "--batches", "1,8", "--out", dir],
+    );
+    expectOneErrorLine(
+      r,
+      /^error: memory: this run at context 131071 × batch 8 needs [\d.]+ GB at once \(weights [\d.]+ GB \+ K\/V cache [\d.]+ GB \+ activations [\d.]+ GB\) and the machine has [\d.]+ GB free: the largest context that fits is \d+ \(--contexts ≤ \d+\)$/,
+    );
+    expect(existsSync(dir)).toBe(false);
   });
 
   // where a GPU is present, --backend cuda is no error: it would start a real profile

@@ -109,6 +109,10 @@ export interface Backend {
   fill32(dst: DeviceBuffer, word: number, count?: number): void;
   synchronize(): void;
   memInfo(): MemoryInfo;
+  /** how much of `bytes` at `ptr` (inside one allocation) is held in memory now: resident pages on the host */
+  residentBytes(ptr: number, bytes: number): number;
+  /** what residentBytes counts, in words */
+  readonly residentSource: string;
   attentionScratchBytes(T: number, C: number, nHead: number, maxCtx: number): number;
   /** bytes of the partials buffer of the ops that merge across blocks (cuda/ops.h op_partials_bytes) */
   partialsBytes(maxRows: number, maxIn: number, maxOut: number, V: number): number;

@@ -20,6 +20,7 @@ interface CpuSymbols {
   cpu_now_ns(): number | bigint;
   cpu_threads(): number;
   cpu_resident_bytes(): number | bigint;
+  cpu_resident_range_bytes(ptr: number, bytes: number): number | bigint;
   cpu_set_threads(n: number): void;
   cpu_read_prepare(data: number, bytes: number): number;
   cpu_read_pass(data: number, bytes: number): number;
@@ -89,6 +90,12 @@ export class CpuBackend extends NativeBackend implements CpuTimers {
   override memInfo(): MemoryInfo {
     const { total } = super.memInfo();
     return { free: total - Number(this.cpu.cpu_resident_bytes()), total };
+  }
+
+  override readonly residentSource = "resident pages (mincore): host memory is committed on first write";
+
+  override residentBytes(ptr: number, bytes: number): number {
+    return Number(this.cpu.cpu_resident_range_bytes(ptr, bytes));
   }
 
   record(plan: EncodedPlan): RecordedStep {

@@ -139,6 +139,12 @@ export abstract class NativeBackend implements Backend {
     return { free: Number(this.memWords[0]), total: Number(this.memWords[1]) };
   }
 
+  readonly residentSource: string = "bytes allocated (device memory is committed when it is allocated)";
+
+  residentBytes(_ptr: number, bytes: number): number {
+    return bytes;
+  }
+
   attentionScratchBytes(rows: number, C: number, nHead: number, maxCtx: number): number {
     return Number(this.sym.op_attention_scratch_bytes(rows, C, nHead, maxCtx));
   }

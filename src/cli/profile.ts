@@ -17,8 +17,10 @@ import { parsePeers, parseTorchVariants, PeerSet, TORCH_VARIANTS, type TorchVari
 import {
   AGREEMENT_PROMPT,
   AGREEMENT_TOKENS,
+  fitLine,
   largestStepBytes,
   Study,
+  studyMemoryFit,
   studyUnits,
   type StudyOptions,
 } from "../profile/study.ts";
@@ -373,6 +375,8 @@ await runCli(async () => {
       checkpoint: () => interrupt.checkpoint(),
       say,
     };
+    const fit = studyMemoryFit(backend, weights, opts);
+    say(fitLine(fit, Math.max(...opts.contexts)));
     output ??= ProfileOutput.prepare(defaultOutDir(backend, argv.mode, peerNames.length > 0, plan), {
       fresh: true,
       force: false,
@@ -393,7 +397,7 @@ await runCli(async () => {
     peers = peerNames.length
       ? await openPeers(peerNames, torchVariants, backend, weights, argv.model, opts, say)
       : undefined;
-    study = new Study(backend, instrument, weights, opts);
+    study = new Study(backend, instrument, weights, opts, fit);
     await interrupt.checkpoint();
     progress = createProgress({ total: studyUnits(opts), label: "profile" });
     opts.onProgress = (done, _total, what) => progress!.update(done, what);

@@ -201,6 +201,9 @@ export function inverseFrequencies(cfg: LlamaConfig): Float64Array {
   });
 }
 
+/** The rotary table's bytes for `positions` (ropeTable's, fp32). */
+export const ropeTableBytes = (cfg: LlamaConfig, positions: number) => positions * cfg.head_dim * 4;
+
 /** The rotary table op_rope reads: (positions, head_dim), each row cos(p f_0 .. p f_{d/2-1}) then sin(...). */
 export function ropeTable(cfg: LlamaConfig, positions: number): Float32Array {
   const hs = cfg.head_dim,

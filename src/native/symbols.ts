@@ -60,6 +60,7 @@ export const CPU_SYMBOLS = {
   cpu_now_ns: { args: [], returns: FFIType.i64_fast },
   cpu_threads: { args: [], returns: i32 },
   cpu_resident_bytes: { args: [], returns: u64 },
+  cpu_resident_range_bytes: { args: [ptr, u64], returns: u64 },
   cpu_set_threads: { args: [i32], returns: v },
   cpu_read_prepare: { args: [ptr, u64], returns: i32 },
   cpu_read_pass: { args: [ptr, u64], returns: f64 },

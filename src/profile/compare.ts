@@ -44,6 +44,7 @@ export const FIELDS_ADDED_IN = {
     "seed_table[].kv_byte_share",
   ],
   12: ["end_to_end[].ttft_ms", "end_to_end[].tpot_ms", "prompt_cache"],
+  13: ["memory.fit", "memory.resident_source", "memory.by_context"],
 } as const;
 
 type AddedField = (typeof FIELDS_ADDED_IN)[keyof typeof FIELDS_ADDED_IN][number];
@@ -51,13 +52,22 @@ type AddedField = (typeof FIELDS_ADDED_IN)[keyof typeof FIELDS_ADDED_IN][number]
 type AddedUnder<Parent extends string, F = AddedField> = F extends `${Parent}.${infer Name}` ? Name : never;
 type Later<T, Parent extends string> = Omit<T, AddedUnder<Parent>> & Partial<Pick<T, AddedUnder<Parent> & keyof T>>;
 
-/** A summary of any version compare reads (5–12): the current layout, the fields later versions added optional. */
+/** A summary of any version compare reads (5–13): the current layout, the fields later versions added optional. */
 export interface ReadSummary
   extends Omit<
     ProfileSummary,
-    "schema_version" | "device" | "points" | "predictions" | "settings" | "seed_table" | "interventions" | "end_to_end"
+    | "schema_version"
+    | "device"
+    | "points"
+    | "predictions"
+    | "settings"
+    | "seed_table"
+    | "interventions"
+    | "end_to_end"
+    | "memory"
   > {
   schema_version: number;
+  memory: Later<ProfileSummary["memory"], "memory">;
   end_to_end: Later<EndToEnd, "end_to_end[]">[];
   settings: Later<ProfileSummary["settings"], "settings">;
   seed_table: Later<SeedRow, "seed_table[]">[];

@@ -6,11 +6,11 @@
 // variant after another where they do not.
 import type { Backend } from "../backends/backend.ts";
 import type { Instrument, TimedStep } from "../backends/instrument.ts";
-import { kvHeadsOf, parameterCountOf, type ModelWeights } from "../model/architectures.ts";
-import { DTYPE_BYTES } from "../ops.ts";
+import { kvHeadsOf, type ModelWeights } from "../model/architectures.ts";
 import type { StepForm } from "../plan.ts";
 import type { LaunchMode } from "../run/launch-modes.ts";
-import { cacheBytes } from "../run/model-buffers.ts";
+import { availableMemory } from "../run/memory-fit.ts";
+import { placementTotal } from "../run/model-buffers.ts";
 import { Session } from "../run/session.ts";
 import { summarize, type Stats } from "../stats.ts";
 import { fillCache, type FillMethod } from "./fill.ts";
@@ -56,7 +56,7 @@ export interface InterventionsResult {
   together: boolean;
 }
 
-const sameForm = (a: StepForm, b: StepForm) =>
+export const sameForm = (a: StepForm, b: StepForm) =>
   a.plan === b.plan && a.batch === b.batch && a.weights === b.weights && a.kv === b.kv;
 
 /**
@@ -73,13 +73,15 @@ export async function measureInterventions(
   opts: InterventionOptions,
 ): Promise<InterventionsResult> {
   const maxContext = Math.max(...opts.contexts) + 1;
-  // each session places its weights and its cache; the study's own session is already placed
-  const need = ({ weights }: KvVariant) => {
-    const cfg = { ...weights.config, n_positions: maxContext };
-    const placed = forms.filter((form) => weights !== reuse.weights || !sameForm(form, reuse.form));
-    return placed.reduce((sum, f) => sum + parameterCountOf(cfg) * DTYPE_BYTES[f.weights] + cacheBytes(cfg, f), 0);
-  };
-  const free = backend.memInfo().free;
+  // each session places its weights, cache and activations; the study's own session is already placed
+  const need = ({ weights }: KvVariant) =>
+    forms
+      .filter((form) => weights !== reuse.weights || !sameForm(form, reuse.form))
+      .reduce(
+        (sum, form) => sum + placementTotal(Session.placementBytes(backend, weights.config, { form, maxContext })),
+        0,
+      );
+  const free = availableMemory(backend).bytes;
   const together = variants.reduce((sum, v) => sum + need(v), 0) <= MEMORY_SHARE * free;
   if (variants.length > 1 && !together)
     opts.say?.(

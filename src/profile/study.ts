@@ -2,7 +2,8 @@
 // prefill, or synthetically past what prefills in seconds: fill.ts), then time decode steps there (and the
 // uncached baseline's full recompute where it finishes in seconds), trace the ops of a few of them, generate
 // end to end, and measure the cache's memory.
-import type { Backend } from "../backends/backend.ts";
+import type { Backend, DeviceBuffer } from "../backends/backend.ts";
+import { UserError } from "../errors.ts";
 import type { Instrument, TimedStep } from "../backends/instrument.ts";
 import { kvBytesPerToken, type ModelConfig } from "../model/architectures.ts";
 import type { ModelWeights } from "../model/architectures.ts";
@@ -12,15 +13,33 @@ import type { PeerDispatchSplit } from "../peers/process.ts";
 import type { PlanOp, StepForm } from "../plan.ts";
 import { generate } from "../run/generate.ts";
 import { launchMode, type LaunchMode } from "../run/launch-modes.ts";
-import { cacheBytes } from "../run/model-buffers.ts";
+import {
+  availableMemory,
+  largestContextByBatch,
+  largestFittingContext,
+  MEASURED_CACHE_TOKENS,
+  needParts,
+  runNeed,
+  type RunPlacement,
+} from "../run/memory-fit.ts";
+import { cacheBytes, placementTotal } from "../run/model-buffers.ts";
 import { Session } from "../run/session.ts";
 import { summarize, type Stats } from "../stats.ts";
 import { CALIBRATION_TOKENS, fillCache, pointFill, PrefillRate, type FillChoice, type PointFill } from "./fill.ts";
-import { measureInterventions, type InterventionsResult, type KvVariant } from "./interventions.ts";
+import { measureInterventions, sameForm, type InterventionsResult, type KvVariant } from "./interventions.ts";
 import { partingOf, tokensBeforeParting, type PeerMeasurements } from "./peers-summary.ts";
 import { promptOf } from "./prompts.ts";
 import { measurePromptCache, promptCacheContext } from "./prompt-cache.ts";
-import type { EndToEnd, MemoryReport, PeerParting, PromptCacheSection, StepTrace, StudyMode } from "./types.ts";
+import type {
+  ContextMemory,
+  EndToEnd,
+  MemoryFit,
+  MemoryReport,
+  PeerParting,
+  PromptCacheSection,
+  StepTrace,
+  StudyMode,
+} from "./types.ts";
 import { cachedStepWork, sumWork } from "./work-model.ts";
 
 export interface StudyOptions {
@@ -132,9 +151,71 @@ export const studiedContext = (opts: Pick<StudyOptions, "contexts" | "e2e" | "pr
 /** Whether a mode's steps are traced op by op: the uncached step and every mode that launches a kernel per op. */
 export const tracedByOp = (mode: StudyMode) => mode === "uncached" || launchMode(mode).kernelPerOp;
 
+/** The sessions a study places: its own for the whole run, then each K/V-head variant's forms beside it. */
+export function runPlacementOf(
+  weights: ModelWeights,
+  opts: Pick<StudyOptions, "form" | "interventions">,
+): RunPlacement {
+  const study = { config: weights.config, form: opts.form };
+  const iv = opts.interventions;
+  const groups = (iv?.variants ?? []).map((v) =>
+    iv!.forms
+      .filter((form) => v.weights !== weights || !sameForm(form, opts.form))
+      .map((form) => ({ config: v.weights.config, form })),
+  );
+  return { study, groups };
+}
+
+/**
+ * The study against the memory its backend has now, before anything is placed: a UserError naming the largest
+ * context that would fit when it does not.
+ */
+export function studyMemoryFit(
+  backend: Backend,
+  weights: ModelWeights,
+  opts: Pick<StudyOptions, "form" | "interventions" | "contexts" | "e2e" | "promptCache">,
+): MemoryFit {
+  const run = runPlacementOf(weights, opts);
+  const free = availableMemory(backend);
+  const need = runNeed(backend, run, studiedContext(opts));
+  const largest = largestFittingContext(backend, run, free.bytes);
+  const fit: MemoryFit = {
+    free_bytes: free.bytes,
+    free_source: free.source,
+    need,
+    largest_context: largest,
+    largest_context_by_batch: largestContextByBatch(backend, run.study, free.bytes),
+  };
+  if (placementTotal(need) > free.bytes) {
+    const batch = Math.max(opts.form.batch, ...(opts.interventions?.forms ?? []).map((f) => f.batch));
+    throw new UserError(
+      `memory: this run at context ${Math.max(...opts.contexts)} × batch ${batch} needs ${gb(placementTotal(need))} at once ` +
+        `(${needParts(need, gb)}) and the ${backend.kind === "cuda" ? "GPU" : "machine"} has ${gb(free.bytes)} free: ` +
+        (largest > 0
+          ? `the largest context that fits is ${largest} (--contexts ≤ ${largest})`
+          : "not even one position fits; try a narrower --dtype"),
+    );
+  }
+  return fit;
+}
+
+const gb = (n: number) => `${(n / 1e9).toFixed(2)} GB`;
+
+/** The fit in one line: what the run holds at once against what is free, and the largest context each batch fits. */
+export function fitLine(fit: MemoryFit, context: number): string {
+  const byBatch = fit.largest_context_by_batch.map((b) => `${b.context} at batch ${b.batch}`).join(", ");
+  return (
+    `memory: ${gb(placementTotal(fit.need))} at once at context ${context} (${needParts(fit.need, gb)}) of ${gb(fit.free_bytes)} free; ` +
+    `this run fits up to context ${fit.largest_context}; the model alone up to ${byBatch}`
+  );
+}
+
 export class Study {
   readonly session: Session<ModelWeights>;
   private readonly memoryBefore: number;
+  private readonly byContext: ContextMemory[] = [];
+  /** the most positions of the cache written so far (pages once written stay resident) */
+  private positionsWritten = 0;
   private readonly rate: PrefillRate;
   private readonly fills = new Map<number, PointFill>();
 
@@ -143,6 +224,7 @@ export class Study {
     readonly instrument: Instrument,
     readonly weights: ModelWeights,
     readonly opts: StudyOptions,
+    private readonly fit: MemoryFit,
   ) {
     this.memoryBefore = backend.memInfo().free;
     this.session = new Session(backend, weights, { form: opts.form, maxContext: studiedContext(opts) });
@@ -180,6 +262,8 @@ export class Study {
         modes.length,
       );
       measured.push(...(await this.timeContext(context, peers, peerSamples)));
+      this.wrote(context + 1);
+      this.byContext.push(this.memoryAt(context));
       const trace = this.opts.kernels && peers && fill.fill === "prefill" ? await peers.traceTorch() : null;
       if (trace) peerTraces.push(trace);
     }
@@ -242,7 +326,7 @@ export class Study {
       mismatched,
       endToEnd,
       ...(promptCache ? { promptCache } : {}),
-      memory,
+      memory: { ...memory, by_context: this.byContext },
       ...(peerResult ? { peers: peerResult } : {}),
       ...(samples ? { interventions: samples } : {}),
       fills: this.opts.contexts.map((c) => this.fills.get(c)!),
@@ -269,6 +353,11 @@ export class Study {
     s.prefill(promptOf(tokens, s.config.vocab_size, this.opts.seed));
     s.backend.synchronize();
     this.rate.observe(tokens, nowMs() - t0);
+    this.wrote(tokens);
+  }
+
+  private wrote(positions: number): void {
+    this.positionsWritten = Math.max(this.positionsWritten, positions);
   }
 
   /** The cache holds `context` tokens of the study's prompt, filled as the point's decision says. */
@@ -477,19 +566,50 @@ export class Study {
   }
 
   /**
-   * KV-cache memory, measured: the session (weights, cache, activations) is resident and a warm-up step
-   * has run, so library workspaces are already allocated; then a second cache of n_positions tokens is
-   * allocated and the backend's free memory read before and after.
+   * What the session holds in memory after `context`'s steps (resident pages on the host, allocations on a GPU):
+   * its cache against the formula for the positions written, and every other allocation beside it.
    */
-  private measureMemory(): MemoryReport {
+  private memoryAt(context: number): ContextMemory {
+    const s = this.session;
+    const { weights, cache } = s.resident.allocations;
+    const positions = this.positionsWritten;
+    const region = (name: string, b: DeviceBuffer) => ({
+      name,
+      allocated_bytes: b.bytes,
+      resident_bytes: this.backend.residentBytes(b.ptr, b.bytes),
+    });
+    const regions = [
+      region("weights", weights),
+      region("cache", cache),
+      ...Object.entries(s.resident.activationRegions).map(([name, b]) => region(name, b)),
+    ];
+    return {
+      context,
+      kv_positions: positions,
+      kv_bytes_formula: positions * s.batch * kvBytesPerToken(s.config, DTYPE_BYTES[s.form.kv]),
+      kv_bytes_resident: regions[1]!.resident_bytes,
+      regions,
+    };
+  }
+
+  /**
+   * KV-cache memory, measured: the session (weights, cache, activations) is resident and a warm-up step
+   * has run, so library workspaces are already allocated; then a second cache of MEASURED_CACHE_TOKENS tokens
+   * (fewer than a long context's: it sits beside the study's own) is allocated and the backend's free memory read
+   * before and after.
+   */
+  private measureMemory(): Omit<MemoryReport, "by_context"> {
     const s = this.session;
     const cfg = s.config;
-    s.prefill(promptOf(Math.min(MEMORY_PROMPT, cfg.n_positions - 1), cfg.vocab_size, this.opts.seed));
+    const prompt = Math.min(MEMORY_PROMPT, cfg.n_positions - 1);
+    s.prefill(promptOf(prompt, cfg.vocab_size, this.opts.seed));
     s.run(1);
+    this.wrote(prompt + 1);
     s.backend.synchronize();
     const afterWarmup = this.backend.memInfo().free;
     const form = s.form;
-    const extra = this.backend.alloc(cacheBytes(cfg, form));
+    const tokens = Math.min(MEASURED_CACHE_TOKENS, cfg.n_positions);
+    const extra = this.backend.alloc(cacheBytes({ ...cfg, n_positions: tokens }, form));
     this.backend.fill32(extra, 0); // touch every page: host memory is committed on first write
     this.backend.synchronize();
     const afterCache = this.backend.memInfo().free;
@@ -501,16 +621,18 @@ export class Study {
     const ownBytes = a.weights.bytes + a.cache.bytes + a.activations.bytes;
     const tokensToWeights = weightBytes / perTokenFormula;
     return {
+      fit: this.fit,
+      resident_source: this.backend.residentSource,
       weight_bytes: weightBytes,
       kv_bytes_per_token_formula: perTokenFormula,
-      kv_bytes_per_token_measured: measuredCache / cfg.n_positions,
-      kv_cache_tokens: cfg.n_positions,
-      kv_cache_bytes_formula: perTokenFormula * cfg.n_positions,
+      kv_bytes_per_token_measured: measuredCache / tokens,
+      kv_cache_tokens: tokens,
+      kv_cache_bytes_formula: perTokenFormula * tokens,
       kv_cache_bytes_measured: measuredCache,
       workspace_bytes: Math.max(0, this.memoryBefore - afterWarmup - ownBytes),
       how_measured:
         `${this.backend.memInfoSource} before and after allocating and ` +
-        `touching a second ${cfg.n_positions}-token cache, after a warm-up step; workspace = (free before the session − free after ` +
+        `touching a second ${tokens}-token cache, after a warm-up step; workspace = (free before the session − free after ` +
         `the warm-up) − (weights + cache + activations the session allocated)`,
       crossover: [1, 2, 4, 8, 16, 32, 64].map((batch) => ({ batch, context: Math.ceil(tokensToWeights / batch) })),
     };

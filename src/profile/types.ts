@@ -118,7 +118,38 @@ export interface EndToEnd {
   tpot_ms: number | null;
 }
 
+/** Whether the run fits its backend's memory, and how far it could go (weights + cache + activations as laid out). */
+export interface MemoryFit {
+  free_bytes: number;
+  /** what free_bytes is, in words */
+  free_source: string;
+  /** the most the run holds at once, at its largest context */
+  need: { weights: number; cache: number; activations: number };
+  /** the largest context at which this run's sessions fit */
+  largest_context: number;
+  /** the study's session alone: the largest context at each batch */
+  largest_context_by_batch: { batch: number; context: number }[];
+}
+
+/** After a context's steps: the bytes the study's session holds in memory, allocation by allocation. */
+export interface ContextMemory {
+  context: number;
+  /** the most positions written so far (the context's and its steps' new one, or an earlier, longer prefill) */
+  kv_positions: number;
+  /** kv_positions × KV bytes per token (× batch) */
+  kv_bytes_formula: number;
+  kv_bytes_resident: number;
+  /** the weights, the cache and each region of the activations: bytes allocated and held now */
+  regions: { name: string; allocated_bytes: number; resident_bytes: number }[];
+}
+
 export interface MemoryReport {
+  /** the run against the memory it had, before anything was placed */
+  fit: MemoryFit;
+  /** what ContextMemory's resident bytes count, in words */
+  resident_source: string;
+  /** per context run, in the order timed */
+  by_context: ContextMemory[];
   weight_bytes: number;
   kv_bytes_per_token_formula: number;
   kv_bytes_per_token_measured: number;
@@ -149,9 +180,10 @@ export interface DeviceDescription extends BackendDescription {
  * parting token; 10: how each context's cache was filled — seed_table[].fill, uncached_model_ms, settings.fill,
  * prefill_flops_per_s; 11: K/V-head variants — the interventions' and predictions' kv_heads,
  * interventions.kv_heads; the cache's share of a step's bytes, seed_table[].kv_byte_share; 12: end_to_end[].ttft_ms
- * and tpot_ms, prompt_cache).
+ * and tpot_ms, prompt_cache; 13: memory.fit — the largest context that fits —, memory.by_context — the cache's and the
+ * activations' resident bytes at each context —, memory.resident_source).
  */
-export const SCHEMA_VERSION = 12;
+export const SCHEMA_VERSION = 13;
 
 export interface ProfileSummary {
   schema_version: typeof SCHEMA_VERSION;

@@ -19,6 +19,7 @@ const SCHEMA_OBJECTS: Record<string, string[]> = {
   settings: ["properties", "settings"],
   "seed_table[]": ["properties", "seed_table", "items"],
   "end_to_end[]": ["properties", "end_to_end", "items"],
+  memory: ["properties", "memory"],
   // the agreement's object form, the second of its oneOf
   "peers.results[].agreement": [
     "properties",

@@ -13,6 +13,8 @@ import {
   predictionsTable,
   runLine,
   launchFloorSentence,
+  memoryByContextTable,
+  memoryFitSentence,
   memoryTable,
   modeLabel,
   peerSentences,
@@ -200,6 +202,10 @@ export function renderReport(summary: ProfileSummary): string {
       s.memory.crossover
         .map((c) => `- batch ${c.batch}: the KV cache outgrows the weights at ${c.context} tokens of context`)
         .join("\n"),
+      memoryFitSentence(s),
+      "What the study's session held after each context's steps (" +
+        `${s.memory.resident_source}; the cache against its formula for the positions written, and what else grew):`,
+      markdownTable(memoryByContextTable(s)),
     ),
     section(
       "Tracing",

@@ -144,7 +144,29 @@ const promptCache = object({
   },
 });
 
+const placed = object({ weights: nonNegative, cache: nonNegative, activations: nonNegative });
 const memory = object({
+  fit: object({
+    free_bytes: nonNegative,
+    free_source: text,
+    need: placed,
+    largest_context: count,
+    largest_context_by_batch: { type: "array", items: object({ batch: count, context: count }) },
+  }),
+  resident_source: text,
+  by_context: {
+    type: "array",
+    items: object({
+      context: count,
+      kv_positions: count,
+      kv_bytes_formula: nonNegative,
+      kv_bytes_resident: nonNegative,
+      regions: {
+        type: "array",
+        items: object({ name: text, allocated_bytes: nonNegative, resident_bytes: nonNegative }),
+      },
+    }),
+  },
   weight_bytes: nonNegative,
   kv_bytes_per_token_formula: nonNegative,
   kv_bytes_per_token_measured: nonNegative,

@@ -2,6 +2,7 @@
 // ProfileSummary alone. markdown.ts and terminal.ts lay them out.
 import type {
   Breakdown,
+  ContextMemory,
   OpAggregate,
   PeerParting,
   PeerResult,
@@ -272,6 +273,60 @@ export function memoryTable(s: ProfileSummary): TableData {
       ],
       ["other allocations (activations, scratch, workspaces)", null, formatBytes(m.workspace_bytes)],
     ],
+  };
+}
+
+/** The run against the memory it had: what it held at once, and the largest context that would have fit. */
+export function memoryFitSentence(s: ProfileSummary): string {
+  const f = s.memory.fit;
+  const need = f.need.weights + f.need.cache + f.need.activations;
+  const byBatch = f.largest_context_by_batch.map((b) => `${b.context} at batch ${b.batch}`).join(", ");
+  return (
+    `The run held at most ${formatBytes(need)} at once (weights ${formatBytes(f.need.weights)}, K/V cache ` +
+    `${formatBytes(f.need.cache)}, activations ${formatBytes(f.need.activations)}) of ${formatBytes(f.free_bytes)} free ` +
+    `(${f.free_source}); it would have fitted up to context ${f.largest_context}, the model's session alone up to ${byBatch}.`
+  );
+}
+
+/** Regions other than the weights and the cache: the activations' (the attention's scratch among them). */
+const besideCache = (regions: ContextMemory["regions"]) =>
+  regions.filter((r) => r.name !== "weights" && r.name !== "cache");
+
+/** The regions whose resident bytes grew by more than a page from `first` to `now`, with how much. */
+function grewSince(first: ContextMemory, now: ContextMemory): string {
+  const PAGE = 4096;
+  const grew = now.regions
+    .map((r) => ({
+      name: r.name,
+      by: r.resident_bytes - (first.regions.find((q) => q.name === r.name)?.resident_bytes ?? 0),
+    }))
+    .filter((g) => g.by > PAGE)
+    .sort((a, b) => b.by - a.by);
+  return grew.length ? grew.map((g) => `${g.name} +${formatBytes(g.by)}`).join(", ") : "nothing";
+}
+
+/** Per context run: the cache's resident bytes against the formula, and what else the session holds. */
+export function memoryByContextTable(s: ProfileSummary): TableData {
+  const rows = s.memory.by_context;
+  return {
+    columns: [
+      { header: "context", align: "right" },
+      { header: "K/V positions written", align: "right" },
+      { header: "K/V formula", align: "right" },
+      { header: "K/V held", align: "right" },
+      { header: "held ÷ formula", align: "right" },
+      { header: "activations held", align: "right" },
+      { header: `grew since context ${rows[0]?.context ?? "–"}` },
+    ],
+    rows: rows.map((r) => [
+      r.context,
+      r.kv_positions,
+      formatBytes(r.kv_bytes_formula),
+      formatBytes(r.kv_bytes_resident),
+      r.kv_bytes_formula > 0 ? `${(r.kv_bytes_resident / r.kv_bytes_formula).toFixed(3)}×` : null,
+      formatBytes(besideCache(r.regions).reduce((sum, g) => sum + g.resident_bytes, 0)),
+      grewSince(rows[0]!, r),
+    ]),
   };
 }
 

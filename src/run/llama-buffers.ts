@@ -2,14 +2,30 @@
 // arena (matrices in the weight dtype, vectors fp32), the rotary table, a KV cache of n_kv_head × head_dim columns
 // per layer and sequence, the activations for up to `maxRows` rows, each sequence's tokens and position.
 import type { Backend } from "../backends/backend.ts";
-import { kvWidth, llamaParameters, queryWidth, ropeTable, type LlamaWeights } from "../model/llama.ts";
+import {
+  kvWidth,
+  llamaParameters,
+  queryWidth,
+  ropeTable,
+  ropeTableBytes,
+  type LlamaConfig,
+  type LlamaWeights,
+} from "../model/llama.ts";
 import { StorageConverter } from "../model/dtypes.ts";
 import { nameOf, numel } from "../model/safetensors.ts";
 import type { ParameterSpec } from "../model/weights.ts";
 import { DTYPE_BYTES, dtypeOf, STATE_INTS } from "../ops.ts";
 import type { LlamaBuffers } from "../plan-llama.ts";
 import { DEFAULT_STEP_FORM, dtypeCodes, type StepForm } from "../plan.ts";
-import { Arena, layerCacheBytes, storedInWeightDtype, type ResidentModel } from "./model-buffers.ts";
+import {
+  allocateActivations,
+  Arena,
+  layerCacheBytes,
+  rowsHeld,
+  storedInWeightDtype,
+  type PlacementBytes,
+  type ResidentModel,
+} from "./model-buffers.ts";
 
 const FLOAT = 4;
 const INT32 = 4;
@@ -23,15 +39,12 @@ export function placeLlama(
   maxRows?: number,
 ): ResidentLlama {
   const cfg = weights.config;
-  const rows = maxRows ?? Math.max(cfg.n_positions, form.batch);
+  const rows = rowsHeld(cfg, form, maxRows);
   const narrow = new StorageConverter(form.weights);
-  const specs = llamaParameters(cfg);
   const bytesPer = (spec: ParameterSpec) => (storedInWeightDtype(spec) ? narrow.bytesPerElement : FLOAT);
-  const arena = new Arena();
-  const offsets = new Map(specs.map((s) => [s.name, arena.reserve(numel(s.shape) * bytesPer(s))]));
+  const { offsets, ropeAt, size } = weightLayout(cfg, form);
   const table = ropeTable(cfg, cfg.n_positions);
-  const ropeAt = arena.reserve(table.byteLength);
-  const weightBuffer = backend.alloc(arena.size);
+  const weightBuffer = backend.alloc(size);
   try {
     weights.stream((spec, chunk, offset) => {
       const stored = storedInWeightDtype(spec) ? narrow.convert(chunk, () => `weight ${nameOf(spec.name)}`) : chunk;
@@ -46,8 +59,8 @@ export function placeLlama(
   const linear = (p: string) => ({ weight: w(`${p}.weight`), bias: w(`${p}.bias`) });
 
   const cacheBytes = layerCacheBytes(cfg, form);
-  const cache = backend.alloc(2 * cfg.n_layer * cacheBytes); // zeroed by be_alloc's contract
-  const acts = allocateActivations(backend, weights, rows, form.batch);
+  const cache = backend.alloc(2 * cfg.n_layer * cacheBytes); // zeroed by be_alloc's contract, not touched here
+  const acts = allocateActivations(backend, activationLayout(backend, cfg, rows, form.batch));
   const buffers: LlamaBuffers = {
     config: cfg,
     batch: form.batch,
@@ -75,6 +88,7 @@ export function placeLlama(
     buffers,
     form,
     allocations: { weights: weightBuffer, cache, activations: acts.buffer },
+    activationRegions: acts.regions,
     // the rotary table after them is sized by the run's context
     parameters: { ptr: weightBuffer.ptr, bytes: ropeAt },
     free() {
@@ -85,15 +99,42 @@ export function placeLlama(
   };
 }
 
-function allocateActivations(backend: Backend, weights: LlamaWeights, rows: number, batch: number) {
-  const cfg = weights.config;
+/** The weights' arena: each parameter's offset (matrices in the weight dtype), then the rotary table's. */
+function weightLayout(cfg: LlamaConfig, form: Pick<StepForm, "weights">) {
+  const narrow = DTYPE_BYTES[form.weights];
+  const arena = new Arena();
+  const offsets = new Map(
+    llamaParameters(cfg).map((s) => [
+      s.name,
+      arena.reserve(numel(s.shape) * (storedInWeightDtype(s) ? narrow : FLOAT)),
+    ]),
+  );
+  const ropeAt = arena.reserve(ropeTableBytes(cfg, cfg.n_positions));
+  return { offsets, ropeAt, size: arena.size };
+}
+
+/** What placeLlama allocates for these steps (cfg.n_positions: the positions held), from the same layouts. */
+export function llamaPlacementBytes(
+  backend: Backend,
+  cfg: LlamaConfig,
+  form: StepForm,
+  maxRows?: number,
+): PlacementBytes {
+  return {
+    weights: weightLayout(cfg, form).size,
+    cache: 2 * cfg.n_layer * layerCacheBytes(cfg, form),
+    activations: activationLayout(backend, cfg, rowsHeld(cfg, form, maxRows), form.batch).size,
+  };
+}
+
+function activationLayout(backend: Backend, cfg: LlamaConfig, rows: number, batch: number) {
   const C = cfg.n_embd,
     Q = queryWidth(cfg),
     KV = kvWidth(cfg),
     I = cfg.intermediate_size;
   const arena = new Arena();
   const widest = Math.max(C, Q + 2 * KV, 2 * I);
-  const layout = {
+  const at = {
     x: arena.reserve(rows * C * FLOAT),
     ln: arena.reserve(rows * C * FLOAT),
     qkv: arena.reserve(rows * (Q + 2 * KV) * FLOAT),
@@ -113,12 +154,7 @@ function allocateActivations(backend: Backend, weights: LlamaWeights, rows: numb
     seq: arena.reserve(batch * (cfg.n_positions + 1) * INT32),
     state: arena.reserve(batch * STATE_INTS * INT32),
   };
-  const buffer = backend.alloc(arena.size);
-  const pointers = Object.fromEntries(Object.entries(layout).map(([k, at]) => [k, buffer.ptr + at])) as Record<
-    keyof typeof layout,
-    number
-  >;
-  return { buffer, pointers };
+  return { at, size: arena.size };
 }
 
 /** The buffers as sequence b alone sees them (model-buffers.ts sequenceView's twin). */

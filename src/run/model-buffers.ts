@@ -27,6 +27,29 @@ export class Arena {
   }
 }
 
+/** Named regions of one allocation by offset, and the allocation's size. */
+export interface Layout<K extends string> {
+  at: Record<K, number>;
+  size: number;
+}
+
+/** The regions of an allocation at `base`: each one's address and bytes (to the next region, alignment included). */
+export function layoutRegions<K extends string>(layout: Layout<K>, base: number): Record<K, DeviceBuffer> {
+  const entries = (Object.entries(layout.at) as [K, number][]).sort((a, b) => a[1] - b[1]);
+  return Object.fromEntries(
+    entries.map(([name, at], i) => [name, { ptr: base + at, bytes: (entries[i + 1]?.[1] ?? layout.size) - at }]),
+  ) as Record<K, DeviceBuffer>;
+}
+
+/** What a placement allocates, in bytes, before anything is allocated (what decides whether a run fits). */
+export interface PlacementBytes {
+  weights: number;
+  cache: number;
+  activations: number;
+}
+
+export const placementTotal = (p: PlacementBytes) => p.weights + p.cache + p.activations;
+
 /** Matrices and embedding tables are stored in the weight dtype; biases and layer-norm parameters stay fp32. */
 export const storedInWeightDtype = (spec: ParameterSpec) => spec.shape.length === 2;
 
@@ -44,6 +67,8 @@ export interface ResidentModel {
   form: StepForm;
   /** what was allocated, for memory accounting */
   allocations: { weights: DeviceBuffer; cache: DeviceBuffer; activations: DeviceBuffer };
+  /** the activations' allocation by region (x, qkv, …, the attention's scratch, the tokens) */
+  activationRegions: Record<string, DeviceBuffer>;
   /** the part of the weights' allocation that holds the model's parameters alone (what identifies the weights) */
   parameters: DeviceBuffer;
   free(): void;
@@ -61,13 +86,11 @@ export function placeModel(
   maxRows?: number,
 ): ResidentModel {
   const cfg = weights.config;
-  const rows = maxRows ?? Math.max(cfg.n_positions, form.batch);
+  const rows = rowsHeld(cfg, form, maxRows);
   const narrow = new StorageConverter(form.weights);
   const bytesPer = (spec: ParameterSpec) => (storedInWeightDtype(spec) ? narrow.bytesPerElement : FLOAT);
-  const weightArena = new Arena();
-  const specs = parameterSpecs(cfg);
-  const offsets = new Map(specs.map((s) => [s.name, weightArena.reserve(numel(s.shape) * bytesPer(s))]));
-  const weightBuffer = backend.alloc(weightArena.size);
+  const { offsets, size } = weightLayout(cfg, form);
+  const weightBuffer = backend.alloc(size);
   try {
     weights.stream((spec, chunk, offset) => {
       const stored = storedInWeightDtype(spec) ? narrow.convert(chunk, () => `weight ${nameOf(spec.name)}`) : chunk;
@@ -81,7 +104,7 @@ export function placeModel(
   const pair = (prefix: string) => ({ weight: w(`${prefix}.weight`), bias: w(`${prefix}.bias`) });
 
   const cache = allocateCache(backend, cfg, form);
-  const acts = allocateActivations(backend, cfg, rows, form.batch);
+  const acts = allocateActivations(backend, activationLayout(backend, cfg, rows, form.batch));
 
   const buffers: ModelBuffers = {
     config: cfg,
@@ -107,12 +130,41 @@ export function placeModel(
     buffers,
     form,
     allocations: { weights: weightBuffer, cache: cache.buffer, activations: acts.buffer },
+    activationRegions: acts.regions,
     parameters: weightBuffer,
     free() {
       backend.free(weightBuffer);
       backend.free(cache.buffer);
       backend.free(acts.buffer);
     },
+  };
+}
+
+/** The rows a step may have: maxRows, or by default every position held (an uncached step), or the batch if larger. */
+export const rowsHeld = (cfg: ModelConfig, form: Pick<StepForm, "batch">, maxRows?: number) =>
+  maxRows ?? Math.max(cfg.n_positions, form.batch);
+
+/** GPT-2's weights in one arena: each parameter's offset, matrices in the weight dtype. */
+function weightLayout(cfg: GPT2Config, form: Pick<StepForm, "weights">) {
+  const narrow = DTYPE_BYTES[form.weights];
+  const arena = new Arena();
+  const offsets = new Map(
+    parameterSpecs(cfg).map((s) => [s.name, arena.reserve(numel(s.shape) * (storedInWeightDtype(s) ? narrow : FLOAT))]),
+  );
+  return { offsets, size: arena.size };
+}
+
+/** What placeModel allocates for these steps, computed from the same layouts. */
+export function gpt2PlacementBytes(
+  backend: Backend,
+  cfg: GPT2Config,
+  form: StepForm,
+  maxRows?: number,
+): PlacementBytes {
+  return {
+    weights: weightLayout(cfg, form).size,
+    cache: cacheBytes(cfg, form),
+    activations: activationLayout(backend, cfg, rowsHeld(cfg, form, maxRows), form.batch).size,
   };
 }
 
@@ -136,10 +188,18 @@ function allocateCache(backend: Backend, cfg: GPT2Config, form: CacheForm) {
   return { buffer, k, v };
 }
 
-function allocateActivations(backend: Backend, cfg: GPT2Config, rows: number, batch: number) {
+/** Allocates the activations' arena (zeroed, and on the CPU committed only where a step writes). */
+export function allocateActivations<K extends string>(backend: Backend, layout: Layout<K>) {
+  const buffer = backend.alloc(layout.size);
+  const regions = layoutRegions(layout, buffer.ptr);
+  const pointers = Object.fromEntries(Object.entries(layout.at).map(([k, at]) => [k, buffer.ptr + (at as number)]));
+  return { buffer, regions, pointers: pointers as Record<K, number> };
+}
+
+function activationLayout(backend: Backend, cfg: GPT2Config, rows: number, batch: number) {
   const C = cfg.n_embd;
   const arena = new Arena();
-  const layout = {
+  const at = {
     x: arena.reserve(rows * C * FLOAT),
     ln: arena.reserve(rows * C * FLOAT),
     qkv: arena.reserve(rows * 3 * C * FLOAT),
@@ -161,12 +221,7 @@ function allocateActivations(backend: Backend, cfg: GPT2Config, rows: number, ba
     seq: arena.reserve(batch * (cfg.n_positions + 1) * INT32),
     state: arena.reserve(batch * STATE_INTS * INT32),
   };
-  const buffer = backend.alloc(arena.size); // zeroed, and on the CPU committed only where a step writes
-  const pointers = Object.fromEntries(Object.entries(layout).map(([k, at]) => [k, buffer.ptr + at])) as Record<
-    keyof typeof layout,
-    number
-  >;
-  return { buffer, pointers, layout };
+  return { at, size: arena.size };
 }
 
 /**

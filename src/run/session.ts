@@ -3,8 +3,8 @@
 // full-sequence logits.
 import type { Backend } from "../backends/backend.ts";
 import { UserError } from "../errors.ts";
-import { familyNameOf, type FamilyName, type ModelWeights } from "../model/architectures.ts";
-import type { LlamaWeights } from "../model/llama.ts";
+import { familyNameOf, type FamilyName, type ModelConfig, type ModelWeights } from "../model/architectures.ts";
+import type { LlamaConfig, LlamaWeights } from "../model/llama.ts";
 import type { GPT2Weights } from "../model/weights.ts";
 import { STATE_INTS, STATE_POS } from "../ops.ts";
 import type { LlamaBuffers } from "../plan-llama.ts";
@@ -12,8 +12,14 @@ import { stepOf, type StepBuffers } from "../plans.ts";
 import { DEFAULT_STEP_FORM, type ModelBuffers, type PlanKind, type PlanOp, type StepForm } from "../plan.ts";
 import { launchMode, modeForm, type LaunchMode, type ModeForm } from "./launch-modes.ts";
 import { firstNonFinite, firstNonFiniteOp, nonFiniteMessage } from "./finite.ts";
-import { llamaSequenceView, placeLlama, type ResidentLlama } from "./llama-buffers.ts";
-import { placeModel, sequenceView, type ResidentModel } from "./model-buffers.ts";
+import { llamaPlacementBytes, llamaSequenceView, placeLlama, type ResidentLlama } from "./llama-buffers.ts";
+import {
+  gpt2PlacementBytes,
+  placeModel,
+  sequenceView,
+  type PlacementBytes,
+  type ResidentModel,
+} from "./model-buffers.ts";
 import { CompiledStep } from "./step.ts";
 import { SYNTHETIC_SAMPLE_ROWS, writeSyntheticRows, type SequenceCache } from "./synthetic-fill.ts";
 
@@ -44,6 +50,14 @@ interface ResidentFamily<W extends ModelWeights, B extends StepBuffers> {
     maxRows: number | undefined,
     maxContext: number | undefined,
   ): Resident;
+  /** what place allocates, computed without allocating */
+  bytes(
+    backend: Backend,
+    config: W["config"],
+    form: StepForm,
+    maxRows: number | undefined,
+    maxContext: number | undefined,
+  ): PlacementBytes;
   /** the buffers of sequence b alone */
   sequenceView(buffers: B, b: number): B;
   /** the (V, C) matrix the logits are read through */
@@ -51,19 +65,26 @@ interface ResidentFamily<W extends ModelWeights, B extends StepBuffers> {
 }
 type AnyResidentFamily = ResidentFamily<ModelWeights, StepBuffers>;
 
+/** A rotary model's config as placed for sequences reaching maxContext positions. */
+const heldConfig = (cfg: LlamaConfig, maxContext: number | undefined): LlamaConfig => ({
+  ...cfg,
+  n_positions: Math.min(maxContext ?? cfg.n_positions, cfg.n_positions),
+});
+
 const RESIDENT_FAMILIES: { [F in FamilyName]: AnyResidentFamily } = {
   gpt2: {
     // GPT-2's position table is n_positions long whatever the run's context
     place: (backend, weights, form, maxRows) => placeModel(backend, weights, form, maxRows),
+    bytes: (backend, cfg, form, maxRows) => gpt2PlacementBytes(backend, cfg, form, maxRows),
     sequenceView,
     outputHead: (b) => b.wte,
   } satisfies ResidentFamily<GPT2Weights, ModelBuffers> as AnyResidentFamily,
   llama: {
     // a rotary model's cache, rotary table and activations are sized by the positions its sequences reach
-    place: (backend, weights, form, maxRows, maxContext) => {
-      const held = Math.min(maxContext ?? weights.config.n_positions, weights.config.n_positions);
-      return placeLlama(backend, { ...weights, config: { ...weights.config, n_positions: held } }, form, maxRows);
-    },
+    place: (backend, weights, form, maxRows, maxContext) =>
+      placeLlama(backend, { ...weights, config: heldConfig(weights.config, maxContext) }, form, maxRows),
+    bytes: (backend, cfg, form, maxRows, maxContext) =>
+      llamaPlacementBytes(backend, heldConfig(cfg, maxContext), form, maxRows),
     sequenceView: llamaSequenceView,
     outputHead: (b) => b.lm_head,
   } satisfies ResidentFamily<LlamaWeights, LlamaBuffers> as AnyResidentFamily,
@@ -87,6 +108,12 @@ export class Session<W extends ModelWeights = GPT2Weights> {
     this.family = RESIDENT_FAMILIES[familyNameOf(weights.config)];
     this.resident = this.family.place(backend, weights, form, opts.maxRows, opts.maxContext);
     this.stateWords = new Int32Array(this.batch * STATE_INTS);
+  }
+
+  /** What a session of this config and options would allocate (weights, cache, activations), allocating nothing. */
+  static placementBytes(backend: Backend, config: ModelConfig, opts: SessionOptions = {}): PlacementBytes {
+    const family = RESIDENT_FAMILIES[familyNameOf(config)];
+    return family.bytes(backend, config, opts.form ?? DEFAULT_STEP_FORM, opts.maxRows, opts.maxContext);
   }
 
   /** the model's config as placed: n_positions is the positions its sequences can reach */

@@ -281,6 +281,29 @@ export function syntheticSummary(steps: StepTrace[] = syntheticSteps(), cfg: GPT
       },
     ],
     memory: {
+      fit: {
+        free_bytes: 80e9,
+        free_source: "cudaMemGetInfo free bytes",
+        need: { weights: weight_bytes, cache: kvPerToken * cfg.n_positions, activations: 4_000_000 },
+        largest_context: cfg.n_positions - 1,
+        largest_context_by_batch: [1, 2, 4, 8].map((batch) => ({ batch, context: cfg.n_positions - 1 })),
+      },
+      resident_source: "bytes allocated (device memory is committed when it is allocated)",
+      by_context: syntheticContexts.map((context) => ({
+        context,
+        kv_positions: context + 1,
+        kv_bytes_formula: (context + 1) * kvPerToken,
+        kv_bytes_resident: kvPerToken * cfg.n_positions,
+        regions: [
+          { name: "weights", allocated_bytes: weight_bytes, resident_bytes: weight_bytes },
+          {
+            name: "cache",
+            allocated_bytes: kvPerToken * cfg.n_positions,
+            resident_bytes: kvPerToken * cfg.n_positions,
+          },
+          { name: "scratch", allocated_bytes: 65536, resident_bytes: 65536 },
+        ],
+      })),
       weight_bytes,
       kv_bytes_per_token_formula: kvPerToken,
       kv_bytes_per_token_measured: kvPerToken,

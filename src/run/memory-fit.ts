@@ -1,0 +1,90 @@
+// Whether a run's sessions fit the memory its backend has, and the largest context that would: each session's
+// bytes come from the layouts it would allocate (Session.placementBytes), so nothing is allocated to find out.
+import { freemem } from "node:os";
+
+import type { Backend } from "../backends/backend.ts";
+import type { ModelConfig } from "../model/architectures.ts";
+import type { StepForm } from "../plan.ts";
+import { cacheBytes, placementTotal, type PlacementBytes } from "./model-buffers.ts";
+import { Session } from "./session.ts";
+
+/** Memory the backend's allocations can take now: a GPU's free device memory; on the host, what Linux says is available. */
+export function availableMemory(backend: Backend): { bytes: number; source: string } {
+  if (backend.kind === "cuda") return { bytes: backend.memInfo().free, source: "cudaMemGetInfo free bytes" };
+  return { bytes: freemem(), source: "host memory available (MemAvailable)" };
+}
+
+/** Tokens of the second cache the study allocates to measure a cache's bytes per token (study.ts measureMemory). */
+export const MEASURED_CACHE_TOKENS = 1024;
+
+/** A session a run places: its model and its steps' form. */
+export interface PlannedSession {
+  config: ModelConfig;
+  form: StepForm;
+}
+
+/**
+ * A run's sessions as they are resident: `study` for the whole run — its memory measurement allocating a cache of
+ * MEASURED_CACHE_TOKENS beside it first —, then each group of `groups` beside it, one group at a time.
+ */
+export interface RunPlacement {
+  study: PlannedSession;
+  groups: PlannedSession[][];
+}
+
+/** The most bytes a run holds at once when its sequences reach `maxContext` positions, and its parts. */
+export function runNeed(backend: Backend, run: RunPlacement, maxContext: number): PlacementBytes {
+  const at = (s: PlannedSession) => Session.placementBytes(backend, s.config, { form: s.form, maxContext });
+  const study = at(run.study);
+  const measured = { ...run.study.config, n_positions: Math.min(MEASURED_CACHE_TOKENS, maxContext) };
+  const beside = [
+    { weights: 0, cache: cacheBytes(measured, run.study.form), activations: 0 }, // the memory measurement's cache
+    ...run.groups.map((g) => g.map(at).reduce(addBytes, { weights: 0, cache: 0, activations: 0 })),
+  ].reduce((most, p) => (placementTotal(p) > placementTotal(most) ? p : most));
+  return addBytes(study, beside);
+}
+
+const addBytes = (a: PlacementBytes, b: PlacementBytes): PlacementBytes => ({
+  weights: a.weights + b.weights,
+  cache: a.cache + b.cache,
+  activations: a.activations + b.activations,
+});
+
+/**
+ * The largest decode context (a step at context c holds c + 1 positions) at which the run's need fits in `free`
+ * bytes, up to the model's limit; 0 when not even the first position fits. The need grows with the context.
+ */
+export function largestFittingContext(
+  backend: Backend,
+  run: RunPlacement,
+  free: number,
+  positions = run.study.config.n_positions,
+): number {
+  const fits = (context: number) => placementTotal(runNeed(backend, run, context + 1)) <= free;
+  if (!fits(0)) return 0;
+  let lo = 0,
+    hi = positions - 1;
+  while (lo < hi) {
+    const mid = Math.ceil((lo + hi) / 2);
+    if (fits(mid)) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+/** The study's session alone at batches 1…8: the largest context each fits (what the run reports it could reach). */
+export function largestContextByBatch(
+  backend: Backend,
+  study: PlannedSession,
+  free: number,
+  batches = [1, 2, 4, 8],
+): { batch: number; context: number }[] {
+  return batches.map((batch) => ({
+    batch,
+    context: largestFittingContext(backend, { study: { ...study, form: { ...study.form, batch } }, groups: [] }, free),
+  }));
+}
+
+/** One line each for a need's parts, e.g. "weights 4.9 GB + K/V cache 8.6 GB + activations 0.8 GB". */
+export const needParts = (p: PlacementBytes, gb: (n: number) => string) =>
+  `weights ${gb(p.weights)} + K/V cache ${gb(p.cache)} + activations ${gb(p.activations)}`;
