@@ -37,6 +37,9 @@ export interface LlamaBuffers {
   kCache: number[]; // per layer (batch, max_ctx, KV)
   vCache: number[];
   seq: number; // int32 (batch, max_ctx + 1)
+  /** where a several-row step's argmax writes each sequence's next token: seq, or sink (plan.ts ModelBuffers) */
+  next: number;
+  sink: number;
   state: number; // int32 (batch, STATE_INTS)
   x: number; // residual stream (rows, C)
   ln: number; // RMSNorm output (rows, C)
@@ -139,7 +142,7 @@ function unfusedLlamaStep(m: LlamaBuffers, T: number): PlanOp[] {
   });
   rmsnorm("norm", null, m.norm); //                                                          a = rmsnorm(x)
   op("lm_head", "lm_head", null, { logits: m.logits, inp: m.ln, wte: m.lm_head, B, T, C, V, wdtype }); // logits = a[-1] @ lm_head^T
-  op("argmax", "argmax", null, { seq: m.seq, state, partials: m.partials, logits: m.logits, B, V, T, max_ctx }); // next = argmax; pos += T
+  op("argmax", "argmax", null, { seq: m.next, state, partials: m.partials, logits: m.logits, B, V, T, max_ctx }); // next = argmax; pos += T
   return plan;
 }
 
@@ -262,6 +265,8 @@ export function llamaPlanShape(config: LlamaConfig, T: number, form: StepForm): 
     kCache: everyLayer,
     vCache: everyLayer,
     seq: at,
+    next: at,
+    sink: at,
     state: at,
     x: at,
     ln: at,

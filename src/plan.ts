@@ -64,6 +64,10 @@ export interface ModelBuffers {
   kCache: number[]; // per layer (batch, max_ctx, C)
   vCache: number[];
   seq: number; // int32 (batch, max_ctx + 1)
+  /** where a several-row step's argmax writes each sequence's next token: seq, or sink (int32 (batch, max_ctx + 1)) */
+  next: number;
+  /** for a pass whose next token is the prompt's own (passes.ts): written, never read */
+  sink: number;
   state: number; // int32 (batch, STATE_INTS)
   x: number; // residual stream (rows, C)
   ln: number; // layernorm output (rows, C)
@@ -209,7 +213,7 @@ function unfusedStep(m: ModelBuffers, T: number): PlanOp[] {
   layernorm("ln_f", null, m.ln_f); //                                                        a = ln_f(x)
   op("lm_head", "lm_head", null, { logits: m.logits, inp: m.ln, wte: m.wte, B, T, C, V, wdtype }); // logits = a[-1] @ wte^T per sequence
   op("argmax", "argmax", null, {
-    seq: m.seq,
+    seq: m.next,
     state: m.state,
     partials: m.partials,
     logits: m.logits,
@@ -309,6 +313,8 @@ export function planShape(config: GPT2Config, T: number, form: StepForm = DEFAUL
     wte: at,
     wpe: at,
     seq: at,
+    next: at,
+    sink: at,
     state: at,
     x: at,
     ln: at,

@@ -55,3 +55,20 @@ export const stepOf = (buffers: StepBuffers, T: number, kind: PlanKind): PlanOp[
 export function planShapeOf(config: ModelConfig, T: number, form: StepForm = DEFAULT_STEP_FORM): PlanOp[] {
   return stepFamilyOf(config).planShape(config, T, form);
 }
+
+/**
+ * The most rows of a sequence one pass over it takes (a prefill, the uncached baseline's recompute): a longer one
+ * runs as passes of this many rows, so that the activations and the attention's split-key scratch are sized by
+ * it, not by the context (one pass of 32k rows would need an H200's whole memory for the scratch alone).
+ */
+export const PASS_ROWS = 2048;
+
+/** `rows` rows from position `from` as passes of at most `most` rows each: each pass's first position and rows. */
+export function passesOf(rows: number, most: number = PASS_ROWS, from = 0): { pos: number; T: number }[] {
+  if (!Number.isInteger(rows) || rows < 1 || !Number.isInteger(most) || most < 1)
+    throw new RangeError(`passesOf: ${rows} rows in passes of at most ${most}`);
+  return Array.from({ length: Math.ceil(rows / most) }, (_, i) => ({
+    pos: from + i * most,
+    T: Math.min(most, rows - i * most),
+  }));
+}

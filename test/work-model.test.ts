@@ -97,6 +97,8 @@ describe("stepWork", () => {
       wte: 1,
       wpe: 1,
       seq: 1,
+      next: 1,
+      sink: 1,
       state: 1,
       x: 1,
       ln: 1,

@@ -377,16 +377,24 @@ export class Study {
   private stepAt(
     mode: StudyMode,
     context: number,
-  ): { run: () => void; before: () => void; ops: PlanOp[]; rows: number } {
+  ): { run: () => void; before: () => void; ops: PlanOp[]; check: { T: number; reset: () => void } } {
     const s = this.session;
     if (mode === "uncached") {
-      // the whole sequence of context + 1 tokens recomputed from position 0
-      const step = s.step(context + 1);
-      return { run: () => step.runEager(), before: () => s.setPosition(0), ops: step.ops, rows: context + 1 };
+      // the whole sequence of context + 1 tokens recomputed from position 0, in passes
+      const { steps, last } = s.passes(context + 1);
+      return {
+        run: () => {
+          for (const step of steps) step.runEager();
+        },
+        before: () => s.setPosition(0),
+        ops: steps.flatMap((step) => step.ops),
+        check: { T: last.T, reset: () => s.setPosition(last.pos) },
+      };
     }
     const step = s.step(1);
     const launch = launchMode(mode);
-    return { run: () => launch.run(step, 1), before: () => s.setPosition(context), ops: step.ops, rows: 1 };
+    const before = () => s.setPosition(context);
+    return { run: () => launch.run(step, 1), before, ops: step.ops, check: { T: 1, reset: before } };
   }
 
   private checkpoint(): Promise<void> {
@@ -432,7 +440,11 @@ export class Study {
         samples[i]!.push(await timeOne(i));
         // the logits this mode's last step left: every mode shares the buffer, so each is checked in its turn
         if (r === repeats - 1)
-          this.session.checkLogits(`of the ${modes[i]} step at context ${context}`, steps[i]!.rows, steps[i]!.before);
+          this.session.checkLogits(
+            `of the ${modes[i]} step at context ${context}`,
+            steps[i]!.check.T,
+            steps[i]!.check.reset,
+          );
       }
       for (const s of subjects) peerMs.get(s.id)!.push(...((await peers!.time(s, 1, 1)) ?? []));
     }
@@ -525,32 +537,33 @@ export class Study {
     s.backend.synchronize();
     const t0 = nowMs();
     // the first token is known once its step has finished: one sync, then the rest back to back
+    const recompute = (rows: number) => {
+      s.setPosition(0);
+      for (const step of s.passes(rows).steps) step.runEager();
+    };
     if (mode === "uncached") {
       s.setSequence(prompt);
-      s.setPosition(0);
-      s.run(promptTokens);
+      recompute(promptTokens);
     } else {
       s.prefill(prompt);
     }
     s.backend.synchronize();
     const ttft_ms = nowMs() - t0;
     if (mode === "uncached") {
-      for (let i = 1; i < newTokens; i++) {
-        s.setPosition(0);
-        s.run(promptTokens + i);
-      }
+      for (let i = 1; i < newTokens; i++) recompute(promptTokens + i);
     } else {
       launchMode(mode).run(s.step(1), newTokens - 1);
     }
     s.backend.synchronize();
     const total_ms = nowMs() - t0;
+    // the step that left the last logits: a recompute's or the prefill's last pass, or the last decode step
     const last =
       mode === "uncached"
-        ? { rows: promptTokens + newTokens - 1, at: 0 }
+        ? s.passes(promptTokens + newTokens - 1).last
         : newTokens > 1
-          ? { rows: 1, at: promptTokens + newTokens - 2 }
-          : { rows: promptTokens, at: 0 };
-    s.checkLogits(`of the last ${mode} step end to end`, last.rows, () => s.setPosition(last.at));
+          ? { T: 1, pos: promptTokens + newTokens - 2 }
+          : s.passes(promptTokens).last;
+    s.checkLogits(`of the last ${mode} step end to end`, last.T, () => s.setPosition(last.pos));
     if (s.position() !== promptTokens + newTokens - 1) {
       throw new Error(`end-to-end ${mode}: the position ended at ${s.position()}, not ${promptTokens + newTokens - 1}`);
     }

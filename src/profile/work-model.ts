@@ -4,7 +4,7 @@ import type { Peaks } from "../backends/instrument.ts";
 import type { ModelConfig } from "../model/architectures.ts";
 import type { OpFamily, Work } from "../ops.ts";
 import { DEFAULT_STEP_FORM, type PlanOp, type StepForm } from "../plan.ts";
-import { planShapeOf } from "../plans.ts";
+import { passesOf, planShapeOf } from "../plans.ts";
 
 export interface OpWork extends Work {
   family: OpFamily;
@@ -47,9 +47,9 @@ export function cachedStepWork(cfg: ModelConfig, context: number, form: StepForm
   return stepWork(cfg, 1, context, form);
 }
 
-/** The same token without a cache: the whole sequence of context + 1 rows recomputed from position 0 (unfused in either plan). */
+/** The same token without a cache: the whole sequence of context + 1 rows recomputed from position 0, in passes of at most PASS_ROWS rows (Session.passes: each reads the weights), unfused in either plan. */
 export function uncachedStepWork(cfg: ModelConfig, context: number, form: StepForm = DEFAULT_STEP_FORM): OpWork[] {
-  return stepWork(cfg, context + 1, 0, form);
+  return passesOf(context + 1).flatMap(({ T, pos }) => stepWork(cfg, T, pos, form));
 }
 
 /** Uncached FLOPs / cached FLOPs for the token after `context` tokens (the same in either plan). */

@@ -114,15 +114,17 @@ function generateUncached(session: Session, { prompts, maxNewTokens }: GenerateO
   const eager = launchMode("eager");
   for (let i = 0; i < maxNewTokens; i++) {
     const t0 = nowMs();
-    for (const [b, prompt] of prompts.entries()) {
+    const passes = prompts.map((prompt, b) => session.passes(prompt.length + i, b));
+    for (const [b, { steps }] of passes.entries()) {
       session.setPosition(0, b);
-      eager.run(session.sequenceStep(b, prompt.length + i), 1);
+      for (const step of steps) eager.run(step, 1);
     }
     session.backend.synchronize();
     tokenMs.push(nowMs() - t0);
     prompts.forEach((prompt, b) => {
       const what = `of generated token ${i + 1}${prompts.length > 1 ? ` of sequence ${b + 1}` : ""} (${prompt.length + i} tokens recomputed)`;
-      session.checkLogits(what, prompt.length + i, () => session.setPosition(0, b), b);
+      const { T, pos } = passes[b]!.last;
+      session.checkLogits(what, T, () => session.setPosition(pos, b), b);
     });
   }
   return collect(

@@ -82,6 +82,7 @@ export function placeLlama(
     kCache: Array.from({ length: cfg.n_layer }, (_, l) => cache.ptr + 2 * l * cacheBytes),
     vCache: Array.from({ length: cfg.n_layer }, (_, l) => cache.ptr + (2 * l + 1) * cacheBytes),
     ...acts.pointers,
+    next: acts.pointers.seq,
     maxRows: rows,
   };
   return {
@@ -152,6 +153,7 @@ function activationLayout(backend: Backend, cfg: LlamaConfig, rows: number, batc
     ),
     partials: arena.reserve(Math.max(FLOAT, backend.partialsBytes(rows, widest, widest, cfg.vocab_size))),
     seq: arena.reserve(batch * (cfg.n_positions + 1) * INT32),
+    sink: arena.reserve(batch * (cfg.n_positions + 1) * INT32),
     state: arena.reserve(batch * STATE_INTS * INT32),
   };
   return { at, size: arena.size };
@@ -167,6 +169,8 @@ export function llamaSequenceView(m: LlamaBuffers, b: number): LlamaBuffers {
     batch: 1,
     state: m.state + b * STATE_INTS * INT32,
     seq: m.seq + b * (cfg.n_positions + 1) * INT32,
+    next: m.next + b * (cfg.n_positions + 1) * INT32,
+    sink: m.sink + b * (cfg.n_positions + 1) * INT32,
     logits: m.logits + b * cfg.vocab_size * FLOAT,
     kCache: m.kCache.map((p) => p + b * cacheRowsBytes),
     vCache: m.vCache.map((p) => p + b * cacheRowsBytes),

@@ -9,6 +9,7 @@ import { nameOf, numel } from "../model/safetensors.ts";
 import { parameterSpecs, type GPT2Weights, type ParameterSpec } from "../model/weights.ts";
 import { DTYPE_BYTES, dtypeOf, STATE_INTS, type DtypeName } from "../ops.ts";
 import { DEFAULT_STEP_FORM, dtypeCodes, type ModelBuffers, type StepForm } from "../plan.ts";
+import { PASS_ROWS } from "../plans.ts";
 
 const ALIGN = 256; // bytes: every tensor starts on a 256-byte boundary (16-byte vector loads, coalescing)
 const FLOAT = 4;
@@ -124,6 +125,7 @@ export function placeModel(
     kCache: cache.k,
     vCache: cache.v,
     ...acts.pointers,
+    next: acts.pointers.seq,
     maxRows: rows,
   };
   return {
@@ -140,9 +142,9 @@ export function placeModel(
   };
 }
 
-/** The rows a step may have: maxRows, or by default every position held (an uncached step), or the batch if larger. */
+/** The rows a step may have: maxRows, or by default a whole pass (PASS_ROWS, or every position held if fewer), or the batch if larger. */
 export const rowsHeld = (cfg: ModelConfig, form: Pick<StepForm, "batch">, maxRows?: number) =>
-  maxRows ?? Math.max(cfg.n_positions, form.batch);
+  maxRows ?? Math.max(Math.min(cfg.n_positions, PASS_ROWS), form.batch);
 
 /** GPT-2's weights in one arena: each parameter's offset, matrices in the weight dtype. */
 function weightLayout(cfg: GPT2Config, form: Pick<StepForm, "weights">) {
@@ -219,6 +221,7 @@ function activationLayout(backend: Backend, cfg: GPT2Config, rows: number, batch
     // a step's linears have up to `rows` rows (a prefill's T rows, too, take the merging matvec when T <= 8)
     partials: arena.reserve(Math.max(FLOAT, backend.partialsBytes(rows, 4 * C, 4 * C, cfg.vocab_size))),
     seq: arena.reserve(batch * (cfg.n_positions + 1) * INT32),
+    sink: arena.reserve(batch * (cfg.n_positions + 1) * INT32),
     state: arena.reserve(batch * STATE_INTS * INT32),
   };
   return { at, size: arena.size };
@@ -237,6 +240,8 @@ export function sequenceView(m: ModelBuffers, b: number): ModelBuffers {
     batch: 1,
     state: m.state + b * STATE_INTS * INT32,
     seq: m.seq + b * (cfg.n_positions + 1) * INT32,
+    next: m.next + b * (cfg.n_positions + 1) * INT32,
+    sink: m.sink + b * (cfg.n_positions + 1) * INT32,
     logits: m.logits + b * cfg.vocab_size * FLOAT,
     kCache: m.kCache.map((p) => p + b * cacheRowsBytes),
     vCache: m.vCache.map((p) => p + b * cacheRowsBytes),

@@ -8,7 +8,7 @@ import type { LlamaConfig, LlamaWeights } from "../model/llama.ts";
 import type { GPT2Weights } from "../model/weights.ts";
 import { STATE_INTS, STATE_POS } from "../ops.ts";
 import type { LlamaBuffers } from "../plan-llama.ts";
-import { stepOf, type StepBuffers } from "../plans.ts";
+import { passesOf, stepOf, type StepBuffers } from "../plans.ts";
 import { DEFAULT_STEP_FORM, type ModelBuffers, type PlanKind, type PlanOp, type StepForm } from "../plan.ts";
 import { launchMode, modeForm, type LaunchMode, type ModeForm } from "./launch-modes.ts";
 import { firstNonFinite, firstNonFiniteOp, nonFiniteMessage } from "./finite.ts";
@@ -29,7 +29,7 @@ const FLOAT_BYTES = 4;
 export interface SessionOptions {
   /** its decode steps' plan (several-row steps are unfused either way), sequences and storage types (default: DEFAULT_STEP_FORM) */
   form?: StepForm;
-  /** the most rows a step may have (default: the positions held, or the batch if larger) */
+  /** the most rows a step may have (default: a pass's, PASS_ROWS or the positions held if fewer, or the batch if larger) */
   maxRows?: number;
   /**
    * the most positions a sequence reaches (default: the model's n_positions): a rotary model's cache, rotary table
@@ -152,6 +152,31 @@ export class Session<W extends ModelWeights = GPT2Weights> {
     return this.compiled(`${b}:${T}`, () => this.stepOf(this.family.sequenceView(this.resident.buffers, b), T));
   }
 
+  /**
+   * Passes over `rows` rows of sequence b (of every sequence when b is undefined) from position `from`, to be run
+   * in order, eagerly, once the position is set to `from`: each of at most the activations' rows (passesOf), only
+   * the last writing the next token — the others' argmax goes to the sink, so that the prompt's own tokens after
+   * them stay. `last`: the last pass's rows and first position (what checkLogits re-runs).
+   */
+  passes(
+    rows: number,
+    b?: number,
+    from = 0,
+  ): { steps: CompiledStep[]; each: { T: number; pos: number }[]; last: { T: number; pos: number } } {
+    const whole = b === undefined || this.batch === 1;
+    const buffers = whole ? this.resident.buffers : this.family.sequenceView(this.resident.buffers, b);
+    const key = whole ? "all" : String(b);
+    const passes = passesOf(rows, Math.floor(this.resident.buffers.maxRows / buffers.batch), from);
+    const steps = passes.map(({ T }, i) =>
+      i === passes.length - 1
+        ? whole
+          ? this.step(T)
+          : this.sequenceStep(b!, T)
+        : this.compiled(`${key}:${T}:into-sink`, () => this.stepOf({ ...buffers, next: buffers.sink }, T)),
+    );
+    return { steps, each: passes, last: passes[passes.length - 1]! };
+  }
+
   /** The architecture's step over these buffers. */
   private stepOf(buffers: StepBuffers, T: number): PlanOp[] {
     return stepOf(buffers, T, this.plan);
@@ -239,13 +264,14 @@ export class Session<W extends ModelWeights = GPT2Weights> {
 
   /**
    * Prefill of sequence b: its prompt from position `from` (the rows before it already in its cache: a kept
-   * prefix) in one eager pass; leaves its first generated token at seq_b[prompt.length] and its position there.
+   * prefix) in eager passes of at most the activations' rows; leaves its first generated token at
+   * seq_b[prompt.length] and its position there.
    */
   prefill(prompt: number[], b = 0, from = 0): void {
     if (from >= prompt.length) throw new RangeError(`a prefill from ${from} of a ${prompt.length}-token prompt`);
     this.setSequence(prompt, b);
     this.setPosition(from, b);
-    launchMode("eager").run(this.sequenceStep(b, prompt.length - from), 1);
+    for (const step of this.passes(prompt.length - from, b, from).steps) step.runEager();
   }
 
   /** Sequence b's K/V cache: per layer, rows of kvColumns(config) in the cache's dtype. */
@@ -271,17 +297,24 @@ export class Session<W extends ModelWeights = GPT2Weights> {
     this.setPosition(n, b);
   }
 
-  /** Logits (len, V) at every position of `ids`, from one uncached forward pass of sequence 0. */
+  /** Logits (len, V) at every position of `ids`, from an uncached prefill of sequence 0 (each pass's rows after it). */
   logitsAtEveryPosition(ids: number[]): Float32Array {
     const { vocab_size: V, n_embd: C } = this.config;
     const b = this.resident.buffers;
     const head = this.family.outputHead(b);
-    this.prefill(ids);
+    this.setSequence(ids, 0);
+    this.setPosition(0, 0);
     const out = new Float32Array(ids.length * V);
-    for (let t = 0; t < ids.length; t++) {
-      this.backend.ops.op_lm_head(b.logits, b.ln, head, 1, t + 1, C, V, b.dtypes.weights);
-      this.readLogits(out.subarray(t * V, (t + 1) * V));
-    }
+    const { steps, each } = this.passes(ids.length, 0);
+    steps.forEach((step, i) => {
+      step.runEager();
+      const { T, pos } = each[i]!;
+      // the LM head reads the last of its T rows of ln: the pass's row t at T = t + 1
+      for (let t = 0; t < T; t++) {
+        this.backend.ops.op_lm_head(b.logits, b.ln, head, 1, t + 1, C, V, b.dtypes.weights);
+        this.readLogits(out.subarray((pos + t) * V, (pos + t + 1) * V));
+      }
+    });
     return out;
   }
 
