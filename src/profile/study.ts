@@ -193,7 +193,7 @@ export function studyMemoryFit(
         `(${needParts(need, gb)}) and the ${backend.kind === "cuda" ? "GPU" : "machine"} has ${gb(free.bytes)} free: ` +
         (largest > 0
           ? `the largest context that fits is ${largest} (--contexts ≤ ${largest})`
-          : "not even one position fits; try a narrower --dtype"),
+          : "not even one position fits; store the weights narrower (--dtypes bf16)"),
     );
   }
   return fit;
