@@ -11,6 +11,7 @@ import { randomWeights } from "../src/model/weights.ts";
 import { passesOf } from "../src/plans.ts";
 import { promptOf } from "../src/profile/prompts.ts";
 import { Session } from "../src/run/session.ts";
+import { maxRelativeError } from "../src/verify/compare.ts";
 
 const cpu = CpuBackend.open();
 afterAll(() => cpu.close());
@@ -34,17 +35,6 @@ const PROMPT = 53;
 const PASS = 16; // 53 rows: passes of 16, 16, 16 and 5
 const NEW_TOKENS = 5;
 const TOLERANCE = 1e-5;
-
-/** max |a − b| ÷ max |b| */
-function relativeError(a: Float32Array, b: Float32Array): number {
-  let diff = 0,
-    scale = 0;
-  for (let i = 0; i < b.length; i++) {
-    diff = Math.max(diff, Math.abs(a[i]! - b[i]!));
-    scale = Math.max(scale, Math.abs(b[i]!));
-  }
-  return diff / scale;
-}
 
 describe("passesOf", () => {
   test("splits rows from a position into passes of at most the given rows, the last one shorter", () => {
@@ -86,7 +76,7 @@ describe("a sequence in passes agrees with one pass over it", () => {
         expect(passes.passes(PROMPT).steps).toHaveLength(4);
         // the passes before the last wrote their argmax to the sink: the prompt's tokens are the prompt's
         expect(b.first.slice(0, PROMPT)).toEqual(prompt);
-        expect(relativeError(b.logits, a.logits)).toBeLessThanOrEqual(TOLERANCE);
+        expect(maxRelativeError(b.logits, a.logits)).toBeLessThanOrEqual(TOLERANCE);
         expect(b.tokens).toEqual(a.tokens);
         expect([b.position, a.position]).toEqual([PROMPT + NEW_TOKENS - 1, PROMPT + NEW_TOKENS - 1]);
       } finally {
@@ -101,11 +91,11 @@ describe("a sequence in passes agrees with one pass over it", () => {
       try {
         const a = whole.logitsAtEveryPosition(prompt);
         const b = passes.logitsAtEveryPosition(prompt);
-        expect(relativeError(b, a)).toBeLessThanOrEqual(TOLERANCE);
+        expect(maxRelativeError(b, a)).toBeLessThanOrEqual(TOLERANCE);
         // from position 20 (the rows before it already cached): passes of 16 from there
         passes.prefill(prompt, 0, 20);
         whole.prefill(prompt, 0, 20);
-        expect(relativeError(passes.readLogits(), whole.readLogits())).toBeLessThanOrEqual(TOLERANCE);
+        expect(maxRelativeError(passes.readLogits(), whole.readLogits())).toBeLessThanOrEqual(TOLERANCE);
         expect(passes.readSequence(PROMPT)).toEqual(prompt);
       } finally {
         whole.close();

@@ -23,6 +23,7 @@ import {
   type KeptPrefix,
 } from "../src/run/prefix.ts";
 import { Session } from "../src/run/session.ts";
+import { maxRelativeError } from "../src/verify/compare.ts";
 
 const cpu = CpuBackend.open();
 const dir = mkdtempSync(join(tmpdir(), "prefix-test-"));
@@ -60,17 +61,6 @@ function generateAfter(s: Session<ModelWeights>, start: () => void, length: numb
   return { logits, tokens: s.readSequence(length + NEW_TOKENS).slice(length) };
 }
 
-/** max |a − b| ÷ max |b| */
-function relativeError(a: Float32Array, b: Float32Array): number {
-  let diff = 0,
-    scale = 0;
-  for (let i = 0; i < b.length; i++) {
-    diff = Math.max(diff, Math.abs(a[i]! - b[i]!));
-    scale = Math.max(scale, Math.abs(b[i]!));
-  }
-  return diff / scale;
-}
-
 describe("a kept prefix restored gives the cold prefill's logits and tokens", () => {
   for (const [name, weights] of MODELS)
     for (const kv of ["f32", "bf16", "f16"] as DtypeName[])
@@ -102,7 +92,7 @@ describe("a kept prefix restored gives the cold prefill's logits and tokens", ()
             prompt.length,
           );
           expect(out.logits.every(Number.isFinite)).toBe(true);
-          expect(relativeError(out.logits, cold.logits)).toBeLessThanOrEqual(1e-4);
+          expect(maxRelativeError(out.logits, cold.logits)).toBeLessThanOrEqual(1e-4);
           expect(out.tokens).toEqual(cold.tokens);
           warm.close();
         }

@@ -12,16 +12,18 @@ import {
   type LlamaWeights,
 } from "../model/llama.ts";
 import { StorageConverter } from "../model/dtypes.ts";
-import { nameOf, numel } from "../model/safetensors.ts";
-import type { ParameterSpec } from "../model/weights.ts";
+import { nameOf } from "../model/safetensors.ts";
 import { DTYPE_BYTES, dtypeOf, STATE_INTS } from "../ops.ts";
 import type { LlamaBuffers } from "../plan-llama.ts";
 import { DEFAULT_STEP_FORM, dtypeCodes, type StepForm } from "../plan.ts";
 import {
   allocateActivations,
   Arena,
+  cacheBytes,
   layerCacheBytes,
+  parameterArena,
   rowsHeld,
+  storedBytesPer,
   storedInWeightDtype,
   type PlacementBytes,
   type ResidentModel,
@@ -41,14 +43,13 @@ export function placeLlama(
   const cfg = weights.config;
   const rows = rowsHeld(cfg, form, maxRows);
   const narrow = new StorageConverter(form.weights);
-  const bytesPer = (spec: ParameterSpec) => (storedInWeightDtype(spec) ? narrow.bytesPerElement : FLOAT);
   const { offsets, ropeAt, size } = weightLayout(cfg, form);
   const table = ropeTable(cfg, cfg.n_positions);
   const weightBuffer = backend.alloc(size);
   try {
     weights.stream((spec, chunk, offset) => {
       const stored = storedInWeightDtype(spec) ? narrow.convert(chunk, () => `weight ${nameOf(spec.name)}`) : chunk;
-      backend.upload(weightBuffer, stored, offsets.get(spec.name)! + offset * bytesPer(spec));
+      backend.upload(weightBuffer, stored, offsets.get(spec.name)! + offset * storedBytesPer(spec, form.weights));
     });
     backend.upload(weightBuffer, table, ropeAt);
   } catch (e) {
@@ -58,8 +59,8 @@ export function placeLlama(
   const w = (name: string) => weightBuffer.ptr + offsets.get(name)!;
   const linear = (p: string) => ({ weight: w(`${p}.weight`), bias: w(`${p}.bias`) });
 
-  const cacheBytes = layerCacheBytes(cfg, form);
-  const cache = backend.alloc(2 * cfg.n_layer * cacheBytes); // zeroed by be_alloc's contract, not touched here
+  const layerBytes = layerCacheBytes(cfg, form);
+  const cache = backend.alloc(cacheBytes(cfg, form)); // zeroed by be_alloc's contract, not touched here
   const acts = allocateActivations(backend, activationLayout(backend, cfg, rows, form.batch));
   const buffers: LlamaBuffers = {
     config: cfg,
@@ -79,8 +80,8 @@ export function placeLlama(
     norm: w("norm.weight"),
     lm_head: cfg.tie_word_embeddings ? w("embed_tokens.weight") : w("lm_head.weight"),
     rope: weightBuffer.ptr + ropeAt,
-    kCache: Array.from({ length: cfg.n_layer }, (_, l) => cache.ptr + 2 * l * cacheBytes),
-    vCache: Array.from({ length: cfg.n_layer }, (_, l) => cache.ptr + (2 * l + 1) * cacheBytes),
+    kCache: Array.from({ length: cfg.n_layer }, (_, l) => cache.ptr + 2 * l * layerBytes),
+    vCache: Array.from({ length: cfg.n_layer }, (_, l) => cache.ptr + (2 * l + 1) * layerBytes),
     ...acts.pointers,
     next: acts.pointers.seq,
     maxRows: rows,
@@ -102,14 +103,7 @@ export function placeLlama(
 
 /** The weights' arena: each parameter's offset (matrices in the weight dtype), then the rotary table's. */
 function weightLayout(cfg: LlamaConfig, form: Pick<StepForm, "weights">) {
-  const narrow = DTYPE_BYTES[form.weights];
-  const arena = new Arena();
-  const offsets = new Map(
-    llamaParameters(cfg).map((s) => [
-      s.name,
-      arena.reserve(numel(s.shape) * (storedInWeightDtype(s) ? narrow : FLOAT)),
-    ]),
-  );
+  const { arena, offsets } = parameterArena(llamaParameters(cfg), form.weights);
   const ropeAt = arena.reserve(ropeTableBytes(cfg, cfg.n_positions));
   return { offsets, ropeAt, size: arena.size };
 }
@@ -123,7 +117,7 @@ export function llamaPlacementBytes(
 ): PlacementBytes {
   return {
     weights: weightLayout(cfg, form).size,
-    cache: 2 * cfg.n_layer * layerCacheBytes(cfg, form),
+    cache: cacheBytes(cfg, form),
     activations: activationLayout(backend, cfg, rowsHeld(cfg, form, maxRows), form.batch).size,
   };
 }

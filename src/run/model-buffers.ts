@@ -54,12 +54,20 @@ export const placementTotal = (p: PlacementBytes) => p.weights + p.cache + p.act
 /** Matrices and embedding tables are stored in the weight dtype; biases and layer-norm parameters stay fp32. */
 export const storedInWeightDtype = (spec: ParameterSpec) => spec.shape.length === 2;
 
+/** Bytes of one element of `spec` as stored with weights in `dtype`. */
+export const storedBytesPer = (spec: ParameterSpec, dtype: DtypeName) =>
+  storedInWeightDtype(spec) ? DTYPE_BYTES[dtype] : FLOAT;
+
+/** The parameters in one arena, in spec order: each one's offset (and the arena, for what follows them). */
+export function parameterArena(specs: readonly ParameterSpec[], dtype: DtypeName) {
+  const arena = new Arena();
+  const offsets = new Map(specs.map((s) => [s.name, arena.reserve(numel(s.shape) * storedBytesPer(s, dtype))]));
+  return { arena, offsets };
+}
+
 /** The weights' bytes as stored in `dtype` (without the arena's alignment), for any architecture. */
 export function storedWeightBytes(cfg: ModelConfig, dtype: DtypeName): number {
-  return placedParameters(cfg).reduce(
-    (sum, s) => sum + numel(s.shape) * (storedInWeightDtype(s) ? DTYPE_BYTES[dtype] : FLOAT),
-    0,
-  );
+  return placedParameters(cfg).reduce((sum, s) => sum + numel(s.shape) * storedBytesPer(s, dtype), 0);
 }
 
 export interface ResidentModel {
@@ -89,13 +97,12 @@ export function placeModel(
   const cfg = weights.config;
   const rows = rowsHeld(cfg, form, maxRows);
   const narrow = new StorageConverter(form.weights);
-  const bytesPer = (spec: ParameterSpec) => (storedInWeightDtype(spec) ? narrow.bytesPerElement : FLOAT);
   const { offsets, size } = weightLayout(cfg, form);
   const weightBuffer = backend.alloc(size);
   try {
     weights.stream((spec, chunk, offset) => {
       const stored = storedInWeightDtype(spec) ? narrow.convert(chunk, () => `weight ${nameOf(spec.name)}`) : chunk;
-      backend.upload(weightBuffer, stored, offsets.get(spec.name)! + offset * bytesPer(spec));
+      backend.upload(weightBuffer, stored, offsets.get(spec.name)! + offset * storedBytesPer(spec, form.weights));
     });
   } catch (e) {
     backend.free(weightBuffer);
@@ -148,11 +155,7 @@ export const rowsHeld = (cfg: ModelConfig, form: Pick<StepForm, "batch">, maxRow
 
 /** GPT-2's weights in one arena: each parameter's offset, matrices in the weight dtype. */
 function weightLayout(cfg: GPT2Config, form: Pick<StepForm, "weights">) {
-  const narrow = DTYPE_BYTES[form.weights];
-  const arena = new Arena();
-  const offsets = new Map(
-    parameterSpecs(cfg).map((s) => [s.name, arena.reserve(numel(s.shape) * (storedInWeightDtype(s) ? narrow : FLOAT))]),
-  );
+  const { arena, offsets } = parameterArena(parameterSpecs(cfg), form.weights);
   return { offsets, size: arena.size };
 }
 
