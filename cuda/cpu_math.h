@@ -176,6 +176,68 @@ template <typename S> inline void widen_into(float* dst, const S* src, int n) {
   for (; i < n; i++) dst[i] = widen(src[i]);
 }
 
+// ---- Dot products of a stored row ------------------------------------------------------------------------
+//
+// out[r · out_stride] = x[r] (C) · row (C) for r < Rows: kDotChains vector chains, the columns past the last whole
+// step in chain 0 (the last partial vector zero-padded), then the chains' lanes as a tree. Every (r, row) pair is
+// summed in the same order whatever Rows is, so a row of a batch gets the bits it gets alone. Only vector
+// arithmetic, so that the compiler has no scalar loop to vectorise (or not) differently for different Rows.
+constexpr int kDotChains = 2;   // independent vector accumulators per dot product
+constexpr int kRowsPerDot = 4;  // inputs scored per pass over a stored row (2 × 4 accumulators)
+
+template <int Rows, typename S>
+__attribute__((always_inline)) inline void dot_row(float* out, size_t out_stride, const float* const* x, const S* row,
+                                                   int C) {
+  constexpr int kStep = kDotChains * kVecFloats;
+  vecf acc[Rows][kDotChains] = {};
+  int c = 0;
+  for (; c + kStep <= C; c += kStep)
+#pragma GCC unroll 4
+    for (int k = 0; k < kDotChains; k++) {
+      const vecf w = load_widened(row + c + k * kVecFloats);
+#pragma GCC unroll 8
+      for (int r = 0; r < Rows; r++) acc[r][k] += load_vec(x[r] + c + k * kVecFloats) * w;
+    }
+  for (; c + kVecFloats <= C; c += kVecFloats) {
+    const vecf w = load_widened(row + c);
+#pragma GCC unroll 8
+    for (int r = 0; r < Rows; r++) acc[r][0] += load_vec(x[r] + c) * w;
+  }
+  if (c < C) {
+    vecf w = {};
+    for (int i = c; i < C; i++) w[i - c] = widen(row[i]);
+#pragma GCC unroll 8
+    for (int r = 0; r < Rows; r++) {
+      vecf xv = {};
+      for (int i = c; i < C; i++) xv[i - c] = x[r][i];
+      acc[r][0] += xv * w;
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < Rows; r++) {
+    vecf lanes = acc[r][0];
+#pragma GCC unroll 4
+    for (int k = 1; k < kDotChains; k++) lanes += acc[r][k];
+    out[r * out_stride] = sum_lanes(lanes);
+  }
+}
+
+// dot_row for any rows in 1..kRowsPerDot
+template <int Rows = kRowsPerDot, typename S>
+inline void dot_row_for(int rows, float* out, size_t out_stride, const float* const* x, const S* row, int C) {
+  if constexpr (Rows > 1) {
+    if (rows < Rows) return dot_row_for<Rows - 1>(rows, out, out_stride, x, row, C);
+  }
+  dot_row<Rows>(out, out_stride, x, row, C);
+}
+
+// out[b · out_stride] = x[b] · row for every b < B, kRowsPerDot inputs per pass (the row stays in L1 for the next).
+template <typename S>
+inline void dot_row_each(float* out, size_t out_stride, const float* const* x, int B, const S* row, int C) {
+  for (int b = 0; b < B; b += kRowsPerDot)
+    dot_row_for(B - b < kRowsPerDot ? B - b : kRowsPerDot, out + b * out_stride, out_stride, x + b, row, C);
+}
+
 // x rounded to the storage type: nearest, ties to even. bf16: the top half of the bits, rounded; NaN stays
 // a (quiet) NaN. f16: magnitudes from 65520 up (and Inf) become ±Inf as IEEE 754 rounds them, those below
 // 2^-14 become subnormals or ±0, NaN a quiet NaN keeping the top of its payload.
@@ -287,18 +349,20 @@ inline void tile_multiply_rows(int rows, int k, StridedA a, const float* b, size
   tile_multiply<Rows>(k, a, b, ldb, c, ldc, out, bias);
 }
 
-// panel (k × kTileCols) = src[0:k, 0:cols] (row stride ld) widened to fp32, columns past `cols` zero.
-template <typename S> inline void pack_panel(float* panel, const S* src, size_t ld, int k, int cols) {
-  for (int p = 0; p < k; p++) {
-    float* dst = panel + (size_t)p * kTileCols;
-    const S* row = src + (size_t)p * ld;
-    if (cols == kTileCols) {
-#pragma GCC unroll 8
-      for (int v = 0; v < kTileVecs; v++) store_vec(dst + v * kVecFloats, load_widened(row + v * kVecFloats));
-    } else {
-      widen_into(dst, row, cols);
-      memset(dst + cols, 0, sizeof(float) * (kTileCols - cols));
+// panel (k × kTileCols) = src[0:cols, 0:k]^T (src's row stride ld: an out-major matrix's rows) widened to fp32,
+// columns past `cols` zero. Each source row is widened a vector at a time into a column of the panel.
+template <typename S> inline void pack_panel_transposed(float* panel, const S* src, size_t ld, int k, int cols) {
+  if (cols < kTileCols)
+    for (int p = 0; p < k; p++) memset(panel + (size_t)p * kTileCols + cols, 0, sizeof(float) * (kTileCols - cols));
+  for (int j = 0; j < cols; j++) {
+    const S* row = src + (size_t)j * ld;
+    int p = 0;
+    for (; p + kVecFloats <= k; p += kVecFloats) {
+      const vecf v = load_widened(row + p);
+#pragma GCC unroll 16
+      for (int i = 0; i < kVecFloats; i++) panel[(size_t)(p + i) * kTileCols + j] = v[i];
     }
+    for (; p < k; p++) panel[(size_t)p * kTileCols + j] = widen(row[p]);
   }
 }
 

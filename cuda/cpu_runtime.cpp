@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 #include <vector>
@@ -286,6 +287,34 @@ OpTimer::~OpTimer() {
   g_prof.push_back({op_, start_ns_, now_ns()});
 }
 
+namespace {
+constexpr uint64_t kTransposeBand = 64;  // input rows transposed together: 64 consecutive writes per output row
+
+// matrix (cols, rows) out-major, from elements [first, first + count) of the input-first (rows, cols) `src`: the
+// span's partial first and last rows element by element, the whole rows between a band at a time, column by column.
+template <typename E>
+void upload_transposed(E* matrix, const E* src, uint64_t first, uint64_t count, uint64_t rows, uint64_t cols) {
+  const auto put_span = [&](uint64_t from, uint64_t to) {  // elements [from, to) of one input row
+    for (uint64_t i = from; i < to; i++) matrix[(i % cols) * rows + i / cols] = src[i - first];
+  };
+  const uint64_t end = first + count;
+  uint64_t row = (first + cols - 1) / cols;
+  if (row * cols >= end) return put_span(first, end);
+  put_span(first, row * cols);
+  for (; (row + 1) * cols <= end; row += kTransposeBand) {
+    const uint64_t band = std::min(kTransposeBand, end / cols - row);
+    const E* in = src + (row * cols - first);
+    for (uint64_t c = 0; c < cols; c++)
+      for (uint64_t r = 0; r < band; r++) matrix[c * rows + row + r] = in[r * cols + c];
+    if (band < kTransposeBand) {
+      row += band;
+      break;
+    }
+  }
+  put_span(row * cols, end);
+}
+}  // namespace
+
 extern "C" {
 
 int be_init(int device) { return device == 0 ? kOk : fail(kInvalidValue); }
@@ -379,6 +408,19 @@ uint64_t cpu_resident_range_bytes(const void* ptr, uint64_t bytes) {
 
 int be_upload(void* dst, const void* host_src, size_t bytes) {
   memcpy(dst, host_src, bytes);
+  return kOk;
+}
+
+// The CPU library's matrices are out-major (runtime.h): element (r, c) of the input-first matrix at dst[c · rows + r].
+int be_upload_matrix(void* dst, const void* host_src, uint64_t first, uint64_t count, int rows, int cols,
+                     int element_bytes) {
+  if (rows <= 0 || cols <= 0 || first + count > (uint64_t)rows * cols) return fail(kInvalidValue);
+  if (element_bytes == 4)
+    upload_transposed(static_cast<uint32_t*>(dst), static_cast<const uint32_t*>(host_src), first, count, rows, cols);
+  else if (element_bytes == 2)
+    upload_transposed(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(host_src), first, count, rows, cols);
+  else
+    return fail(kInvalidValue);
   return kOk;
 }
 

@@ -1,14 +1,16 @@
-// CPU twin of linear.cu: out (T, OC) = inp (T, C) @ weight (C, OC) + bias (OC), weight in Conv1D layout,
-// stored as fp32, bf16 or f16 (widened as it is read; every sum in fp32).
+// CPU twin of linear.cu: out (T, OC) = inp (T, C) @ weight + bias (OC), the weight stored as fp32, bf16 or f16
+// (widened as it is read; every sum in fp32) and OUT-MAJOR: (OC, C), row o the weights of output o. The CUDA
+// kernels read the same matrix input-first, (C, OC); be_upload_matrix (cpu_runtime.cpp) stores it transposed here.
 //
-// Few rows (decode, T <= kFewRows): memory-bound. The weight rows are cut into bands; each band is streamed
-// once, contiguously, into its own partial output (every weight vector widened once and used by all T rows),
-// and the partials are summed in band order afterwards, so the result does not depend on which thread ran
-// which band. The bands depend on C and OC only, so a row gets the same bits whatever T is (cuda/ops.h).
+// Few rows (decode, T <= kFewRows): memory-bound. Each output is one contiguous dot product of its weight row with
+// every input row (dot_row_each, cpu_math.h), so each thread streams one run of weight rows from memory (measured:
+// 1.29x the bytes per second of 8-row bands of an input-first matrix when the host's DRAM reads ~80 GB/s,
+// profiles/2026-12-06-cpu-matvec-layouts). A row gets the same bits whatever T is and whichever thread ran it
+// (cuda/ops.h).
 // Many rows (prefill, the uncached step): compute-bound. A GEMM in the manner of BLIS: each chunk owns a few
 // kTileCols-wide column panels of the output and a block of rows; it packs the weight's panels kDepthBlock
-// rows at a time (widening them to fp32) and runs the register-blocked micro-kernel (cpu_math.h) down its
-// rows, every packed panel reused by every row tile.
+// inputs at a time (transposing and widening them to fp32) and runs the register-blocked micro-kernel
+// (cpu_math.h) down its rows, every packed panel reused by every row tile.
 #include <string.h>
 
 #include <algorithm>
@@ -20,102 +22,30 @@
 
 namespace {
 
-constexpr int kFewRows = MAX_BATCH;        // up to this many rows, the few-rows path: a row's sums as alone (ops.h)
-constexpr int kRowsPerPass = 8;            // weight rows folded into a partial per pass (few-rows path)
-constexpr size_t kShortRowBytes = 2048;    // weight rows up to this long are prefetched a pass ahead (few-rows path)
-constexpr long kPartialFloats = 1L << 16;  // one row's partials across the bands (256 KB) stay in L2
-constexpr int kMaxBands = 16;              // ~0.5 MB of fp32 weights per band for GPT-2 small's matvecs
-constexpr int kMinBands = 4;               // enough to share between threads when OC is large
-constexpr int kDepthBlock = 384;           // weight rows per packed panel: 96 KB at 64 columns (AVX-512), in L2
-constexpr int kMaxPanelsPerChunk = 4;      // a 6-row input tile feeds up to this many packed panels from L1
-constexpr int kRowsPerChunk = 512;         // T beyond this is cut into row blocks (each packs its panels again)
-constexpr int kChunksPerThread = 3;        // fewer panels per chunk until every thread has this many chunks
+constexpr int kFewRows = MAX_BATCH;       // up to this many rows, the few-rows path: a row's sums as alone (ops.h)
+constexpr long kDotChunkBytes = 1 << 20;  // few-rows path: weight rows per chunk, ~1 MB of them (the LM head's)
+constexpr int kDotChunksPerThread = 4;    // few-rows path: fewer rows per chunk until every thread has this many
+constexpr int kDepthBlock = 384;          // weight inputs per packed panel: 96 KB at 64 columns (AVX-512), in L2
+constexpr int kMaxPanelsPerChunk = 4;     // a 6-row input tile feeds up to this many packed panels from L1
+constexpr int kRowsPerChunk = 512;        // T beyond this is cut into row blocks (each packs its panels again)
+constexpr int kChunksPerThread = 3;       // fewer panels per chunk until every thread has this many chunks
 
 int ceil_div(long a, long b) { return (int)((a + b - 1) / b); }
 
-// One output element's share of a pass: x[0:8] · (w0..w7 at one column), in the same order for every row and
-// width (a vector of columns or one column).
-template <typename V> inline V fold8(const float* x, const V (&w)[kRowsPerPass]) {
-  return (x[0] * w[0] + x[1] * w[1] + x[2] * w[2] + x[3] * w[3]) +
-         (x[4] * w[4] + x[5] * w[5] + x[6] * w[6] + x[7] * w[7]);
-}
-
-// partial: (T, OC) = inp[:, c0:c1] @ weight[c0:c1, :]
-// Eight weight rows per pass: each vector of them is loaded and widened once, then folded into every row's
-// partial (one load and one store of the partial per eight FMAs). A pass reads its eight rows side by side;
-// where they are short (bf16 and f16 rows of 768 columns: 1.5 KB, several to a 4 KB page) the hardware
-// prefetcher falls behind, so the next pass's rows are prefetched as this one reads (measured: the 768-column
-// bf16 matvecs 15–23% faster, the longer rows of fp32 or wider matrices slower with it, so they go without).
-template <typename S>
-void accumulate_band(float* partial, const float* inp, const S* weight, int T, int C, int OC, int c0, int c1) {
-  memset(partial, 0, sizeof(float) * (size_t)T * OC);
-  const int vector_cols = OC - OC % kVecFloats;
-  const bool prefetch = OC * sizeof(S) <= kShortRowBytes;
-  constexpr int kPassBytesPerVector = kRowsPerPass * kVecFloats * (int)sizeof(S);  // of a pass, per column vector
-  int c = c0;
-  for (; c + kRowsPerPass <= c1; c += kRowsPerPass) {
-    const S* w = weight + (size_t)c * OC;
-    const char* next_pass = reinterpret_cast<const char*>(w + (size_t)kRowsPerPass * OC);
-    for (int o = 0; o < vector_cols; o += kVecFloats) {
-      if (prefetch)
-#pragma GCC unroll 8
-        for (int b = 0; b < kPassBytesPerVector; b += 64)
-          __builtin_prefetch(next_pass + (size_t)o * kRowsPerPass * sizeof(S) + b);
-      vecf wv[kRowsPerPass];
-#pragma GCC unroll 8
-      for (int k = 0; k < kRowsPerPass; k++) wv[k] = load_widened(w + (size_t)k * OC + o);
-      for (int t = 0; t < T; t++) {
-        const float* x = inp + (size_t)t * C + c;
-        float* p = partial + (size_t)t * OC + o;
-        store_vec(p, load_vec(p) + fold8(x, wv));
-      }
-    }
-    for (int o = vector_cols; o < OC; o++) {
-      float wv[kRowsPerPass];
-      for (int k = 0; k < kRowsPerPass; k++) wv[k] = widen(w[(size_t)k * OC + o]);
-      for (int t = 0; t < T; t++) partial[(size_t)t * OC + o] += fold8(inp + (size_t)t * C + c, wv);
-    }
-  }
-  for (; c < c1; c++) {
-    const S* w_row = weight + (size_t)c * OC;
-    for (int t = 0; t < T; t++) {
-      const float x = inp[(size_t)t * C + c];
-      float* p = partial + (size_t)t * OC;
-      int o = 0;
-      for (; o < vector_cols; o += kVecFloats) store_vec(p + o, load_vec(p + o) + splat(x) * load_widened(w_row + o));
-      for (; o < OC; o++) p[o] += x * widen(w_row[o]);
-    }
-  }
-}
-
-// Bands: as many as one row's partials budget allows (kMinBands..kMaxBands), one for a small matrix; each a
-// whole number of passes of kRowsPerPass rows. Not T: a row is summed the same way in any batch.
-int band_rows(int C, int OC) {
-  int bands = 1;
-  if ((long)C * OC >= kParallelMinWork) bands = (int)std::clamp(kPartialFloats / OC, (long)kMinBands, (long)kMaxBands);
-  return ceil_div(ceil_div(C, bands), kRowsPerPass) * kRowsPerPass;
-}
-
+// out: (T, OC) = inp (T, C) @ weight (OC, C)^T + bias: chunks of weight rows, each row scored against every input
+// row while it is in L1. A chunk is one stream from memory, so long ones (a new stream costs the prefetcher's
+// ramp), but a small matrix is still cut into kDotChunksPerThread chunks a thread, for balance.
 template <typename S>
 void linear_few_rows(float* out, const float* inp, const S* weight, const float* bias, int T, int C, int OC) {
-  const int rows = band_rows(C, OC);
-  const int bands = ceil_div(C, rows);
-  const size_t partial_floats = (size_t)T * OC;
-  static thread_local std::vector<float> partials;  // (bands, T, OC), reused across calls
-  partials.resize(partial_floats * bands);
-  float* all = partials.data();
-  parallel_chunks(bands, [&](int band) {
-    accumulate_band(all + partial_floats * band, inp, weight, T, C, OC, band * rows, std::min(C, (band + 1) * rows));
+  const float* x[kFewRows];
+  for (int t = 0; t < T; t++) x[t] = inp + (size_t)t * C;
+  const long by_bytes = kDotChunkBytes / ((long)C * (long)sizeof(S));
+  const long rows_per_chunk = std::max(1L, std::min(by_bytes, (long)ceil_div(OC, kDotChunksPerThread * cpu_threads())));
+  parallel_range(OC, rows_per_chunk, (long)T * C * OC, [&](long o0, long o1) {
+    for (long o = o0; o < o1; o++) dot_row_each(out + o, OC, x, T, weight + o * C, C);
+    for (int t = 0; t < T; t++)
+      for (long o = o0; o < o1; o++) out[(size_t)t * OC + o] += bias[o];
   });
-  for (int t = 0; t < T; t++) {
-    float* y = out + (size_t)t * OC;
-    memcpy(y, bias, sizeof(float) * OC);
-    for (int band = 0; band < bands; band++) {
-      const float* p = all + partial_floats * band + (size_t)t * OC;
-#pragma omp simd
-      for (int o = 0; o < OC; o++) y[o] += p[o];
-    }
-  }
 }
 
 // out[t0:t0+rows, j0:j0+cols] (op)= inp[t0:t0+rows, k0:k0+kc] @ panel, for a panel narrower than kTileCols:
@@ -143,7 +73,8 @@ void linear_panel_group(float* out, const float* inp, const S* weight, const flo
   for (int k0 = 0; k0 < C; k0 += kDepthBlock) {
     const int kc = std::min(kDepthBlock, C - k0);
     for (int p = p0; p < p1; p++)
-      pack_panel(panel(p), weight + (size_t)k0 * OC + p * kTileCols, OC, kc, std::min(kTileCols, OC - p * kTileCols));
+      pack_panel_transposed(panel(p), weight + (size_t)p * kTileCols * C + k0, C, kc,
+                            std::min(kTileCols, OC - p * kTileCols));
     const TileOut op = k0 == 0 ? TileOut::kStoreBias : TileOut::kAdd;
     for (int t = t0; t < t1; t += kTileRows) {
       const int rows = std::min(kTileRows, t1 - t);
@@ -182,7 +113,7 @@ void linear_many_rows(float* out, const float* inp, const S* weight, const float
 
 }  // namespace
 
-// out: (rows, OC) = inp (rows, C) @ weight (C, OC) + bias (OC)
+// out: (rows, OC) = inp (rows, C) @ weight (OC, C)^T + bias (OC)
 extern "C" void op_linear(float* out, float*, const float* inp, const void* weight, const float* bias, int rows, int C,
                           int OC, int wdtype) {
   OpTimer timer(OP_LINEAR);

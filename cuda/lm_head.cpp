@@ -2,9 +2,8 @@
 // f16) and the greedy argmax.
 //
 // The LM head reads the embedding table once whatever the batch: each vocab row, widened a vector at a time,
-// is scored against kRowsPerVocabPass sequences at once and stays in L1 for the next ones. Every (sequence,
-// vocab row) dot product is summed in the same order (kDotChains vector chains, the columns past the last
-// whole step in chain 0, then the chains' lanes as a tree), so a sequence gets the bits it gets alone.
+// is scored against kRowsPerDot sequences at once and stays in L1 for the next ones (dot_row_each, cpu_math.h:
+// every dot product summed in one order, so a sequence gets the bits it gets alone).
 #include <math.h>
 
 #include <algorithm>
@@ -16,66 +15,11 @@
 
 namespace {
 constexpr long kVocabRowsPerChunk = 128;  // 384 KB of fp32 wte per chunk at C = 768
-constexpr int kDotChains = 2;             // independent vector accumulators per dot product
-constexpr int kRowsPerVocabPass = 4;      // sequences scored per pass over a vocab row (2 × 4 accumulators)
-
-// logits[r · V] = x[r] (C) · row (C) for r < Rows. Only vector arithmetic, so that the compiler has no scalar
-// loop to vectorise (or not) differently for different Rows: the columns past the last whole step go through
-// chain 0 a vector at a time, the last partial vector zero-padded.
-template <int Rows, typename S>
-__attribute__((always_inline)) inline void score_vocab_row(float* logits, size_t V, const float* const* x, const S* row,
-                                                           int C) {
-  constexpr int kStep = kDotChains * kVecFloats;
-  vecf acc[Rows][kDotChains] = {};
-  int c = 0;
-  for (; c + kStep <= C; c += kStep)
-#pragma GCC unroll 4
-    for (int k = 0; k < kDotChains; k++) {
-      const vecf w = load_widened(row + c + k * kVecFloats);
-#pragma GCC unroll 8
-      for (int r = 0; r < Rows; r++) acc[r][k] += load_vec(x[r] + c + k * kVecFloats) * w;
-    }
-  for (; c + kVecFloats <= C; c += kVecFloats) {
-    const vecf w = load_widened(row + c);
-#pragma GCC unroll 8
-    for (int r = 0; r < Rows; r++) acc[r][0] += load_vec(x[r] + c) * w;
-  }
-  if (c < C) {
-    vecf w = {};
-    for (int i = c; i < C; i++) w[i - c] = widen(row[i]);
-#pragma GCC unroll 8
-    for (int r = 0; r < Rows; r++) {
-      vecf xv = {};
-      for (int i = c; i < C; i++) xv[i - c] = x[r][i];
-      acc[r][0] += xv * w;
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < Rows; r++) {
-    vecf lanes = acc[r][0];
-#pragma GCC unroll 4
-    for (int k = 1; k < kDotChains; k++) lanes += acc[r][k];
-    logits[r * V] = sum_lanes(lanes);
-  }
-}
-
-// score_vocab_row for any rows in 1..kRowsPerVocabPass
-template <int Rows = kRowsPerVocabPass, typename S>
-void score_vocab_row_for(int rows, float* logits, size_t V, const float* const* x, const S* row, int C) {
-  if constexpr (Rows > 1) {
-    if (rows < Rows) return score_vocab_row_for<Rows - 1>(rows, logits, V, x, row, C);
-  }
-  score_vocab_row<Rows>(logits, V, x, row, C);
-}
 
 // logits: (B, V) columns [v0, v1) = x[b] (C) @ wte[v0:v1]^T for every sequence b
 template <typename S>
 void score_vocab_rows(float* logits, const float* const* x, int B, const S* wte, long v0, long v1, int C, int V) {
-  for (long v = v0; v < v1; v++) {
-    const S* row = wte + v * C;
-    for (int b = 0; b < B; b += kRowsPerVocabPass)
-      score_vocab_row_for(std::min(kRowsPerVocabPass, B - b), logits + (size_t)b * V + v, V, x + b, row, C);
-  }
+  for (long v = v0; v < v1; v++) dot_row_each(logits + v, V, x, B, wte + v * C, C);
 }
 }  // namespace
 

@@ -58,7 +58,8 @@ void op_layernorm(float* out, const float* inp, const float* weight, const float
 // (and asks for 0 bytes).
 size_t op_partials_bytes(int max_rows, int max_in, int max_out, int V);
 
-// out: (rows, OC) = inp (rows, C) @ weight (C, OC) + bias (OC)    weight in HF Conv1D layout (input dim first), wdtype
+// out: (rows, OC) = inp (rows, C) @ weight (C, OC) + bias (OC)    weight in wdtype, in the library's matrix layout
+// (runtime.h be_upload_matrix): as written, input-first (HF Conv1D), on a GPU; out-major, (OC, C), in the CPU library
 void op_linear(float* out, float* partials, const float* inp, const void* weight, const float* bias, int rows, int C,
                int OC, int wdtype);
 

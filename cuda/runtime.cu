@@ -162,6 +162,11 @@ extern "C" int be_download(void* host_dst, const void* src, size_t bytes) {
   return e != cudaSuccess ? e : cudaStreamSynchronize(g_stream);
 }
 
+extern "C" int be_upload_matrix(void* dst, const void* host_src, uint64_t first, uint64_t count, int, int,
+                                int element_bytes) {
+  return be_upload(static_cast<char*>(dst) + first * element_bytes, host_src, count * element_bytes);
+}
+
 extern "C" int be_copy(void* dst, const void* src, size_t bytes) {
   return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_stream);
 }

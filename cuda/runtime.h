@@ -23,6 +23,12 @@ void* be_alloc(size_t bytes);
 int be_free(void* ptr);
 int be_upload(void* dst, const void* host_src, size_t bytes);
 int be_download(void* host_dst, const void* src, size_t bytes);
+// Elements [first, first + count) of a row-major (rows, cols) matrix of `element_bytes`-byte values (a linear
+// layer's weight, input-first: rows = C, cols = OC), into the matrix at dst in the library's own layout: as
+// given on a GPU (a matvec's threads read its columns, coalesced), out-major (cols, rows) in the CPU library (a
+// decode matvec there is one contiguous dot product per output, cuda/linear.cpp).
+int be_upload_matrix(void* dst, const void* host_src, uint64_t first, uint64_t count, int rows, int cols,
+                     int element_bytes);
 int be_copy(void* dst, const void* src, size_t bytes);
 int be_fill_u32(void* dst, uint32_t value, size_t count);  // poisoning: count 32-bit words
 int be_synchronize(void);

@@ -47,6 +47,14 @@ function storedWords(dtype: DtypeName, values: Float32Array): Float32Array | Int
   return words;
 }
 
+/** A linear layer's (rows = in, cols = out) weight in a storage type, placed in the CPU library's layout of it. */
+const putMatrix = (on: DeviceArena, dtype: DtypeName, values: Float32Array, rows: number, cols: number) =>
+  on.putMatrix(
+    new StorageConverter(dtype).convert(values, () => "test input"),
+    rows,
+    cols,
+  );
+
 /** The values a storage type holds for `values` (the reference's view of a stored weight). */
 const rounded = (dtype: DtypeName, values: Float32Array) => roundInPlace(dtype, values.slice());
 
@@ -68,7 +76,7 @@ function checkLinear(b: CpuBackend, on: DeviceArena, T: number, C: number, OC: n
     out.ptr,
     0,
     on.put(inp).ptr,
-    on.put(storedWords(dtype, w)).ptr,
+    putMatrix(on, dtype, w, C, OC).ptr,
     on.put(bias).ptr,
     T,
     C,
@@ -402,7 +410,7 @@ describe.each(NARROW)("%s weights and KV cache against the float64 reference on 
       arena.put(x).ptr,
       arena.put(lnW).ptr,
       arena.put(lnB).ptr,
-      put(wQkv).ptr,
+      putMatrix(arena, dtype, wQkv, C, 3 * C).ptr,
       arena.put(bQkv).ptr,
       st().ptr,
       B,
@@ -435,7 +443,7 @@ describe.each(NARROW)("%s weights and KV cache against the float64 reference on 
       arena.put(x).ptr,
       arena.put(lnW).ptr,
       arena.put(lnB).ptr,
-      put(wFc).ptr,
+      putMatrix(arena, dtype, wFc, C, 4 * C).ptr,
       arena.put(bFc).ptr,
       B,
       C,
@@ -451,7 +459,8 @@ describe.each(NARROW)("%s weights and KV cache against the float64 reference on 
     const inp = randomFloats(B * 4 * C, seed + 47),
       bProj = randomFloats(C, seed + 48);
     const residual = arena.put(x);
-    ops.op_linear_residual(residual.ptr, 0, arena.put(inp).ptr, put(wFc).ptr, arena.put(bProj).ptr, B, 4 * C, C, code);
+    const wProj = putMatrix(arena, dtype, wFc, 4 * C, C);
+    ops.op_linear_residual(residual.ptr, 0, arena.put(inp).ptr, wProj.ptr, arena.put(bProj).ptr, B, 4 * C, C, code);
     expect(
       maxRelativeError(arena.floats(residual), residualRef(x, linearRef(inp, rounded(dtype, wFc), bProj, B, 4 * C, C))),
     ).toBeLessThan(TOLERANCE);
@@ -614,7 +623,7 @@ describe.each(DTYPE_NAMES)(
       lnB = randomFloats(C, seed + 67);
 
     test.each(BATCHES)(
-      "embed, layernorm, linear (768→2304 in bands; 100→65 in one), lm_head (T = 1, 2), argmax: B=%d",
+      "embed, layernorm, linear (768→2304 in chunks of rows; 100→65 in one), lm_head (T = 1, 2), argmax: B=%d",
       (B) => {
         const x = (rows: number, salt: number) => perSequence(randomFloats(B * rows * C, seed + salt + B), B);
         expectBatchEqualsSingles(
@@ -932,8 +941,8 @@ describe.each(VARIANTS)("CPU library %s: threaded paths and micro-kernel edges",
     if (lib !== backend) lib.close();
   });
 
-  // T = 1..8: bands of weight rows, partials summed in order (threaded from 2^18 multiply-adds on);
-  // T >= 9: column panels through the micro-kernel; OC not a multiple of the tile width, C past one depth block (256)
+  // T = 1..8: a dot product per output over its weight row (threaded from 2^18 multiply-adds on);
+  // T >= 9: column panels through the micro-kernel; OC not a multiple of the tile width, C past one depth block (384)
   test.each([
     [1, 300, 200],
     [2, 768, 768],
@@ -972,7 +981,7 @@ describe.each(VARIANTS)("CPU library %s: threaded paths and micro-kernel edges",
   );
 
   // bf16/f16 widened by this build's instructions (vpmovzxwd + vpslld; vcvtph2ps where F16C is, integer lanes
-  // where not): whole vectors and the columns past them, in bands, packed panels, cache rows and key blocks
+  // where not): whole vectors and the columns past them, in dot products, packed panels, cache rows and key blocks
   test.each(NARROW)(
     "%s: linear (few rows and packed panels), kv_append + attention (one query and many), embed",
     (dtype) => {
@@ -1060,8 +1069,8 @@ describe.each(VARIANTS)("CPU library %s: threaded paths and micro-kernel edges",
     expect(wrong.slice(0, 10)).toEqual([]);
   });
 
-  // the LM head's dot products (vector chains, lanes, columns past the last whole step) and the bands of linear
-  // follow this build's vector width; each row must still get the bits it gets alone
+  // the dot products of linear and the LM head (vector chains, lanes, columns past the last whole step) follow
+  // this build's vector width; each row must still get the bits it gets alone
   test.each(NARROW)(
     `%s: linear with up to ${MAX_BATCH} rows and the LM head with as many sequences give each row the bits it gets alone`,
     (dtype) => {

@@ -1,6 +1,7 @@
 // One interface for every backend: the CPU library, the CUDA library, and the CUDA sources emulated on the CPU.
 // A backend describes itself — its device, what it can do, how it is measured, its study defaults — so
 // that nothing above it branches on which backend it is.
+import type { StoredWords } from "../model/dtypes.ts";
 import type { KernelFacts, PersistentStepBuild } from "../native/kernel-facts.ts";
 import type { OpSymbols } from "../ops.ts";
 import type { EncodedPlan } from "../plan.ts";
@@ -12,6 +13,17 @@ export type BackendKind = "cpu" | "cuda" | "emu";
 export interface DeviceBuffer {
   readonly ptr: number;
   readonly bytes: number;
+}
+
+/**
+ * Elements [first, first + data.length) of a row-major (rows, cols) matrix: a linear layer's weight as the
+ * checkpoints and the GPU kernels hold it, input-first (rows = in, cols = out), in its storage type's words.
+ */
+export interface MatrixElements {
+  data: StoredWords;
+  rows: number;
+  cols: number;
+  first: number;
 }
 
 /** The captures of a step (cuda/cuda_api.h CU_CAPTURE_*). */
@@ -104,6 +116,11 @@ export interface Backend {
   alloc(bytes: number): DeviceBuffer;
   free(buffer: DeviceBuffer): void;
   upload(dst: DeviceBuffer, src: ArrayBufferView, dstOffsetBytes?: number): void;
+  /**
+   * Part of a linear layer's weight matrix (whose first element is at dstOffsetBytes) into the backend's own
+   * layout of it (cuda/runtime.h be_upload_matrix): as given on a GPU, out-major on the CPU.
+   */
+  uploadMatrix(dst: DeviceBuffer, src: MatrixElements, dstOffsetBytes?: number): void;
   download(src: DeviceBuffer, dst: ArrayBufferView, srcOffsetBytes?: number): void;
   /** fills `count` 32-bit words (poisoning, zeroing) */
   fill32(dst: DeviceBuffer, word: number, count?: number): void;

@@ -11,6 +11,7 @@ import type {
   BackendDescription,
   BackendKind,
   DeviceBuffer,
+  MatrixElements,
   MemoryInfo,
   RecordedStep,
   StudyDefaults,
@@ -37,6 +38,15 @@ export interface BaseSymbols {
   be_alloc(bytes: number): number | null;
   be_free(ptr: number): number;
   be_upload(dst: number, src: ArrayBufferView, bytes: number): number;
+  be_upload_matrix(
+    dst: number,
+    src: ArrayBufferView,
+    first: number,
+    count: number,
+    rows: number,
+    cols: number,
+    elementBytes: number,
+  ): number;
   be_download(dst: ArrayBufferView, src: number, bytes: number): number;
   be_copy(dst: number, src: number, bytes: number): number;
   be_fill_u32(dst: number, word: number, count: number): number;
@@ -116,6 +126,17 @@ export abstract class NativeBackend implements Backend {
       this.sym.be_upload(this.span(dst, dstOffsetBytes, src.byteLength, "upload"), src, src.byteLength),
       "upload",
     );
+  }
+
+  uploadMatrix(dst: DeviceBuffer, src: MatrixElements, dstOffsetBytes = 0): void {
+    const { data, rows, cols, first } = src;
+    const count = data.length;
+    if (count === 0) return;
+    const elementBytes = data.BYTES_PER_ELEMENT;
+    if (first < 0 || first + count > rows * cols)
+      throw new Error(`uploadMatrix: elements ${first}..${first + count} outside a ${rows} x ${cols} matrix`);
+    const at = this.span(dst, dstOffsetBytes, rows * cols * elementBytes, "uploadMatrix");
+    this.check(this.sym.be_upload_matrix(at, data, first, count, rows, cols, elementBytes), "uploadMatrix");
   }
 
   download(src: DeviceBuffer, dst: ArrayBufferView, srcOffsetBytes = 0): void {

@@ -33,6 +33,9 @@ export function roundInPlace(dtype: DtypeName, values: Float32Array): Float32Arr
   return values;
 }
 
+/** Values in a storage type's words: fp32, f16, or bf16's bits. */
+export type StoredWords = Float32Array | Float16Array | Uint16Array;
+
 /**
  * Converts fp32 chunks to a storage type's bytes, through one reusable buffer. A finite value that the type
  * cannot hold (|x| > 65504 in f16, > ~3.4e38 in bf16) is a UserError naming `what`: it would become ±Inf.
@@ -47,7 +50,7 @@ export class StorageConverter {
   }
 
   /** The chunk's values in the storage type (a view of the reused buffer for bf16/f16; the chunk itself for f32). */
-  convert(chunk: Float32Array, what: () => string): ArrayBufferView {
+  convert(chunk: Float32Array, what: () => string): StoredWords {
     if (this.dtype === "f32") return chunk;
     if (this.buffer.byteLength < chunk.length * 2) this.buffer = new ArrayBuffer(chunk.length * 2);
     if (this.dtype === "f16") {

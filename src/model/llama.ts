@@ -240,7 +240,7 @@ export function llamaParameters(cfg: LlamaConfig): LlamaParameter[] {
     I = cfg.intermediate_size;
   const out: LlamaParameter[] = [];
   const add = (name: string, shape: number[], init: ParameterSpec["init"], source: Source) =>
-    out.push({ name, shape, init, source });
+    out.push({ name, shape, init, source, ...(source.how === "transpose" && { linear: true }) });
   add("embed_tokens.weight", [cfg.vocab_size, C], "normal", { how: "copy", from: "model.embed_tokens.weight" });
   for (let l = 0; l < cfg.n_layer; l++) {
     const hf = `model.layers.${l}`;

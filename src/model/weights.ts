@@ -32,6 +32,8 @@ export interface ParameterSpec {
   name: string;
   shape: number[];
   init: Init;
+  /** a linear layer's weight, input-first (in, out): a backend holds it in its own layout (Backend.uploadMatrix) */
+  linear?: boolean;
 }
 
 /** Receives elements [offset, offset + chunk.length) of parameter `spec`; the chunk is reused after it returns. */
@@ -57,13 +59,14 @@ export interface GPT2Weights {
 export function parameterSpecs(cfg: GPT2Config): ParameterSpec[] {
   const C = cfg.n_embd;
   const specs: ParameterSpec[] = [];
-  const add = (name: string, shape: number[], init: Init) => specs.push({ name, shape, init });
+  const add = (name: string, shape: number[], init: Init, linear = false) =>
+    specs.push({ name, shape, init, ...(linear && { linear }) });
   const norm = (p: string) => {
     add(`${p}.weight`, [C], "ones");
     add(`${p}.bias`, [C], "zeros");
   };
   const linear = (p: string, inC: number, outC: number) => {
-    add(`${p}.weight`, [inC, outC], "normal");
+    add(`${p}.weight`, [inC, outC], "normal", true);
     add(`${p}.bias`, [outC], "zeros");
   };
   add("wte.weight", [cfg.vocab_size, C], "normal");

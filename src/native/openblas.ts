@@ -20,11 +20,15 @@ const SYMBOLS = {
 
 const CBLAS_ROW_MAJOR = 101;
 const CBLAS_NO_TRANS = 111;
+const CBLAS_TRANS = 112;
 
 export interface OpenBlas {
   /** the library's own description (version, core it chose, threading) */
   config: string;
-  /** out (M, N) = a (M, K) @ b (K, N), row-major, on `threads` threads; pointers are host addresses */
+  /**
+   * out (M, N) = a (M, K) @ b (N, K)^T, row-major, on `threads` threads; pointers are host addresses. b is
+   * out-major, as the CPU library holds a linear layer's weight (cuda/runtime.h be_upload_matrix).
+   */
   sgemm(out: number, a: number, b: number, M: number, N: number, K: number): void;
   close(): void;
 }
@@ -89,7 +93,7 @@ export function openOpenBlas(threads: number, candidates = CANDIDATES): OpenBlas
       return {
         config: `${config} (${path}; ${spinNote(config, timeout)})`,
         sgemm: (out, a, b, M, N, K) =>
-          s.cblas_sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, M, N, K, 1, a, K, b, N, 0, out, N),
+          s.cblas_sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, M, N, K, 1, a, K, b, K, 0, out, N),
         close: () => lib.close(),
       };
     } catch (e) {

@@ -48,6 +48,7 @@ export const RUNTIME_SYMBOLS = {
   be_alloc: { args: [u64], returns: ptr },
   be_free: { args: [ptr], returns: i32 },
   be_upload: { args: [ptr, ptr, u64], returns: i32 },
+  be_upload_matrix: { args: [ptr, ptr, u64, u64, i32, i32, i32], returns: i32 },
   be_download: { args: [ptr, ptr, u64], returns: i32 },
   be_copy: { args: [ptr, ptr, u64], returns: i32 },
   be_fill_u32: { args: [ptr, u32, u64], returns: i32 },

@@ -11,8 +11,6 @@ import {
   type LlamaConfig,
   type LlamaWeights,
 } from "../model/llama.ts";
-import { StorageConverter } from "../model/dtypes.ts";
-import { nameOf } from "../model/safetensors.ts";
 import { DTYPE_BYTES, dtypeOf, STATE_INTS } from "../ops.ts";
 import type { LlamaBuffers } from "../plan-llama.ts";
 import { DEFAULT_STEP_FORM, dtypeCodes, type StepForm } from "../plan.ts";
@@ -23,8 +21,7 @@ import {
   layerCacheBytes,
   parameterArena,
   rowsHeld,
-  storedBytesPer,
-  storedInWeightDtype,
+  uploadParameters,
   type PlacementBytes,
   type ResidentModel,
 } from "./model-buffers.ts";
@@ -42,15 +39,11 @@ export function placeLlama(
 ): ResidentLlama {
   const cfg = weights.config;
   const rows = rowsHeld(cfg, form, maxRows);
-  const narrow = new StorageConverter(form.weights);
   const { offsets, ropeAt, size } = weightLayout(cfg, form);
   const table = ropeTable(cfg, cfg.n_positions);
   const weightBuffer = backend.alloc(size);
   try {
-    weights.stream((spec, chunk, offset) => {
-      const stored = storedInWeightDtype(spec) ? narrow.convert(chunk, () => `weight ${nameOf(spec.name)}`) : chunk;
-      backend.upload(weightBuffer, stored, offsets.get(spec.name)! + offset * storedBytesPer(spec, form.weights));
-    });
+    uploadParameters(backend, weightBuffer, (visit) => weights.stream(visit), offsets, form.weights);
     backend.upload(weightBuffer, table, ropeAt);
   } catch (e) {
     backend.free(weightBuffer);

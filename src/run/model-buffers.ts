@@ -6,7 +6,7 @@ import { kvColumns, placedParameters, type ModelConfig } from "../model/architec
 import type { GPT2Config } from "../model/config.ts";
 import { StorageConverter } from "../model/dtypes.ts";
 import { nameOf, numel } from "../model/safetensors.ts";
-import { parameterSpecs, type GPT2Weights, type ParameterSpec } from "../model/weights.ts";
+import { parameterSpecs, type ChunkVisitor, type GPT2Weights, type ParameterSpec } from "../model/weights.ts";
 import { DTYPE_BYTES, dtypeOf, STATE_INTS, type DtypeName } from "../ops.ts";
 import { DEFAULT_STEP_FORM, dtypeCodes, type ModelBuffers, type StepForm } from "../plan.ts";
 import { PASS_ROWS } from "../plans.ts";
@@ -66,6 +66,27 @@ export function parameterArena(specs: readonly ParameterSpec[], dtype: DtypeName
 }
 
 /** The weights' bytes as stored in `dtype` (without the arena's alignment), for any architecture. */
+/**
+ * Streams parameters into `buffer` at their offsets: matrices and tables converted to the weight dtype (each chunk
+ * as it comes), a linear layer's matrix into the backend's own layout of it, vectors as fp32.
+ */
+export function uploadParameters(
+  backend: Backend,
+  buffer: DeviceBuffer,
+  stream: (visit: ChunkVisitor) => void,
+  offsets: Map<string, number>,
+  dtype: DtypeName,
+): void {
+  const narrow = new StorageConverter(dtype);
+  stream((spec, chunk, offset) => {
+    const at = offsets.get(spec.name)!;
+    if (!storedInWeightDtype(spec)) return backend.upload(buffer, chunk, at + offset * FLOAT);
+    const stored = narrow.convert(chunk, () => `weight ${nameOf(spec.name)}`);
+    if (!spec.linear) return backend.upload(buffer, stored, at + offset * DTYPE_BYTES[dtype]);
+    backend.uploadMatrix(buffer, { data: stored, rows: spec.shape[0]!, cols: spec.shape[1]!, first: offset }, at);
+  });
+}
+
 export function storedWeightBytes(cfg: ModelConfig, dtype: DtypeName): number {
   return placedParameters(cfg).reduce((sum, s) => sum + numel(s.shape) * storedBytesPer(s, dtype), 0);
 }
@@ -96,14 +117,10 @@ export function placeModel(
 ): ResidentModel {
   const cfg = weights.config;
   const rows = rowsHeld(cfg, form, maxRows);
-  const narrow = new StorageConverter(form.weights);
   const { offsets, size } = weightLayout(cfg, form);
   const weightBuffer = backend.alloc(size);
   try {
-    weights.stream((spec, chunk, offset) => {
-      const stored = storedInWeightDtype(spec) ? narrow.convert(chunk, () => `weight ${nameOf(spec.name)}`) : chunk;
-      backend.upload(weightBuffer, stored, offsets.get(spec.name)! + offset * storedBytesPer(spec, form.weights));
-    });
+    uploadParameters(backend, weightBuffer, (visit) => weights.stream(visit), offsets, form.weights);
   } catch (e) {
     backend.free(weightBuffer);
     throw e;

@@ -1,5 +1,6 @@
 // Data on a backend for checks and tests: uploads, NaN-poisoned outputs, downloads.
 import type { Backend, DeviceBuffer } from "../backends/backend.ts";
+import type { StoredWords } from "../model/dtypes.ts";
 import { NAN_WORD } from "./compare.ts";
 
 export class DeviceArena {
@@ -11,6 +12,14 @@ export class DeviceArena {
     const b = this.backend.alloc(Math.max(4, data.byteLength));
     this.buffers.push(b);
     this.backend.upload(b, data);
+    return b;
+  }
+
+  /** a buffer holding a linear layer's (rows = in, cols = out) weight matrix, in the backend's own layout of it */
+  putMatrix(data: StoredWords, rows: number, cols: number): DeviceBuffer {
+    const b = this.backend.alloc(Math.max(4, data.byteLength));
+    this.buffers.push(b);
+    this.backend.uploadMatrix(b, { data, rows, cols, first: 0 });
     return b;
   }
 

@@ -25,8 +25,15 @@ export const BATCHES = [1, 2, 3, 4, MAX_BATCH] as const;
 interface Stored {
   dtype: DtypeName;
   values: Float32Array;
+  /** a linear layer's (in, out) weight, placed in each backend's layout of it (Backend.uploadMatrix) */
+  matrix?: { rows: number; cols: number };
 }
 const stored = (dtype: DtypeName, values: Float32Array): Stored => ({ dtype, values: roundInPlace(dtype, values) });
+/** a (rows = in, cols = out) weight matrix of random values in a storage type */
+const storedMatrix = (dtype: DtypeName, rows: number, cols: number, seed: number): Stored => ({
+  ...stored(dtype, randomFloats(rows * cols, seed, 0.1)),
+  matrix: { rows, cols },
+});
 type Data = Float32Array | Int32Array | Stored;
 const isStored = (d: Data): d is Stored => !ArrayBuffer.isView(d);
 
@@ -135,7 +142,8 @@ function runSpec(
   const put = (name: string, d: Data) => {
     if (isStored(d)) {
       kinds[name] = side.dtype(d.dtype);
-      return arena.put(encode(kinds[name], d.values));
+      const words = encode(kinds[name], d.values);
+      return d.matrix ? arena.putMatrix(words, d.matrix.rows, d.matrix.cols) : arena.put(words);
     }
     kinds[name] = d instanceof Int32Array ? "i32" : "f32";
     return arena.put(d);
@@ -229,7 +237,7 @@ const embedSpec = ([T, C]: number[], w: DtypeName): BatchSpec => {
 const linearSpec = ([C, OC]: number[], w: DtypeName): BatchSpec => ({
   kernel: "linear",
   shape: `rows=B C=${C} OC=${OC}`,
-  shared: (seed) => ({ w: stored(w, randomFloats(C! * OC!, seed + 6, 0.1)), b: randomFloats(OC!, seed + 7) }),
+  shared: (seed) => ({ w: storedMatrix(w, C!, OC!, seed + 6), b: randomFloats(OC!, seed + 7) }),
   sequence: (b, seed) => ({ inp: randomFloats(C!, seed + 5 + 100 * b) }),
   outputs: { out: OC! },
   run: (be, p, B, code) => be.ops.op_linear(p.out!, p.partials!, p.inp!, p.w!, p.b!, B, C!, OC!, code(w)),
@@ -242,7 +250,7 @@ const lnLinearGeluSpec = ([C, OC]: number[], w: DtypeName): BatchSpec => ({
   shape: `C=${C} OC=${OC}`,
   shared: (seed) => ({
     ...layerNorm(C!, seed + 50),
-    w: stored(w, randomFloats(C! * OC!, seed + 53, 0.1)),
+    w: storedMatrix(w, C!, OC!, seed + 53),
     b: randomFloats(OC!, seed + 54),
   }),
   sequence: (b, seed) => ({ x: randomFloats(C!, seed + 55 + 100 * b, 3) }),
@@ -254,7 +262,7 @@ const lnLinearGeluSpec = ([C, OC]: number[], w: DtypeName): BatchSpec => ({
 const linearResidualSpec = ([C, OC]: number[], w: DtypeName): BatchSpec => ({
   kernel: "linear_residual",
   shape: `C=${C} OC=${OC}`,
-  shared: (seed) => ({ w: stored(w, randomFloats(C! * OC!, seed + 62, 0.1)), b: randomFloats(OC!, seed + 63) }),
+  shared: (seed) => ({ w: storedMatrix(w, C!, OC!, seed + 62), b: randomFloats(OC!, seed + 63) }),
   sequence: (b, seed) => ({ x: randomFloats(OC!, seed + 60 + 100 * b), inp: randomFloats(C!, seed + 61 + 100 * b) }),
   outputs: {},
   updated: ["x"],
@@ -403,7 +411,7 @@ const lnQkvSpec = ([C, maxCtx]: number[], w: DtypeName, kv: DtypeName): BatchSpe
   shape: `C=${C} max_ctx=${maxCtx}`,
   shared: (seed) => ({
     ...layerNorm(C!, seed + 40),
-    w: stored(w, randomFloats(C! * 3 * C!, seed + 43, 0.1)),
+    w: storedMatrix(w, C!, 3 * C!, seed + 43),
     b: randomFloats(3 * C!, seed + 44),
   }),
   sequence: (b, seed) => ({
@@ -486,7 +494,7 @@ const rmsQkvRopeSpec = ([C, nHead, nKv, hd, maxCtx, norms]: number[], w: DtypeNa
     shape: `C=${C} heads=${nHead}/${nKv}x${hd} max_ctx=${maxCtx}${norms ? " q/k norms" : ""}`,
     shared: (seed) => ({
       lnW: randomFloats(C!, seed + 90),
-      w: stored(w, randomFloats(C! * OC, seed + 91, 0.1)),
+      w: storedMatrix(w, C!, OC, seed + 91),
       b: randomFloats(OC, seed + 92),
       rope: ropeTable(maxCtx!, hd!),
       ...(norms ? { qNorm: randomFloats(hd!, seed + 88, 2), kNorm: randomFloats(hd!, seed + 89, 2) } : {}),
@@ -532,7 +540,7 @@ const rmsGateUpSpec = ([C, I]: number[], w: DtypeName): BatchSpec => ({
   shape: `C=${C} I=${I}`,
   shared: (seed) => ({
     lnW: randomFloats(C!, seed + 96),
-    w: stored(w, randomFloats(C! * 2 * I!, seed + 97, 0.1)),
+    w: storedMatrix(w, C!, 2 * I!, seed + 97),
     b: randomFloats(2 * I!, seed + 98),
   }),
   sequence: (b, seed) => ({ x: randomFloats(C!, seed + 99 + 100 * b, 3) }),

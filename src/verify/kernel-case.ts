@@ -2,11 +2,23 @@
 // outputs poisoned (NaN) first and downloaded, the device's outputs kept for a bit-for-bit comparison of two runs.
 import type { Backend } from "../backends/backend.ts";
 import { DeviceArena } from "./arena.ts";
-import { maxRelativeError } from "./compare.ts";
+import { maxRelativeError, randomFloats } from "./compare.ts";
 
 export const KERNEL_TOLERANCE = 1e-4;
 
-export type Input = Float32Array | Int32Array;
+/** A linear layer's (rows = in, cols = out) fp32 weight, placed in each backend's own layout of it. */
+export class MatrixInput {
+  constructor(
+    readonly data: Float32Array,
+    readonly rows: number,
+    readonly cols: number,
+  ) {}
+}
+/** a (rows, cols) weight matrix of random values (randomFloats' scale 0.1) */
+export const randomMatrix = (rows: number, cols: number, seed: number) =>
+  new MatrixInput(randomFloats(rows * cols, seed, 0.1), rows, cols);
+
+export type Input = Float32Array | Int32Array | MatrixInput;
 export type Pointers = Record<string, number>;
 
 /** Room for the partials of every case's shapes (cuda/ops.h op_partials_bytes): up to 5 rows, C and OC <= 6400. */
@@ -45,7 +57,9 @@ export class Pair {
     run: (b: Backend, p: Pointers) => void,
   ) {
     const p: Pointers = { partials: this.partials(arena) };
-    const given = Object.fromEntries(Object.entries(inputs).map(([name, data]) => [name, arena.put(data)]));
+    const place = (data: Input) =>
+      data instanceof MatrixInput ? arena.putMatrix(data.data, data.rows, data.cols) : arena.put(data);
+    const given = Object.fromEntries(Object.entries(inputs).map(([name, data]) => [name, place(data)]));
     for (const [name, b] of Object.entries(given)) p[name] = b.ptr;
     const out = Object.fromEntries(Object.entries(outputs).map(([name, words]) => [name, arena.poisoned(words)]));
     for (const [name, b] of Object.entries(out)) p[name] = b.ptr;

@@ -8,7 +8,15 @@ import { DTYPES } from "../ops.ts";
 import type { DeviceArena } from "./arena.ts";
 import { BATCH_DTYPE_CASES } from "./batch-checks.ts";
 import { maxRelativeError, randomFloats } from "./compare.ts";
-import { expectedArgmax, KERNEL_TOLERANCE, Pair, ropeTable, stateAt, type KernelCase } from "./kernel-case.ts";
+import {
+  expectedArgmax,
+  KERNEL_TOLERANCE,
+  Pair,
+  randomMatrix,
+  ropeTable,
+  stateAt,
+  type KernelCase,
+} from "./kernel-case.ts";
 
 export { expectedArgmax, KERNEL_TOLERANCE, type KernelCase };
 
@@ -90,7 +98,7 @@ const linearCases = LINEAR_SHAPES.map(
     shape: `T=${T} C=${C} OC=${OC}`,
     run: (pair, seed) =>
       pair.compare(
-        { inp: randomFloats(T * C, seed + 5), w: randomFloats(C * OC, seed + 6, 0.1), b: randomFloats(OC, seed + 7) },
+        { inp: randomFloats(T * C, seed + 5), w: randomMatrix(C, OC, seed + 6), b: randomFloats(OC, seed + 7) },
         { out: T * OC },
         (b, p) => b.ops.op_linear(p.out!, p.partials!, p.inp!, p.w!, p.b!, T, C, OC, F32),
       ),
@@ -416,7 +424,7 @@ const lnQkvCases = (
       pair.compare(
         {
           ...layerNormInputs(C, seed + 40),
-          w: randomFloats(C * 3 * C, seed + 43, 0.1),
+          w: randomMatrix(C, 3 * C, seed + 43),
           b: randomFloats(3 * C, seed + 44),
           state: stateAt(pos),
           k: randomFloats(maxCtx * C, seed + 45),
@@ -460,7 +468,7 @@ const lnLinearGeluCases = (
     shape: `C=${C} OC=${OC}`,
     run: (pair, seed) =>
       pair.compare(
-        { ...layerNormInputs(C, seed + 50), w: randomFloats(C * OC, seed + 53, 0.1), b: randomFloats(OC, seed + 54) },
+        { ...layerNormInputs(C, seed + 50), w: randomMatrix(C, OC, seed + 53), b: randomFloats(OC, seed + 54) },
         { out: OC },
         (b, p) => b.ops.op_ln_linear_gelu(p.out!, p.partials!, p.x!, p.lnW!, p.lnB!, p.w!, p.b!, 1, C, OC, EPS, F32),
       ),
@@ -483,7 +491,7 @@ const linearResidualCases = (
         {
           x: randomFloats(OC, seed + 60),
           inp: randomFloats(C, seed + 61),
-          w: randomFloats(C * OC, seed + 62, 0.1),
+          w: randomMatrix(C, OC, seed + 62),
           b: randomFloats(OC, seed + 63),
         },
         {},
