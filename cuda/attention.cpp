@@ -118,6 +118,7 @@ void range_softmax(float* slots, float* scores, int n, const Heads& heads) {
     float* s = scores + h * n;
     float* slot = slots + (size_t)h * slot_floats(hs);
     float max_score = -INFINITY;
+#pragma omp simd reduction(max : max_score)
     for (int j = 0; j < n; j++) max_score = max_of(max_score, s[j]);
     float total = 0.0f;
 #pragma omp simd reduction(+ : total)

@@ -116,8 +116,9 @@ export class EventTimer implements StepEvents {
 }
 
 /** 8, 16, …, 1024 and the seed's 10, 100, 500, 1000 */
-const GPU_STUDY: StudyDefaults = {
+export const GPU_STUDY: StudyDefaults = {
   contexts: [8, 10, 16, 32, 64, 100, 128, 256, 500, 512, 1000, 1024],
+  longContexts: [2048, 4096, 8192, 16384, 32768],
   repeats: 50,
   warmup: 10,
   e2eTokens: 1016,

@@ -7,7 +7,7 @@ import { basename, join } from "node:path";
 import yargs from "yargs";
 import { hideBin } from "yargs/helpers";
 
-import type { Backend } from "../backends/backend.ts";
+import { defaultSweep, type Backend } from "../backends/backend.ts";
 import type { Instrument } from "../backends/instrument.ts";
 import { BACKEND_CHOICES, openBackend, type BackendChoice } from "../backends/select.ts";
 import { runCli, UserError } from "../errors.ts";
@@ -20,6 +20,7 @@ import {
   fitLine,
   largestStepBytes,
   Study,
+  largestStudyContext,
   studyMemoryFit,
   studyUnits,
   type StudyOptions,
@@ -60,7 +61,10 @@ function modesFor(choice: (typeof MODE_CHOICES)[number], backend: Backend, step:
   return [choice];
 }
 
-/** Contexts to sweep: the user's (each must fit: a cached step at context c writes position c < n_positions), or the defaults capped. */
+/**
+ * Contexts to sweep: the user's (each must fit: a cached step at context c writes position c < n_positions), or the
+ * defaults capped, and the backend's long contexts that the model's positions hold.
+ */
 function contextsFor(
   flag: string | undefined,
   backend: Backend,
@@ -82,11 +86,23 @@ function contextsFor(
     });
     return [...new Set(values)].sort((a, b) => a - b);
   }
-  const defaults = backend.studyDefaults.contexts;
-  const capped = [...new Set(defaults.map((c) => Math.min(c, max)))].sort((a, b) => a - b);
-  if (defaults.some((c) => c > max))
+  if (backend.studyDefaults.contexts.some((c) => c > max))
     note(`note: contexts capped at ${max} (n_positions ${nPositions} minus the new token)`);
-  return capped;
+  return defaultSweep(backend.studyDefaults, nPositions);
+}
+
+/** The default sweep without the contexts past what the run fits (a given --contexts is refused instead). */
+function defaultContextsThatFit(
+  backend: Backend,
+  weights: ModelWeights,
+  opts: StudyOptions,
+  note: (s: string) => void,
+): number[] {
+  const largest = largestStudyContext(backend, weights, opts);
+  const fitting = opts.contexts.filter((c) => c <= largest);
+  if (fitting.length < opts.contexts.length && fitting.length > 0)
+    note(`note: the default contexts past ${largest} left out: the run fits no longer one in memory`);
+  return fitting.length > 0 ? fitting : opts.contexts;
 }
 
 /** profile --prompt-cache: prefix lengths, each with its suffix and generated tokens inside the model's positions. */
@@ -231,7 +247,7 @@ await runCli(async () => {
       .option("contexts", {
         type: "string",
         describe:
-          "comma-separated context lengths (default: the backend's, 8,10,16,…,1000,1024 on a GPU, capped by n_positions; 8…128 on the CPU)",
+          "comma-separated context lengths (default: the backend's, 8,10,16,…,1000,1024 on a GPU, capped by n_positions, and 2048…32768 where the model has the positions; 8…128 on the CPU, and 2048, 4096, 8192 where it has them; contexts past what fits in memory left out)",
       })
       .option("fill", {
         choices: FILL_CHOICES,
@@ -375,6 +391,7 @@ await runCli(async () => {
       checkpoint: () => interrupt.checkpoint(),
       say,
     };
+    if (argv.contexts === undefined) opts.contexts = defaultContextsThatFit(backend, weights, opts, say);
     const fit = studyMemoryFit(backend, weights, opts);
     say(fitLine(fit, Math.max(...opts.contexts)));
     output ??= ProfileOutput.prepare(defaultOutDir(backend, argv.mode, peerNames.length > 0, plan), {

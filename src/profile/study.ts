@@ -166,6 +166,15 @@ export function runPlacementOf(
   return { study, groups };
 }
 
+/** The largest context the study's sessions fit in the memory its backend has now. */
+export function largestStudyContext(
+  backend: Backend,
+  weights: ModelWeights,
+  opts: Pick<StudyOptions, "form" | "interventions" | "contexts" | "e2e" | "promptCache">,
+): number {
+  return largestFittingContext(backend, runPlacementOf(weights, opts), availableMemory(backend).bytes);
+}
+
 /**
  * The study against the memory its backend has now, before anything is placed: a UserError naming the largest
  * context that would fit when it does not.
