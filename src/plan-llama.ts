@@ -1,6 +1,6 @@
 // The Llama family's decode step as a list of ops — it reads like the model's math (src/model/llama.ts). The
 // unfused plan is one op per step of the math; the fused one runs a decode step of one row per sequence in five
-// launches per layer, as GPT-2's does (plan.ts): RMSNorm in the next matvec's prologue, RoPE and the cache write in
+// launches per layer, as GPT-2's does (plan-gpt2.ts): RMSNorm in the next matvec's prologue, RoPE and the cache write in
 // the q/k/v matvec's epilogue, silu(gate) · up in the gate/up matvec's, the residual adds in o and down's, argmax
 // in the LM head; Qwen3's per-head q/k norms in the rotation's epilogue, once a head's last column tile is merged.
 import type { LlamaConfig } from "./model/llama.ts";
@@ -37,7 +37,7 @@ export interface LlamaBuffers {
   kCache: number[]; // per layer (batch, max_ctx, KV)
   vCache: number[];
   seq: number; // int32 (batch, max_ctx + 1)
-  /** where a several-row step's argmax writes each sequence's next token: seq, or sink (plan.ts ModelBuffers) */
+  /** where a several-row step's argmax writes each sequence's next token: seq, or sink (plan-gpt2.ts ModelBuffers) */
   next: number;
   sink: number;
   state: number; // int32 (batch, STATE_INTS)
@@ -237,7 +237,7 @@ function fusedLlamaStep(m: LlamaBuffers): PlanOp[] {
   return plan;
 }
 
-/** The step's shape without a backend (plan.ts planShape): every pointer a placeholder, q/k norms where the model has them. */
+/** The step's shape without a backend (plan-gpt2.ts planShape): every pointer a placeholder, q/k norms where the model has them. */
 export function llamaPlanShape(config: LlamaConfig, T: number, form: StepForm): PlanOp[] {
   const at = PLACEHOLDER_POINTER;
   const linear = { weight: at, bias: at };

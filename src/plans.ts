@@ -1,19 +1,12 @@
-// The architectures' decode steps: one row per family of the registry (model/architectures.ts), GPT-2's (plan.ts)
+// The architectures' decode steps: one row per family of the registry (model/architectures.ts), GPT-2's (plan-gpt2.ts)
 // and the Llama family's (plan-llama.ts).
 import { familyNameOf, type FamilyName, type ModelConfig } from "./model/architectures.ts";
-import type { GPT2Config } from "./model/config.ts";
+import type { GPT2Config } from "./model/gpt2.ts";
 import type { LlamaConfig } from "./model/llama.ts";
 import type { StepArch } from "./native/kernel-names.ts";
 import { llamaPlanShape, llamaStep, type LlamaBuffers } from "./plan-llama.ts";
-import {
-  decodeStep,
-  DEFAULT_STEP_FORM,
-  planShape,
-  type ModelBuffers,
-  type PlanKind,
-  type PlanOp,
-  type StepForm,
-} from "./plan.ts";
+import { decodeStep, planShape, type ModelBuffers } from "./plan-gpt2.ts";
+import { DEFAULT_STEP_FORM, type PlanKind, type PlanOp, type StepForm } from "./plan.ts";
 
 /** What the plan layer knows of a family: its step (in either plan) over a backend's buffers, its persistent kernel. */
 interface StepFamily<C extends ModelConfig, B extends { config: C }> {
@@ -51,7 +44,7 @@ export const stepArchOf = (config: ModelConfig): StepArch => stepFamilyOf(config
 export const stepOf = (buffers: StepBuffers, T: number, kind: PlanKind): PlanOp[] =>
   stepFamilyOf(buffers.config).step(buffers, T, kind);
 
-/** The step's shape without a backend (plan.ts planShape) for any architecture. */
+/** The step's shape without a backend (plan-gpt2.ts planShape) for any architecture. */
 export function planShapeOf(config: ModelConfig, T: number, form: StepForm = DEFAULT_STEP_FORM): PlanOp[] {
   return stepFamilyOf(config).planShape(config, T, form);
 }

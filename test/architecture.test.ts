@@ -11,7 +11,7 @@ const LAYERS: { name: string; paths: string[] }[] = [
   { name: "vocabulary", paths: ["errors.ts", "stats.ts", "ops.ts"] },
   { name: "model", paths: ["model/"] },
   { name: "native", paths: ["native/"] },
-  { name: "plan", paths: ["plan.ts", "plan-llama.ts", "plans.ts"] },
+  { name: "plan", paths: ["plan.ts", "plan-gpt2.ts", "plan-llama.ts", "plans.ts"] },
   { name: "backends", paths: ["backends/"] },
   { name: "run", paths: ["run/"] },
   { name: "peers", paths: ["peers/"] },

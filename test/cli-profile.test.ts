@@ -7,7 +7,7 @@ import { join } from "node:path";
 
 import { XMLValidator } from "fast-xml-parser";
 
-import type { GPT2Config } from "../src/model/config.ts";
+import type { GPT2Config } from "../src/model/gpt2.ts";
 import { probeDriver } from "../src/native/driver.ts";
 import type { DtypeName } from "../src/ops.ts";
 import { SCHEMA_VERSION, type ProfileSummary } from "../src/profile/types.ts";

@@ -4,11 +4,12 @@
 import { afterAll, describe, expect, test } from "bun:test";
 
 import { CudaBackend } from "../src/backends/cuda.ts";
-import { PRESETS } from "../src/model/config.ts";
+import { PRESETS } from "../src/model/gpt2.ts";
 import { ensureBuilt, hasNvcc, hasPrebuilt } from "../src/native/build.ts";
 import { atBucket, libraryKernelFacts, rowBucket } from "../src/native/kernel-facts.ts";
 import { DTYPE_BYTES, MAX_BATCH, OP_FAMILIES } from "../src/ops.ts";
-import { encodePlan, planShape, type StepForm } from "../src/plan.ts";
+import { encodePlan, type StepForm } from "../src/plan.ts";
+import { planShape } from "../src/plan-gpt2.ts";
 
 const emu = CudaBackend.open({ emulated: true });
 afterAll(() => emu.close());

@@ -5,9 +5,10 @@ import { afterAll, describe, expect, test } from "bun:test";
 
 import { CudaBackend } from "../src/backends/cuda.ts";
 import { ALL_PRESETS } from "../src/model/architectures.ts";
-import { PRESETS } from "../src/model/config.ts";
+import { PRESETS } from "../src/model/gpt2.ts";
 import type { DtypeName } from "../src/ops.ts";
-import { DEFAULT_STEP_FORM, encodePlan, planShape, type PlanOp } from "../src/plan.ts";
+import { DEFAULT_STEP_FORM, encodePlan, type PlanOp } from "../src/plan.ts";
+import { planShape } from "../src/plan-gpt2.ts";
 import { planShapeOf } from "../src/plans.ts";
 import {
   activeLoads,

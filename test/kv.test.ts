@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-import { kvCacheBytesPerToken, PRESETS } from "../src/model/config.ts";
+import { kvCacheBytesPerToken, PRESETS } from "../src/model/gpt2.ts";
 import { shapeOf, kvReport, readDecoderConfig, type KvReport } from "../src/model/kv.ts";
 import { runCli } from "./helpers/cli.ts";
 

@@ -6,7 +6,7 @@ import { join } from "node:path";
 
 import { CpuBackend } from "../src/backends/cpu.ts";
 import { ALL_PRESETS, loadAnyModel, type ModelWeights } from "../src/model/architectures.ts";
-import { randomWeights } from "../src/model/weights.ts";
+import { randomWeights } from "../src/model/gpt2.ts";
 import type { StepForm } from "../src/plan.ts";
 import { largestContextByBatch, largestFittingContext, runNeed, type RunPlacement } from "../src/run/memory-fit.ts";
 import { placementTotal } from "../src/run/model-buffers.ts";

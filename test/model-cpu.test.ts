@@ -5,10 +5,11 @@ import { join } from "node:path";
 
 import { CpuBackend } from "../src/backends/cpu.ts";
 import { roundInPlace, roundTo } from "../src/model/dtypes.ts";
-import { loadModel, materializeWeights, parameterSpecs } from "../src/model/weights.ts";
+import { loadModel, materializeWeights, parameterSpecs } from "../src/model/gpt2.ts";
 import type { DtypeName } from "../src/ops.ts";
 import { ensureBuilt } from "../src/native/build.ts";
-import { compileEager, decodeStep, DEFAULT_STEP_FORM, type ModelBuffers, type PlanOp } from "../src/plan.ts";
+import { compileEager, DEFAULT_STEP_FORM, type PlanOp } from "../src/plan.ts";
+import { decodeStep, type ModelBuffers } from "../src/plan-gpt2.ts";
 import { generate, generateBatch } from "../src/run/generate.ts";
 import { launchMode } from "../src/run/launch-modes.ts";
 import { Session } from "../src/run/session.ts";

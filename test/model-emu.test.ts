@@ -5,7 +5,7 @@ import { afterAll, expect, test } from "bun:test";
 import { join } from "node:path";
 
 import { CudaBackend } from "../src/backends/cuda.ts";
-import { loadModel } from "../src/model/weights.ts";
+import { loadModel } from "../src/model/gpt2.ts";
 import { DEFAULT_STEP_FORM, PLAN_KINDS, type PlanKind, type StepForm } from "../src/plan.ts";
 import { generateBatch } from "../src/run/generate.ts";
 import { availableModes, launchMode, modeForm } from "../src/run/launch-modes.ts";

@@ -7,7 +7,7 @@ import { join } from "node:path";
 
 import { CpuBackend } from "../src/backends/cpu.ts";
 import { loadAnyModel, type ModelWeights } from "../src/model/architectures.ts";
-import { randomWeights } from "../src/model/weights.ts";
+import { randomWeights } from "../src/model/gpt2.ts";
 import { passesOf } from "../src/plans.ts";
 import { promptOf } from "../src/profile/prompts.ts";
 import { Session } from "../src/run/session.ts";

@@ -4,7 +4,7 @@ import { describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 
-import { loadModel } from "../src/model/weights.ts";
+import { loadModel } from "../src/model/gpt2.ts";
 import { llamaPeerUnavailable } from "../src/peers/llama.ts";
 import { parsePeers, parseTorchVariants, PeerSet } from "../src/peers/peer-set.ts";
 import { PeerFailure, PeerProcess } from "../src/peers/process.ts";

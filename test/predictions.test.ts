@@ -4,7 +4,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 
 import { CudaBackend } from "../src/backends/cuda.ts";
 import { ALL_PRESETS } from "../src/model/architectures.ts";
-import { PRESETS } from "../src/model/config.ts";
+import { PRESETS } from "../src/model/gpt2.ts";
 import type { DtypeName } from "../src/ops.ts";
 import { buildPredictions, gpuModelFor, measuredSteps } from "../src/profile/kernel-model/index.ts";
 import type { InterventionsSection } from "../src/profile/types.ts";

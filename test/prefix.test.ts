@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { CpuBackend } from "../src/backends/cpu.ts";
 import { UserError } from "../src/errors.ts";
 import { loadAnyModel, type ModelWeights } from "../src/model/architectures.ts";
-import { randomWeights } from "../src/model/weights.ts";
+import { randomWeights } from "../src/model/gpt2.ts";
 import type { DtypeName } from "../src/ops.ts";
 import { promptOf } from "../src/profile/prompts.ts";
 import {

@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import type { GPT2Config } from "../src/model/config.ts";
+import type { GPT2Config } from "../src/model/gpt2.ts";
 import {
   buildProfileTrace,
   TraceBuilder,

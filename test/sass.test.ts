@@ -21,7 +21,7 @@ import {
   parseSourceLines,
   type SassFunction,
 } from "../src/native/sass.ts";
-import { PRESETS } from "../src/model/config.ts";
+import { PRESETS } from "../src/model/gpt2.ts";
 import type { ModelConfig } from "../src/model/architectures.ts";
 import { LLAMA_PRESETS } from "../src/model/llama.ts";
 import { planShapeOf } from "../src/plans.ts";

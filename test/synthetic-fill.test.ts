@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { CpuBackend } from "../src/backends/cpu.ts";
 import { familyNameOf, kvColumns, loadAnyModel, type ModelWeights } from "../src/model/architectures.ts";
 import { bf16Value } from "../src/model/dtypes.ts";
-import { randomWeights } from "../src/model/weights.ts";
+import { randomWeights } from "../src/model/gpt2.ts";
 import type { DtypeName } from "../src/ops.ts";
 import { DEFAULT_STEP_FORM } from "../src/plan.ts";
 import { PREFILL_LIMIT_S, PrefillRate, pointFill, UNCACHED_TIMED_LIMIT_S } from "../src/profile/fill.ts";
@@ -16,7 +16,7 @@ import { promptOf } from "../src/profile/prompts.ts";
 import { sumWork, uncachedStepWork } from "../src/profile/work-model.ts";
 import { launchMode } from "../src/run/launch-modes.ts";
 import { llamaSequenceView } from "../src/run/llama-buffers.ts";
-import { sequenceView } from "../src/run/model-buffers.ts";
+import { sequenceView } from "../src/run/gpt2-buffers.ts";
 import { Session } from "../src/run/session.ts";
 import { SYNTHETIC_SAMPLE_ROWS } from "../src/run/synthetic-fill.ts";
 

@@ -108,11 +108,12 @@ describe.skipIf(!python)("the PyTorch peer on gpt2-tiny (CPU)", () => {
 import json, sys
 sys.path.insert(0, ${JSON.stringify(join(TORCH_PEER_SCRIPT, ".."))})
 import torch_peer as tp
+from torch_gpt2 import gpt2_fixed_step_module
 args = tp.parse_args(["--model", ${JSON.stringify(FIXTURE)}, "--threads", "1", "--variants", "static", "--cache-rows", "40"])
 torch = tp.import_torch(1)
 peer = tp.TorchPeer(torch, args)
 with torch.inference_mode():
-    fixed = tp.fixed_step_module(torch, peer.m, peer.kc, peer.vc)
+    fixed = gpt2_fixed_step_module(torch, peer.m, peer.kc, peer.vc)
     prompt = ${JSON.stringify(expected.prompt)}
     logits = peer.m.forward_static(torch.tensor(prompt), 0, peer.kc, peer.vc)
     tok, pos, rows = logits.argmax().view(1), torch.tensor([len(prompt)]), [logits]

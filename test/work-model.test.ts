@@ -1,14 +1,8 @@
 import { describe, expect, test } from "bun:test";
-import { kvCacheBytesPerToken, parameterCount, type GPT2Config } from "../src/model/config.ts";
+import { kvCacheBytesPerToken, parameterCount, type GPT2Config } from "../src/model/gpt2.ts";
 
-import {
-  decodeStep,
-  DEFAULT_STEP_FORM,
-  dtypeCodes,
-  type LayerBuffers,
-  type ModelBuffers,
-  type StepForm,
-} from "../src/plan.ts";
+import { decodeStep, type LayerBuffers, type ModelBuffers } from "../src/plan-gpt2.ts";
+import { DEFAULT_STEP_FORM, dtypeCodes, type StepForm } from "../src/plan.ts";
 import { attendedKeys, type DtypeName } from "../src/ops.ts";
 import {
   cachedStepWork,

@@ -14,7 +14,7 @@ import {
   type ModelConfig,
   type ModelWeights,
 } from "../model/architectures.ts";
-import type { GPT2Weights } from "../model/weights.ts";
+import type { GPT2Weights } from "../model/gpt2.ts";
 import { DTYPE_BYTES, DTYPE_NAMES, type DtypeName } from "../ops.ts";
 
 export const DEFAULT_PRESET = "gpt2";

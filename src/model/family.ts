@@ -1,6 +1,6 @@
 // What the model layer knows of an architecture: one ModelFamily per architecture file (gpt2.ts, llama.ts), listed
 // by the registry in architectures.ts.
-import type { ChunkVisitor, ParameterSpec } from "./weights.ts";
+import type { ChunkVisitor, ParameterSpec } from "./parameters.ts";
 
 /** A model's weights as any architecture holds them: streamed in placement order, whole parameters as fp32 chunks. */
 export interface FamilyWeights<C> {

@@ -105,3 +105,21 @@ export function readSmallTextFile(path: string, maxBytes: number): string {
     closeFile(file);
   }
 }
+
+/** A config.json is a few hundred bytes; anything above this is not one. */
+const MAX_CONFIG_BYTES = 1 << 20;
+
+/** A small JSON file holding one object (config.json and its kin), each problem one line. */
+export function parseJsonObject(path: string): Record<string, unknown> {
+  const text = readSmallTextFile(path, MAX_CONFIG_BYTES); // says what went wrong: a directory, a FIFO, no permission
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (e) {
+    throw new UserError(`${path}: not valid JSON (${(e as Error).message})`);
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new UserError(`${path}: expected a JSON object`);
+  }
+  return value as Record<string, unknown>;
+}

@@ -11,7 +11,7 @@ import { readFileSync } from "node:fs";
 import { UserError } from "../errors.ts";
 import { DTYPE_BYTES, type DtypeName } from "../ops.ts";
 import { familyOf, type ModelConfig } from "./architectures.ts";
-import type { GPT2Config } from "./config.ts";
+import type { GPT2Config } from "./gpt2.ts";
 import { LLAMA_ARCHITECTURES, llamaConfigOf } from "./llama.ts";
 
 /** What the cache's size depends on, and the weights' parameter count with how it was found. */

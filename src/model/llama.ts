@@ -31,7 +31,7 @@ import {
   writeSafetensors,
   type TensorInfo,
 } from "./safetensors.ts";
-import { streamSeeded, transposed, type ChunkVisitor, type ParameterSpec } from "./weights.ts";
+import { streamSeeded, transposed, type ChunkVisitor, type ParameterSpec } from "./parameters.ts";
 
 export const LLAMA_ARCHITECTURES = {
   LlamaForCausalLM: "llama",

@@ -10,12 +10,13 @@
  *            tokens, token types, merges, bos/eos/unk = <|endoftext|>)
  * A vocabulary smaller than GPT-2's (the test fixtures) takes r50k's first ids and the merges that make them.
  */
-import type { GPT2Config } from "../model/config.ts";
+import type { GPT2Config } from "../model/gpt2.ts";
 import { gpt2Vocab } from "../model/gpt2-vocab.ts";
 import { GGML_TYPE_F32, writeGGUF, type GGUFTensorInfo, type GGUFValue } from "./gguf.ts";
 import { numel } from "../model/safetensors.ts";
 import { END_OF_TEXT_ID } from "../model/tokenizer.ts";
-import { parameterSpecs, transposed, type GPT2Weights, type ParameterSpec } from "../model/weights.ts";
+import { parameterSpecs, type GPT2Weights } from "../model/gpt2.ts";
+import { transposed, type ParameterSpec } from "../model/parameters.ts";
 
 /** gguf-py's TokenType */
 export const TokenType = { NORMAL: 1, UNKNOWN: 2, CONTROL: 3, USER_DEFINED: 4, UNUSED: 5, BYTE: 6 } as const;

@@ -27,7 +27,7 @@ import {
   type LlamaWeights,
 } from "../model/llama.ts";
 import { numel } from "../model/safetensors.ts";
-import { transposed } from "../model/weights.ts";
+import { transposed } from "../model/parameters.ts";
 
 const u32 = (value: number): GGUFValue => ({ kind: "u32", value });
 const f32 = (value: number): GGUFValue => ({ kind: "f32", value });

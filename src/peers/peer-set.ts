@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { UserError } from "../errors.ts";
 import { familyNameOf, saveAnyModel, type FamilyName, type ModelWeights } from "../model/architectures.ts";
 import type { LlamaWeights } from "../model/llama.ts";
-import type { GPT2Weights } from "../model/weights.ts";
+import type { GPT2Weights } from "../model/gpt2.ts";
 import { writeGPT2GGUF } from "./gguf-gpt2.ts";
 import { writeLlamaGGUF } from "./gguf-llama.ts";
 import { llamaPeerUnavailable, startLlamaPeer } from "./llama.ts";
@@ -17,7 +17,7 @@ import { findTorchPython, startTorchPeer } from "./torch.ts";
 
 /**
  * Each family's GGUF layout, as llama.cpp's converter writes it (the PyTorch peer picks its model from the
- * checkpoint's config.json: torch_peer.py, torch_llama.py).
+ * checkpoint's config.json: torch_peer.py over torch_gpt2.py and torch_llama.py).
  */
 const GGUF_LAYOUTS: { [F in FamilyName]: (w: ModelWeights, path: string) => void } = {
   gpt2: (w, path) => writeGPT2GGUF(w as GPT2Weights, path),

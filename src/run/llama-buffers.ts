@@ -23,13 +23,13 @@ import {
   rowsHeld,
   uploadParameters,
   type PlacementBytes,
-  type ResidentModel,
+  type Resident,
 } from "./model-buffers.ts";
 
 const FLOAT = 4;
 const INT32 = 4;
 
-export type ResidentLlama = Omit<ResidentModel, "buffers"> & { buffers: LlamaBuffers };
+export type ResidentLlama = Resident<LlamaBuffers>;
 
 export function placeLlama(
   backend: Backend,

@@ -1,19 +1,18 @@
-// Puts a model on a backend for `batch` sequences: every weight in one arena (matrices and embedding tables in
-// the weight dtype, vectors in fp32), a preallocated KV cache per layer and sequence in the cache dtype, the
-// activations for up to `maxRows` rows, and each sequence's tokens and position that the kernels read from memory.
+// What placing a model on a backend takes, whichever its architecture (gpt2-buffers.ts, llama-buffers.ts): one arena
+// of named regions, every weight in it (matrices and embedding tables in the weight dtype, a linear layer's matrix in
+// the backend's layout of it, vectors in fp32), a preallocated KV cache per layer and sequence in the cache dtype, the
+// activations for up to `maxRows` rows, and what all of it comes to before anything is allocated.
 import type { Backend, DeviceBuffer } from "../backends/backend.ts";
 import { kvColumns, placedParameters, type ModelConfig } from "../model/architectures.ts";
-import type { GPT2Config } from "../model/config.ts";
 import { StorageConverter } from "../model/dtypes.ts";
 import { nameOf, numel } from "../model/safetensors.ts";
-import { parameterSpecs, type ChunkVisitor, type GPT2Weights, type ParameterSpec } from "../model/weights.ts";
-import { DTYPE_BYTES, dtypeOf, STATE_INTS, type DtypeName } from "../ops.ts";
-import { DEFAULT_STEP_FORM, dtypeCodes, type ModelBuffers, type StepForm } from "../plan.ts";
+import type { ChunkVisitor, ParameterSpec } from "../model/parameters.ts";
+import { DTYPE_BYTES, type DtypeName } from "../ops.ts";
+import { DEFAULT_STEP_FORM, type StepForm } from "../plan.ts";
 import { PASS_ROWS } from "../plans.ts";
 
 const ALIGN = 256; // bytes: every tensor starts on a 256-byte boundary (16-byte vector loads, coalescing)
 const FLOAT = 4;
-const INT32 = 4;
 
 export const align = (n: number) => Math.ceil(n / ALIGN) * ALIGN;
 
@@ -91,8 +90,9 @@ export function storedWeightBytes(cfg: ModelConfig, dtype: DtypeName): number {
   return placedParameters(cfg).reduce((sum, s) => sum + numel(s.shape) * storedBytesPer(s, dtype), 0);
 }
 
-export interface ResidentModel {
-  buffers: ModelBuffers;
+/** A model placed on a backend, whichever its architecture (`buffers`: its step's pointers). */
+export interface Resident<Buffers> {
+  buffers: Buffers;
   /** the steps it is placed for: their sequences and storage types (and plan) */
   form: StepForm;
   /** what was allocated, for memory accounting */
@@ -104,91 +104,9 @@ export interface ResidentModel {
   free(): void;
 }
 
-/**
- * Streams the weights onto the backend (each chunk converted to its storage type and uploaded as it comes: no
- * copy of the model is held on the host), then allocates cache and activations for steps of up to maxRows rows
- * (default: n_positions, or the batch if larger).
- */
-export function placeModel(
-  backend: Backend,
-  weights: GPT2Weights,
-  form: StepForm = DEFAULT_STEP_FORM,
-  maxRows?: number,
-): ResidentModel {
-  const cfg = weights.config;
-  const rows = rowsHeld(cfg, form, maxRows);
-  const { offsets, size } = weightLayout(cfg, form);
-  const weightBuffer = backend.alloc(size);
-  try {
-    uploadParameters(backend, weightBuffer, (visit) => weights.stream(visit), offsets, form.weights);
-  } catch (e) {
-    backend.free(weightBuffer);
-    throw e;
-  }
-  const w = (name: string) => weightBuffer.ptr + offsets.get(name)!;
-  const pair = (prefix: string) => ({ weight: w(`${prefix}.weight`), bias: w(`${prefix}.bias`) });
-
-  const cache = allocateCache(backend, cfg, form);
-  const acts = allocateActivations(backend, activationLayout(backend, cfg, rows, form.batch));
-
-  const buffers: ModelBuffers = {
-    config: cfg,
-    batch: form.batch,
-    dtypes: dtypeCodes(form),
-    wte: w("wte.weight"),
-    wpe: w("wpe.weight"),
-    layers: Array.from({ length: cfg.n_layer }, (_, i) => ({
-      ln_1: pair(`h.${i}.ln_1`),
-      c_attn: pair(`h.${i}.attn.c_attn`),
-      attn_c_proj: pair(`h.${i}.attn.c_proj`),
-      ln_2: pair(`h.${i}.ln_2`),
-      c_fc: pair(`h.${i}.mlp.c_fc`),
-      mlp_c_proj: pair(`h.${i}.mlp.c_proj`),
-    })),
-    ln_f: pair("ln_f"),
-    kCache: cache.k,
-    vCache: cache.v,
-    ...acts.pointers,
-    next: acts.pointers.seq,
-    maxRows: rows,
-  };
-  return {
-    buffers,
-    form,
-    allocations: { weights: weightBuffer, cache: cache.buffer, activations: acts.buffer },
-    activationRegions: acts.regions,
-    parameters: weightBuffer,
-    free() {
-      backend.free(weightBuffer);
-      backend.free(cache.buffer);
-      backend.free(acts.buffer);
-    },
-  };
-}
-
 /** The rows a step may have: maxRows, or by default a whole pass (PASS_ROWS, or every position held if fewer), or the batch if larger. */
 export const rowsHeld = (cfg: ModelConfig, form: Pick<StepForm, "batch">, maxRows?: number) =>
   maxRows ?? Math.max(Math.min(cfg.n_positions, PASS_ROWS), form.batch);
-
-/** GPT-2's weights in one arena: each parameter's offset, matrices in the weight dtype. */
-function weightLayout(cfg: GPT2Config, form: Pick<StepForm, "weights">) {
-  const { arena, offsets } = parameterArena(parameterSpecs(cfg), form.weights);
-  return { offsets, size: arena.size };
-}
-
-/** What placeModel allocates for these steps, computed from the same layouts. */
-export function gpt2PlacementBytes(
-  backend: Backend,
-  cfg: GPT2Config,
-  form: StepForm,
-  maxRows?: number,
-): PlacementBytes {
-  return {
-    weights: weightLayout(cfg, form).size,
-    cache: cacheBytes(cfg, form),
-    activations: activationLayout(backend, cfg, rowsHeld(cfg, form, maxRows), form.batch).size,
-  };
-}
 
 /** What the cache's size depends on: the sequences and the cache's storage type. */
 type CacheForm = Pick<StepForm, "batch" | "kv">;
@@ -202,68 +120,10 @@ export function cacheBytes(cfg: ModelConfig, form: CacheForm = DEFAULT_STEP_FORM
   return 2 * cfg.n_layer * layerCacheBytes(cfg, form);
 }
 
-function allocateCache(backend: Backend, cfg: GPT2Config, form: CacheForm) {
-  const per = layerCacheBytes(cfg, form);
-  const buffer = backend.alloc(cacheBytes(cfg, form)); // zeroed by be_alloc's contract (cuda/runtime.h), not touched here
-  const k = Array.from({ length: cfg.n_layer }, (_, l) => buffer.ptr + 2 * l * per);
-  const v = Array.from({ length: cfg.n_layer }, (_, l) => buffer.ptr + (2 * l + 1) * per);
-  return { buffer, k, v };
-}
-
 /** Allocates the activations' arena (zeroed, and on the CPU committed only where a step writes). */
 export function allocateActivations<K extends string>(backend: Backend, layout: Layout<K>) {
   const buffer = backend.alloc(layout.size);
   const regions = layoutRegions(layout, buffer.ptr);
   const pointers = Object.fromEntries(Object.entries(layout.at).map(([k, at]) => [k, buffer.ptr + (at as number)]));
   return { buffer, regions, pointers: pointers as Record<K, number> };
-}
-
-function activationLayout(backend: Backend, cfg: GPT2Config, rows: number, batch: number) {
-  const C = cfg.n_embd;
-  const arena = new Arena();
-  const at = {
-    x: arena.reserve(rows * C * FLOAT),
-    ln: arena.reserve(rows * C * FLOAT),
-    qkv: arena.reserve(rows * 3 * C * FLOAT),
-    att: arena.reserve(rows * C * FLOAT),
-    proj: arena.reserve(rows * C * FLOAT),
-    fc: arena.reserve(rows * 4 * C * FLOAT),
-    act: arena.reserve(rows * 4 * C * FLOAT),
-    logits: arena.reserve(batch * cfg.vocab_size * FLOAT),
-    scratch: arena.reserve(
-      Math.max(
-        FLOAT,
-        backend.attentionScratchBytes(rows, C, cfg.n_head, cfg.n_positions),
-        backend.attentionScratchBytes(1, C, cfg.n_head, cfg.n_positions),
-      ),
-    ),
-    // every linear reads at most 4C and writes at most 4C (the MLP); the LM head and argmax span the vocabulary;
-    // a step's linears have up to `rows` rows (a prefill's T rows, too, take the merging matvec when T <= 8)
-    partials: arena.reserve(Math.max(FLOAT, backend.partialsBytes(rows, 4 * C, 4 * C, cfg.vocab_size))),
-    seq: arena.reserve(batch * (cfg.n_positions + 1) * INT32),
-    sink: arena.reserve(batch * (cfg.n_positions + 1) * INT32),
-    state: arena.reserve(batch * STATE_INTS * INT32),
-  };
-  return { at, size: arena.size };
-}
-
-/**
- * The buffers as sequence b alone sees them: its state, tokens, logits and cache rows, as a batch of one.
- * A prefill runs one sequence at a time through such a view (its T rows use the shared activations).
- */
-export function sequenceView(m: ModelBuffers, b: number): ModelBuffers {
-  if (!Number.isInteger(b) || b < 0 || b >= m.batch) throw new RangeError(`sequence ${b} outside 0..${m.batch - 1}`);
-  const cfg = m.config;
-  const cacheRowsBytes = cfg.n_positions * cfg.n_embd * DTYPE_BYTES[dtypeOf(m.dtypes.kv)];
-  return {
-    ...m,
-    batch: 1,
-    state: m.state + b * STATE_INTS * INT32,
-    seq: m.seq + b * (cfg.n_positions + 1) * INT32,
-    next: m.next + b * (cfg.n_positions + 1) * INT32,
-    sink: m.sink + b * (cfg.n_positions + 1) * INT32,
-    logits: m.logits + b * cfg.vocab_size * FLOAT,
-    kCache: m.kCache.map((p) => p + b * cacheRowsBytes),
-    vCache: m.vCache.map((p) => p + b * cacheRowsBytes),
-  };
 }

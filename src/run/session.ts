@@ -5,21 +5,17 @@ import type { Backend } from "../backends/backend.ts";
 import { UserError } from "../errors.ts";
 import { familyNameOf, type FamilyName, type ModelConfig, type ModelWeights } from "../model/architectures.ts";
 import type { LlamaConfig, LlamaWeights } from "../model/llama.ts";
-import type { GPT2Weights } from "../model/weights.ts";
+import type { GPT2Weights } from "../model/gpt2.ts";
 import { STATE_INTS, STATE_POS } from "../ops.ts";
 import type { LlamaBuffers } from "../plan-llama.ts";
 import { passesOf, stepOf, type StepBuffers } from "../plans.ts";
-import { DEFAULT_STEP_FORM, type ModelBuffers, type PlanKind, type PlanOp, type StepForm } from "../plan.ts";
+import { DEFAULT_STEP_FORM, type PlanKind, type PlanOp, type StepForm } from "../plan.ts";
+import type { ModelBuffers } from "../plan-gpt2.ts";
 import { launchMode, modeForm, type LaunchMode, type ModeForm } from "./launch-modes.ts";
 import { firstNonFinite, firstNonFiniteOp, nonFiniteMessage } from "./finite.ts";
 import { llamaPlacementBytes, llamaSequenceView, placeLlama, type ResidentLlama } from "./llama-buffers.ts";
-import {
-  gpt2PlacementBytes,
-  placeModel,
-  sequenceView,
-  type PlacementBytes,
-  type ResidentModel,
-} from "./model-buffers.ts";
+import { gpt2PlacementBytes, placeModel, sequenceView, type ResidentModel } from "./gpt2-buffers.ts";
+import type { PlacementBytes } from "./model-buffers.ts";
 import { CompiledStep } from "./step.ts";
 import { SYNTHETIC_SAMPLE_ROWS, writeSyntheticRows, type SequenceCache } from "./synthetic-fill.ts";
 

@@ -5,7 +5,7 @@
 import type { Backend } from "../backends/backend.ts";
 import { kvColumns, type ModelConfig } from "../model/architectures.ts";
 import { bf16Value, StorageConverter } from "../model/dtypes.ts";
-import { Xoshiro128ss } from "../model/weights.ts";
+import { Xoshiro128ss } from "../model/parameters.ts";
 import { DTYPE_BYTES, dtypeOf, type DtypeName } from "../ops.ts";
 
 /** Real rows a synthetic fill starts from: enough for each column's mean and spread. */

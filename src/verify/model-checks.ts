@@ -6,7 +6,7 @@ import { join } from "node:path";
 
 import type { Backend } from "../backends/backend.ts";
 import type { ModelWeights } from "../model/architectures.ts";
-import type { GPT2Weights } from "../model/weights.ts";
+import type { GPT2Weights } from "../model/gpt2.ts";
 import { DEFAULT_STEP_FORM, PLAN_KINDS, type PlanKind } from "../plan.ts";
 import { generate } from "../run/generate.ts";
 import { availableModes, launchMode, type LaunchMode } from "../run/launch-modes.ts";

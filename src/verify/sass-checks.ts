@@ -7,7 +7,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 
-import { PRESETS } from "../model/config.ts";
+import { PRESETS } from "../model/gpt2.ts";
 import { ROOT } from "../native/build.ts";
 import { atBucket, perAccess, type KernelFacts } from "../native/kernel-facts.ts";
 import {

@@ -5,9 +5,9 @@
 import { chmodSync, copyFileSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
-import type { GPT2Config } from "../../src/model/config.ts";
+import type { GPT2Config } from "../../src/model/gpt2.ts";
 import { readSafetensors } from "../../src/model/safetensors.ts";
-import { materializeWeights, parameterSpecs, randomWeights } from "../../src/model/weights.ts";
+import { materializeWeights, parameterSpecs, randomWeights } from "../../src/model/gpt2.ts";
 
 export const MICRO: GPT2Config = {
   name: "micro",

@@ -1,7 +1,7 @@
 // Synthetic, deterministic profile data for the report tests: traced steps of a tiny GPT-2 on a
 // pretend GPU (eager: the device waits for each launch; graph: kernels back to back) and the
 // ProfileSummary assembled from them with the real aggregation and work model.
-import { kvCacheBytesPerToken, parameterCount, type GPT2Config } from "../../src/model/config.ts";
+import { kvCacheBytesPerToken, parameterCount, type GPT2Config } from "../../src/model/gpt2.ts";
 import type { HostInterval, OpInterval } from "../../src/backends/instrument.ts";
 import type { OpFamily } from "../../src/ops.ts";
 import { DEFAULT_STEP_FORM, type StepForm } from "../../src/plan.ts";
