@@ -12,21 +12,22 @@
 #
 # `run` takes the steps of BUDGET in order of value, so a run cut short still answers the most: the cheap ones
 # (unpack, build, the hot kernels' SASS), the fused plan's profile in every launch mode with the interventions,
-# bit-identity of the generated tokens across the launch modes on test/fixtures/gpt2-tiny, verify, the unfused
-# plan's profile, the PyTorch peer without torch.compile, compute-sanitizer on the persistent step kernel, and
+# bit-identity of the generated tokens across the launch modes on test/fixtures/gpt2-tiny, verify, Llama-3.2-1B's
+# profile in bf16 in every launch mode to 8192 tokens of context, the unfused plan's profile, the PyTorch peer
+# without torch.compile, compute-sanitizer on the persistent step kernel, and
 # last, with the time left, the peer's torch.compile (a cold compile alone takes 30-90 s). It builds only the
 # CPU library there (for its processor: -march=native) and uses the carried CUDA and CUPTI libraries when their
 # sources stamp matches (DECODE_FLOOR_CARRIED=1, src/native/build.ts), even where nvcc exists: the device's own
 # compilers could fail -Werror or the SASS checks with a new warning or schedule, and nvcc there takes 40+ s.
-# Every step runs under `timeout` and ends within DEADLINE_S, leaving 150 s of the call for estimates that
+# Every step runs under `timeout` and ends within DEADLINE_S, leaving 120 s of the call for estimates that
 # prove wrong; a failed or timed-out step is logged and the rest runs, and each result is written out as its
 # step ends. At most 8 files come back: device.log, verify.log, generate.log, sass.txt.gz and one .tgz per
-# profile (its folder and its log).
+# profile (its folder and its log; the PyTorch peer's two profiles share profile-torch.tgz).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ENTRIES=(build verify generate profile)
 MAX_TRANSFER_MIB=58 # of the device's 64 MiB: room for the fixtures the next issues add
-DEADLINE_S=270      # of the 420 s call
+DEADLINE_S=300      # of the 420 s call
 HOT_KERNELS='linear_matvec|ln_qkv|ln_linear_gelu|linear_residual|lm_head|attention_kernel|argmax_kernel|layernorm_kernel|persistent_step_kernel'
 FIXTURE=test/fixtures/gpt2-tiny
 GENERATE_MODES=(eager eager-native graph graph-pdl persistent uncached)
@@ -47,6 +48,7 @@ generate persistent   |  3 |  20 | as generate eager
 generate uncached     |  3 |  20 | as generate eager (3 s on the emulator here)
 bit-identity          |  1 |  10 | measured here: one Bun start reading generate.log, under 1 s
 verify                | 40 | 120 | guess: the SASS checks, every kernel against its CPU twin, the model in both plans and every mode, GPT-2 small against the CPU
+profile llama         | 45 | 120 | guess: seeded weights for 1.24B parameters ~7.5 s (124M took 0.75 s here) and their bf16 rounding, 2.5 GB uploaded, the CUDA context a few s, ~1500 timed and traced steps of 0.6-1 ms, a 1024-token prefill, the synthetic fill of 8192 positions, the uncached baseline at 8 and 1024
 profile unfused       | 20 |  60 | guess: the fused profile without the interventions
 profile peers         | 30 |  90 | guess: python3 importing torch and transformers ~10 s, GPT-2 small written as a checkpoint ~2 s, the seed, static, graph and Hugging Face variants beside graph mode
 sanitizer memcheck    | 12 |  40 | guess: compute-sanitizer instruments the library as it loads; gpt2-tiny, 4 tokens
@@ -233,14 +235,20 @@ not_rehearsed() {
 }
 
 # profile NAME FLAGS...: one .tgz comes back per profile (at most 8 files in all), packed as soon as it ends:
-# its folder (when it finished) and its log.
+# its folder (when it finished) and its log, in profile-NAME.tgz or, with ARCHIVE set, added to ARCHIVE.tgz. Its
+# model and sizes are PROFILE_SIZE's unless SIZE names another array.
 profile() {
-  local name=$1 dir=profile-$1
+  local name=$1 dir=profile-$1 archive=${ARCHIVE:-profile-$1}
+  local -n size=${SIZE:-PROFILE_SIZE}
   shift
-  step "profile $name" "$OUT/$dir.log" "$BUN" "$APP/profile.$EXT" "${BACKEND[@]}" "$@" "${PROFILE_SIZE[@]}" --out "$OUT/$dir"
+  step "profile $name" "$OUT/$dir.log" "$BUN" "$APP/profile.$EXT" "${BACKEND[@]}" "$@" "${size[@]}" --out "$OUT/$dir"
   local files=("$dir.log")
   [[ -d $OUT/$dir ]] && files+=("$dir")
-  tar -czf "$OUT/$dir.tgz" -C "$OUT" "${files[@]}" && rm -rf "${OUT:?}/$dir" "$OUT/$dir.log"
+  if [[ -f $OUT/$archive.tgz ]]; then
+    files+=($(tar -tzf "$OUT/$archive.tgz" | sed -n 's|^\([^/]*\)/\{0,1\}$|\1|p' | sort -u))
+    tar -xzf "$OUT/$archive.tgz" -C "$OUT"
+  fi
+  tar -czf "$OUT/$archive.tgz" -C "$OUT" "${files[@]}" && rm -rf "${files[@]/#/$OUT/}"
 }
 
 run() {
@@ -250,8 +258,10 @@ run() {
   export OUT HOT_KERNELS
   export APP=.device/app EXT=js BUN=bun
   BACKEND=(--backend cuda)
-  # every profile's model (GPT-2 small's shapes, seeded) and sizes
+  # every profile's model (GPT-2 small's shapes, seeded) and sizes; Llama-3.2-1B's (bf16, the published graphs +
+  # PDL and megakernel figures' model) to 8192 tokens of context
   PROFILE_SIZE=(--contexts 8,128,512,1023 --repeats 20 --warmup 5 --e2e-tokens 128)
+  LLAMA_SIZE=(--preset llama-3.2-1b --dtypes bf16 --contexts 8,1024,8192 --repeats 20 --warmup 5 --e2e-tokens 128)
   local rehearse=${REHEARSE:-} targets=(cpu cuda cupti)
   SLACK=1
   if [[ $rehearse ]]; then
@@ -262,6 +272,7 @@ run() {
     [[ -f $APP/verify.js ]] || APP=src/cli EXT=ts
     BUN=node_modules/.bin/bun BACKEND=(--backend emu) targets=(cpu emu)
     PROFILE_SIZE=(--model "$FIXTURE" --contexts 8 --repeats 2 --warmup 0 --e2e-tokens 2 --traced-steps 1)
+    LLAMA_SIZE=(--model test/fixtures/llama-tiny --dtypes bf16 --contexts 8 --repeats 2 --warmup 0 --e2e-tokens 2 --traced-steps 1)
   fi
   { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>&1 || echo "no nvidia-smi"; } | tee "$DEVICE_LOG"
   date -u +"date: %Y-%m-%dT%H:%M:%SZ" | tee -a "$DEVICE_LOG"
@@ -311,6 +322,7 @@ run() {
   else
     step verify "$OUT/verify.log" "$BUN" "$APP/verify.$EXT" --backend cuda
   fi
+  SIZE=LLAMA_SIZE profile llama --mode all --plan fused
   profile unfused --mode all --plan unfused
   local sanitizer
   if [[ $rehearse ]]; then
@@ -319,7 +331,7 @@ run() {
     not_rehearsed "sanitizer synccheck" "$DEVICE_LOG" "compute-sanitizer needs the GPU"
     not_rehearsed "profile compile" "$DEVICE_LOG" "torch.compile on the GPU"
   else
-    profile peers --mode graph --plan fused --peers torch --torch-variants seed,static,graph,hf
+    ARCHIVE=profile-torch profile peers --mode graph --plan fused --peers torch --torch-variants seed,static,graph,hf
     # the persistent step kernel (a grid barrier, blocks co-resident) under memcheck and synccheck
     sanitizer=$(find_cuda_tool compute-sanitizer) || sanitizer=""
     log "$DEVICE_LOG" "compute-sanitizer: ${sanitizer:-none (\$CUDA_HOME/bin, PATH, ../shared/cuda-binutils)}"
@@ -328,7 +340,7 @@ run() {
       step "sanitizer $tool" "$DEVICE_LOG" "$sanitizer" --tool "$tool" --target-processes all --error-exitcode 1 \
         "$BUN" "$APP/generate.$EXT" "${BACKEND[@]}" --model "$FIXTURE" --prompt-ids "$prompt" --mode persistent --max-new-tokens 4 --json
     done
-    profile compile --mode graph --plan fused --peers torch --torch-variants compile
+    ARCHIVE=profile-torch profile compile --mode graph --plan fused --peers torch --torch-variants compile
   fi
 
   log "$DEVICE_LOG" "== done in $((SECONDS - START)) s; files: $(cd "$OUT" && ls | tr '\n' ' ')"
