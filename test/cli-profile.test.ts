@@ -513,6 +513,22 @@ describe("bad flags: one line, exit ≠ 0", () => {
     expect(existsSync(dir)).toBe(false);
   });
 
+  // Llama-3.2-3B: 12.9 GB of f32 weights for the run, and as much again for each of PyTorch and llama.cpp
+  const peersFit = freemem() >= 40e9;
+  if (peersFit)
+    console.log("cli-profile.test.ts: skipping 'the peers' weights beyond free memory': 40 GB are free here");
+  test.skipIf(peersFit)("the peers' copies of the weights beyond free memory, before anything is written", () => {
+    const dir = join(out, "peers-beyond-memory");
+    const r = profile(
+      ...["--preset", "llama-3.2-3b", "--backend", "cpu", "--contexts", "8", "--peers", "all", "--out", dir],
+    );
+    expectOneErrorLine(
+      r,
+      /^error: memory: the run holds [\d.]+ GB at once and torch and llama\.cpp hold the weights again in f32, 12\.85 GB each: [\d.]+ GB against the machine's [\d.]+ GB free; profile fewer peers \(--peers\), or a smaller model$/,
+    );
+    expect(existsSync(dir)).toBe(false);
+  });
+
   // where a GPU is present, --backend cuda is no error: it would start a real profile
   const driver = probeDriver();
   if (driver.ok) console.log("cli-profile.test.ts: skipping 'CUDA without a GPU': this machine has a CUDA device");

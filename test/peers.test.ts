@@ -6,7 +6,7 @@ import { join } from "node:path";
 
 import { loadModel } from "../src/model/gpt2.ts";
 import { llamaPeerUnavailable } from "../src/peers/llama.ts";
-import { parsePeers, parseTorchVariants, PeerSet } from "../src/peers/peer-set.ts";
+import { parsePeers, parseTorchVariants, peersHoldingWeights, PeerSet } from "../src/peers/peer-set.ts";
 import { PeerFailure, PeerProcess } from "../src/peers/process.ts";
 import { findTorchPython } from "../src/peers/torch.ts";
 import { expectUserError } from "./helpers/expect.ts";
@@ -25,6 +25,13 @@ test("--peers: names, all, and one line for an unknown peer", () => {
   expect(parsePeers("all")).toEqual(["torch", "llama.cpp"]);
   expect(parsePeers("llama.cpp,torch,torch")).toEqual(["llama.cpp", "torch"]);
   expectUserError(() => parsePeers("torch,vllm"), /--peers: "vllm" is not a peer \(peers: torch, llama\.cpp, all\)/);
+});
+
+test("the peers holding a copy of the weights in the backend's memory: both beside the CPU, PyTorch on a GPU", () => {
+  expect(peersHoldingWeights(["torch", "llama.cpp"], "cpu")).toEqual(["torch", "llama.cpp"]);
+  expect(peersHoldingWeights(["torch", "llama.cpp"], "cuda")).toEqual(["torch"]); // llama.cpp runs on the CPU only
+  expect(peersHoldingWeights(["llama.cpp"], "cuda")).toEqual([]);
+  expect(peersHoldingWeights([], "cpu")).toEqual([]);
 });
 
 test("--torch-variants: all five by default, a comma list, and one line naming the valid ones for a bad name", () => {

@@ -13,7 +13,15 @@ import { BACKEND_CHOICES, openBackend, type BackendChoice } from "../backends/se
 import { runCli, UserError } from "../errors.ts";
 import { kvHeadsOf, randomWeightsOf, withKvHeads, type ModelWeights } from "../model/architectures.ts";
 import { ROOT } from "../native/build.ts";
-import { parsePeers, parseTorchVariants, PeerSet, TORCH_VARIANTS, type TorchVariant } from "../peers/peer-set.ts";
+import {
+  parsePeers,
+  parseTorchVariants,
+  peersHoldingWeights,
+  PeerSet,
+  TORCH_VARIANTS,
+  type PeerName,
+  type TorchVariant,
+} from "../peers/peer-set.ts";
 import {
   AGREEMENT_PROMPT,
   AGREEMENT_TOKENS,
@@ -28,7 +36,8 @@ import {
 import { FILL_CHOICES, PREFILL_LIMIT_S, type FillChoice } from "../profile/fill.ts";
 import type { KvVariant } from "../profile/interventions.ts";
 import { buildSummary } from "../profile/summary.ts";
-import type { StudyMode } from "../profile/types.ts";
+import type { MemoryFit, StudyMode } from "../profile/types.ts";
+import { placementTotal, storedWeightBytes } from "../run/model-buffers.ts";
 import { createProgress } from "../report/progress.ts";
 import { renderTerminalSummary } from "../report/terminal.ts";
 import { writeProfileOutputs, type WrittenOutputs } from "../report/write.ts";
@@ -89,6 +98,17 @@ function contextsFor(
   if (backend.studyDefaults.contexts.some((c) => c > max))
     note(`note: contexts capped at ${max} (n_positions ${nPositions} minus the new token)`);
   return defaultSweep(backend.studyDefaults, nPositions);
+}
+
+/** The peers' copies of the weights (fp32, one a peer process) beside what the run holds, against the same free memory. */
+function checkPeersFit(fit: MemoryFit, names: readonly PeerName[], backend: Backend, f32WeightBytes: number): void {
+  const holders = peersHoldingWeights(names, backend.kind);
+  const need = placementTotal(fit.need) + holders.length * f32WeightBytes;
+  if (need <= fit.free_bytes) return;
+  const gb = (n: number) => `${(n / 1e9).toFixed(2)} GB`;
+  throw new UserError(
+    `memory: the run holds ${gb(placementTotal(fit.need))} at once and ${holders.join(" and ")} hold the weights again in f32, ${gb(f32WeightBytes)} each: ${gb(need)} against the ${backend.kind === "cuda" ? "GPU" : "machine"}'s ${gb(fit.free_bytes)} free; profile fewer peers (--peers), or a smaller model`,
+  );
 }
 
 /** The default sweep without the contexts past what the run fits (a given --contexts is refused instead). */
@@ -393,6 +413,7 @@ await runCli(async () => {
     };
     if (argv.contexts === undefined) opts.contexts = defaultContextsThatFit(backend, weights, opts, say);
     const fit = studyMemoryFit(backend, weights, opts);
+    checkPeersFit(fit, peerNames, backend, storedWeightBytes(cfg, "f32"));
     say(fitLine(fit, Math.max(...opts.contexts)));
     output ??= ProfileOutput.prepare(defaultOutDir(backend, argv.mode, peerNames.length > 0, plan), {
       fresh: true,

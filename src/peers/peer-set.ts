@@ -5,6 +5,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
+import type { BackendKind } from "../backends/backend.ts";
 import { UserError } from "../errors.ts";
 import { familyNameOf, saveAnyModel, type FamilyName, type ModelWeights } from "../model/architectures.ts";
 import type { LlamaWeights } from "../model/llama.ts";
@@ -31,6 +32,14 @@ export const TORCH_VARIANTS = ["seed", "static", "graph", "compile", "hf"] as co
 export type TorchVariant = (typeof TORCH_VARIANTS)[number];
 
 /** `--peers torch,llama.cpp` or `all` (undefined: none). */
+/**
+ * The peers that hold a copy of the weights in the backend's memory beside the run's own, each in fp32 in its own
+ * process: PyTorch on the backend's device, llama.cpp on the host (it runs only beside the CPU backend).
+ */
+export function peersHoldingWeights(names: readonly PeerName[], backend: BackendKind): PeerName[] {
+  return names.filter((name) => name === "torch" || backend !== "cuda");
+}
+
 export function parsePeers(flag: string | undefined): PeerName[] {
   if (flag === undefined) return [];
   const names =
