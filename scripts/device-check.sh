@@ -13,7 +13,8 @@
 # `run` takes the steps of BUDGET in order of value, so a run cut short still answers the most: the cheap ones
 # (unpack, build, the hot kernels' SASS), the fused plan's profile in every launch mode with the interventions,
 # bit-identity of the generated tokens across the launch modes on test/fixtures/gpt2-tiny, verify, Llama-3.2-1B's
-# profile in bf16 in every launch mode to 8192 tokens of context, the unfused plan's profile, the PyTorch peer
+# profile in bf16 in every launch mode to 8192 tokens of context with prompt caching at 1024 and 8192, the unfused
+# plan's profile, the PyTorch peer
 # without torch.compile, compute-sanitizer on the persistent step kernel, and
 # last, with the time left, the peer's torch.compile (a cold compile alone takes 30-90 s). It builds only the
 # CPU library there (for its processor: -march=native) and uses the carried CUDA and CUPTI libraries when their
@@ -48,7 +49,7 @@ generate persistent   |  3 |  20 | as generate eager
 generate uncached     |  3 |  20 | as generate eager (3 s on the emulator here)
 bit-identity          |  1 |  10 | measured here: one Bun start reading generate.log, under 1 s
 verify                | 40 | 120 | guess: the SASS checks, every kernel against its CPU twin, the model in both plans and every mode, GPT-2 small against the CPU
-profile llama         | 45 | 120 | guess: seeded weights for 1.24B parameters ~7.5 s (124M took 0.75 s here) and their bf16 rounding, 2.5 GB uploaded, the CUDA context a few s, ~1500 timed and traced steps of 0.6-1 ms, a 1024-token prefill, the synthetic fill of 8192 positions, the uncached baseline at 8 and 1024
+profile llama         | 50 | 120 | guess: seeded weights for 1.24B parameters ~7.5 s (124M took 0.75 s here) and their bf16 rounding, 2.5 GB uploaded, the CUDA context a few s, ~1500 timed and traced steps of 0.6-1 ms, a 1024-token prefill, the synthetic fill of 8192 positions, the uncached baseline at 8 and 1024, time to first token cold and warm at 1024 and 8192 (prefills of 8 k tokens, a 268 MB prefix file written and read)
 profile unfused       | 20 |  60 | guess: the fused profile without the interventions
 profile peers         | 30 |  90 | guess: python3 importing torch and transformers ~10 s, GPT-2 small written as a checkpoint ~2 s, the seed, static, graph and Hugging Face variants beside graph mode
 sanitizer memcheck    | 12 |  40 | guess: compute-sanitizer instruments the library as it loads; gpt2-tiny, 4 tokens
@@ -261,7 +262,8 @@ run() {
   # every profile's model (GPT-2 small's shapes, seeded) and sizes; Llama-3.2-1B's (bf16, the published graphs +
   # PDL and megakernel figures' model) to 8192 tokens of context
   PROFILE_SIZE=(--contexts 8,128,512,1023 --repeats 20 --warmup 5 --e2e-tokens 128)
-  LLAMA_SIZE=(--preset llama-3.2-1b --dtypes bf16 --contexts 8,1024,8192 --repeats 20 --warmup 5 --e2e-tokens 128)
+  LLAMA_SIZE=(--preset llama-3.2-1b --dtypes bf16 --contexts 8,1024,8192 --prompt-cache 1024,8192 --repeats 20 --warmup 5
+    --e2e-tokens 128)
   local rehearse=${REHEARSE:-} targets=(cpu cuda cupti)
   SLACK=1
   if [[ $rehearse ]]; then
@@ -272,7 +274,8 @@ run() {
     [[ -f $APP/verify.js ]] || APP=src/cli EXT=ts
     BUN=node_modules/.bin/bun BACKEND=(--backend emu) targets=(cpu emu)
     PROFILE_SIZE=(--model "$FIXTURE" --contexts 8 --repeats 2 --warmup 0 --e2e-tokens 2 --traced-steps 1)
-    LLAMA_SIZE=(--model test/fixtures/llama-tiny --dtypes bf16 --contexts 8 --repeats 2 --warmup 0 --e2e-tokens 2 --traced-steps 1)
+    LLAMA_SIZE=(--model test/fixtures/llama-tiny --dtypes bf16 --contexts 8 --prompt-cache 64 --repeats 2 --warmup 0
+      --e2e-tokens 2 --traced-steps 1)
   fi
   { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>&1 || echo "no nvidia-smi"; } | tee "$DEVICE_LOG"
   date -u +"date: %Y-%m-%dT%H:%M:%SZ" | tee -a "$DEVICE_LOG"
