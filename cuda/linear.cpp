@@ -4,7 +4,7 @@
 //
 // Few rows (decode, T <= kFewRows): memory-bound. Each output is one contiguous dot product of its weight row with
 // every input row (dot_row_each, cpu_math.h), so each thread streams one run of weight rows from memory (measured:
-// 1.29x the bytes per second of 8-row bands of an input-first matrix when the host's DRAM reads ~80 GB/s,
+// 1.25x the bytes per second of 8-row bands of an input-first matrix when the host's DRAM reads over 65 GB/s,
 // profiles/2026-12-06-cpu-matvec-layouts). A row gets the same bits whatever T is and whichever thread ran it
 // (cuda/ops.h).
 // Many rows (prefill, the uncached step): compute-bound. A GEMM in the manner of BLIS: each chunk owns a few
@@ -33,8 +33,9 @@ constexpr int kChunksPerThread = 3;       // fewer panels per chunk until every 
 int ceil_div(long a, long b) { return (int)((a + b - 1) / b); }
 
 // out: (T, OC) = inp (T, C) @ weight (OC, C)^T + bias: chunks of weight rows, each row scored against every input
-// row while it is in L1. A chunk is one stream from memory, so long ones (a new stream costs the prefetcher's
-// ramp), but a small matrix is still cut into kDotChunksPerThread chunks a thread, for balance.
+// row while it is in L1. A chunk is one stream from memory, so long ones (1 MB chunks read 0.913x the probe where
+// 256 KB ones read 0.828x, fast host, same microbench), but a small matrix is still cut into kDotChunksPerThread
+// chunks a thread, for balance.
 template <typename S>
 void linear_few_rows(float* out, const float* inp, const S* weight, const float* bias, int T, int C, int OC) {
   const float* x[kFewRows];
