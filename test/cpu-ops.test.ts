@@ -171,6 +171,45 @@ function expectBatchEqualsSingles(
 
 const poison = (floats: number) => new Float32Array(floats).fill(NaN);
 
+describe("be_upload_matrix: a linear layer's input-first matrix, held out-major", () => {
+  // placement streams a matrix in chunks whose ends fall anywhere in a row: any split must give the same matrix
+  test.each([
+    [7, 5],
+    [130, 70],
+    [3, 1000],
+    [200, 1],
+  ])("(%d, %d) in 32- and 16-bit words, whole and in random spans, is its transpose", (rows, cols) => {
+    const n = rows * cols;
+    const bits32 = Int32Array.from({ length: n }, (_, i) => (i * 2654435761 + seed) | 0);
+    const bits16 = Uint16Array.from(bits32, (v) => v & 0xffff);
+    // (words to upload, the same words as integers, how to read the buffer back as integers)
+    const cases = [
+      [new Float32Array(bits32.buffer), bits32, (b: Uint8Array) => new Int32Array(b.buffer, 0, n)],
+      [bits16, bits16, (b: Uint8Array) => new Uint16Array(b.buffer, 0, n)],
+    ] as const;
+    for (const [words, ints, read] of cases) {
+      const spans = [0, n];
+      for (let i = 0; i < 5; i++) spans.push(Math.floor(Math.random() * n));
+      const cuts = [...new Set(spans)].sort((a, b) => a - b);
+      for (const split of [[0, n], cuts]) {
+        const buffer = arena.poisoned(Math.ceil((n * words.BYTES_PER_ELEMENT) / 4));
+        for (let i = 0; i + 1 < split.length; i++)
+          backend.uploadMatrix(buffer, { data: words.subarray(split[i], split[i + 1]), rows, cols, first: split[i]! });
+        const want = Array.from({ length: n }, (_, i) => ints[(i % rows) * cols + Math.floor(i / rows)]!);
+        expect(Array.from(read(arena.bytes(buffer)))).toEqual(want);
+      }
+    }
+  });
+
+  test("elements past the matrix are refused, nothing written", () => {
+    const buffer = arena.poisoned(12);
+    expect(() => backend.uploadMatrix(buffer, { data: new Float32Array(4), rows: 3, cols: 4, first: 10 })).toThrow(
+      /outside a 3 x 4 matrix/,
+    );
+    expect(arena.ints(buffer).every((w) => w === arena.ints(arena.poisoned(1))[0])).toBe(true);
+  });
+});
+
 describe("the CPU library's thread pool", () => {
   test("every chunk of 5,000 back-to-back jobs of 1..64 uneven chunks runs exactly once before its job returns", () => {
     expect(backend.cpu.cpu_pool_check(5_000)).toBe(0);
