@@ -129,7 +129,7 @@ export function checkPrefixIdentity(prefix: KeptPrefix, run: PrefixIdentity, sou
     throw new UserError(`${source}'s rows are ${prefix.row_bytes} bytes; this model's cache rows are ${rowBytes}`);
   if (kept.weights_sha256 !== run.weights_sha256)
     throw new UserError(
-      `${source} was saved from other weights (sha256 ${kept.weights_sha256.slice(0, 12)}…, these are ${run.weights_sha256.slice(0, 12)}…)`,
+      `${source} was saved from other weights, or on a backend that lays them out otherwise (the CPU holds its matrices out-major; sha256 ${kept.weights_sha256.slice(0, 12)}…, these are ${run.weights_sha256.slice(0, 12)}…)`,
     );
 }
 
