@@ -7,7 +7,7 @@ import { join } from "node:path";
 
 import { encode } from "gpt-tokenizer/encoding/r50k_base";
 
-import { PRESETS } from "../src/model/gpt2.ts";
+import { PRESETS, loadModel, materializeWeights, randomWeights } from "../src/model/gpt2.ts";
 import { GGUF_MAGIC, GGUFValueType, writeGGUF, type GGUFValue } from "../src/peers/gguf.ts";
 import { loadAnyModel } from "../src/model/architectures.ts";
 import { gpt2Tensors, TokenType, writeGPT2GGUF } from "../src/peers/gguf-gpt2.ts";
@@ -15,7 +15,6 @@ import { ropeFactors, writeLlamaGGUF } from "../src/peers/gguf-llama.ts";
 import { LLAMA_PRESETS, type LlamaWeights } from "../src/model/llama.ts";
 import { readSafetensors, tensorFloat32 } from "../src/model/safetensors.ts";
 import { BYTE_TO_CHAR, gpt2Vocab } from "../src/model/gpt2-vocab.ts";
-import { loadModel, materializeWeights, randomWeights } from "../src/model/gpt2.ts";
 import { llamaPeerUnavailable, runNodeModule } from "../src/peers/llama.ts";
 
 const ROOT = join(import.meta.dir, "..");

@@ -10,9 +10,12 @@ import {
   readHFConfig,
   weightBytes,
   type GPT2Config,
+  loadModel,
+  materializeWeights,
+  parameterSpecs,
+  randomWeights,
 } from "../src/model/gpt2.ts";
 import { readSafetensors } from "../src/model/safetensors.ts";
-import { loadModel, materializeWeights, parameterSpecs, randomWeights } from "../src/model/gpt2.ts";
 import { expectUserError } from "./helpers/expect.ts";
 
 const FIXTURE = join(import.meta.dir, "fixtures", "gpt2-tiny");

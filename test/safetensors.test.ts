@@ -2,7 +2,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { GPT2Config } from "../src/model/gpt2.ts";
+import { type GPT2Config, loadModel, materializeWeights, randomWeights, saveModel } from "../src/model/gpt2.ts";
 import { printable } from "../src/errors.ts";
 import {
   firstDuplicateKey,
@@ -11,7 +11,6 @@ import {
   readSafetensors,
   tensorFloat32,
 } from "../src/model/safetensors.ts";
-import { loadModel, materializeWeights, randomWeights, saveModel } from "../src/model/gpt2.ts";
 import { expectUserError } from "./helpers/expect.ts";
 
 const tmp = mkdtempSync(join(tmpdir(), "safetensors-test-"));

@@ -121,7 +121,7 @@ function defaultContextsThatFit(
   const largest = largestStudyContext(backend, weights, opts);
   const fitting = opts.contexts.filter((c) => c <= largest);
   if (fitting.length < opts.contexts.length && fitting.length > 0)
-    note(`note: the default contexts past ${largest} left out: the run fits no longer one in memory`);
+    note(`note: the default contexts past ${largest} left out: no longer one fits in memory`);
   return fitting.length > 0 ? fitting : opts.contexts;
 }
 

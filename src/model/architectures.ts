@@ -6,12 +6,10 @@
 import { existsSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { UserError } from "../errors.ts";
-import type { GPT2Config } from "./gpt2.ts";
-import { parseJsonObject } from "./files.ts";
 import type { ModelFamily } from "./family.ts";
-import { GPT2_FAMILY } from "./gpt2.ts";
+import { parseJsonObject } from "./files.ts";
+import { GPT2_FAMILY, type GPT2Config, type GPT2Weights } from "./gpt2.ts";
 import { LLAMA_FAMILY, type LlamaConfig, type LlamaWeights } from "./llama.ts";
-import type { GPT2Weights } from "./gpt2.ts";
 import type { ParameterSpec } from "./parameters.ts";
 
 export type ModelConfig = GPT2Config | LlamaConfig;

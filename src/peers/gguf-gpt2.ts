@@ -10,12 +10,11 @@
  *            tokens, token types, merges, bos/eos/unk = <|endoftext|>)
  * A vocabulary smaller than GPT-2's (the test fixtures) takes r50k's first ids and the merges that make them.
  */
-import type { GPT2Config } from "../model/gpt2.ts";
+import { type GPT2Config, parameterSpecs, type GPT2Weights } from "../model/gpt2.ts";
 import { gpt2Vocab } from "../model/gpt2-vocab.ts";
 import { GGML_TYPE_F32, writeGGUF, type GGUFTensorInfo, type GGUFValue } from "./gguf.ts";
 import { numel } from "../model/safetensors.ts";
 import { END_OF_TEXT_ID } from "../model/tokenizer.ts";
-import { parameterSpecs, type GPT2Weights } from "../model/gpt2.ts";
 import { transposed, type ParameterSpec } from "../model/parameters.ts";
 
 /** gguf-py's TokenType */

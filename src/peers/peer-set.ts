@@ -31,7 +31,6 @@ export type PeerName = (typeof PEER_NAMES)[number];
 export const TORCH_VARIANTS = ["seed", "static", "graph", "compile", "hf"] as const;
 export type TorchVariant = (typeof TORCH_VARIANTS)[number];
 
-/** `--peers torch,llama.cpp` or `all` (undefined: none). */
 /**
  * The peers that hold a copy of the weights in the backend's memory beside the run's own, each in fp32 in its own
  * process: PyTorch on the backend's device, llama.cpp on the host (it runs only beside the CPU backend).
@@ -40,6 +39,7 @@ export function peersHoldingWeights(names: readonly PeerName[], backend: Backend
   return names.filter((name) => name === "torch" || backend !== "cuda");
 }
 
+/** `--peers torch,llama.cpp` or `all` (undefined: none). */
 export function parsePeers(flag: string | undefined): PeerName[] {
   if (flag === undefined) return [];
   const names =

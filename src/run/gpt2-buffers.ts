@@ -10,7 +10,8 @@ import {
   allocateActivations,
   Arena,
   cacheBytes,
-  layerCacheBytes,
+  allocateCache,
+  allocateFilled,
   parameterArena,
   rowsHeld,
   uploadParameters,
@@ -37,13 +38,9 @@ export function placeModel(
   const cfg = weights.config;
   const rows = rowsHeld(cfg, form, maxRows);
   const { offsets, size } = weightLayout(cfg, form);
-  const weightBuffer = backend.alloc(size);
-  try {
-    uploadParameters(backend, weightBuffer, (visit) => weights.stream(visit), offsets, form.weights);
-  } catch (e) {
-    backend.free(weightBuffer);
-    throw e;
-  }
+  const weightBuffer = allocateFilled(backend, size, (buffer) =>
+    uploadParameters(backend, buffer, (visit) => weights.stream(visit), offsets, form.weights),
+  );
   const w = (name: string) => weightBuffer.ptr + offsets.get(name)!;
   const pair = (prefix: string) => ({ weight: w(`${prefix}.weight`), bias: w(`${prefix}.bias`) });
 
@@ -103,14 +100,6 @@ export function gpt2PlacementBytes(
     cache: cacheBytes(cfg, form),
     activations: activationLayout(backend, cfg, rowsHeld(cfg, form, maxRows), form.batch).size,
   };
-}
-
-function allocateCache(backend: Backend, cfg: GPT2Config, form: Pick<StepForm, "batch" | "kv">) {
-  const per = layerCacheBytes(cfg, form);
-  const buffer = backend.alloc(cacheBytes(cfg, form)); // zeroed by be_alloc's contract (cuda/runtime.h), not touched here
-  const k = Array.from({ length: cfg.n_layer }, (_, l) => buffer.ptr + 2 * l * per);
-  const v = Array.from({ length: cfg.n_layer }, (_, l) => buffer.ptr + (2 * l + 1) * per);
-  return { buffer, k, v };
 }
 
 function activationLayout(backend: Backend, cfg: GPT2Config, rows: number, batch: number) {

@@ -18,7 +18,8 @@ import {
   allocateActivations,
   Arena,
   cacheBytes,
-  layerCacheBytes,
+  allocateCache,
+  allocateFilled,
   parameterArena,
   rowsHeld,
   uploadParameters,
@@ -41,19 +42,14 @@ export function placeLlama(
   const rows = rowsHeld(cfg, form, maxRows);
   const { offsets, ropeAt, size } = weightLayout(cfg, form);
   const table = ropeTable(cfg, cfg.n_positions);
-  const weightBuffer = backend.alloc(size);
-  try {
-    uploadParameters(backend, weightBuffer, (visit) => weights.stream(visit), offsets, form.weights);
-    backend.upload(weightBuffer, table, ropeAt);
-  } catch (e) {
-    backend.free(weightBuffer);
-    throw e;
-  }
+  const weightBuffer = allocateFilled(backend, size, (buffer) => {
+    uploadParameters(backend, buffer, (visit) => weights.stream(visit), offsets, form.weights);
+    backend.upload(buffer, table, ropeAt);
+  });
   const w = (name: string) => weightBuffer.ptr + offsets.get(name)!;
   const linear = (p: string) => ({ weight: w(`${p}.weight`), bias: w(`${p}.bias`) });
 
-  const layerBytes = layerCacheBytes(cfg, form);
-  const cache = backend.alloc(cacheBytes(cfg, form)); // zeroed by be_alloc's contract, not touched here
+  const cache = allocateCache(backend, cfg, form);
   const acts = allocateActivations(backend, activationLayout(backend, cfg, rows, form.batch));
   const buffers: LlamaBuffers = {
     config: cfg,
@@ -73,8 +69,8 @@ export function placeLlama(
     norm: w("norm.weight"),
     lm_head: cfg.tie_word_embeddings ? w("embed_tokens.weight") : w("lm_head.weight"),
     rope: weightBuffer.ptr + ropeAt,
-    kCache: Array.from({ length: cfg.n_layer }, (_, l) => cache.ptr + 2 * l * layerBytes),
-    vCache: Array.from({ length: cfg.n_layer }, (_, l) => cache.ptr + (2 * l + 1) * layerBytes),
+    kCache: cache.k,
+    vCache: cache.v,
     ...acts.pointers,
     next: acts.pointers.seq,
     maxRows: rows,
@@ -82,13 +78,13 @@ export function placeLlama(
   return {
     buffers,
     form,
-    allocations: { weights: weightBuffer, cache, activations: acts.buffer },
+    allocations: { weights: weightBuffer, cache: cache.buffer, activations: acts.buffer },
     activationRegions: acts.regions,
     // the rotary table after them is sized by the run's context
     parameters: { ptr: weightBuffer.ptr, bytes: ropeAt },
     free() {
       backend.free(weightBuffer);
-      backend.free(cache);
+      backend.free(cache.buffer);
       backend.free(acts.buffer);
     },
   };

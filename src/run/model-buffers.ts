@@ -64,7 +64,6 @@ export function parameterArena(specs: readonly ParameterSpec[], dtype: DtypeName
   return { arena, offsets };
 }
 
-/** The weights' bytes as stored in `dtype` (without the arena's alignment), for any architecture. */
 /**
  * Streams parameters into `buffer` at their offsets: matrices and tables converted to the weight dtype (each chunk
  * as it comes), a linear layer's matrix into the backend's own layout of it, vectors as fp32.
@@ -79,13 +78,14 @@ export function uploadParameters(
   const narrow = new StorageConverter(dtype);
   stream((spec, chunk, offset) => {
     const at = offsets.get(spec.name)!;
-    if (!storedInWeightDtype(spec)) return backend.upload(buffer, chunk, at + offset * FLOAT);
-    const stored = narrow.convert(chunk, () => `weight ${nameOf(spec.name)}`);
-    if (!spec.linear) return backend.upload(buffer, stored, at + offset * DTYPE_BYTES[dtype]);
-    backend.uploadMatrix(buffer, { data: stored, rows: spec.shape[0]!, cols: spec.shape[1]!, first: offset }, at);
+    const stored = storedInWeightDtype(spec) ? narrow.convert(chunk, () => `weight ${nameOf(spec.name)}`) : chunk;
+    if (spec.linear)
+      backend.uploadMatrix(buffer, { data: stored, rows: spec.shape[0]!, cols: spec.shape[1]!, first: offset }, at);
+    else backend.upload(buffer, stored, at + offset * storedBytesPer(spec, dtype));
   });
 }
 
+/** The weights' bytes as stored in `dtype` (without the arena's alignment), for any architecture. */
 export function storedWeightBytes(cfg: ModelConfig, dtype: DtypeName): number {
   return placedParameters(cfg).reduce((sum, s) => sum + numel(s.shape) * storedBytesPer(s, dtype), 0);
 }
@@ -118,6 +118,27 @@ export const layerCacheBytes = (cfg: ModelConfig, form: CacheForm) =>
 /** KV cache bytes as allocated: 2 × n_layer × batch × n_positions × K/V columns × cache dtype bytes (each layer's K and V aligned). */
 export function cacheBytes(cfg: ModelConfig, form: CacheForm = DEFAULT_STEP_FORM): number {
   return 2 * cfg.n_layer * layerCacheBytes(cfg, form);
+}
+
+/** Each layer's K and V cache, one allocation (zeroed by be_alloc's contract, cuda/runtime.h; not touched here). */
+export function allocateCache(backend: Backend, cfg: ModelConfig, form: CacheForm) {
+  const per = layerCacheBytes(cfg, form);
+  const buffer = backend.alloc(cacheBytes(cfg, form));
+  const k = Array.from({ length: cfg.n_layer }, (_, l) => buffer.ptr + 2 * l * per);
+  const v = Array.from({ length: cfg.n_layer }, (_, l) => buffer.ptr + (2 * l + 1) * per);
+  return { buffer, k, v };
+}
+
+/** A buffer of `bytes` that `fill` writes, freed again if filling fails (a checkpoint's bad chunk, say). */
+export function allocateFilled(backend: Backend, bytes: number, fill: (buffer: DeviceBuffer) => void): DeviceBuffer {
+  const buffer = backend.alloc(bytes);
+  try {
+    fill(buffer);
+  } catch (e) {
+    backend.free(buffer);
+    throw e;
+  }
+  return buffer;
 }
 
 /** Allocates the activations' arena (zeroed, and on the CPU committed only where a step writes). */

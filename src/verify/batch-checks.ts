@@ -7,7 +7,7 @@
 // numbers, so the fp32 tolerance holds. A cache row a kernel writes must be the fp32 value rounded to nearest even
 // exactly as src/model/dtypes.ts rounds it.
 import type { Backend } from "../backends/backend.ts";
-import { bf16Bits, bf16Value, roundInPlace } from "../model/dtypes.ts";
+import { bf16Bits, bf16Value, roundInPlace, type StoredWords } from "../model/dtypes.ts";
 import { DTYPE_BYTES, DTYPE_NAMES, DTYPES, MAX_BATCH, STATE_INTS, type DtypeName } from "../ops.ts";
 import type { DeviceArena } from "./arena.ts";
 import { maxRelativeError, randomFloats } from "./compare.ts";
@@ -38,7 +38,7 @@ type Data = Float32Array | Int32Array | Stored;
 const isStored = (d: Data): d is Stored => !ArrayBuffer.isView(d);
 
 /** The bytes of `values` (exactly representable) in a storage type. */
-export function encode(dtype: DtypeName, values: Float32Array): Float32Array | Uint16Array | Float16Array {
+export function encode(dtype: DtypeName, values: Float32Array): StoredWords {
   if (dtype === "bf16") return Uint16Array.from(values, bf16Bits);
   if (dtype === "f16") return new Float16Array(values);
   return values;

@@ -5,9 +5,8 @@
 import { chmodSync, copyFileSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
-import type { GPT2Config } from "../../src/model/gpt2.ts";
+import { materializeWeights, parameterSpecs, randomWeights, type GPT2Config } from "../../src/model/gpt2.ts";
 import { readSafetensors } from "../../src/model/safetensors.ts";
-import { materializeWeights, parameterSpecs, randomWeights } from "../../src/model/gpt2.ts";
 
 export const MICRO: GPT2Config = {
   name: "micro",
