@@ -132,14 +132,14 @@ extern "C" void op_linear(float* out, float*, const float* inp, const void* weig
 // buffer), their storage types checked first so that a rejected call writes nothing
 extern "C" void op_ln_qkv(float* qkv, void* k_cache, void* v_cache, float* partials, const float* x,
                           const float* ln_weight, const float* ln_bias, const void* weight, const float* bias,
-                          const int* state, int B, int C, int max_ctx, float eps, int wdtype, int kvdtype) {
+                          const int* state, int B, int C, int kv_C, int max_ctx, float eps, int wdtype, int kvdtype) {
   OpTimer timer(OP_LN_QKV);
   if (cpu_reject_unless(is_storage_type(wdtype) && is_storage_type(kvdtype))) return;
   static thread_local std::vector<float> normed;
   normed.resize((size_t)B * C);
   op_layernorm(normed.data(), x, ln_weight, ln_bias, B, C, eps);
-  op_linear(qkv, partials, normed.data(), weight, bias, B, C, 3 * C, wdtype);
-  op_kv_append(k_cache, v_cache, qkv, state, B, 1, C, C, max_ctx, kvdtype);
+  op_linear(qkv, partials, normed.data(), weight, bias, B, C, C + 2 * kv_C, wdtype);
+  op_kv_append(k_cache, v_cache, qkv, state, B, 1, C, kv_C, max_ctx, kvdtype);
 }
 
 extern "C" void op_ln_linear_gelu(float* out, float* partials, const float* x, const float* ln_weight,

@@ -16,7 +16,7 @@
   }
 // out: (rows, OC) = inp (rows, C) @ weight + bias
 MATVEC_KERNEL(linear_matvec_kernel, kOpLinear)
-// qkv: (B, 3C) = layernorm(x) @ weight + bias, k and v also to each sequence's cache row pos
+// qkv: (B, C + 2 kv_C) = layernorm(x) @ weight + bias, k and v also to each sequence's cache row pos
 MATVEC_KERNEL(ln_qkv_kernel, kOpLnQkv)
 // out: (B, OC) = gelu(layernorm(x) @ weight + bias)
 MATVEC_KERNEL(ln_linear_gelu_kernel, kOpLnLinearGelu)
@@ -192,7 +192,7 @@ extern "C" void op_linear(float* out, float* partials, const float* inp, const v
 
 extern "C" void op_ln_qkv(float* qkv, void* k_cache, void* v_cache, float* partials, const float* x,
                           const float* ln_weight, const float* ln_bias, const void* weight, const float* bias,
-                          const int* state, int B, int C, int max_ctx, float eps, int wdtype, int kvdtype) {
+                          const int* state, int B, int C, int kv_C, int max_ctx, float eps, int wdtype, int kvdtype) {
   if (rt_reject_unless(is_storage_type(kvdtype))) return;
   const MatvecArgs a = {.out = qkv,
                         .scratch = op_scratch(partials),
@@ -206,12 +206,14 @@ extern "C" void op_ln_qkv(float* qkv, void* k_cache, void* v_cache, float* parti
                         .state = state,
                         .rows = B,
                         .C = C,
-                        .OC = 3 * C,
+                        .OC = C + 2 * kv_C,
                         .eps = eps,
                         .kvdtype = kvdtype,
-                        .max_ctx = max_ctx};
-  // the vector variant's groups of k and v land in the caches' rows: they must start 16-byte aligned too
-  launch_matvec<kOpLnQkv>(a, wdtype, aligned16(k_cache) && aligned16(v_cache));
+                        .max_ctx = max_ctx,
+                        .q_cols = C};
+  // the vector variant's chunks of 4 columns land in the caches' rows: kv_C a multiple of 4 (C then is too, with OC:
+  // no chunk straddles q, k and v) and the caches 16-byte aligned
+  launch_matvec<kOpLnQkv>(a, wdtype, row_vec4_count(kv_C, k_cache, v_cache) > 0);
 }
 
 extern "C" void op_ln_linear_gelu(float* out, float* partials, const float* x, const float* ln_weight,

@@ -70,13 +70,13 @@ constexpr int kMatvecPartnerLanes = kMatvecMergeLanes * kMatvecTileGroups / 2;  
 
 // One matvec's operands, for `rows` input rows (sequences). out: (rows, OC) (kAddTo: out += the product);
 // inp: (rows, C) (kInputLayernorm: each row normalised with ln_weight, ln_bias, eps first; kInputRmsnorm: RMS-
-// normalised with ln_weight, eps). kStoreQkv also writes the k and v thirds of row b of out to row
-// state[b][STATE_POS] = pos of sequence b's k_cache, v_cache ((max_ctx, C) each, C = OC / 3 columns, in kvdtype)
-// when that row is below max_ctx. kStoreQkvRope: out's row is [q (q_cols) | k (kv) | v (kv)], kv = (OC - q_cols) / 2,
-// heads of head_dim; q and k turned by position pos's rotation (rope: (max_ctx, head_dim) cos | sin) when pos is
-// below max_ctx (each head RMS-normalised with q_norm / k_norm first where they are given), then k and v to the
-// caches' row pos ((max_ctx, kv) each). kStoreSwiglu: the product's row is
-// [gate (I) | up (I)], OC = 2I, and out: (rows, I) = silu(gate) * up.
+// normalised with ln_weight, eps). kStoreQkv and kStoreQkvRope: out's row is [q (q_cols) | k (kv) | v (kv)],
+// kv = (OC - q_cols) / 2. kStoreQkv also writes row b's k and v to row state[b][STATE_POS] = pos of sequence b's
+// k_cache, v_cache ((max_ctx, kv) each, in kvdtype) when that row is below max_ctx. kStoreQkvRope: heads of
+// head_dim; q and k turned by position pos's rotation (rope: (max_ctx, head_dim) cos | sin) when pos is below
+// max_ctx (each head RMS-normalised with q_norm / k_norm first where they are given), then k and v to the caches'
+// row pos ((max_ctx, kv) each). kStoreSwiglu: the product's row is [gate (I) | up (I)], OC = 2I, and out: (rows, I) =
+// silu(gate) * up.
 struct MatvecArgs {
   float* out;
   OpScratch scratch;
@@ -314,12 +314,12 @@ __device__ __forceinline__ void matvec_output(const MatvecArgs& a, int b, int co
   }
   store_cols<M>(out, value);
   if constexpr (kOutput == kStoreQkv) {
-    const int C = a.OC / 3;
     const int pos = __ldcg(a.state + b * STATE_INTS + STATE_POS);
-    if (col < C || pos >= a.max_ctx) return;
-    const size_t at =
-        ((size_t)b * a.max_ctx + pos) * C + (col < 2 * C ? col - C : col - 2 * C);  // a chunk never straddles
-    store_rounded_as<M>(a.kvdtype, col < 2 * C ? a.k_cache : a.v_cache, at, value.v);
+    if (col < a.q_cols || pos >= a.max_ctx) return;
+    const int kv = (a.OC - a.q_cols) / 2;
+    const bool is_k = col < a.q_cols + kv;  // a chunk never straddles k and v
+    const size_t at = ((size_t)b * a.max_ctx + pos) * kv + (col - (is_k ? a.q_cols : a.q_cols + kv));
+    store_rounded_as<M>(a.kvdtype, is_k ? a.k_cache : a.v_cache, at, value.v);
   }
 }
 

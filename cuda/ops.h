@@ -23,7 +23,7 @@
 // CUDA graph serves every context length. For sequence b:
 //   state: int32[B][STATE_INTS]; state[b][STATE_POS] = position of the sequence's first row in this step.
 //   seq:   int32[B][max_ctx + 1]; the token at every position of the sequence (prompt, then generated).
-//   k_cache, v_cache: [B][max_ctx][C] in kvdtype (one pair per layer).
+//   k_cache, v_cache: [B][max_ctx][kv_C] in kvdtype (one pair per layer; kv_C below).
 //
 // The op list itself is src/ops.ts: build/include/op_table.h is generated from it (STATE_POS, STATE_INTS, the
 // dtypes, the opcodes), and cuda/plan.cpp checks at compile time that every prototype below matches its row.
@@ -64,8 +64,8 @@ void op_linear(float* out, float* partials, const float* inp, const void* weight
                int OC, int wdtype);
 
 // The attention's shape: C = n_head·hs query columns and kv_C = n_kv_head·hs key (and value) columns, a qkv row
-// [q (C) | k (kv_C) | v (kv_C)]; multi-head attention (GPT-2) has n_kv_head = n_head (kv_C = C, C = n_embd), grouped-
-// query attention fewer K/V heads, each shared by n_head / n_kv_head query heads.
+// [q (C) | k (kv_C) | v (kv_C)]; multi-head attention has n_kv_head = n_head (kv_C = C; a GPT-2 checkpoint, C =
+// n_embd), grouped-query attention fewer K/V heads, each shared by n_head / n_kv_head query heads.
 
 // Append each sequence's new keys and values to its caches at rows [pos_b, pos_b + T) (those below max_ctx).
 // k_cache, v_cache: (B, max_ctx, kv_C) in kvdtype   qkv: (B·T, C + 2 kv_C) as [q | k | v]
@@ -113,11 +113,12 @@ void op_argmax(int* seq, int* state, float* partials, const float* logits, int B
 // ---- fused decode ops: one row per sequence (T = 1); each is a chain of the ops above in one launch ---------
 // Layer norms here use C <= 4096 (float rows) on CUDA.
 
-// qkv: (B, 3C) = layernorm(x) @ weight (C, 3C) + bias; then the k and v thirds to row pos_b of sequence b's
-// k_cache, v_cache (if pos_b < max_ctx): op_layernorm, op_linear, op_kv_append.     x: (B, C)  ln_weight, ln_bias: (C)
+// qkv: (B, C + 2 kv_C) = layernorm(x) @ weight (C, C + 2 kv_C) + bias, each row [q (C) | k (kv_C) | v (kv_C)]; then k
+// and v to row pos_b of sequence b's k_cache, v_cache ((B, max_ctx, kv_C), if pos_b < max_ctx): op_layernorm,
+// op_linear, op_kv_append.     x: (B, C)  ln_weight, ln_bias: (C)
 void op_ln_qkv(float* qkv, void* k_cache, void* v_cache, float* partials, const float* x, const float* ln_weight,
-               const float* ln_bias, const void* weight, const float* bias, const int* state, int B, int C, int max_ctx,
-               float eps, int wdtype, int kvdtype);
+               const float* ln_bias, const void* weight, const float* bias, const int* state, int B, int C, int kv_C,
+               int max_ctx, float eps, int wdtype, int kvdtype);
 
 // out: (B, OC) = gelu(layernorm(x) @ weight (C, OC) + bias): op_layernorm, op_linear, op_gelu.
 void op_ln_linear_gelu(float* out, float* partials, const float* x, const float* ln_weight, const float* ln_bias,

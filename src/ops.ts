@@ -182,7 +182,7 @@ export const OPS = {
     }),
   ),
   // The attention ops' shape: C = n_head·hs query columns, kv_C = n_kv_head·hs key and value columns, a qkv row
-  // [q (C) | k (kv_C) | v (kv_C)] (GPT-2: kv_C = C = n_embd).
+  // [q (C) | k (kv_C) | v (kv_C)] (a GPT-2 checkpoint: kv_C = C = n_embd).
   // k_cache_b, v_cache_b rows [pos_b, pos_b + T) = the k and v parts of qkv (B·T, C + 2 kv_C)
   kv_append: op(
     4,
@@ -343,7 +343,8 @@ export const OPS = {
     ({ rows, I }) => ({ flops: SWIGLU_FLOPS_PER_OUTPUT * rows * I, activations: 3 * rows * I }),
   ),
   // ---- fused decode ops (one row per sequence): each is a chain of the ops above in one launch
-  // qkv: (B, 3C) = layernorm(x) @ weight + bias, and its k, v thirds to each sequence's cache row pos_b: layernorm, linear, kv_append
+  // qkv: (B, C + 2 kv_C) = layernorm(x) @ weight + bias, each row [q (C) | k (kv_C) | v (kv_C)], and its k and v to each
+  // sequence's cache row pos_b: layernorm, linear, kv_append
   ln_qkv: op(
     10,
     [
@@ -359,19 +360,23 @@ export const OPS = {
       ["state", "const int*"],
       ["B", "int"],
       ["C", "int"],
+      ["kv_C", "int"],
       ["max_ctx", "int"],
       ["eps", "float"],
       ["wdtype", "int"],
       ["kvdtype", "int"],
     ],
-    ({ qkv, B, C }) => ({ ptr: qkv, floats: B * 3 * C }),
-    ({ B, C }) => ({
-      flops: B * (LAYERNORM_FLOPS_PER_ELEMENT * C + 2 * C * 3 * C + 3 * C),
-      activations: B * (C + 3 * C),
-      weights: 3 * C * C,
-      vectors: 2 * C + 3 * C,
-      kv: 2 * B * C,
-    }),
+    ({ qkv, B, C, kv_C }) => ({ ptr: qkv, floats: B * (C + 2 * kv_C) }),
+    ({ B, C, kv_C }) => {
+      const OC = C + 2 * kv_C;
+      return {
+        flops: B * (LAYERNORM_FLOPS_PER_ELEMENT * C + 2 * C * OC + OC),
+        activations: B * (C + OC),
+        weights: C * OC,
+        vectors: 2 * C + OC,
+        kv: 2 * B * kv_C,
+      };
+    },
   ),
   // out: (B, OC) = gelu(layernorm(x) @ weight + bias): layernorm, linear, gelu
   ln_linear_gelu: op(

@@ -1,6 +1,6 @@
 // GPT-2's decode step as a list of ops, built from the config — it reads like GPT-2's math. The unfused plan is one
 // op per step of the math; the fused one runs a decode step of one row per sequence in five launches per layer.
-import type { GPT2Config } from "./model/gpt2.ts";
+import { kvHeads, kvWidth, type GPT2Config } from "./model/gpt2.ts";
 import type { OpArgs, OpFamily } from "./ops.ts";
 import {
   dtypeCodes,
@@ -35,7 +35,7 @@ export interface ModelBuffers {
   wpe: number; // (max_ctx, C)
   layers: LayerBuffers[];
   ln_f: { weight: number; bias: number };
-  kCache: number[]; // per layer (batch, max_ctx, C)
+  kCache: number[]; // per layer (batch, max_ctx, kv_C)
   vCache: number[];
   seq: number; // int32 (batch, max_ctx + 1)
   /** where a several-row step's argmax writes each sequence's next token: seq, or sink (int32 (batch, max_ctx + 1)) */
@@ -45,7 +45,7 @@ export interface ModelBuffers {
   state: number; // int32 (batch, STATE_INTS)
   x: number; // residual stream (rows, C)
   ln: number; // layernorm output (rows, C)
-  qkv: number; // (rows, 3C)
+  qkv: number; // (rows, C + 2 kv_C): [q | k | v]
   att: number; // attention output (rows, C)
   proj: number; // projection output (rows, C)
   fc: number; // (rows, 4C)
@@ -67,6 +67,8 @@ export function decodeStep(m: ModelBuffers, T: number, kind: PlanKind = "fused")
 /** One launch per op, for T rows of each sequence. */
 function unfusedStep(m: ModelBuffers, T: number): PlanOp[] {
   const { n_embd: C, n_head, n_positions: max_ctx, vocab_size: V, layer_norm_epsilon: eps } = m.config;
+  const n_kv_head = kvHeads(m.config),
+    kv_C = kvWidth(m.config);
   const {
     batch: B,
     dtypes: { weights: wdtype, kv: kvdtype },
@@ -103,7 +105,7 @@ function unfusedStep(m: ModelBuffers, T: number): PlanOp[] {
     const h = `h${l}`;
     const [k_cache, v_cache] = [m.kCache[l]!, m.vCache[l]!];
     layernorm(`${h}.ln_1`, l, w.ln_1); //                                                   a = ln_1(x)
-    linear(`${h}.attn.c_attn`, l, m.qkv, m.ln, w.c_attn, C, 3 * C); //                      q, k, v = a @ W_attn
+    linear(`${h}.attn.c_attn`, l, m.qkv, m.ln, w.c_attn, C, C + 2 * kv_C); //               q, k, v = a @ W_attn
     op("kv_append", `${h}.attn.kv_append`, l, {
       k_cache,
       v_cache,
@@ -112,7 +114,7 @@ function unfusedStep(m: ModelBuffers, T: number): PlanOp[] {
       B,
       T,
       C,
-      kv_C: C,
+      kv_C,
       max_ctx,
       kvdtype,
     }); // cache ← k, v
@@ -131,7 +133,7 @@ function unfusedStep(m: ModelBuffers, T: number): PlanOp[] {
         T,
         C,
         n_head,
-        n_kv_head: n_head,
+        n_kv_head,
         max_ctx,
         kvdtype,
       },
@@ -162,6 +164,8 @@ function unfusedStep(m: ModelBuffers, T: number): PlanOp[] {
 /** The same math for one row per sequence, the fused decode ops in five launches per layer. */
 function fusedDecodeStep(m: ModelBuffers): PlanOp[] {
   const { n_embd: C, n_head, n_positions: max_ctx, vocab_size: V, layer_norm_epsilon: eps } = m.config;
+  const n_kv_head = kvHeads(m.config),
+    kv_C = kvWidth(m.config);
   const {
     batch: B,
     dtypes: { weights: wdtype, kv: kvdtype },
@@ -180,7 +184,22 @@ function fusedDecodeStep(m: ModelBuffers): PlanOp[] {
       "ln_qkv",
       `${h}.attn.ln_qkv`,
       l, //                                                  q, k, v = ln_1(x) @ W_attn; cache ← k, v
-      { qkv: m.qkv, k_cache, v_cache, partials, x, ...ln(w.ln_1), ...w.c_attn, state, B, C, max_ctx, wdtype, kvdtype },
+      {
+        qkv: m.qkv,
+        k_cache,
+        v_cache,
+        partials,
+        x,
+        ...ln(w.ln_1),
+        ...w.c_attn,
+        state,
+        B,
+        C,
+        kv_C,
+        max_ctx,
+        wdtype,
+        kvdtype,
+      },
     );
     op(
       "attention",
@@ -197,7 +216,7 @@ function fusedDecodeStep(m: ModelBuffers): PlanOp[] {
         T: 1,
         C,
         n_head,
-        n_kv_head: n_head,
+        n_kv_head,
         max_ctx,
         kvdtype,
       },

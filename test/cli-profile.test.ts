@@ -389,6 +389,25 @@ describe("profile --kv-heads 4,2,1 --batches 1,2 on llama-tiny (4 query heads, 2
   });
 });
 
+test("--kv-heads 1,2 on gpt2-tiny (2 query heads): its own weights at 2, seeded MQA weights at 1, each shape's bytes", () => {
+  const dir = join(out, "gpt2-kv-heads");
+  const r = profile(
+    ...["--backend", "cpu", "--model", FIXTURE, "--contexts", "8,16", "--repeats", "2", "--warmup", "1"],
+    ...["--e2e-tokens", "4", "--no-kernels", "--kv-heads", "1,2", "--out", dir, "--json"],
+  );
+  expect(r.code).toBe(0);
+  const s = JSON.parse(r.stdout) as ProfileSummary;
+  expect(validateSummary(s)).toEqual([]);
+  const iv = s.interventions!;
+  expect(iv.configs.map((c) => c.kv_heads)).toEqual([2, 1]);
+  expect(iv.kv_heads!.variants).toEqual([2, 1]);
+  const at = (kv: number) => iv.points.find((p) => p.kv_heads === kv && p.context === 16)!;
+  // K/V bytes: 2 layers × 2 (K, V) × kv_heads × 64 × 4 B per row: at context 16, 17 rows read and the new one written
+  for (const kv of [2, 1]) expect(at(kv).work.kv_bytes).toBe(18 * 2 * 2 * kv * 64 * 4);
+  // each layer's c_attn: C + 1 = 129 weights and bias fewer per k and v column dropped
+  expect(at(2).work.weight_bytes - at(1).work.weight_bytes).toBe(2 * 129 * 2 * 64 * 4);
+}, 300_000);
+
 describe("profile --prompt-cache on llama-tiny", () => {
   const dir = join(out, "prompt-cache");
   let run: ReturnType<typeof profile>;
@@ -467,9 +486,9 @@ describe("bad flags: one line, exit ≠ 0", () => {
       /--kv-heads: "two" is not a positive integer \(e\.g\. --kv-heads 4,2,1\)/,
     ],
     [
-      "K/V heads of GPT-2 other than its own",
-      ["--model", FIXTURE, "--backend", "cpu", "--kv-heads", "2,1"],
-      /--kv-heads: .* one K\/V head per query head .*only 2 runs; reshape a Llama-family --preset/,
+      "K/V heads that do not divide GPT-2's query heads",
+      ["--model", FIXTURE, "--backend", "cpu", "--kv-heads", "2,3"],
+      /^error: --kv-heads: 3 does not divide gpt2-tiny's 2 query heads \(its divisors: 2, 1\)$/,
     ],
     [
       "an unknown fill",

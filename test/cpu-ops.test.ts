@@ -125,6 +125,67 @@ function checkAttention(
   );
 }
 
+/**
+ * op_ln_qkv for B = 3 sequences at positions 5, 0 and 63 with kv_C k and v columns (C = 192), weights and caches in a
+ * storage type: qkv [q (C) | k (kv_C) | v (kv_C)] against the float64 reference (layernorm, then linear) on the
+ * weights as stored; the caches start poisoned, and only row pos_b of sequence b's is written: its k (v) columns as
+ * the op computed them, rounded to the cache's type.
+ */
+function checkLnQkv(dtype: DtypeName, kvC: number): void {
+  const B = 3,
+    C = 192,
+    OC = C + 2 * kvC,
+    maxCtx = 64,
+    eps = 1e-5,
+    positions = [5, 0, 63];
+  const x = randomFloats(B * C, seed + 40, 2),
+    lnW = randomFloats(C, seed + 41),
+    lnB = randomFloats(C, seed + 42),
+    w = randomFloats(C * OC, seed + 43, 0.1),
+    bias = randomFloats(OC, seed + 44);
+  const UNWRITTEN = 0x7fc07fc0; // NaN as a word, and as each of its halves in bf16 and f16
+  const cache = () => arena.put(new Int32Array((B * maxCtx * kvC * DTYPE_BYTES[dtype]) / 4).fill(UNWRITTEN));
+  const qkv = arena.poisoned(B * OC),
+    k = cache(),
+    v = cache();
+  const states = Int32Array.from({ length: B * STATE_INTS }, (_, i) =>
+    i % STATE_INTS === 0 ? positions[i / STATE_INTS]! : 0,
+  );
+  ops.op_ln_qkv(
+    qkv.ptr,
+    k.ptr,
+    v.ptr,
+    0,
+    arena.put(x).ptr,
+    arena.put(lnW).ptr,
+    arena.put(lnB).ptr,
+    putMatrix(arena, dtype, w, C, OC).ptr,
+    arena.put(bias).ptr,
+    arena.put(states).ptr,
+    B,
+    C,
+    kvC,
+    maxCtx,
+    eps,
+    DTYPES[dtype],
+    DTYPES[dtype],
+  );
+  const got = arena.floats(qkv);
+  const want = linearRef(layernormRef(x, lnW, lnB, B, C, eps), rounded(dtype, w), bias, B, C, OC);
+  expect(maxRelativeError(got, want)).toBeLessThan(TOLERANCE);
+  [k, v].forEach((buffer, part) => {
+    const rows = new Float32Array(B * maxCtx * kvC).fill(NaN);
+    positions.forEach((pos, b) => {
+      const from = b * OC + C + part * kvC;
+      rows.set(rounded(dtype, got.subarray(from, from + kvC)), (b * maxCtx + pos) * kvC);
+    });
+    expect([part ? "v" : "k", Array.from(readStored(arena, dtype, buffer, B * maxCtx * kvC))]).toEqual([
+      part ? "v" : "k",
+      Array.from(rows),
+    ]);
+  });
+}
+
 /** One buffer of a batch comparison: its initial words and the bytes of each sequence's part (0: shared by all). */
 interface BatchBuffer {
   init: Float32Array | Int32Array;
@@ -435,43 +496,6 @@ describe.each(NARROW)("%s weights and KV cache against the float64 reference on 
     const put = (values: Float32Array) => arena.put(storedWords(dtype, values));
     const rows = (values: Float32Array, b: number, width: number) => values.subarray(b * width, (b + 1) * width);
 
-    // ln_qkv: qkv, and each sequence's k and v thirds (as the op computed them) rounded into its cache row
-    const wQkv = randomFloats(C * 3 * C, seed + 43, 0.1),
-      bQkv = randomFloats(3 * C, seed + 44);
-    const qkv = arena.poisoned(B * 3 * C),
-      k = arena.put(new Int32Array((B * maxCtx * C * DTYPE_BYTES[dtype]) / 4)),
-      v = arena.put(new Int32Array((B * maxCtx * C * DTYPE_BYTES[dtype]) / 4));
-    ops.op_ln_qkv(
-      qkv.ptr,
-      k.ptr,
-      v.ptr,
-      0,
-      arena.put(x).ptr,
-      arena.put(lnW).ptr,
-      arena.put(lnB).ptr,
-      putMatrix(arena, dtype, wQkv, C, 3 * C).ptr,
-      arena.put(bQkv).ptr,
-      st().ptr,
-      B,
-      C,
-      maxCtx,
-      eps,
-      code,
-      code,
-    );
-    const gotQkv = arena.floats(qkv);
-    expect(maxRelativeError(gotQkv, linearRef(normed, rounded(dtype, wQkv), bQkv, B, C, 3 * C))).toBeLessThan(
-      TOLERANCE,
-    );
-    const kHost = readStored(arena, dtype, k, B * maxCtx * C),
-      vHost = readStored(arena, dtype, v, B * maxCtx * C);
-    positions.forEach((pos, b) => {
-      const row = (cache: Float32Array) =>
-        Array.from(cache.subarray((b * maxCtx + pos) * C, (b * maxCtx + pos + 1) * C));
-      expect(row(kHost)).toEqual(Array.from(rounded(dtype, rows(gotQkv, b, 3 * C).subarray(C, 2 * C))));
-      expect(row(vHost)).toEqual(Array.from(rounded(dtype, rows(gotQkv, b, 3 * C).subarray(2 * C))));
-    });
-
     // ln_linear_gelu
     const wFc = randomFloats(C * 4 * C, seed + 45, 0.1),
       bFc = randomFloats(4 * C, seed + 46);
@@ -539,6 +563,13 @@ describe.each(NARROW)("%s weights and KV cache against the float64 reference on 
       expect(after[b * STATE_INTS]).toBe(pos + 1);
     });
   });
+});
+
+describe("ln_qkv against the float64 reference: k and v of kv_C columns (multi-head, grouped-query, multi-query)", () => {
+  test.each((["f32", ...NARROW] as DtypeName[]).flatMap((dtype) => [192, 64, 32].map((kvC) => [dtype, kvC] as const)))(
+    "weights and cache %s, kv_C = %d of C = 192",
+    (dtype, kvC) => checkLnQkv(dtype, kvC),
+  );
 });
 
 describe("kv_append's rounding, bit for bit against src/model/dtypes.ts", () => {
@@ -795,6 +826,7 @@ describe.each(DTYPE_NAMES)(
             p.state!,
             n,
             C,
+            C,
             maxCtx,
             eps,
             code,
@@ -902,6 +934,7 @@ describe("an unknown storage type code is rejected: an invalid-value error, and 
             pos.ptr,
             1,
             C,
+            C,
             maxCtx,
             eps,
             bad,
@@ -923,6 +956,7 @@ describe("an unknown storage type code is rejected: an invalid-value error, and 
             b.ptr,
             pos.ptr,
             1,
+            C,
             C,
             maxCtx,
             eps,

@@ -7,7 +7,7 @@ import { join } from "node:path";
 
 import { encode } from "gpt-tokenizer/encoding/r50k_base";
 
-import { PRESETS, loadModel, materializeWeights, randomWeights } from "../src/model/gpt2.ts";
+import { GPT2_FAMILY, PRESETS, loadModel, materializeWeights, randomWeights } from "../src/model/gpt2.ts";
 import { GGUF_MAGIC, GGUFValueType, writeGGUF, type GGUFValue } from "../src/peers/gguf.ts";
 import { loadAnyModel } from "../src/model/architectures.ts";
 import { gpt2Tensors, TokenType, writeGPT2GGUF } from "../src/peers/gguf-gpt2.ts";
@@ -16,6 +16,7 @@ import { LLAMA_PRESETS, type LlamaWeights } from "../src/model/llama.ts";
 import { readSafetensors, tensorFloat32 } from "../src/model/safetensors.ts";
 import { BYTE_TO_CHAR, gpt2Vocab } from "../src/model/gpt2-vocab.ts";
 import { llamaPeerUnavailable, runNodeModule } from "../src/peers/llama.ts";
+import { expectUserError } from "./helpers/expect.ts";
 
 const ROOT = join(import.meta.dir, "..");
 const FIXTURE = join(import.meta.dir, "fixtures/gpt2-tiny");
@@ -225,6 +226,15 @@ describe("GPT-2 as llama.cpp's converter writes it", () => {
     expect(m.get("tokenizer.ggml.merges")).toEqual(gpt2Vocab().merges.slice(0, 745));
     expect(new Set(m.get("tokenizer.ggml.token_type") as number[])).toEqual(new Set([TokenType.NORMAL]));
     expect(m.has("tokenizer.ggml.eos_token_id")).toBe(false); // <|endoftext|> is not in this vocabulary
+  });
+
+  test("a GPT-2 reshaped to fewer K/V heads (profile --kv-heads) is refused with one line, no file written", () => {
+    const mqa = join(dir, "mqa.gguf");
+    expectUserError(
+      () => writeGPT2GGUF(randomWeights(GPT2_FAMILY.withKvHeads(w.config, 1), 0), mqa),
+      /^gpt2-tiny reshaped to 1 K\/V heads of 2 has no form as a GGUF file: /,
+    );
+    expect(existsSync(mqa)).toBe(false);
   });
 
   test("tensors: llama.cpp's GPT-2 names and shapes, no separate output head (tied), Conv1D weights transposed", () => {

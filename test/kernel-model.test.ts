@@ -5,7 +5,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 
 import { CudaBackend } from "../src/backends/cuda.ts";
 import { ALL_PRESETS } from "../src/model/architectures.ts";
-import { PRESETS } from "../src/model/gpt2.ts";
+import { GPT2_FAMILY, PRESETS } from "../src/model/gpt2.ts";
 import type { DtypeName } from "../src/ops.ts";
 import { DEFAULT_STEP_FORM, encodePlan, type PlanOp } from "../src/plan.ts";
 import { planShape } from "../src/plan-gpt2.ts";
@@ -242,6 +242,18 @@ describe("inputs read from the code", () => {
     expect(by("h0.attn.attend").blocks).toBe((1024 / 64) * 12);
     expect(by("ln_f.lm_head.argmax").blocks).toBe(emu.device.smCount * 4);
     expect(inputs.every((k) => k.threads === 256)).toBe(true);
+  });
+
+  test("GPT-2 reshaped to 4 K/V heads of 12: ln_qkv's tiles and bytes span c_attn's C + 2 kv_C columns, attention a block per K/V head", () => {
+    const ops = planShape(GPT2_FAMILY.withKvHeads(gpt2, 4), 1);
+    const inputs = kernelInputs(ops, 100, shapesOf(ops), facts, null);
+    const by = (label: string) => inputs.find((k) => k.label === label)!;
+    const [C, kvC] = [768, 256],
+      OC = C + 2 * kvC;
+    expect(by("h0.attn.ln_qkv").blocks).toBe((OC / 32) * (C / 256));
+    // fp32: the weight and bias, the layer norm's two vectors, x in and qkv out, a k and a v row to the caches
+    expect(by("h0.attn.ln_qkv").bytes).toBe(4 * (C * OC + OC + 2 * C + C + OC + 2 * kvC));
+    expect(by("h0.attn.attend").blocks).toBe((1024 / 64) * 4);
   });
 
   test("a thread's loads for GPT-2 small's shapes: 8 weight rows per matvec thread, 2 chunks of 4 vocabulary rows, 4 keys and 4 values", () => {

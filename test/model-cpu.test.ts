@@ -1,19 +1,20 @@
-// The whole model on the CPU backend: the gpt2-tiny fixture (an independent float64 numpy GPT-2), the
-// exactness of the KV cache, and mutants of the cache logic that these tests must catch.
+// The whole model on the CPU backend: the gpt2-tiny fixture (an independent float64 numpy GPT-2), its attention
+// reshaped to grouped-query (seeded, against the float64 TypeScript GPT-2), the exactness of the KV cache, and
+// mutants of the cache logic that these tests must catch.
 import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 
 import { CpuBackend } from "../src/backends/cpu.ts";
 import { roundInPlace, roundTo } from "../src/model/dtypes.ts";
-import { loadModel, materializeWeights, parameterSpecs } from "../src/model/gpt2.ts";
+import { loadModel, materializeWeights, parameterSpecs, randomWeights, type GPT2Config } from "../src/model/gpt2.ts";
 import type { DtypeName } from "../src/ops.ts";
 import { ensureBuilt } from "../src/native/build.ts";
-import { compileEager, DEFAULT_STEP_FORM, type PlanOp } from "../src/plan.ts";
+import { compileEager, DEFAULT_STEP_FORM, PLAN_KINDS, type PlanOp } from "../src/plan.ts";
 import { decodeStep, type ModelBuffers } from "../src/plan-gpt2.ts";
 import { generate, generateBatch } from "../src/run/generate.ts";
 import { launchMode } from "../src/run/launch-modes.ts";
 import { Session } from "../src/run/session.ts";
-import { readFixture } from "../src/verify/model-checks.ts";
+import { cachedEqualsUncached, readFixture } from "../src/verify/model-checks.ts";
 import { gpt2Ref, maxRelativeError } from "./helpers/reference.ts";
 
 const FIXTURE = join(import.meta.dir, "fixtures/gpt2-tiny");
@@ -108,6 +109,44 @@ describe("KV cache exactness", () => {
     expect(session.position()).toBe(T);
     expect(session.readSequence(T + 1)[T]).toBe(afterPrefill!);
   });
+});
+
+describe("gpt2-tiny reshaped to grouped-query attention: 4 query heads of 32 sharing 2 K/V heads, seeded", () => {
+  const config: GPT2Config = { ...weights.config, name: "gpt2-tiny-gqa", n_head: 4, n_kv_head: 2 };
+  const gqa = randomWeights(config, 3);
+  const sequence = expected.sequence;
+  const reference = gpt2Ref(materializeWeights(gqa), config, sequence);
+
+  test("logits at every position within 1e-4 of the float64 reference", () => {
+    const s = new Session(backend, gqa);
+    try {
+      expect(maxRelativeError(s.logitsAtEveryPosition(sequence), reference)).toBeLessThan(1e-4);
+    } finally {
+      s.close();
+    }
+  });
+
+  test.each(PLAN_KINDS)(
+    "%s plan: each cached step's logits within 1e-4 of the reference at its position; cached == uncached tokens",
+    (plan) => {
+      const s = new Session(backend, gqa, { form: { ...DEFAULT_STEP_FORM, plan } });
+      try {
+        // one cached step per position of the sequence, its token each time the sequence's own
+        s.setPosition(0);
+        const step = s.step(1);
+        let worst = 0;
+        for (let t = 0; t < sequence.length; t++) {
+          s.setSequence(sequence);
+          step.runEager();
+          worst = Math.max(worst, maxRelativeError(s.readLogits(), reference.subarray(t * V, (t + 1) * V)));
+        }
+        expect(worst).toBeLessThan(1e-4);
+      } finally {
+        s.close();
+      }
+      expect(cachedEqualsUncached(backend, gqa, expected.prompt, 40, plan).status).toBe("pass");
+    },
+  );
 });
 
 describe("mutants of the cache logic are caught", () => {

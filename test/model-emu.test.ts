@@ -1,19 +1,23 @@
 // The whole model through the CUDA library's own code on the CPU emulator (libgpt2_emu.so): kernels,
 // host runtime, graph capture (plain and programmatic) and replay, in both plans. Same checks as
-// `bun run verify` runs without a GPU.
-import { afterAll, expect, test } from "bun:test";
+// `bun run verify` runs without a GPU; and gpt2-tiny reshaped to grouped-query attention against the CPU library.
+import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 
+import type { Backend } from "../src/backends/backend.ts";
+import { CpuBackend } from "../src/backends/cpu.ts";
 import { CudaBackend } from "../src/backends/cuda.ts";
-import { loadModel } from "../src/model/gpt2.ts";
+import { loadModel, randomWeights } from "../src/model/gpt2.ts";
 import { DEFAULT_STEP_FORM, PLAN_KINDS, type PlanKind, type StepForm } from "../src/plan.ts";
-import { generateBatch } from "../src/run/generate.ts";
+import { generate, generateBatch } from "../src/run/generate.ts";
 import { availableModes, launchMode, modeForm } from "../src/run/launch-modes.ts";
 import { Session } from "../src/run/session.ts";
+import { maxRelativeError } from "../src/verify/compare.ts";
 import {
   cachedEqualsUncached,
   fixtureChecks,
   graphMemoryStable,
+  LOGIT_TOLERANCE,
   modesBitIdentical,
   plansAgree,
   readFixture,
@@ -23,9 +27,13 @@ const FIXTURE = join(import.meta.dir, "fixtures/gpt2-tiny");
 /** The emulator runs every CUDA thread as a fiber: ~20 s per test alone, several times that on busy cores. */
 const EMU_TIMEOUT_MS = 600_000;
 const emu = CudaBackend.open({ emulated: true });
+const cpu = CpuBackend.open();
 const weights = loadModel(FIXTURE);
 const fixture = readFixture(FIXTURE);
-afterAll(() => emu.close());
+afterAll(() => {
+  emu.close();
+  cpu.close();
+});
 
 test("the emulator has every launch mode; the persistent step needs the fused plan, the cache in the weights' type and heads its attention body holds", () => {
   const names = (plan: PlanKind, kv: "f32" | "bf16", headDim = 64) =>
@@ -119,3 +127,39 @@ test.each(PLAN_KINDS.flatMap((plan) => (["f32", "bf16", "f16"] as const).map((dt
   },
   EMU_TIMEOUT_MS,
 );
+
+describe("gpt2-tiny reshaped to grouped-query attention: 4 query heads of 32 sharing 2 K/V heads, seeded", () => {
+  const gqa = randomWeights({ ...weights.config, name: "gpt2-tiny-gqa", n_head: 4, n_kv_head: 2 }, 3);
+  const n = 24;
+  /** n cached tokens after the fixture's prompt, and the last step's logits */
+  const cached = (backend: Backend, plan: PlanKind, mode: string) => {
+    const s = new Session(backend, gqa, { form: { ...DEFAULT_STEP_FORM, plan } });
+    try {
+      const ids = generate(s, {
+        prompt: fixture.prompt,
+        maxNewTokens: n,
+        cache: true,
+        mode: launchMode(mode as "eager"),
+      }).generatedIds;
+      return { ids, logits: s.readLogits().slice() };
+    } finally {
+      s.close();
+    }
+  };
+
+  test.each(PLAN_KINDS.map((p) => [p]))(
+    "%s plan: the CPU library's tokens and last logits in every launch mode, cached == uncached",
+    (plan) => {
+      const want = cached(cpu, plan, "eager");
+      const modes = availableModes(emu, modeForm({ ...DEFAULT_STEP_FORM, plan }, gqa.config)).map((m) => m.name);
+      expect(modes).toContain(plan === "fused" ? "persistent" : "graph-pdl");
+      for (const mode of modes) {
+        const got = cached(emu, plan, mode);
+        expect([mode, got.ids]).toEqual([mode, want.ids]);
+        expect(maxRelativeError(got.logits, want.logits)).toBeLessThanOrEqual(LOGIT_TOLERANCE);
+      }
+      expect(cachedEqualsUncached(emu, gqa, fixture.prompt, n, plan).status).toBe("pass");
+    },
+    EMU_TIMEOUT_MS,
+  );
+});

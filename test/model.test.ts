@@ -3,11 +3,15 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
+  GPT2_FAMILY,
   headSize,
   kvCacheBytesPerToken,
+  kvHeads,
+  kvWidth,
   parameterCount,
   PRESETS,
   readHFConfig,
+  saveModel,
   weightBytes,
   type GPT2Config,
   loadModel,
@@ -15,7 +19,7 @@ import {
   parameterSpecs,
   randomWeights,
 } from "../src/model/gpt2.ts";
-import { readSafetensors } from "../src/model/safetensors.ts";
+import { numel, readSafetensors } from "../src/model/safetensors.ts";
 import { expectUserError } from "./helpers/expect.ts";
 
 const FIXTURE = join(import.meta.dir, "fixtures", "gpt2-tiny");
@@ -56,6 +60,30 @@ describe("config", () => {
   test("KV cache bytes per token", () => {
     expect(kvCacheBytesPerToken(PRESETS.gpt2!)).toBe(73_728); // 72 KiB fp32
     expect(kvCacheBytesPerToken(PRESETS.gpt2!, 2)).toBe(36_864); // 36 KiB fp16
+  });
+
+  test("reshaped to fewer K/V heads (profile --kv-heads): c_attn (C, C + 2 kv_C), counted exactly; no checkpoint of it", () => {
+    const gpt2 = PRESETS.gpt2!;
+    expect([kvHeads(gpt2), kvWidth(gpt2)]).toEqual([12, 768]);
+    for (const k of [12, 4, 1]) {
+      const cfg = GPT2_FAMILY.withKvHeads(gpt2, k);
+      const kvC = k * 64;
+      expect([kvHeads(cfg), kvWidth(cfg), headSize(cfg)]).toEqual([k, kvC, 64]);
+      const specs = parameterSpecs(cfg);
+      expect(specs.filter((p) => p.name.startsWith("h.5.attn.c_attn.")).map((p) => p.shape)).toEqual([
+        [768, 768 + 2 * kvC],
+        [768 + 2 * kvC],
+      ]);
+      expect(GPT2_FAMILY.linears(cfg)[0]).toEqual(["c_attn", 768, 768 + 2 * kvC]);
+      expect(specs.reduce((n, p) => n + numel(p.shape), 0)).toBe(parameterCount(cfg));
+      // each layer's c_attn loses (C + 1) weights and bias per k and v column dropped
+      expect(parameterCount(gpt2) - parameterCount(cfg)).toBe(12 * 769 * 2 * (768 - kvC));
+      expect(kvCacheBytesPerToken(cfg)).toBe(2 * 12 * kvC * 4);
+    }
+    expectUserError(
+      () => saveModel(randomWeights(GPT2_FAMILY.withKvHeads(gpt2, 4), 0), join(tmp, "reshaped")),
+      /^gpt2 reshaped to 4 K\/V heads of 12 has no form as a Hugging Face checkpoint: GPT-2's c_attn holds one K\/V head per query head there$/,
+    );
   });
 
   test("readHFConfig reads the fixture", () => {

@@ -1,8 +1,8 @@
 import { describe, expect, test } from "bun:test";
-import { kvCacheBytesPerToken, parameterCount, type GPT2Config } from "../src/model/gpt2.ts";
+import { GPT2_FAMILY, kvCacheBytesPerToken, parameterCount, type GPT2Config } from "../src/model/gpt2.ts";
 
 import { decodeStep, type LayerBuffers, type ModelBuffers } from "../src/plan-gpt2.ts";
-import { DEFAULT_STEP_FORM, dtypeCodes, type StepForm } from "../src/plan.ts";
+import { DEFAULT_STEP_FORM, dtypeCodes, PLAN_KINDS, type StepForm } from "../src/plan.ts";
 import { attendedKeys, type DtypeName } from "../src/ops.ts";
 import {
   cachedStepWork,
@@ -251,4 +251,29 @@ describe("storage types and batches in the work model", () => {
     expect(four.kv_bytes).toBe(4 * one.kv_bytes);
     expect(four.flops).toBeCloseTo(4 * one.flops, -3);
   });
+});
+
+describe("GPT-2 reshaped to 4 K/V heads of 12 (profile --kv-heads)", () => {
+  const gqa = GPT2_FAMILY.withKvHeads(gpt2, 4);
+  const [C, kvC, ctx] = [768, 256, 500];
+
+  test.each(PLAN_KINDS)(
+    "%s plan: c_attn's k and v columns and the cache rows shrink with the K/V heads, everything else is the same",
+    (plan) => {
+      const form = { ...DEFAULT_STEP_FORM, plan };
+      const mha = cachedStepWork(gpt2, ctx, form),
+        grouped = cachedStepWork(gqa, ctx, form);
+      expect(grouped.map((o) => o.label)).toEqual(mha.map((o) => o.label));
+      const qkv = (ops: OpWork[]) =>
+        ops.find((o) => o.label === (plan === "fused" ? "h0.attn.ln_qkv" : "h0.attn.c_attn"))!;
+      // c_attn (C, C + 2 kv_C) and its bias: C + 1 parameters per k and v column
+      expect(qkv(mha).weight_bytes - qkv(grouped).weight_bytes).toBe(4 * (C + 1) * 2 * (C - kvC));
+      expect(qkv(mha).flops - qkv(grouped).flops).toBe((2 * C + 1) * 2 * (C - kvC));
+      expect(sumWork(grouped).kv_bytes * 3).toBe(sumWork(mha).kv_bytes);
+      const attend = (ops: OpWork[]) => ops.find((o) => o.label === "h0.attn.attend")!;
+      expect(attend(grouped).flops).toBe(attend(mha).flops); // every query head still scores every key
+      for (const [i, o] of mha.entries())
+        if (!/\.attn\.(ln_qkv|c_attn|kv_append|attend)$/.test(o.label)) expect(grouped[i]).toEqual(o);
+    },
+  );
 });

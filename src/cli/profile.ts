@@ -185,15 +185,9 @@ function kvVariantsFor(flag: string | undefined, weights: ModelWeights, seed: nu
   });
   return [...new Set(counts)]
     .sort((a, b) => b - a)
-    .map((k) => {
-      if (k === own) return { kv_heads: k, weights };
-      const reshaped = withKvHeads(cfg, k);
-      if (!reshaped)
-        throw new UserError(
-          `--kv-heads: ${cfg.name} has one K/V head per query head in this project (GPT-2's c_attn): only ${heads} runs; reshape a Llama-family --preset (e.g. smollm2-135m)`,
-        );
-      return { kv_heads: k, weights: randomWeightsOf(reshaped, seed) };
-    });
+    .map((k) =>
+      k === own ? { kv_heads: k, weights } : { kv_heads: k, weights: randomWeightsOf(withKvHeads(cfg, k), seed) },
+    );
 }
 
 /** The interventions run in the launch mode that issues a step fastest: captured where there are graphs, natively elsewhere. */

@@ -86,17 +86,16 @@ export const parameterCountOf = (cfg: ModelConfig): number => familyOf(cfg).para
 /** The width of one attention head: head_dim (GPT-2: n_embd / n_head). */
 export const headDimOf = (cfg: ModelConfig): number => familyOf(cfg).headDim(cfg);
 
-/** K/V heads: n_kv_head (GPT-2: n_head). */
+/** K/V heads: n_kv_head (a GPT-2 checkpoint: n_head). */
 export const kvHeadsOf = (cfg: ModelConfig): number => familyOf(cfg).kvHeads(cfg);
 
 /**
  * The config with its attention reshaped to `kvHeads` K/V heads (a divisor of the query heads), everything else
- * the same: MHA, GQA or MQA of one model (profile --kv-heads); null where the architecture has no grouped form.
+ * the same: MHA, GQA or MQA of one model (profile --kv-heads).
  */
-export const withKvHeads = (cfg: ModelConfig, kvHeads: number): ModelConfig | null =>
-  familyOf(cfg).withKvHeads(cfg, kvHeads);
+export const withKvHeads = (cfg: ModelConfig, kvHeads: number): ModelConfig => familyOf(cfg).withKvHeads(cfg, kvHeads);
 
-/** Key and value columns of one layer's cache row: n_kv_head × head_dim (GPT-2: n_embd). */
+/** Key and value columns of one layer's cache row: n_kv_head × head_dim (a GPT-2 checkpoint: n_embd). */
 export const kvColumns = (cfg: ModelConfig): number => kvHeadsOf(cfg) * headDimOf(cfg);
 
 /** KV cache bytes per token: 2 × layers × kv_heads × head_dim × bytes per element. */

@@ -36,8 +36,8 @@ export interface ModelFamily<C extends { name: string }, W extends FamilyWeights
   parametersHow(cfg: C): string;
   headDim(cfg: C): number;
   kvHeads(cfg: C): number;
-  /** the config with `kvHeads` K/V heads, everything else the same (profile --kv-heads); null: no grouped-query form */
-  withKvHeads(cfg: C, kvHeads: number): C | null;
+  /** the config with `kvHeads` K/V heads, everything else the same (profile --kv-heads) */
+  withKvHeads(cfg: C, kvHeads: number): C;
   /** the parameters as a backend holds them (name, shape, init), in placement order */
   placedParameters(cfg: C): ParameterSpec[];
   /** a decode step's matvecs as (name, in, out), one layer's, in the project's layout */

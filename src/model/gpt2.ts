@@ -32,6 +32,11 @@ export interface GPT2Config {
   name: string;
   n_layer: number;
   n_head: number;
+  /**
+   * K/V heads, each shared by n_head / n_kv_head query heads, where profile --kv-heads reshaped the attention;
+   * absent: one per query head, as in every GPT-2 checkpoint
+   */
+  n_kv_head?: number;
   n_embd: number; // C
   n_positions: number; // maximum sequence length T
   vocab_size: number; // V
@@ -84,6 +89,7 @@ export function readHFConfig(dir: string): GPT2Config {
 
 /** The Hugging Face config.json of a GPT-2 config (what readHFConfig reads back). */
 export function hfConfigOf(cfg: GPT2Config): Record<string, unknown> {
+  checkOneKvHeadPerQueryHead(cfg, "a Hugging Face checkpoint");
   return {
     architectures: ["GPT2LMHeadModel"],
     model_type: "gpt2",
@@ -97,6 +103,17 @@ export function hfConfigOf(cfg: GPT2Config): Record<string, unknown> {
     activation_function: "gelu_new",
     tie_word_embeddings: true,
   };
+}
+
+/**
+ * Refuses to write `what` (a checkpoint, a peer's file) of a config whose attention profile --kv-heads reshaped:
+ * GPT-2's checkpoints, and the peers that read them, hold one K/V head per query head.
+ */
+export function checkOneKvHeadPerQueryHead(cfg: GPT2Config, what: string): void {
+  if (kvHeads(cfg) !== cfg.n_head)
+    throw new UserError(
+      `${cfg.name} reshaped to ${kvHeads(cfg)} K/V heads of ${cfg.n_head} has no form as ${what}: GPT-2's c_attn holds one K/V head per query head there`,
+    );
 }
 
 /** Rejects GPT-2 variants whose forward pass differs from the one implemented here. */
@@ -140,12 +157,19 @@ export function headSize(cfg: GPT2Config): number {
   return cfg.n_embd / cfg.n_head;
 }
 
+/** K/V heads: n_kv_head, else one per query head. */
+export const kvHeads = (cfg: GPT2Config): number => cfg.n_kv_head ?? cfg.n_head;
+
+/** kv_C = K/V heads × hs: the k (and v) columns of c_attn's output and of a cache row (C without a reshape). */
+export const kvWidth = (cfg: GPT2Config): number => kvHeads(cfg) * headSize(cfg);
+
 /** Exact parameter count; the output projection is tied to wte and counted once. */
 export function parameterCount(cfg: GPT2Config): number {
-  const C = cfg.n_embd;
+  const C = cfg.n_embd,
+    QKV = C + 2 * kvWidth(cfg);
   const embeddings = (cfg.vocab_size + cfg.n_positions) * C; // wte (V, C) + wpe (T, C)
-  // ln_1, ln_2: 2 × 2C; c_attn: C·3C + 3C; attn c_proj: C·C + C; c_fc: C·4C + 4C; mlp c_proj: 4C·C + C
-  const perLayer = 12 * C * C + 13 * C;
+  // ln_1, ln_2: 2 × 2C; c_attn: C·QKV + QKV; attn c_proj: C·C + C; c_fc: C·4C + 4C; mlp c_proj: 4C·C + C
+  const perLayer = (C + 1) * QKV + 9 * C * C + 10 * C;
   return embeddings + cfg.n_layer * perLayer + 2 * C; // + ln_f
 }
 
@@ -153,9 +177,9 @@ export function weightBytes(cfg: GPT2Config, bytesPerElement = 4): number {
   return parameterCount(cfg) * bytesPerElement;
 }
 
-/** K and V, each (n_layer, C) per token. */
+/** K and V, each (n_layer, kv_C) per token. */
 export function kvCacheBytesPerToken(cfg: GPT2Config, bytesPerElement = 4): number {
-  return 2 * cfg.n_layer * cfg.n_embd * bytesPerElement;
+  return 2 * cfg.n_layer * kvWidth(cfg) * bytesPerElement;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -195,7 +219,7 @@ export function parameterSpecs(cfg: GPT2Config): ParameterSpec[] {
   add("wpe.weight", [cfg.n_positions, C], "normal");
   for (let i = 0; i < cfg.n_layer; i++) {
     norm(`h.${i}.ln_1`);
-    linear(`h.${i}.attn.c_attn`, C, 3 * C);
+    linear(`h.${i}.attn.c_attn`, C, C + 2 * kvWidth(cfg)); // [q (C) | k (kv_C) | v (kv_C)]
     linear(`h.${i}.attn.c_proj`, C, C);
     norm(`h.${i}.ln_2`);
     linear(`h.${i}.mlp.c_fc`, C, 4 * C);
@@ -220,8 +244,9 @@ export function materializeWeights(w: GPT2Weights): Map<string, Float32Array> {
  * back: the parameters stream from `w` straight into the file.
  */
 export function saveModel(w: GPT2Weights, dir: string): void {
+  const config = hfConfigOf(w.config);
   mkdirSync(dir, { recursive: true });
-  writeFileSync(join(dir, "config.json"), `${JSON.stringify(hfConfigOf(w.config), null, 2)}\n`);
+  writeFileSync(join(dir, "config.json"), `${JSON.stringify(config, null, 2)}\n`);
   writeSafetensors(join(dir, "model.safetensors"), parameterSpecs(w.config), (emit) =>
     w.stream((_spec, chunk) => emit(chunk)),
   );
@@ -412,15 +437,18 @@ export const GPT2_FAMILY: ModelFamily<GPT2Config, GPT2Weights> = {
   save: saveModel,
   parameterCount,
   parametersHow: () =>
-    "exact for GPT-2: embeddings (vocab + positions) × n_embd, 12·C² + 13·C per block, final LayerNorm; the output head is tied to the embeddings",
+    "exact for GPT-2: embeddings (vocab + positions) × n_embd, 12·C² + 13·C per block (less where --kv-heads narrows c_attn's k and v), final LayerNorm; the output head is tied to the embeddings",
   headDim: headSize,
-  kvHeads: (cfg) => cfg.n_head,
-  withKvHeads: (cfg, kvHeads) => (kvHeads === cfg.n_head ? cfg : null), // c_attn holds one K/V head per query head
+  kvHeads,
+  withKvHeads: (cfg, n_kv_head) => ({ ...cfg, n_kv_head }),
   placedParameters: parameterSpecs,
-  linears: ({ n_embd: C }) => [
-    ["c_attn", C, 3 * C],
-    ["attn.c_proj", C, C],
-    ["c_fc", C, 4 * C],
-    ["mlp.c_proj", 4 * C, C],
-  ],
+  linears: (cfg) => {
+    const C = cfg.n_embd;
+    return [
+      ["c_attn", C, C + 2 * kvWidth(cfg)],
+      ["attn.c_proj", C, C],
+      ["c_fc", C, 4 * C],
+      ["mlp.c_proj", 4 * C, C],
+    ];
+  },
 };

@@ -10,7 +10,7 @@
  *            tokens, token types, merges, bos/eos/unk = <|endoftext|>)
  * A vocabulary smaller than GPT-2's (the test fixtures) takes r50k's first ids and the merges that make them.
  */
-import { type GPT2Config, parameterSpecs, type GPT2Weights } from "../model/gpt2.ts";
+import { checkOneKvHeadPerQueryHead, type GPT2Config, parameterSpecs, type GPT2Weights } from "../model/gpt2.ts";
 import { gpt2Vocab } from "../model/gpt2-vocab.ts";
 import { GGML_TYPE_F32, writeGGUF, type GGUFTensorInfo, type GGUFValue } from "./gguf.ts";
 import { numel } from "../model/safetensors.ts";
@@ -46,6 +46,7 @@ export function vocabularyFor(V: number): {
 }
 
 export function gpt2Metadata(cfg: GPT2Config): [string, GGUFValue][] {
+  checkOneKvHeadPerQueryHead(cfg, "a GGUF file");
   const vocab = vocabularyFor(cfg.vocab_size);
   const special: [string, GGUFValue][] =
     vocab.endOfText === null

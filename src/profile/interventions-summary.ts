@@ -28,7 +28,7 @@ export function buildInterventions(
   base: { dtype: DtypeName; kv: DtypeName; kv_heads: number },
 ): InterventionsSection {
   const points = result.samples.map(({ form: p, kv_heads, context, step_ms }): InterventionPoint => {
-    const work = sumWork(cachedStepWork(withKvHeads(cfg, kv_heads)!, context, p));
+    const work = sumWork(cachedStepWork(withKvHeads(cfg, kv_heads), context, p));
     const s = step_ms.median / 1e3;
     const flops_per_s = work.flops / s,
       bytes_per_s = work.bytes / s;

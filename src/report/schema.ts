@@ -178,15 +178,19 @@ const memory = object({
   crossover: { type: "array", items: object({ batch: count, context: count }) },
 });
 
-const gpt2Config = object({
-  name: text,
-  n_layer: { type: "integer", minimum: 1 },
-  n_head: { type: "integer", minimum: 1 },
-  n_embd: { type: "integer", minimum: 1 },
-  n_positions: { type: "integer", minimum: 1 },
-  vocab_size: { type: "integer", minimum: 1 },
-  layer_norm_epsilon: { type: "number", exclusiveMinimum: 0 },
-});
+const gpt2Config = object(
+  {
+    name: text,
+    n_layer: { type: "integer", minimum: 1 },
+    n_head: { type: "integer", minimum: 1 },
+    n_kv_head: { type: "integer", minimum: 1 },
+    n_embd: { type: "integer", minimum: 1 },
+    n_positions: { type: "integer", minimum: 1 },
+    vocab_size: { type: "integer", minimum: 1 },
+    layer_norm_epsilon: { type: "number", exclusiveMinimum: 0 },
+  },
+  ["n_kv_head"],
+);
 
 const llama3Scaling = object({
   factor: { type: "number", exclusiveMinimum: 0 },

@@ -2,7 +2,7 @@
 // one arena, a preallocated KV cache per layer and sequence in the cache dtype, the activations for up to `maxRows`
 // rows, and each sequence's tokens and position that the kernels read from memory.
 import type { Backend } from "../backends/backend.ts";
-import { parameterSpecs, type GPT2Config, type GPT2Weights } from "../model/gpt2.ts";
+import { kvWidth, parameterSpecs, type GPT2Config, type GPT2Weights } from "../model/gpt2.ts";
 import { DTYPE_BYTES, dtypeOf, STATE_INTS } from "../ops.ts";
 import type { ModelBuffers } from "../plan-gpt2.ts";
 import { DEFAULT_STEP_FORM, dtypeCodes, type StepForm } from "../plan.ts";
@@ -108,7 +108,7 @@ function activationLayout(backend: Backend, cfg: GPT2Config, rows: number, batch
   const at = {
     x: arena.reserve(rows * C * FLOAT),
     ln: arena.reserve(rows * C * FLOAT),
-    qkv: arena.reserve(rows * 3 * C * FLOAT),
+    qkv: arena.reserve(rows * (C + 2 * kvWidth(cfg)) * FLOAT),
     att: arena.reserve(rows * C * FLOAT),
     proj: arena.reserve(rows * C * FLOAT),
     fc: arena.reserve(rows * 4 * C * FLOAT),
@@ -138,7 +138,7 @@ function activationLayout(backend: Backend, cfg: GPT2Config, rows: number, batch
 export function sequenceView(m: ModelBuffers, b: number): ModelBuffers {
   if (!Number.isInteger(b) || b < 0 || b >= m.batch) throw new RangeError(`sequence ${b} outside 0..${m.batch - 1}`);
   const cfg = m.config;
-  const cacheRowsBytes = cfg.n_positions * cfg.n_embd * DTYPE_BYTES[dtypeOf(m.dtypes.kv)];
+  const cacheRowsBytes = cfg.n_positions * kvWidth(cfg) * DTYPE_BYTES[dtypeOf(m.dtypes.kv)];
   return {
     ...m,
     batch: 1,

@@ -404,23 +404,22 @@ const attentionSpec = ([T, C, nHead, nKv, maxCtx]: number[], kv: DtypeName): Bat
   };
 };
 
-/** ln_qkv: qkv within the tolerance; each sequence's cache row pos_b = the device's own k and v thirds rounded to the
- *  cache's type (when below max_ctx), every other row as it was. */
-const lnQkvSpec = ([C, maxCtx]: number[], w: DtypeName, kv: DtypeName): BatchSpec => ({
+/** ln_qkv: qkv within the tolerance; the cache rows as cacheRowsFollowQkv (q: C columns, k and v: kv_C). */
+const lnQkvSpec = ([C, kvC, maxCtx]: number[], w: DtypeName, kv: DtypeName): BatchSpec => ({
   kernel: "ln_qkv",
-  shape: `C=${C} max_ctx=${maxCtx}`,
+  shape: `C=${C} kv_C=${kvC} max_ctx=${maxCtx}`,
   shared: (seed) => ({
     ...layerNorm(C!, seed + 40),
-    w: storedMatrix(w, C!, 3 * C!, seed + 43),
-    b: randomFloats(3 * C!, seed + 44),
+    w: storedMatrix(w, C!, C! + 2 * kvC!, seed + 43),
+    b: randomFloats(C! + 2 * kvC!, seed + 44),
   }),
   sequence: (b, seed) => ({
     x: randomFloats(C!, seed + 45 + 100 * b, 3),
     state: stateAt(positionOf(b, 2, maxCtx!)),
-    k: cache(kv, maxCtx!, C!, seed + 46 + 100 * b),
-    v: cache(kv, maxCtx!, C!, seed + 47 + 100 * b),
+    k: cache(kv, maxCtx!, kvC!, seed + 46 + 100 * b),
+    v: cache(kv, maxCtx!, kvC!, seed + 47 + 100 * b),
   }),
-  outputs: { qkv: 3 * C! },
+  outputs: { qkv: C! + 2 * kvC! },
   updated: ["k", "v"],
   run: (be, p, B, code) =>
     be.ops.op_ln_qkv(
@@ -436,28 +435,15 @@ const lnQkvSpec = ([C, maxCtx]: number[], w: DtypeName, kv: DtypeName): BatchSpe
       p.state!,
       B,
       C!,
+      kvC!,
       maxCtx!,
       EPS,
       code(w),
       code(kv),
     ),
-  exact: (device, _cpu, sequences) => {
-    const qkv = device.floats("qkv");
-    return ["k", "v"].every((n, third) => {
-      const got = device.floats(n);
-      return sequences.every((s, b) => {
-        const pos = (s.state as Int32Array)[0]!;
-        const want = (s[n] as Stored).values.slice();
-        if (pos < maxCtx!)
-          want.set(roundInPlace(kv, qkv.slice((3 * b + 1 + third) * C!, (3 * b + 2 + third) * C!)), pos * C!);
-        const mine = got.subarray(b * maxCtx! * C!, (b + 1) * maxCtx! * C!);
-        return mine.every((x, i) => Object.is(x, want[i]));
-      });
-    });
-  },
+  exact: (device, _cpu, sequences) => cacheRowsFollowQkv(device, sequences, C!, kvC!, maxCtx!, kv),
 });
 
-// ---- the Llama family's fused decode ops
 /** Each sequence's cache rows: row pos_b the device's own k (v) columns of its qkv row rounded to the cache's type
  *  (when below max_ctx), every other row as it was. qkv rows: [q (Q) | k (KV) | v (KV)]. */
 function cacheRowsFollowQkv(
@@ -483,6 +469,7 @@ function cacheRowsFollowQkv(
   });
 }
 
+// ---- the Llama family's fused decode ops
 /** rms_qkv_rope: qkv (RMSNorm, q/k/v, the rotation, each head RMS-normalised first where `norms`) within the
  *  tolerance; the cache rows as cacheRowsFollowQkv. The last sequences sit at max_ctx: nothing turned, nothing cached. */
 const rmsQkvRopeSpec = ([C, nHead, nKv, hd, maxCtx, norms]: number[], w: DtypeName, kv: DtypeName): BatchSpec => {
@@ -728,8 +715,10 @@ export const BATCH_DTYPE_CASES: KernelCase[] = [
     ] as const
   ).flatMap(([w, kv]) =>
     [
-      [264, 24],
-      [90, 16],
+      [264, 264, 24],
+      [90, 90, 16],
+      [256, 64, 24], // grouped-query: 8 heads of 32 sharing 2
+      [264, 66, 16], // multi-query (4 heads of 66): kv_C not a multiple of 4, the scalar variant
     ].flatMap((shape) => BATCHES.map((B) => batchCase(lnQkvSpec(shape, w, kv), B, `weights ${w}, cache ${kv}`))),
   ),
   ...(

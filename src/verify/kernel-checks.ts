@@ -407,30 +407,33 @@ const layerNormInputs = (C: number, seed: number) => ({
   lnB: randomFloats(C, seed + 2),
 });
 
-/** qkv, and the caches: row pos written (when below max_ctx), every other row as it was. */
+/** qkv, and the caches (kv_C columns): row pos written (when below max_ctx), every other row as it was. */
 const lnQkvCases = (
   [
-    [768, 5, 1024],
-    [128, 63, 64],
-    [128, 64, 64],
-    [90, 7, 16],
-    [1600, 3, 16],
+    [768, 768, 5, 1024],
+    [128, 128, 63, 64],
+    [128, 128, 64, 64],
+    [90, 90, 7, 16],
+    [1600, 1600, 3, 16],
+    [128, 64, 5, 64], // grouped-query: 4 heads of 32 sharing 2
+    [768, 64, 9, 32], // multi-query: GPT-2 small's 12 heads sharing one
+    [90, 45, 7, 16], // OC = 180 is a multiple of 4 and kv_C is not: the scalar variant
   ] as const
 ).map(
-  ([C, pos, maxCtx]): KernelCase => ({
+  ([C, kvC, pos, maxCtx]): KernelCase => ({
     kernel: "ln_qkv",
-    shape: `C=${C} pos=${pos} max_ctx=${maxCtx}${C % 4 ? " (scalar)" : ""}`,
+    shape: `C=${C} kv_C=${kvC} pos=${pos} max_ctx=${maxCtx}${kvC % 4 ? " (scalar)" : ""}`,
     run: (pair, seed) =>
       pair.compare(
         {
           ...layerNormInputs(C, seed + 40),
-          w: randomMatrix(C, 3 * C, seed + 43),
-          b: randomFloats(3 * C, seed + 44),
+          w: randomMatrix(C, C + 2 * kvC, seed + 43),
+          b: randomFloats(C + 2 * kvC, seed + 44),
           state: stateAt(pos),
-          k: randomFloats(maxCtx * C, seed + 45),
-          v: randomFloats(maxCtx * C, seed + 46),
+          k: randomFloats(maxCtx * kvC, seed + 45),
+          v: randomFloats(maxCtx * kvC, seed + 46),
         },
-        { qkv: 3 * C },
+        { qkv: C + 2 * kvC },
         (b, p) =>
           b.ops.op_ln_qkv(
             p.qkv!,
@@ -445,6 +448,7 @@ const lnQkvCases = (
             p.state!,
             1,
             C,
+            kvC,
             maxCtx,
             EPS,
             F32,

@@ -58,7 +58,10 @@ export function linearRef(
   return out;
 }
 
-/** out: (T, C); query t at position pos + t over cache rows [0, pos + t] of k, v: (max_ctx, C) */
+/**
+ * out: (T, C); query t at position pos + t over cache rows [0, pos + t] of k, v: (max_ctx, kv_C), kv_C = nKv · hs;
+ * query head h reads K/V head h / (nHead / nKv)
+ */
 export function attentionRef(
   q: ArrayLike<number>,
   qStride: number,
@@ -68,17 +71,20 @@ export function attentionRef(
   T: number,
   C: number,
   nHead: number,
+  nKv = nHead,
 ): Float64Array {
-  const hs = C / nHead;
+  const hs = C / nHead,
+    kvC = nKv * hs;
   const out = new Float64Array(T * C);
   for (let t = 0; t < T; t++)
     for (let h = 0; h < nHead; h++) {
+      const kvAt = Math.floor(h / (nHead / nKv)) * hs;
       const keys = pos + t + 1;
       const scores = new Float64Array(keys);
       let max = -Infinity;
       for (let j = 0; j < keys; j++) {
         let d = 0;
-        for (let i = 0; i < hs; i++) d += q[t * qStride + h * hs + i]! * k[j * C + h * hs + i]!;
+        for (let i = 0; i < hs; i++) d += q[t * qStride + h * hs + i]! * k[j * kvC + kvAt + i]!;
         scores[j] = d / Math.sqrt(hs);
         max = Math.max(max, scores[j]!);
       }
@@ -86,7 +92,7 @@ export function attentionRef(
       for (let j = 0; j < keys; j++) total += scores[j] = Math.exp(scores[j]! - max);
       for (let i = 0; i < hs; i++) {
         let s = 0;
-        for (let j = 0; j < keys; j++) s += (scores[j]! / total) * v[j * C + h * hs + i]!;
+        for (let j = 0; j < keys; j++) s += (scores[j]! / total) * v[j * kvC + kvAt + i]!;
         out[t * C + h * hs + i] = s;
       }
     }
@@ -131,10 +137,18 @@ export { maxRelativeError, NAN_WORD, randomFloats } from "../../src/verify/compa
  * GPT-2 in float64 on the given weights (by Hugging Face name, as the model stores them: bf16/f16 weights given
  * as the values they hold): logits (len, V) at every position of `ids`. `storeKv` is what the KV cache does to a
  * key or value it stores (identity for fp32; rounding for bf16/f16), since attention reads them from the cache.
+ * With n_kv_head, c_attn's row is [q (C) | k (kv_C) | v (kv_C)], kv_C = n_kv_head · C / n_head (grouped-query).
  */
 export function gpt2Ref(
   w: ReadonlyMap<string, ArrayLike<number>>,
-  cfg: { n_layer: number; n_head: number; n_embd: number; vocab_size: number; layer_norm_epsilon: number },
+  cfg: {
+    n_layer: number;
+    n_head: number;
+    n_kv_head?: number;
+    n_embd: number;
+    vocab_size: number;
+    layer_norm_epsilon: number;
+  },
   ids: readonly number[],
   storeKv: (x: number) => number = (x) => x,
 ): Float64Array {
@@ -142,6 +156,9 @@ export function gpt2Ref(
     C = cfg.n_embd,
     V = cfg.vocab_size,
     eps = cfg.layer_norm_epsilon;
+  const nKv = cfg.n_kv_head ?? cfg.n_head,
+    kvC = (nKv * C) / cfg.n_head,
+    QKV = C + 2 * kvC;
   const p = (name: string) => w.get(name)!;
   const norm = (x: ArrayLike<number>, name: string) =>
     layernormRef(x, p(`${name}.weight`), p(`${name}.bias`), T, C, eps);
@@ -150,10 +167,12 @@ export function gpt2Ref(
   let x: Float64Array = embedRef(Int32Array.from(ids), 0, p("wte.weight"), p("wpe.weight"), T, C);
   for (let l = 0; l < cfg.n_layer; l++) {
     const h = `h.${l}`;
-    const qkv = linear(norm(x, `${h}.ln_1`), `${h}.attn.c_attn`, C, 3 * C);
-    const cached = (third: number) =>
-      Float64Array.from({ length: T * C }, (_, i) => storeKv(qkv[Math.floor(i / C) * 3 * C + third * C + (i % C)]!));
-    const att = attentionRef(qkv, 3 * C, cached(1), cached(2), 0, T, C, cfg.n_head);
+    const qkv = linear(norm(x, `${h}.ln_1`), `${h}.attn.c_attn`, C, QKV);
+    const cached = (part: number) =>
+      Float64Array.from({ length: T * kvC }, (_, i) =>
+        storeKv(qkv[Math.floor(i / kvC) * QKV + C + part * kvC + (i % kvC)]!),
+      );
+    const att = attentionRef(qkv, QKV, cached(0), cached(1), 0, T, C, cfg.n_head, nKv);
     x = residualRef(x, linear(att, `${h}.attn.c_proj`, C, C));
     const act = geluRef(linear(norm(x, `${h}.ln_2`), `${h}.mlp.c_fc`, C, 4 * C));
     x = residualRef(x, linear(act, `${h}.mlp.c_proj`, 4 * C, C));

@@ -78,7 +78,7 @@ export function buildPredictions(
     const key = `${m.context} ${m.dtype} ${m.kv_dtype} ${m.batch} ${m.kv_heads}`;
     if (!cache.has(key)) {
       const form: StepForm = { plan, batch: m.batch, weights: m.dtype, kv: m.kv_dtype };
-      const variant = withKvHeads(config, m.kv_heads)!;
+      const variant = withKvHeads(config, m.kv_heads);
       cache.set(
         key,
         predictRange(
