@@ -4,13 +4,13 @@
 // a small buffer in L1).
 //
 // One query per sequence (decode): memory-bound, each cache is read once. Every sequence's keys are cut into
-// ranges, all of them chunks of one parallel pass; a range's chunk reads its K rows, then its V rows,
-// contiguously for all heads, and leaves each head's partial softmax (max, sum, weighted sum of V) in a slot of
-// its own. Each sequence's slots are merged in range order afterwards, so its result does not depend on which
-// thread ran which range, nor on the batch.
-// Many queries (prefill, the uncached step): compute-bound, flash-attention style. A chunk owns one head
-// and a block of queries; it walks the visible keys a block at a time, scores them with the micro-kernel
-// (cpu_math.h), folds them into a running softmax per query, and adds P @ V with the micro-kernel again.
+// ranges, all of them chunks of one parallel pass; a range's chunk reads its K rows, then its V rows (whole rows
+// in order, or one K/V head's columns at a time where query heads share it), and leaves each head's partial
+// softmax (max, sum, weighted sum of V) in a slot of its own. Each sequence's slots are merged in range order
+// afterwards, so its result does not depend on which thread ran which range, nor on the batch. Many queries (prefill,
+// the uncached step): compute-bound, flash-attention style. A chunk owns one head and a block of queries; it walks the
+// visible keys a block at a time, scores them with the micro-kernel (cpu_math.h), folds them into a running softmax per
+// query, and adds P @ V with the micro-kernel again.
 #include <math.h>
 #include <string.h>
 
@@ -151,6 +151,29 @@ void attend_key_range_any(float* slots, float* scores, const float* q, const S* 
   }
 }
 
+// ---- The vector paths: head sizes of Vecs vectors ----
+//
+// A (head, key) dot product leaves a vector of partial sums; kVecFloats of them are summed across lanes together
+// (sum_lanes_each's tree: the result's lane i is the i-th product).
+// Rows: the rows are read whole, in order, each query head's query reloaded from L1 for each key, and each row's V
+// prefetched for the weighing pass.
+// Shared heads: a K/V head's columns are loaded once into registers for all its query heads, whose queries (or
+// weighted sums) stay in registers too. This core issues one vector load a cycle, so loads, not multiplies, bound
+// the rows loops when heads share: Llama-3.2-1B's 32/8 heads scored at 294 cycles a key in L2, 3x the
+// multiplies' time. Measured 2026-12-06 (AMD EPYC VM, f32, 8,191 keys, GB/s ÷ the matvecs' in the same rounds,
+// rows → shared): 32/8 heads 0.64 → 0.76 with the host's DRAM slow, 0.41 → 0.48 fast; 32/4 0.53 → 0.66 and 14/2
+// 0.61 → 0.64 slow; 9/3 0.73 → 0.72 slow, 0.59 → 0.51 fast; 9/9 0.86 → 0.81. Hence shared from groups of four.
+constexpr int kSharedGroupMin = 4;
+
+// Keeps v in a register: without it the compiler folds v's load into every multiply that uses it.
+inline void keep_in_register(vecf& v) {
+#if defined(__x86_64__)
+  asm("" : "+v"(v));
+#else
+  (void)v;
+#endif
+}
+
 // scores (n_head, n) for keys [0, n) of k (rows of kv_C), head size Vecs vectors. The rows are read in order,
 // each whole (all heads' columns one after another, as the prefetcher streams them), kVecFloats keys at a time:
 // each (head, key) dot product leaves a vector in `part`, and a head's kVecFloats of them are summed together
@@ -226,11 +249,11 @@ void weigh_values_for(int count, float* slots, const float* scores, const S* v, 
   weigh_values<Heads_, Vecs>(slots, scores, v, n, heads, h0);
 }
 
-// attend_key_range_any for a head size of Vecs vectors: the scores kVecFloats keys at a time, then V weighed for
-// as many heads at once as keep their accumulators in 16 vector registers.
+// The key range's slots, the rows whole and in order: the scores kVecFloats keys at a time, then V weighed for as
+// many heads at once as keep their accumulators in 16 vector registers.
 template <typename S, int Vecs>
-void attend_key_range_vectors(float* slots, float* scores, const float* q, const S* k_cache, const S* v_cache, int j0,
-                              int j1, const Heads& heads, float scale) {
+void attend_key_range_rows(float* slots, float* scores, const float* q, const S* k_cache, const S* v_cache, int j0,
+                           int j1, const Heads& heads, float scale) {
   constexpr int kHeadsPerPass = 16 / Vecs > 0 ? 16 / Vecs : 1;
   const int n = j1 - j0;
   const S* k = k_cache + (size_t)j0 * heads.kv_C;
@@ -243,14 +266,156 @@ void attend_key_range_vectors(float* slots, float* scores, const float* q, const
     weigh_values_for<kHeadsPerPass, Vecs>(std::min(kHeadsPerPass, heads.n_head - h0), slots, scores, v, n, heads, h0);
 }
 
-// The key range's slots: head sizes of 4 or 8 vectors (64 and 128 with AVX-512) take the vector path.
+// Lane i: the lanes' sum of leaf[i] (i < Leaves), by sum_lanes_each's tree; leaf is overwritten.
+template <int Leaves> inline vecf sum_leaves(vecf (&leaf)[Leaves]) {
+#pragma GCC unroll 4
+  for (int width = Leaves; width > 1; width /= 2)
+#pragma GCC unroll 8
+    for (int i = 0; i < width / 2; i++)
+      leaf[i] = cpu_math_detail::pair_sums(leaf[2 * i], leaf[2 * i + 1], std::make_index_sequence<kVecFloats>{});
+  return leaf[0];
+}
+
+// scores (n_head, n) of query heads [h0, h0 + count) (count <= Heads_) of K/V head kv, keys [0, n) of k (rows of
+// kv_C): the Heads_ queries in registers, each key's columns loaded once for all of them; kVecFloats (key, head)
+// dot products at a time are summed across lanes together (lane i·Heads_ + g: the group's key i, head h0 + g), the
+// keys past the last whole group one by one.
+template <int Heads_, int Vecs, typename S>
+void score_shared(float* scores, const float* q, const S* k, int n, const Heads& heads, int kv, int h0, int count,
+                  float scale) {
+  constexpr int kHalf = kVecFloats / 2, kKeysPerHalf = kHalf / Heads_, kKeys = 2 * kKeysPerHalf;
+  static_assert(kKeysPerHalf * Heads_ == kHalf, "half of the lanes holds whole keys");
+  vecf query[Heads_][Vecs];
+  for (int g = 0; g < Heads_; g++)
+    for (int d = 0; d < Vecs; d++) {
+      query[g][d] = load_vec(q + (size_t)(h0 + (g < count ? g : 0)) * heads.hs + d * kVecFloats);
+      keep_in_register(query[g][d]);
+    }
+  const S* head_k = k + (size_t)kv * heads.hs;
+  int j = 0;
+  for (; j + kKeys <= n; j += kKeys) {
+    vecf halves[2];
+    for (int half = 0; half < 2; half++) {
+      vecf leaf[kHalf];
+#pragma GCC unroll 8
+      for (int i = 0; i < kKeysPerHalf; i++) {
+        const S* row = head_k + (size_t)(j + half * kKeysPerHalf + i) * heads.kv_C;
+        vecf key[Vecs];
+#pragma GCC unroll 8
+        for (int d = 0; d < Vecs; d++) {
+          key[d] = load_widened(row + d * kVecFloats);
+          keep_in_register(key[d]);
+        }
+#pragma GCC unroll 8
+        for (int g = 0; g < Heads_; g++) {
+          vecf acc = query[g][0] * key[0];
+#pragma GCC unroll 8
+          for (int d = 1; d < Vecs; d++) acc += query[g][d] * key[d];
+          leaf[i * Heads_ + g] = acc;
+        }
+      }
+      halves[half] = sum_leaves(leaf);
+    }
+    alignas(64) float dots[kVecFloats];
+    store_vec(dots,
+              cpu_math_detail::pair_sums(halves[0], halves[1], std::make_index_sequence<kVecFloats>{}) * splat(scale));
+#pragma GCC unroll 16
+    for (int i = 0; i < kKeys; i++)
+#pragma GCC unroll 8
+      for (int g = 0; g < Heads_; g++)
+        if (g < count) scores[(size_t)(h0 + g) * n + j + i] = dots[i * Heads_ + g];
+  }
+  for (; j < n; j++)
+    for (int g = 0; g < count; g++)
+      scores[(size_t)(h0 + g) * n + j] =
+          dot_widened(q + (size_t)(h0 + g) * heads.hs, head_k + (size_t)j * heads.kv_C, heads.hs) * scale;
+}
+
+// score_shared for count (1..Heads_) heads: the fewest lanes' worth of heads (1, 2, 4 ...) that hold them
+template <int Heads_, int Vecs, typename S>
+void score_shared_for(float* scores, const float* q, const S* k, int n, const Heads& heads, int kv, int h0, int count,
+                      float scale) {
+  if constexpr (Heads_ > 1) {
+    if (count <= Heads_ / 2) return score_shared_for<Heads_ / 2, Vecs>(scores, q, k, n, heads, kv, h0, count, scale);
+  }
+  score_shared<Heads_, Vecs>(scores, q, k, n, heads, kv, h0, count, scale);
+}
+
+// slots' weighted sums of V for query heads [h0, h0 + count) (count <= Heads_) of K/V head kv over keys [0, n) of
+// v: the accumulators in registers, each row's columns loaded once for all of them.
+template <int Heads_, int Vecs, typename S>
+void weigh_shared(float* slots, const float* scores, const S* v, int n, const Heads& heads, int kv, int h0, int count) {
+  vecf acc[Heads_][Vecs];
+#pragma GCC unroll 8
+  for (int g = 0; g < Heads_; g++)
+#pragma GCC unroll 8
+    for (int d = 0; d < Vecs; d++) acc[g][d] = vecf{};
+  const S* head_v = v + (size_t)kv * heads.hs;
+  for (int j = 0; j < n; j++) {
+    const S* row = head_v + (size_t)j * heads.kv_C;
+    vecf value[Vecs];
+#pragma GCC unroll 8
+    for (int d = 0; d < Vecs; d++) {
+      value[d] = load_widened(row + d * kVecFloats);
+      keep_in_register(value[d]);
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < Heads_; g++) {
+      const vecf weight = splat(scores[(size_t)(h0 + (g < count ? g : 0)) * n + j]);
+#pragma GCC unroll 8
+      for (int d = 0; d < Vecs; d++) acc[g][d] += weight * value[d];
+    }
+  }
+#pragma GCC unroll 8
+  for (int g = 0; g < Heads_; g++)
+#pragma GCC unroll 8
+    for (int d = 0; d < Vecs; d++)
+      if (g < count) store_vec(slots + (size_t)(h0 + g) * slot_floats(heads.hs) + 2 + d * kVecFloats, acc[g][d]);
+}
+
+// weigh_shared for count (1..Heads_) heads, as score_shared_for
+template <int Heads_, int Vecs, typename S>
+void weigh_shared_for(float* slots, const float* scores, const S* v, int n, const Heads& heads, int kv, int h0,
+                      int count) {
+  if constexpr (Heads_ > 1) {
+    if (count <= Heads_ / 2) return weigh_shared_for<Heads_ / 2, Vecs>(slots, scores, v, n, heads, kv, h0, count);
+  }
+  weigh_shared<Heads_, Vecs>(slots, scores, v, n, heads, kv, h0, count);
+}
+
+// The key range's slots when query heads share K/V heads: one K/V head at a time over all the range's rows, its
+// query heads kHeadsAtOnce at a time. (A pass's strided reads alone stream at 0.93–0.95 of the matvecs' bandwidth,
+// whole rows at 0.97: measured, as above.)
+template <typename S, int Vecs>
+void attend_key_range_shared(float* slots, float* scores, const float* q, const S* k_cache, const S* v_cache, int j0,
+                             int j1, const Heads& heads, float scale) {
+  constexpr int kHeadsAtOnce = std::min(16 / Vecs, kVecFloats / 2);
+  const int n = j1 - j0, kv_heads = heads.n_head / heads.group;
+  const S* k = k_cache + (size_t)j0 * heads.kv_C;
+  const S* v = v_cache + (size_t)j0 * heads.kv_C;
+  for (int kv = 0; kv < kv_heads; kv++)
+    for (int h0 = kv * heads.group; h0 < (kv + 1) * heads.group; h0 += kHeadsAtOnce)
+      score_shared_for<kHeadsAtOnce, Vecs>(scores, q, k, n, heads, kv, h0,
+                                           std::min(kHeadsAtOnce, (kv + 1) * heads.group - h0), scale);
+  range_softmax(slots, scores, n, heads);
+  for (int kv = 0; kv < kv_heads; kv++)
+    for (int h0 = kv * heads.group; h0 < (kv + 1) * heads.group; h0 += kHeadsAtOnce)
+      weigh_shared_for<kHeadsAtOnce, Vecs>(slots, scores, v, n, heads, kv, h0,
+                                           std::min(kHeadsAtOnce, (kv + 1) * heads.group - h0));
+}
+
+// The key range's slots: head sizes of 4 or 8 vectors (64 and 128 with AVX-512) take a vector path.
 template <typename S>
 void attend_key_range(float* slots, float* scores, const float* q, const S* k_cache, const S* v_cache, int j0, int j1,
                       const Heads& heads, float scale) {
-  if (heads.hs == 4 * kVecFloats)
-    return attend_key_range_vectors<S, 4>(slots, scores, q, k_cache, v_cache, j0, j1, heads, scale);
-  if (heads.hs == 8 * kVecFloats)
-    return attend_key_range_vectors<S, 8>(slots, scores, q, k_cache, v_cache, j0, j1, heads, scale);
+  const auto vectors = [&](auto vecs) {
+    constexpr int Vecs = decltype(vecs)::value;
+    if (heads.group >= kSharedGroupMin)
+      return attend_key_range_shared<S, Vecs>(slots, scores, q, k_cache, v_cache, j0, j1, heads, scale);
+    attend_key_range_rows<S, Vecs>(slots, scores, q, k_cache, v_cache, j0, j1, heads, scale);
+  };
+  if (heads.hs == 4 * kVecFloats) return vectors(std::integral_constant<int, 4>{});
+  if (heads.hs == 8 * kVecFloats) return vectors(std::integral_constant<int, 8>{});
   attend_key_range_any(slots, scores, q, k_cache, v_cache, j0, j1, heads, scale);
 }
 

@@ -87,8 +87,9 @@ function checkLinear(b: CpuBackend, on: DeviceArena, T: number, C: number, OC: n
 }
 
 /**
- * kv_append of T rows at pos into a cache of a storage type, then op_attention, against the float64 reference
- * on the cache as stored (the appended rows checked on request: qkv's k and v rounded as src/model/dtypes.ts does).
+ * kv_append of T rows at pos into a cache of a storage type, then op_attention with nKv K/V heads (nHead by default),
+ * against the float64 reference on the cache as stored (the appended rows checked on request: qkv's k and v rounded
+ * as src/model/dtypes.ts does).
  */
 function checkAttention(
   b: CpuBackend,
@@ -98,29 +99,31 @@ function checkAttention(
   C: number,
   H: number,
   maxCtx: number,
-  opts: { checkAppend?: boolean; dtype?: DtypeName } = {},
+  opts: { checkAppend?: boolean; dtype?: DtypeName; nKv?: number } = {},
 ): void {
-  const dtype = opts.dtype ?? "f32";
-  const qkv = randomFloats(T * 3 * C, seed + 6 + pos + T, 2);
-  const history = randomFloats(maxCtx * C * 2, seed + 7 + C);
-  const k = on.put(storedWords(dtype, history.subarray(0, maxCtx * C))),
-    v = on.put(storedWords(dtype, history.subarray(maxCtx * C)));
+  const dtype = opts.dtype ?? "f32",
+    nKv = opts.nKv ?? H;
+  const kvC = (nKv * C) / H,
+    row = C + 2 * kvC; // a qkv row: [q (C) | k (kv_C) | v (kv_C)]
+  const qkv = randomFloats(T * row, seed + 6 + pos + T, 2);
+  const history = randomFloats(maxCtx * kvC * 2, seed + 7 + C);
+  const k = on.put(storedWords(dtype, history.subarray(0, maxCtx * kvC))),
+    v = on.put(storedWords(dtype, history.subarray(maxCtx * kvC)));
   const st = on.put(Int32Array.of(pos, 0, 0, 0));
-  b.ops.op_kv_append(k.ptr, v.ptr, on.put(qkv).ptr, st.ptr, 1, T, C, C, maxCtx, DTYPES[dtype]);
-  const kHost = readStored(on, dtype, k, maxCtx * C),
-    vHost = readStored(on, dtype, v, maxCtx * C);
+  b.ops.op_kv_append(k.ptr, v.ptr, on.put(qkv).ptr, st.ptr, 1, T, C, kvC, maxCtx, DTYPES[dtype]);
+  const kHost = readStored(on, dtype, k, maxCtx * kvC),
+    vHost = readStored(on, dtype, v, maxCtx * kvC);
   if (opts.checkAppend) {
     for (let t = 0; t < T; t++) {
-      const row = (cache: Float32Array) => Array.from(cache.subarray((pos + t) * C, (pos + t + 1) * C));
-      const part = (third: number) =>
-        Array.from(rounded(dtype, qkv.subarray((3 * t + third) * C, (3 * t + third + 1) * C)));
-      expect(row(kHost)).toEqual(part(1));
-      expect(row(vHost)).toEqual(part(2));
+      const cacheRow = (cache: Float32Array) => Array.from(cache.subarray((pos + t) * kvC, (pos + t + 1) * kvC));
+      const part = (from: number) => Array.from(rounded(dtype, qkv.subarray(t * row + from, t * row + from + kvC)));
+      expect(cacheRow(kHost)).toEqual(part(C));
+      expect(cacheRow(vHost)).toEqual(part(C + kvC));
     }
   }
   const out = on.poisoned(T * C);
-  b.ops.op_attention(out.ptr, 0, on.put(qkv).ptr, k.ptr, v.ptr, st.ptr, 1, T, C, H, H, maxCtx, DTYPES[dtype]);
-  expect(maxRelativeError(on.floats(out), attentionRef(qkv, 3 * C, kHost, vHost, pos, T, C, H))).toBeLessThan(
+  b.ops.op_attention(out.ptr, 0, on.put(qkv).ptr, k.ptr, v.ptr, st.ptr, 1, T, C, H, nKv, maxCtx, DTYPES[dtype]);
+  expect(maxRelativeError(on.floats(out), attentionRef(qkv, row, kHost, vHost, pos, T, C, H, nKv))).toBeLessThan(
     TOLERANCE,
   );
 }
@@ -1053,6 +1056,22 @@ describe.each(VARIANTS)("CPU library %s: threaded paths and micro-kernel edges",
     checkAttention(lib, on, T, pos, C, H, 1024),
   );
 
+  // one query over K/V heads shared by groups of 4+ (the shared path: a K/V head's columns loaded once for its
+  // query heads, 4 or 2 of them at a time, then 2 and 1 for the rest of a group of 7): head sizes of 4 and 8
+  // vectors (64 and 128 with AVX-512; 32/64 with AVX, 16/32 without), whole groups of keys and the ones past them
+  test.each([
+    [1, 100, 2048, 32, 8],
+    [1, 1000, 2048, 32, 8],
+    [1, 700, 448, 7, 1],
+    [1, 77, 1024, 8, 2],
+    [1, 600, 1024, 16, 2],
+    [1, 40, 512, 16, 4],
+    [1, 300, 256, 8, 2],
+    [1, 130, 512, 8, 1],
+  ])("attention T=%d pos=%d C=%d heads=%d, %d K/V heads (max_ctx 1024)", (T, pos, C, H, nKv) =>
+    checkAttention(lib, on, T, pos, C, H, 1024, { nKv }),
+  );
+
   // bf16/f16 widened by this build's instructions (vpmovzxwd + vpslld; vcvtph2ps where F16C is, integer lanes
   // where not): whole vectors and the columns past them, in dot products, packed panels, cache rows and key blocks
   test.each(NARROW)(
@@ -1069,14 +1088,16 @@ describe.each(VARIANTS)("CPU library %s: threaded paths and micro-kernel edges",
       ] as const) {
         checkLinear(lib, on, T, C, OC, dtype);
       }
-      for (const [T, pos, C, H] of [
-        [1, 31, 768, 12],
-        [1, 700, 200, 5],
-        [9, 100, 192, 3],
-        [49, 16, 96, 2],
-        [60, 70, 768, 12],
+      for (const [T, pos, C, H, nKv] of [
+        [1, 31, 768, 12, 12],
+        [1, 700, 200, 5, 5],
+        [9, 100, 192, 3, 3],
+        [49, 16, 96, 2, 2],
+        [60, 70, 768, 12, 12],
+        [1, 300, 2048, 32, 8],
+        [1, 201, 1024, 8, 1],
       ] as const) {
-        checkAttention(lib, on, T, pos, C, H, 1024, { checkAppend: true, dtype });
+        checkAttention(lib, on, T, pos, C, H, 1024, { checkAppend: true, dtype, nKv });
       }
       const T = 2,
         C = 37,

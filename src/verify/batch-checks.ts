@@ -701,6 +701,7 @@ export const BATCH_DTYPE_CASES: KernelCase[] = [
     [1, 90, 3, 3, 24],
     [1, 256, 4, 2, 72], // grouped-query: 2 query heads per K/V head
     [2, 448, 7, 1, 40], // multi-query (Qwen2's 7/1)
+    [1, 1024, 16, 2, 300], // 8 query heads per K/V head: the CPU's shared path, 4 at a time
     [2, 512, 4, 1, 70], // head size 128: the merge takes two of a K/V head's query heads at a time
     [1, 1024, 4, 2, 70], // head size 256: the wide kernel, a head merged at a time
   ].flatMap((shape) =>

@@ -293,6 +293,7 @@ const GQA_SHAPES = [
   [3, 61, 768, 4, 1, 128], // head size 192, past the fast path's 128
   [1, 1500, 576, 9, 3, 1536], // SmolLM2's heads at a longer context: the CPU's 80-key ranges and a partial one
   [1, 1200, 1024, 8, 4, 1280], // head size 128 there
+  [1, 700, 2048, 16, 2, 768], // head size 128 shared by 8: the CPU's 2-head passes
 ] as const;
 
 // ---- the Llama family's ops ---------------------------------------------------------------------------------
