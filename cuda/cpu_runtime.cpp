@@ -370,6 +370,12 @@ void* be_alloc(size_t bytes) {
   return ptr;
 }
 
+void* be_alloc_whole(size_t bytes) {
+  void* ptr = be_alloc(bytes);
+  if (ptr) madvise(ptr, bytes, MADV_HUGEPAGE);  // advice only: where the kernel has none, 4 KiB pages
+  return ptr;
+}
+
 int be_free(void* ptr) {
   if (!ptr) return kOk;
   for (Mapping& m : g_mapped) {

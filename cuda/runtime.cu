@@ -150,6 +150,8 @@ extern "C" void* be_alloc(size_t bytes) {
   return nullptr;
 }
 
+extern "C" void* be_alloc_whole(size_t bytes) { return be_alloc(bytes); }
+
 extern "C" int be_free(void* ptr) { return cudaFree(ptr); }
 
 extern "C" int be_upload(void* dst, const void* host_src, size_t bytes) {

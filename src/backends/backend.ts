@@ -9,6 +9,9 @@ import type { Instrument } from "./instrument.ts";
 
 export type BackendKind = "cpu" | "cuda" | "emu";
 
+/** How a buffer is written: whole before it is read (the weights), or in part (the cache, activations). */
+export type Written = "whole" | "in part";
+
 /** Memory owned by a backend: device memory for CUDA, host memory for the CPU. */
 export interface DeviceBuffer {
   readonly ptr: number;
@@ -126,7 +129,8 @@ export interface Backend {
   describe(): BackendDescription;
   /** the backend's timers and tracer */
   instrument(): Instrument;
-  alloc(bytes: number): DeviceBuffer;
+  /** zeroed (cuda/runtime.h); "whole": written whole before it is read, as the weights are (huge pages on the CPU) */
+  alloc(bytes: number, written?: Written): DeviceBuffer;
   free(buffer: DeviceBuffer): void;
   upload(dst: DeviceBuffer, src: ArrayBufferView, dstOffsetBytes?: number): void;
   /**

@@ -15,6 +15,7 @@ import type {
   MemoryInfo,
   RecordedStep,
   StudyDefaults,
+  Written,
 } from "./backend.ts";
 import type { Instrument } from "./instrument.ts";
 
@@ -36,6 +37,7 @@ export interface BaseSymbols {
   be_error_name(code: number): { toString(): string };
   be_error_string(code: number): { toString(): string };
   be_alloc(bytes: number): number | null;
+  be_alloc_whole(bytes: number): number | null;
   be_free(ptr: number): number;
   be_upload(dst: number, src: ArrayBufferView, bytes: number): number;
   be_upload_matrix(
@@ -98,9 +100,9 @@ export abstract class NativeBackend implements Backend {
     }
   }
 
-  alloc(bytes: number): DeviceBuffer {
+  alloc(bytes: number, written: Written = "in part"): DeviceBuffer {
     if (!Number.isSafeInteger(bytes) || bytes <= 0) throw new Error(`alloc: bad size ${bytes}`);
-    const ptr = this.sym.be_alloc(bytes);
+    const ptr = written === "whole" ? this.sym.be_alloc_whole(bytes) : this.sym.be_alloc(bytes);
     if (!ptr) {
       this.check(this.sym.be_last_error() || ERROR_MEMORY_ALLOCATION, `allocating ${bytes} bytes`);
     }

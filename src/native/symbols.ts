@@ -46,6 +46,7 @@ export const RUNTIME_SYMBOLS = {
   be_error_name: { args: [i32], returns: cstring },
   be_error_string: { args: [i32], returns: cstring },
   be_alloc: { args: [u64], returns: ptr },
+  be_alloc_whole: { args: [u64], returns: ptr },
   be_free: { args: [ptr], returns: i32 },
   be_upload: { args: [ptr, ptr, u64], returns: i32 },
   be_upload_matrix: { args: [ptr, ptr, u64, u64, i32, i32, i32], returns: i32 },

@@ -131,7 +131,7 @@ export function allocateCache(backend: Backend, cfg: ModelConfig, form: CacheFor
 
 /** A buffer of `bytes` that `fill` writes, freed again if filling fails (a checkpoint's bad chunk, say). */
 export function allocateFilled(backend: Backend, bytes: number, fill: (buffer: DeviceBuffer) => void): DeviceBuffer {
-  const buffer = backend.alloc(bytes);
+  const buffer = backend.alloc(bytes, "whole");
   try {
     fill(buffer);
   } catch (e) {
