@@ -4,13 +4,13 @@
 // a small buffer in L1).
 //
 // One query per sequence (decode): memory-bound, each cache is read once. Every sequence's keys are cut into
-// ranges, all of them chunks of one parallel pass; a range's chunk reads its K rows, then its V rows (whole rows
-// in order, or one K/V head's columns at a time where query heads share it), and leaves each head's partial
-// softmax (max, sum, weighted sum of V) in a slot of its own. Each sequence's slots are merged in range order
-// afterwards, so its result does not depend on which thread ran which range, nor on the batch. Many queries (prefill,
-// the uncached step): compute-bound, flash-attention style. A chunk owns one head and a block of queries; it walks the
-// visible keys a block at a time, scores them with the micro-kernel (cpu_math.h), folds them into a running softmax per
-// query, and adds P @ V with the micro-kernel again.
+// ranges, all of them chunks of one parallel pass; a range's chunk reads its K rows, then its V rows (whole
+// rows in order, or one K/V head's columns at a time where query heads share it), and leaves each head's
+// partial softmax (max, sum, weighted sum of V) in a slot of its own. Each sequence's slots are merged in range
+// order afterwards, so its result does not depend on which thread ran which range, nor on the batch.
+// Many queries (prefill, the uncached step): compute-bound, flash-attention style. A chunk owns one head
+// and a block of queries; it walks the visible keys a block at a time, scores them with the micro-kernel
+// (cpu_math.h), folds them into a running softmax per query, and adds P @ V with the micro-kernel again.
 #include <math.h>
 #include <string.h>
 
@@ -155,13 +155,13 @@ void attend_key_range_any(float* slots, float* scores, const float* q, const S* 
 //
 // A (head, key) dot product leaves a vector of partial sums; kVecFloats of them are summed across lanes together
 // (sum_lanes_each's tree: the result's lane i is the i-th product).
-// Rows: the rows are read whole, in order, each query head's query reloaded from L1 for each key, and each row's V
-// prefetched for the weighing pass.
+// Row order: the rows are read whole, in order, each query head's query reloaded from L1 for each key, and each
+// row's V prefetched for the weighing pass.
 // Shared heads: a K/V head's columns are loaded once into registers for all its query heads, whose queries (or
 // weighted sums) stay in registers too. This core issues one vector load a cycle, so loads, not multiplies, bound
-// the rows loops when heads share: Llama-3.2-1B's 32/8 heads scored at 294 cycles a key in L2, 3x the
+// the row-order loops when heads share: Llama-3.2-1B's 32/8 heads scored at 294 cycles a key in L2, 3x the
 // multiplies' time. Measured 2026-12-06 (AMD EPYC VM, f32, 8,191 keys, GB/s ÷ the matvecs' in the same rounds,
-// rows → shared): 32/8 heads 0.64 → 0.76 with the host's DRAM slow, 0.41 → 0.48 fast; 32/4 0.53 → 0.66 and 14/2
+// row order → shared): 32/8 heads 0.64 → 0.76 with the host's DRAM slow, 0.41 → 0.48 fast; 32/4 0.53 → 0.66 and 14/2
 // 0.61 → 0.64 slow; 9/3 0.73 → 0.72 slow, 0.59 → 0.51 fast; 9/9 0.86 → 0.81. Hence shared from groups of four.
 constexpr int kSharedGroupMin = 4;
 
@@ -249,7 +249,7 @@ void weigh_values_for(int count, float* slots, const float* scores, const S* v, 
   weigh_values<Heads_, Vecs>(slots, scores, v, n, heads, h0);
 }
 
-// The key range's slots, the rows whole and in order: the scores kVecFloats keys at a time, then V weighed for as
+// The key range's slots in row order: the scores kVecFloats keys at a time, then V weighed for as
 // many heads at once as keep their accumulators in 16 vector registers.
 template <typename S, int Vecs>
 void attend_key_range_rows(float* slots, float* scores, const float* q, const S* k_cache, const S* v_cache, int j0,
