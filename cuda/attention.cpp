@@ -174,6 +174,15 @@ inline void keep_in_register(vecf& v) {
 #endif
 }
 
+// head (Vecs vectors) = the Vecs · kVecFloats elements from `from`, widened, each kept in a register
+template <int Vecs, typename S> inline void load_head(vecf (&head)[Vecs], const S* from) {
+#pragma GCC unroll 8
+  for (int d = 0; d < Vecs; d++) {
+    head[d] = load_widened(from + d * kVecFloats);
+    keep_in_register(head[d]);
+  }
+}
+
 // scores (n_head, n) for keys [0, n) of k (rows of kv_C), head size Vecs vectors. The rows are read in order,
 // each whole (all heads' columns one after another, as the prefetcher streams them), kVecFloats keys at a time:
 // each (head, key) dot product leaves a vector in `part`, and a head's kVecFloats of them are summed together
@@ -266,16 +275,6 @@ void attend_key_range_rows(float* slots, float* scores, const float* q, const S*
     weigh_values_for<kHeadsPerPass, Vecs>(std::min(kHeadsPerPass, heads.n_head - h0), slots, scores, v, n, heads, h0);
 }
 
-// Lane i: the lanes' sum of leaf[i] (i < Leaves), by sum_lanes_each's tree; leaf is overwritten.
-template <int Leaves> inline vecf sum_leaves(vecf (&leaf)[Leaves]) {
-#pragma GCC unroll 4
-  for (int width = Leaves; width > 1; width /= 2)
-#pragma GCC unroll 8
-    for (int i = 0; i < width / 2; i++)
-      leaf[i] = cpu_math_detail::pair_sums(leaf[2 * i], leaf[2 * i + 1], std::make_index_sequence<kVecFloats>{});
-  return leaf[0];
-}
-
 // scores (n_head, n) of query heads [h0, h0 + count) (count <= Heads_) of K/V head kv, keys [0, n) of k (rows of
 // kv_C): the Heads_ queries in registers, each key's columns loaded once for all of them; kVecFloats (key, head)
 // dot products at a time are summed across lanes together (lane i·Heads_ + g: the group's key i, head h0 + g), the
@@ -286,11 +285,7 @@ void score_shared(float* scores, const float* q, const S* k, int n, const Heads&
   constexpr int kHalf = kVecFloats / 2, kKeysPerHalf = kHalf / Heads_, kKeys = 2 * kKeysPerHalf;
   static_assert(kKeysPerHalf * Heads_ == kHalf, "half of the lanes holds whole keys");
   vecf query[Heads_][Vecs];
-  for (int g = 0; g < Heads_; g++)
-    for (int d = 0; d < Vecs; d++) {
-      query[g][d] = load_vec(q + (size_t)(h0 + (g < count ? g : 0)) * heads.hs + d * kVecFloats);
-      keep_in_register(query[g][d]);
-    }
+  for (int g = 0; g < Heads_; g++) load_head(query[g], q + (size_t)(h0 + (g < count ? g : 0)) * heads.hs);
   const S* head_k = k + (size_t)kv * heads.hs;
   int j = 0;
   for (; j + kKeys <= n; j += kKeys) {
@@ -301,11 +296,7 @@ void score_shared(float* scores, const float* q, const S* k, int n, const Heads&
       for (int i = 0; i < kKeysPerHalf; i++) {
         const S* row = head_k + (size_t)(j + half * kKeysPerHalf + i) * heads.kv_C;
         vecf key[Vecs];
-#pragma GCC unroll 8
-        for (int d = 0; d < Vecs; d++) {
-          key[d] = load_widened(row + d * kVecFloats);
-          keep_in_register(key[d]);
-        }
+        load_head(key, row);
 #pragma GCC unroll 8
         for (int g = 0; g < Heads_; g++) {
           vecf acc = query[g][0] * key[0];
@@ -314,7 +305,7 @@ void score_shared(float* scores, const float* q, const S* k, int n, const Heads&
           leaf[i * Heads_ + g] = acc;
         }
       }
-      halves[half] = sum_leaves(leaf);
+      halves[half] = sum_lanes_each(leaf);  // each leaf's sum in two adjacent lanes, added below
     }
     alignas(64) float dots[kVecFloats];
     store_vec(dots,
@@ -354,11 +345,7 @@ void weigh_shared(float* slots, const float* scores, const S* v, int n, const He
   for (int j = 0; j < n; j++) {
     const S* row = head_v + (size_t)j * heads.kv_C;
     vecf value[Vecs];
-#pragma GCC unroll 8
-    for (int d = 0; d < Vecs; d++) {
-      value[d] = load_widened(row + d * kVecFloats);
-      keep_in_register(value[d]);
-    }
+    load_head(value, row);
 #pragma GCC unroll 8
     for (int g = 0; g < Heads_; g++) {
       const vecf weight = splat(scores[(size_t)(h0 + (g < count ? g : 0)) * n + j]);

@@ -75,12 +75,13 @@ template <size_t... I> inline vecf pair_sums(vecf a, vecf b, std::index_sequence
 }
 }  // namespace cpu_math_detail
 
-// Lane j of the result: the lanes' sum of v[j] (v is overwritten). Adjacent lanes are added pairwise, level by
-// level (kVecFloats - 1 pair sums for kVecFloats vectors, where sum_lanes would take kVecFloats trees): the same
-// sum for v[j] whichever j it is.
-inline vecf sum_lanes_each(vecf (&v)[kVecFloats]) {
+// Lane j of the result: the lanes' sum of v[j] (v is overwritten), j < Vectors (a power of two up to kVecFloats;
+// with fewer vectors each sum spans kVecFloats / Vectors lanes, which pair_sums of two such results then adds).
+// Adjacent lanes are added pairwise, level by level (Vectors - 1 pair sums, where sum_lanes would take Vectors
+// trees): the same sum for v[j] whichever j it is.
+template <int Vectors = kVecFloats> inline vecf sum_lanes_each(vecf (&v)[Vectors]) {
 #pragma GCC unroll 4
-  for (int width = kVecFloats; width > 1; width /= 2)
+  for (int width = Vectors; width > 1; width /= 2)
 #pragma GCC unroll 8
     for (int i = 0; i < width / 2; i++)
       v[i] = cpu_math_detail::pair_sums(v[2 * i], v[2 * i + 1], std::make_index_sequence<kVecFloats>{});
