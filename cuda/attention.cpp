@@ -54,7 +54,7 @@ extern "C" void op_kv_append(void* k_cache, void* v_cache, const float* qkv, con
   });
 }
 
-extern "C" size_t op_attention_scratch_bytes(int, int, int, int) { return 0; }
+extern "C" size_t op_attention_scratch_bytes(int, int, int, int, int) { return 0; }
 
 namespace {
 // The attention's shape: C = n_head·hs query (and output) columns; query head h reads K/V head h / group of cache

@@ -1,10 +1,12 @@
 // op_kv_append: this step's keys and values into each sequence's caches, rounded to the cache's storage type.
 // op_attention: causal attention of each sequence's T new queries over its own cache, split over the key dimension
-// in one launch: block (chunk, K/V head's query heads, row) reduces one chunk of keys to partial (max, sum, acc) in
-// scratch for each of the query heads (up to 8) that share the K/V head; the last block of each of its rows to
-// arrive merges the partials.
-// The number of chunks depends on max_ctx only (positions are read from device memory), so one captured graph
-// serves every context length. The cache is read in its storage type (cuda/dtypes.h): 16-byte loads of 4 floats
+// in one launch: block (split, K/V head's query heads, row) reduces every n_splits-th 64-key chunk, a running softmax
+// over them, to one partial (max, sum, acc) in scratch for each of the query heads (up to 8) that share the K/V head;
+// the last block of each of its rows to arrive merges the partials.
+// The splits are as many as fill the SMs with the blocks of one row (attention_splits), at most the chunks max_ctx
+// has: they depend on neither the position (read from device memory, so one captured graph serves every context
+// length, and a short one launches no more blocks than a long one) nor the batch (each sequence of a batch is split,
+// and its sums rounded, as alone). The cache is read in its storage type (cuda/dtypes.h): 16-byte loads of 4 floats
 // or 8 halves, widened where they are used.
 #include "attention.h"
 #include "dispatch.h"
@@ -59,31 +61,40 @@ static size_t align_scratch(size_t bytes) {
   return (bytes + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
 }
 
+// Splits of each (row, K/V head's pass): the blocks of a one-row step fill every SM with as many as it holds, none
+// taking fewer than one chunk of max_ctx.
+static int attention_splits(int C, int n_head, int n_kv_head, int max_ctx) {
+  const int per_sm = C / n_head > kAttnMaxHeadSize ? kAttnWideBlocksPerSm : kAttnBlocksPerSm;
+  const int blocks_per_split = n_kv_head * attention_passes(n_head / n_kv_head);
+  return max(1, min(attention_chunks(max_ctx), ceil_div(rt_sm_count() * per_sm, blocks_per_split)));
+}
+
 struct ScratchSizes {
   size_t counters, stats, acc;
 };
 // The counters region is sized for the most rows a step may have (max_ctx), whatever this launch's rows: steps
 // of different rows share one scratch, and one step's partials must never land on another's counters.
-static ScratchSizes scratch_sizes(int rows, int C, int n_head, int max_ctx) {
-  const size_t partials = (size_t)rows * n_head * attention_chunks(max_ctx);
+static ScratchSizes scratch_sizes(int rows, int C, int n_head, int n_kv_head, int max_ctx) {
+  const size_t partials = (size_t)rows * n_head * attention_splits(C, n_head, n_kv_head, max_ctx);
   return {align_scratch((size_t)max_ctx * n_head * sizeof(unsigned)),
-          align_scratch(partials * kStatsPerChunk * sizeof(float)),
+          align_scratch(partials * kStatsPerSplit * sizeof(float)),
           align_scratch(partials * (C / n_head) * sizeof(float))};
 }
 
-static AttnScratch scratch_layout(float* scratch, int rows, int C, int n_head, int max_ctx) {
-  const ScratchSizes s = scratch_sizes(rows, C, n_head, max_ctx);
+static AttnScratch scratch_layout(float* scratch, int rows, int C, int n_head, int n_kv_head, int max_ctx) {
+  const ScratchSizes s = scratch_sizes(rows, C, n_head, n_kv_head, max_ctx);
   char* base = reinterpret_cast<char*>(scratch);
   return {reinterpret_cast<unsigned*>(base), reinterpret_cast<float*>(base + s.counters),
           reinterpret_cast<float*>(base + s.counters + s.stats)};
 }
 
-// grid: (n_chunks, n_kv_head·passes, B·T)  block: (kAttnThreads): one block per (chunk, K/V head's query heads,
-// row) of the body (cuda/attention.h). One resident block per SM is enough (a decode step's launch has about one
-// block per SM): said so, ptxas gives the one-element variant the registers for its rows instead of spilling to fit
-// two.
+// grid: (n_splits, n_kv_head·passes, B·T)  block: (kAttnThreads): one block per (split, K/V head's query heads,
+// row) of the body (cuda/attention.h). The 16-byte variants are held to kAttnBlocksPerSm blocks per SM, which the
+// splits count on (left free, ptxas gave the f32 one 144 registers); the one-element fallbacks, not hot, ask one, so
+// that ptxas gives them the registers for their rows rather than spilling.
 template <typename K, int kWidth>
-__global__ void __launch_bounds__(kAttnThreads, 1) attention_kernel(AttnArgs a, Overlap overlap) {
+__global__ void __launch_bounds__(kAttnThreads, kWidth > 1 ? kAttnBlocksPerSm : 1)
+    attention_kernel(AttnArgs a, Overlap overlap) {
   __shared__ AttnShared<kWidth> shared;
   attention<K, kWidth>(a, own_launch(overlap), shared);
 }
@@ -96,9 +107,9 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attention_wide_kernel(AttnArg
   attention<K, kWidth, kAttnWideHeadSize>(a, own_launch(overlap), shared);
 }
 
-extern "C" size_t op_attention_scratch_bytes(int rows, int C, int n_head, int max_ctx) {
-  if (n_head <= 0 || C % n_head != 0) return 0;
-  const ScratchSizes s = scratch_sizes(rows, C, n_head, max_ctx);
+extern "C" size_t op_attention_scratch_bytes(int rows, int C, int n_head, int n_kv_head, int max_ctx) {
+  if (n_head <= 0 || C % n_head != 0 || n_kv_head <= 0 || n_head % n_kv_head != 0 || rows < 1 || max_ctx < 1) return 0;
+  const ScratchSizes s = scratch_sizes(rows, C, n_head, n_kv_head, max_ctx);
   return s.counters + s.stats + s.acc;
 }
 
@@ -110,9 +121,9 @@ extern "C" void op_attention(float* out, float* scratch, const float* qkv, const
   // B·T rows: each (row, head) pair has its arrival counter among the max_ctx * n_head the scratch holds
   if (rt_reject_unless(is_storage_type(kvdtype) && heads_fit && B >= 1 && T >= 1 && B * T <= max_ctx)) return;
   const int hs = C / n_head, group = n_head / n_kv_head, passes = attention_passes(group);
-  const dim3 grid(attention_chunks(max_ctx), n_kv_head * passes, B * T);
+  const dim3 grid(attention_splits(C, n_head, n_kv_head, max_ctx), n_kv_head * passes, B * T);
   const AttnArgs a = {.out = out,
-                      .scratch = scratch_layout(scratch, B * T, C, n_head, max_ctx),
+                      .scratch = scratch_layout(scratch, B * T, C, n_head, n_kv_head, max_ctx),
                       .qkv = qkv,
                       .k_cache = k_cache,
                       .v_cache = v_cache,

@@ -16,12 +16,16 @@ constexpr int kAttnThreads = 256;
 constexpr int kAttnMaxHeadSize = 128;   // the head sizes of the fast path (and of the persistent step's body)
 constexpr int kAttnWideHeadSize = 256;  // op_attention's wide instantiation: the rest, with twice the registers
 constexpr int kAttnLanesPerKey = kAttnThreads / kAttnKeysPerChunk;  // threads sharing one key's score: 4
-constexpr int kAttnMergeBatch = 8;  // chunks whose partials a merging thread loads at once
+constexpr int kAttnMergeBatch = 8;  // splits whose partials a merging thread loads at once
+// Blocks of a kernel an SM holds (registers: the fast path's <= 128, the wide one's more), which the splits fill
+constexpr int kAttnBlocksPerSm = 2;
+constexpr int kAttnWideBlocksPerSm = 1;
 // Query heads of one K/V head whose scores and softmax a block computes in one pass: a warp's softmax each.
 constexpr int kAttnHeadsAtOnce = kAttnThreads / kWarpSize;
-// Dependent L2 round trips besides the cache stream (the kernel model's chain): the state before the keys, then the
-// merge as a matvec's; kv_append's: the state before the rows.
-constexpr int kAttnChainL2Trips = 4;
+// Dependent L2 round trips besides the cache stream (the kernel model's chain): the state before the keys, the
+// partial stored, the arrival counted; the merge adds one a kAttnMergeBatch of splits. kv_append's: the state before
+// the rows.
+constexpr int kAttnChainL2Trips = 3;
 constexpr int kKvAppendChainL2Trips = 1;
 static_assert(kAttnLanesPerKey >= 1 && kWarpSize % kAttnLanesPerKey == 0, "a key's threads sit in one warp");
 static_assert(kAttnWideHeadSize <= kAttnThreads, "the merge gives each head dimension a thread");
@@ -33,18 +37,18 @@ template <int kWidth, int kMaxHs> struct AttnUnits {
   static constexpr int value = kMaxHs / kAttnLanesPerKey / kWidth;
 };
 
-// Scratch, for (row, head) pair th = row * n_head + h (row = b * T + t, at most max_ctx rows) and chunk c:
+// Scratch, for (row, head) pair th = row * n_head + h (row = b * T + t, at most max_ctx rows) and split s:
 //   counters[row * grid.y + y]        blocks of (row, y) that have finished (the merging block resets it to 0);
 //                                     max_ctx * n_head of them at the start (grid.y <= n_head), for every B and T
-//   stats[(th * n_chunks + c) * 2]    chunk max score m_c, then sum_j exp(s_j - m_c)
-//   acc[(th * n_chunks + c) * hs + d] sum_j exp(s_j - m_c) v_j[d]
+//   stats[(th * n_splits + s) * 2]    the split's max score m_s, then sum_j exp(s_j - m_s) over its keys j
+//   acc[(th * n_splits + s) * hs + d] sum_j exp(s_j - m_s) v_j[d]
 // The counters must be zero before the first launch (be_alloc returns zeroed memory); every launch leaves them zero.
 struct AttnScratch {
   unsigned* counters;
   float* stats;
   float* acc;
 };
-enum { kStatMax = 0, kStatSum = 1, kStatsPerChunk = 2 };
+enum { kStatMax = 0, kStatSum = 1, kStatsPerSplit = 2 };
 
 // Keys that query t sees: cache rows [0, pos + t], within the cache.
 __device__ __forceinline__ int visible_keys(int pos, int t, int max_ctx) {
@@ -63,136 +67,67 @@ template <typename K, int kWidth, int kMaxHs> struct ChunkRows {
   Packed<K, kWidth> v[AttnUnits<kWidth, kMaxHs>::value];
 };
 
+// Registers a thread's share of a chunk's rows takes (a 16-bit element a register where it is loaded alone), and
+// whether the next chunk's rows are loaded while this one's are worked on: where both fit, as the 16-bit fast path's
+// 32 do (f32's 64 beside 64 more do not fit two blocks per SM: ptxas gave that kernel 151 registers).
 template <typename K, int kWidth, int kMaxHs>
-__device__ __forceinline__ void load_chunk_rows(ChunkRows<K, kWidth, kMaxHs>& r, const K* k, const K* v, int key0,
-                                                int lo, int hi, int row_elements, int hs) {
+constexpr int kChunkRowRegisters = 2 * AttnUnits<kWidth, kMaxHs>::value * ((sizeof(Packed<K, kWidth>) + 3) / 4);
+template <typename K, int kWidth, int kMaxHs>
+constexpr bool kChunkRowsPipelined = kChunkRowRegisters<K, kWidth, kMaxHs> <= 32;
+
+template <typename K, int kWidth, int kMaxHs>
+__device__ __forceinline__ void load_chunk_keys(ChunkRows<K, kWidth, kMaxHs>& r, const K* k, int key0, int lo, int hi,
+                                                int row_elements, int hs, int tid) {
   const int units = hs / kWidth;
-  const int key = key0 + (int)threadIdx.x / kAttnLanesPerKey, sub = threadIdx.x % kAttnLanesPerKey;
-  const int parts = kAttnThreads / units, part = threadIdx.x / units, g = threadIdx.x % units;
+  const int key = key0 + tid / kAttnLanesPerKey, sub = tid % kAttnLanesPerKey;
 #pragma unroll
   for (int u = 0; u < AttnUnits<kWidth, kMaxHs>::value; u++) {
     const int unit = sub + u * kAttnLanesPerKey;
     if (key >= lo && key < hi && unit < units)
       r.k[u] = load_packed<K, kWidth>(k + (size_t)key * row_elements + unit * kWidth);
+  }
+}
+
+template <typename K, int kWidth, int kMaxHs>
+__device__ __forceinline__ void load_chunk_values(ChunkRows<K, kWidth, kMaxHs>& r, const K* v, int key0, int lo, int hi,
+                                                  int row_elements, int hs, int tid) {
+  const int units = hs / kWidth;
+  const int parts = kAttnThreads / units, part = tid / units, g = tid % units;
+#pragma unroll
+  for (int u = 0; u < AttnUnits<kWidth, kMaxHs>::value; u++) {
     const int vkey = key0 + part + u * parts;
     if (part < parts && vkey >= lo && vkey < hi && vkey < key0 + kAttnKeysPerChunk)
       r.v[u] = load_packed<K, kWidth>(v + (size_t)vkey * row_elements + g * kWidth);
   }
 }
 
+template <typename K, int kWidth, int kMaxHs>
+__device__ __forceinline__ void load_chunk_rows(ChunkRows<K, kWidth, kMaxHs>& r, const K* k, const K* v, int key0,
+                                                int lo, int hi, int row_elements, int hs, int tid) {
+  load_chunk_keys<K, kWidth, kMaxHs>(r, k, key0, lo, hi, row_elements, hs, tid);
+  load_chunk_values<K, kWidth, kMaxHs>(r, v, key0, lo, hi, row_elements, hs, tid);
+}
+
+// A head's running softmax over a split's chunks: max score, sum of exp(s - max), and by how much the last chunk's
+// new max shrank what came before (exp(old max - new max)).
+struct AttnRunning {
+  float max, sum, rescale;
+};
+
 template <int kWidth, int kMaxHs = kAttnMaxHeadSize> struct AttnShared {
-  float q[kAttnHeadsAtOnce * kMaxHs];  // a pass's queries, head i's at i·hs
+  float q[kAttnHeadsAtOnce * kMaxHs];    // a pass's queries, head i's at i·hs
+  float acc[kAttnHeadsAtOnce * kMaxHs];  // the split's weighted values so far, head i's at i·hs
   float p[kAttnHeadsAtOnce][kAttnKeysPerChunk];
+  AttnRunning run[kAttnHeadsAtOnce];
   Cols<kWidth> value_partial[kAttnThreads];
 };
 
-// Where query head th's (its (row, head) pair) partial for `chunk` lands in scratch: (max, sum), then its acc.
-__device__ __forceinline__ float* chunk_stats(const AttnScratch& s, int th, int n_chunks, int chunk) {
-  return s.stats + ((size_t)th * n_chunks + chunk) * kStatsPerChunk;
+// Where query head th's (its (row, head) pair) partial for `split` lands in scratch: (max, sum), then its acc.
+__device__ __forceinline__ float* split_stats(const AttnScratch& s, int th, int n_splits, int split) {
+  return s.stats + ((size_t)th * n_splits + split) * kStatsPerSplit;
 }
-__device__ __forceinline__ float* chunk_acc(const AttnScratch& s, int th, int n_chunks, int chunk, int hs) {
-  return s.acc + ((size_t)th * n_chunks + chunk) * hs;
-}
-
-// Chunk `chunk` (n_keys >= 1 keys) for query heads th0 .. th0 + n_heads - 1 (n_heads <= kAttnHeadsAtOnce) that
-// share its K/V rows `r`: every head's scores into p, the heads' softmax numerators side by side (a warp each),
-// then each head's values in turn, its partial (max, sum, acc) into scratch (its pointers computed where they are
-// stored: the persistent f32 step has no registers to hold them). shared.q: the heads' queries, pre-scaled.
-template <typename K, int kWidth, int kMaxHs>
-__device__ __forceinline__ void attend_chunk(const AttnScratch& scratch, int th0, int n_chunks, int chunk,
-                                             const ChunkRows<K, kWidth, kMaxHs>& r, AttnShared<kWidth, kMaxHs>& shared,
-                                             int n_heads, int n_keys, int hs) {
-  const int units = hs / kWidth;
-  const int j = threadIdx.x / kAttnLanesPerKey, sub = threadIdx.x % kAttnLanesPerKey;
-  for (int i = 0; i < n_heads; i++) {
-    const float* q = shared.q + i * hs;
-    float s = 0.0f;
-#pragma unroll
-    for (int u = 0; u < AttnUnits<kWidth, kMaxHs>::value; u++) {
-      const int unit = sub + u * kAttnLanesPerKey;
-      if (unit < units)
-#pragma unroll
-        for (int e = 0; e < kWidth; e++) s += q[unit * kWidth + e] * widen(r.k[u], e);
-    }
-#pragma unroll
-    for (int offset = kAttnLanesPerKey / 2; offset > 0; offset /= 2) s += __shfl_xor_sync(kFullWarpMask, s, offset);
-    if (sub == 0 && j < n_keys) shared.p[i][j] = s;
-  }
-  __syncthreads();
-  // softmax numerators: warp i finds head i's chunk max and turns its scores into exp(s - max)
-  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  if (warp < n_heads) {
-    float* p = shared.p[warp];
-    float m = -INFINITY;
-    for (int k = lane; k < n_keys; k += kWarpSize) m = fmaxf(m, p[k]);
-    m = warp_max(m);
-    float sum = 0.0f;
-    for (int k = lane; k < n_keys; k += kWarpSize) {
-      p[k] = expf(p[k] - m);
-      sum += p[k];
-    }
-    sum = warp_sum(sum);
-    if (lane == 0) {
-      float* stats = chunk_stats(scratch, th0 + warp, n_chunks, chunk);
-      stats[kStatMax] = m, stats[kStatSum] = sum;
-    }
-  }
-  __syncthreads();
-  // values, a head at a time: thread (part, g) sums its keys' unit g, weighted; the parts meet in shared memory in
-  // order
-  const int parts = kAttnThreads / units, part = threadIdx.x / units, g = threadIdx.x % units;
-  for (int i = 0; i < n_heads; i++) {
-    if (part < parts) {
-      Cols<kWidth> a = {};
-#pragma unroll
-      for (int u = 0; u < AttnUnits<kWidth, kMaxHs>::value; u++) {
-        const int key = part + u * parts;
-        if (key < n_keys)
-#pragma unroll
-          for (int e = 0; e < kWidth; e++) a.v[e] += shared.p[i][key] * widen(r.v[u], e);
-      }
-      shared.value_partial[threadIdx.x] = a;
-    }
-    __syncthreads();
-    if (part == 0) {
-      Cols<kWidth> a = shared.value_partial[g];
-      for (int k = 1; k < parts; k++) add_cols(a, shared.value_partial[k * units + g]);
-      store_cols<kWidth>(chunk_acc(scratch, th0 + i, n_chunks, chunk, hs) + g * kWidth, a);
-    }
-    if (i + 1 < n_heads) __syncthreads();  // the next head rewrites value_partial
-  }
-}
-
-// out: (hs) = sum_c exp(m_c - M) acc_c / sum_c exp(m_c - M) sum_c over the n_used chunks with keys, merged
-// kAttnMergeBatch chunks at a time (their loads in flight together) with a running max M; this thread's element d.
-__device__ __forceinline__ void merge_chunks(float* out, const float* stats, const float* acc, int n_used, int hs,
-                                             int d) {
-  float M = -INFINITY, sum = 0.0f, a = 0.0f;
-  for (int c0 = 0; c0 < n_used; c0 += kAttnMergeBatch) {
-    float m[kAttnMergeBatch], s[kAttnMergeBatch], x[kAttnMergeBatch];
-#pragma unroll
-    for (int i = 0; i < kAttnMergeBatch; i++) {
-      const int c = c0 + i;
-      const bool used = c < n_used;
-      m[i] = used ? __ldcg(stats + c * kStatsPerChunk + kStatMax) : -INFINITY;
-      s[i] = used ? __ldcg(stats + c * kStatsPerChunk + kStatSum) : 0.0f;
-      x[i] = used ? __ldcg(acc + (size_t)c * hs + d) : 0.0f;
-    }
-    float batch_max = M;
-#pragma unroll
-    for (int i = 0; i < kAttnMergeBatch; i++) batch_max = fmaxf(batch_max, m[i]);
-    const float rescale = expf(M - batch_max);  // 0 on the first batch (M = -inf)
-    sum *= rescale;
-    a *= rescale;
-#pragma unroll
-    for (int i = 0; i < kAttnMergeBatch; i++) {
-      const float w = expf(m[i] - batch_max);
-      sum += w * s[i];
-      a += w * x[i];
-    }
-    M = batch_max;
-  }
-  out[d] = a / sum;
+__device__ __forceinline__ float* split_acc(const AttnScratch& s, int th, int n_splits, int split, int hs) {
+  return s.acc + ((size_t)th * n_splits + split) * hs;
 }
 
 // out: (B·T, C)  qkv: (B·T, C + 2 kv_C) (q only)  k_cache, v_cache: (B, max_ctx, kv_C) in the kernel's K, where
@@ -215,12 +150,169 @@ __host__ __device__ inline int attention_passes(int group) { return ceil_div(gro
 
 __device__ __forceinline__ size_t qkv_row_floats(const AttnArgs& a) { return (size_t)a.C + 2 * (size_t)a.kv_C; }
 
-// The persistent step's look-ahead for virtual block `at` (cuda/persistent.cu): its chunk's key and value rows that
-// earlier steps wrote (below pos: this step's row is not written yet), the head's hs elements of each.
+// Where K/V head g's rows of sequence b start in the cache (the block's, from its indices), in elements.
+__device__ __forceinline__ size_t kv_head_start(const AttnArgs& a, const BlockPlace& at) {
+  const int b = at.idx.z / a.T, g = at.idx.y / attention_passes(a.group);
+  return (size_t)b * a.max_ctx * a.kv_C + (size_t)g * (a.C / a.n_head);
+}
+
+// Scores of a chunk's n_keys keys (its K rows in `r`) for query heads 0 .. n_heads - 1 of shared.q into shared.p.
+template <typename K, int kWidth, int kMaxHs>
+__device__ __forceinline__ void score_chunk(const ChunkRows<K, kWidth, kMaxHs>& r, AttnShared<kWidth, kMaxHs>& shared,
+                                            int n_heads, int n_keys, int hs, int tid) {
+  const int units = hs / kWidth;
+  const int j = tid / kAttnLanesPerKey, sub = tid % kAttnLanesPerKey;
+  for (int i = 0; i < n_heads; i++) {
+    const float* q = shared.q + i * hs;
+    float s = 0.0f;
+#pragma unroll
+    for (int u = 0; u < AttnUnits<kWidth, kMaxHs>::value; u++) {
+      const int unit = sub + u * kAttnLanesPerKey;
+      if (unit < units)
+#pragma unroll
+        for (int e = 0; e < kWidth; e++) s += q[unit * kWidth + e] * widen(r.k[u], e);
+    }
+#pragma unroll
+    for (int offset = kAttnLanesPerKey / 2; offset > 0; offset /= 2) s += __shfl_xor_sync(kFullWarpMask, s, offset);
+    if (sub == 0 && j < n_keys) shared.p[i][j] = s;
+  }
+}
+
+// A head's running max and sum of exp(s - max) over the chunks so far (`run`, in shared memory: registers held across
+// the chunks are the rows'), taken past one more chunk of n_keys scores p by a warp: the scores become exp(s - new
+// max), the sum is rescaled to the new max and grows by them, and run.rescale says by how much the values weighed so
+// far shrink (0 at the first chunk: max -inf).
+__device__ __forceinline__ void softmax_chunk(AttnRunning& run, float* p, int n_keys, int tid) {
+  const int lane = tid % kWarpSize;
+  const float run_max = run.max;
+  float m = run_max;
+  for (int k = lane; k < n_keys; k += kWarpSize) m = fmaxf(m, p[k]);
+  m = warp_max(m);
+  float sum = 0.0f;
+  for (int k = lane; k < n_keys; k += kWarpSize) {
+    p[k] = expf(p[k] - m);
+    sum += p[k];
+  }
+  sum = warp_sum(sum);
+  const float shrink = expf(run_max - m);
+  __syncwarp();  // every lane has read the old max
+  if (lane == 0) run = {m, run.sum * shrink + sum, shrink};
+}
+
+// Each head's values of a chunk (V rows in `r`), weighed by shared.p, added to shared.acc after its rescale: thread
+// (part, g) sums its keys' unit g, the parts meet in shared memory in order.
+template <typename K, int kWidth, int kMaxHs>
+__device__ __forceinline__ void weigh_chunk(const ChunkRows<K, kWidth, kMaxHs>& r, AttnShared<kWidth, kMaxHs>& shared,
+                                            int n_heads, int n_keys, int hs, int tid) {
+  const int units = hs / kWidth;
+  const int parts = kAttnThreads / units, part = tid / units, g = tid % units;
+  for (int i = 0; i < n_heads; i++) {
+    if (part < parts) {
+      Cols<kWidth> a = {};
+#pragma unroll
+      for (int u = 0; u < AttnUnits<kWidth, kMaxHs>::value; u++) {
+        const int key = part + u * parts;
+        if (key < n_keys)
+#pragma unroll
+          for (int e = 0; e < kWidth; e++) a.v[e] += shared.p[i][key] * widen(r.v[u], e);
+      }
+      shared.value_partial[tid] = a;
+    }
+    __syncthreads();
+    if (part == 0) {
+      Cols<kWidth> a = shared.value_partial[g];
+      for (int k = 1; k < parts; k++) add_cols(a, shared.value_partial[k * units + g]);
+      float* acc = shared.acc + i * hs + g * kWidth;
+#pragma unroll
+      for (int e = 0; e < kWidth; e++) acc[e] = acc[e] * shared.run[i].rescale + a.v[e];
+    }
+    if (i + 1 < n_heads) __syncthreads();  // the next head rewrites value_partial
+  }
+}
+
+// Block `at`'s split of the n_keys keys for its n_heads query heads from th0 (n_heads <= kAttnHeadsAtOnce, their
+// queries in shared.q, pre-scaled), which share one K/V head's rows: its chunks split, split + n_splits, ... one after
+// another with a running softmax, to one partial (max, sum, acc) per head in scratch. `r` holds the first chunk's
+// rows. Pipelined, the next chunk's keys are loaded once this one's are scored and its values once this one's are
+// weighed, so that they arrive while this chunk is worked on; else a chunk's rows are loaded as its turn comes, and
+// the SM's other block works meanwhile. The cache pointers and the threads' shares are worked out again in every
+// chunk: held across the loop, they took registers the rows need (the persistent f32 bodies spilled).
+template <typename K, int kWidth, int kMaxHs>
+__device__ __forceinline__ void attend_split(const AttnArgs& a, const BlockPlace& at, ChunkRows<K, kWidth, kMaxHs>& r,
+                                             AttnShared<kWidth, kMaxHs>& shared, int th0, int n_heads, int n_keys) {
+  constexpr bool kPipelined = kChunkRowsPipelined<K, kWidth, kMaxHs>;
+  const int hs = a.C / a.n_head, split = at.idx.x, n_splits = at.grid.x;
+  if ((int)threadIdx.x < n_heads) shared.run[threadIdx.x] = {-INFINITY, 0.0f, 0.0f};
+  for (int e = threadIdx.x; e < n_heads * hs; e += kAttnThreads) shared.acc[e] = 0.0f;
+  const int stride = n_splits * kAttnKeysPerChunk;
+  for (int key0 = split * kAttnKeysPerChunk; key0 < n_keys; key0 += stride) {
+    const int chunk_keys = min(kAttnKeysPerChunk, n_keys - key0), next = key0 + stride;
+    // what the loads' offsets and the threads' shares derive from, opaque to the compiler from here on: it works them
+    // out in every chunk instead of holding them in registers across the loop
+    int tid = threadIdx.x, hs_here = hs, row_elements = a.kv_C;
+    asm volatile("" : "+r"(tid), "+r"(hs_here), "+r"(row_elements));
+    const K* k = static_cast<const K*>(a.k_cache) + kv_head_start(a, at);
+    const K* v = static_cast<const K*>(a.v_cache) + kv_head_start(a, at);
+    if (!kPipelined && key0 != split * kAttnKeysPerChunk)
+      load_chunk_rows<K, kWidth, kMaxHs>(r, k, v, key0, 0, n_keys, row_elements, hs_here, tid);
+    score_chunk<K, kWidth, kMaxHs>(r, shared, n_heads, chunk_keys, hs_here, tid);
+    if (kPipelined && next < n_keys)
+      load_chunk_keys<K, kWidth, kMaxHs>(r, k, next, 0, n_keys, row_elements, hs_here, tid);
+    __syncthreads();
+    const int warp = tid / kWarpSize;
+    if (warp < n_heads) softmax_chunk(shared.run[warp], shared.p[warp], chunk_keys, tid);
+    __syncthreads();
+    weigh_chunk<K, kWidth, kMaxHs>(r, shared, n_heads, chunk_keys, hs_here, tid);
+    if (kPipelined && next < n_keys)
+      load_chunk_values<K, kWidth, kMaxHs>(r, v, next, 0, n_keys, row_elements, hs_here, tid);
+    __syncthreads();  // the next chunk rewrites p; acc is read below
+  }
+  if ((int)threadIdx.x < n_heads) {
+    float* stats = split_stats(a.scratch, th0 + threadIdx.x, n_splits, split);
+    stats[kStatMax] = shared.run[threadIdx.x].max, stats[kStatSum] = shared.run[threadIdx.x].sum;
+  }
+  for (int e = threadIdx.x; e < n_heads * hs; e += kAttnThreads)
+    split_acc(a.scratch, th0 + e / hs, n_splits, split, hs)[e % hs] = shared.acc[e];
+}
+
+// out: (hs) = sum_s exp(m_s - M) acc_s / sum_s exp(m_s - M) sum_s over the n_parts splits that had keys, merged
+// kAttnMergeBatch splits at a time (their loads in flight together) with a running max M; this thread's element d.
+__device__ __forceinline__ void merge_splits(float* out, const float* stats, const float* acc, int n_parts, int hs,
+                                             int d) {
+  float M = -INFINITY, sum = 0.0f, a = 0.0f;
+  for (int s0 = 0; s0 < n_parts; s0 += kAttnMergeBatch) {
+    float m[kAttnMergeBatch], s[kAttnMergeBatch], x[kAttnMergeBatch];
+#pragma unroll
+    for (int i = 0; i < kAttnMergeBatch; i++) {
+      const int split = s0 + i;
+      const bool used = split < n_parts;
+      m[i] = used ? __ldcg(stats + split * kStatsPerSplit + kStatMax) : -INFINITY;
+      s[i] = used ? __ldcg(stats + split * kStatsPerSplit + kStatSum) : 0.0f;
+      x[i] = used ? __ldcg(acc + (size_t)split * hs + d) : 0.0f;
+    }
+    float batch_max = M;
+#pragma unroll
+    for (int i = 0; i < kAttnMergeBatch; i++) batch_max = fmaxf(batch_max, m[i]);
+    const float rescale = expf(M - batch_max);  // 0 on the first batch (M = -inf)
+    sum *= rescale;
+    a *= rescale;
+#pragma unroll
+    for (int i = 0; i < kAttnMergeBatch; i++) {
+      const float w = expf(m[i] - batch_max);
+      sum += w * s[i];
+      a += w * x[i];
+    }
+    M = batch_max;
+  }
+  out[d] = a / sum;
+}
+
+// The persistent step's look-ahead for virtual block `at` (cuda/persistent.cu): its split's first chunk's key and
+// value rows that earlier steps wrote (below pos: this step's row is not written yet), the head's hs elements of each.
 template <typename K> __device__ __forceinline__ L2Lines attention_lines(const AttnArgs& a, const BlockPlace& at) {
-  const int chunk = at.idx.x, kv_head = at.idx.y / attention_passes(a.group), b = at.idx.z / a.T;
+  const int split = at.idx.x, kv_head = at.idx.y / attention_passes(a.group), b = at.idx.z / a.T;
   const int pos = __ldcg(a.state + b * STATE_INTS + STATE_POS);
-  const int key0 = chunk * kAttnKeysPerChunk, end = min(min(key0 + kAttnKeysPerChunk, pos), a.max_ctx);
+  const int key0 = split * kAttnKeysPerChunk, end = min(min(key0 + kAttnKeysPerChunk, pos), a.max_ctx);
   if (key0 >= end) return {};
   const int hs = a.C / a.n_head;
   const size_t at_row = ((size_t)b * a.max_ctx + key0) * a.kv_C + (size_t)kv_head * hs;
@@ -229,26 +321,25 @@ template <typename K> __device__ __forceinline__ L2Lines attention_lines(const A
           end - key0, (int)(hs * sizeof(K))};
 }
 
-// grid: (n_chunks, n_kv_head·passes, B·T)  block: (kAttnThreads); block (c, y, row) takes keys [c * 64, (c + 1) * 64)
-// of the visible keys of query t of sequence b (row = b * T + t) for the query heads [h0, h0 + n_heads) of K/V head
-// g = y / passes (at most kAttnHeadsAtOnce of them, h0 = g·group + (y % passes)·kAttnHeadsAtOnce): it loads the
-// chunk's key and value rows once for them all (GQA's saving is these bytes: once per K/V head wherever a group has
-// at most kAttnHeadsAtOnce heads). A block past the visible keys does nothing but arrive (the merge reads only the
-// chunks that hold keys, so such a block writes no partial). The last block of (row, y) to arrive merges its heads.
-// Every thread's key and value loads are issued before the first is used. Rows below pos_b were written by
-// earlier steps (no kernel of this step writes them, nor state), so they are loaded before the wait for the
-// predecessor; rows from pos_b on (this step's kv_append) and q after it.
+// grid: (n_splits, n_kv_head·passes, B·T)  block: (kAttnThreads); block (s, y, row) takes the 64-key chunks s,
+// s + n_splits, ... of the visible keys of query t of sequence b (row = b * T + t) for the query heads [h0, h0 +
+// n_heads) of K/V head g = y / passes (at most kAttnHeadsAtOnce of them, h0 = g·group + (y % passes)·kAttnHeadsAtOnce):
+// it loads each chunk's key and value rows once for them all (GQA's saving is these bytes: once per K/V head wherever a
+// group has at most kAttnHeadsAtOnce heads). A split past the visible keys' chunks does nothing: the min(n_splits,
+// chunks) splits that have keys write a partial each and count themselves in, and the last of them to arrive merges
+// its heads. Every thread's key and value loads are issued before the first is used. Rows below pos_b were written
+// by earlier steps (no kernel of this step writes them, nor state), so the first chunk's are loaded before the wait
+// for the predecessor; its rows from pos_b on (this step's kv_append), q and every later chunk after it.
 template <typename K, int kWidth, int kMaxHs = kAttnMaxHeadSize>
 __device__ __forceinline__ void attention(const AttnArgs& a, const BlockPlace& at, AttnShared<kWidth, kMaxHs>& shared) {
   __shared__ bool is_last;
   let_successor_start();
-  const int chunk = at.idx.x, row = at.idx.z;
+  const int split = at.idx.x, n_splits = at.grid.x, row = at.idx.z;
   const int b = row / a.T, t = row % a.T;
-  const int n_chunks = at.grid.x;
   const int hs = a.C / a.n_head;
   const int pos = __ldcg(a.state + b * STATE_INTS + STATE_POS);
   const int n_keys = visible_keys(pos, t, a.max_ctx);
-  const int key0 = chunk * kAttnKeysPerChunk;
+  const int key0 = split * kAttnKeysPerChunk;
   const size_t head = (size_t)b * a.max_ctx * a.kv_C + (size_t)(at.idx.y / attention_passes(a.group)) * hs;
   const K* k = static_cast<const K*>(a.k_cache) + head;
   const K* v = static_cast<const K*>(a.v_cache) + head;
@@ -257,28 +348,27 @@ __device__ __forceinline__ void attention(const AttnArgs& a, const BlockPlace& a
   const auto first_head = [&] { return at.idx.y / attention_passes(a.group) * a.group + in_group(); };
   const auto heads = [&] { return min(kAttnHeadsAtOnce, a.group - in_group()); };
   ChunkRows<K, kWidth, kMaxHs> rows = {};
-  if (key0 < n_keys) load_chunk_rows<K, kWidth, kMaxHs>(rows, k, v, key0, 0, min(pos, n_keys), a.kv_C, hs);
-  wait_for_inputs(at);
-  if (key0 < n_keys) {
-    load_chunk_rows<K, kWidth, kMaxHs>(rows, k, v, key0, pos, n_keys, a.kv_C, hs);
-    // the heads' queries: consecutive columns of the row
-    const float scale = 1.0f / sqrtf((float)hs);
-    const int h0 = first_head(), n_heads = heads();
-    const float* q = a.qkv + (size_t)row * qkv_row_floats(a) + (size_t)h0 * hs;
-    // one load per thread for up to 256 / hs heads; a loop rather than loads in flight together, whose registers the
-    // persistent f32 step has not to spare beside the chunk's rows
-    for (int e = threadIdx.x; e < n_heads * hs; e += kAttnThreads) shared.q[e] = __ldcg(q + e) * scale;
-    __syncthreads();
-    attend_chunk<K, kWidth, kMaxHs>(a.scratch, row * a.n_head + h0, n_chunks, chunk, rows, shared, n_heads,
-                                    min(kAttnKeysPerChunk, n_keys - key0), hs);
-  }
-  if (!arrive_last(a.scratch.counters + (size_t)row * at.grid.y + at.idx.y, n_chunks, &is_last)) return;
-  const int h0 = first_head(), n_heads = heads(), th0 = row * a.n_head + h0;
+  if (key0 < n_keys) load_chunk_rows<K, kWidth, kMaxHs>(rows, k, v, key0, 0, min(pos, n_keys), a.kv_C, hs, threadIdx.x);
+  wait_for_inputs(at);  // every block, even one without keys: the persistent step's later virtual blocks do not wait
+  if (key0 >= n_keys) return;
+  load_chunk_rows<K, kWidth, kMaxHs>(rows, k, v, key0, pos, n_keys, a.kv_C, hs, threadIdx.x);
+  // the heads' queries: consecutive columns of the row
+  const float scale = 1.0f / sqrtf((float)hs);
+  const int h0 = first_head(), n_heads = heads();
+  const float* q = a.qkv + (size_t)row * qkv_row_floats(a) + (size_t)h0 * hs;
+  // one load per thread for up to 256 / hs heads; a loop rather than loads in flight together, whose registers the
+  // persistent f32 step has not to spare beside the chunk's rows
+  for (int e = threadIdx.x; e < n_heads * hs; e += kAttnThreads) shared.q[e] = __ldcg(q + e) * scale;
+  __syncthreads();
+  attend_split<K, kWidth, kMaxHs>(a, at, rows, shared, row * a.n_head + h0, n_heads, n_keys);
+  const int n_parts = min(n_splits, ceil_div(n_keys, kAttnKeysPerChunk));
+  if (!arrive_last(a.scratch.counters + (size_t)row * at.grid.y + at.idx.y, n_parts, &is_last)) return;
+  const int th0 = row * a.n_head + first_head();
   // the block's heads side by side: kAttnThreads / hs of them at a time, one thread per element
   const int heads_at_once = kAttnThreads / hs, tid = threadIdx.x, d = tid % hs;
-  for (int i = tid / hs; i < n_heads && tid < heads_at_once * hs; i += heads_at_once) {
+  for (int i = tid / hs; i < heads() && tid < heads_at_once * hs; i += heads_at_once) {
     const int th = th0 + i;
-    merge_chunks(a.out + (size_t)row * a.C + (size_t)(h0 + i) * hs, chunk_stats(a.scratch, th, n_chunks, 0),
-                 chunk_acc(a.scratch, th, n_chunks, 0, hs), ceil_div(n_keys, kAttnKeysPerChunk), hs, d);
+    merge_splits(a.out + (size_t)row * a.C + (size_t)(first_head() + i) * hs, split_stats(a.scratch, th, n_splits, 0),
+                 split_acc(a.scratch, th, n_splits, 0, hs), n_parts, hs, d);
   }
 }

@@ -83,6 +83,9 @@ extern "C" int cu_kernel_facts(CuKernelFacts* out) {
   f.attn_lanes_per_key = kAttnLanesPerKey;
   f.attn_max_head_size = kAttnMaxHeadSize;
   f.attn_wide_head_size = kAttnWideHeadSize;
+  f.attn_blocks_per_sm = kAttnBlocksPerSm;
+  f.attn_wide_blocks_per_sm = kAttnWideBlocksPerSm;
+  f.attn_merge_batch = kAttnMergeBatch;
   f.persistent_threads = kMatvecThreads;  // kStepThreads: persistent.cu asserts every body's blocks are that size
   f.persistent_later_round_l2_trips = kStepLaterRoundL2Trips;
   for (int b = 0; b < CU_FACTS_BUCKETS; b++) {

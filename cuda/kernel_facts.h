@@ -40,9 +40,12 @@ typedef struct CuKernelFacts {
   // decode attention (cuda/attention.h)
   int32_t attn_threads;
   int32_t attn_keys_per_chunk;
-  int32_t attn_lanes_per_key;   // threads sharing one key's score
-  int32_t attn_max_head_size;   // head sizes up to which a thread's loads are declared (the fast path)
-  int32_t attn_wide_head_size;  // the wide kernel's: the widest head op_attention takes
+  int32_t attn_lanes_per_key;       // threads sharing one key's score
+  int32_t attn_max_head_size;       // head sizes up to which a thread's loads are declared (the fast path)
+  int32_t attn_wide_head_size;      // the wide kernel's: the widest head op_attention takes
+  int32_t attn_blocks_per_sm;       // blocks an SM holds, which the splits fill: the fast kernel's
+  int32_t attn_wide_blocks_per_sm;  // and the wide kernel's
+  int32_t attn_merge_batch;         // splits whose partials the merge loads at once (one L2 round trip each)
   // the persistent step kernel (cuda/persistent.cu)
   int32_t persistent_threads;
   int32_t persistent_min_blocks_per_sm[DTYPE_COUNT]

@@ -76,10 +76,10 @@ void op_kv_append(void* k_cache, void* v_cache, const float* qkv, const int* sta
 // out: (B·T, C)   qkv: (B·T, C + 2 kv_C) (only q is read)   k_cache, v_cache: (B, max_ctx, kv_C) in kvdtype; query
 // head h in columns [h*hs, (h+1)*hs) of q and out, reading K/V head h / (n_head / n_kv_head)
 // scratch: op_attention_scratch_bytes(rows, ...) bytes of backend memory for split-key partials (may be unused),
-// for steps of at most `rows` = B·T rows.
+// for steps of at most `rows` = B·T rows of the same heads and max_ctx.
 void op_attention(float* out, float* scratch, const float* qkv, const void* k_cache, const void* v_cache,
                   const int* state, int B, int T, int C, int n_head, int n_kv_head, int max_ctx, int kvdtype);
-size_t op_attention_scratch_bytes(int rows, int C, int n_head, int max_ctx);
+size_t op_attention_scratch_bytes(int rows, int C, int n_head, int n_kv_head, int max_ctx);
 
 // out: (N) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))   (GPT-2's gelu_new)
 void op_gelu(float* out, const float* inp, int N);

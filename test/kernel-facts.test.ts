@@ -4,12 +4,14 @@
 import { afterAll, describe, expect, test } from "bun:test";
 
 import { CudaBackend } from "../src/backends/cuda.ts";
+import { ALL_PRESETS, withKvHeads } from "../src/model/architectures.ts";
 import { PRESETS } from "../src/model/gpt2.ts";
 import { ensureBuilt, hasNvcc, hasPrebuilt } from "../src/native/build.ts";
 import { atBucket, libraryKernelFacts, rowBucket } from "../src/native/kernel-facts.ts";
 import { DTYPE_BYTES, MAX_BATCH, OP_FAMILIES } from "../src/ops.ts";
 import { encodePlan, type StepForm } from "../src/plan.ts";
 import { planShape } from "../src/plan-gpt2.ts";
+import { planShapeOf } from "../src/plans.ts";
 
 const emu = CudaBackend.open({ emulated: true });
 afterAll(() => emu.close());
@@ -53,7 +55,7 @@ describe("the kernels' facts", () => {
       C / facts.matvec.rowsPerSplit,
     ]);
     expect(qkv.block[0]).toBe(facts.matvec.threads);
-    // attention: a block per chunk of keys of every position, per head and sequence
+    // attention: per head and sequence, a block per chunk of keys of every position (GPT-2's 16 fill 12 heads' SMs)
     const attend = shape("h0.attn.attend");
     expect(attend.grid).toEqual([gpt2.n_positions / facts.attention.keysPerChunk, gpt2.n_head, batch]);
     expect(attend.block[0]).toBe(facts.attention.threads);
@@ -62,5 +64,21 @@ describe("the kernels' facts", () => {
     expect(head.grid[0]).toBeLessThanOrEqual(Math.ceil(gpt2.vocab_size / facts.lmHead.rowsPerBlock));
     expect(head.block[0]).toBe(facts.lmHead.threads);
     expect(facts.lmHead.rowsPerBlock % facts.lmHead.rowsPerWarp).toBe(0);
+  });
+
+  test("attention's splits fill the SMs with one row's blocks, whatever the batch, at most a split a chunk", () => {
+    const llama = ALL_PRESETS["llama-3.2-1b"]!;
+    const splitsAt = (positions: number, batch: number, heads: number, kvHeads: number) => {
+      const cfg = withKvHeads({ ...llama, n_positions: positions }, kvHeads);
+      const ops = planShapeOf({ ...cfg, n_head: heads }, 1, { plan: "fused", batch, weights: "bf16", kv: "bf16" });
+      const at = ops.findIndex((op) => op.family === "attention");
+      return emu.launchShapes(encodePlan(ops))[at]!.grid;
+    };
+    const filled = emu.device.smCount * facts.attention.blocksPerSm;
+    expect(splitsAt(32768, 1, 32, 8)).toEqual([Math.ceil(filled / 8), 8, 1]); // 33 splits of 512 chunks on 132 SMs
+    expect(splitsAt(32768, 4, 32, 8)).toEqual([Math.ceil(filled / 8), 8, 4]); // each sequence split as alone
+    expect(splitsAt(32768, 1, 32, 1)).toEqual([filled / 4, 4, 1]); // one K/V head read in passes of 8 query heads
+    expect(splitsAt(32768, 1, 32, 32)).toEqual([Math.ceil(filled / 32), 32, 1]);
+    expect(splitsAt(1025, 1, 32, 1)).toEqual([Math.ceil(1025 / facts.attention.keysPerChunk), 4, 1]); // a split a chunk
   });
 });

@@ -233,13 +233,22 @@ describe("storage types and batches (predictions)", () => {
 });
 
 describe("inputs read from the code", () => {
-  test("launch shapes come from the C launchers: matvecs (OC/32, C/256), attention (chunks, heads), the LM head filling the SMs", () => {
+  test("launch shapes come from the C launchers: matvecs (OC/32, C/256), attention (splits with keys, heads), the LM head filling the SMs", () => {
     const ops = planShape(gpt2, 1);
     const inputs = kernelInputs(ops, 100, shapesOf(ops), facts, null);
     const by = (label: string) => inputs.find((k) => k.label === label)!;
     expect(by("h0.attn.ln_qkv").blocks).toBe(((3 * 768) / 32) * (768 / 256));
     expect(by("h0.mlp.c_proj").blocks).toBe((768 / 32) * (3072 / 256));
-    expect(by("h0.attn.attend").blocks).toBe((1024 / 64) * 12);
+    // attention launches 1024 / 64 splits a head; at context 100 the two that hold its 101 keys work, and the merge
+    // reads their partials in one batch
+    expect(shapesOf(ops)[ops.findIndex((op) => op.label === "h0.attn.attend")]!.grid).toEqual([1024 / 64, 12, 1]);
+    expect(by("h0.attn.attend").blocks).toBe(2 * 12);
+    expect(by("h0.attn.attend").chainL2Trips).toBe(facts.chainL2Trips.attention + 1);
+    const at1000 = kernelInputs(ops, 1000, shapesOf(ops), facts, null).find((k) => k.label === "h0.attn.attend")!;
+    expect([at1000.blocks, at1000.chainL2Trips]).toEqual([
+      16 * 12,
+      facts.chainL2Trips.attention + Math.ceil(16 / facts.attention.mergeBatch),
+    ]);
     expect(by("ln_f.lm_head.argmax").blocks).toBe(emu.device.smCount * 4);
     expect(inputs.every((k) => k.threads === 256)).toBe(true);
   });
@@ -253,7 +262,7 @@ describe("inputs read from the code", () => {
     expect(by("h0.attn.ln_qkv").blocks).toBe((OC / 32) * (C / 256));
     // fp32: the weight and bias, the layer norm's two vectors, x in and qkv out, a k and a v row to the caches
     expect(by("h0.attn.ln_qkv").bytes).toBe(4 * (C * OC + OC + 2 * C + C + OC + 2 * kvC));
-    expect(by("h0.attn.attend").blocks).toBe((1024 / 64) * 4);
+    expect(by("h0.attn.attend").blocks).toBe(2 * 4); // the two splits with context 100's keys, per K/V head
   });
 
   test("a thread's loads for GPT-2 small's shapes: 8 weight rows per matvec thread, 2 chunks of 4 vocabulary rows, 4 keys and 4 values", () => {

@@ -61,7 +61,7 @@ describe("split-key attention's scratch", () => {
   });
 
   test("the merging blocks leave every arrival counter at zero, so one scratch serves successive steps", () => {
-    const scratch = arena.zeroed(emu.attentionScratchBytes(1, C, nHead, maxCtx) / 4);
+    const scratch = arena.zeroed(emu.attentionScratchBytes(1, C, nHead, nHead, maxCtx) / 4);
     const k = randomFloats(maxCtx * C, seed + 30),
       v = randomFloats(maxCtx * C, seed + 31);
     const caches = { emu: [arena.put(k), arena.put(v)], cpu: [reference.put(k), reference.put(v)] };
@@ -97,7 +97,7 @@ describe("split-key attention's scratch", () => {
   });
 
   test("steps of different T share one scratch (a prefill after decode steps, as in every second generation)", () => {
-    const scratch = arena.zeroed(emu.attentionScratchBytes(maxCtx, C, nHead, maxCtx) / 4);
+    const scratch = arena.zeroed(emu.attentionScratchBytes(maxCtx, C, nHead, nHead, maxCtx) / 4);
     const k = randomFloats(maxCtx * C, seed + 33),
       v = randomFloats(maxCtx * C, seed + 34);
     const caches = { emu: [arena.put(k), arena.put(v)], cpu: [reference.put(k), reference.put(v)] };

@@ -147,7 +147,7 @@ export interface Backend {
   residentBytes(ptr: number, bytes: number): number;
   /** what residentBytes counts, in words */
   readonly residentSource: string;
-  attentionScratchBytes(T: number, C: number, nHead: number, maxCtx: number): number;
+  attentionScratchBytes(rows: number, C: number, nHead: number, nKv: number, maxCtx: number): number;
   /** bytes of the partials buffer of the ops that merge across blocks (cuda/ops.h op_partials_bytes) */
   partialsBytes(maxRows: number, maxIn: number, maxOut: number, V: number): number;
   record(plan: EncodedPlan): RecordedStep;

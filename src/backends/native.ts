@@ -54,7 +54,7 @@ export interface BaseSymbols {
   be_fill_u32(dst: number, word: number, count: number): number;
   be_synchronize(): number;
   be_mem_info(out: BigUint64Array): number;
-  op_attention_scratch_bytes(T: number, C: number, nHead: number, maxCtx: number): number | bigint;
+  op_attention_scratch_bytes(rows: number, C: number, nHead: number, nKv: number, maxCtx: number): number | bigint;
   op_partials_bytes(maxRows: number, maxIn: number, maxOut: number, V: number): number | bigint;
 }
 
@@ -168,8 +168,8 @@ export abstract class NativeBackend implements Backend {
     return bytes;
   }
 
-  attentionScratchBytes(rows: number, C: number, nHead: number, maxCtx: number): number {
-    return Number(this.sym.op_attention_scratch_bytes(rows, C, nHead, maxCtx));
+  attentionScratchBytes(rows: number, C: number, nHead: number, nKv: number, maxCtx: number): number {
+    return Number(this.sym.op_attention_scratch_bytes(rows, C, nHead, nKv, maxCtx));
   }
 
   partialsBytes(maxRows: number, maxIn: number, maxOut: number, V: number): number {

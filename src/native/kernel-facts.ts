@@ -32,6 +32,9 @@ const FIELDS = [
   ["attn_lanes_per_key", 1],
   ["attn_max_head_size", 1],
   ["attn_wide_head_size", 1],
+  ["attn_blocks_per_sm", 1],
+  ["attn_wide_blocks_per_sm", 1],
+  ["attn_merge_batch", 1],
   ["persistent_threads", 1],
   ["persistent_min_blocks_per_sm", DTYPE_NAMES.length * BUCKETS],
   ["persistent_later_round_l2_trips", 1],
@@ -88,6 +91,11 @@ export interface KernelFacts {
     maxHeadSize: number;
     /** attention_wide_kernel's: the widest head the op takes */
     wideHeadSize: number;
+    /** blocks an SM holds, which the splits over the keys fill: the fast kernel's, the wide one's */
+    blocksPerSm: number;
+    wideBlocksPerSm: number;
+    /** splits whose partials the merge loads at once: one dependent L2 round trip each */
+    mergeBatch: number;
   };
   /** the persistent step kernel (cuda/persistent.cu); minBlocksPerSm by the weights' (and cache's) storage type, per batch bucket */
   persistent: {
@@ -134,6 +142,9 @@ export function decodeKernelFacts(words: Int32Array): KernelFacts {
       lanesPerKey: at("attn_lanes_per_key"),
       maxHeadSize: at("attn_max_head_size"),
       wideHeadSize: at("attn_wide_head_size"),
+      blocksPerSm: at("attn_blocks_per_sm"),
+      wideBlocksPerSm: at("attn_wide_blocks_per_sm"),
+      mergeBatch: at("attn_merge_batch"),
     },
     persistent: {
       threads: at("persistent_threads"),

@@ -27,7 +27,7 @@ export const OP_SYMBOLS = {
   ...(Object.fromEntries(
     OP_FAMILIES.map((f) => [cFunction(f), { args: OPS[f].params.map(([, type]) => FFI_TYPE[type]), returns: v }]),
   ) as unknown as OpFfi),
-  op_attention_scratch_bytes: { args: [i32, i32, i32, i32], returns: u64 },
+  op_attention_scratch_bytes: { args: [i32, i32, i32, i32, i32], returns: u64 },
   op_partials_bytes: { args: [i32, i32, i32, i32], returns: u64 },
 } as const satisfies Record<string, FFIFunction>;
 

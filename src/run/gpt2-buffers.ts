@@ -2,7 +2,7 @@
 // one arena, a preallocated KV cache per layer and sequence in the cache dtype, the activations for up to `maxRows`
 // rows, and each sequence's tokens and position that the kernels read from memory.
 import type { Backend } from "../backends/backend.ts";
-import { kvWidth, parameterSpecs, type GPT2Config, type GPT2Weights } from "../model/gpt2.ts";
+import { kvHeads, kvWidth, parameterSpecs, type GPT2Config, type GPT2Weights } from "../model/gpt2.ts";
 import { DTYPE_BYTES, dtypeOf, STATE_INTS } from "../ops.ts";
 import type { ModelBuffers } from "../plan-gpt2.ts";
 import { DEFAULT_STEP_FORM, dtypeCodes, type StepForm } from "../plan.ts";
@@ -117,8 +117,8 @@ function activationLayout(backend: Backend, cfg: GPT2Config, rows: number, batch
     scratch: arena.reserve(
       Math.max(
         FLOAT,
-        backend.attentionScratchBytes(rows, C, cfg.n_head, cfg.n_positions),
-        backend.attentionScratchBytes(1, C, cfg.n_head, cfg.n_positions),
+        backend.attentionScratchBytes(rows, C, cfg.n_head, kvHeads(cfg), cfg.n_positions),
+        backend.attentionScratchBytes(1, C, cfg.n_head, kvHeads(cfg), cfg.n_positions),
       ),
     ),
     // every linear reads at most 4C and writes at most 4C (the MLP); the LM head and argmax span the vocabulary;

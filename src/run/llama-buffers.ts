@@ -130,8 +130,8 @@ function activationLayout(backend: Backend, cfg: LlamaConfig, rows: number, batc
     scratch: arena.reserve(
       Math.max(
         FLOAT,
-        backend.attentionScratchBytes(rows, Q, cfg.n_head, cfg.n_positions),
-        backend.attentionScratchBytes(1, Q, cfg.n_head, cfg.n_positions),
+        backend.attentionScratchBytes(rows, Q, cfg.n_head, cfg.n_kv_head, cfg.n_positions),
+        backend.attentionScratchBytes(1, Q, cfg.n_head, cfg.n_kv_head, cfg.n_positions),
       ),
     ),
     partials: arena.reserve(Math.max(FLOAT, backend.partialsBytes(rows, widest, widest, cfg.vocab_size))),

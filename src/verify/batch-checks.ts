@@ -376,22 +376,22 @@ function qkvRows(T: number, C: number, kvC: number, kv: DtypeName, seed: number)
   return qkv;
 }
 
-/** kv_append then attention for T new rows of each sequence at its own position; nKv K/V heads. */
-const attentionSpec = ([T, C, nHead, nKv, maxCtx]: number[], kv: DtypeName): BatchSpec => {
+/** kv_append then attention for T new rows of each sequence at its own position from `from` on; nKv K/V heads. */
+const attentionSpec = ([T, C, nHead, nKv, maxCtx, from = 0]: number[], kv: DtypeName): BatchSpec => {
   const kvC = (C! / nHead!) * nKv!;
   return {
     kernel: "kv_append+attention",
-    shape: `T=${T} C=${C} heads=${nHead}/${nKv} max_ctx=${maxCtx}`,
+    shape: `T=${T} C=${C} heads=${nHead}/${nKv} max_ctx=${maxCtx}${from ? ` from ${from}` : ""}`,
     shared: () => ({}),
     sequence: (b, seed) => ({
       qkv: qkvRows(T!, C!, kvC, kv, seed + 20 + 100 * b),
       k: cache(kv, maxCtx!, kvC, seed + 21 + 100 * b),
       v: cache(kv, maxCtx!, kvC, seed + 22 + 100 * b),
-      state: stateAt(positionOf(b, b === 0 ? 0 : 7, maxCtx! - T!)),
+      state: stateAt(positionOf(b, from + (b === 0 ? 0 : 7), maxCtx! - T!)),
     }),
     outputs: { out: T! * C! },
     updated: ["k", "v"],
-    scratch: (be, B) => ({ scratch: be.attentionScratchBytes(B * T!, C!, nHead!, maxCtx!) / 4 }),
+    scratch: (be, B) => ({ scratch: be.attentionScratchBytes(B * T!, C!, nHead!, nKv!, maxCtx!) / 4 }),
     run: (be, p, B, code) => {
       be.ops.op_kv_append(p.k!, p.v!, p.qkv!, p.state!, B, T!, C!, kvC, maxCtx!, code(kv));
       be.ops.op_attention(p.out!, p.scratch!, p.qkv!, p.k!, p.v!, p.state!, B, T!, C!, nHead!, nKv!, maxCtx!, code(kv));
@@ -704,6 +704,7 @@ export const BATCH_DTYPE_CASES: KernelCase[] = [
     [1, 1024, 16, 2, 300], // 8 query heads per K/V head: the CPU's shared path, 4 at a time
     [2, 512, 4, 1, 70], // head size 128: the merge takes two of a K/V head's query heads at a time
     [1, 1024, 4, 2, 70], // head size 256: the wide kernel, a head merged at a time
+    [1, 256, 16, 16, 3000, 2900], // heads of 16 in 17 splits of 2-3 chunks each (the running softmax), at every batch
   ].flatMap((shape) =>
     KV_DTYPES.flatMap((kv) => BATCHES.map((B) => batchCase(attentionSpec(shape, kv), B, `cache ${kv}`))),
   ),

@@ -250,7 +250,7 @@ export function attentionCase(
           pv = arena.put(v),
           pq = arena.put(qkv),
           st = arena.put(stateAt(pos));
-        const scratchBytes = b.attentionScratchBytes(T, C, nHead, maxCtx);
+        const scratchBytes = b.attentionScratchBytes(T, C, nHead, nKv, maxCtx);
         const scratch = scratchBytes > 0 ? arena.zeroed(scratchBytes / 4).ptr : 0;
         const out = arena.poisoned(T * C);
         b.ops.op_kv_append(pk.ptr, pv.ptr, pq.ptr, st.ptr, 1, T, C, kvC, maxCtx, F32);
@@ -294,6 +294,9 @@ const GQA_SHAPES = [
   [1, 1500, 576, 9, 3, 1536], // SmolLM2's heads at a longer context: the CPU's 80-key ranges and a partial one
   [1, 1200, 1024, 8, 4, 1280], // head size 128 there
   [1, 700, 2048, 16, 2, 768], // head size 128 shared by 8: the CPU's 2-head passes
+  [1, 3000, 2048, 32, 8, 4096], // 47 chunks over 33 splits: a split's running softmax over two of them
+  [2, 3000, 1024, 16, 16, 4096], // 17 splits of three chunks, for each of two rows
+  [1, 2500, 1024, 4, 4, 4096], // heads of 256 (the wide kernel, one block per SM) over two chunks a split
 ] as const;
 
 // ---- the Llama family's ops ---------------------------------------------------------------------------------

@@ -51,9 +51,8 @@ function budget(threads: number, blocks: number): { maxRegisters: number; perSm:
 /** The head size the attention requirement's why clause counts units at: GPT-2's. */
 const GPT2_HEAD_SIZE = PRESETS.gpt2!.n_embd / PRESETS.gpt2!.n_head;
 
-/** The check's own register bounds where no launch bound sets one: attention keeps 2 blocks per SM, argmax and layernorm 64 registers. */
-const ATTENTION_BLOCKS_PER_SM = 2,
-  SMALL_KERNEL_REGISTERS = 64;
+/** The check's own register bound where no launch bound sets one: argmax and layernorm 64 registers. */
+const SMALL_KERNEL_REGISTERS = 64;
 /** Fewest 16-byte loads in flight the check asks of attention (a chunk's key and value rows; the wide kernel's rows are twice as long) and layernorm (the row, its weight and bias). */
 const ATTENTION_LOADS = 8,
   WIDE_ATTENTION_LOADS = 2 * ATTENTION_LOADS,
@@ -87,7 +86,7 @@ export function sassRequirements(facts: KernelFacts): SassRequirement[] {
       ]),
     ),
     ...DTYPE_NAMES.map((dtype) => {
-      const b = budget(facts.attention.threads, ATTENTION_BLOCKS_PER_SM);
+      const b = budget(facts.attention.threads, facts.attention.blocksPerSm);
       return {
         kernel: decodeKernel(facts, "attention", dtype, 1),
         minWideLoads: ATTENTION_LOADS,
@@ -96,7 +95,7 @@ export function sassRequirements(facts: KernelFacts): SassRequirement[] {
       };
     }),
     ...DTYPE_NAMES.map((dtype) => {
-      const b = budget(facts.attention.threads, 1),
+      const b = budget(facts.attention.threads, facts.attention.wideBlocksPerSm),
         wide = facts.attention.wideHeadSize;
       return {
         kernel: wideAttentionKernel(facts, dtype),

@@ -67,6 +67,33 @@ export function activeLoads(op: PlanOp, facts: KernelFacts): number {
   }
 }
 
+/**
+ * Attention's splits over the keys that have keys at `context` (one decode row: context + 1 visible keys), of the
+ * launch's grid.x: the rest return at once, neither reading nor arriving (cuda/attention.h).
+ */
+function attentionParts(context: number, splits: number, facts: KernelFacts): number {
+  return Math.min(splits, Math.ceil((context + 1) / facts.attention.keysPerChunk));
+}
+
+/**
+ * Blocks of the launch that work, and the dependent L2 round trips after their data. Attention's merging block reads
+ * its parts a batch at a time, for its heads' elements a thread each, as many rounds as its threads take to cover
+ * them (cuda/attention.h merge_splits).
+ */
+function workingGrid(op: PlanOp, context: number, grid: LaunchShape["grid"], facts: KernelFacts) {
+  const [x, y, z] = grid;
+  if (op.family !== "attention") return { blocks: x * y * z, chainL2Trips: facts.chainL2Trips[op.family] };
+  const { C, n_head, n_kv_head } = namedArgs("attention", op.args);
+  const { threads, mergeBatch } = facts.attention;
+  const headsPerBlock = Math.min(n_head / n_kv_head, threads / facts.warpSize);
+  const headsAtOnce = Math.floor(threads / (C / n_head));
+  const parts = attentionParts(context, x, facts);
+  return {
+    blocks: parts * y * z,
+    chainL2Trips: facts.chainL2Trips.attention + Math.ceil(headsPerBlock / headsAtOnce) * Math.ceil(parts / mergeBatch),
+  };
+}
+
 /** The round trips Qwen3's q/k norms add to the q/k/v matvec's chain (cuda/linear.h matvec_head_norm); else 0. */
 function headNormTrips(op: PlanOp, facts: KernelFacts): number {
   return op.family === "rms_qkv_rope" && namedArgs("rms_qkv_rope", op.args).q_norm ? facts.matvec.headNormL2Trips : 0;
@@ -153,6 +180,7 @@ export function kernelInputs(
   if (shapes.length !== ops.length) throw new Error(`${shapes.length} launch shapes for ${ops.length} ops`);
   return ops.map((op, i) => {
     const { grid, block } = shapes[i]!;
+    const { blocks, chainL2Trips } = workingGrid(op, context, grid, facts);
     const work = op.work(context);
     const read = sass ? factsFor(op, sass, facts) : undefined;
     const active = activeLoads(op, facts);
@@ -161,14 +189,14 @@ export function kernelInputs(
       family: op.family,
       bytes: work.bytes,
       flops: work.flops,
-      blocks: grid[0] * grid[1] * grid[2],
+      blocks,
       threads: block[0] * block[1] * block[2],
       registers: read?.registers ?? UNREAD_REGISTERS,
       loadsInFlight: Math.min(active, read?.wideLoadsInFlight ?? active),
       prefetches: (read?.wideLoadsBeforeWait ?? 0) > 0,
       lookAheadBytes: lookAheadBytes(op, context, facts),
       fmaShare: read?.fmaShare ?? 1,
-      chainL2Trips: facts.chainL2Trips[op.family] + headNormTrips(op, facts),
+      chainL2Trips: chainL2Trips + headNormTrips(op, facts),
       loadBytes: facts.accessBytes,
     };
   });
