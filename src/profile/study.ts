@@ -94,6 +94,8 @@ export interface StudyResult {
   fills: PointFill[];
   /** the prefill rate the fills were decided by (FLOP/s, work model over the longest real prefill timed) */
   prefillFlopsPerS: number;
+  /** the model as the study placed it: n_positions is the positions its caches hold, which size its launches */
+  placed: ModelConfig;
 }
 
 /** Tokens of the greedy agreement check between the project and its peers, from an 8-token prompt. */
@@ -340,6 +342,7 @@ export class Study {
       ...(samples ? { interventions: samples } : {}),
       fills: this.opts.contexts.map((c) => this.fills.get(c)!),
       prefillFlopsPerS: this.rate.measured,
+      placed: this.session.config,
     };
   }
 

@@ -137,10 +137,13 @@ export function seedTable(cfg: ModelConfig, form: StepForm, points: StudyPoint[]
   });
 }
 
-/** On a GPU the kernel model has parameters for, its prediction beside every measured cached step and every traced kernel family. */
+/**
+ * On a GPU the kernel model has parameters for, its prediction beside every measured cached step and every traced
+ * kernel family, for the model as placed (`placed`: its positions size the attention's grid, as in the steps timed).
+ */
 function predictionsOf(
   backend: Backend,
-  cfg: ModelConfig,
+  placed: ModelConfig,
   plan: PlanKind,
   measured: MeasuredStep[],
   launch: LaunchFloor,
@@ -163,7 +166,17 @@ function predictionsOf(
         ]
       : [],
   );
-  return buildPredictions(gpu, cfg, plan, measured, kernels, librarySass(kernels.libraryPath), launch, traced, study);
+  return buildPredictions(
+    gpu,
+    placed,
+    plan,
+    measured,
+    kernels,
+    librarySass(kernels.libraryPath),
+    launch,
+    traced,
+    study,
+  );
 }
 
 function interventionsMethod(opts: StudyOptions, together: boolean): string {
@@ -267,7 +280,7 @@ export function buildSummary(args: {
   const study = { dtype, kv_dtype, batch: 1, kv_heads: kvHeadsOf(cfg) };
   const predictions = predictionsOf(
     backend,
-    cfg,
+    result.placed,
     form.plan,
     measuredSteps(points, study, interventions),
     launch,
