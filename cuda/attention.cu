@@ -61,12 +61,13 @@ static size_t align_scratch(size_t bytes) {
   return (bytes + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
 }
 
-// Splits of each (row, K/V head's pass): the blocks of a one-row step fill every SM with as many as it holds, none
-// taking fewer than one chunk of max_ctx.
+// Splits of each (row, K/V head's pass): the blocks of a one-row step fill every SM with as many as it holds, up to
+// kAttnMaxSplits, none taking fewer than one chunk of max_ctx.
 static int attention_splits(int C, int n_head, int n_kv_head, int max_ctx) {
   const int per_sm = C / n_head > kAttnMaxHeadSize ? kAttnWideBlocksPerSm : kAttnBlocksPerSm;
   const int blocks_per_split = n_kv_head * attention_passes(n_head / n_kv_head);
-  return max(1, min(attention_chunks(max_ctx), ceil_div(rt_sm_count() * per_sm, blocks_per_split)));
+  const int filling = min(kAttnMaxSplits, ceil_div(rt_sm_count() * per_sm, blocks_per_split));
+  return max(1, min(attention_chunks(max_ctx), filling));
 }
 
 struct ScratchSizes {

@@ -17,6 +17,9 @@ constexpr int kAttnMaxHeadSize = 128;   // the head sizes of the fast path (and 
 constexpr int kAttnWideHeadSize = 256;  // op_attention's wide instantiation: the rest, with twice the registers
 constexpr int kAttnLanesPerKey = kAttnThreads / kAttnKeysPerChunk;  // threads sharing one key's score: 4
 constexpr int kAttnMergeBatch = 8;  // splits whose partials a merging thread loads at once
+// Most splits per (row, K/V head's pass): a merge of at most 4 batches. Filling the SMs with more (132 for one K/V
+// head read in 2 passes) put 32 dependent L2 round trips into its merging block, longer than a small cache's stream.
+constexpr int kAttnMaxSplits = 4 * kAttnMergeBatch;
 // Blocks of a kernel an SM holds (registers: the fast path's <= 128, the wide one's more), which the splits fill
 constexpr int kAttnBlocksPerSm = 2;
 constexpr int kAttnWideBlocksPerSm = 1;

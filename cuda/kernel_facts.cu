@@ -86,6 +86,7 @@ extern "C" int cu_kernel_facts(CuKernelFacts* out) {
   f.attn_blocks_per_sm = kAttnBlocksPerSm;
   f.attn_wide_blocks_per_sm = kAttnWideBlocksPerSm;
   f.attn_merge_batch = kAttnMergeBatch;
+  f.attn_max_splits = kAttnMaxSplits;
   f.persistent_threads = kMatvecThreads;  // kStepThreads: persistent.cu asserts every body's blocks are that size
   f.persistent_later_round_l2_trips = kStepLaterRoundL2Trips;
   for (int b = 0; b < CU_FACTS_BUCKETS; b++) {

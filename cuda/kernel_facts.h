@@ -46,6 +46,7 @@ typedef struct CuKernelFacts {
   int32_t attn_blocks_per_sm;       // blocks an SM holds, which the splits fill: the fast kernel's
   int32_t attn_wide_blocks_per_sm;  // and the wide kernel's
   int32_t attn_merge_batch;         // splits whose partials the merge loads at once (one L2 round trip each)
+  int32_t attn_max_splits;          // most splits per (row, K/V head's pass)
   // the persistent step kernel (cuda/persistent.cu)
   int32_t persistent_threads;
   int32_t persistent_min_blocks_per_sm[DTYPE_COUNT]

@@ -35,6 +35,7 @@ const FIELDS = [
   ["attn_blocks_per_sm", 1],
   ["attn_wide_blocks_per_sm", 1],
   ["attn_merge_batch", 1],
+  ["attn_max_splits", 1],
   ["persistent_threads", 1],
   ["persistent_min_blocks_per_sm", DTYPE_NAMES.length * BUCKETS],
   ["persistent_later_round_l2_trips", 1],
@@ -96,6 +97,8 @@ export interface KernelFacts {
     wideBlocksPerSm: number;
     /** splits whose partials the merge loads at once: one dependent L2 round trip each */
     mergeBatch: number;
+    /** most splits per (row, K/V head's pass) */
+    maxSplits: number;
   };
   /** the persistent step kernel (cuda/persistent.cu); minBlocksPerSm by the weights' (and cache's) storage type, per batch bucket */
   persistent: {
@@ -145,6 +148,7 @@ export function decodeKernelFacts(words: Int32Array): KernelFacts {
       blocksPerSm: at("attn_blocks_per_sm"),
       wideBlocksPerSm: at("attn_wide_blocks_per_sm"),
       mergeBatch: at("attn_merge_batch"),
+      maxSplits: at("attn_max_splits"),
     },
     persistent: {
       threads: at("persistent_threads"),
