@@ -313,12 +313,12 @@ __device__ __forceinline__ void merge_splits(float* out, const float* stats, con
 // The persistent step's look-ahead for virtual block `at` (cuda/persistent.cu): its split's first chunk's key and
 // value rows that earlier steps wrote (below pos: this step's row is not written yet), the head's hs elements of each.
 template <typename K> __device__ __forceinline__ L2Lines attention_lines(const AttnArgs& a, const BlockPlace& at) {
-  const int split = at.idx.x, kv_head = at.idx.y / attention_passes(a.group), b = at.idx.z / a.T;
+  const int split = at.idx.x, b = at.idx.z / a.T;
   const int pos = __ldcg(a.state + b * STATE_INTS + STATE_POS);
   const int key0 = split * kAttnKeysPerChunk, end = min(min(key0 + kAttnKeysPerChunk, pos), a.max_ctx);
   if (key0 >= end) return {};
   const int hs = a.C / a.n_head;
-  const size_t at_row = ((size_t)b * a.max_ctx + key0) * a.kv_C + (size_t)kv_head * hs;
+  const size_t at_row = kv_head_start(a, at) + (size_t)key0 * a.kv_C;
   return {reinterpret_cast<const char*>(static_cast<const K*>(a.k_cache) + at_row),
           reinterpret_cast<const char*>(static_cast<const K*>(a.v_cache) + at_row), (size_t)a.kv_C * sizeof(K),
           end - key0, (int)(hs * sizeof(K))};
@@ -343,9 +343,8 @@ __device__ __forceinline__ void attention(const AttnArgs& a, const BlockPlace& a
   const int pos = __ldcg(a.state + b * STATE_INTS + STATE_POS);
   const int n_keys = visible_keys(pos, t, a.max_ctx);
   const int key0 = split * kAttnKeysPerChunk;
-  const size_t head = (size_t)b * a.max_ctx * a.kv_C + (size_t)(at.idx.y / attention_passes(a.group)) * hs;
-  const K* k = static_cast<const K*>(a.k_cache) + head;
-  const K* v = static_cast<const K*>(a.v_cache) + head;
+  const K* k = static_cast<const K*>(a.k_cache) + kv_head_start(a, at);
+  const K* v = static_cast<const K*>(a.v_cache) + kv_head_start(a, at);
   // the block's query heads, from the indices again where they are used: no register holds them across the loads
   const auto in_group = [&] { return at.idx.y % attention_passes(a.group) * kAttnHeadsAtOnce; };
   const auto first_head = [&] { return at.idx.y / attention_passes(a.group) * a.group + in_group(); };
