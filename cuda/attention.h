@@ -16,15 +16,18 @@ constexpr int kAttnThreads = 256;
 constexpr int kAttnMaxHeadSize = 128;   // the head sizes of the fast path (and of the persistent step's body)
 constexpr int kAttnWideHeadSize = 256;  // op_attention's wide instantiation: the rest, with twice the registers
 constexpr int kAttnLanesPerKey = kAttnThreads / kAttnKeysPerChunk;  // threads sharing one key's score: 4
-constexpr int kAttnMergeBatch = 8;  // splits whose partials a merging thread loads at once
-// Most splits per (row, K/V head's pass): a merge of at most 4 batches. Filling the SMs with more (132 for one K/V
+constexpr int kAttnMergeBatch = 16;  // splits whose partials a merging thread loads at once
+// Most splits per (row, K/V head's pass): a merge of at most 2 batches. Filling the SMs with more (132 for one K/V
 // head read in 2 passes) put 32 dependent L2 round trips into its merging block, longer than a small cache's stream.
-constexpr int kAttnMaxSplits = 4 * kAttnMergeBatch;
+constexpr int kAttnMaxSplits = 2 * kAttnMergeBatch;
 // Blocks of a kernel an SM holds (registers: the fast path's <= 128, the wide one's more), which the splits fill
 constexpr int kAttnBlocksPerSm = 2;
 constexpr int kAttnWideBlocksPerSm = 1;
+constexpr int kAttnWarps = kAttnThreads / kWarpSize;
 // Query heads of one K/V head whose scores and softmax a block computes in one pass: a warp's softmax each.
-constexpr int kAttnHeadsAtOnce = kAttnThreads / kWarpSize;
+constexpr int kAttnHeadsAtOnce = kAttnWarps;
+// Shared floats for the weighed values of a round of heads, one hs-vector per (head, slot) (weigh_chunk): 16 KB
+constexpr int kAttnWeighedFloats = 4096;
 // Dependent L2 round trips besides the cache stream (the kernel model's chain): the state before the keys, the
 // partial stored, the arrival counted; the merge adds one a kAttnMergeBatch of splits. kv_append's: the state before
 // the rows.
@@ -32,6 +35,7 @@ constexpr int kAttnChainL2Trips = 3;
 constexpr int kKvAppendChainL2Trips = 1;
 static_assert(kAttnLanesPerKey >= 1 && kWarpSize % kAttnLanesPerKey == 0, "a key's threads sit in one warp");
 static_assert(kAttnWideHeadSize <= kAttnThreads, "the merge gives each head dimension a thread");
+static_assert(kAttnWeighedFloats >= 2 * kAttnThreads * 8, "a round holds two heads of the most slots: a thread each");
 
 // Loads per thread, one per unit of kWidth elements (16 bytes, or one element): a key lane's share of a key row (hs /
 // kWidth / 4 units), and a value thread's keys (64 / (256 / (hs / kWidth)) of them); both at most kMaxHs / 4 / kWidth
@@ -122,7 +126,7 @@ template <int kWidth, int kMaxHs = kAttnMaxHeadSize> struct AttnShared {
   float acc[kAttnHeadsAtOnce * kMaxHs];  // the split's weighted values so far, head i's at i·hs
   float p[kAttnHeadsAtOnce][kAttnKeysPerChunk];
   AttnRunning run[kAttnHeadsAtOnce];
-  Cols<kWidth> value_partial[kAttnThreads];
+  float weighed[kAttnWeighedFloats];
 };
 
 // Where query head th's (its (row, head) pair) partial for `split` lands in scratch: (max, sum), then its acc.
@@ -159,25 +163,36 @@ __device__ __forceinline__ size_t kv_head_start(const AttnArgs& a, const BlockPl
   return (size_t)b * a.max_ctx * a.kv_C + (size_t)g * (a.C / a.n_head);
 }
 
-// Scores of a chunk's n_keys keys (its K rows in `r`) for query heads 0 .. n_heads - 1 of shared.q into shared.p.
+// Scores of a chunk's n_keys keys (its K rows in `r`) for query heads 0 .. n_heads - 1 of shared.q into shared.p:
+// each unit of a key row widened once, for all the heads.
 template <typename K, int kWidth, int kMaxHs>
 __device__ __forceinline__ void score_chunk(const ChunkRows<K, kWidth, kMaxHs>& r, AttnShared<kWidth, kMaxHs>& shared,
                                             int n_heads, int n_keys, int hs, int tid) {
   const int units = hs / kWidth;
   const int j = tid / kAttnLanesPerKey, sub = tid % kAttnLanesPerKey;
-  for (int i = 0; i < n_heads; i++) {
-    const float* q = shared.q + i * hs;
-    float s = 0.0f;
+  float s[kAttnHeadsAtOnce] = {};
 #pragma unroll
-    for (int u = 0; u < AttnUnits<kWidth, kMaxHs>::value; u++) {
-      const int unit = sub + u * kAttnLanesPerKey;
-      if (unit < units)
+  for (int u = 0; u < AttnUnits<kWidth, kMaxHs>::value; u++) {
+    const int unit = sub + u * kAttnLanesPerKey;
+    if (unit >= units) continue;
+    float key[kWidth];
 #pragma unroll
-        for (int e = 0; e < kWidth; e++) s += q[unit * kWidth + e] * widen(r.k[u], e);
+    for (int e = 0; e < kWidth; e++) key[e] = widen(r.k[u], e);
+#pragma unroll
+    for (int i = 0; i < kAttnHeadsAtOnce; i++) {
+      if (i >= n_heads) break;
+      const Cols<kWidth> q = read_cols<kWidth>(shared.q + i * hs + unit * kWidth);
+#pragma unroll
+      for (int e = 0; e < kWidth; e++) s[i] += q.v[e] * key[e];
     }
+  }
 #pragma unroll
-    for (int offset = kAttnLanesPerKey / 2; offset > 0; offset /= 2) s += __shfl_xor_sync(kFullWarpMask, s, offset);
-    if (sub == 0 && j < n_keys) shared.p[i][j] = s;
+  for (int i = 0; i < kAttnHeadsAtOnce; i++) {
+    if (i >= n_heads) break;
+#pragma unroll
+    for (int offset = kAttnLanesPerKey / 2; offset > 0; offset /= 2)
+      s[i] += __shfl_xor_sync(kFullWarpMask, s[i], offset);
+    if (sub == 0 && j < n_keys) shared.p[i][j] = s[i];
   }
 }
 
@@ -202,34 +217,50 @@ __device__ __forceinline__ void softmax_chunk(AttnRunning& run, float* p, int n_
   if (lane == 0) run = {m, run.sum * shrink + sum, shrink};
 }
 
-// Each head's values of a chunk (V rows in `r`), weighed by shared.p, added to shared.acc after its rescale: thread
-// (part, g) sums its keys' unit g, the parts meet in shared memory in order.
+// Each head's values of a chunk (V rows in `r`), weighed by shared.p, added to shared.acc after its rescale. Thread
+// (part, g) weighs unit g of keys part, part + parts, ... (ptxas widens each unit once, out of the loop over heads; a
+// copy widened by hand takes 26 more registers in f16, which spill the persistent step's f16 bodies). Where a row's
+// units divide a warp, its parts meet by shuffles and a slot is a warp; else a slot is a part. The slots meet in
+// shared memory, a round of heads at a time, each (head, element) added up by one thread in slot order.
 template <typename K, int kWidth, int kMaxHs>
 __device__ __forceinline__ void weigh_chunk(const ChunkRows<K, kWidth, kMaxHs>& r, AttnShared<kWidth, kMaxHs>& shared,
                                             int n_heads, int n_keys, int hs, int tid) {
+  constexpr int kUnits = AttnUnits<kWidth, kMaxHs>::value;
   const int units = hs / kWidth;
   const int parts = kAttnThreads / units, part = tid / units, g = tid % units;
-  for (int i = 0; i < n_heads; i++) {
-    if (part < parts) {
+  // where a row's units divide a warp, every thread has a part and a slot is a warp; else a slot is a part
+  const bool warp_slots = kWarpSize % units == 0 && units < kWarpSize;
+  const int slots = warp_slots ? kAttnWarps : parts, slot = warp_slots ? tid / kWarpSize : part;
+  const bool writes = warp_slots ? tid % kWarpSize < units : part < parts;
+  const int round_heads = kAttnWeighedFloats / (slots * hs);
+  for (int i0 = 0; i0 < n_heads; i0 += round_heads) {
+    const int round_end = min(n_heads, i0 + round_heads);
+    for (int i = i0; i < round_end; i++) {
       Cols<kWidth> a = {};
+      if (part < parts)
 #pragma unroll
-      for (int u = 0; u < AttnUnits<kWidth, kMaxHs>::value; u++) {
-        const int key = part + u * parts;
-        if (key < n_keys)
+        for (int u = 0; u < kUnits; u++) {
+          const int key = part + u * parts;
+          if (key >= n_keys) break;
+          const float w = shared.p[i][key];
 #pragma unroll
-          for (int e = 0; e < kWidth; e++) a.v[e] += shared.p[i][key] * widen(r.v[u], e);
-      }
-      shared.value_partial[tid] = a;
+          for (int e = 0; e < kWidth; e++) a.v[e] += w * widen(r.v[u], e);
+        }
+      if (warp_slots)
+        for (int offset = units; offset < kWarpSize; offset *= 2)
+#pragma unroll
+          for (int e = 0; e < kWidth; e++) a.v[e] += __shfl_xor_sync(kFullWarpMask, a.v[e], offset);
+      if (writes) store_cols(shared.weighed + ((i - i0) * slots + slot) * hs + g * kWidth, a);
     }
     __syncthreads();
-    if (part == 0) {
-      Cols<kWidth> a = shared.value_partial[g];
-      for (int k = 1; k < parts; k++) add_cols(a, shared.value_partial[k * units + g]);
-      float* acc = shared.acc + i * hs + g * kWidth;
-#pragma unroll
-      for (int e = 0; e < kWidth; e++) acc[e] = acc[e] * shared.run[i].rescale + a.v[e];
+    for (int e = tid; e < (round_end - i0) * hs; e += kAttnThreads) {
+      const float* weighed = shared.weighed + (e / hs) * slots * hs + e % hs;
+      float sum = weighed[0];
+      for (int sl = 1; sl < slots; sl++) sum += weighed[sl * hs];
+      float* acc = shared.acc + i0 * hs + e;
+      *acc = *acc * shared.run[i0 + e / hs].rescale + sum;
     }
-    if (i + 1 < n_heads) __syncthreads();  // the next head rewrites value_partial
+    if (round_end < n_heads) __syncthreads();  // the next round rewrites weighed
   }
 }
 
@@ -289,8 +320,9 @@ __device__ __forceinline__ void merge_splits(float* out, const float* stats, con
     for (int i = 0; i < kAttnMergeBatch; i++) {
       const int split = s0 + i;
       const bool used = split < n_parts;
-      m[i] = used ? __ldcg(stats + split * kStatsPerSplit + kStatMax) : -INFINITY;
-      s[i] = used ? __ldcg(stats + split * kStatsPerSplit + kStatSum) : 0.0f;
+      const float2 stat =
+          used ? __ldcg(reinterpret_cast<const float2*>(stats + split * kStatsPerSplit)) : make_float2(-INFINITY, 0.0f);
+      m[i] = stat.x, s[i] = stat.y;
       x[i] = used ? __ldcg(acc + (size_t)split * hs + d) : 0.0f;
     }
     float batch_max = M;

@@ -26,6 +26,22 @@ template <int kWidth> __device__ __forceinline__ Cols<kWidth> load_cols(const fl
   return c;
 }
 
+// kWidth consecutive floats of shared memory (or any memory this thread may read plainly), as float4s.
+template <int kWidth> __device__ __forceinline__ Cols<kWidth> read_cols(const float* p) {
+  static_assert(kWidth == 1 || kWidth % 4 == 0, "a float, or whole float4s");
+  Cols<kWidth> c;
+  if constexpr (kWidth == 1) {
+    c.v[0] = *p;
+  } else {
+#pragma unroll
+    for (int i = 0; i < kWidth; i += 4) {
+      const float4 f = *reinterpret_cast<const float4*>(p + i);
+      c.v[i] = f.x, c.v[i + 1] = f.y, c.v[i + 2] = f.z, c.v[i + 3] = f.w;
+    }
+  }
+  return c;
+}
+
 template <int kWidth> __device__ __forceinline__ void store_cols(float* p, const Cols<kWidth>& c) {
   if constexpr (kWidth == 1) {
     *p = c.v[0];

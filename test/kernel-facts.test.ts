@@ -66,7 +66,7 @@ describe("the kernels' facts", () => {
     expect(facts.lmHead.rowsPerBlock % facts.lmHead.rowsPerWarp).toBe(0);
   });
 
-  test("attention's splits fill the SMs with one row's blocks up to a merge of 4 batches, whatever the batch, at most a split a chunk", () => {
+  test("attention's splits fill the SMs with one row's blocks up to a merge of 2 batches, whatever the batch, at most a split a chunk", () => {
     const llama = ALL_PRESETS["llama-3.2-1b"]!;
     const splitsAt = (positions: number, batch: number, heads: number, kvHeads: number) => {
       const cfg = withKvHeads({ ...llama, n_positions: positions }, kvHeads);
@@ -79,7 +79,7 @@ describe("the kernels' facts", () => {
         facts.attention.maxSplits,
         Math.ceil((emu.device.smCount * facts.attention.blocksPerSm) / blocksPerSplit),
       );
-    expect(filling(8)).toBe(32); // 33 would fill 132 SMs; the merge takes at most 4 batches of 8
+    expect(filling(8)).toBe(32); // 33 would fill 132 SMs; the merge takes at most 2 batches of 16
     expect(splitsAt(32768, 1, 32, 8)).toEqual([filling(8), 8, 1]);
     expect(splitsAt(32768, 4, 32, 8)).toEqual([filling(8), 8, 4]); // each sequence split as alone
     expect(splitsAt(32768, 1, 32, 1)).toEqual([filling(4), 4, 1]); // one K/V head read in passes of 8 query heads

@@ -401,7 +401,8 @@ describe.skipIf(skipReason !== null)("the built CUDA library's SASS", () => {
     if (!findNvdisasm())
       return void expect(failed.map((r) => [r.check, r.status])).toEqual([["sass persistent bodies", "skip"]]);
     expect(failed.map((r) => r.check)).toEqual(["sass persistent bodies"]);
-    // each body reloads its arguments around its weight loads: the matvecs and the LM head keep 1 to 3 in flight
+    // each body reloads its arguments around its weight loads: the matvecs and the LM head keep fewer than 8 in flight
+    // (1 to 4, as ptxas schedules the whole kernel)
     const short = failed[0]!.detail
       .replace(/^too few 16-byte loads in flight: /, "")
       .split("; ")
@@ -417,6 +418,6 @@ describe.skipIf(skipReason !== null)("the built CUDA library's SASS", () => {
         "rms_lm_head_argmax",
       ]),
     );
-    for (const s of short) expect(s).toMatch(/^\w+ [123] \(< 8\)$/);
+    for (const s of short) expect(s).toMatch(/^\w+ [1-7] \(< 8\)$/);
   }, 600_000);
 });
