@@ -121,12 +121,13 @@ struct AttnRunning {
   float max, sum, rescale;
 };
 
+// q and weighed are read and written as float4s (read_cols, store_cols).
 template <int kWidth, int kMaxHs = kAttnMaxHeadSize> struct AttnShared {
-  float q[kAttnHeadsAtOnce * kMaxHs];    // a pass's queries, head i's at i·hs
-  float acc[kAttnHeadsAtOnce * kMaxHs];  // the split's weighted values so far, head i's at i·hs
+  alignas(16) float q[kAttnHeadsAtOnce * kMaxHs];  // a pass's queries, head i's at i·hs
+  float acc[kAttnHeadsAtOnce * kMaxHs];            // the split's weighted values so far, head i's at i·hs
   float p[kAttnHeadsAtOnce][kAttnKeysPerChunk];
   AttnRunning run[kAttnHeadsAtOnce];
-  float weighed[kAttnWeighedFloats];
+  alignas(16) float weighed[kAttnWeighedFloats];
 };
 
 // Where query head th's (its (row, head) pair) partial for `split` lands in scratch: (max, sum), then its acc.
@@ -218,8 +219,8 @@ __device__ __forceinline__ void softmax_chunk(AttnRunning& run, float* p, int n_
 }
 
 // Each head's values of a chunk (V rows in `r`), weighed by shared.p, added to shared.acc after its rescale. Thread
-// (part, g) weighs unit g of keys part, part + parts, ... (ptxas widens each unit once, out of the loop over heads; a
-// copy widened by hand takes 26 more registers in f16, which spill the persistent step's f16 bodies). Where a row's
+// (part, g) weighs unit g of keys part, part + parts, ... (each unit widened again for every head: a copy widened
+// once by hand takes 26 more registers in f16, which spill the persistent step's f16 bodies). Where a row's
 // units divide a warp, its parts meet by shuffles and a slot is a warp; else a slot is a part. The slots meet in
 // shared memory, a round of heads at a time, each (head, element) added up by one thread in slot order.
 template <typename K, int kWidth, int kMaxHs>
@@ -253,12 +254,14 @@ __device__ __forceinline__ void weigh_chunk(const ChunkRows<K, kWidth, kMaxHs>& 
       if (writes) store_cols(shared.weighed + ((i - i0) * slots + slot) * hs + g * kWidth, a);
     }
     __syncthreads();
-    for (int e = tid; e < (round_end - i0) * hs; e += kAttnThreads) {
-      const float* weighed = shared.weighed + (e / hs) * slots * hs + e % hs;
+    // the round's elements (head i0 + i, d), every kAttnThreads-th from tid's: one division, then subtractions
+    for (int i = tid / hs, d = tid % hs; i < round_end - i0;) {
+      const float* weighed = shared.weighed + i * slots * hs + d;
       float sum = weighed[0];
       for (int sl = 1; sl < slots; sl++) sum += weighed[sl * hs];
-      float* acc = shared.acc + i0 * hs + e;
-      *acc = *acc * shared.run[i0 + e / hs].rescale + sum;
+      float* acc = shared.acc + (i0 + i) * hs + d;
+      *acc = *acc * shared.run[i0 + i].rescale + sum;
+      for (d += kAttnThreads; d >= hs; d -= hs) i++;
     }
     if (round_end < n_heads) __syncthreads();  // the next round rewrites weighed
   }
