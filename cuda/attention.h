@@ -55,7 +55,7 @@ struct AttnScratch {
   float* stats;
   float* acc;
 };
-enum { kStatMax = 0, kStatSum = 1, kStatsPerSplit = 2 };
+enum { kStatMax = 0, kStatSum = 1, kStatsPerSplit = 2 };  // merge_splits reads (max, sum) as one float2
 
 // Keys that query t sees: cache rows [0, pos + t], within the cache.
 __device__ __forceinline__ int visible_keys(int pos, int t, int max_ctx) {
