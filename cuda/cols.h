@@ -11,35 +11,30 @@ template <int kWidth> struct Cols {
   float v[kWidth];
 };
 
-template <int kWidth> __device__ __forceinline__ Cols<kWidth> load_cols(const float* p) {
+// kWidth consecutive floats from p, each float4 (or the one float) fetched by fetch(pointer)
+template <int kWidth, typename Fetch> __device__ __forceinline__ Cols<kWidth> fetch_cols(const float* p, Fetch fetch) {
   static_assert(kWidth == 1 || kWidth % 4 == 0, "a float, or whole float4s");
   Cols<kWidth> c;
   if constexpr (kWidth == 1) {
-    c.v[0] = __ldcg(p);
+    c.v[0] = fetch(p);
   } else {
 #pragma unroll
     for (int i = 0; i < kWidth; i += 4) {
-      const float4 f = __ldcg(reinterpret_cast<const float4*>(p + i));
+      const float4 f = fetch(reinterpret_cast<const float4*>(p + i));
       c.v[i] = f.x, c.v[i + 1] = f.y, c.v[i + 2] = f.z, c.v[i + 3] = f.w;
     }
   }
   return c;
 }
 
-// kWidth consecutive floats of shared memory (or any memory this thread may read plainly), as float4s.
+// kWidth consecutive floats of global memory, through L2
+template <int kWidth> __device__ __forceinline__ Cols<kWidth> load_cols(const float* p) {
+  return fetch_cols<kWidth>(p, [](const auto* at) { return __ldcg(at); });
+}
+
+// kWidth consecutive floats of shared memory (or any memory this thread may read plainly)
 template <int kWidth> __device__ __forceinline__ Cols<kWidth> read_cols(const float* p) {
-  static_assert(kWidth == 1 || kWidth % 4 == 0, "a float, or whole float4s");
-  Cols<kWidth> c;
-  if constexpr (kWidth == 1) {
-    c.v[0] = *p;
-  } else {
-#pragma unroll
-    for (int i = 0; i < kWidth; i += 4) {
-      const float4 f = *reinterpret_cast<const float4*>(p + i);
-      c.v[i] = f.x, c.v[i + 1] = f.y, c.v[i + 2] = f.z, c.v[i + 3] = f.w;
-    }
-  }
-  return c;
+  return fetch_cols<kWidth>(p, [](const auto* at) { return *at; });
 }
 
 template <int kWidth> __device__ __forceinline__ void store_cols(float* p, const Cols<kWidth>& c) {
