@@ -68,13 +68,13 @@ struct Heads {
 };
 
 // One query: keys per chunk, by the sequence's keys alone (so a sequence's sums do not depend on the batch or the
-// threads): a sixteenth of the keys, kept within [kMinKeysPerRange, kMaxKeysPerRange]. Each chunk restarts the K
+// threads): keys / kTargetRanges, kept within [kMinKeysPerRange, kMaxKeysPerRange]. Each chunk restarts the K
 // and V streams and pays a softmax per head, so chunks stay long: at 8k keys 256-key chunks took 36% less time than
 // 32-key ones (2026-12-03); at 1,000 keys 128-key chunks 5-15% less than 48-key ones (Llama-3.2-1B's 32/8 heads,
 // SmolLM2-135M's 9/3; 2026-12-06, AMD EPYC VM, 2 threads), which leaves 8 chunks to share there.
-constexpr int kMinKeysPerRange = 128, kMaxKeysPerRange = 256, kMinRanges = 16;
+constexpr int kMinKeysPerRange = 128, kMaxKeysPerRange = 256, kTargetRanges = 16;
 int keys_per_range(int keys) {
-  return std::clamp(keys / kMinRanges / kVecFloats * kVecFloats, kMinKeysPerRange, kMaxKeysPerRange);
+  return std::clamp(keys / kTargetRanges / kVecFloats * kVecFloats, kMinKeysPerRange, kMaxKeysPerRange);
 }
 constexpr int kQueryBlock = 64;  // many queries: queries per chunk (a multiple of kTileCols)
 constexpr int kKeyBlock = 64;    // many queries: keys scored at a time
