@@ -221,15 +221,15 @@ __device__ __forceinline__ void softmax_chunk(AttnRunning& run, float* p, int n_
 // Each head's values of a chunk (V rows in `r`), weighed by shared.p, added to shared.acc after its rescale. Thread
 // (part, g) weighs unit g of keys part, part + parts, ... (each unit widened again for every head: a copy widened
 // once by hand takes 26 more registers in f16, which spill the persistent step's f16 bodies). Where a row's
-// units divide a warp, its parts meet by shuffles and a slot is a warp; else a slot is a part. The slots meet in
-// shared memory, a round of heads at a time, each (head, element) added up by one thread in slot order.
+// units divide a warp, every thread has a part, the parts meet by shuffles and a slot is a warp; else a slot is a part.
+// The slots meet in shared memory, a round of heads at a time, each (head, element) added up by one thread in slot
+// order.
 template <typename K, int kWidth, int kMaxHs>
 __device__ __forceinline__ void weigh_chunk(const ChunkRows<K, kWidth, kMaxHs>& r, AttnShared<kWidth, kMaxHs>& shared,
                                             int n_heads, int n_keys, int hs, int tid) {
   constexpr int kUnits = AttnUnits<kWidth, kMaxHs>::value;
   const int units = hs / kWidth;
   const int parts = kAttnThreads / units, part = tid / units, g = tid % units;
-  // where a row's units divide a warp, every thread has a part and a slot is a warp; else a slot is a part
   const bool warp_slots = kWarpSize % units == 0 && units < kWarpSize;
   const int slots = warp_slots ? kAttnWarps : parts, slot = warp_slots ? tid / kWarpSize : part;
   const bool writes = warp_slots ? tid % kWarpSize < units : part < parts;
