@@ -345,12 +345,24 @@ describe("older summary versions' schemas", () => {
       delete r.fill;
       delete r.uncached_model_ms;
       delete r.kv_byte_share;
+      delete r.read_bytes_per_s;
+      delete r.floor_ms;
+      delete r.over_floor;
+    }
+    for (const p of s.points) {
+      delete p.read_bytes_per_s;
+      delete p.over_floor;
     }
     for (const p of s.predictions?.points ?? []) delete p.kv_heads;
     if (s.interventions) {
       delete s.interventions.kv_heads;
       for (const p of [...s.interventions.configs, ...s.interventions.points]) delete p.kv_heads;
+      for (const p of s.interventions.points) {
+        delete p.read_bytes_per_s;
+        delete p.over_floor;
+      }
     }
+    delete s.device.peaks.read_probe?.tracker_bytes;
     for (const f of ["grid_barrier_skewed_us", "grid_barrier_sc_us", "grid_barrier_sc_skewed_us"])
       delete s.device.launch[f];
     for (const p of s.points) if (p.breakdown) delete p.breakdown.overlapping_ops;

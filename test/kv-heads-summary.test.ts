@@ -1,7 +1,8 @@
 // The GQA intervention's arithmetic: where a measured step reaches twice its weights' time.
 import { describe, expect, test } from "bun:test";
 
-import { measuredCrossover } from "../src/profile/kv-heads-summary.ts";
+import { atOneReadRate, measuredCrossover } from "../src/profile/kv-heads-summary.ts";
+import type { InterventionPoint } from "../src/profile/types.ts";
 
 const line = (weightsMs: number, msPerToken: number, contexts: number[]) =>
   contexts.map((c) => [c, weightsMs + msPerToken * c] as const);
@@ -37,5 +38,35 @@ describe("measuredCrossover", () => {
     expect(c).not.toBeNull();
     expect(c!).toBeGreaterThan(0);
     expect(c!).toBeLessThan(100);
+  });
+});
+
+describe("atOneReadRate", () => {
+  /** a point of one step time, its steps each `ms` after a pass reading `read` (null: unpaired), moving 600 MB */
+  const point = (context: number, ms: number, read: number | null) =>
+    ({
+      context,
+      step_ms: { median: ms },
+      work: { bytes: 600e6 },
+      read_bytes_per_s: read,
+      over_floor: ms / ((600e6 / (read ?? 50e9)) * 1e3),
+    }) as unknown as InterventionPoint;
+
+  test("each time taken at the read rate beside the shortest context: a memory that slowed does not fake a crossing", () => {
+    // 10 ms of weights + 0.001 ms per token at 60 GB/s; the memory at 40 GB/s beside context 8192 made that step 1.5× slower
+    const series = [point(256, 10.256, 60e9), point(2048, 12.048, 60e9), point(8192, 18.192 * 1.5, 40e9)];
+    const scaled = atOneReadRate(series);
+    expect(scaled.map(([c]) => c)).toEqual([256, 2048, 8192]);
+    expect(scaled[2]![1]).toBeCloseTo(18.192, 9);
+    expect(measuredCrossover(series.map((p) => [p.context, p.step_ms.median]))).not.toBeNull();
+    expect(measuredCrossover(scaled)).toBeNull();
+  });
+
+  test("the times as measured where any point's rate was not tracked", () => {
+    const series = [point(256, 10, 60e9), point(2048, 12, null)];
+    expect(atOneReadRate(series)).toEqual([
+      [256, 10],
+      [2048, 12],
+    ]);
   });
 });

@@ -245,6 +245,9 @@ describe("seedVerdict", () => {
       cached: { eager: { ms: 5.2, speedup: 31 / 5.2 }, graph: { ms: 5.1, speedup: 31 / 5.1 } },
       flop_reduction: 417.4,
       kv_byte_share: 0.1,
+      read_bytes_per_s: null,
+      floor_ms: 4,
+      over_floor: 5.1 / 4,
     };
     expect(seedVerdict(row)).toBe(
       "At context 1000 the KV cache does 417× fewer FLOPs but the step is only 6.1× faster (31.0 ms → 5.10 ms).",
@@ -253,7 +256,7 @@ describe("seedVerdict", () => {
 });
 
 describe("cacheRegimeVerdict", () => {
-  const row = (context: number, ms: number, kv_byte_share: number): SeedRow => ({
+  const row = (context: number, ms: number, kv_byte_share: number, read: number | null = null): SeedRow => ({
     context,
     fill: "prefill",
     uncached_ms: null,
@@ -261,6 +264,9 @@ describe("cacheRegimeVerdict", () => {
     cached: { eager: { ms, speedup: null }, "eager-native": { ms: ms * 1.1, speedup: null } },
     flop_reduction: 1,
     kv_byte_share,
+    read_bytes_per_s: read,
+    floor_ms: 8,
+    over_floor: ms / 8,
   });
 
   test("at the largest context: the cache's share of the bytes, the step's growth over the shortest, the regime", () => {
@@ -273,6 +279,23 @@ describe("cacheRegimeVerdict", () => {
     expect(cacheRegimeVerdict([row(8, 10, 0.001), row(64, 10.1, 0.01)])[0]).toEndWith(
       "the floor is the weights; the cache barely shows.",
     );
+  });
+
+  test("a memory read rate that moved between the contexts' timings: the growth at one rate, each step over its floor", () => {
+    // the host's memory read 60 GB/s beside context 8's steps and 45 beside context 1000's: 1.33× slower
+    const [first, last] = [
+      { ...row(8, 8.4, 0.001, 60e9), floor_ms: 8, over_floor: 1.05 },
+      { ...row(1000, 13.8, 0.08, 45e9), floor_ms: 11.5, over_floor: 1.2 },
+    ];
+    expect(cacheRegimeVerdict([first, last])).toEqual([
+      "At context 1000 the cache is 8% of the step's bytes (work model) and the step is 1.6× its time at context 8 — " +
+        "but the memory read 1.33× slower beside its steps than beside context 8's: at one read rate the step is 1.2× " +
+        "its time there, 1.05× and 1.20× the floor read beside each: the floor is the weights; the cache barely shows.",
+    ]);
+    // within READ_DRIFT (5%), or untracked on either side: the plain sentence
+    const plain = cacheRegimeVerdict([row(8, 8.4, 0.001, 60e9), row(1000, 13.8, 0.08, 58e9)])[0]!;
+    expect(plain).not.toContain("memory read");
+    expect(cacheRegimeVerdict([row(8, 8.4, 0.001, 60e9), row(1000, 13.8, 0.08)])[0]).toBe(plain);
   });
 
   test("nothing to say with one context, or none timed", () => {

@@ -1,11 +1,12 @@
 // The CPU's read-bandwidth probe (src/backends/read-probe.ts): where its sweep finds the knee, how it sizes
-// itself against the step's bytes and free memory, and what it reports; on a fake backend whose bandwidth
-// depends on the size read (a cache of 480 MiB, as the development VM reports), then once on the real one.
+// itself against the step's bytes and free memory, and what it reports, and the tracker that reads beside each
+// point's steps; on a fake backend whose bandwidth depends on the size read (a cache of 480 MiB, as the development
+// VM reports) and on a host rate the test moves, then once on the real one.
 import { afterAll, describe, expect, test } from "bun:test";
 
 import type { DeviceBuffer } from "../src/backends/backend.ts";
 import { CpuBackend } from "../src/backends/cpu.ts";
-import { kneeOf, ReadProbe, type ReadProbeBackend } from "../src/backends/read-probe.ts";
+import { kneeOf, ReadProbe, ReadTracker, type ReadProbeBackend } from "../src/backends/read-probe.ts";
 
 const MIB = 2 ** 20,
   GIB = 2 ** 30;
@@ -62,12 +63,16 @@ describe("the sweep's knee", () => {
   });
 });
 
-/** A backend whose passes read at 60 GB/s up to 480 MiB and 22 GB/s past it; it records what was allocated and read. */
+/**
+ * A backend whose passes read at 60 GB/s up to 480 MiB and 22 GB/s past it, × `host.rate` (the host's memory, which
+ * a test may move); it records what was allocated and read.
+ */
 function fakeBackend() {
   const allocated: number[] = [],
     freed: number[] = [],
     prepared: number[] = [],
     reads: number[] = [];
+  const host = { rate: 1 };
   const backend: ReadProbeBackend = {
     threads: 2,
     alloc: (bytes) => {
@@ -78,10 +83,10 @@ function fakeBackend() {
     readPrepare: (b) => void prepared.push(b.bytes),
     readPass: (_b, bytes) => {
       reads.push(bytes);
-      return bytes / (bytes <= 480 * MIB ? 60e9 : 22e9);
+      return bytes / ((bytes <= 480 * MIB ? 60e9 : 22e9) * host.rate);
     },
   };
-  return { backend, allocated, freed, prepared, reads };
+  return { backend, allocated, freed, prepared, reads, host };
 }
 
 describe("the probe's size and report", () => {
@@ -127,6 +132,70 @@ describe("the probe's size and report", () => {
   test("a report before any pass is an error, not a figure of nothing", () => {
     const probe = ReadProbe.open(fakeBackend().backend, 0, 64 * GIB);
     expect(() => probe.report()).toThrow(/no pass taken/);
+  });
+});
+
+describe("the tracker beside the points' steps", () => {
+  /** A probe for a step of 3.1 GB (knee 512 MiB) and its tracker, calibrated with `passes` of each in turn. */
+  function calibrated(f: ReturnType<typeof fakeBackend>, freeBytes: number) {
+    const probe = ReadProbe.open(f.backend, 3.1e9, 64 * GIB);
+    const tracker = ReadTracker.open(f.backend, probe, freeBytes);
+    for (let i = 0; i < 3; i++) {
+      probe.pass();
+      tracker?.calibrationPass();
+    }
+    tracker?.calibrate(probe.report().bytes_per_s);
+    probe.close();
+    return tracker;
+  }
+
+  test("twice the knee, filled once; its passes follow the host's memory, in the probe's bytes/s", () => {
+    const f = fakeBackend();
+    const tracker = calibrated(f, 64 * GIB)!;
+    expect(tracker.bytes).toBe(GIB);
+    expect(f.prepared).toContain(GIB);
+    expect(tracker.pass(3.1e9)).toBeCloseTo(22e9, -3);
+    f.host.rate = 0.6; // the host's memory slowed by 40% since the probe
+    expect(tracker.pass(3.1e9)).toBeCloseTo(0.6 * 22e9, -3);
+    const passes = f.reads.length;
+    expect(tracker.pass(400 * MIB)).toBeNull(); // below the knee: the cache serves part of that step, a pass would evict it
+    expect(f.reads.length).toBe(passes);
+    tracker.close();
+    expect(f.freed).toContain(GIB);
+  });
+
+  test("a tracker that reads faster than the probe (part of it in a cache) is scaled down to the probe's figure", () => {
+    const f = fakeBackend();
+    const probe = ReadProbe.open(f.backend, 3.1e9, 64 * GIB);
+    const tracker = ReadTracker.open(f.backend, probe, 64 * GIB)!;
+    probe.pass();
+    f.host.rate = 1.1; // the tracker's calibration pass read 10% faster than the probe's
+    tracker.calibrationPass();
+    tracker.calibrate(probe.report().bytes_per_s);
+    expect(tracker.pass(3.1e9)).toBeCloseTo(22e9, -3);
+    probe.close();
+    tracker.close();
+  });
+
+  test("at least 512 MiB and at most the probe's size; none past 1/16 of free memory", () => {
+    const small = fakeBackend();
+    const probe = ReadProbe.open(small.backend, 300 * MIB, 64 * GIB);
+    expect(probe.bytes).toBe(512 * MIB);
+    const tracker = ReadTracker.open(small.backend, probe, 64 * GIB)!;
+    expect(tracker.bytes).toBe(512 * MIB); // twice the knee is 1 GiB, more than the probe reads
+    tracker.close();
+    probe.close();
+    expect(calibrated(fakeBackend(), 8 * GIB)).toBeNull(); // 1 GiB > 8 GiB / 16
+  });
+
+  test("a pass before calibration, or a calibration without passes, is an error", () => {
+    const f = fakeBackend();
+    const probe = ReadProbe.open(f.backend, 3.1e9, 64 * GIB);
+    const tracker = ReadTracker.open(f.backend, probe, 64 * GIB)!;
+    expect(() => tracker.pass(3.1e9)).toThrow(/not calibrated/);
+    expect(() => tracker.calibrate(22e9)).toThrow(/no calibration pass/);
+    tracker.close();
+    probe.close();
   });
 });
 

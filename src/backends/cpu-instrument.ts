@@ -14,7 +14,7 @@ import {
   type TraceResult,
   type TracedStep,
 } from "./instrument.ts";
-import { ReadProbe, type ReadProbeBackend } from "./read-probe.ts";
+import { ReadProbe, ReadTracker, type ReadProbeBackend } from "./read-probe.ts";
 
 /**
  * On the CPU the host runs the ops itself: what it spends issuing a step is the time between them
@@ -58,6 +58,8 @@ export class CpuInstrument implements Instrument {
   readonly canTrace = true;
   readonly tracingNote = "native per-op timers (CLOCK_MONOTONIC) in the CPU library";
   private readonly originNs: number;
+  /** the memory's read rate beside the points' steps, from measurePeaks on */
+  private tracker: ReadTracker | null = null;
 
   constructor(readonly backend: CpuTimers) {
     this.originNs = backend.nowNs();
@@ -97,19 +99,35 @@ export class CpuInstrument implements Instrument {
   }
 
   measurePeaks(stepBytes: number): Peaks {
+    this.tracker?.close();
+    this.tracker = null;
     const probe = ReadProbe.open(this.backend, stepBytes);
     try {
-      for (let i = 0; i < READ_PROBE_PASSES; i++) probe.pass();
+      const tracker = ReadTracker.open(this.backend, probe);
+      for (let i = 0; i < READ_PROBE_PASSES; i++) {
+        probe.pass();
+        tracker?.calibrationPass();
+      }
       const read = probe.report();
+      tracker?.calibrate(read.bytes_per_s);
+      this.tracker = tracker;
+      const beside = tracker
+        ? `; right before each timed step past the knee, a pass over ${Math.round(tracker.bytes / 2 ** 20)} MiB (twice the knee, at least 512 MiB) ` +
+          `scaled by the probe's best over its best in ${READ_PROBE_PASSES} passes of each in turn`
+        : "; no passes beside the timed steps (their buffer would take more than 1/16 of free memory)";
       return {
         bytes_per_s: read.bytes_per_s,
         flops_per_s: this.backend.measureFp32Peak(),
-        how_measured: `${read.how_measured}; fp32: 12 independent FMA chains in the widest vectors, 4 chunks of 2^18 steps per thread, best of ${FP32_PEAK_PASSES}`,
-        read_probe: read,
+        how_measured: `${read.how_measured}${beside}; fp32: 12 independent FMA chains in the widest vectors, 4 chunks of 2^18 steps per thread, best of ${FP32_PEAK_PASSES}`,
+        read_probe: { ...read, tracker_bytes: tracker?.bytes ?? null },
       };
     } finally {
       probe.close();
     }
+  }
+
+  readPass(stepBytes: number): number | null {
+    return this.tracker?.pass(stepBytes) ?? null;
   }
 
   /** An empty op (GELU of 0 elements) through bun:ffi, timed over many calls: the CPU's dispatch floor. */
@@ -133,5 +151,8 @@ export class CpuInstrument implements Instrument {
     };
   }
 
-  close(): void {}
+  close(): void {
+    this.tracker?.close();
+    this.tracker = null;
+  }
 }

@@ -25,6 +25,8 @@ export interface ReadProbeReport {
   sweep: { bytes: number; bytes_per_s: number }[];
   /** whether memory capped the buffer below the step's bytes */
   capped: boolean;
+  /** the buffer read beside each point's timed steps (Instrument.readPass); null where none was */
+  tracker_bytes: number | null;
   how_measured: string;
 }
 
@@ -112,6 +114,13 @@ export interface Instrument {
   trace(run: () => void, before: () => void, count: number, ops: PlanOp[], label: string): TraceResult;
   /** the machine's peaks; a read bandwidth probe reads at least `stepBytes` where memory allows */
   measurePeaks(stepBytes: number): Peaks;
+  /**
+   * One pass of the memory read right before a timed step that moves `stepBytes`, in bytes/s as the peaks' probe
+   * reads (the CPU, after measurePeaks: a shared host's memory rate can flip between two levels within seconds);
+   * null where nothing tracks it, or where the step is smaller than the probe's knee (the last-level cache serves
+   * part of it, and a pass would evict that part)
+   */
+  readPass(stepBytes: number): number | null;
   /** the cost of dispatching an op with no work in it */
   measureLaunch(): LaunchFloor;
   close(): void;
@@ -121,6 +130,16 @@ export interface Instrument {
 export function opInterval(op: PlanOp, index: number, name: string, startUs: number, endUs: number): OpInterval {
   return { index, family: op.family, layer: op.layer, label: op.label, name, start_us: startUs, end_us: endUs };
 }
+
+/** A timed step's device ms and the memory's read rate in the pass right before it (Instrument.readPass), bytes/s. */
+export interface PairedStep {
+  ms: number;
+  read: number | null;
+}
+
+/** The peaks with the memory's read rate beside a point's steps in place of the probe's, where one was tracked. */
+export const peaksBeside = (peaks: Peaks, read: number | null | undefined): Peaks =>
+  read == null ? peaks : { ...peaks, bytes_per_s: read };
 
 /** A monotonic host clock in ms. */
 export const nowMs = () => Bun.nanoseconds() / 1e6;

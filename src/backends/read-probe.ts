@@ -79,6 +79,11 @@ export class ReadProbe {
     return new ReadProbe(backend, buffer, bytes, sweep, bytes < stepBytes);
   }
 
+  /** where its sweep stopped falling */
+  get knee(): number {
+    return kneeOf(this.sweep);
+  }
+
   /** One pass at the probe's size, kept for the report: bytes/s. */
   pass(): number {
     const bytesPerS = this.bytes / this.backend.readPass(this.buffer, this.bytes);
@@ -86,7 +91,7 @@ export class ReadProbe {
     return bytesPerS;
   }
 
-  report(): ReadProbeReport {
+  report(): Omit<ReadProbeReport, "tracker_bytes"> {
     if (this.samples.length === 0) throw new RangeError("ReadProbe.report: no pass taken");
     const s = summarize(this.samples);
     const gib = (b: number) => (b < 2 ** 30 ? `${Math.round(b / MIB)} MiB` : `${+(b / 2 ** 30).toPrecision(3)} GiB`);
@@ -94,15 +99,76 @@ export class ReadProbe {
       bytes_per_s: s.max,
       passes: { count: this.samples.length, min: s.min, median: s.median, max: s.max },
       buffer_bytes: this.bytes,
-      knee_bytes: kneeOf(this.sweep),
+      knee_bytes: this.knee,
       sweep: this.sweep,
       capped: this.capped,
       how_measured:
         `read bandwidth: best of ${this.samples.length} passes summing ${gib(this.bytes)} on ${this.backend.threads} threads ` +
         `(median ${(s.median / 1e9).toFixed(1)}, ${(s.min / 1e9).toFixed(1)}–${(s.max / 1e9).toFixed(1)} GB/s); the size is the larger of the step's ` +
         `bytes and where a sweep of ${gib(this.sweep[0]!.bytes)}–${gib(this.sweep[this.sweep.length - 1]!.bytes)} stops falling ` +
-        `(${gib(kneeOf(this.sweep))}), capped at a quarter of free memory${this.capped ? " (which capped it below the step's bytes)" : ""}`,
+        `(${gib(this.knee)}), capped at a quarter of free memory${this.capped ? " (which capped it below the step's bytes)" : ""}`,
     };
+  }
+
+  close(): void {
+    this.backend.free(this.buffer);
+  }
+}
+
+/** The tracker reads at least this much: past the last-level cache of a machine of this kind. */
+const TRACKER_LEAST_BYTES = 512 * MIB;
+/** The tracker's buffer at most this share of the memory free when it opens: it stays for the whole study. */
+const TRACKER_MEMORY_SHARE = 1 / 16;
+
+/**
+ * The memory's read rate right beside each timed step, long after the probe: a shared host's DRAM read rate can
+ * flip between two levels within seconds (the development VM's 40–48 and 70–83 GB/s, the step's time following it),
+ * so each step's floor comes from a pass taken just before it. The tracker reads twice the probe's knee (at least
+ * TRACKER_LEAST_BYTES, at most the probe's size, which may be the step's gigabytes), each pass scaled to the probe's
+ * size by the probe's best pass over the tracker's best when the two were read in turn.
+ */
+export class ReadTracker {
+  private readonly calibration: number[] = [];
+  private scale: number | null = null;
+
+  private constructor(
+    private readonly backend: ReadProbeBackend,
+    private readonly buffer: DeviceBuffer,
+    readonly bytes: number,
+    private readonly knee: number,
+  ) {}
+
+  /** A tracker for `probe`, filled; null where its buffer would take more than TRACKER_MEMORY_SHARE of free memory. */
+  static open(backend: ReadProbeBackend, probe: ReadProbe, freeBytes = freemem()): ReadTracker | null {
+    const bytes = Math.min(probe.bytes, Math.max(2 * probe.knee, TRACKER_LEAST_BYTES));
+    if (bytes > freeBytes * TRACKER_MEMORY_SHARE) return null;
+    const buffer = backend.alloc(bytes);
+    backend.readPrepare(buffer);
+    return new ReadTracker(backend, buffer, bytes, probe.knee);
+  }
+
+  /** One pass beside one of the probe's, before calibrate. */
+  calibrationPass(): void {
+    this.calibration.push(this.rawPass());
+  }
+
+  /** Fixes the scale from the probe's best pass, taken in turn with the calibration passes. */
+  calibrate(probeBytesPerS: number): void {
+    if (this.calibration.length === 0) throw new RangeError("ReadTracker.calibrate: no calibration pass taken");
+    this.scale = probeBytesPerS / Math.max(...this.calibration);
+  }
+
+  /**
+   * One pass beside a step that moves `stepBytes`, as bytes/s at the probe's size; null where the step is smaller
+   * than the knee: the last-level cache serves part of it, and a pass would evict that part.
+   */
+  pass(stepBytes: number): number | null {
+    if (this.scale === null) throw new RangeError("ReadTracker.pass: not calibrated");
+    return stepBytes < this.knee ? null : this.rawPass() * this.scale;
+  }
+
+  private rawPass(): number {
+    return this.bytes / this.backend.readPass(this.buffer, this.bytes);
   }
 
   close(): void {

@@ -1,7 +1,7 @@
 // Two or more profile runs side by side (bun run compare): per section of the summary, each run's value with
 // its spread, its ratio to the first run, and whether the difference is larger than the runs' own spread; what
 // cannot be compared, with why; and verdict sentences computed from those numbers. Pure functions over summaries.
-import type { LaunchFloor } from "../backends/instrument.ts";
+import type { LaunchFloor, Peaks, ReadProbeReport } from "../backends/instrument.ts";
 import { kvHeadsOf } from "../model/architectures.ts";
 import type { Stats } from "../stats.ts";
 import type {
@@ -45,6 +45,16 @@ export const FIELDS_ADDED_IN = {
   ],
   12: ["end_to_end[].ttft_ms", "end_to_end[].tpot_ms", "prompt_cache"],
   13: ["memory.fit", "memory.resident_source", "memory.by_context"],
+  14: [
+    "device.peaks.read_probe.tracker_bytes",
+    "points[].read_bytes_per_s",
+    "points[].over_floor",
+    "seed_table[].read_bytes_per_s",
+    "seed_table[].floor_ms",
+    "seed_table[].over_floor",
+    "interventions.points[].read_bytes_per_s",
+    "interventions.points[].over_floor",
+  ],
 } as const;
 
 type AddedField = (typeof FIELDS_ADDED_IN)[keyof typeof FIELDS_ADDED_IN][number];
@@ -52,7 +62,7 @@ type AddedField = (typeof FIELDS_ADDED_IN)[keyof typeof FIELDS_ADDED_IN][number]
 type AddedUnder<Parent extends string, F = AddedField> = F extends `${Parent}.${infer Name}` ? Name : never;
 type Later<T, Parent extends string> = Omit<T, AddedUnder<Parent>> & Partial<Pick<T, AddedUnder<Parent> & keyof T>>;
 
-/** A summary of any version compare reads (5–13): the current layout, the fields later versions added optional. */
+/** A summary of any version compare reads (5–14): the current layout, the fields later versions added optional. */
 export interface ReadSummary
   extends Omit<
     ProfileSummary,
@@ -71,8 +81,11 @@ export interface ReadSummary
   end_to_end: Later<EndToEnd, "end_to_end[]">[];
   settings: Later<ProfileSummary["settings"], "settings">;
   seed_table: Later<SeedRow, "seed_table[]">[];
-  device: Omit<DeviceDescription, "launch"> & { launch: Later<LaunchFloor, "device.launch"> };
-  points: (Omit<StudyPoint, "breakdown"> & { breakdown?: Later<Breakdown, "points[].breakdown"> })[];
+  device: Omit<DeviceDescription, "launch" | "peaks"> & {
+    launch: Later<LaunchFloor, "device.launch">;
+    peaks: Omit<Peaks, "read_probe"> & { read_probe?: Later<ReadProbeReport, "device.peaks.read_probe"> };
+  };
+  points: (Omit<Later<StudyPoint, "points[]">, "breakdown"> & { breakdown?: Later<Breakdown, "points[].breakdown"> })[];
   predictions?: Omit<Later<PredictionsSection, "predictions">, "points"> & {
     points: Later<PredictionsSection["points"][number], "predictions.points[]">[];
   };

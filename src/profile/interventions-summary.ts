@@ -2,11 +2,12 @@
 // batch, K/V heads) and context the time per step and per token against the bytes and FLOPs the step moves, the
 // attribution of the cached step's time to launch mode, bytes and batch, measured, and GQA's saving
 // (kv-heads-summary.ts).
-import type { Peaks } from "../backends/instrument.ts";
+import { peaksBeside, type Peaks } from "../backends/instrument.ts";
 import { withKvHeads, type ModelConfig } from "../model/architectures.ts";
 import type { DtypeName } from "../ops.ts";
 import type { InterventionsResult } from "./interventions.ts";
 import { buildKvHeads } from "./kv-heads-summary.ts";
+import { pointFloor } from "./memory-floor.ts";
 import type { Attribution, InterventionPoint, InterventionsSection, StudyPoint } from "./types.ts";
 import { LARGE_SAVING, NOISE, pct } from "./verdicts.ts";
 import { cachedStepWork, sumWork } from "./work-model.ts";
@@ -27,8 +28,10 @@ export function buildInterventions(
   method: string,
   base: { dtype: DtypeName; kv: DtypeName; kv_heads: number },
 ): InterventionsSection {
-  const points = result.samples.map(({ form: p, kv_heads, context, step_ms }): InterventionPoint => {
+  const points = result.samples.map(({ form: p, kv_heads, context, step_ms, paired }): InterventionPoint => {
     const work = sumWork(cachedStepWork(withKvHeads(cfg, kv_heads), context, p));
+    const floor = pointFloor(paired, work.bytes, peaks);
+    const beside = peaksBeside(peaks, floor.read_bytes_per_s);
     const s = step_ms.median / 1e3;
     const flops_per_s = work.flops / s,
       bytes_per_s = work.bytes / s;
@@ -48,9 +51,10 @@ export function buildInterventions(
         flops_per_s,
         bytes_per_s,
         flops_share: flops_per_s / peaks.flops_per_s,
-        bytes_share: bytes_per_s / peaks.bytes_per_s,
-        regime: intensity > balance(peaks) ? "compute-bound" : "memory-bound",
+        bytes_share: bytes_per_s / beside.bytes_per_s,
+        regime: intensity > balance(beside) ? "compute-bound" : "memory-bound",
       },
+      ...floor,
     };
   });
   const configs = [

@@ -5,7 +5,7 @@
 // all of them alike — every K/V-head variant at once where their weights and caches fit in memory together, one
 // variant after another where they do not.
 import type { Backend } from "../backends/backend.ts";
-import type { Instrument, TimedStep } from "../backends/instrument.ts";
+import type { Instrument, PairedStep } from "../backends/instrument.ts";
 import { kvHeadsOf, type ModelWeights } from "../model/architectures.ts";
 import type { StepForm } from "../plan.ts";
 import type { LaunchMode } from "../run/launch-modes.ts";
@@ -14,6 +14,7 @@ import { placementTotal } from "../run/model-buffers.ts";
 import { Session } from "../run/session.ts";
 import { summarize, type Stats } from "../stats.ts";
 import { fillCache, type FillMethod } from "./fill.ts";
+import { cachedStepWork, sumWork } from "./work-model.ts";
 
 /**
  * Of the memory free when the interventions start, the share their sessions may take at once: on the 24 GiB VM,
@@ -33,6 +34,8 @@ export interface InterventionSample {
   kv_heads: number;
   context: number;
   step_ms: Stats;
+  /** every timed step's device ms with the memory's read pass right before it */
+  paired: PairedStep[];
 }
 
 export interface InterventionOptions {
@@ -131,7 +134,8 @@ async function measureGroup(
           form,
           kv_heads: variant.kv_heads,
           context,
-          step_ms: summarize(timed[i]!.map((t) => t.deviceMs)),
+          step_ms: summarize(timed[i]!.map((t) => t.ms)),
+          paired: timed[i]!,
         })),
       );
     }
@@ -141,27 +145,34 @@ async function measureGroup(
   }
 }
 
-/** Every session's sequences filled to `context` (a prompt of its own each, filled as the study's point was), then interleaved rounds of one step per session. */
+/**
+ * Every session's sequences filled to `context` (a prompt of its own each, filled as the study's point was), then
+ * interleaved rounds of one step per session, each timed step right after a pass of the memory read.
+ */
 async function timeContext(
   sessions: Session<ModelWeights>[],
   instrument: Instrument,
   mode: LaunchMode,
   context: number,
   opts: InterventionOptions,
-): Promise<TimedStep[][]> {
+): Promise<PairedStep[][]> {
   for (const s of sessions) {
     for (let b = 0; b < s.batch; b++) fillCache(s, opts.fillOf(context), context, opts.seed + b, b);
   }
-  const timeOne = async (s: Session<ModelWeights>): Promise<TimedStep> => {
+  const timeOne = async (s: Session<ModelWeights>): Promise<number> => {
     await opts.checkpoint();
     s.setPosition(context);
     s.backend.synchronize();
-    return instrument.time(() => mode.run(s.step(1), 1));
+    return instrument.time(() => mode.run(s.step(1), 1)).deviceMs;
   };
   for (const s of sessions) for (let w = 0; w < opts.warmup; w++) await timeOne(s);
-  const samples = sessions.map((): TimedStep[] => []);
+  const bytes = sessions.map((s) => sumWork(cachedStepWork(s.config, context, s.form)).bytes);
+  const samples = sessions.map((): PairedStep[] => []);
   for (let r = 0; r < opts.repeats; r++) {
-    for (const [i, s] of sessions.entries()) samples[i]!.push(await timeOne(s));
+    for (const [i, s] of sessions.entries()) {
+      const read = instrument.readPass(bytes[i]!);
+      samples[i]!.push({ ms: await timeOne(s), read });
+    }
   }
   for (const s of sessions) {
     const what = `of the ${mode.name} step at context ${context} (batch ${s.batch}, weights ${s.form.weights}, cache ${s.form.kv}, ${kvHeadsOf(s.config)} K/V heads)`;

@@ -11,7 +11,9 @@ const storageKey = (p: Omit<InterventionConfig, "kv_heads">) => `${p.dtype}/${p.
 export const CROSSOVER_HOW =
   "by formula, the context × batch at which the work model's K/V bytes per step equal its weight bytes; measured, " +
   "the context at which the step's median time reaches twice its weights' time — the time at context 0, extrapolated " +
-  "from the two shortest contexts — interpolated between the contexts measured; none where the run does not reach it.";
+  "from the two shortest contexts — interpolated between the contexts measured; where each step was paired with a read " +
+  "pass of the memory (the CPU), each context's time is taken at the shortest one's read rate (its bytes at that rate × " +
+  "its steps' median over their own floors); none where the run does not reach it.";
 
 export function buildKvHeads(points: InterventionPoint[], together: boolean): KvHeadsSection | null {
   const variants = [...new Set(points.map((p) => p.kv_heads))].sort((a, b) => b - a);
@@ -59,7 +61,7 @@ export function buildKvHeads(points: InterventionPoint[], together: boolean): Kv
       batch: last.batch,
       formula_context: formula,
       within_run: formula <= last.context,
-      measured_context: measuredCrossover(sorted.map((p) => [p.context, p.step_ms.median])),
+      measured_context: measuredCrossover(atOneReadRate(sorted)),
     };
   });
   return {
@@ -70,6 +72,17 @@ export function buildKvHeads(points: InterventionPoint[], together: boolean): Kv
     crossover_how: CROSSOVER_HOW,
     verdict: kvHeadsVerdict(context, reference, savings, crossovers),
   };
+}
+
+/**
+ * A series' step times by context at one memory read rate, the shortest context's, where every point's steps were
+ * paired with read passes: each its bytes at that rate × its steps' median over their own floors. The contexts are
+ * timed at different moments, and a shared host's memory can be 1.8× faster at one than at another.
+ */
+export function atOneReadRate(series: readonly InterventionPoint[]): [number, number][] {
+  const reference = series[0]?.read_bytes_per_s ?? null;
+  const paired = reference !== null && series.every((p) => p.read_bytes_per_s !== null);
+  return series.map((p) => [p.context, paired ? ((p.over_floor * p.work.bytes) / reference) * 1e3 : p.step_ms.median]);
 }
 
 /** The context at which the work model's K/V bytes reach its weight bytes (K/V bytes grow linearly in context). */

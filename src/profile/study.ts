@@ -4,7 +4,7 @@
 // end to end, and measure the cache's memory.
 import type { Backend, DeviceBuffer } from "../backends/backend.ts";
 import { UserError } from "../errors.ts";
-import type { Instrument, TimedStep } from "../backends/instrument.ts";
+import type { Instrument, PairedStep, TimedStep } from "../backends/instrument.ts";
 import { kvBytesPerToken, type ModelConfig } from "../model/architectures.ts";
 import type { ModelWeights } from "../model/architectures.ts";
 import { DTYPE_BYTES } from "../ops.ts";
@@ -40,7 +40,7 @@ import type {
   StepTrace,
   StudyMode,
 } from "./types.ts";
-import { cachedStepWork, sumWork } from "./work-model.ts";
+import { cachedStepWork, sumWork, uncachedStepWork } from "./work-model.ts";
 
 export interface StudyOptions {
   modes: StudyMode[];
@@ -74,6 +74,8 @@ export interface Measured {
   device_ms: Stats;
   host_ms: Stats;
   issue_ms: Stats;
+  /** every timed step's device ms with the memory's read pass right before it */
+  paired: PairedStep[];
   /** traced / untraced host wall time per step − 1, the two measured back to back in the tracing pass */
   tracing_overhead: number | null;
 }
@@ -389,7 +391,7 @@ export class Study {
   private stepAt(
     mode: StudyMode,
     context: number,
-  ): { run: () => void; before: () => void; ops: PlanOp[]; check: { T: number; reset: () => void } } {
+  ): { run: () => void; before: () => void; ops: PlanOp[]; bytes: number; check: { T: number; reset: () => void } } {
     const s = this.session;
     if (mode === "uncached") {
       // the whole sequence of context + 1 tokens recomputed from position 0, in passes
@@ -400,13 +402,20 @@ export class Study {
         },
         before: () => s.setPosition(0),
         ops: steps.flatMap((step) => step.ops),
+        bytes: sumWork(uncachedStepWork(s.config, context, this.opts.form)).bytes,
         check: { T: last.T, reset: () => s.setPosition(last.pos) },
       };
     }
     const step = s.step(1);
     const launch = launchMode(mode);
     const before = () => s.setPosition(context);
-    return { run: () => launch.run(step, 1), before, ops: step.ops, check: { T: 1, reset: before } };
+    return {
+      run: () => launch.run(step, 1),
+      before,
+      ops: step.ops,
+      bytes: sumWork(cachedStepWork(s.config, context, this.opts.form)).bytes,
+      check: { T: 1, reset: before },
+    };
   }
 
   private checkpoint(): Promise<void> {
@@ -420,6 +429,7 @@ export class Study {
    * peers, each timed step follows an untimed one of the same subject: a peer's threads keep spinning after its
    * step (llama.cpp's, PyTorch's OpenMP) and slowed whichever subject came next — eager by 30% at context 512
    * in one run, the rest of the study's verdicts following it — while ours slept and woke late on a busy vCPU.
+   * Each of our timed steps comes right after a pass of the memory read (Instrument.readPass), its floor's rate.
    */
   private async timeContext(
     context: number,
@@ -445,10 +455,12 @@ export class Study {
     for (let i = 0; i < modes.length; i++) for (let w = 0; w < warmup; w++) await timeOne(i);
     for (const s of subjects) await peers!.time(s, 0, warmup);
     const samples = modes.map((): TimedStep[] => []);
+    const reads = modes.map((): (number | null)[] => []);
     const peerMs = new Map(subjects.map((s) => [s.id, [] as number[]]));
     for (let r = 0; r < repeats; r++) {
       for (let i = 0; i < modes.length; i++) {
         if (settle) await timeOne(i);
+        reads[i]!.push(this.instrument.readPass(steps[i]!.bytes));
         samples[i]!.push(await timeOne(i));
         // the logits this mode's last step left: every mode shares the buffer, so each is checked in its turn
         if (r === repeats - 1)
@@ -471,6 +483,7 @@ export class Study {
       device_ms: summarize(samples[i]!.map((x) => x.deviceMs)),
       host_ms: summarize(samples[i]!.map((x) => x.hostMs)),
       issue_ms: summarize(samples[i]!.map((x) => x.issueMs)),
+      paired: samples[i]!.map((x, k) => ({ ms: x.deviceMs, read: reads[i]![k] ?? null })),
       tracing_overhead: null,
     }));
   }

@@ -3,7 +3,7 @@ import { promptCacheVerdict } from "./prompt-cache.ts";
 import { cpus, hostname, release, totalmem, type } from "node:os";
 
 import type { Backend } from "../backends/backend.ts";
-import type { Instrument, LaunchFloor, Peaks } from "../backends/instrument.ts";
+import { peaksBeside, type Instrument, type LaunchFloor, type Peaks } from "../backends/instrument.ts";
 import { kvHeadsOf, parameterCountOf, type ModelConfig } from "../model/architectures.ts";
 import type { ModelWeights } from "../model/architectures.ts";
 import type { OpFamily, Work } from "../ops.ts";
@@ -37,6 +37,7 @@ import {
   studyVerdicts,
   uncachedBaselineVerdict,
 } from "./verdicts.ts";
+import { pointFloor } from "./memory-floor.ts";
 import { cachedStepWork, classifyRegime, flopReduction, sumWork, uncachedStepWork } from "./work-model.ts";
 
 export const TOOL = { name: "decode-floor", version: "0.1.0" };
@@ -113,13 +114,24 @@ function regimesOf(
  * The seed's table: per context, how its cache was filled, no cache (timed, or the work model's time where it
  * was not) against every cached launch mode measured, and the FLOP reduction.
  */
-export function seedTable(cfg: ModelConfig, form: StepForm, points: StudyPoint[], fills: PointFill[]): SeedRow[] {
+export function seedTable(
+  cfg: ModelConfig,
+  form: StepForm,
+  points: StudyPoint[],
+  fills: PointFill[],
+  peaks: Peaks,
+): SeedRow[] {
   const at = (mode: StudyMode, c: number) =>
     points.find((p) => p.mode === mode && p.context === c)?.device_ms.median ?? null;
+  const fastestCached = (c: number) =>
+    points
+      .filter((p) => p.context === c && p.mode !== "uncached")
+      .sort((a, b) => a.device_ms.median - b.device_ms.median)[0];
   const cachedModes = [...new Set(points.map((p) => p.mode))].filter((m): m is LaunchModeName => m !== "uncached");
   return fills.map(({ context, fill, uncached_model_ms }) => {
     const uncached = at("uncached", context);
     const work = sumWork(cachedStepWork(cfg, context, form));
+    const fastest = fastestCached(context);
     const cached: SeedRow["cached"] = {};
     for (const mode of cachedModes) {
       const ms = at(mode, context);
@@ -133,6 +145,9 @@ export function seedTable(cfg: ModelConfig, form: StepForm, points: StudyPoint[]
       cached,
       flop_reduction: flopReduction(cfg, context),
       kv_byte_share: work.kv_bytes / work.bytes,
+      read_bytes_per_s: fastest?.read_bytes_per_s ?? null,
+      floor_ms: (work.bytes / peaksBeside(peaks, fastest?.read_bytes_per_s).bytes_per_s) * 1e3,
+      over_floor: fastest?.over_floor ?? null,
     };
   });
 }
@@ -195,11 +210,15 @@ function interventionsMethod(opts: StudyOptions, together: boolean): string {
   );
 }
 
-/** The peers against the project's fastest cached mode at each context and the memory floor (bytes at the measured bandwidth). */
+/**
+ * The peers against the project's fastest cached mode at each context and the memory floor (bytes at the read rate
+ * beside that mode's steps, else at the peaks').
+ */
 function peersOf(
   cfg: ModelConfig,
   opts: StudyOptions,
   points: StudyPoint[],
+  seed: SeedRow[],
   peaks: Peaks,
   result: StudyResult,
 ): PeersSection | undefined {
@@ -211,7 +230,10 @@ function peersOf(
       .sort((a, b) => a.device_ms.median - b.device_ms.median)[0];
     return cached ? { mode: cached.mode, ms: cached.device_ms.median } : null;
   };
-  const floorAt = (context: number) => (sumWork(cachedStepWork(cfg, context)).bytes / peaks.bytes_per_s) * 1e3;
+  const floorAt = (context: number) => {
+    const read = seed.find((r) => r.context === context)?.read_bytes_per_s;
+    return (sumWork(cachedStepWork(cfg, context)).bytes / peaksBeside(peaks, read).bytes_per_s) * 1e3;
+  };
   const unfilled = result.fills.filter((f) => f.fill === "synthetic").map((f) => f.context);
   const synthetic = unfilled.length
     ? ` The peers fill their caches by real prefill, so they were not run at the synthetically filled contexts (${unfilled.join(", ")}).`
@@ -245,13 +267,21 @@ export function buildSummary(args: {
   const points: StudyPoint[] = result.measured.map((m) => {
     const steps = stepsOf(result.traces, m.mode, m.context);
     const work = sumWork(stepWorkOf(cfg, form, m.mode, m.context));
+    const floor = pointFloor(m.paired, work.bytes, peaks);
     const point: StudyPoint = {
       mode: m.mode,
       context: m.context,
       device_ms: m.device_ms,
       host_ms: m.host_ms,
       work,
-      achieved: achieved(work, m.device_ms.median, peaks, floorUs(m.mode, m.context), opsOf(m.mode, m.context)),
+      achieved: achieved(
+        work,
+        m.device_ms.median,
+        peaksBeside(peaks, floor.read_bytes_per_s),
+        floorUs(m.mode, m.context),
+        opsOf(m.mode, m.context),
+      ),
+      ...floor,
     };
     if (steps.length) {
       point.breakdown = buildBreakdown(steps);
@@ -264,7 +294,7 @@ export function buildSummary(args: {
     const v = splitVerdicts(here.map((p) => modeSplitOf(p, result.traces)));
     for (const s of v.sentences) here.find((p) => p.mode === s.mode)!.split!.verdict = s.sentence;
   }
-  const seed = seedTable(cfg, form, points, result.fills);
+  const seed = seedTable(cfg, form, points, result.fills, peaks);
   const interventions =
     result.interventions && opts.interventions
       ? buildInterventions(
@@ -350,7 +380,7 @@ export function buildSummary(args: {
       ...(interventions?.kv_heads ? [interventions.kv_heads.verdict] : []),
       ...(result.promptCache ? [promptCacheVerdict(result.promptCache)] : []),
     ],
-    ...(result.peers ? { peers: peersOf(cfg, opts, points, peaks, result) } : {}),
+    ...(result.peers ? { peers: peersOf(cfg, opts, points, seed, peaks, result) } : {}),
     ...(interventions ? { interventions } : {}),
     ...(predictions ? { predictions } : {}),
     ...(result.promptCache ? { prompt_cache: result.promptCache } : {}),

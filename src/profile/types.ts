@@ -72,8 +72,12 @@ export interface StudyPoint {
   breakdown?: Breakdown;
   split?: TimeSplit;
   work: Work;
-  /** achieved rates over the median device time, and as shares of the measured peaks */
+  /** achieved rates over the median device time, and as shares of the measured peaks (bytes: of read_bytes_per_s where tracked) */
   achieved: { flops_per_s: number; bytes_per_s: number; flops_share: number; bytes_share: number; regime: string };
+  /** the median of the memory's read passes right before its timed steps, bytes/s (the CPU, steps past the probe's knee); else null */
+  read_bytes_per_s: number | null;
+  /** the median over its timed steps of the step ÷ its bytes at the pass before it (unpaired: at the peaks' rate) */
+  over_floor: number;
 }
 
 export interface KernelRegime {
@@ -104,6 +108,12 @@ export interface SeedRow {
   flop_reduction: number;
   /** of the cached step's bytes (work model, the study's storage types), the share that is K/V cache traffic */
   kv_byte_share: number;
+  /** the fastest cached mode's read_bytes_per_s (StudyPoint); null where it was not paired with read passes */
+  read_bytes_per_s: number | null;
+  /** the cached step's bytes (work model) at read_bytes_per_s, else at the peaks' bandwidth */
+  floor_ms: number;
+  /** the fastest cached mode's over_floor (StudyPoint); null where no cached mode was timed */
+  over_floor: number | null;
 }
 
 export interface EndToEnd {
@@ -183,7 +193,7 @@ export interface DeviceDescription extends BackendDescription {
  * and tpot_ms, prompt_cache; 13: memory.fit — the largest context that fits —, memory.by_context — the cache's and the
  * activations' resident bytes at each context —, memory.resident_source).
  */
-export const SCHEMA_VERSION = 13;
+export const SCHEMA_VERSION = 14;
 
 export interface ProfileSummary {
   schema_version: typeof SCHEMA_VERSION;
@@ -312,8 +322,11 @@ export interface InterventionPoint extends InterventionConfig {
   bytes_per_token: number;
   /** the step's FLOPs per byte (work model) */
   intensity: number;
-  /** achieved rates over the median step time, as shares of the measured peaks, and the step's regime */
+  /** achieved rates over the median step time, as shares of the measured peaks (bytes: of read_bytes_per_s where tracked), and the step's regime */
   achieved: { flops_per_s: number; bytes_per_s: number; flops_share: number; bytes_share: number; regime: string };
+  /** as StudyPoint's: the median read pass right before its timed steps (null: unpaired), and its steps over their floors */
+  read_bytes_per_s: number | null;
+  over_floor: number;
 }
 
 /** What moved the cached step's time, measured: launch mode, bytes, batch. */

@@ -153,8 +153,30 @@ export function cacheRegimeVerdict(seed: readonly SeedRow[]): string[] {
         : "the floor is the weights; the cache barely shows";
   return [
     `At context ${last.context} the cache is ${pct(share)} of the step's bytes (work model) and the step is ` +
-      `${growth.toFixed(1)}× its time at context ${first.context}: ${regime}.`,
+      `${growth.toFixed(1)}× its time at context ${first.context}${readDriftClause(first, last)}: ${regime}.`,
   ];
+}
+
+/** Read rates beside two contexts' timings further apart than this share: the step's growth is partly the memory's. */
+const READ_DRIFT = 0.05;
+
+/**
+ * Where the memory's read rate beside the fastest mode's steps moved between two contexts, the step's growth at one
+ * rate (each context's bytes at it × its steps over their own floors) and each against its floor; else nothing.
+ */
+function readDriftClause(first: SeedRow, last: SeedRow): string {
+  const [f, l] = [first, last];
+  if (f.read_bytes_per_s === null || l.read_bytes_per_s === null || f.over_floor === null || l.over_floor === null)
+    return "";
+  const slower = f.read_bytes_per_s / l.read_bytes_per_s;
+  if (Math.abs(slower - 1) <= READ_DRIFT) return "";
+  const moved = slower > 1 ? `${slower.toFixed(2)}× slower` : `${(1 / slower).toFixed(2)}× faster`;
+  // bytes = floor × rate, so at one rate the times stand as over_floor × floor × rate
+  const atOneRate = (l.over_floor * l.floor_ms * l.read_bytes_per_s) / (f.over_floor * f.floor_ms * f.read_bytes_per_s);
+  return (
+    ` — but the memory read ${moved} beside its steps than beside context ${f.context}'s: at one read rate the step is ` +
+    `${atOneRate.toFixed(1)}× its time there, ${f.over_floor.toFixed(2)}× and ${l.over_floor.toFixed(2)}× the floor read beside each`
+  );
 }
 
 /** A traced point's split for the verdicts, with its untraced median step time to compare modes by. */

@@ -10,6 +10,8 @@ import { PROFILE_SUMMARY_SCHEMA, schemaProblems, validateSummary } from "./schem
 const SCHEMA_OBJECTS: Record<string, string[]> = {
   "": [], // the summary itself
   "device.launch": ["properties", "device", "properties", "launch"],
+  "device.peaks.read_probe": ["properties", "device", "properties", "peaks", "properties", "read_probe"],
+  "points[]": ["$defs", "studyPoint"],
   "points[].breakdown": ["$defs", "studyPoint", "properties", "breakdown"],
   predictions: ["properties", "predictions"],
   "predictions.points[]": ["properties", "predictions", "properties", "points", "items"],

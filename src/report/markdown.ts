@@ -23,6 +23,7 @@ import {
   regimeTable,
   fillSentence,
   seedTable,
+  floorSentence,
   splitTable,
   topOpsTable,
   withSplit,
@@ -90,6 +91,7 @@ export function renderReport(summary: ProfileSummary): string {
       "Median device time per generated token; speedup = no cache / KV cache; FLOP reduction = uncached FLOPs / cached FLOPs (work model). " +
         fillSentence(s),
       markdownTable(seedTable(s)),
+      floorSentence(s),
       `![Latency per token against context](${f.latency})`,
       "The fastest cached mode's step at each context, split in proportion to the bytes it reads (work model): the weights' share against the K/V cache's.",
       `![A step's time split by the bytes it reads, by context](${f.traffic})`,

@@ -86,6 +86,8 @@ const studyPoint = object(
       bytes_share: nonNegative,
       regime: text,
     }),
+    read_bytes_per_s: nullableNumber,
+    over_floor: nonNegative,
   },
   ["breakdown", "split"],
 );
@@ -112,6 +114,9 @@ const seedRow = object({
   },
   flop_reduction: nonNegative,
   kv_byte_share: share,
+  read_bytes_per_s: nullableNumber,
+  floor_ms: nonNegative,
+  over_floor: nullableNumber,
 });
 
 const endToEnd = object({
@@ -336,6 +341,8 @@ const interventions = object({
         bytes_share: nonNegative,
         regime: text,
       }),
+      read_bytes_per_s: nullableNumber,
+      over_floor: nonNegative,
     }),
   },
   balance_flop_per_byte: nonNegative,
@@ -390,6 +397,7 @@ export const PROFILE_SUMMARY_SCHEMA = {
               knee_bytes: nonNegative,
               sweep: { type: "array", items: object({ bytes: nonNegative, bytes_per_s: nonNegative }) },
               capped: { type: "boolean" },
+              tracker_bytes: nullableNumber,
               how_measured: text,
             }),
           },

@@ -96,6 +96,7 @@ const uncachedCell = (r: SeedRow): Cell =>
  */
 export function seedTable(s: ProfileSummary): TableData {
   const modes = cachedModes(s);
+  const tracked = s.seed_table.some((r) => r.read_bytes_per_s !== null);
   return {
     columns: [
       { header: "context (tokens)" },
@@ -105,6 +106,9 @@ export function seedTable(s: ProfileSummary): TableData {
       ...modes.map((m): Column => ({ header: `speedup ${m} (×)`, align: "right" })),
       { header: "FLOP reduction (×)", format: fixed(1) },
       { header: "K/V share of bytes", align: "right" },
+      { header: "memory floor (ms)", format: ms3, align: "right" },
+      ...(tracked ? [{ header: "memory read (GB/s)", format: fixed(1), align: "right" } as Column] : []),
+      { header: "fastest ÷ floor", align: "right" },
     ],
     rows: s.seed_table.map((r) => [
       r.context,
@@ -114,8 +118,22 @@ export function seedTable(s: ProfileSummary): TableData {
       ...modes.map((m) => times(r.cached[m]?.speedup ?? null)),
       r.flop_reduction,
       percent(r.kv_byte_share),
+      r.floor_ms,
+      ...(tracked ? [r.read_bytes_per_s === null ? null : r.read_bytes_per_s / 1e9] : []),
+      r.over_floor === null ? null : `${r.over_floor.toFixed(2)}×`,
     ]),
   };
+}
+
+/** What the seed table's memory floor is: the bytes at the rate read right before each step, or at the peaks'. */
+export function floorSentence(s: ProfileSummary): string {
+  const tracked = s.seed_table.some((r) => r.read_bytes_per_s !== null);
+  return tracked
+    ? "Memory floor = the cached step's bytes (work model) at the memory's read rate: a pass of the memory read right before " +
+        "each timed step (scaled to the probe's size), as a shared host's memory can change speed within seconds; memory read = " +
+        "the median of the fastest mode's passes; fastest ÷ floor = the median over its steps of each ÷ its bytes at the pass before it."
+    : `Memory floor = the cached step's bytes (work model) at the measured bandwidth, ${formatRate(s.device.peaks.bytes_per_s, "B")}; ` +
+        "fastest ÷ floor = the median over the fastest mode's steps of each ÷ that floor.";
 }
 
 export const withSplit = (s: ProfileSummary) =>

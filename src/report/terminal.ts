@@ -15,6 +15,7 @@ import {
   questionSentence,
   runLine,
   seedTable,
+  floorSentence,
   splitTable,
   topOpsTable,
   withSplit,
@@ -39,7 +40,7 @@ export function renderTerminalSummary(s: ProfileSummary): string {
     chalk.bold(questionSentence(s)),
     "",
     heading("Time per token"),
-    terminalTable(seedTable(s)),
+    terminalTable(seedTable(s), [floorSentence(s)]),
     "",
     ...(s.peers
       ? [

@@ -6,6 +6,7 @@ import type { HostInterval, OpInterval } from "../../src/backends/instrument.ts"
 import type { OpFamily } from "../../src/ops.ts";
 import { DEFAULT_STEP_FORM, type StepForm } from "../../src/plan.ts";
 import { buildBreakdown, medianSplit, stepSplit, stepsOf } from "../../src/profile/aggregate.ts";
+import { pointFloor } from "../../src/profile/memory-floor.ts";
 import { seedTable } from "../../src/profile/summary.ts";
 import {
   SCHEMA_VERSION,
@@ -183,6 +184,11 @@ function studyPoint(cfg: GPT2Config, steps: StepTrace[], mode: StudyMode, contex
       bytes_share: bytes_per_s / peaks.bytes_per_s,
       regime: classifyRegime(device_ms.median * 1000, work, peaks, launchFloorUs),
     },
+    ...pointFloor(
+      mine.map((s) => ({ ms: stepSplit(s).step_ms, read: null })),
+      work.bytes,
+      peaks,
+    ),
   };
 }
 
@@ -201,7 +207,7 @@ export function syntheticSummary(steps: StepTrace[] = syntheticSteps(), cfg: GPT
     uncached_timed: true,
     uncached_model_ms: null,
   }));
-  const seed_table = seedTable(cfg, DEFAULT_STEP_FORM, points, fills);
+  const seed_table = seedTable(cfg, DEFAULT_STEP_FORM, points, fills, peaks);
   const weight_bytes = 4 * parameterCount(cfg);
   const kvPerToken = kvCacheBytesPerToken(cfg);
   return {
