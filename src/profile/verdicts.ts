@@ -165,17 +165,23 @@ const READ_DRIFT = 0.05;
  * rate (each context's bytes at it × its steps over their own floors) and each against its floor; else nothing.
  */
 function readDriftClause(first: SeedRow, last: SeedRow): string {
-  const [f, l] = [first, last];
-  if (f.read_bytes_per_s === null || l.read_bytes_per_s === null || f.over_floor === null || l.over_floor === null)
+  if (
+    first.read_bytes_per_s === null ||
+    last.read_bytes_per_s === null ||
+    first.over_floor === null ||
+    last.over_floor === null
+  )
     return "";
-  const slower = f.read_bytes_per_s / l.read_bytes_per_s;
+  const slower = first.read_bytes_per_s / last.read_bytes_per_s;
   if (Math.abs(slower - 1) <= READ_DRIFT) return "";
   const moved = slower > 1 ? `${slower.toFixed(2)}× slower` : `${(1 / slower).toFixed(2)}× faster`;
   // bytes = floor × rate, so at one rate the times stand as over_floor × floor × rate
-  const atOneRate = (l.over_floor * l.floor_ms * l.read_bytes_per_s) / (f.over_floor * f.floor_ms * f.read_bytes_per_s);
+  const atOneRate =
+    (last.over_floor * last.floor_ms * last.read_bytes_per_s) /
+    (first.over_floor * first.floor_ms * first.read_bytes_per_s);
   return (
-    ` — but the memory read ${moved} beside its steps than beside context ${f.context}'s: at one read rate the step is ` +
-    `${atOneRate.toFixed(1)}× its time there, ${f.over_floor.toFixed(2)}× and ${l.over_floor.toFixed(2)}× the floor read beside each`
+    ` — but the memory read ${moved} beside its steps than beside context ${first.context}'s: at one read rate the step is ` +
+    `${atOneRate.toFixed(1)}× its time there, ${first.over_floor.toFixed(2)}× and ${last.over_floor.toFixed(2)}× the floor read beside each`
   );
 }
 
