@@ -136,22 +136,22 @@ describe("the probe's size and report", () => {
 });
 
 describe("the tracker beside the points' steps", () => {
-  /** A probe for a step of 3.1 GB (knee 512 MiB) and its tracker, calibrated with `passes` of each in turn. */
-  function calibrated(f: ReturnType<typeof fakeBackend>, freeBytes: number) {
+  /** A probe for a step of 3.1 GB (knee 512 MiB) and its tracker, calibrated with 3 passes of each in turn. */
+  function calibrated(f: ReturnType<typeof fakeBackend>) {
     const probe = ReadProbe.open(f.backend, 3.1e9, 64 * GIB);
-    const tracker = ReadTracker.open(f.backend, probe, freeBytes);
+    const tracker = ReadTracker.open(f.backend, probe);
     for (let i = 0; i < 3; i++) {
       probe.pass();
-      tracker?.calibrationPass();
+      tracker.calibrationPass();
     }
-    tracker?.calibrate(probe.report().bytes_per_s);
+    tracker.calibrate(probe.report().bytes_per_s);
     probe.close();
     return tracker;
   }
 
   test("twice the knee, filled once; its passes follow the host's memory, in the probe's bytes/s", () => {
     const f = fakeBackend();
-    const tracker = calibrated(f, 64 * GIB)!;
+    const tracker = calibrated(f);
     expect(tracker.bytes).toBe(GIB);
     expect(f.prepared).toContain(GIB);
     expect(tracker.pass(3.1e9)).toBeCloseTo(22e9, -3);
@@ -167,7 +167,7 @@ describe("the tracker beside the points' steps", () => {
   test("a tracker that reads faster than the probe (part of it in a cache) is scaled down to the probe's figure", () => {
     const f = fakeBackend();
     const probe = ReadProbe.open(f.backend, 3.1e9, 64 * GIB);
-    const tracker = ReadTracker.open(f.backend, probe, 64 * GIB)!;
+    const tracker = ReadTracker.open(f.backend, probe);
     probe.pass();
     f.host.rate = 1.1; // the tracker's calibration pass read 10% faster than the probe's
     tracker.calibrationPass();
@@ -177,21 +177,23 @@ describe("the tracker beside the points' steps", () => {
     tracker.close();
   });
 
-  test("at least 512 MiB and at most the probe's size; none past 1/16 of free memory", () => {
-    const small = fakeBackend();
-    const probe = ReadProbe.open(small.backend, 300 * MIB, 64 * GIB);
-    expect(probe.bytes).toBe(512 * MIB);
-    const tracker = ReadTracker.open(small.backend, probe, 64 * GIB)!;
-    expect(tracker.bytes).toBe(512 * MIB); // twice the knee is 1 GiB, more than the probe reads
+  test("at most the probe's size; none where every step is below the knee, or past 1/16 of free memory", () => {
+    const f = fakeBackend();
+    const probe = ReadProbe.open(f.backend, 600 * MIB, 64 * GIB);
+    expect(probe.bytes).toBe(600 * MIB);
+    expect(ReadTracker.without(probe, 600 * MIB, 64 * GIB)).toBeNull();
+    const tracker = ReadTracker.open(f.backend, probe);
+    expect(tracker.bytes).toBe(600 * MIB); // twice the knee is 1 GiB, more than the probe reads
     tracker.close();
+    expect(ReadTracker.without(probe, 600 * MIB, 8 * GIB)).toMatch(/more than 1\/16 of free memory/); // 600 MiB > 512
+    expect(ReadTracker.without(probe, 300 * MIB, 64 * GIB)).toMatch(/every step is smaller than the knee/);
     probe.close();
-    expect(calibrated(fakeBackend(), 8 * GIB)).toBeNull(); // 1 GiB > 8 GiB / 16
   });
 
   test("a pass before calibration, or a calibration without passes, is an error", () => {
     const f = fakeBackend();
     const probe = ReadProbe.open(f.backend, 3.1e9, 64 * GIB);
-    const tracker = ReadTracker.open(f.backend, probe, 64 * GIB)!;
+    const tracker = ReadTracker.open(f.backend, probe);
     expect(() => tracker.pass(3.1e9)).toThrow(/not calibrated/);
     expect(() => tracker.calibrate(22e9)).toThrow(/no calibration pass/);
     tracker.close();

@@ -103,7 +103,8 @@ export class CpuInstrument implements Instrument {
     this.tracker = null;
     const probe = ReadProbe.open(this.backend, stepBytes);
     try {
-      const tracker = ReadTracker.open(this.backend, probe);
+      const without = ReadTracker.without(probe, stepBytes);
+      const tracker = without === null ? ReadTracker.open(this.backend, probe) : null;
       for (let i = 0; i < READ_PROBE_PASSES; i++) {
         probe.pass();
         tracker?.calibrationPass();
@@ -114,7 +115,7 @@ export class CpuInstrument implements Instrument {
       const beside = tracker
         ? `; right before each timed step past the knee, a pass over ${Math.round(tracker.bytes / 2 ** 20)} MiB (twice the knee, at least 512 MiB) ` +
           `scaled by the probe's best over its best in ${READ_PROBE_PASSES} passes of each in turn`
-        : "; no passes beside the timed steps (their buffer would take more than 1/16 of free memory)";
+        : `; no read passes beside the timed steps (${without})`;
       return {
         bytes_per_s: read.bytes_per_s,
         flops_per_s: this.backend.measureFp32Peak(),

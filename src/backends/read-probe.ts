@@ -119,6 +119,8 @@ export class ReadProbe {
 const TRACKER_LEAST_BYTES = 512 * MIB;
 /** The tracker's buffer at most this share of the memory free when it opens: it stays for the whole study. */
 const TRACKER_MEMORY_SHARE = 1 / 16;
+/** Twice the probe's knee, at least TRACKER_LEAST_BYTES, at most the probe's own size. */
+const trackerBytes = (probe: ReadProbe) => Math.min(probe.bytes, Math.max(2 * probe.knee, TRACKER_LEAST_BYTES));
 
 /**
  * The memory's read rate right beside each timed step, long after the probe: a shared host's DRAM read rate can
@@ -138,10 +140,18 @@ export class ReadTracker {
     private readonly knee: number,
   ) {}
 
-  /** A tracker for `probe`, filled; null where its buffer would take more than TRACKER_MEMORY_SHARE of free memory. */
-  static open(backend: ReadProbeBackend, probe: ReadProbe, freeBytes = freemem()): ReadTracker | null {
-    const bytes = Math.min(probe.bytes, Math.max(2 * probe.knee, TRACKER_LEAST_BYTES));
-    if (bytes > freeBytes * TRACKER_MEMORY_SHARE) return null;
+  /** Why no tracker serves a study whose largest step moves `stepBytes` beside `probe`; null where one does. */
+  static without(probe: ReadProbe, stepBytes: number, freeBytes = freemem()): string | null {
+    if (stepBytes < probe.knee)
+      return "every step is smaller than the knee: the last-level cache serves part of each, and a pass would evict it";
+    if (trackerBytes(probe) > freeBytes * TRACKER_MEMORY_SHARE)
+      return "the passes' buffer would take more than 1/16 of free memory";
+    return null;
+  }
+
+  /** A tracker for `probe`, its buffer filled (where `without` says none, none is wanted). */
+  static open(backend: ReadProbeBackend, probe: ReadProbe): ReadTracker {
+    const bytes = trackerBytes(probe);
     const buffer = backend.alloc(bytes);
     backend.readPrepare(buffer);
     return new ReadTracker(backend, buffer, bytes, probe.knee);
