@@ -105,15 +105,15 @@ export class CpuInstrument implements Instrument {
     try {
       const without = ReadTracker.without(probe, stepBytes);
       const tracker = without === null ? ReadTracker.open(this.backend, probe) : null;
+      this.tracker = tracker; // held from here, so that close() frees its buffer whatever throws next
       for (let i = 0; i < READ_PROBE_PASSES; i++) {
         probe.pass();
         tracker?.calibrationPass();
       }
       const read = probe.report();
       tracker?.calibrate(read.bytes_per_s);
-      this.tracker = tracker;
       const beside = tracker
-        ? `; right before each timed step past the knee, a pass over ${Math.round(tracker.bytes / 2 ** 20)} MiB (twice the knee, at least 512 MiB) ` +
+        ? `; right before each timed step past the knee, a pass over ${Math.round(tracker.bytes / 2 ** 20)} MiB (twice the knee, at least 512 MiB, at most the probe's size) ` +
           `scaled by the probe's best over its best in ${READ_PROBE_PASSES} passes of each in turn`
         : `; no read passes beside the timed steps (${without})`;
       return {
