@@ -110,6 +110,12 @@ function regimesOf(
   });
 }
 
+/** The cached launch mode's point with the least median step at `context`, if any was timed there. */
+const fastestCachedAt = (points: readonly StudyPoint[], context: number) =>
+  points
+    .filter((p) => p.context === context && p.mode !== "uncached")
+    .sort((a, b) => a.device_ms.median - b.device_ms.median)[0];
+
 /**
  * The seed's table: per context, how its cache was filled, no cache (timed, or the work model's time where it
  * was not) against every cached launch mode measured, and the FLOP reduction.
@@ -123,15 +129,11 @@ export function seedTable(
 ): SeedRow[] {
   const at = (mode: StudyMode, c: number) =>
     points.find((p) => p.mode === mode && p.context === c)?.device_ms.median ?? null;
-  const fastestCached = (c: number) =>
-    points
-      .filter((p) => p.context === c && p.mode !== "uncached")
-      .sort((a, b) => a.device_ms.median - b.device_ms.median)[0];
   const cachedModes = [...new Set(points.map((p) => p.mode))].filter((m): m is LaunchModeName => m !== "uncached");
   return fills.map(({ context, fill, uncached_model_ms }) => {
     const uncached = at("uncached", context);
     const work = sumWork(cachedStepWork(cfg, context, form));
-    const fastest = fastestCached(context);
+    const fastest = fastestCachedAt(points, context);
     const cached: SeedRow["cached"] = {};
     for (const mode of cachedModes) {
       const ms = at(mode, context);
@@ -225,9 +227,7 @@ function peersOf(
   const p = result.peers;
   if (!p) return undefined;
   const bestAt = (context: number) => {
-    const cached = points
-      .filter((q) => q.context === context && q.mode !== "uncached")
-      .sort((a, b) => a.device_ms.median - b.device_ms.median)[0];
+    const cached = fastestCachedAt(points, context);
     return cached ? { mode: cached.mode, ms: cached.device_ms.median } : null;
   };
   const floorAt = (context: number) => {
