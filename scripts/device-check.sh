@@ -254,6 +254,7 @@ profile() {
 
 run() {
   : "${OUT:?run this on the device machine, where \$OUT is set (or REHEARSE=1 OUT=dir here)}"
+  mkdir -p "$OUT" # the device's exists; a rehearsal's may not
   START=$SECONDS DEVICE_LOG=$OUT/device.log
   export NO_COLOR=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} DECODE_FLOOR_ROOT=$PWD DECODE_FLOOR_CARRIED=1
   export OUT HOT_KERNELS
