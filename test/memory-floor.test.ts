@@ -4,7 +4,7 @@ import { describe, expect, test } from "bun:test";
 
 import { pointFloor } from "../src/profile/memory-floor.ts";
 
-const peaks = { flops_per_s: 1e12, bytes_per_s: 80e9, how_measured: "synthetic" };
+const PEAKS_BYTES_PER_S = 80e9; // the rate of unpaired steps
 const BYTES = 600e6; // 7.5 ms at 80 GB/s, 12.5 ms at 48
 
 describe("pointFloor", () => {
@@ -17,7 +17,7 @@ describe("pointFloor", () => {
       { ms: 9.0, read: 80e9 },
       { ms: 13.125, read: 48e9 },
     ];
-    const f = pointFloor(steps, BYTES, peaks);
+    const f = pointFloor(steps, BYTES, PEAKS_BYTES_PER_S);
     expect(f.read_bytes_per_s).toBe(48e9);
     expect(f.over_floor).toBeCloseTo(1.05, 12);
     // the median step (13.125 ms) against the peaks' floor (7.5 ms) would have said 1.75×
@@ -31,7 +31,7 @@ describe("pointFloor", () => {
         { ms: 30, read: null },
       ],
       BYTES,
-      peaks,
+      PEAKS_BYTES_PER_S,
     );
     expect(f.read_bytes_per_s).toBeNull();
     expect(f.over_floor).toBeCloseTo(9 / 7.5, 12);
@@ -45,13 +45,13 @@ describe("pointFloor", () => {
         { ms: 9, read: 48e9 },
       ],
       BYTES,
-      peaks,
+      PEAKS_BYTES_PER_S,
     );
     expect(f.read_bytes_per_s).toBeNull();
     expect(f.over_floor).toBeCloseTo(9 / 7.5, 12);
   });
 
   test("no timed step is an error, not a floor of nothing", () => {
-    expect(() => pointFloor([], BYTES, peaks)).toThrow(/no timed step/);
+    expect(() => pointFloor([], BYTES, PEAKS_BYTES_PER_S)).toThrow(/no timed step/);
   });
 });

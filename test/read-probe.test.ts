@@ -6,7 +6,14 @@ import { afterAll, describe, expect, test } from "bun:test";
 
 import type { DeviceBuffer } from "../src/backends/backend.ts";
 import { CpuBackend } from "../src/backends/cpu.ts";
-import { kneeOf, ReadProbe, ReadTracker, type ReadProbeBackend } from "../src/backends/read-probe.ts";
+import {
+  kneeOf,
+  measureRead,
+  READ_PROBE_PASSES,
+  ReadProbe,
+  ReadTracker,
+  type ReadProbeBackend,
+} from "../src/backends/read-probe.ts";
 
 const MIB = 2 ** 20,
   GIB = 2 ** 30;
@@ -198,6 +205,52 @@ describe("the tracker beside the points' steps", () => {
     expect(() => tracker.calibrate(22e9)).toThrow(/no calibration pass/);
     tracker.close();
     probe.close();
+  });
+});
+
+describe("measureRead: the probe's passes, each followed by its tracker's", () => {
+  const SWEEP_READS = 5 * 8 * 2; // 5 rounds of 8 sizes, each an untimed and a timed pass
+
+  test("past the knee: the passes in turn, the tracker calibrated and held open, the probe freed", () => {
+    const f = fakeBackend();
+    const { report, tracker, beside } = measureRead(f.backend, 3.1e9, 64 * GIB);
+    const probeBytes = Math.ceil(3.1e9 / MIB) * MIB;
+    expect(f.reads.slice(SWEEP_READS)).toEqual(
+      Array.from({ length: READ_PROBE_PASSES }, () => [probeBytes, GIB]).flat(),
+    );
+    expect(report.passes.count).toBe(READ_PROBE_PASSES);
+    expect(report.bytes_per_s).toBeCloseTo(22e9, -3);
+    expect(tracker!.pass(3.1e9)).toBeCloseTo(22e9, -3); // calibrated
+    expect(beside).toBe(
+      `; right before each timed step past the knee, a pass over 1024 MiB (twice the knee, at least 512 MiB, at most the probe's size) ` +
+        `scaled by the probe's best over its best in ${READ_PROBE_PASSES} passes of each in turn`,
+    );
+    expect(f.freed).toEqual([4 * GIB]); // the probe's buffer; the tracker's is the caller's
+    tracker!.close();
+    expect(f.freed).toEqual([4 * GIB, GIB]);
+  });
+
+  test("every step below the knee: no tracker, and why, in the clause that follows how_measured", () => {
+    const f = fakeBackend();
+    const { tracker, beside } = measureRead(f.backend, 300 * MIB, 64 * GIB);
+    expect(tracker).toBeNull();
+    expect(beside).toBe(
+      "; no read passes beside the timed steps (every step is smaller than the knee: the last-level cache serves part of each, and a pass would evict it)",
+    );
+    expect(f.reads.slice(SWEEP_READS)).toEqual(Array.from({ length: READ_PROBE_PASSES }, () => 512 * MIB));
+    expect(f.freed).toEqual(f.allocated);
+  });
+
+  test("a pass that fails mid-calibration frees the tracker's buffer and the probe's", () => {
+    const f = fakeBackend();
+    const readPass = f.backend.readPass;
+    let passes = 0;
+    f.backend.readPass = (b, bytes) => {
+      if (++passes === SWEEP_READS + 3) throw new Error("the library failed a pass");
+      return readPass(b, bytes);
+    };
+    expect(() => measureRead(f.backend, 3.1e9, 64 * GIB)).toThrow("the library failed a pass");
+    expect(f.freed.sort()).toEqual(f.allocated.sort());
   });
 });
 

@@ -14,7 +14,7 @@ import {
   type TraceResult,
   type TracedStep,
 } from "./instrument.ts";
-import { ReadProbe, ReadTracker, type ReadProbeBackend } from "./read-probe.ts";
+import { measureRead, type ReadProbeBackend, type ReadTracker } from "./read-probe.ts";
 
 /**
  * On the CPU the host runs the ops itself: what it spends issuing a step is the time between them
@@ -33,8 +33,6 @@ function dispatchGaps(label: string, startUs: number, endUs: number, ops: OpInte
 
 /** Passes of cpu_measure_fp32_peak (~2 ms each): on a shared machine only a pass every thread ran undisturbed counts. */
 export const FP32_PEAK_PASSES = 20;
-/** read passes at the probe's size, after its sweep */
-const READ_PROBE_PASSES = 8;
 
 /** One op's native timer record (CLOCK_MONOTONIC ns). */
 export interface CpuOpRecord {
@@ -101,30 +99,14 @@ export class CpuInstrument implements Instrument {
   measurePeaks(stepBytes: number): Peaks {
     this.tracker?.close();
     this.tracker = null;
-    const probe = ReadProbe.open(this.backend, stepBytes);
-    try {
-      const without = ReadTracker.without(probe, stepBytes);
-      const tracker = without === null ? ReadTracker.open(this.backend, probe) : null;
-      this.tracker = tracker; // held from here, so that close() frees its buffer whatever throws next
-      for (let i = 0; i < READ_PROBE_PASSES; i++) {
-        probe.pass();
-        tracker?.calibrationPass();
-      }
-      const read = probe.report();
-      tracker?.calibrate(read.bytes_per_s);
-      const beside = tracker
-        ? `; right before each timed step past the knee, a pass over ${Math.round(tracker.bytes / 2 ** 20)} MiB (twice the knee, at least 512 MiB, at most the probe's size) ` +
-          `scaled by the probe's best over its best in ${READ_PROBE_PASSES} passes of each in turn`
-        : `; no read passes beside the timed steps (${without})`;
-      return {
-        bytes_per_s: read.bytes_per_s,
-        flops_per_s: this.backend.measureFp32Peak(),
-        how_measured: `${read.how_measured}${beside}; fp32: 12 independent FMA chains in the widest vectors, 4 chunks of 2^18 steps per thread, best of ${FP32_PEAK_PASSES}`,
-        read_probe: { ...read, tracker_bytes: tracker?.bytes ?? null },
-      };
-    } finally {
-      probe.close();
-    }
+    const { report, tracker, beside } = measureRead(this.backend, stepBytes);
+    this.tracker = tracker; // held from here, so that close() frees its buffer whatever throws next
+    return {
+      bytes_per_s: report.bytes_per_s,
+      flops_per_s: this.backend.measureFp32Peak(),
+      how_measured: `${report.how_measured}${beside}; fp32: 12 independent FMA chains in the widest vectors, 4 chunks of 2^18 steps per thread, best of ${FP32_PEAK_PASSES}`,
+      read_probe: { ...report, tracker_bytes: tracker?.bytes ?? null },
+    };
   }
 
   readPass(stepBytes: number): number | null {

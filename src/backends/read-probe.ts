@@ -185,3 +185,43 @@ export class ReadTracker {
     this.backend.free(this.buffer);
   }
 }
+
+/** Passes of the probe, each followed by one of its tracker's (which they calibrate). */
+export const READ_PROBE_PASSES = 8;
+
+/** The probe's figure for steps of up to some bytes, and the tracker beside them where one serves. */
+export interface CalibratedRead {
+  report: Omit<ReadProbeReport, "tracker_bytes">;
+  tracker: ReadTracker | null;
+  /** how the passes beside the timed steps are taken, or why none are: a clause that follows `how_measured` */
+  beside: string;
+}
+
+/**
+ * The probe sized for steps of up to `stepBytes`, READ_PROBE_PASSES of its passes and, where a tracker serves such
+ * steps, one of the tracker's after each, calibrating it. The probe is closed; the tracker is the caller's to close.
+ */
+export function measureRead(backend: ReadProbeBackend, stepBytes: number, freeBytes = freemem()): CalibratedRead {
+  const probe = ReadProbe.open(backend, stepBytes, freeBytes);
+  let tracker: ReadTracker | null = null;
+  try {
+    const without = ReadTracker.without(probe, stepBytes, freeBytes);
+    tracker = without === null ? ReadTracker.open(backend, probe) : null;
+    for (let i = 0; i < READ_PROBE_PASSES; i++) {
+      probe.pass();
+      tracker?.calibrationPass();
+    }
+    const report = probe.report();
+    tracker?.calibrate(report.bytes_per_s);
+    const beside = tracker
+      ? `; right before each timed step past the knee, a pass over ${Math.round(tracker.bytes / MIB)} MiB (twice the knee, at least 512 MiB, at most the probe's size) ` +
+        `scaled by the probe's best over its best in ${READ_PROBE_PASSES} passes of each in turn`
+      : `; no read passes beside the timed steps (${without})`;
+    return { report, tracker, beside };
+  } catch (error) {
+    tracker?.close();
+    throw error;
+  } finally {
+    probe.close();
+  }
+}

@@ -1,7 +1,7 @@
 // bun run bench cpu — the CPU backend against this machine's own limits, measured in one run:
 //   decode   the cached step at contexts 8, 128, 512, 1000 ÷ its memory floor, (weight bytes + KV bytes
-//            read) ÷ the read bandwidth a probe past the last-level cache measures in the same run, its
-//            passes between the steps (src/backends/read-probe.ts)                         goal ≤ 1.3
+//            read) ÷ the read bandwidth a probe past the last-level cache measures in the same run, a
+//            pass right before each step (src/backends/read-probe.ts)                      goal ≤ 1.3
 // The model: GPT-2 small's shapes with seeded weights, another preset's (--preset), or a checkpoint (--model).
 //   contend  the cached step while another program runs N busy threads ÷ the quiet step   goal ≤ 3 (N = 2)
 //   prefill  the many-rows linear on the model's four shapes (and the many-query attention), GFLOP/s
@@ -14,7 +14,8 @@ import yargs from "yargs";
 import { hideBin } from "yargs/helpers";
 
 import { CpuBackend } from "../backends/cpu.ts";
-import { ReadProbe } from "../backends/read-probe.ts";
+import type { PairedStep } from "../backends/instrument.ts";
+import { measureRead } from "../backends/read-probe.ts";
 import { FP32_PEAK_PASSES } from "../backends/cpu-instrument.ts";
 import { runCli, UserError } from "../errors.ts";
 import {
@@ -28,6 +29,7 @@ import {
 import { DEFAULT_STEP_FORM } from "../plan.ts";
 import { openOpenBlas } from "../native/openblas.ts";
 import { DTYPES } from "../ops.ts";
+import { pointFloor } from "../profile/memory-floor.ts";
 import { cachedStepWork, stepWork, sumWork } from "../profile/work-model.ts";
 import { formatBytes } from "../report/tables.ts";
 import { availableModes, replayMode, type LaunchMode } from "../run/launch-modes.ts";
@@ -47,7 +49,6 @@ const PREFILL_ROWS = [128, 1000];
 const LABEL_WIDTH = 30;
 const PREFILL_REPEATS = 7;
 const DECODE_ROUNDS = 5;
-const PROBE_PASSES_PER_ROUND = 2;
 const WARMUP_STEPS = 3;
 
 const nowMs = () => Bun.nanoseconds() / 1e6;
@@ -71,23 +72,37 @@ function floorBytes(session: Session<ModelWeights>, context: number): { weights:
   return { weights: sumWork(ops).weight_bytes, kv: sumWork(ops.filter((o) => o.family === "attention")).kv_bytes };
 }
 
-/** ms of each of `steps` cached steps at `context` in a launch mode, after a warm-up. */
-function timeCachedSteps(session: Session<ModelWeights>, context: number, steps: number, mode: LaunchMode): number[] {
+/**
+ * Each of `steps` cached steps at `context` in a launch mode, after a warm-up: its ms, and the memory's read rate that
+ * `readPass` measured right before it (null: none).
+ */
+function timeCachedSteps(
+  session: Session<ModelWeights>,
+  context: number,
+  steps: number,
+  mode: LaunchMode,
+  readPass: () => number | null = () => null,
+): PairedStep[] {
   const step = session.step(1);
-  const ms: number[] = [];
+  const timed: PairedStep[] = [];
   for (let i = 0; i < steps + WARMUP_STEPS; i++) {
     session.setPosition(context);
+    const read = readPass();
     const t0 = nowMs();
     mode.run(step, 1);
-    ms.push(nowMs() - t0);
+    timed.push({ ms: nowMs() - t0, read });
   }
-  return ms.slice(WARMUP_STEPS);
+  return timed.slice(WARMUP_STEPS);
 }
 
+const msOf = (steps: readonly PairedStep[]) => steps.map((s) => s.ms);
+
 /**
- * Rounds of probe passes and cached steps in turn (each context and mode, then the next round), so that a drift of
- * the shared machine's memory bandwidth hits the step and its floor alike: each round's floor is the step's bytes
- * at the round's best probe pass, and a context's ratio is the median over the rounds of its step ÷ its floor.
+ * Rounds of cached steps (each context and mode, then the next round), each step right after a read pass of the
+ * memory (src/backends/read-probe.ts ReadTracker): a shared host's read rate flips between two levels within seconds,
+ * so each step is held against its bytes at the pass beside it, and a context's ratio is the median over its replayed
+ * steps (src/profile/memory-floor.ts, as profile takes it). Where no tracker serves (every step below the knee), the
+ * probe's best pass stands for every step.
  */
 function benchDecode(backend: CpuBackend, session: Session<ModelWeights>, contexts: number[], steps: number): void {
   const cfg = session.config;
@@ -97,30 +112,23 @@ function benchDecode(backend: CpuBackend, session: Session<ModelWeights>, contex
     const { weights, kv } = floorBytes(session, c);
     return weights + kv;
   };
-  const probe = ReadProbe.open(backend, Math.max(...contexts.map(bytesAt)));
+  const { report: read, tracker, beside } = measureRead(backend, Math.max(...contexts.map(bytesAt)));
   try {
     const perRound = Math.max(1, Math.ceil(steps / DECODE_ROUNDS));
-    const samples = new Map(contexts.map((c) => [c, new Map<LaunchMode, number[]>(modes.map((m) => [m, []]))]));
-    const ratios = new Map(contexts.map((c) => [c, [] as number[]]));
-    for (let r = 0; r < DECODE_ROUNDS; r++) {
-      const bandwidth = Math.max(...Array.from({ length: PROBE_PASSES_PER_ROUND }, () => probe.pass()));
-      for (const c of contexts) {
+    const samples = new Map(contexts.map((c) => [c, new Map<LaunchMode, PairedStep[][]>(modes.map((m) => [m, []]))]));
+    for (let r = 0; r < DECODE_ROUNDS; r++)
+      for (const c of contexts)
         for (const m of modes)
           samples
             .get(c)!
             .get(m)!
-            .push(...timeCachedSteps(session, c, perRound, m));
-        const replayed = samples.get(c)!.get(replay)!.slice(-perRound);
-        ratios.get(c)!.push(summarize(replayed).median / ((bytesAt(c) / bandwidth) * 1e3));
-      }
-    }
-    const read = probe.report();
+            .push(timeCachedSteps(session, c, perRound, m, () => tracker?.pass(bytesAt(c)) ?? null));
     const weights = floorBytes(session, contexts[0]!).weights;
     const kind = weights >= read.knee_bytes ? "DRAM floor" : "cache floor";
     line(
       `\ndecode — the cached step ÷ its memory floor (goal ≤ 1.3), ${cfg.name}: ${(weights / 1e6).toFixed(0)} MB of weights`,
     );
-    line(read.how_measured);
+    line(`${read.how_measured}${beside}`);
     line(
       `sweep (best pass per size): ${read.sweep.map((p) => `${formatBytes(p.bytes)} ${(p.bytes_per_s / 1e9).toFixed(1)}`).join(", ")} GB/s`,
     );
@@ -129,27 +137,30 @@ function benchDecode(backend: CpuBackend, session: Session<ModelWeights>, contex
         ? `DRAM floor: the weights (${formatBytes(weights)}) are past the sweep's knee (${formatBytes(read.knee_bytes)}), so memory serves the step`
         : `cache floor, not a DRAM floor: the weights (${formatBytes(weights)}) are below the sweep's knee (${formatBytes(read.knee_bytes)}), so the last-level cache serves part of every step`,
     );
+    line(`${DECODE_ROUNDS} rounds of ${perRound} steps per context and mode; medians (p10–p90)`);
     line(
-      `${DECODE_ROUNDS} rounds of ${PROBE_PASSES_PER_ROUND} probe passes, then ${perRound} steps per context and mode; medians (p10–p90)`,
+      `read GB/s: the median of the passes right before ${replay.name}'s steps, or the probe's best where none were taken; ` +
+        `floor ms: the bytes at that rate; ÷ floor: the median over ${replay.name}'s steps of each ÷ its bytes at its pass (the rounds' medians' min–max)`,
     );
     line(
-      `÷ floor: ${replay.name}'s median step in a round ÷ (bytes ÷ that round's best probe pass), the median over the rounds (their min–max)`,
+      `context  weights MB  KV MB  read GB/s  floor ms   ${modes.map((m) => `${m.name} ms`.padEnd(22)).join("")}÷ ${kind}`,
     );
-    line(`context  weights MB  KV MB  floor ms   ${modes.map((m) => `${m.name} ms`.padEnd(22)).join("")}÷ ${kind}`);
     for (const c of contexts) {
       const { weights: w, kv } = floorBytes(session, c);
-      const floorMs = ((w + kv) / read.bytes_per_s) * 1e3;
+      const rounds = samples.get(c)!.get(replay)!;
+      const floor = pointFloor(rounds.flat(), w + kv, read.bytes_per_s);
+      const rate = floor.read_bytes_per_s ?? read.bytes_per_s;
+      const byRound = summarize(rounds.map((steps) => pointFloor(steps, w + kv, read.bytes_per_s).over_floor));
       const cell = (ms: number[]) => {
         const x = summarize(ms);
         return `${x.median.toFixed(2).padStart(7)} (${x.p10.toFixed(1)}–${x.p90.toFixed(1)})`.padEnd(22);
       };
-      const rs = summarize(ratios.get(c)!);
       line(
-        `${String(c).padStart(7)}  ${(w / 1e6).toFixed(1).padStart(10)}  ${(kv / 1e6).toFixed(1).padStart(5)}  ${floorMs.toFixed(2).padStart(8)}   ${modes.map((m) => cell(samples.get(c)!.get(m)!)).join("")}${rs.median.toFixed(2)} (${rs.min.toFixed(2)}–${rs.max.toFixed(2)})`,
+        `${String(c).padStart(7)}  ${(w / 1e6).toFixed(1).padStart(10)}  ${(kv / 1e6).toFixed(1).padStart(5)}  ${(rate / 1e9).toFixed(1).padStart(9)}  ${(((w + kv) / rate) * 1e3).toFixed(2).padStart(8)}   ${modes.map((m) => cell(msOf(samples.get(c)!.get(m)!.flat()))).join("")}${floor.over_floor.toFixed(2)} (${byRound.min.toFixed(2)}–${byRound.max.toFixed(2)})`,
       );
     }
   } finally {
-    probe.close();
+    tracker?.close();
   }
 }
 
@@ -182,10 +193,10 @@ async function benchContention(session: Session<ModelWeights>, threads: number, 
     for (let r = 0; r < CONTEND_ROUNDS; r++) {
       child.kill("SIGSTOP");
       await Bun.sleep(50);
-      quiet.push(...timeCachedSteps(session, context, perRound, replay));
+      quiet.push(...msOf(timeCachedSteps(session, context, perRound, replay)));
       child.kill("SIGCONT");
       await Bun.sleep(50);
-      loaded.push(...timeCachedSteps(session, context, perRound, replay));
+      loaded.push(...msOf(timeCachedSteps(session, context, perRound, replay)));
     }
   } finally {
     child.kill("SIGCONT");

@@ -30,7 +30,7 @@ export function buildInterventions(
 ): InterventionsSection {
   const points = result.samples.map(({ form: p, kv_heads, context, step_ms, paired }): InterventionPoint => {
     const work = sumWork(cachedStepWork(withKvHeads(cfg, kv_heads), context, p));
-    const floor = pointFloor(paired, work.bytes, peaks);
+    const floor = pointFloor(paired, work.bytes, peaks.bytes_per_s);
     const beside = peaksBeside(peaks, floor.read_bytes_per_s);
     const s = step_ms.median / 1e3;
     const flops_per_s = work.flops / s,

@@ -267,7 +267,7 @@ export function buildSummary(args: {
   const points: StudyPoint[] = result.measured.map((m) => {
     const steps = stepsOf(result.traces, m.mode, m.context);
     const work = sumWork(stepWorkOf(cfg, form, m.mode, m.context));
-    const floor = pointFloor(m.paired, work.bytes, peaks);
+    const floor = pointFloor(m.paired, work.bytes, peaks.bytes_per_s);
     const point: StudyPoint = {
       mode: m.mode,
       context: m.context,

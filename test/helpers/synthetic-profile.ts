@@ -187,7 +187,7 @@ function studyPoint(cfg: GPT2Config, steps: StepTrace[], mode: StudyMode, contex
     ...pointFloor(
       mine.map((s) => ({ ms: stepSplit(s).step_ms, read: null })),
       work.bytes,
-      peaks,
+      peaks.bytes_per_s,
     ),
   };
 }
