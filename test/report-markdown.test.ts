@@ -79,6 +79,23 @@ describe("renderReport", () => {
     expect(text).toContain("_No per-kernel regimes");
   });
 
+  test("paired floors: says how they were taken, and where a context's steps ran at more than one memory speed", () => {
+    const s = syntheticSummary();
+    const row = s.seed_table.find((r) => r.context === 32)!;
+    const fastest = Math.min(row.cached.eager!.ms, row.cached.graph!.ms);
+    // the median step 0.84x the floor at the passes' median rate, each step 1.00x its own pass's floor
+    Object.assign(row, { read_bytes_per_s: 47.6e9, floor_ms: fastest / 0.84, over_floor: 1.0 });
+    const mixed = renderReport(s);
+    expect(mixed).toContain("Memory floor = the cached step's bytes (work model) at the memory's read rate");
+    expect(mixed).toContain(
+      `At context 32 the fastest mode's median step (${fastest.toFixed(3)} ms) is 0.84× the floor at its passes' median rate, ` +
+        "where each step against its own pass gives 1.00×: its steps ran at more than one of the memory's speeds, so the ratio, " +
+        "not the floor column, is the one to read.",
+    );
+    row.over_floor = 0.86; // within 10% of 0.84: one speed, nothing to say
+    expect(renderReport(s)).not.toContain("more than one of the memory's speeds");
+  });
+
   test("says how each cache was filled, and labels the uncached step the work model's where it was not timed", () => {
     expect(report).toContain("Every cache was filled by a real prefill.");
     const s = syntheticSummary();

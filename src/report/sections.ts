@@ -125,13 +125,38 @@ export function seedTable(s: ProfileSummary): TableData {
   };
 }
 
+/** Beyond this relative gap, a point's median step against its floor at the passes' median disagrees with its ratio. */
+const MIXED_RATES_GAP = 0.1;
+
+/**
+ * The contexts whose fastest mode's steps ran at more than one of the memory's speeds: its median step over the floor
+ * at its passes' median rate is more than MIXED_RATES_GAP from the median of each step over its own pass's floor.
+ * (Both medians agree where the steps and their passes kept to one speed.)
+ */
+function mixedRates(s: ProfileSummary): string[] {
+  return s.seed_table.flatMap((r) => {
+    const times = Object.values(r.cached).map((c) => c!.ms);
+    if (r.read_bytes_per_s === null || r.over_floor === null || times.length === 0) return [];
+    const atMedianRate = Math.min(...times) / r.floor_ms;
+    if (Math.abs(atMedianRate / r.over_floor - 1) <= MIXED_RATES_GAP) return [];
+    return [
+      `At context ${r.context} the fastest mode's median step (${ms3(Math.min(...times))} ms) is ${atMedianRate.toFixed(2)}× the floor at its passes' ` +
+        `median rate, where each step against its own pass gives ${r.over_floor.toFixed(2)}×: its steps ran at more than one of the ` +
+        "memory's speeds, so the ratio, not the floor column, is the one to read.",
+    ];
+  });
+}
+
 /** What the seed table's memory floor is: the bytes at the rate read right before each step, or at the peaks'. */
 export function floorSentence(s: ProfileSummary): string {
   const tracked = s.seed_table.some((r) => r.read_bytes_per_s !== null);
   return tracked
-    ? "Memory floor = the cached step's bytes (work model) at the memory's read rate: a pass of the memory read right before " +
-        "each timed step (scaled to the probe's size), as a shared host's memory can change speed within seconds; memory read = " +
-        "the median of the fastest mode's passes; fastest ÷ floor = the median over its steps of each ÷ its bytes at the pass before it."
+    ? [
+        "Memory floor = the cached step's bytes (work model) at the memory's read rate: a pass of the memory read right before " +
+          "each timed step (scaled to the probe's size), as a shared host's memory can change speed within seconds; memory read = " +
+          "the median of the fastest mode's passes; fastest ÷ floor = the median over its steps of each ÷ its bytes at the pass before it.",
+        ...mixedRates(s),
+      ].join(" ")
     : `Memory floor = the cached step's bytes (work model) at the measured bandwidth, ${formatRate(s.device.peaks.bytes_per_s, "B")}; ` +
         "fastest ÷ floor = the median over the fastest mode's steps of each ÷ that floor.";
 }
