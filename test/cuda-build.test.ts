@@ -1,9 +1,10 @@
-// The CUDA library builds with nvcc (sm_90 + PTX, warnings as errors), and ptxas's resource report shows
+// The CUDA library builds with nvcc (sm_90 + PTX, compressed, warnings as errors), and ptxas's resource report shows
 // a kernel for every op family and no register spills. Skipped where nvcc is missing.
 import { describe, expect, test } from "bun:test";
 import { existsSync, rmSync } from "node:fs";
 
 import { ensureBuilt, hasNvcc, libraryPath, ROOT } from "../src/native/build.ts";
+import { findCuobjdump } from "../src/native/sass.ts";
 import {
   kernelName,
   missingFamilies,
@@ -81,6 +82,21 @@ describe.skipIf(!hasNvcc())("nvcc build of libgpt2_cuda.so", () => {
     expect(rows!.filter((r) => r.spillStores + r.spillLoads > 0).map((r) => r.kernel)).toEqual([]);
     expect(rows!.every((r) => r.arch === "sm_90")).toBe(true);
   }, 600_000);
+
+  test.skipIf(!findCuobjdump())(
+    "the library holds sm_90 code and the PTX other GPUs compile as it loads, its fatbin compressed",
+    () => {
+      ensureBuilt("cuda", { quiet: true });
+      const listed = Bun.spawnSync([findCuobjdump()!, "-lelf", "-lptx", libraryPath("cuda")], { stdout: "pipe" });
+      expect(listed.exitCode).toBe(0);
+      const text = listed.stdout.toString();
+      expect(text).toMatch(/^ELF file +\d+: attention\.sm_90\.cubin$/m);
+      expect(text).toMatch(/^PTX file +\d+: attention\.sm_90\.ptx$/m);
+      // uncompressed, its cubins and PTX alone are over 70 MB
+      expect(Bun.file(libraryPath("cuda")).size).toBeLessThan(20e6);
+    },
+    600_000,
+  );
 
   test("without nvcc (a GPU machine that has none) the library built here is used: its sources stamp matches", () => {
     ensureBuilt("cuda", { quiet: true });

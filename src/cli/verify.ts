@@ -15,7 +15,7 @@ import { CpuBackend } from "../backends/cpu.ts";
 import { CudaBackend } from "../backends/cuda.ts";
 import { runCli, UserError } from "../errors.ts";
 import { PRESETS, loadModel, randomWeights } from "../model/gpt2.ts";
-import { ensureBuilt, hasNvcc, hasPrebuilt, libraryPath, ROOT } from "../native/build.ts";
+import { cudaWithPtx, ensureBuilt, hasNvcc, hasPrebuilt, libraryPath, ROOT } from "../native/build.ts";
 import { emuSchedule } from "../native/emu-schedule.ts";
 import type { KernelFacts } from "../native/kernel-facts.ts";
 import { findCuobjdump } from "../native/sass.ts";
@@ -83,7 +83,7 @@ function buildChecks(): CheckRow[] {
   return [
     {
       check: "nvcc build",
-      detail: `sm_90 + PTX, warnings as errors; ${rows.length} kernels`,
+      detail: `sm_90${cudaWithPtx() ? " + PTX" : ""}, warnings as errors; ${rows.length} kernels`,
       error: null,
       status: rows.length ? "pass" : "fail",
     },

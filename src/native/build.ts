@@ -1,7 +1,7 @@
 // Builds the native libraries when missing or stale (a stamp holds a hash of sources, flags and compiler;
 // with DECODE_FLOOR_CARRIED=1, a library whose sources hash matches is used as built: see stampOf).
 //   cpu  — the CPU backend: the CPU twins cuda/*.cpp + the shared op table, g++ (its own thread pool; OpenMP only for simd)
-//   cuda — the CUDA backend: cuda/*.cu kernels + runtime, nvcc for sm_90 plus PTX (other GPUs JIT)
+//   cuda — the CUDA backend: cuda/*.cu kernels + runtime, nvcc for sm_90 plus PTX (other GPUs JIT; DECODE_FLOOR_CUDA_PTX=0: none)
 //   emu  — the same .cu sources compiled by g++ against cuda/emu/cuda_emu.h: the kernels' code on the CPU (from a copy
 //          under build/emu-src/ whose shared-memory declarations are each emulated block's own: emu-source.ts)
 //   cupti — the CUPTI tracer, its own library so the CUDA one loads without CUPTI
@@ -33,6 +33,13 @@ export const CUDA_HOME = process.env.CUDA_HOME ?? "/usr/local/cuda";
 const NVCC = process.env.NVCC ?? (existsSync(join(CUDA_HOME, "bin/nvcc")) ? join(CUDA_HOME, "bin/nvcc") : "nvcc");
 /** Set to 1 where libraries travelled with their stamps (scripts/device-check.sh on a lent GPU): see stampOf. */
 export const CARRIED_ENV = "DECODE_FLOOR_CARRIED";
+/**
+ * Set to 0 to build the CUDA library without the PTX that lets GPUs newer than sm_90 compile it as it loads: the
+ * library a lent sm_90 GPU is sent (scripts/device-check.sh), within the device's transfer limit.
+ */
+const CUDA_PTX_ENV = "DECODE_FLOOR_CUDA_PTX";
+/** Whether the CUDA library is built with PTX beside its sm_90 code (CUDA_PTX_ENV). */
+export const cudaWithPtx = () => process.env[CUDA_PTX_ENV] !== "0";
 
 export type Target = "cpu" | "cuda" | "emu" | "cupti";
 export const TARGETS: Target[] = ["cpu", "emu", "cuda", "cupti"];
@@ -189,8 +196,9 @@ function recipe(target: Target): Recipe {
         "-fPIC,-Wall,-Werror",
         "-gencode",
         "arch=compute_90,code=sm_90",
-        "-gencode",
-        "arch=compute_90,code=compute_90",
+        ...(cudaWithPtx() ? ["-gencode", "arch=compute_90,code=compute_90"] : []),
+        // the fatbin compressed for size: the library 7.7 MB rather than 27 (2026-12-06)
+        "--compress-mode=size",
         "--resource-usage",
         "-Werror",
         "all-warnings",
