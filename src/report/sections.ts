@@ -137,10 +137,11 @@ function mixedRates(s: ProfileSummary): string[] {
   return s.seed_table.flatMap((r) => {
     const times = Object.values(r.cached).map((c) => c!.ms);
     if (r.read_bytes_per_s === null || r.over_floor === null || times.length === 0) return [];
-    const atMedianRate = Math.min(...times) / r.floor_ms;
+    const fastest = Math.min(...times);
+    const atMedianRate = fastest / r.floor_ms;
     if (Math.abs(atMedianRate / r.over_floor - 1) <= MIXED_RATES_GAP) return [];
     return [
-      `At context ${r.context} the fastest mode's median step (${ms3(Math.min(...times))} ms) is ${atMedianRate.toFixed(2)}× the floor at its passes' ` +
+      `At context ${r.context} the fastest mode's median step (${ms3(fastest)} ms) is ${atMedianRate.toFixed(2)}× the floor at its passes' ` +
         `median rate, where each step against its own pass gives ${r.over_floor.toFixed(2)}×: its steps ran at more than one of the ` +
         "memory's speeds, so the ratio, not the floor column, is the one to read.",
     ];
