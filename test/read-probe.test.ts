@@ -209,6 +209,7 @@ describe("the tracker beside the points' steps", () => {
 });
 
 describe("measureRead: the probe's passes, each followed by its tracker's", () => {
+  const ascending = (sizes: number[]) => [...sizes].sort((a, b) => a - b);
   const SWEEP_READS = 5 * 8 * 2; // 5 rounds of 8 sizes, each an untimed and a timed pass
 
   test("past the knee: the passes in turn, the tracker calibrated and held open, the probe freed", () => {
@@ -241,6 +242,24 @@ describe("measureRead: the probe's passes, each followed by its tracker's", () =
     expect(f.freed).toEqual(f.allocated);
   });
 
+  test("a fill or a sweep pass that fails frees the probe's buffer; a failed fill of the tracker's, both", () => {
+    const failing = (when: (bytes: number, call: number) => boolean, what: "readPrepare" | "readPass") => {
+      const f = fakeBackend();
+      const real = f.backend[what] as (b: DeviceBuffer, bytes: number) => number;
+      let calls = 0;
+      f.backend[what] = ((b: DeviceBuffer, bytes: number) => {
+        if (when(b.bytes, ++calls)) throw new Error(`${what} failed`);
+        return real(b, bytes);
+      }) as never;
+      expect(() => measureRead(f.backend, 3.1e9, 64 * GIB)).toThrow(`${what} failed`);
+      expect(ascending(f.freed)).toEqual(ascending(f.allocated));
+      return f;
+    };
+    expect(failing((_, call) => call === 1, "readPrepare").allocated).toEqual([4 * GIB]); // the probe's fill
+    expect(failing((_, call) => call === 7, "readPass").allocated).toEqual([4 * GIB]); // a sweep pass
+    expect(failing((bytes) => bytes === GIB, "readPrepare").allocated).toEqual([4 * GIB, GIB]); // the tracker's fill
+  });
+
   test("a pass that fails mid-calibration frees the tracker's buffer and the probe's", () => {
     const f = fakeBackend();
     const readPass = f.backend.readPass;
@@ -250,7 +269,7 @@ describe("measureRead: the probe's passes, each followed by its tracker's", () =
       return readPass(b, bytes);
     };
     expect(() => measureRead(f.backend, 3.1e9, 64 * GIB)).toThrow("the library failed a pass");
-    expect(f.freed.sort()).toEqual(f.allocated.sort());
+    expect(ascending(f.freed)).toEqual(ascending(f.allocated));
   });
 });
 

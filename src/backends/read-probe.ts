@@ -65,16 +65,18 @@ export class ReadProbe {
     const cap = Math.floor((freeBytes * MEMORY_SHARE) / MIB) * MIB;
     const top = Math.min(cap, Math.max(SWEEP_TOP_BYTES, Math.ceil(stepBytes / MIB) * MIB));
     const buffer = backend.alloc(top);
-    backend.readPrepare(buffer);
-    const sizes = sweepSizes(top);
-    const best = sizes.map(() => 0);
-    for (let r = 0; r < SWEEP_ROUNDS; r++) {
-      sizes.forEach((bytes, i) => {
-        backend.readPass(buffer, bytes); // what the cache can hold of this size is in it, as for back-to-back steps
-        best[i] = Math.max(best[i]!, bytes / backend.readPass(buffer, bytes));
-      });
+    const sweep = sweepSizes(top).map((bytes) => ({ bytes, bytes_per_s: 0 }));
+    try {
+      backend.readPrepare(buffer);
+      for (let r = 0; r < SWEEP_ROUNDS; r++)
+        for (const size of sweep) {
+          backend.readPass(buffer, size.bytes); // what the cache can hold of this size is in it, as for back-to-back steps
+          size.bytes_per_s = Math.max(size.bytes_per_s, size.bytes / backend.readPass(buffer, size.bytes));
+        }
+    } catch (error) {
+      backend.free(buffer); // up to gigabytes: not left behind by a failed fill or pass
+      throw error;
     }
-    const sweep = sizes.map((bytes, i) => ({ bytes, bytes_per_s: best[i]! }));
     const bytes = Math.min(top, Math.max(kneeOf(sweep), Math.ceil(stepBytes / MIB) * MIB));
     return new ReadProbe(backend, buffer, bytes, sweep, bytes < stepBytes);
   }
@@ -153,7 +155,12 @@ export class ReadTracker {
   static open(backend: ReadProbeBackend, probe: ReadProbe): ReadTracker {
     const bytes = trackerBytes(probe);
     const buffer = backend.alloc(bytes);
-    backend.readPrepare(buffer);
+    try {
+      backend.readPrepare(buffer);
+    } catch (error) {
+      backend.free(buffer);
+      throw error;
+    }
     return new ReadTracker(backend, buffer, bytes, probe.knee);
   }
 
@@ -200,12 +207,14 @@ export interface CalibratedRead {
 /**
  * The probe sized for steps of up to `stepBytes`, READ_PROBE_PASSES of its passes and, where a tracker serves such
  * steps, one of the tracker's after each, calibrating it. The probe is closed; the tracker is the caller's to close.
+ * `freeBytes` (tests) stands for the memory free, read otherwise as each buffer is sized.
  */
-export function measureRead(backend: ReadProbeBackend, stepBytes: number, freeBytes = freemem()): CalibratedRead {
-  const probe = ReadProbe.open(backend, stepBytes, freeBytes);
+export function measureRead(backend: ReadProbeBackend, stepBytes: number, freeBytes?: number): CalibratedRead {
+  const probe = ReadProbe.open(backend, stepBytes, freeBytes ?? freemem());
   let tracker: ReadTracker | null = null;
   try {
-    const without = ReadTracker.without(probe, stepBytes, freeBytes);
+    // the memory free once the probe holds its buffer
+    const without = ReadTracker.without(probe, stepBytes, freeBytes ?? freemem());
     tracker = without === null ? ReadTracker.open(backend, probe) : null;
     for (let i = 0; i < READ_PROBE_PASSES; i++) {
       probe.pass();
