@@ -101,8 +101,8 @@ const msOf = (steps: readonly PairedStep[]) => steps.map((s) => s.ms);
  * Rounds of cached steps (each context and mode, then the next round), each step right after a read pass of the
  * memory (src/backends/read-probe.ts ReadTracker): a shared host's read rate flips between two levels within seconds,
  * so each step is held against its bytes at the pass beside it, and a context's ratio is the median over its replayed
- * steps (src/profile/memory-floor.ts, as profile takes it). Where no tracker serves (every step below the knee), the
- * probe's best pass stands for every step.
+ * steps (src/profile/memory-floor.ts, as profile takes it). Where no tracker serves (every step below the knee, or
+ * its buffer past 1/16 of free memory) or a step is below the knee, the probe's best pass stands for that context's.
  */
 function benchDecode(backend: CpuBackend, session: Session<ModelWeights>, contexts: number[], steps: number): void {
   const cfg = session.config;
@@ -137,7 +137,12 @@ function benchDecode(backend: CpuBackend, session: Session<ModelWeights>, contex
         ? `DRAM floor: the weights (${formatBytes(weights)}) are past the sweep's knee (${formatBytes(read.knee_bytes)}), so memory serves the step`
         : `cache floor, not a DRAM floor: the weights (${formatBytes(weights)}) are below the sweep's knee (${formatBytes(read.knee_bytes)}), so the last-level cache serves part of every step`,
     );
-    line(`${DECODE_ROUNDS} rounds of ${perRound} steps per context and mode; medians (p10–p90)`);
+    const replayed = contexts.flatMap((c) => samples.get(c)!.get(replay)!.flat());
+    const paired = replayed.filter((s) => s.read !== null).length;
+    line(
+      `${DECODE_ROUNDS} rounds of ${perRound} steps per context and mode; medians (p10–p90); ` +
+        `${paired} of ${replayed.length} ${replay.name} steps after a read pass`,
+    );
     line(
       `read GB/s: the median of the passes right before ${replay.name}'s steps, or the probe's best where none were taken; ` +
         `floor ms: the bytes at that rate; ÷ floor: the median over ${replay.name}'s steps of each ÷ its bytes at its pass (the rounds' medians' min–max)`,
