@@ -38,9 +38,9 @@ GENERATE_MODES=(eager eager-native graph graph-pdl persistent uncached)
 # "here" is the 2-core development VM; a step starts only while its estimate is left before DEADLINE_S (a
 # profile cut short writes nothing), under its timeout or what is left, whichever is less.
 BUDGET='
-unpack                |  5 |  30 | measured here: python3 lzma unpacks bun.xz (38 MB) in 3.4 s and the CUDA library (3.6 MB xz) in 0.8 s
+unpack                |  5 |  30 | measured here: python3 lzma unpacks bun.xz (36.8 MB) in 2.1 s and the CUDA library (4.5 MB xz) in under 1 s
 build                 | 12 | 120 | measured here: the CPU library g++ build 10.2 s (one process), each carried library stamp check a Bun start (0.3 s); the timeout leaves nvcc (40+ s) room should a carried stamp be stale
-sass                  | 10 |  30 | measured here: cuobjdump -sass of the 19.5 MB library 9.8 s, 12-13 s with the filter and gzip -9
+sass                  | 10 |  30 | measured here: cuobjdump -sass of the library (5.5 MB, its fatbin compressed), the filter and gzip -9: 14-16 s
 profile fused         | 30 |  90 | guess: Bun start 0.3 s and a pass over 124M seeded weights 0.75 s (measured here), the CUDA context and module load a few s, peaks and launch floor ~2 s, ~2000 timed and traced steps of 0.15-1 ms, uncached recomputes of up to 1023 tokens, the report ~1 s (a one-context --backend cpu profile took 4.9 s here)
 generate eager        |  3 |  20 | guess: Bun start 0.3 s (measured), the CUDA context and module load ~2 s, 48 gpt2-tiny tokens well under 1 s (1-2 s on the emulator here)
 generate eager-native |  3 |  20 | as generate eager
@@ -72,18 +72,45 @@ pack() {
   export PATH="$PWD/node_modules/.bin:$PATH"
   pack_bun
   ../shared/device/pack-bun.sh .device >/dev/null # unpack-bun.sh (it keeps a bun.xz of the same version)
-  rm -rf .device/app .device/build .device/fixtures && mkdir -p .device/app .device/build
+  rm -rf .device/app .device/fixtures && mkdir -p .device/app .device/build
   # one chunk of the code the CLIs share (about half the size of four whole bundles)
   bun build $(printf 'src/cli/%s.ts ' "${ENTRIES[@]}") --target=bun --splitting --outdir .device/app
   # the GPU libraries built here travel with their stamps (the CPU library is built there: -march=native here
-  # may not run on its processor); the CUDA one without the PTX that only GPUs past sm_90 would use (4.5 MB xz-
-  # compressed rather than 6.7), as `run` builds it (DECODE_FLOOR_CUDA_PTX=0): a later build here without it
-  # rebuilds the library with its PTX
-  DECODE_FLOOR_CUDA_PTX=0 bun src/cli/build.ts cuda
+  # may not run on its processor)
   bun src/cli/build.ts cupti
-  cp build/libgpt2_cuda.so.stamp build/libgpt2_cupti.so build/libgpt2_cupti.so.stamp build/resource-usage.txt .device/build/
-  xz -T1 -9 -c build/libgpt2_cuda.so > .device/build/libgpt2_cuda.so.xz
+  cp build/libgpt2_cupti.so build/libgpt2_cupti.so.stamp .device/build/
+  pack_cuda
   transfer_fits
+}
+
+# The CUDA library without the PTX that only GPUs past sm_90 would use (4.5 MB xz-compressed rather than 6.7), as
+# `run` builds it (DECODE_FLOOR_CUDA_PTX=0). It is built where the project's own is, so the project's (with its
+# PTX) is kept aside and put back afterwards, and the last pack's is put there first: an unchanged source tree
+# then builds nothing.
+CUDA_FILES=(libgpt2_cuda.so libgpt2_cuda.so.stamp resource-usage.txt)
+pack_cuda() {
+  local kept f
+  kept=$(mktemp -d)
+  for f in "${CUDA_FILES[@]}"; do [[ -f build/$f ]] && cp -p "build/$f" "$kept/"; done
+  trap 'put_back_cuda "$kept"' EXIT
+  if [[ -f .device/build/libgpt2_cuda.so.xz && -f .device/build/libgpt2_cuda.so.stamp ]]; then
+    xz -dc .device/build/libgpt2_cuda.so.xz > build/libgpt2_cuda.so
+    cp .device/build/libgpt2_cuda.so.stamp .device/build/resource-usage.txt build/
+  fi
+  DECODE_FLOOR_CUDA_PTX=0 bun src/cli/build.ts cuda
+  cp build/libgpt2_cuda.so.stamp build/resource-usage.txt .device/build/
+  xz -T1 -9 -c build/libgpt2_cuda.so > .device/build/libgpt2_cuda.so.xz
+  put_back_cuda "$kept"
+  trap - EXIT
+}
+
+# Puts back the project's CUDA library files kept in $1 (where it had none, none).
+put_back_cuda() {
+  local f
+  for f in "${CUDA_FILES[@]}"; do
+    if [[ -f $1/$f ]]; then cp -p "$1/$f" "build/$f"; else rm -f "build/$f"; fi
+  done
+  rm -rf "$1"
 }
 
 # Bun xz-compressed with the x86 branch filter (36.8 MB where ../shared/device/pack-bun.sh's plain -9 gives 38.0; the
@@ -92,13 +119,13 @@ pack_bun() {
   local bun version
   bun=$(readlink -f node_modules/bun/bin/bun.exe)
   version=$("$bun" --version)
-  [[ -f .device/bun.xz && $(cat .device/bun.version 2>/dev/null) == "$version" && -f .device/bun.x86 ]] && return
+  [[ -f .device/bun.xz && $(cat .device/bun.x86 2>/dev/null) == "$version" ]] && return
   mkdir -p .device
   echo "compressing Bun $version with the x86 filter (about 75 s on 2 cores)..." >&2
   xz -T2 --x86 --lzma2=preset=9e,dict=128MiB -c "$bun" > .device/bun.xz.tmp
   mv .device/bun.xz.tmp .device/bun.xz
-  echo "$version" > .device/bun.version
-  touch .device/bun.x86
+  echo "$version" > .device/bun.version # pack-bun.sh's: it keeps a bun.xz of that version
+  echo "$version" > .device/bun.x86       # ours: the Bun whose bun.xz has the x86 filter
 }
 
 # What a device call sends: the tracked files (as they are in the working tree), the untracked ones git does

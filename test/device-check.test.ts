@@ -5,9 +5,20 @@
 // the device returns them. With a packed .device/ (scripts/device-check.sh pack: Bun xz-compressed takes ~90 s the first
 // time, so this test only repacks where .device/bun.xz is already there) the rehearsal runs the bundled CLIs.
 import { describe, expect, test } from "bun:test";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 
 import { findCuobjdump } from "../src/native/sass.ts";
 
@@ -58,10 +69,14 @@ if (!canPack)
 
 describe("scripts/device-check.sh", () => {
   test.skipIf(!canPack)(
-    "pack: the bundled CLIs and the GPU libraries (CUDA's without PTX, xz-compressed) with their stamps; the whole transfer measured, at most 62 MiB",
+    "pack: the bundled CLIs and the GPU libraries (CUDA's without PTX, xz-compressed) with their stamps, the CUDA one taken as built under run's settings; the whole transfer at most 62 MiB",
     () => {
+      const ownLibrary = join(ROOT, "build/libgpt2_cuda.so");
+      const before = existsSync(ownLibrary) ? readFileSync(`${ownLibrary}.stamp`, "utf8") : null;
       const p = script(["pack"]);
       expect(p.exitCode).toBe(0);
+      // the kit's library is built where the project's is, which is put back as it was
+      expect(existsSync(ownLibrary) ? readFileSync(`${ownLibrary}.stamp`, "utf8") : null).toBe(before);
       for (const entry of ["build", "verify", "generate", "profile"])
         expect(existsSync(join(ROOT, `.device/app/${entry}.js`))).toBe(true);
       for (const lib of ["libgpt2_cuda.so.xz", "libgpt2_cuda.so.stamp", "libgpt2_cupti.so", "libgpt2_cupti.so.stamp"])
@@ -76,15 +91,41 @@ describe("scripts/device-check.sh", () => {
       const [total, ...parts] = m!.slice(1).map(Number);
       expect(total!).toBeLessThanOrEqual(62);
       expect(Math.abs(parts.reduce((a, b) => a + b, 0) - total!)).toBeLessThan(0.2);
-      // the sm_90 device runs the library's SASS: its PTX (for GPUs past sm_90) stays here
-      const cuobjdump = findCuobjdump();
-      if (cuobjdump) {
-        const lib = join(mkdtempSync(join(tmpdir(), "device-lib-")), "libgpt2_cuda.so");
+      // as the device unpacks it: a project root whose build/ holds the carried CUDA library and its stamp
+      const device = mkdtempSync(join(tmpdir(), "device-root-"));
+      try {
+        symlinkSync(join(ROOT, "cuda"), join(device, "cuda"));
+        mkdirSync(join(device, "build"));
+        const lib = join(device, "build/libgpt2_cuda.so");
         writeFileSync(lib, Bun.spawnSync(["xz", "-dc", join(ROOT, ".device/build/libgpt2_cuda.so.xz")]).stdout);
-        const listed = Bun.spawnSync([cuobjdump, "-lelf", "-lptx", lib], { stdout: "pipe" }).stdout.toString();
-        expect(listed).toMatch(/^ELF file +\d+: attention\.sm_90\.cubin$/m);
-        expect(listed).not.toContain("PTX file");
-        rmSync(dirname(lib), { recursive: true });
+        copyFileSync(join(ROOT, ".device/build/libgpt2_cuda.so.stamp"), `${lib}.stamp`);
+        // run's settings (DECODE_FLOOR_CUDA_PTX=0) take it as built, with no nvcc; the project's own flags do not
+        const build = (ptx: string) =>
+          Bun.spawnSync(["bun", "src/cli/build.ts", "cuda"], {
+            cwd: ROOT,
+            env: {
+              ...process.env,
+              DECODE_FLOOR_ROOT: device,
+              NVCC: "/nonexistent/nvcc",
+              DECODE_FLOOR_CARRIED: "1",
+              DECODE_FLOOR_CUDA_PTX: ptx,
+            },
+            stdout: "pipe",
+            stderr: "pipe",
+          });
+        const asRun = build("0");
+        expect(asRun.exitCode).toBe(0);
+        expect(asRun.stdout.toString() + asRun.stderr.toString()).toContain("up to date");
+        expect(build("1").exitCode).not.toBe(0);
+        // the sm_90 device runs the library's SASS: its PTX (for GPUs past sm_90) stays here
+        const cuobjdump = findCuobjdump();
+        if (cuobjdump) {
+          const listed = Bun.spawnSync([cuobjdump, "-lelf", "-lptx", lib], { stdout: "pipe" }).stdout.toString();
+          expect(listed).toMatch(/^ELF file +\d+: attention\.sm_90\.cubin$/m);
+          expect(listed).not.toContain("PTX file");
+        }
+      } finally {
+        rmSync(device, { recursive: true, force: true });
       }
     },
     600_000,
