@@ -89,11 +89,11 @@ describe("renderReport", () => {
     expect(mixed).toContain("Memory floor = the cached step's bytes (work model) at the memory's read rate");
     expect(mixed).toContain(
       `At context 32 the fastest mode's median step (${fastest.toFixed(3)} ms) is 0.84× the floor at its passes' median rate, ` +
-        "where each step against its own pass gives 1.00×: its steps ran at more than one of the memory's speeds, so the ratio, " +
-        "not the floor column, is the one to read.",
+        "where each step against its own pass gives 1.00×: its steps and passes spanned more than one of the memory's speeds, " +
+        "and the ratio, each step against the rate read right before it, is the one to read.",
     );
     row.over_floor = 0.86; // within 10% of 0.84: one speed, nothing to say
-    expect(renderReport(s)).not.toContain("more than one of the memory's speeds");
+    expect(renderReport(s)).not.toContain("spanned more than one of the memory's speeds");
   });
 
   test("says how each cache was filled, and labels the uncached step the work model's where it was not timed", () => {

@@ -142,8 +142,8 @@ function mixedRates(s: ProfileSummary): string[] {
     if (Math.abs(atMedianRate / r.over_floor - 1) <= MIXED_RATES_GAP) return [];
     return [
       `At context ${r.context} the fastest mode's median step (${ms3(fastest)} ms) is ${atMedianRate.toFixed(2)}× the floor at its passes' ` +
-        `median rate, where each step against its own pass gives ${r.over_floor.toFixed(2)}×: its steps ran at more than one of the ` +
-        "memory's speeds, so the ratio, not the floor column, is the one to read.",
+        `median rate, where each step against its own pass gives ${r.over_floor.toFixed(2)}×: its steps and passes spanned more than ` +
+        "one of the memory's speeds, and the ratio, each step against the rate read right before it, is the one to read.",
     ];
   });
 }
