@@ -91,7 +91,9 @@ CUDA_FILES=(libgpt2_cuda.so libgpt2_cuda.so.stamp resource-usage.txt)
 pack_cuda() {
   local kept f
   kept=$(mktemp -d)
-  for f in "${CUDA_FILES[@]}"; do [[ -f build/$f ]] && cp -p "build/$f" "$kept/"; done
+  for f in "${CUDA_FILES[@]}"; do
+    if [[ -f build/$f ]]; then cp -p "build/$f" "$kept/"; fi
+  done
   trap 'put_back_cuda "$kept"' EXIT
   if [[ -f .device/build/libgpt2_cuda.so.xz && -f .device/build/libgpt2_cuda.so.stamp ]]; then
     xz -dc .device/build/libgpt2_cuda.so.xz > build/libgpt2_cuda.so
