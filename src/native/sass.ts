@@ -111,6 +111,14 @@ export function parseRegisterCounts(elfListing: string): Map<string, number> {
   return out;
 }
 
+/** The names of the cubins and the PTX files a library embeds (`cuobjdump -lelf -lptx`). Throws if cuobjdump fails. */
+export function embeddedCode(libraryPath: string, cuobjdump: string): { elf: string[]; ptx: string[] } {
+  const listing = run(cuobjdump, ["-lelf", "-lptx", libraryPath]);
+  const names = (kind: "ELF" | "PTX") =>
+    [...listing.matchAll(new RegExp(`^${kind} file +\\d+: (.+)$`, "gm"))].map((m) => m[1]!);
+  return { elf: names("ELF"), ptx: names("PTX") };
+}
+
 /** Every kernel of a library, with registers. Throws if the disassembler fails. */
 export function disassemble(libraryPath: string, cuobjdump: string): SassFunction[] {
   const functions = parseSass(run(cuobjdump, ["-sass", libraryPath]));
