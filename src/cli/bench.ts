@@ -108,10 +108,8 @@ function benchDecode(backend: CpuBackend, session: Session<ModelWeights>, contex
   const cfg = session.config;
   const modes = availableModes(backend, session.modeForm);
   const replay = replayMode(backend);
-  const bytesAt = (c: number) => {
-    const { weights, kv } = floorBytes(session, c);
-    return weights + kv;
-  };
+  const floors = new Map(contexts.map((c) => [c, floorBytes(session, c)]));
+  const bytesAt = (c: number) => floors.get(c)!.weights + floors.get(c)!.kv;
   const { report: read, tracker, beside } = measureRead(backend, Math.max(...contexts.map(bytesAt)));
   try {
     const perRound = Math.max(1, Math.ceil(steps / DECODE_ROUNDS));
@@ -123,7 +121,7 @@ function benchDecode(backend: CpuBackend, session: Session<ModelWeights>, contex
             .get(c)!
             .get(m)!
             .push(timeCachedSteps(session, c, perRound, m, () => tracker?.pass(bytesAt(c)) ?? null));
-    const weights = floorBytes(session, contexts[0]!).weights;
+    const weights = floors.get(contexts[0]!)!.weights;
     const kind = weights >= read.knee_bytes ? "DRAM floor" : "cache floor";
     line(
       `\ndecode — the cached step ÷ its memory floor (goal ≤ 1.3), ${cfg.name}: ${(weights / 1e6).toFixed(0)} MB of weights`,
@@ -151,7 +149,7 @@ function benchDecode(backend: CpuBackend, session: Session<ModelWeights>, contex
       `context  weights MB  KV MB  read GB/s  floor ms   ${modes.map((m) => `${m.name} ms`.padEnd(22)).join("")}÷ ${kind}`,
     );
     for (const c of contexts) {
-      const { weights: w, kv } = floorBytes(session, c);
+      const { weights: w, kv } = floors.get(c)!;
       const rounds = samples.get(c)!.get(replay)!;
       const floor = pointFloor(rounds.flat(), w + kv, read.bytes_per_s);
       const rate = floor.read_bytes_per_s ?? read.bytes_per_s;
