@@ -4,10 +4,11 @@
 // a small buffer in L1).
 //
 // One query per sequence (decode): memory-bound, each cache is read once. Every sequence's keys are cut into
-// ranges, all of them chunks of one parallel pass; a range's chunk reads its K rows, then its V rows (whole
-// rows in order, or one K/V head's columns at a time where query heads share it), and leaves each head's
-// partial softmax (max, sum, weighted sum of V) in a slot of its own. Each sequence's slots are merged in range
-// order afterwards, so its result does not depend on which thread ran which range, nor on the batch.
+// ranges, handed to the threads a range or two at a time; a range reads its K rows, then its V rows (whole rows
+// in order, or one K/V head's columns at a time where query heads share it, then with the rows in L2, prefetched
+// while the core computes), and leaves each head's partial softmax (max, sum, weighted sum of V) in a slot of its
+// own. Each sequence's slots are merged in range order afterwards, so its result does not depend on which thread
+// ran which range, nor on the batch.
 // Many queries (prefill, the uncached step): compute-bound, flash-attention style. A chunk owns one head
 // and a block of queries; it walks the visible keys a block at a time, scores them with the micro-kernel
 // (cpu_math.h), folds them into a running softmax per query, and adds P @ V with the micro-kernel again.
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <array>
 #include <type_traits>
 #include <vector>
 
@@ -67,14 +69,22 @@ struct Heads {
   int kv_offset(int h) const { return h / group * hs; }
 };
 
-// One query: keys per chunk, by the sequence's keys alone (so a sequence's sums do not depend on the batch or the
-// threads): keys / kTargetRanges, kept within [kMinKeysPerRange, kMaxKeysPerRange]. Each chunk restarts the K
-// and V streams and pays a softmax per head, so chunks stay long: at 8k keys 256-key chunks took 36% less time than
-// 32-key ones (2026-12-03); at 1,000 keys 128-key chunks 5-15% less than 48-key ones (Llama-3.2-1B's 32/8 heads,
-// SmolLM2-135M's 9/3; 2026-12-06, AMD EPYC VM, 2 threads), which leaves 8 chunks to share there.
+// One query: keys per range, by the sequence's keys and the cache's row size alone (so a sequence's sums do not
+// depend on the batch or the threads): keys / kTargetRanges, kept within [kMinKeysPerRange, kMaxKeysPerRange].
+// Each range restarts the K and V streams and pays a softmax per head, so ranges stay long: at 8k keys 256-key
+// ranges took 36% less time than 32-key ones (2026-12-03); at 1,000 keys 128-key ranges 5-15% less than 48-key
+// ones (Llama-3.2-1B's 32/8 heads, SmolLM2-135M's 9/3; 2026-12-06, AMD EPYC VM, 2 threads), which leaves 8
+// ranges to share there. Where the range is worked on in L2 (query heads sharing K/V heads, below), its K and V
+// rows and the next range's K rows prefetched beside them stay within the core's L2 (1 MiB here): at most
+// kL2RangeBytes of K and V rows (Llama-3.2-1B's 2 KiB fp32 rows: 96 keys).
 constexpr int kMinKeysPerRange = 128, kMaxKeysPerRange = 256, kTargetRanges = 16;
-int keys_per_range(int keys) {
-  return std::clamp(keys / kTargetRanges / kVecFloats * kVecFloats, kMinKeysPerRange, kMaxKeysPerRange);
+constexpr size_t kL2RangeBytes = 384 << 10;
+int keys_per_range(int keys, size_t row_bytes, bool in_l2) {
+  const int keys_for_ranges =
+      std::clamp(keys / kTargetRanges / kVecFloats * kVecFloats, kMinKeysPerRange, kMaxKeysPerRange);
+  if (!in_l2) return keys_for_ranges;
+  return std::min(keys_for_ranges,
+                  std::max(kVecFloats, (int)(kL2RangeBytes / (2 * row_bytes)) / kVecFloats * kVecFloats));
 }
 constexpr int kQueryBlock = 64;  // many queries: queries per chunk (a multiple of kTileCols)
 constexpr int kKeyBlock = 64;    // many queries: keys scored at a time
@@ -160,12 +170,15 @@ void attend_key_range_any(float* slots, float* scores, const float* q, const S* 
 // Row order: the rows are read whole, in order, each query head's query reloaded from L1 for each key, and each
 // row's V prefetched for the weighing pass.
 // Shared heads: a K/V head's columns are loaded once into registers for all its query heads, whose queries (or
-// weighted sums) stay in registers too. This core issues one vector load a cycle, so loads, not multiplies, bound
+// weighted sums) stay in registers too, and the range's rows are worked on in L2, prefetched while the core
+// computes (attend_key_range_shared). This core issues one vector load a cycle, so loads, not multiplies, bound
 // the row-order loops when heads share: Llama-3.2-1B's 32/8 heads scored at 294 cycles a key in L2, 3x the
-// multiplies' time. Measured 2026-12-06 (AMD EPYC VM, f32, 8,191 keys, GB/s ÷ the matvecs' in the same rounds,
-// row order → shared): 32/8 heads 0.64 → 0.76 with the host's DRAM slow, 0.41 → 0.48 fast; 32/4 0.53 → 0.66 and 14/2
-// 0.61 → 0.64 slow; 9/3 0.73 → 0.72 slow, 0.59 → 0.51 fast; 9/9 0.86 → 0.81. Hence shared from groups of four.
-constexpr int kSharedGroupMin = 4;
+// multiplies' time. But its column passes stream worse from DRAM than whole rows do, and the time of a range's
+// memory and of its arithmetic added up until the prefetching overlapped them. op_attention alone, caches cold,
+// 8,191 keys, f32, time shared ÷ row order, 1 / 2 threads (2026-12-06, AMD EPYC VM, both orders of an A/B in one
+// process): 9/3 heads 0.85 / 0.90, 14/2 0.71 / 0.87, 15/5 0.84 / 0.92, 9/1 0.89 / 0.92; 9/9 1.42 / 0.95 (and 1.39 /
+// 1.18 at 1,000 keys). Hence shared from groups of two.
+constexpr int kSharedGroupMin = 2;
 
 // Keeps v in a register: without it the compiler folds v's load into every multiply that uses it.
 inline void keep_in_register(vecf& v) {
@@ -173,6 +186,36 @@ inline void keep_in_register(vecf& v) {
   asm("" : "+v"(v));
 #else
   (void)v;
+#endif
+}
+
+// Rows a loop prefetches while it works on others: key j of the loop prefetches bytes [j, j + 1) · per_key from
+// `from`, so the loop keeps no cursor (loops that advanced one ran 5-9% slower for SmolLM2-135M's 9/3 heads).
+struct Prefetch {
+  static constexpr size_t kLine = 64;
+  const char* from = nullptr;
+  size_t per_key = 0;  // a multiple of kLine
+  // bytes over `visits` keys: per_key rounded up to whole lines (the last visits may run a few lines past them)
+  static Prefetch spread(const void* rows, size_t bytes, long visits) {
+    return {static_cast<const char*>(rows), visits > 0 ? (bytes + visits * kLine - 1) / (visits * kLine) * kLine : 0};
+  }
+  void keys(int j, int count) const {
+    for (size_t b = j * per_key; b < (j + count) * per_key; b += kLine) __builtin_prefetch(from + b);
+  }
+  Prefetch after(int keys) const { return {from + keys * per_key, per_key}; }
+};
+
+// Loads every cache line of `bytes` from rows once, as a plain stream (the loads' sum is not used, but the
+// volatile asm that takes it keeps the loop).
+inline void touch_lines(const void* rows, size_t bytes) {
+  const char* p = static_cast<const char*>(rows);
+  vecf sum = {};
+  for (size_t b = 0; b + sizeof(vecf) <= bytes; b += Prefetch::kLine)
+    sum += load_vec(reinterpret_cast<const float*>(p + b));
+#if defined(__x86_64__)
+  asm volatile("" : : "v"(sum));
+#else
+  asm volatile("" : : "r"(&sum) : "memory");
 #endif
 }
 
@@ -283,7 +326,7 @@ void attend_key_range_rows(float* slots, float* scores, const float* q, const S*
 // keys past the last whole group one by one.
 template <int Heads_, int Vecs, typename S>
 void score_shared(float* scores, const float* q, const S* k, int n, const Heads& heads, int kv, int h0, int count,
-                  float scale) {
+                  float scale, Prefetch ahead) {
   constexpr int kHalf = kVecFloats / 2, kKeysPerHalf = kHalf / Heads_, kKeys = 2 * kKeysPerHalf;
   static_assert(kKeysPerHalf * Heads_ == kHalf, "half of the lanes holds whole keys");
   vecf query[Heads_][Vecs];
@@ -317,6 +360,7 @@ void score_shared(float* scores, const float* q, const S* k, int n, const Heads&
 #pragma GCC unroll 8
       for (int g = 0; g < Heads_; g++)
         if (g < count) scores[(size_t)(h0 + g) * n + j + i] = dots[i * Heads_ + g];
+    ahead.keys(j, kKeys);
   }
   for (; j < n; j++)
     for (int g = 0; g < count; g++)
@@ -327,17 +371,19 @@ void score_shared(float* scores, const float* q, const S* k, int n, const Heads&
 // score_shared for count (1..Heads_) heads: the fewest lanes' worth of heads (1, 2, 4 ...) that hold them
 template <int Heads_, int Vecs, typename S>
 void score_shared_for(float* scores, const float* q, const S* k, int n, const Heads& heads, int kv, int h0, int count,
-                      float scale) {
+                      float scale, Prefetch ahead) {
   if constexpr (Heads_ > 1) {
-    if (count <= Heads_ / 2) return score_shared_for<Heads_ / 2, Vecs>(scores, q, k, n, heads, kv, h0, count, scale);
+    if (count <= Heads_ / 2)
+      return score_shared_for<Heads_ / 2, Vecs>(scores, q, k, n, heads, kv, h0, count, scale, ahead);
   }
-  score_shared<Heads_, Vecs>(scores, q, k, n, heads, kv, h0, count, scale);
+  score_shared<Heads_, Vecs>(scores, q, k, n, heads, kv, h0, count, scale, ahead);
 }
 
 // slots' weighted sums of V for query heads [h0, h0 + count) (count <= Heads_) of K/V head kv over keys [0, n) of
 // v: the accumulators in registers, each row's columns loaded once for all of them.
 template <int Heads_, int Vecs, typename S>
-void weigh_shared(float* slots, const float* scores, const S* v, int n, const Heads& heads, int kv, int h0, int count) {
+void weigh_shared(float* slots, const float* scores, const S* v, int n, const Heads& heads, int kv, int h0, int count,
+                  Prefetch ahead) {
   vecf acc[Heads_][Vecs];
 #pragma GCC unroll 8
   for (int g = 0; g < Heads_; g++)
@@ -345,6 +391,7 @@ void weigh_shared(float* slots, const float* scores, const S* v, int n, const He
     for (int d = 0; d < Vecs; d++) acc[g][d] = vecf{};
   const S* head_v = v + (size_t)kv * heads.hs;
   for (int j = 0; j < n; j++) {
+    ahead.keys(j, 1);
     const S* row = head_v + (size_t)j * heads.kv_C;
     vecf value[Vecs];
     load_head(value, row);
@@ -365,42 +412,62 @@ void weigh_shared(float* slots, const float* scores, const S* v, int n, const He
 // weigh_shared for count (1..Heads_) heads, as score_shared_for
 template <int Heads_, int Vecs, typename S>
 void weigh_shared_for(float* slots, const float* scores, const S* v, int n, const Heads& heads, int kv, int h0,
-                      int count) {
+                      int count, Prefetch ahead) {
   if constexpr (Heads_ > 1) {
-    if (count <= Heads_ / 2) return weigh_shared_for<Heads_ / 2, Vecs>(slots, scores, v, n, heads, kv, h0, count);
+    if (count <= Heads_ / 2)
+      return weigh_shared_for<Heads_ / 2, Vecs>(slots, scores, v, n, heads, kv, h0, count, ahead);
   }
-  weigh_shared<Heads_, Vecs>(slots, scores, v, n, heads, kv, h0, count);
+  weigh_shared<Heads_, Vecs>(slots, scores, v, n, heads, kv, h0, count, ahead);
 }
 
+// What a range's chunk prefetches around the range: whether the range before it in the chunk prefetched its K rows,
+// and the K rows of the range after it (none after the chunk's last), for it to prefetch.
+struct Ahead {
+  bool k_prefetched = false;
+  const void* next_k = nullptr;
+  size_t next_k_bytes = 0;
+};
+
 // The key range's slots when query heads share K/V heads: one K/V head at a time over all the range's rows, its
-// query heads kHeadsAtOnce at a time. (A pass's strided reads alone stream at 0.93–0.95 of the matvecs' bandwidth,
-// whole rows at 0.97: measured, as above.)
+// query heads kHeadsAtOnce at a time, the range's rows in L2. Its K rows come first as a plain stream (or were
+// prefetched by the range before it), its V rows are prefetched while the K rows are scored, and the next range's
+// K rows while the V rows are weighed, so that memory streams while the core computes.
 template <typename S, int Vecs>
 void attend_key_range_shared(float* slots, float* scores, const float* q, const S* k_cache, const S* v_cache, int j0,
-                             int j1, const Heads& heads, float scale) {
+                             int j1, const Heads& heads, float scale, const Ahead& ahead) {
   constexpr int kHeadsAtOnce = std::min(16 / Vecs, kVecFloats / 2);
   const int n = j1 - j0, kv_heads = heads.n_head / heads.group;
   const S* k = k_cache + (size_t)j0 * heads.kv_C;
   const S* v = v_cache + (size_t)j0 * heads.kv_C;
+  const size_t bytes = (size_t)n * heads.kv_C * sizeof(S);
+  const long keys_visited = (long)kv_heads * ((heads.group + kHeadsAtOnce - 1) / kHeadsAtOnce) * n;  // by the passes
+  if (!ahead.k_prefetched) touch_lines(k, bytes);
+  Prefetch v_ahead = Prefetch::spread(v, bytes, keys_visited);
   for (int kv = 0; kv < kv_heads; kv++)
-    for (int h0 = kv * heads.group; h0 < (kv + 1) * heads.group; h0 += kHeadsAtOnce)
+    for (int h0 = kv * heads.group; h0 < (kv + 1) * heads.group; h0 += kHeadsAtOnce, v_ahead = v_ahead.after(n))
       score_shared_for<kHeadsAtOnce, Vecs>(scores, q, k, n, heads, kv, h0,
-                                           std::min(kHeadsAtOnce, (kv + 1) * heads.group - h0), scale);
+                                           std::min(kHeadsAtOnce, (kv + 1) * heads.group - h0), scale, v_ahead);
   range_softmax(slots, scores, n, heads);
+  Prefetch next_k_ahead = Prefetch::spread(ahead.next_k, ahead.next_k_bytes, keys_visited);
   for (int kv = 0; kv < kv_heads; kv++)
-    for (int h0 = kv * heads.group; h0 < (kv + 1) * heads.group; h0 += kHeadsAtOnce)
+    for (int h0 = kv * heads.group; h0 < (kv + 1) * heads.group;
+         h0 += kHeadsAtOnce, next_k_ahead = next_k_ahead.after(n))
       weigh_shared_for<kHeadsAtOnce, Vecs>(slots, scores, v, n, heads, kv, h0,
-                                           std::min(kHeadsAtOnce, (kv + 1) * heads.group - h0));
+                                           std::min(kHeadsAtOnce, (kv + 1) * heads.group - h0), next_k_ahead);
 }
 
-// The key range's slots: head sizes of 4 or 8 vectors (64 and 128 with AVX-512) take a vector path.
+// The key range's slots: head sizes of 4 or 8 vectors (64 and 128 with AVX-512) take a vector path, the shared
+// heads' one where shared_heads_path.
+bool shared_heads_path(const Heads& heads) {
+  return (heads.hs == 4 * kVecFloats || heads.hs == 8 * kVecFloats) && heads.group >= kSharedGroupMin;
+}
 template <typename S>
 void attend_key_range(float* slots, float* scores, const float* q, const S* k_cache, const S* v_cache, int j0, int j1,
-                      const Heads& heads, float scale) {
+                      const Heads& heads, float scale, const Ahead& ahead) {
   const auto vectors = [&](auto vecs) {
     constexpr int Vecs = decltype(vecs)::value;
-    if (heads.group >= kSharedGroupMin)
-      return attend_key_range_shared<S, Vecs>(slots, scores, q, k_cache, v_cache, j0, j1, heads, scale);
+    if (shared_heads_path(heads))
+      return attend_key_range_shared<S, Vecs>(slots, scores, q, k_cache, v_cache, j0, j1, heads, scale, ahead);
     attend_key_range_rows<S, Vecs>(slots, scores, q, k_cache, v_cache, j0, j1, heads, scale);
   };
   if (heads.hs == 4 * kVecFloats) return vectors(std::integral_constant<int, 4>{});
@@ -447,7 +514,7 @@ void attend_one_query_each(float* out, const float* qkv, const S* k_cache, const
   long work = 0;
   for (int b = 0; b < B; b++) {
     keys[b] = visible_keys(state[b * STATE_INTS + STATE_POS], 0, max_ctx);
-    range_keys[b] = keys_per_range(keys[b]);
+    range_keys[b] = keys_per_range(keys[b], heads.kv_C * sizeof(S), shared_heads_path(heads));
     first_range[b + 1] = first_range[b] + (keys[b] + range_keys[b] - 1) / range_keys[b];
     work += (long)keys[b] * 2 * heads.kv_C;
   }
@@ -457,15 +524,28 @@ void attend_one_query_each(float* out, const float* qkv, const S* k_cache, const
   const int* firsts = first_range.data();
   const int* visible = keys.data();
   const int* per_range = range_keys.data();
-  parallel_range(first_range[B], 1, work, [&](long r0, long r1) {
+  // range r's sequence, its first key and its keys
+  const auto place = [&](long r) {
+    const int b = (int)(std::upper_bound(firsts, firsts + B + 1, (int)r) - firsts) - 1;
+    const int j0 = ((int)r - firsts[b]) * per_range[b];
+    return std::array<int, 3>{b, j0, std::min(visible[b], j0 + per_range[b]) - j0};
+  };
+  // two ranges a chunk where there are enough for every thread, so that one prefetches the other's keys
+  const long grain = first_range[B] >= 4L * cpu_threads() ? 2 : 1;
+  parallel_range(first_range[B], grain, work, [&](long r0, long r1) {
     static thread_local std::vector<float> scores;  // (n_head, kMaxKeysPerRange) per thread
     scores.resize((size_t)n_head * kMaxKeysPerRange);
     for (long r = r0; r < r1; r++) {
-      const int b = (int)(std::upper_bound(firsts, firsts + B + 1, (int)r) - firsts) - 1;
-      const int j0 = ((int)r - firsts[b]) * per_range[b];
+      const auto [b, j0, n] = place(r);
+      Ahead ahead{.k_prefetched = r > r0};
+      if (r + 1 < r1) {
+        const auto [next_b, next_j0, next_n] = place(r + 1);
+        ahead.next_k = k_cache + ((size_t)next_b * max_ctx + next_j0) * heads.kv_C;
+        ahead.next_k_bytes = (size_t)next_n * heads.kv_C * sizeof(S);
+      }
       const size_t cache_offset = (size_t)b * max_ctx * heads.kv_C;
       attend_key_range(all + range_floats * r, scores.data(), qkv + (size_t)b * heads.qkv_row(), k_cache + cache_offset,
-                       v_cache + cache_offset, j0, std::min(visible[b], j0 + per_range[b]), heads, scale);
+                       v_cache + cache_offset, j0, j0 + n, heads, scale, ahead);
     }
   });
   for (int b = 0; b < B; b++)

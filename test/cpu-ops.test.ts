@@ -290,7 +290,7 @@ describe("the CPU library's thread pool", () => {
 });
 
 describe("results do not depend on which thread ran which chunk", () => {
-  test("linear (T = 1 and 64), attention (T = 1 at 1000 keys, T = 100) and the LM head: identical bits on 1 and 2 threads", () => {
+  test("linear (T = 1 and 64), attention (T = 1 at 1000 keys, 12 or 4 K/V heads; T = 100) and the LM head: identical bits on 1 and 2 threads", () => {
     const C = 768,
       H = 12,
       maxCtx = 1024;
@@ -303,6 +303,7 @@ describe("results do not depend on which thread ran which chunk", () => {
       [3 * C, (out) => ops.op_linear(out, 0, inp.ptr, w.ptr, bias.ptr, 1, C, 3 * C, F32)],
       [64 * 3 * C, (out) => ops.op_linear(out, 0, inp.ptr, w.ptr, bias.ptr, 64, C, 3 * C, F32)],
       [C, (out) => ops.op_attention(out, 0, inp.ptr, k.ptr, v.ptr, state(999).ptr, 1, 1, C, H, H, maxCtx, F32)],
+      [C, (out) => ops.op_attention(out, 0, inp.ptr, k.ptr, v.ptr, state(999).ptr, 1, 1, C, H, 4, maxCtx, F32)],
       [100 * C, (out) => ops.op_attention(out, 0, inp.ptr, k.ptr, v.ptr, state(0).ptr, 1, 100, C, H, H, maxCtx, F32)],
       [3 * C, (out) => ops.op_lm_head(out, inp.ptr, w.ptr, 1, 1, C, 3 * C, F32)],
     ];
@@ -761,6 +762,29 @@ describe.each(DTYPE_NAMES)(
       },
     );
 
+    // the shared-heads path: ranges handed out two at a time, each prefetching the next one's keys, which may be
+    // the next sequence's
+    test.each(BATCHES)("kv_append and attention, decode (T = 1), 12 query heads sharing 4 K/V heads: B=%d", (B) => {
+      const kvC = C / 3;
+      const cache = (salt: number) => perSequence(storedWords(dtype, randomFloats(B * maxCtx * kvC, seed + salt)), B);
+      expectBatchEqualsSingles(
+        backend,
+        arena,
+        B,
+        {
+          out: perSequence(poison(B * C), B),
+          qkv: perSequence(randomFloats(B * (C + 2 * kvC), seed + 86 + B, 2), B),
+          k: cache(87),
+          v: cache(88),
+          state: perSequence(stateOf(B), B),
+        },
+        (p, n) => {
+          ops.op_kv_append(p.k!, p.v!, p.qkv!, p.state!, n, 1, C, kvC, maxCtx, code);
+          ops.op_attention(p.out!, 0, p.qkv!, p.k!, p.v!, p.state!, n, 1, C, H, 4, maxCtx, code);
+        },
+      );
+    });
+
     test.each(BATCHES)("kv_append and attention, decode (T = 1) and many queries (T = 3): B=%d", (B) => {
       expectBatchEqualsSingles(
         backend,
@@ -1056,12 +1080,15 @@ describe.each(VARIANTS)("CPU library %s: threaded paths and micro-kernel edges",
     checkAttention(lib, on, T, pos, C, H, 1024),
   );
 
-  // one query over K/V heads shared by groups of 4+ (the shared path: a K/V head's columns loaded once for its
-  // query heads, 4 or 2 of them at a time, then 2 and 1 for the rest of a group of 7): head sizes of 4 and 8
-  // vectors (64 and 128 with AVX-512; 32/64 with AVX, 16/32 without), whole groups of keys and the ones past them
+  // one query over K/V heads shared by groups of 2+ (the shared path: a K/V head's columns loaded once for its
+  // query heads, 4 or 2 of them at a time, then 2 and 1 for the rest of a group of 7 or 3, the range's rows
+  // prefetched, ranges shorter where rows are long): head sizes of 4 and 8 vectors (64 and 128 with AVX-512; 32/64
+  // with AVX, 16/32 without), whole groups of keys and the ones past them
   test.each([
     [1, 100, 2048, 32, 8],
     [1, 1000, 2048, 32, 8],
+    [1, 1000, 576, 9, 3],
+    [1, 999, 2048, 16, 8],
     [1, 700, 448, 7, 1],
     [1, 77, 1024, 8, 2],
     [1, 600, 1024, 16, 2],
