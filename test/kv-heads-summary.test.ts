@@ -1,7 +1,7 @@
 // The GQA intervention's arithmetic: where a measured step reaches twice its weights' time.
 import { describe, expect, test } from "bun:test";
 
-import { atOneReadRate, measuredCrossover } from "../src/profile/kv-heads-summary.ts";
+import { atOneReadRate, buildKvHeads, measuredCrossover } from "../src/profile/kv-heads-summary.ts";
 import type { InterventionPoint } from "../src/profile/types.ts";
 
 const line = (weightsMs: number, msPerToken: number, contexts: number[]) =>
@@ -68,5 +68,39 @@ describe("atOneReadRate", () => {
       [256, 10],
       [2048, 12],
     ]);
+  });
+});
+
+describe("buildKvHeads savings", () => {
+  /** a variant's point at context 8192: its steps each `ms` after a pass reading `read` (null: unpaired) */
+  const variant = (kvHeads: number, bytes: number, ms: number, read: number | null) =>
+    ({
+      dtype: "f32",
+      kv_dtype: "f32",
+      batch: 1,
+      kv_heads: kvHeads,
+      context: 8192,
+      step_ms: { median: ms },
+      work: { bytes, weight_bytes: 500e6, kv_bytes: bytes - 500e6 },
+      read_bytes_per_s: read,
+      over_floor: ms / ((bytes / (read ?? 50e9)) * 1e3),
+    }) as unknown as InterventionPoint;
+
+  test("variants timed at different read rates are compared at the reference's: a slower memory does not eat the saving", () => {
+    // 1 GB at 60 GB/s against 0.6 GB at 40 GB/s, each at 1.1× its floor: 40% of the bytes and of the time saved at one rate
+    const k = buildKvHeads(
+      [variant(8, 1e9, (1e9 / 60e9) * 1.1e3, 60e9), variant(2, 0.6e9, (0.6e9 / 40e9) * 1.1e3, 40e9)],
+      false,
+    );
+    const saving = k!.savings[0]!;
+    expect(saving.formula_saved).toBeCloseTo(0.4, 9);
+    expect(saving.saved).toBeCloseTo(0.4, 9);
+    expect(saving.reference_ms).toBeCloseTo((1e9 / 60e9) * 1.1e3, 9);
+    expect(saving.step_ms).toBeCloseTo((0.6e9 / 60e9) * 1.1e3, 9);
+  });
+
+  test("the steps as measured where a point's rate was not tracked", () => {
+    const k = buildKvHeads([variant(8, 1e9, 20, 60e9), variant(2, 0.6e9, 15, null)], true);
+    expect(k!.savings[0]!.saved).toBeCloseTo(0.25, 9);
   });
 });

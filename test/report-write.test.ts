@@ -10,7 +10,9 @@ import { bestCachedMs } from "../src/profile/verdicts.ts";
 import { summarize } from "../src/stats.ts";
 import { breakdownChart, kvHeadsChart, latencyChart, promptCacheChart, trafficChart } from "../src/report/charts.ts";
 import { captionLines } from "../src/report/svg.ts";
+import { kvHeadsLead } from "../src/report/sections.ts";
 import { writeProfileOutputs } from "../src/report/write.ts";
+import { SAVING_AT_ONE_READ_RATE } from "../src/profile/kv-heads-summary.ts";
 import { syntheticSteps, syntheticSummary } from "./helpers/synthetic-profile.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "decode-floor-write-"));
@@ -177,6 +179,21 @@ describe("long-context charts", () => {
     } as unknown as InterventionsSection;
     return s;
   }
+
+  test("K/V heads: the report says the savings are at one read rate only where every step was paired with a read pass", () => {
+    const s = withKvHeads();
+    const interventions = s.interventions!;
+    const paired = (read: number | null) =>
+      kvHeadsLead({
+        ...s,
+        interventions: {
+          ...interventions,
+          points: interventions.points.map((p) => ({ ...p, read_bytes_per_s: read })),
+        },
+      });
+    expect(paired(60e9)).toContain(SAVING_AT_ONE_READ_RATE);
+    expect(paired(null)).not.toContain(SAVING_AT_ONE_READ_RATE);
+  });
 
   test("K/V heads: a line per variant, crossovers measured solid and by the bytes dotted, those beyond the run listed", () => {
     const svg = kvHeadsChart(withKvHeads())!;

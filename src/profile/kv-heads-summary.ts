@@ -8,6 +8,11 @@ import { pct } from "./verdicts.ts";
 /** The configuration of a point without its K/V heads: storage types and batch. */
 const storageKey = (p: Omit<InterventionConfig, "kv_heads">) => `${p.dtype}/${p.kv_dtype}/${p.batch}`;
 
+/** How the savings are taken where the steps were paired with read passes (atOneReadRate). */
+export const SAVING_AT_ONE_READ_RATE =
+  "both steps are taken at the reference's read rate (each its bytes at that rate × its steps' median over their own " +
+  "floors), as the variants' steps ran at different moments";
+
 export const CROSSOVER_HOW =
   "by formula, the context × batch at which the work model's K/V bytes per step equal its weight bytes; measured, " +
   "the context at which the step's median time reaches twice its weights' time — the time at context 0, extrapolated " +
@@ -27,7 +32,8 @@ export function buildKvHeads(points: InterventionPoint[], together: boolean): Kv
         (r) => r.context === context && r.kv_heads === reference && storageKey(r) === storageKey(p),
       );
       if (!ref) return [];
-      const saved = 1 - p.step_ms.median / ref.step_ms.median;
+      const [referenceMs, stepMs] = atOneReadRate([ref, p]).map(([, ms]) => ms) as [number, number];
+      const saved = 1 - stepMs / referenceMs;
       const formula = 1 - p.work.bytes / ref.work.bytes;
       return [
         {
@@ -37,8 +43,8 @@ export function buildKvHeads(points: InterventionPoint[], together: boolean): Kv
           batch: p.batch,
           context,
           reference_kv_heads: reference,
-          step_ms: p.step_ms.median,
-          reference_ms: ref.step_ms.median,
+          step_ms: stepMs,
+          reference_ms: referenceMs,
           saved,
           formula_saved: formula,
           saved_over_formula: formula > 0 ? saved / formula : null,
@@ -75,15 +81,20 @@ export function buildKvHeads(points: InterventionPoint[], together: boolean): Kv
 }
 
 /**
- * A series' step times by context at one memory read rate, the shortest context's, where every point's steps were
- * paired with read passes: each its bytes at that rate × its steps' median over their own floors. The contexts are
- * timed at different moments, and a shared host's memory can be 1.8× faster at one than at another.
+ * A series' step times (by context, or a reference variant's and another's) at one memory read rate, the first
+ * point's, where every point's steps were paired with read passes: each its bytes at that rate × its steps' median
+ * over their own floors. The points are timed at different moments (variants that do not fit in memory together one
+ * after another), and a shared host's memory can be 1.8× faster at one than at another.
  */
 export function atOneReadRate(series: readonly InterventionPoint[]): [number, number][] {
-  const reference = series[0]?.read_bytes_per_s ?? null;
-  const paired = reference !== null && series.every((p) => p.read_bytes_per_s !== null);
-  return series.map((p) => [p.context, paired ? ((p.over_floor * p.work.bytes) / reference) * 1e3 : p.step_ms.median]);
+  if (!pairedWithReads(series)) return series.map((p) => [p.context, p.step_ms.median]);
+  const rate = series[0]!.read_bytes_per_s!;
+  return series.map((p) => [p.context, ((p.over_floor * p.work.bytes) / rate) * 1e3]);
 }
+
+/** Whether every point's steps were paired with read passes of the memory (the CPU's). */
+export const pairedWithReads = (points: readonly InterventionPoint[]) =>
+  points.length > 0 && points.every((p) => p.read_bytes_per_s != null);
 
 /** The context at which the work model's K/V bytes reach its weight bytes (K/V bytes grow linearly in context). */
 const formulaCrossover = (p: InterventionPoint) => (p.context * p.work.weight_bytes) / p.work.kv_bytes;

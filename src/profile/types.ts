@@ -360,7 +360,11 @@ export interface KvHeadsSection {
   variants: number[];
   /** every variant placed at once and interleaved (true), or one after another: together they did not fit in memory */
   timed_together: boolean;
-  /** at the largest context, per other variant × storage types × batch: 1 − its step ÷ the reference's, and the same of the work model's bytes */
+  /**
+   * at the largest context, per other variant × storage types × batch: 1 − its step ÷ the reference's (both at the
+   * reference's read rate where the steps were paired with read passes: atOneReadRate), and the same of the work
+   * model's bytes
+   */
   savings: (InterventionConfig & {
     context: number;
     reference_kv_heads: number;

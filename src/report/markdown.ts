@@ -6,6 +6,7 @@ import {
   endToEndTable,
   opTimeNote,
   interventionsTable,
+  kvHeadsLead,
   kvHeadsTable,
   promptCacheTable,
   kernelPredictionsTable,
@@ -133,7 +134,7 @@ export function renderReport(summary: ProfileSummary): string {
       ? [
           section(
             "Grouped-query attention: the K/V heads' saving",
-            `Each K/V-head variant's step against the one with the most heads, at the largest context. The crossover: ${md(s.interventions.kv_heads.crossover_how)}`,
+            md(kvHeadsLead(s)),
             markdownTable(kvHeadsTable(s)),
             `- ${md(s.interventions.kv_heads.verdict)}`,
             `![Step time against context per K/V-head variant, crossovers marked](${f.kvHeads})`,

@@ -11,6 +11,7 @@ import type {
   StudyMode,
   StudyPoint,
 } from "../profile/types.ts";
+import { pairedWithReads, SAVING_AT_ONE_READ_RATE } from "../profile/kv-heads-summary.ts";
 import { bestCachedMs } from "../profile/verdicts.ts";
 import type { LaunchModeName } from "../run/launch-modes.ts";
 import { formatBytes, formatDuration, formatRate, type Cell, type Column } from "./tables.ts";
@@ -543,6 +544,17 @@ export function interventionsTable(s: ProfileSummary): TableData {
 }
 
 const tokensOrNone = (n: number | null) => (n === null ? "not reached" : Math.round(n).toLocaleString("en-US"));
+
+/** The K/V-head section's lead: what a saving compares (at one read rate where the steps were paired), how a crossover is found. */
+export function kvHeadsLead(s: ProfileSummary): string {
+  const i = s.interventions;
+  if (!i?.kv_heads) return "";
+  return (
+    "Each K/V-head variant's step against the one with the most heads, at the largest context" +
+    (pairedWithReads(i.points) ? `: ${SAVING_AT_ONE_READ_RATE}` : "") +
+    `. The crossover: ${i.kv_heads.crossover_how}`
+  );
+}
 
 /** Per K/V-head variant, storage types and batch: the step's saving against the most heads (measured, by the bytes), and the crossover (by the bytes, measured). */
 export function kvHeadsTable(s: ProfileSummary): TableData {
