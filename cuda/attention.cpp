@@ -190,7 +190,7 @@ inline void keep_in_register(vecf& v) {
 }
 
 // Rows a loop prefetches while it works on others: key j of the loop prefetches bytes [j, j + 1) · per_key from
-// `from`, so the loop keeps no cursor (loops that advanced one ran 5-9% slower for SmolLM2-135M's 9/3 heads).
+// `from`, so the loop keeps no cursor (loops that advanced one ran 6-9% slower for SmolLM2-135M's 9/3 heads).
 struct Prefetch {
   static constexpr size_t kLine = 64;
   const char* from = nullptr;
