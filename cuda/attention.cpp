@@ -176,8 +176,8 @@ void attend_key_range_any(float* slots, float* scores, const float* q, const S* 
 // multiplies' time. But its column passes stream worse from DRAM than whole rows do, and the time of a range's
 // memory and of its arithmetic added up until the prefetching overlapped them. op_attention alone, caches cold,
 // 8,191 keys, f32, time shared ÷ row order, 1 / 2 threads (2026-12-06, AMD EPYC VM, both orders of an A/B in one
-// process): 9/3 heads 0.85 / 0.90, 14/2 0.71 / 0.87, 15/5 0.84 / 0.92, 9/1 0.89 / 0.92; 9/9 1.42 / 0.95 (and 1.39 /
-// 1.18 at 1,000 keys). Hence shared from groups of two.
+// process): 9/3 heads 0.86 / 0.90–0.96, 14/2 0.71 / 0.85, 15/5 0.84 / 0.93, 9/1 0.90 / 0.91; 9/9 1.27 / 1.16 (1.24 /
+// 1.13 at 1,000 keys). Hence shared from groups of two.
 constexpr int kSharedGroupMin = 2;
 
 // Keeps v in a register: without it the compiler folds v's load into every multiply that uses it.
@@ -195,7 +195,8 @@ struct Prefetch {
   static constexpr size_t kLine = 64;
   const char* from = nullptr;
   size_t per_key = 0;  // a multiple of kLine
-  // bytes over `visits` keys: per_key rounded up to whole lines (the last visits may run a few lines past them)
+  // bytes over `visits` keys, per_key rounded up to whole lines: the last visits may prefetch past the rows
+  // (which costs bandwidth, never a fault)
   static Prefetch spread(const void* rows, size_t bytes, long visits) {
     return {static_cast<const char*>(rows), visits > 0 ? (bytes + visits * kLine - 1) / (visits * kLine) * kLine : 0};
   }
