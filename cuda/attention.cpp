@@ -173,8 +173,8 @@ void attend_key_range_any(float* slots, float* scores, const float* q, const S* 
 // weighted sums) stay in registers too, and the range's rows are worked on in L2, prefetched while the core
 // computes (attend_key_range_shared). This core issues one vector load a cycle, so loads, not multiplies, bound
 // the row-order loops when heads share: Llama-3.2-1B's 32/8 heads scored at 294 cycles a key in L2, 3x the
-// multiplies' time. But its column passes stream worse from DRAM than whole rows do, and the time of a range's
-// memory and of its arithmetic added up until the prefetching overlapped them. op_attention alone, caches cold,
+// multiplies' time. Its column passes stream worse from DRAM than whole rows, and a range's memory time and its
+// arithmetic's add up unless they overlap, hence the prefetching. op_attention alone, caches cold,
 // 8,191 keys, f32, time shared ÷ row order, 1 / 2 threads (2026-12-06, AMD EPYC VM, both orders of an A/B in one
 // process): 9/3 heads 0.86 / 0.90–0.96, 14/2 0.71 / 0.85, 15/5 0.84 / 0.93, 9/1 0.90 / 0.91; 9/9 1.27 / 1.16 (1.24 /
 // 1.13 at 1,000 keys). Hence shared from groups of two.

@@ -684,8 +684,9 @@ describe.each(DTYPE_NAMES)(
       init,
       perSequence: init.byteLength / B,
     });
-    const cacheOf = (B: number, salt: number): BatchBuffer =>
-      perSequence(storedWords(dtype, randomFloats(B * maxCtx * C, seed + salt)), B);
+    // B caches of maxCtx rows of `width` (C, or fewer K/V heads' columns)
+    const cacheOf = (B: number, salt: number, width = C): BatchBuffer =>
+      perSequence(storedWords(dtype, randomFloats(B * maxCtx * width, seed + salt)), B);
     const tokensOf = (B: number) => Int32Array.from({ length: B * (maxCtx + 1) }, (_, i) => (i * 7919 + seed) % V);
     const wte = randomFloats(V * C, seed + 60, 0.1),
       wpe = randomFloats(maxCtx * C, seed + 61, 0.1);
@@ -766,7 +767,6 @@ describe.each(DTYPE_NAMES)(
     // the next sequence's
     test.each(BATCHES)("kv_append and attention, decode (T = 1), 12 query heads sharing 4 K/V heads: B=%d", (B) => {
       const kvC = C / 3;
-      const cache = (salt: number) => perSequence(storedWords(dtype, randomFloats(B * maxCtx * kvC, seed + salt)), B);
       expectBatchEqualsSingles(
         backend,
         arena,
@@ -774,8 +774,8 @@ describe.each(DTYPE_NAMES)(
         {
           out: perSequence(poison(B * C), B),
           qkv: perSequence(randomFloats(B * (C + 2 * kvC), seed + 86 + B, 2), B),
-          k: cache(87),
-          v: cache(88),
+          k: cacheOf(B, 87, kvC),
+          v: cacheOf(B, 88, kvC),
           state: perSequence(stateOf(B), B),
         },
         (p, n) => {
