@@ -87,7 +87,7 @@ await runCli(async () => {
       .option("plan", {
         choices: PLAN_KINDS,
         describe:
-          "ops of cached decode steps: fused (GPT-2: 5 launches per layer, the default) or unfused (one per op; the Llama family's)",
+          "ops of cached decode steps: fused (the default: 5 launches per layer) or unfused (one launch per op: 11 per layer for GPT-2, 12 for the Llama family)",
       })
       .option("seed", { type: "number", default: 0, describe: "seed of the random weights when no --model is given" })
       .option("threads", { type: "number", describe: "CPU backend threads (default: all cores)" })

@@ -242,7 +242,7 @@ await runCli(async () => {
       .option("plan", {
         choices: PLAN_KINDS,
         describe:
-          "ops of the cached step: fused (GPT-2's default: 5 launches per layer) or unfused (one launch per op: GPT-2's 11 per layer; the Llama family's only plan)",
+          "ops of the cached step: fused (the default: 5 launches per layer) or unfused (one launch per op: 11 per layer for GPT-2, 12 for the Llama family)",
       })
       .option("backend", {
         choices: BACKEND_CHOICES,
