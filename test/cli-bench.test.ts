@@ -42,6 +42,18 @@ describe("bench cpu sections", () => {
     expect(beside).not.toBeNull();
     const tracked = beside![1]!.startsWith("right before");
     expect(r.stdout).toContain(`; ${tracked ? 10 : 0} of 10 eager-native steps after a read pass`);
+    // how the weights (and the passes' buffer, where passes are taken) are paged, each a share of its resident bytes
+    const pages =
+      /^pages: the weights' mappings (\d+)% in 2 MiB pages(, the read passes' (\d+)%)? \(AnonHugePages ÷ Rss, \/proc\/self\/smaps\)(; paged unlike each other.*)?$/m.exec(
+        r.stdout,
+      );
+    expect(pages).not.toBeNull();
+    expect(pages![2] !== undefined).toBe(tracked);
+    const shares = [pages![1], pages![3]].filter((x) => x !== undefined).map(Number);
+    for (const share of shares) expect(share).toBeLessThanOrEqual(100);
+    // unlike past 10 points apart (the shares printed are rounded: within a point of 10 either may be said)
+    const apart = shares.length === 2 ? Math.abs(shares[0]! - shares[1]!) : 0;
+    if (Math.abs(apart - 10) > 1) expect(pages![4] !== undefined).toBe(apart > 10);
     expect(r.stdout).toMatch(/sweep \(best pass per size\): 33\.6 MB [\d.]+, 67\.1 MB [\d.]+, .*4\.3 GB [\d.]+ GB\/s/);
     // the floor's kind follows from the weights against the sweep's knee, both printed
     const kind =

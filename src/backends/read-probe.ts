@@ -137,7 +137,8 @@ export class ReadTracker {
 
   private constructor(
     private readonly backend: ReadProbeBackend,
-    private readonly buffer: DeviceBuffer,
+    /** its passes' buffer (how it is paged: src/backends/huge-pages.ts) */
+    readonly buffer: DeviceBuffer,
     readonly bytes: number,
     private readonly knee: number,
   ) {}

@@ -14,8 +14,9 @@ import yargs from "yargs";
 import { hideBin } from "yargs/helpers";
 
 import { CpuBackend } from "../backends/cpu.ts";
+import { hostPageShare, hugeShare, hugeShareText } from "../backends/huge-pages.ts";
 import type { PairedStep } from "../backends/instrument.ts";
-import { measureRead } from "../backends/read-probe.ts";
+import { measureRead, type ReadTracker } from "../backends/read-probe.ts";
 import { FP32_PEAK_PASSES } from "../backends/cpu-instrument.ts";
 import { runCli, UserError } from "../errors.ts";
 import {
@@ -135,6 +136,8 @@ function benchDecode(backend: CpuBackend, session: Session<ModelWeights>, contex
         ? `DRAM floor: the weights (${formatBytes(weights)}) are past the sweep's knee (${formatBytes(read.knee_bytes)}), so memory serves the step`
         : `cache floor, not a DRAM floor: the weights (${formatBytes(weights)}) are below the sweep's knee (${formatBytes(read.knee_bytes)}), so the last-level cache serves part of every step`,
     );
+    const pages = pagesLine(session, tracker);
+    if (pages) line(pages);
     const replayed = contexts.flatMap((c) => samples.get(c)!.get(replay)!.flat());
     const paired = replayed.filter((s) => s.read !== null).length;
     line(
@@ -165,6 +168,27 @@ function benchDecode(backend: CpuBackend, session: Session<ModelWeights>, contex
   } finally {
     tracker?.close();
   }
+}
+
+/** Huge pages apart by more than this share of the resident bytes: the step and its floor are paged unlike. */
+const UNLIKE_PAGES = 0.1;
+
+/**
+ * How the kernel paged the weights and the read passes' buffer (the library asks for huge pages for both, which read
+ * faster here): the step's ratio to its floor compares like with like only where they are paged alike. Null where
+ * /proc/self/smaps cannot be read.
+ */
+function pagesLine(session: Session<ModelWeights>, tracker: ReadTracker | null): string | null {
+  const weights = hostPageShare([session.resident.parameters]);
+  if (!weights) return null;
+  const passes = tracker ? hostPageShare([tracker.buffer]) : null;
+  const unlike = passes !== null && Math.abs(hugeShare(weights) - hugeShare(passes)) > UNLIKE_PAGES;
+  return (
+    `pages: the weights' mappings ${hugeShareText(weights)} in 2 MiB pages` +
+    (passes ? `, the read passes' ${hugeShareText(passes)}` : "") +
+    " (AnonHugePages ÷ Rss, /proc/self/smaps)" +
+    (unlike ? "; paged unlike each other, so the step and its floor are not like for like" : "")
+  );
 }
 
 /** Starts the competing program and resolves once all its threads spin. */
