@@ -364,6 +364,19 @@ describe("generate --save-prefix / --prefix: prompt caching", () => {
     expect(() => readFileSync(target)).toThrow();
   });
 
+  test("--save-prefix over a file that exists: refused and the file kept, replaced with --force", () => {
+    const existing = join(dir, "existing.prefix");
+    writeFileSync(existing, "mine");
+    const refused = run("--prompt-ids", prefixIds, "--save-prefix", existing);
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toMatch(/^error: --save-prefix .*existing\.prefix exists: give --force to replace it/m);
+    expect(readFileSync(existing, "utf8")).toBe("mine");
+    const replaced = run("--prompt-ids", prefixIds, "--save-prefix", existing, "--force");
+    expect(replaced.code).toBe(0);
+    expect(readFileSync(existing).subarray(0, 8).toString()).toBe(readFileSync(file).subarray(0, 8).toString());
+    expect(readFileSync(existing).length).toBe(readFileSync(file).length);
+  });
+
   test("--save-prefix with several sequences is one line", () => {
     const r = run("--prompt-ids", prefixIds, "--batch", "2", "--save-prefix", join(dir, "never2.prefix"));
     expect(r.stderr).toMatch(/^error: --save-prefix keeps one prompt's keys and values/m);

@@ -110,6 +110,20 @@ describe("compare: bad inputs are one error line and nothing written", () => {
     expect(readdirSync(busy)).toEqual(["notes.txt"]);
     expect(readdirSync(tmp).filter((n) => n.includes("partial"))).toEqual([]);
   });
+
+  test("--out holding an earlier comparison and the user's notes is refused, even with --force, and left as it was", () => {
+    const mixed = join(tmp, "mixed");
+    mkdirSync(mixed);
+    writeFileSync(join(mixed, COMPARE_FILES.report), "an earlier comparison");
+    writeFileSync(join(mixed, "notes.txt"), "mine");
+    for (const force of [[], ["--force"]])
+      expectError(
+        compare(V5_ALL, V5_INTERVENTIONS, "--out", mixed, ...force),
+        /mixed holds a comparison and files it did not write \(1: notes\.txt\), which replacing it would remove/,
+      );
+    expect(readdirSync(mixed).toSorted()).toEqual([COMPARE_FILES.report, "notes.txt"]);
+    expect(readFileSync(join(mixed, COMPARE_FILES.report), "utf8")).toBe("an earlier comparison");
+  });
 });
 
 describe("compare: outputs", () => {

@@ -65,6 +65,8 @@ interface Case {
   asNobody?: boolean;
   /** must not exist afterwards */
   absent?: string[];
+  /** must still exist afterwards (the user's files) */
+  present?: string[];
   /** directories that must hold no temporary (.partial-) entries afterwards */
   clean?: string[];
   /** results that must be there, whole, although the command failed after writing them (stdout failed) */
@@ -525,6 +527,33 @@ genOut(
   /cannot write \/dev\/full: no space left on device \(ENOSPC\)/,
 );
 genOut("--dump-logits names a directory", ["--dump-logits", outDir], /is a directory, not a file/);
+const usersFile = join(outDir, "users-file.txt");
+writeFileSync(usersFile, "mine");
+genOut(
+  "--dump-logits naming a file that exists, without --force: kept",
+  ["--dump-logits", usersFile],
+  /--dump-logits .*users-file\.txt exists: give --force to replace it, or another file/,
+  { present: [usersFile] },
+);
+genOut(
+  "--save-prefix naming a file that exists, without --force: kept",
+  ["--save-prefix", usersFile],
+  /--save-prefix .*users-file\.txt exists: give --force to replace it/,
+  { present: [usersFile] },
+);
+genOut(
+  "--save-prefix naming the file --prefix reads",
+  ["--prefix", usersFile, "--save-prefix", usersFile, "--force"],
+  /--save-prefix .*users-file\.txt is the file --prefix names: give another/,
+  { present: [usersFile] },
+);
+genOut(
+  "--dump-logits naming the file --save-prefix writes",
+  ["--save-prefix", join(outDir, "p.prefix"), "--dump-logits", join(outDir, "p.prefix")],
+  /--dump-logits .*p\.prefix is the file --save-prefix names/,
+  { absent: [join(outDir, "p.prefix")] },
+);
+genOut("--force without a file to replace", ["--force"], /--force lets --save-prefix or --dump-logits replace a file/);
 genOut(
   "--dump-logits in a missing directory",
   ["--dump-logits", join(outDir, "missing/l.f32")],
@@ -587,6 +616,16 @@ prof(
   "--out holding other files, even with --force",
   ["--out", notARun, "--force"],
   /holding other files \(1\), not a profile run/,
+);
+const runWithNotes = join(outDir, "run-with-notes");
+mkdirSync(runWithNotes);
+writeFileSync(join(runWithNotes, "summary.json"), "{}");
+writeFileSync(join(runWithNotes, "notes.md"), "mine");
+prof(
+  "--out holding an earlier run and the user's notes, even with --force: both kept",
+  ["--out", runWithNotes, "--force"],
+  /holds a profile run and files it did not write \(1: notes\.md\), which replacing it would remove/,
+  { present: [join(runWithNotes, "notes.md"), join(runWithNotes, "summary.json")], clean: [outDir] },
 );
 prof("--force without --out", ["--force"], /--force replaces what an explicit --out holds/);
 prof("--out naming a file", ["--out", join(TINY, "config.json")], /is a file, not a directory/);
@@ -716,7 +755,6 @@ flag("profile", ["--kernels=maybe"], switchMessage("kernels"), true);
 flag("build", ["--quiet=maybe"], switchMessage("quiet"), true);
 flag("bench", ["cpu", "--steps", ""], emptyMessage("steps"), true);
 flag("generate", ["--model", "/nonexistent/model"], /model directory not found: \/nonexistent\/model/, true);
-
 // ---- running and checking -------------------------------------------------------------------------
 
 let outcomes = new Map<string, Outcome>();
@@ -746,6 +784,7 @@ describe("hostile and malformed inputs: exit ≠ 0, one error line, no stack, no
       if (c.viaBunRun) expect(r.stderr).toBe(`${errors[0]}\n`);
       expect(r.stdout).toBe("");
       for (const path of c.absent ?? []) expect({ path, exists: existsSync(path) }).toEqual({ path, exists: false });
+      for (const path of c.present ?? []) expect({ path, exists: existsSync(path) }).toEqual({ path, exists: true });
       for (const d of c.clean ?? []) expect(readdirSync(d).filter((n) => n.includes(".partial-"))).toEqual([]);
       for (const d of c.kept ?? [])
         expect(readdirSync(d).toSorted()).toEqual([

@@ -1,7 +1,7 @@
 // bun run compare RUN_DIR RUN_DIR … — profile runs side by side (two machines, before and after a change): per
 // mode × context × configuration each run's median and p10–p90, its ratio to the first run, whether the difference
 // is beyond the runs' own spread, what cannot be compared and why, and verdicts; tables, --json, or --out DIR.
-import { existsSync, readdirSync, realpathSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, realpathSync, statSync, writeFileSync } from "node:fs";
 import { basename, join, resolve } from "node:path";
 
 import yargs from "yargs";
@@ -23,7 +23,7 @@ import { compareChart } from "../report/compare-svg.ts";
 import { renderCompareTerminal } from "../report/compare-tables.ts";
 import { OUTPUT_FILES } from "../report/output-files.ts";
 import { parseFlags } from "./common.ts";
-import { ProfileOutput, writeStdout } from "./outputs.ts";
+import { checkOutFolder, type OutputKind, ProfileOutput, writeStdout } from "./outputs.ts";
 
 /** Far above any summary.json a profile writes (hundreds of kB): a larger file is not one. */
 const MAX_SUMMARY_BYTES = 256 * 2 ** 20;
@@ -87,20 +87,8 @@ function readRuns(dirs: readonly string[], labels: string | undefined): RunInput
   return runs;
 }
 
-/** An --out holding anything but an earlier comparison is refused; an earlier comparison is replaced only with --force. */
-function checkOut(out: string, force: boolean): void {
-  const dir = resolve(out);
-  if (!existsSync(dir)) return;
-  if (!statSync(dir).isDirectory()) throw new UserError(`--out ${out} is a file, not a directory`);
-  const names = readdirSync(dir);
-  if (!names.length) return;
-  if (!names.includes(COMPARE_FILES.report))
-    throw new UserError(
-      `--out ${out} is a directory holding other files (${names.length}), not a comparison: give a new or empty directory`,
-    );
-  if (!force)
-    throw new UserError(`--out ${out} already holds a comparison: give --force to replace it, or another --out`);
-}
+/** What compare writes into its --out folder. */
+const COMPARISON: OutputKind = { noun: "a comparison", files: Object.values(COMPARE_FILES) };
 
 /** The JSON path of the first number that JSON cannot hold (NaN, ±Infinity), or null. */
 function nonFinitePath(value: unknown, path = ""): string | null {
@@ -154,7 +142,7 @@ await runCli(async () => {
     ["runs"],
   );
   if (argv.force && argv.out === undefined) throw new UserError("--force replaces what --out holds: give --out too");
-  if (argv.out !== undefined) checkOut(argv.out, argv.force);
+  if (argv.out !== undefined) checkOutFolder(argv.out, COMPARISON, argv.force);
   const runs = readRuns(((argv.runs ?? []) as unknown[]).map(String), argv.labels);
   const comparison = compareRuns(runs);
   // JSON would write such a number as null: a defect of this tool, refused before anything is written
@@ -162,10 +150,11 @@ await runCli(async () => {
   if (bad) throw new UserError(`the comparison holds a number JSON cannot (at ${bad}); nothing written`);
   if (argv.out !== undefined) {
     let written: string[] = [];
-    // checkOut has refused every target but a new or empty folder, or an earlier comparison under --force
-    const dir = ProfileOutput.prepare(argv.out, { fresh: false, force: true }).commit((staging) => {
-      written = writeCompareOutputs(staging, comparison, runs);
-    });
+    const dir = ProfileOutput.prepare(argv.out, { fresh: false, force: argv.force, kind: COMPARISON }).commit(
+      (staging) => {
+        written = writeCompareOutputs(staging, comparison, runs);
+      },
+    );
     process.stderr.write(`wrote ${written.length} files to ${dir}: ${written.join(", ")}\n`);
   }
   writeStdout(argv.json ? `${JSON.stringify(comparison, null, 2)}\n` : renderCompareTerminal(comparison));

@@ -28,7 +28,7 @@ import {
 import { Session } from "../run/session.ts";
 import { summarize } from "../stats.ts";
 import { checkHostMemory, DEFAULT_PRESET, intFlag, loadAnyWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
-import { checkWritableFile, writeFileAtomic, writeStdout } from "./outputs.ts";
+import { checkDistinctFiles, checkWritableFile, writeFileAtomic, writeStdout } from "./outputs.ts";
 
 /** replay = the plan recorded natively: a CUDA graph where the backend has graphs, one native call per step elsewhere */
 const MODES = [...LAUNCH_MODE_NAMES, "replay"] as const;
@@ -106,16 +106,28 @@ await runCli(async () => {
         describe:
           "a file from --save-prefix whose tokens every prompt begins with: its keys and values are restored and only the rest of the prompt is prefilled",
       })
+      .option("force", {
+        type: "boolean",
+        default: false,
+        describe: "let --save-prefix and --dump-logits replace a file that exists",
+      })
       .conflicts("prompt", "prompt-ids"),
     ["prompt", "prompt-ids"],
   );
 
   const say = (line: string) => process.stderr.write(`${line}\n`);
   const maxNew = intFlag("max-new-tokens", argv["max-new-tokens"], 1);
-  const dumpLogits =
-    argv["dump-logits"] === undefined ? undefined : checkWritableFile("dump-logits", argv["dump-logits"]);
-  const savePrefix =
-    argv["save-prefix"] === undefined ? undefined : checkWritableFile("save-prefix", argv["save-prefix"]);
+  if (argv.force && argv["dump-logits"] === undefined && argv["save-prefix"] === undefined)
+    throw new UserError("--force lets --save-prefix or --dump-logits replace a file: give one of them too");
+  const output = (flag: "dump-logits" | "save-prefix") =>
+    argv[flag] === undefined ? undefined : checkWritableFile(flag, argv[flag], { replace: argv.force });
+  const dumpLogits = output("dump-logits");
+  const savePrefix = output("save-prefix");
+  checkDistinctFiles([
+    ["prefix", argv.prefix],
+    ["save-prefix", savePrefix],
+    ["dump-logits", dumpLogits],
+  ]);
   if ((savePrefix !== undefined || argv.prefix !== undefined) && argv.cache === "off")
     throw new UserError(
       `--${argv.prefix !== undefined ? "prefix" : "save-prefix"} keeps the KV cache's rows: it needs --cache on`,

@@ -13,6 +13,7 @@ import {
   mkdtempSync,
   openSync,
   readdirSync,
+  realpathSync,
   renameSync,
   rmdirSync,
   rmSync,
@@ -23,7 +24,7 @@ import { basename, dirname, join, resolve } from "node:path";
 
 import { UserError } from "../errors.ts";
 import { ioReason } from "../model/files.ts";
-import { OUTPUT_FILES } from "../report/output-files.ts";
+import { OPTIONAL_FILES, OUTPUT_FILES } from "../report/output-files.ts";
 
 const EAGAIN_WAIT_MS = 1;
 const sleeper = new Int32Array(new SharedArrayBuffer(4));
@@ -63,9 +64,10 @@ function checkWritableDir(flag: string, path: string, dir: string): void {
 
 /**
  * An output file's place is checked before any work, so a bad path loses nothing; nothing is created yet
- * (the file appears, whole, when it is written). A device or a FIFO (/dev/stdout) is written in place.
+ * (the file appears, whole, when it is written). A file that exists is replaced only where `replace` says so; a
+ * device or a FIFO (/dev/stdout) is written in place.
  */
-export function checkWritableFile(flag: string, path: string): string {
+export function checkWritableFile(flag: string, path: string, opts: { replace: boolean }): string {
   const full = resolve(path);
   if (!existsSync(full)) {
     checkWritableDir(flag, path, dirname(full));
@@ -73,6 +75,8 @@ export function checkWritableFile(flag: string, path: string): string {
   }
   const stat = statSync(full);
   if (stat.isDirectory()) throw new UserError(`--${flag} ${path} is a directory, not a file`);
+  if (stat.isFile() && !opts.replace)
+    throw new UserError(`--${flag} ${path} exists: give --force to replace it, or another file`);
   try {
     accessSync(full, constants.W_OK);
   } catch (e) {
@@ -81,6 +85,19 @@ export function checkWritableFile(flag: string, path: string): string {
   if (stat.isFile()) checkWritableDir(flag, path, dirname(full)); // the temporary file goes beside it
   return full;
 }
+
+/** Fails with one line where two of the flags name one file (one would overwrite what the other reads or writes). */
+export function checkDistinctFiles(flags: readonly (readonly [string, string | undefined])[]): void {
+  const given = flags.filter((f): f is readonly [string, string] => f[1] !== undefined);
+  const real = given.map(([, path]) => (existsSync(path) ? realpathSync(path) : resolve(path)));
+  for (let i = 0; i < given.length; i++)
+    for (let j = i + 1; j < given.length; j++)
+      if (real[i] === real[j] && !isDevice(real[i]!))
+        throw new UserError(`--${given[j]![0]} ${given[j]![1]} is the file --${given[i]![0]} names: give another`);
+}
+
+/** A path that is not a regular file or a directory (a device or a FIFO, such as /dev/stdout). */
+const isDevice = (path: string) => existsSync(path) && !statSync(path).isFile() && !statSync(path).isDirectory();
 
 /** Flushes a file (or a directory's entries) to the disk. */
 function fsyncPath(path: string): void {
@@ -126,10 +143,44 @@ export function writeFileAtomic(path: string, data: Uint8Array): void {
   }
 }
 
-/** Whether a directory holds any file a profile run writes. */
-function holdsRun(dir: string): boolean {
-  const names = new Set(readdirSync(dir));
-  return Object.values(OUTPUT_FILES).some((f) => names.has(f));
+/** What a command writes into its --out folder: what to call it, and the names of its files. */
+export interface OutputKind {
+  noun: string;
+  files: readonly string[];
+}
+
+export const PROFILE_RUN: OutputKind = {
+  noun: "a profile run",
+  files: [...Object.values(OUTPUT_FILES), ...Object.values(OPTIONAL_FILES)],
+};
+
+/** Names listed in an error line, at most this many. */
+const NAMES_SHOWN = 3;
+
+/**
+ * Fails with one line unless the explicit --out `target` is missing, empty, or holds only files of `kind` (an earlier
+ * run), and that only with `force`: a folder that also holds anything else (the user's notes beside a run) is never
+ * replaced, since replacing it removes the folder whole.
+ */
+export function checkOutFolder(target: string, kind: OutputKind, force: boolean): void {
+  const dir = resolve(target);
+  const shown = `--out ${target}`;
+  if (!existsSync(dir)) return;
+  if (!statSync(dir).isDirectory()) throw new UserError(`${shown} is a file, not a directory`);
+  const names = readdirSync(dir);
+  if (!names.length) return;
+  const foreign = names.filter((n) => !kind.files.includes(n)).sort();
+  if (foreign.length === names.length)
+    throw new UserError(
+      `${shown} is a directory holding other files (${names.length}), not ${kind.noun}: give a new or empty directory`,
+    );
+  if (foreign.length) {
+    const listed = foreign.slice(0, NAMES_SHOWN).join(", ") + (foreign.length > NAMES_SHOWN ? ", …" : "");
+    throw new UserError(
+      `${shown} holds ${kind.noun} and files it did not write (${foreign.length}: ${listed}), which replacing it would remove: move them, or give another --out`,
+    );
+  }
+  if (!force) throw new UserError(`${shown} already holds ${kind.noun}: give --force to replace it, or another --out`);
 }
 
 /**
@@ -147,20 +198,10 @@ export class ProfileOutput {
     private readonly createdParent: string | undefined,
   ) {}
 
-  static prepare(target: string, opts: { fresh: boolean; force: boolean }): ProfileOutput {
+  static prepare(target: string, opts: { fresh: boolean; force: boolean; kind?: OutputKind }): ProfileOutput {
     const dir = resolve(target);
     const shown = `--out ${target}`;
-    if (!opts.fresh && existsSync(dir)) {
-      if (!statSync(dir).isDirectory()) throw new UserError(`${shown} is a file, not a directory`);
-      const entries = readdirSync(dir);
-      if (entries.length && !holdsRun(dir)) {
-        throw new UserError(
-          `${shown} is a directory holding other files (${entries.length}), not a profile run: give a new or empty directory`,
-        );
-      }
-      if (entries.length && !opts.force)
-        throw new UserError(`${shown} already holds a profile run: give --force to replace it, or another --out`);
-    }
+    if (!opts.fresh) checkOutFolder(target, opts.kind ?? PROFILE_RUN, opts.force);
     const parent = dirname(dir);
     if (existsSync(parent) && !statSync(parent).isDirectory())
       throw new UserError(`${shown}: ${parent} is not a directory`);
