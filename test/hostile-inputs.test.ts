@@ -23,6 +23,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { MAX_HEADER_BYTES } from "../src/model/safetensors.ts";
+import { hasNvcc, hasPrebuilt } from "../src/native/build.ts";
+import { probeDriver } from "../src/native/driver.ts";
 import {
   checkpointTensors,
   dataOf,
@@ -755,6 +757,31 @@ flag("profile", ["--kernels=maybe"], switchMessage("kernels"), true);
 flag("build", ["--quiet=maybe"], switchMessage("quiet"), true);
 flag("bench", ["cpu", "--steps", ""], emptyMessage("steps"), true);
 flag("generate", ["--model", "/nonexistent/model"], /model directory not found: \/nonexistent\/model/, true);
+// number flags: a value that is a number, never the default in its place
+flag("generate", ["--max-new-tokens"], /--max-new-tokens needs a value/, true);
+flag("generate", ["--batch", "--json"], /--batch needs a value/);
+flag("profile", ["--repeats", "--warmup", "1"], /--repeats needs a value/);
+flag("bench", ["cpu", "--steps"], /--steps needs a value/);
+flag("generate", ["--seed", "abc"], /--seed must be a number \(got "abc"\)/);
+flag("verify", ["--seed", "abc"], /--seed must be a number \(got "abc"\)/, true);
+flag("verify", ["--seed", "-1"], /--seed must be an integer in 0\.\.4294967295 \(got -1\)/);
+flag("verify", ["--seed", "1.5"], /--seed must be an integer in 0\.\.4294967295 \(got 1\.5\)/);
+// no GPU: --backend cuda is its one line, before any check prints anything
+const driver = probeDriver();
+add({
+  name: "bun run verify --backend cuda without a GPU",
+  command: "verify",
+  args: ["--backend", "cuda"],
+  message: /CUDA backend unavailable/,
+  viaBunRun: true,
+  skip:
+    driver.ok && driver.devices.length > 0
+      ? "a GPU is here"
+      : hasNvcc() || hasPrebuilt("cuda")
+        ? undefined
+        : "no CUDA library (nvcc not found)",
+});
+
 // ---- running and checking -------------------------------------------------------------------------
 
 let outcomes = new Map<string, Outcome>();

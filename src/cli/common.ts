@@ -115,14 +115,25 @@ interface OptionLists {
 }
 
 /**
+ * A number flag's text as typed: present (yargs would take the default where the flag ends the line or the next
+ * flag follows it) and a number (yargs would pass on NaN, and the range check then show "NaN", not the text).
+ */
+function numberGiven(name: string, raw: string | undefined, attached: boolean): void {
+  if (raw === undefined || (!attached && raw.startsWith("--"))) throw new UserError(`--${name} needs a value`);
+  if (raw !== "" && !Number.isFinite(Number(raw)))
+    throw new UserError(`--${name} must be a number (got ${JSON.stringify(raw)})`);
+}
+
+/**
  * yargs .check(): a boolean flag is given bare, as --no-flag, or as =true / =false (yargs would read
  * `--json=maybe` or `--json=1` as false); a string flag has a non-empty value (an empty shell variable
- * must not stand for "not given", nor `--no-model` for false).
+ * must not stand for "not given", nor `--no-model` for false); a number flag has a value that is a number.
  */
 export function flagValues(args: readonly string[]) {
   return (argv: Record<string, unknown>, options: OptionLists): true => {
     const booleans = new Set(options.boolean);
     const valued = new Set([...options.string, ...options.number]);
+    const numbers = new Set(options.number);
     for (const [i, arg] of args.entries()) {
       if (arg === "--") break;
       const m = /^--(?:no-)?([^=]+)(?:=(.*))?$/s.exec(arg);
@@ -136,6 +147,7 @@ export function flagValues(args: readonly string[]) {
       if (valued.has(name) && (value ?? args[i + 1]) === "") {
         throw new UserError(`--${name} is empty (an unset shell variable?); give it a value or leave it out`);
       }
+      if (numbers.has(name) && !arg.startsWith("--no-")) numberGiven(name, value ?? args[i + 1], value !== undefined);
     }
     for (const name of options.string.filter((n) => !/[A-Z]/.test(n))) {
       const value = argv[name];

@@ -38,7 +38,7 @@ import {
   type StepCase,
 } from "../report/prediction-tables.ts";
 import { renderTable } from "../report/tables.ts";
-import { freshSeed } from "../verify/arena.ts";
+import { freshSeed, SEED_MAX } from "../verify/arena.ts";
 import { KERNEL_CASES, runKernelCases } from "../verify/kernel-checks.ts";
 import {
   againstCpu,
@@ -52,7 +52,7 @@ import {
   type CheckRow,
 } from "../verify/model-checks.ts";
 import { librarySassFunctions, sassChecks, sassFacts, type SassFacts } from "../verify/sass-checks.ts";
-import { parseFlags } from "./common.ts";
+import { intFlag, parseFlags } from "./common.ts";
 import { writeStdout } from "./outputs.ts";
 
 const say = (line: string) => process.stderr.write(`${line}\n`);
@@ -243,9 +243,9 @@ await runCli(async () => {
       .option("seed", { type: "number", describe: "seed of the random inputs (default: fresh each run, printed)" }),
   );
   const t0 = Date.now();
-  const seed = argv.seed ?? freshSeed();
+  const seed = argv.seed === undefined ? freshSeed() : intFlag("seed", argv.seed, 0, SEED_MAX);
+  const { device, noGpuLine } = openDevice(argv.backend); // first: --backend cuda without a GPU is its one line
   const rows: CheckRow[] = buildChecks();
-  const { device, noGpuLine } = openDevice(argv.backend);
   const sass = sassRows(device.kernels.facts);
   rows.push(...sass.rows);
   const cpu = CpuBackend.open();

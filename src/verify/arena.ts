@@ -66,6 +66,9 @@ export class DeviceArena {
   }
 }
 
+/** The largest seed: a fresh one is a uint32. */
+export const SEED_MAX = 0xffffffff;
+
 /** A fresh seed per run, printed so a failure can be replayed with SEED=… */
 export function freshSeed(): number {
   const fixed = process.env.SEED;
