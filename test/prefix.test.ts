@@ -162,12 +162,34 @@ describe("a prefix file that is not whole, not one, or not this model's", () => 
     expect(refusal(withHeader((h) => (h.kv_dtype = "f64")))).toContain("kv_dtype is not f32, bf16 or f16");
     expect(refusal(withHeader((h) => (h.tokens = [])))).toContain("tokens are not a list of token ids");
     expect(refusal(withHeader((h) => (h.weights_sha256 = "0")))).toContain("weights_sha256 is not a sha256");
+    expect(refusal(withHeader((h) => (h.rows_sha256 = "0")))).toContain("rows_sha256 is not a sha256");
+  });
+  test("rows changed after writing (a flipped bit, NaN) are refused; the earlier format asks to save again", () => {
+    const rowsAt = bytes.length - kept.rows.length;
+    const flipped = Uint8Array.from(bytes);
+    flipped[rowsAt + 5] = flipped[rowsAt + 5]! ^ 1;
+    const changed = "its rows are not the ones written (their sha256 differs from its header's)";
+    expect(refusal(flipped)).toContain(changed);
+    const nan = Uint8Array.from(bytes);
+    new DataView(nan.buffer).setFloat32(bytes.length - 4, Number.NaN, true);
+    expect(refusal(nan)).toContain(changed);
+    const file = join(dir, "flipped.prefix");
+    writeFileSync(file, flipped);
+    expect(readPrefixFile(file, { checkRows: false }).rows).toEqual(flipped.subarray(rowsAt)); // its writer's own file
+    const earlier = Uint8Array.from(bytes);
+    earlier.set(new TextEncoder().encode("DFPREFX1"), 0);
+    expect(refusal(earlier)).toContain("was written by an earlier generate --save-prefix (DFPREFX1");
+    expect(refusal(bytes)).toBe("read");
   });
   test("another model, cache dtype, weight dtype or weights: one line naming which", () => {
     const other = (change: Partial<typeof identity>) => () =>
       checkPrefixIdentity(kept, { ...identity, ...change }, "p.prefix");
     expect(other({ config: { ...gpt2.config, n_embd: 128 } })).toThrow(
       "p.prefix was saved from another model: its config's n_embd is 64, this model's 128",
+    );
+    const llama = MODELS.find(([name]) => name === "llama-tiny")![1].config;
+    expect(other({ config: llama })).toThrow(
+      `p.prefix was saved from another model: a gpt2 model (${gpt2.config.name}), and this is a llama model (${llama.name})`,
     );
     expect(other({ kv_dtype: "bf16" })).toThrow("p.prefix holds a f32 cache; this run's cache is bf16");
     expect(other({ weights_dtype: "f16" })).toThrow("p.prefix was saved with f32 weights; this run's are f16");

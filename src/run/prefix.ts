@@ -6,7 +6,7 @@ import { createHash } from "node:crypto";
 
 import type { Backend, DeviceBuffer } from "../backends/backend.ts";
 import { UserError } from "../errors.ts";
-import { kvColumns, type ModelConfig, type ModelWeights } from "../model/architectures.ts";
+import { familyNameOf, kvColumns, type ModelConfig, type ModelWeights } from "../model/architectures.ts";
 import { closeFile, openRegularFile, readExactly } from "../model/files.ts";
 import { DTYPE_BYTES, type DtypeName } from "../ops.ts";
 import type { Session } from "./session.ts";
@@ -31,7 +31,8 @@ export interface KeptPrefix {
   row_bytes: number;
 }
 
-const MAGIC = "DFPREFX1";
+const MAGIC = "DFPREFX2";
+const EARLIER_MAGIC = "DFPREFX1"; // the format before the rows' hash
 const HEADER_AT = MAGIC.length + 4; // the magic, then the header's length (u32 LE)
 const DATA_ALIGN = 64;
 const MAX_HEADER_BYTES = 16 << 20; // the token list of a 131k-token prefix is under 1 MB of JSON
@@ -112,10 +113,15 @@ export function reusedRows(prompt: number[], prefix: KeptPrefix, source: string)
 export function checkPrefixIdentity(prefix: KeptPrefix, run: PrefixIdentity, source: string): void {
   const kept = prefix.identity;
   const rowBytes = kvColumns(run.config) * DTYPE_BYTES[run.kv_dtype];
+  const [keptFamily, runFamily] = [familyNameOf(kept.config), familyNameOf(run.config)];
+  if (keptFamily !== runFamily)
+    throw new UserError(
+      `${source} was saved from another model: a ${keptFamily} model (${kept.config.name}), and this is a ${runFamily} model (${run.config.name})`,
+    );
   const key = firstDifferentKey(kept.config, run.config);
   if (key !== null)
     throw new UserError(
-      `${source} was saved from another model: its config's ${key} is ${JSON.stringify(configValue(kept.config, key))}, this model's ${JSON.stringify(configValue(run.config, key))}`,
+      `${source} was saved from another model: its config's ${key} is ${shownValue(kept.config, key)}, this model's ${shownValue(run.config, key)}`,
     );
   if (kept.kv_dtype !== run.kv_dtype)
     throw new UserError(
@@ -134,6 +140,8 @@ export function checkPrefixIdentity(prefix: KeptPrefix, run: PrefixIdentity, sou
 }
 
 const configValue = (cfg: ModelConfig, key: string) => (cfg as unknown as Record<string, unknown>)[key];
+const shownValue = (cfg: ModelConfig, key: string) =>
+  configValue(cfg, key) === undefined ? "not set" : JSON.stringify(configValue(cfg, key));
 
 /** The first key (in either config's order) whose value differs, or null. */
 function firstDifferentKey(a: ModelConfig, b: ModelConfig): string | null {
@@ -147,7 +155,11 @@ interface PrefixHeader extends PrefixIdentity {
   tokens: number[];
   row_bytes: number;
   layers: number;
+  /** sha256 of the rows as written: a file changed since (a flipped byte, NaN rows) is refused, not computed with */
+  rows_sha256: string;
 }
+
+const sha256 = (bytes: Uint8Array) => createHash("sha256").update(bytes).digest("hex");
 
 /** The file's bytes: magic, header length (u32 LE), header JSON, zeros to a 64-byte boundary, the rows. */
 export function encodePrefix(prefix: KeptPrefix): Uint8Array {
@@ -156,6 +168,7 @@ export function encodePrefix(prefix: KeptPrefix): Uint8Array {
     tokens: prefix.tokens,
     row_bytes: prefix.row_bytes,
     layers: prefix.identity.config.n_layer,
+    rows_sha256: sha256(prefix.rows),
   };
   const json = new TextEncoder().encode(JSON.stringify(header));
   const dataAt = alignUp(HEADER_AT + json.length);
@@ -170,17 +183,22 @@ export function encodePrefix(prefix: KeptPrefix): Uint8Array {
 const alignUp = (n: number) => Math.ceil(n / DATA_ALIGN) * DATA_ALIGN;
 
 /**
- * Reads a prefix file; anything but one this module wrote, whole, is one line naming what is wrong. The rows go
- * into `rowsInto` where it is their size (a buffer reused across requests: a fresh one pays a page fault a page).
+ * Reads a prefix file; anything but one this module wrote, whole and unchanged, is one line naming what is wrong.
+ * The rows go into `rowsInto` where it is their size (a buffer reused across requests: a fresh one pays a page fault
+ * a page). `checkRows: false` skips their hash, for a file its reader wrote and checked once already.
  */
-export function readPrefixFile(path: string, rowsInto?: Uint8Array): KeptPrefix {
+export function readPrefixFile(path: string, opts: { rowsInto?: Uint8Array; checkRows?: boolean } = {}): KeptPrefix {
   const file = openRegularFile(path);
   try {
     const start = new Uint8Array(HEADER_AT);
     if (file.size < HEADER_AT) throw new UserError(`${path} is not a prefix file (${file.size} bytes)`);
     readExactly(file, start, 0);
-    if (new TextDecoder().decode(start.subarray(0, MAGIC.length)) !== MAGIC)
-      throw new UserError(`${path} is not a prefix file (written by generate --save-prefix)`);
+    const magic = new TextDecoder().decode(start.subarray(0, MAGIC.length));
+    if (magic === EARLIER_MAGIC)
+      throw new UserError(
+        `${path} was written by an earlier generate --save-prefix (${EARLIER_MAGIC}, without its rows' hash): save it again`,
+      );
+    if (magic !== MAGIC) throw new UserError(`${path} is not a prefix file (written by generate --save-prefix)`);
     const jsonBytes = new DataView(start.buffer).getUint32(MAGIC.length, true);
     if (jsonBytes > MAX_HEADER_BYTES || HEADER_AT + jsonBytes > file.size)
       throw new UserError(`${path} is truncated: its header says ${jsonBytes} bytes, the file has ${file.size}`);
@@ -195,9 +213,11 @@ export function readPrefixFile(path: string, rowsInto?: Uint8Array): KeptPrefix 
           ? `${path} is truncated: ${file.size} bytes of the ${dataAt + dataBytes} its header describes`
           : `${path} has ${file.size - dataAt - dataBytes} bytes after the rows its header describes`,
       );
-    const rows = rowsInto?.length === dataBytes ? rowsInto : new Uint8Array(dataBytes);
+    const rows = opts.rowsInto?.length === dataBytes ? opts.rowsInto : new Uint8Array(dataBytes);
     readExactly(file, rows, dataAt);
-    const { tokens, row_bytes, layers: _layers, ...identity } = header;
+    if ((opts.checkRows ?? true) && sha256(rows) !== header.rows_sha256)
+      throw new UserError(`${path}: its rows are not the ones written (their sha256 differs from its header's)`);
+    const { tokens, row_bytes, layers: _layers, rows_sha256: _rowsSha256, ...identity } = header;
     return { identity, tokens, rows, row_bytes };
   } finally {
     closeFile(file);
@@ -224,7 +244,7 @@ function parseHeader(text: string, path: string): PrefixHeader {
     throw bad("tokens are not a list of token ids");
   for (const key of ["weights_dtype", "kv_dtype"] as const)
     if (typeof h[key] !== "string" || !(h[key] in DTYPE_BYTES)) throw bad(`${key} is not f32, bf16 or f16`);
-  if (typeof h.weights_sha256 !== "string" || !/^[0-9a-f]{64}$/.test(h.weights_sha256))
-    throw bad("weights_sha256 is not a sha256");
+  for (const key of ["weights_sha256", "rows_sha256"] as const)
+    if (typeof h[key] !== "string" || !/^[0-9a-f]{64}$/.test(h[key])) throw bad(`${key} is not a sha256`);
   return h as PrefixHeader;
 }
