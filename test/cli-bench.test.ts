@@ -26,7 +26,7 @@ const number = String.raw`(\d+\.\d+)`;
 
 describe("bench cpu sections", () => {
   test("--decode: the probe's size, passes and sweep, the floor's kind, a row per context with its read rate, floor and step ÷ floor", () => {
-    const r = bench("cpu", "--decode", "--contexts", "8,40", "--steps", "2");
+    const r = bench("cpu", "--decode", "--contexts", "40,8,40", "--steps", "2"); // each context once, ascending
     expect(r.code).toBe(0);
     const probe = new RegExp(
       `read bandwidth: best of (\\d+) passes summing ([\\d.]+ [MG]iB) on \\d+ threads \\(median ${number}, ${number}–${number} GB/s\\)`,
@@ -62,6 +62,8 @@ describe("bench cpu sections", () => {
       );
     expect(kind).not.toBeNull();
     expect(kind![2]).toBe(kind![1] === "DRAM floor" ? "past" : "below");
+    const rowContexts = r.stdout.split("\n").flatMap((line) => /^\s+(\d+)\s+\d+\.\d/.exec(line)?.[1] ?? []);
+    expect(rowContexts).toEqual(["8", "40"]);
     for (const context of [8, 40]) {
       const row = r.stdout.split("\n").find((line) => line.trimStart().startsWith(`${context} `));
       expect(row).toBeDefined();
@@ -157,8 +159,11 @@ describe("bench cpu sections", () => {
 describe("bench: bad flags, one line, exit ≠ 0", () => {
   test.each([
     [["cpu", "--contend", "0"], "--contend must be an integer in 1..64 (got 0)"],
-    [["cpu", "--contexts", "8,1024"], "--contexts must be integers in 1..1023, comma-separated (got 8,1024)"],
-    [["cpu", "--contexts", "eight"], "--contexts must be integers in 1..1023, comma-separated (got eight)"],
+    [
+      ["cpu", "--contexts", "8,1024"],
+      "--contexts: 1024 is impossible for this model: a cached step at context c writes position c, and n_positions is 1024 (largest context 1023)",
+    ],
+    [["cpu", "--contexts", "eight"], '--contexts: "eight" is not a positive integer (e.g. --contexts 8,64,512)'],
     [["cpu", "--steps", "0"], "--steps must be an integer in 1..∞ (got 0)"],
     [["cpu", "--fast"], "Unknown argument: fast"],
     [["cpu", "--contend", "1", "--contend", "2"], "--contend is given 2 times; give it once"],

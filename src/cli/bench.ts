@@ -36,7 +36,16 @@ import { formatBytes } from "../report/tables.ts";
 import { availableModes, replayMode, type LaunchMode } from "../run/launch-modes.ts";
 import { Session } from "../run/session.ts";
 import { summarize } from "../stats.ts";
-import { checkHostMemory, DEFAULT_PRESET, intFlag, loadAnyWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
+import {
+  checkHostMemory,
+  DEFAULT_PRESET,
+  intFlag,
+  loadAnyWeights,
+  MODEL_FLAG_HELP,
+  parseContexts,
+  parseFlags,
+  PRESET_CHOICES,
+} from "./common.ts";
 import { writeStdout } from "./outputs.ts";
 
 const DEFAULT_CONTEXTS = [8, 128, 512, 1000];
@@ -367,7 +376,7 @@ async function benchCpu(
   const modelLines: string[] = [];
   const weights = loadAnyWeights(model.dir, model.preset, 0, (text) => modelLines.push(text));
   const cfg = weights.config;
-  const contexts = parseContexts(contextsFlag, cfg.n_positions - 1);
+  const contexts = contextsFor(contextsFlag, cfg.n_positions);
   const backend = CpuBackend.open();
   line(
     `machine: ${backend.deviceName}; date ${new Date().toISOString()}; load average ${load()} (1, 5, 15 min) at the start`,
@@ -390,15 +399,9 @@ async function benchCpu(
   backend.close();
 }
 
-/** --contexts, or the defaults the model holds. */
-function parseContexts(text: string | undefined, max: number): number[] {
-  if (text === undefined) return DEFAULT_CONTEXTS.filter((c) => c <= max);
-  const contexts = text.split(",").map((s) => Number(s.trim()));
-  const bad = contexts.find((c) => !Number.isInteger(c) || c < 1 || c > max);
-  if (bad !== undefined || contexts.length === 0)
-    throw new UserError(`--contexts must be integers in 1..${max}, comma-separated (got ${text})`);
-  return contexts;
-}
+/** --contexts (each once, ascending), or the defaults the model holds. */
+const contextsFor = (text: string | undefined, nPositions: number) =>
+  text === undefined ? DEFAULT_CONTEXTS.filter((c) => c < nPositions) : parseContexts(text, nPositions);
 
 await runCli(async () => {
   await parseFlags(
@@ -412,7 +415,7 @@ await runCli(async () => {
             .option("steps", {
               type: "number",
               default: 30,
-              describe: "timed steps per context (decode) and per side (contend)",
+              describe: `timed steps per context (decode) and per side (contend), in ${DECODE_ROUNDS} rounds (decode; ${CONTEND_ROUNDS} contend) of equal steps: rounded up to a multiple of the rounds`,
             })
             .option("contexts", {
               type: "string",
@@ -420,7 +423,7 @@ await runCli(async () => {
             })
             .option("model", {
               type: "string",
-              describe: "a Hugging Face GPT-2 checkpoint folder (model.safetensors + config.json)",
+              describe: MODEL_FLAG_HELP,
             })
             .option("preset", {
               choices: PRESET_CHOICES,

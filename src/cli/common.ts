@@ -18,6 +18,9 @@ import type { GPT2Weights } from "../model/gpt2.ts";
 import { DTYPE_BYTES, DTYPE_NAMES, type DtypeName } from "../ops.ts";
 
 export const DEFAULT_PRESET = "gpt2";
+/** --model's help, every command's. */
+export const MODEL_FLAG_HELP =
+  "Hugging Face checkpoint directory (config.json + model.safetensors or its shards; GPT-2 or the Llama family); default: GPT-2 small shapes, seeded random weights";
 export const PRESET_CHOICES = Object.keys(ALL_PRESETS);
 
 /**
@@ -99,6 +102,26 @@ export function intFlag(name: string, value: unknown, min: number, max = Number.
     );
   }
   return n;
+}
+
+/**
+ * --contexts as given: positive integers that a cached step can run at (one at context c writes position c <
+ * n_positions), each once, ascending.
+ */
+export function parseContexts(flag: string, nPositions: number): number[] {
+  const max = nPositions - 1;
+  const values = flag.split(",").map((text) => {
+    const s = text.trim();
+    const n = Number(s);
+    if (!/^\d+$/.test(s) || n < 1)
+      throw new UserError(`--contexts: ${JSON.stringify(s)} is not a positive integer (e.g. --contexts 8,64,512)`);
+    if (n > max)
+      throw new UserError(
+        `--contexts: ${n} is impossible for this model: a cached step at context c writes position c, and n_positions is ${nPositions} (largest context ${max})`,
+      );
+    return n;
+  });
+  return [...new Set(values)].sort((a, b) => a - b);
 }
 
 /** yargs' .fail(): its message (often several lines) as one UserError line. */

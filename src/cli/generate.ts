@@ -27,7 +27,15 @@ import {
 } from "../run/prefix.ts";
 import { Session } from "../run/session.ts";
 import { summarize } from "../stats.ts";
-import { checkHostMemory, DEFAULT_PRESET, intFlag, loadAnyWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
+import {
+  checkHostMemory,
+  DEFAULT_PRESET,
+  intFlag,
+  loadAnyWeights,
+  MODEL_FLAG_HELP,
+  parseFlags,
+  PRESET_CHOICES,
+} from "./common.ts";
 import { checkDistinctFiles, checkWritableFile, writeFileAtomic, writeStdout } from "./outputs.ts";
 
 /** replay = the plan recorded natively: a CUDA graph where the backend has graphs, one native call per step elsewhere */
@@ -41,8 +49,7 @@ await runCli(async () => {
       .usage("$0 [options]: greedy generation with a KV cache (GPT-2, Llama, Mistral, Qwen2, Qwen3)")
       .option("model", {
         type: "string",
-        describe:
-          "Hugging Face checkpoint directory (config.json + model.safetensors or its shards; GPT-2 or the Llama family); default: GPT-2 small shapes, seeded random weights",
+        describe: MODEL_FLAG_HELP,
       })
       .option("preset", {
         choices: PRESET_CHOICES,

@@ -54,7 +54,16 @@ import {
 } from "../run/launch-modes.ts";
 import { DTYPE_NAMES, MAX_BATCH, type DtypeName } from "../ops.ts";
 import { SYNTHETIC_SAMPLE_ROWS } from "../run/synthetic-fill.ts";
-import { checkHostMemory, DEFAULT_PRESET, intFlag, loadAnyWeights, parseFlags, PRESET_CHOICES } from "./common.ts";
+import {
+  checkHostMemory,
+  DEFAULT_PRESET,
+  intFlag,
+  loadAnyWeights,
+  MODEL_FLAG_HELP,
+  parseContexts,
+  parseFlags,
+  PRESET_CHOICES,
+} from "./common.ts";
 import { watchSignals } from "./interrupt.ts";
 import { ProfileOutput, writeStdout } from "./outputs.ts";
 
@@ -81,20 +90,7 @@ function contextsFor(
   note: (s: string) => void,
 ): number[] {
   const max = nPositions - 1;
-  if (flag !== undefined) {
-    const list = flag.split(",").map((s) => s.trim());
-    const values = list.map((s) => {
-      const n = Number(s);
-      if (!/^\d+$/.test(s) || n < 1)
-        throw new UserError(`--contexts: ${JSON.stringify(s)} is not a positive integer (e.g. --contexts 8,64,512)`);
-      if (n > max)
-        throw new UserError(
-          `--contexts: ${n} is impossible for this model: a cached step at context c writes position c, and n_positions is ${nPositions} (largest context ${max})`,
-        );
-      return n;
-    });
-    return [...new Set(values)].sort((a, b) => a - b);
-  }
+  if (flag !== undefined) return parseContexts(flag, nPositions);
   if (backend.studyDefaults.contexts.some((c) => c > max))
     note(`note: contexts capped at ${max} (n_positions ${nPositions} minus the new token)`);
   return defaultSweep(backend.studyDefaults, nPositions);
@@ -251,7 +247,7 @@ await runCli(async () => {
       })
       .option("model", {
         type: "string",
-        describe: "Hugging Face GPT-2 directory; default: GPT-2 small shapes, seeded random weights",
+        describe: MODEL_FLAG_HELP,
       })
       .option("preset", {
         choices: PRESET_CHOICES,
