@@ -408,6 +408,18 @@ test("--kv-heads 1,2 on gpt2-tiny (2 query heads): its own weights at 2, seeded 
   expect(at(2).work.weight_bytes - at(1).work.weight_bytes).toBe(2 * 129 * 2 * 64 * 4);
 }, 300_000);
 
+test("--dtypes bf16,f32 (the study's own the fewest bytes): the attribution weighs f32 against it", () => {
+  const run = quickLlamaProfile(join(out, "bf16-first"), "--contexts", "8", "--mode", "eager", "--dtypes", "bf16,f32");
+  expect(run.code).toBe(0);
+  const iv = (JSON.parse(run.stdout) as ProfileSummary).interventions!;
+  const at = (dtype: string) => iv.points.find((p) => p.dtype === dtype && p.batch === 1)!;
+  const bytes = iv.attribution.bytes!;
+  expect([bytes.from, bytes.to]).toEqual(["f32", "bf16"]);
+  expect(bytes.bytes_ratio).toBeCloseTo(at("f32").work.bytes / at("bf16").work.bytes, 12);
+  expect(bytes.time_ratio).toBeCloseTo(at("f32").step_ms.median / at("bf16").step_ms.median, 12);
+  expect(iv.attribution.verdict).toMatch(/^Attribution at context 8: bf16 (halved|cut by [\d.]+×) the bytes per step/);
+}, 300_000);
+
 describe("profile --prompt-cache on llama-tiny", () => {
   const dir = join(out, "prompt-cache");
   let run: ReturnType<typeof profile>;

@@ -88,7 +88,7 @@ const balance = (peaks: Peaks) => peaks.flops_per_s / peaks.bytes_per_s;
 /**
  * At the largest context measured: what changing the launch mode did (eager against the fastest other mode of the
  * study's own points, even where eager was the fastest), what changing the bytes did (the study's storage type
- * against the fewest-bytes one, batch 1), what batching did (the largest batch against 1, the study's storage
+ * against the fewest-bytes one, batch 1; where the study's is the fewest, the most-bytes one against it), what batching did (the largest batch against 1, the study's storage
  * type) — and a sentence weighing the three.
  */
 function attribute(
@@ -115,16 +115,19 @@ function attribute(
         }
       : null;
 
-  const narrowest = points
+  // the storage types at batch 1 by bytes: the study's own against the fewest, or the most against it where it is
+  const byBytes = points
     .filter((p) => p.context === context && p.batch === 1)
-    .sort((a, b) => a.work.bytes - b.work.bytes)[0];
+    .sort((a, b) => a.work.bytes - b.work.bytes);
+  const narrowest = byBytes[0];
+  const [wide, narrow] = narrowest === reference ? [byBytes[byBytes.length - 1], reference] : [reference, narrowest];
   const bytes =
-    reference && narrowest && narrowest !== reference
+    wide && narrow && wide !== narrow
       ? {
-          from: base.dtype,
-          to: narrowest.dtype,
-          bytes_ratio: reference.work.bytes / narrowest.work.bytes,
-          time_ratio: reference.step_ms.median / narrowest.step_ms.median,
+          from: wide.dtype,
+          to: narrow.dtype,
+          bytes_ratio: wide.work.bytes / narrow.work.bytes,
+          time_ratio: wide.step_ms.median / narrow.step_ms.median,
         }
       : null;
 
@@ -172,7 +175,8 @@ function attributionVerdict(
           : `, compute-bound by the work model from batch ${batch.compute_bound_from}`),
     );
   }
-  if (!parts.length) return `Attribution at context ${context}: one configuration only, nothing to attribute.`;
+  if (!parts.length)
+    return `Attribution at context ${context}: one storage type, one batch and one launch mode timed, nothing to attribute.`;
   const followsBytes = bytes === null ? null : bytes.time_ratio >= FOLLOWS_BYTES * bytes.bytes_ratio;
   const launchLarge = launch !== null && launch.change >= LARGE_SAVING;
   const batchCheap = batch === null ? null : batch.step_ratio < CHEAP_BATCH * batch.batch;

@@ -334,7 +334,7 @@ export interface Attribution {
   context: number;
   /** eager against the fastest other launch mode of the study's own configuration; change: the share of eager's step it saved (< 0: slower) */
   launch: { mode: string; eager_ms: number; mode_ms: number; change: number } | null;
-  /** the study's storage type against the one that moves fewest bytes, at batch 1 */
+  /** the study's storage type against the one that moves fewest bytes (where it is that one, the most-bytes one against it), at batch 1 */
   bytes: { from: DtypeName; to: DtypeName; bytes_ratio: number; time_ratio: number } | null;
   /** the largest batch against batch 1, the study's storage type */
   batch: { batch: number; step_ratio: number; token_ratio: number; compute_bound_from: number | null } | null;
