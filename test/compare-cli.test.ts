@@ -83,7 +83,7 @@ describe("compare: bad inputs are one error line and nothing written", () => {
     [
       "labels that do not match the folders",
       [V5_ALL, V5_INTERVENTIONS, "--labels", "a"],
-      /--labels names 1 runs, but 2/,
+      /--labels names 1 run, but 2/,
     ],
     ["an unknown flag", [V5_ALL, V5_INTERVENTIONS, "--colour"], /Unknown argument: colour/],
   ];

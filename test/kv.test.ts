@@ -104,6 +104,12 @@ describe("GQA and MQA configs", () => {
     const gpt2 = kv("--preset", "gpt2", "--json");
     expect((JSON.parse(gpt2.stdout) as KvReport).kv_bytes_per_token).toBe(73_728);
   });
+
+  test("a context past the model's own is figured, and said to be past it", () => {
+    const past = kv("--preset", "gpt2", "--context", "5000", "--batch", "3");
+    expect(past.stdout).toMatch(/context 5,000 × batch 3: .* the weights \(beyond its 1,024-token context\)$/m);
+    expect(kv("--preset", "gpt2", "--context", "1024").stdout).toMatch(/context 1,024 × batch 1: .* the weights$/m);
+  });
 });
 
 describe("bad configs and flags: one line, exit ≠ 0", () => {

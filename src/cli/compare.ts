@@ -68,7 +68,9 @@ function labelsFor(dirs: readonly string[], given: string | undefined): string[]
   }
   const labels = given.split(",").map((l) => l.trim());
   if (labels.length !== dirs.length)
-    throw new UserError(`--labels names ${labels.length} runs, but ${dirs.length} run folders are given`);
+    throw new UserError(
+      `--labels names ${labels.length} run${labels.length === 1 ? "" : "s"}, but ${dirs.length} run folders are given`,
+    );
   if (labels.some((l) => l === "")) throw new UserError("--labels: a label is empty");
   if (new Set(labels).size !== labels.length) throw new UserError("--labels: every run needs its own label");
   return labels;

@@ -24,7 +24,7 @@ function render(r: KvReport): string {
   return [
     `KV cache of ${r.name} (${r.family}: ${r.layers} layers, ${r.heads} heads × ${r.head_dim}, ${r.kv_heads} K/V heads), ${r.dtype}:`,
     `  per token:  ${bytes(r.kv_bytes_per_token)} = 2 (K, V) × ${r.layers} layers × ${r.kv_heads} K/V heads × ${r.head_dim} × ${r.bytes_per_element} B`,
-    `  context ${count(r.context)} × batch ${r.batch}:  ${bytes(r.kv_bytes)}, ${(r.kv_bytes / r.weight_bytes).toFixed(2)}× the weights`,
+    `  context ${count(r.context)} × batch ${r.batch}:  ${bytes(r.kv_bytes)}, ${(r.kv_bytes / r.weight_bytes).toFixed(2)}× the weights${beyond(r.context)}`,
     `  weights:  ${count(r.parameters)} parameters × ${r.bytes_per_element} B = ${bytes(r.weight_bytes)} (${r.parameters_how})`,
     `  the cache outgrows the weights at context × batch = ${count(r.crossover_tokens)} tokens: ` +
       r.crossover

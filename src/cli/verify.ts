@@ -235,6 +235,9 @@ await runCli(async () => {
   const argv = await parseFlags(
     yargs(hideBin(process.argv))
       .scriptName("bun run verify")
+      .usage(
+        "$0 [options]: the CUDA kernels against their CPU twins, the model in both plans and every launch mode, the SASS checks, and the kernel model's predictions (on the CPU emulator without a GPU)",
+      )
       .option("backend", {
         choices: ["auto", "cuda", "emu"] as const,
         default: "auto" as const,

@@ -146,7 +146,7 @@ export function promptCacheVerdict(section: PromptCacheSection): string {
         .map((q) => q.prefix_tokens)
         .join(", ")} prefix tokens`;
   return (
-    `Prompt caching: with a ${p.prefix_tokens}-token prefix kept (${(p.bytes_kept / 1e6).toFixed(1)} MB of keys and values), ` +
+    `Prompt caching: with a ${p.prefix_tokens}-token prefix kept (${(p.bytes_kept / 1e6).toPrecision(3)} MB of keys and values), ` +
     `the first token came ${soonerOrLater(cold, memory)} from memory (${ms(cold)} → ${ms(memory)}) and ` +
     `${soonerOrLater(cold, file)} from a file (${ms(file)}); ${same}.`
   );

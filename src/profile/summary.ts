@@ -207,7 +207,7 @@ function interventionsMethod(opts: StudyOptions, together: boolean): string {
       : "";
   return (
     `Every configuration (storage types × batch${variants.length > 1 ? " × K/V heads" : ""}) decodes one step of each of its sequences in ${mode.name} mode, at every ` +
-    `context, the configurations in turn (A B C A B C …), ${opts.repeats} rounds after ${opts.warmup} warm-up steps each; each sequence's cache ` +
+    `context, the configurations in turn (A B C A B C …), ${opts.repeats} rounds after ${opts.warmup} warm-up step${opts.warmup === 1 ? "" : "s"} each; each sequence's cache ` +
     `holds \`context\` tokens of its own prompt. Bytes and FLOPs are the work model's for that configuration.${reshaped}`
   );
 }
@@ -240,7 +240,7 @@ function peersOf(
     : "";
   const method =
     `At each context the project's modes and every peer subject take one decode step in turn (A B C A B C …), ${opts.repeats} rounds after ` +
-    `${opts.warmup} warm-up steps each, so drift on a shared machine hits all alike; each timed step follows an untimed one of the same subject, so that no subject is timed while the previous one's threads still spin. Each peer is its own process on the same weights and ` +
+    `${opts.warmup} warm-up step${opts.warmup === 1 ? "" : "s"} each, so drift on a shared machine hits all alike; each timed step follows an untimed one of the same subject, so that no subject is timed while the previous one's threads still spin. Each peer is its own process on the same weights and ` +
     `fills its cache with the same prompt tokens; it times its own step (PyTorch: CUDA events on a GPU, perf_counter on the CPU; ` +
     `llama.cpp: performance.now around one awaited evaluation). Greedy tokens are checked against the project's for ${p.reference.length} tokens.` +
     synthetic;

@@ -25,6 +25,7 @@ import {
   fillSentence,
   seedTable,
   floorSentence,
+  SPLIT_HOW,
   splitTable,
   topOpsTable,
   withSplit,
@@ -169,7 +170,7 @@ export function renderReport(summary: ProfileSummary): string {
       : []),
     section(
       "Where a step's time goes",
-      "busy = union of the op intervals on the device; idle = step − busy; host issue = time the host spends issuing the step, of which launch API inside the launch calls.",
+      `${SPLIT_HOW}.`,
       markdownTable(splitTable(s)),
       splits
         .filter((p) => p.split.verdict !== "")

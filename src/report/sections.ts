@@ -105,7 +105,7 @@ export function seedTable(s: ProfileSummary): TableData {
       { header: "no cache (ms)", format: ms3, align: "right" },
       ...modes.map((m): Column => ({ header: `KV cache ${m} (ms)`, format: ms3, align: "right" })),
       ...modes.map((m): Column => ({ header: `speedup ${m} (×)`, align: "right" })),
-      { header: "FLOP reduction (×)", format: fixed(1) },
+      { header: "FLOP reduction (×)", align: "right" },
       { header: "K/V share of bytes", align: "right" },
       { header: "memory floor (ms)", format: ms3, align: "right" },
       ...(tracked ? [{ header: "memory read (GB/s)", format: fixed(1), align: "right" } as Column] : []),
@@ -117,7 +117,7 @@ export function seedTable(s: ProfileSummary): TableData {
       uncachedCell(r),
       ...modes.map((m) => r.cached[m]?.ms ?? null),
       ...modes.map((m) => times(r.cached[m]?.speedup ?? null)),
-      r.flop_reduction,
+      times(r.flop_reduction),
       percent(r.kv_byte_share),
       r.floor_ms,
       ...(tracked ? [r.read_bytes_per_s === null ? null : r.read_bytes_per_s / 1e9] : []),
@@ -165,6 +165,10 @@ export function floorSentence(s: ProfileSummary): string {
 
 export const withSplit = (s: ProfileSummary) =>
   s.points.filter((p): p is StudyPoint & { split: NonNullable<StudyPoint["split"]> } => p.split !== undefined);
+
+/** What the split's columns are: of a traced step, not the timed ones of the time-per-token table. */
+export const SPLIT_HOW =
+  "step = the traced step of median length (op timers on: its time is not the time-per-token table's, whose steps run untraced), from its first host or op event to its last; busy = union of the op intervals on the device; idle = step − busy; host issue = time the host spends issuing the step, of which launch API inside the launch calls";
 
 export function splitTable(s: ProfileSummary): TableData {
   return {

@@ -16,6 +16,7 @@ import {
   runLine,
   seedTable,
   floorSentence,
+  SPLIT_HOW,
   splitTable,
   topOpsTable,
   withSplit,
@@ -70,7 +71,9 @@ export function renderTerminalSummary(s: ProfileSummary): string {
     ...(s.prompt_cache
       ? [heading("Prompt caching: time to first token, cold and warm"), terminalTable(promptCacheTable(s)), ""]
       : []),
-    ...(withSplit(s).length > 0 ? [heading("Where a step's time goes"), terminalTable(splitTable(s)), ""] : []),
+    ...(withSplit(s).length > 0
+      ? [heading("Where a step's time goes"), terminalTable(splitTable(s), [`${SPLIT_HOW}.`]), ""]
+      : []),
     ...tops,
     heading("Verdicts"),
     ...s.verdicts.map((v) => `• ${v}`),
