@@ -67,8 +67,8 @@ interface Case {
   asNobody?: boolean;
   /** must not exist afterwards */
   absent?: string[];
-  /** must still exist afterwards (the user's files) */
-  present?: string[];
+  /** files that must still hold what they held (the user's) */
+  unchanged?: Record<string, string>;
   /** directories that must hold no temporary (.partial-) entries afterwards */
   clean?: string[];
   /** results that must be there, whole, although the command failed after writing them (stdout failed) */
@@ -535,19 +535,19 @@ genOut(
   "--dump-logits naming a file that exists, without --force: kept",
   ["--dump-logits", usersFile],
   /--dump-logits .*users-file\.txt exists: give --force to replace it, or another file/,
-  { present: [usersFile] },
+  { unchanged: { [usersFile]: "mine" } },
 );
 genOut(
   "--save-prefix naming a file that exists, without --force: kept",
   ["--save-prefix", usersFile],
   /--save-prefix .*users-file\.txt exists: give --force to replace it/,
-  { present: [usersFile] },
+  { unchanged: { [usersFile]: "mine" } },
 );
 genOut(
   "--save-prefix naming the file --prefix reads",
   ["--prefix", usersFile, "--save-prefix", usersFile, "--force"],
   /--save-prefix .*users-file\.txt is the file --prefix names: give another/,
-  { present: [usersFile] },
+  { unchanged: { [usersFile]: "mine" } },
 );
 genOut(
   "--dump-logits naming the file --save-prefix writes",
@@ -603,9 +603,9 @@ const prof = (name: string, args: string[], message: RegExp, extra: Partial<Case
 const traceIsDir = join(outDir, "trace-is-dir");
 mkdirSync(join(traceIsDir, "trace.json"), { recursive: true });
 prof(
-  "--out holding a directory named trace.json",
-  ["--out", traceIsDir],
-  /already holds a profile run: give --force to replace it/,
+  "--out holding only a directory named trace.json: not a run",
+  ["--out", traceIsDir, "--force"],
+  /is a directory holding other files \(1\), not a profile run/,
 );
 const earlierRun = join(outDir, "earlier-run");
 mkdirSync(earlierRun);
@@ -627,7 +627,20 @@ prof(
   "--out holding an earlier run and the user's notes, even with --force: both kept",
   ["--out", runWithNotes, "--force"],
   /holds a profile run and files it did not write \(1: notes\.md\), which replacing it would remove/,
-  { present: [join(runWithNotes, "notes.md"), join(runWithNotes, "summary.json")], clean: [outDir] },
+  {
+    unchanged: { [join(runWithNotes, "notes.md")]: "mine", [join(runWithNotes, "summary.json")]: "{}" },
+    clean: [outDir],
+  },
+);
+const runWithFolder = join(outDir, "run-with-folder");
+mkdirSync(join(runWithFolder, "trace.json"), { recursive: true });
+writeFileSync(join(runWithFolder, "summary.json"), "{}");
+writeFileSync(join(runWithFolder, "trace.json", "notes.md"), "mine");
+prof(
+  "--out holding a run and a folder under an output's name, even with --force: both kept",
+  ["--out", runWithFolder, "--force"],
+  /holds a profile run and files it did not write \(1: trace\.json\)/,
+  { unchanged: { [join(runWithFolder, "trace.json", "notes.md")]: "mine" }, clean: [outDir] },
 );
 prof("--force without --out", ["--force"], /--force replaces what an explicit --out holds/);
 prof("--out naming a file", ["--out", join(TINY, "config.json")], /is a file, not a directory/);
@@ -763,6 +776,9 @@ flag("generate", ["--batch", "--json"], /--batch needs a value/);
 flag("profile", ["--repeats", "--warmup", "1"], /--repeats needs a value/);
 flag("bench", ["cpu", "--steps"], /--steps needs a value/);
 flag("generate", ["--seed", "abc"], /--seed must be a number \(got "abc"\)/);
+flag("generate", ["--maxNewTokens"], /--max-new-tokens needs a value/);
+flag("generate", ["--seed", "0x10"], /--seed must be a number \(got "0x10"\)/);
+flag("generate", ["--no-seed"], /--no-seed: --seed takes a number, it is not a switch/);
 flag("verify", ["--seed", "abc"], /--seed must be a number \(got "abc"\)/, true);
 flag("verify", ["--seed", "-1"], /--seed must be an integer in 0\.\.4294967295 \(got -1\)/);
 flag("verify", ["--seed", "1.5"], /--seed must be an integer in 0\.\.4294967295 \(got 1\.5\)/);
@@ -811,7 +827,8 @@ describe("hostile and malformed inputs: exit ≠ 0, one error line, no stack, no
       if (c.viaBunRun) expect(r.stderr).toBe(`${errors[0]}\n`);
       expect(r.stdout).toBe("");
       for (const path of c.absent ?? []) expect({ path, exists: existsSync(path) }).toEqual({ path, exists: false });
-      for (const path of c.present ?? []) expect({ path, exists: existsSync(path) }).toEqual({ path, exists: true });
+      for (const [path, text] of Object.entries(c.unchanged ?? {}))
+        expect({ path, text: existsSync(path) ? readFileSync(path, "utf8") : null }).toEqual({ path, text });
       for (const d of c.clean ?? []) expect(readdirSync(d).filter((n) => n.includes(".partial-"))).toEqual([]);
       for (const d of c.kept ?? [])
         expect(readdirSync(d).toSorted()).toEqual([

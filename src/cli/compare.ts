@@ -90,7 +90,11 @@ function readRuns(dirs: readonly string[], labels: string | undefined): RunInput
 }
 
 /** What compare writes into its --out folder. */
-const COMPARISON: OutputKind = { noun: "a comparison", files: Object.values(COMPARE_FILES) };
+const COMPARISON: OutputKind = {
+  noun: "a comparison",
+  primary: COMPARE_FILES.report,
+  files: Object.values(COMPARE_FILES),
+};
 
 /** The JSON path of the first number that JSON cannot hold (NaN, ±Infinity), or null. */
 function nonFinitePath(value: unknown, path = ""): string | null {

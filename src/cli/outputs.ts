@@ -9,6 +9,7 @@ import {
   constants,
   existsSync,
   fsyncSync,
+  lstatSync,
   mkdirSync,
   mkdtempSync,
   openSync,
@@ -143,24 +144,28 @@ export function writeFileAtomic(path: string, data: Uint8Array): void {
   }
 }
 
-/** What a command writes into its --out folder: what to call it, and the names of its files. */
+/** What a command writes into its --out folder: what to call it, the file every earlier output holds, and all its files. */
 export interface OutputKind {
   noun: string;
+  primary: string;
   files: readonly string[];
 }
 
 export const PROFILE_RUN: OutputKind = {
   noun: "a profile run",
-  files: [...Object.values(OUTPUT_FILES), ...Object.values(OPTIONAL_FILES)],
+  primary: OUTPUT_FILES.summary,
+  // the trace as the committed runs of profiles/ keep it, gzipped
+  files: [...Object.values(OUTPUT_FILES), ...Object.values(OPTIONAL_FILES), `${OUTPUT_FILES.trace}.gz`],
 };
 
 /** Names listed in an error line, at most this many. */
 const NAMES_SHOWN = 3;
 
 /**
- * Fails with one line unless the explicit --out `target` is missing, empty, or holds only files of `kind` (an earlier
- * run), and that only with `force`: a folder that also holds anything else (the user's notes beside a run) is never
- * replaced, since replacing it removes the folder whole.
+ * Fails with one line unless the explicit --out `target` is missing, empty, or holds an earlier output of `kind` (its
+ * primary file, and nothing but regular files of its names), and that only with `force`: a folder that holds anything
+ * else (the user's notes beside a run, a folder under an output's name) is never replaced, since replacing it
+ * removes the folder whole.
  */
 export function checkOutFolder(target: string, kind: OutputKind, force: boolean): void {
   const dir = resolve(target);
@@ -169,8 +174,8 @@ export function checkOutFolder(target: string, kind: OutputKind, force: boolean)
   if (!statSync(dir).isDirectory()) throw new UserError(`${shown} is a file, not a directory`);
   const names = readdirSync(dir);
   if (!names.length) return;
-  const foreign = names.filter((n) => !kind.files.includes(n)).sort();
-  if (foreign.length === names.length)
+  const foreign = names.filter((n) => !kind.files.includes(n) || !lstatSync(join(dir, n)).isFile()).sort();
+  if (!names.includes(kind.primary) || foreign.includes(kind.primary))
     throw new UserError(
       `${shown} is a directory holding other files (${names.length}), not ${kind.noun}: give a new or empty directory`,
     );
