@@ -130,7 +130,7 @@ export function failOnBadFlags(msg: string | null, err: Error | undefined): neve
   throw new UserError((msg ?? "bad arguments").replace(/\s*\n\s*/g, " ").trim());
 }
 
-/** yargs' option lists as .check() receives them (names as declared, camelCase twins too). */
+/** yargs' option lists as .check() receives them (the names as declared). */
 interface OptionLists {
   boolean: string[];
   string: string[];
@@ -143,9 +143,14 @@ interface OptionLists {
  */
 function numberGiven(name: string, raw: string | undefined, attached: boolean): void {
   if (raw === undefined || (!attached && raw.startsWith("--"))) throw new UserError(`--${name} needs a value`);
-  if (raw !== "" && !Number.isFinite(Number(raw)))
-    throw new UserError(`--${name} must be a number (got ${JSON.stringify(raw)})`);
+  if (raw !== "" && !DECIMAL.test(raw)) throw new UserError(`--${name} must be a number (got ${JSON.stringify(raw)})`);
 }
+
+/** A number as typed in decimal: 8, -1, 1.5, 1e3 (not " ", 0x10 or Infinity, which Number() would also take). */
+const DECIMAL = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
+
+/** --maxNewTokens as yargs also takes it: the declared kebab-case name. */
+const kebab = (name: string) => name.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
 
 /**
  * yargs .check(): a boolean flag is given bare, as --no-flag, or as =true / =false (yargs would read
@@ -161,7 +166,8 @@ export function flagValues(args: readonly string[]) {
       if (arg === "--") break;
       const m = /^--(?:no-)?([^=]+)(?:=(.*))?$/s.exec(arg);
       if (!m) continue;
-      const [, name, value] = m as unknown as [string, string, string | undefined];
+      const [, typed, value] = m as unknown as [string, string, string | undefined];
+      const name = kebab(typed);
       if (booleans.has(name) && value !== undefined && value !== "true" && value !== "false") {
         throw new UserError(
           `--${name} is a switch: give it alone, as --no-${name}, or =true / =false (got ${JSON.stringify(value)})`,
@@ -170,7 +176,9 @@ export function flagValues(args: readonly string[]) {
       if (valued.has(name) && (value ?? args[i + 1]) === "") {
         throw new UserError(`--${name} is empty (an unset shell variable?); give it a value or leave it out`);
       }
-      if (numbers.has(name) && !arg.startsWith("--no-")) numberGiven(name, value ?? args[i + 1], value !== undefined);
+      if (numbers.has(name) && arg.startsWith("--no-"))
+        throw new UserError(`--no-${name}: --${name} takes a number, it is not a switch`);
+      if (numbers.has(name)) numberGiven(name, value ?? args[i + 1], value !== undefined);
     }
     for (const name of options.string.filter((n) => !/[A-Z]/.test(n))) {
       const value = argv[name];
