@@ -1,7 +1,7 @@
 // How the weights and the read passes' buffer are paged (src/backends/huge-pages.ts): the mappings of
 // /proc/self/smaps that a buffer overlaps, each counted once, on a written smaps text; then on a buffer of the CPU
 // library's, written whole.
-import { afterAll, describe, expect, test } from "bun:test";
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync } from "node:fs";
 
 import { CpuBackend } from "../src/backends/cpu.ts";
@@ -64,7 +64,10 @@ describe("pagesOfMappings", () => {
 });
 
 describe.skipIf(!existsSync("/proc/self/smaps"))("hostPageShare on the CPU library's buffers", () => {
-  const cpu = CpuBackend.open();
+  let cpu: CpuBackend;
+  beforeAll(() => {
+    cpu = CpuBackend.open();
+  });
   afterAll(() => cpu.close());
 
   test("a buffer written whole is resident in its mappings, huge pages a part of that", () => {

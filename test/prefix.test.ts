@@ -163,6 +163,9 @@ describe("a prefix file that is not whole, not one, or not this model's", () => 
     expect(refusal(withHeader((h) => (h.tokens = [])))).toContain("tokens are not a list of token ids");
     expect(refusal(withHeader((h) => (h.weights_sha256 = "0")))).toContain("weights_sha256 is not a sha256");
     expect(refusal(withHeader((h) => (h.rows_sha256 = "0")))).toContain("rows_sha256 is not a sha256");
+    expect(refusal(withHeader((h) => delete (h.config as Record<string, unknown>).layer_norm_epsilon))).toContain(
+      "its header's config is no model this project runs",
+    );
   });
   test("rows changed after writing (a flipped bit, NaN) are refused; the earlier format asks to save again", () => {
     const rowsAt = bytes.length - kept.rows.length;

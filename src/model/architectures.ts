@@ -24,10 +24,14 @@ const familyNamed = (name: FamilyName): AnyFamily => MODEL_FAMILIES[name] as Any
 
 /** The family a config belongs to. */
 export function familyNameOf(cfg: ModelConfig): FamilyName {
-  const name = FAMILY_NAMES.find((n) => familyNamed(n).owns(cfg));
+  const name = familyNameIfAny(cfg);
   if (!name) throw new Error(`familyNameOf: ${cfg.name} belongs to no registered family`);
   return name;
 }
+
+/** The family a config belongs to, or null (a config read from a file, not yet trusted). */
+export const familyNameIfAny = (cfg: ModelConfig): FamilyName | null =>
+  FAMILY_NAMES.find((n) => familyNamed(n).owns(cfg)) ?? null;
 
 export const familyOf = (cfg: ModelConfig): AnyFamily => familyNamed(familyNameOf(cfg));
 

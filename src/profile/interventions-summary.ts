@@ -122,7 +122,7 @@ function attribute(
   const narrowest = byBytes[0];
   const [wide, narrow] = narrowest === reference ? [byBytes[byBytes.length - 1], reference] : [reference, narrowest];
   const bytes =
-    wide && narrow && wide !== narrow
+    wide && narrow && wide.work.bytes > narrow.work.bytes
       ? {
           from: wide.dtype,
           to: narrow.dtype,
@@ -176,7 +176,7 @@ function attributionVerdict(
     );
   }
   if (!parts.length)
-    return `Attribution at context ${context}: one storage type, one batch and one launch mode timed, nothing to attribute.`;
+    return `Attribution at context ${context}: nothing to weigh (it weighs storage types of different bytes at batch 1, a batch against batch 1, and eager against another launch mode).`;
   const followsBytes = bytes === null ? null : bytes.time_ratio >= FOLLOWS_BYTES * bytes.bytes_ratio;
   const launchLarge = launch !== null && launch.change >= LARGE_SAVING;
   const batchCheap = batch === null ? null : batch.step_ratio < CHEAP_BATCH * batch.batch;

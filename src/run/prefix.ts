@@ -6,7 +6,13 @@ import { createHash } from "node:crypto";
 
 import type { Backend, DeviceBuffer } from "../backends/backend.ts";
 import { UserError } from "../errors.ts";
-import { familyNameOf, kvColumns, type ModelConfig, type ModelWeights } from "../model/architectures.ts";
+import {
+  familyNameIfAny,
+  familyNameOf,
+  kvColumns,
+  type ModelConfig,
+  type ModelWeights,
+} from "../model/architectures.ts";
 import { closeFile, openRegularFile, readExactly } from "../model/files.ts";
 import { DTYPE_BYTES, type DtypeName } from "../ops.ts";
 import type { Session } from "./session.ts";
@@ -236,6 +242,7 @@ function parseHeader(text: string, path: string): PrefixHeader {
   const bad = (what: string) => new UserError(`${path}: its header's ${what}`);
   if (typeof h !== "object" || h === null) throw bad("is not an object");
   if (typeof h.config !== "object" || h.config === null) throw bad("config is missing");
+  if (familyNameIfAny(h.config as ModelConfig) === null) throw bad("config is no model this project runs");
   const count = (v: unknown) => Number.isSafeInteger(v) && (v as number) > 0;
   if (!count(h.layers) || h.layers !== (h.config as ModelConfig).n_layer)
     throw bad("layers is not the config's n_layer");
