@@ -632,6 +632,9 @@ prof(
     clean: [outDir],
   },
 );
+const linkedOut = join(outDir, "linked-out");
+symlinkSync(join(outDir, "nowhere"), linkedOut);
+prof("--out naming a symbolic link (here a dangling one)", ["--out", linkedOut], /is a symbolic link: give the folder/);
 const runWithFolder = join(outDir, "run-with-folder");
 mkdirSync(join(runWithFolder, "trace.json"), { recursive: true });
 writeFileSync(join(runWithFolder, "summary.json"), "{}");

@@ -158,6 +158,16 @@ export const PROFILE_RUN: OutputKind = {
   files: [...Object.values(OUTPUT_FILES), ...Object.values(OPTIONAL_FILES), `${OUTPUT_FILES.trace}.gz`],
 };
 
+/** Whether anything is at `path`, a symbolic link included (existsSync follows one, and a dangling one is absent). */
+function lexists(path: string): boolean {
+  try {
+    lstatSync(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /** Names listed in an error line, at most this many. */
 const NAMES_SHOWN = 3;
 
@@ -170,6 +180,8 @@ const NAMES_SHOWN = 3;
 export function checkOutFolder(target: string, kind: OutputKind, force: boolean): void {
   const dir = resolve(target);
   const shown = `--out ${target}`;
+  if (lexists(dir) && lstatSync(dir).isSymbolicLink())
+    throw new UserError(`${shown} is a symbolic link: give the folder it points to, or another --out`);
   if (!existsSync(dir)) return;
   if (!statSync(dir).isDirectory()) throw new UserError(`${shown} is a file, not a directory`);
   const names = readdirSync(dir);
@@ -253,7 +265,7 @@ export class ProfileOutput {
   private renameFresh(): string {
     for (let n = 1; ; n++) {
       const candidate = n === 1 ? this.target : `${this.target}-${n}`;
-      if (existsSync(candidate)) continue;
+      if (lexists(candidate)) continue; // a dangling symbolic link too
       try {
         renameSync(this.staging, candidate);
         return candidate;
