@@ -154,7 +154,7 @@ function launchEffect(change: number): string {
   return change > 0 ? `saved ${pct(change)}` : `cost ${pct(-change)} more`;
 }
 
-function attributionVerdict(
+export function attributionVerdict(
   context: number,
   launch: Attribution["launch"],
   bytes: Attribution["bytes"],
@@ -188,6 +188,10 @@ function attributionVerdict(
         ? "the bytes do not explain the time: look at the kernels"
         : batchCheap === true
           ? "the weights are read once for every sequence and the step barely grows: it is bound by bytes, not FLOPs"
-          : "neither launches nor batching moved it much";
+          : batch === null
+            ? "the launch mode did not move it much"
+            : launch === null
+              ? "batching did not halve the cost per token"
+              : "neither launches nor batching moved it much";
   return `Attribution at context ${context}: ${parts.join("; ")}: ${conclusion}.`;
 }

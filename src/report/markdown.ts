@@ -204,7 +204,10 @@ export function renderReport(summary: ProfileSummary): string {
       markdownTable(memoryTable(s)),
       `Measured by: ${s.memory.how_measured}.`,
       s.memory.crossover
-        .map((c) => `- batch ${c.batch}: the KV cache outgrows the weights at ${c.context} tokens of context`)
+        .map(
+          (c) =>
+            `- batch ${c.batch}: the KV cache held outgrows the weights held (their allocation, not the bytes a step reads) at ${c.context.toLocaleString("en-US")} tokens of context`,
+        )
         .join("\n"),
       memoryFitSentence(s),
       "What the study's session held after each context's steps (" +
