@@ -187,6 +187,7 @@ const mode = (m: ModeSplit["mode"], s: ModeSplit["split"]): ModeSplit => ({
   context: 1000,
   split: s,
   untraced_ms: s.step_ms,
+  paired_over_floor: null,
   ops_per_step: 147,
 });
 
@@ -224,6 +225,19 @@ describe("splitVerdicts", () => {
     const { conclusion } = splitVerdicts([mode("eager", split(5.0, 4.9)), mode("eager-native", split(4.0, 3.9))]);
     expect(conclusion).toContain("idles 2% of the 5.00 ms eager step, which suggests op time, not launch overhead");
     expect(conclusion).toContain("natively in one call takes 4.00 ms against 5.00 ms from TypeScript");
+  });
+
+  test("where the steps were paired with read passes, compares modes at eager's read rate", () => {
+    // the native step ran while the memory was fast: 4.0 ms raw, yet 1.03× its floor against eager's 1.00×
+    const eager = { ...mode("eager", split(5.0, 4.9)), untraced_ms: 5.0, paired_over_floor: 1.0 };
+    const native = { ...mode("eager-native", split(4.0, 3.9)), untraced_ms: 4.0, paired_over_floor: 1.03 };
+    const { sentences, conclusion } = splitVerdicts([eager, native]);
+    expect(sentences[1]!.sentence).toContain(
+      "; it takes the same time per token as eager (within 5%, each step against the memory read beside it)",
+    );
+    expect(conclusion).toContain(
+      "natively in one call takes 5.15 ms against 5.00 ms from TypeScript, each step against the memory read beside it",
+    );
   });
 
   test("compares modes by their untraced step times, not the traced ones", () => {

@@ -12,6 +12,8 @@ export interface ModeSplit {
   split: SplitNumbers;
   /** median step time measured without tracing: what modes are compared by */
   untraced_ms: number;
+  /** where each step was paired with a read pass of the memory (the CPU): its steps' median over their own floors */
+  paired_over_floor: number | null;
   /** ops (kernel launches) per step */
   ops_per_step: number;
 }
@@ -29,15 +31,30 @@ export const ms = (x: number) => `${Math.abs(x) >= 100 ? x.toFixed(0) : x.toPrec
 export const pct = (x: number) => `${Math.round(x * 100)}%`;
 const idleShare = (s: SplitNumbers) => (s.step_ms > 0 ? s.idle_ms / s.step_ms : 0);
 
+/**
+ * A mode's untraced step where eager's is compared with it: where both were paired with read passes, at eager's read
+ * rate (the same bytes, so their ratio is their ratio to their floors; `rate` says so in a clause), as a shared
+ * host's memory can change speed between the modes' steps and raw medians would credit a mode with the memory's.
+ */
+function atEagersRate(m: ModeSplit, eager: ModeSplit): { ms: number; rate: string } {
+  if (m.paired_over_floor === null || eager.paired_over_floor === null) return { ms: m.untraced_ms, rate: "" };
+  return {
+    ms: eager.untraced_ms * (m.paired_over_floor / eager.paired_over_floor),
+    rate: ", each step against the memory read beside it",
+  };
+}
+
+/** A mode's step against eager's at the same context (atEagersRate). */
 function comparedWithEager(m: ModeSplit, eager: ModeSplit | undefined): string {
   if (!eager || m.mode === "eager" || m.mode === "uncached") return "";
-  const saved = eager.untraced_ms - m.untraced_ms;
+  const { ms: modeMs, rate } = atEagersRate(m, eager);
+  const saved = eager.untraced_ms - modeMs;
   const share = eager.untraced_ms > 0 ? Math.abs(saved) / eager.untraced_ms : 0;
-  if (share < NOISE) return `; it takes the same time per token as eager (within ${pct(NOISE)})`;
+  if (share < NOISE) return `; it takes the same time per token as eager (within ${pct(NOISE)}${rate})`;
   const what = launchMode(m.mode as LaunchModeName).phrase;
   return saved > 0
-    ? `; ${what} removes ${ms(saved)} per token (${pct(share)} of eager)`
-    : `; ${what} adds ${ms(-saved)} per token (${pct(share)} of eager)`;
+    ? `; ${what} removes ${ms(saved)} per token (${pct(share)} of eager${rate})`
+    : `; ${what} adds ${ms(-saved)} per token (${pct(share)} of eager${rate})`;
 }
 
 function modeSentence(m: ModeSplit, eager: ModeSplit | undefined): string {
@@ -79,8 +96,9 @@ function graphConclusion(eager: ModeSplit, graph: ModeSplit): string {
 function eagerOnlyConclusion(eager: ModeSplit, native: ModeSplit | undefined): string {
   const e = eager.split;
   const looks = idleShare(e) >= IDLE_MAJORITY ? "suggests launch overhead" : "suggests op time, not launch overhead";
-  const nativeEvidence = native
-    ? `; issuing the same ops natively in one call takes ${ms(native.untraced_ms)} against ${ms(eager.untraced_ms)} from TypeScript`
+  const nativeAt = native && atEagersRate(native, eager);
+  const nativeEvidence = nativeAt
+    ? `; issuing the same ops natively in one call takes ${ms(nativeAt.ms)} against ${ms(eager.untraced_ms)} from TypeScript${nativeAt.rate}`
     : "";
   return (
     `Is the floor launch overhead? Not tested with a graph (none on this backend): the device idles ${pct(idleShare(e))} of the ` +
@@ -192,6 +210,7 @@ export function modeSplitOf(p: StudyPoint, traces: readonly StepTrace[]): ModeSp
     context: p.context,
     split: p.split!,
     untraced_ms: p.device_ms.median,
+    paired_over_floor: p.read_bytes_per_s === null ? null : p.over_floor,
     ops_per_step: stepsOf(traces, p.mode, p.context)[0]!.ops.length,
   };
 }
