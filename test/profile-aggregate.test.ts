@@ -13,7 +13,13 @@ import {
   stepSplit,
   unionMs,
 } from "../src/profile/aggregate.ts";
-import { cacheRegimeVerdict, seedVerdict, splitVerdicts, type ModeSplit } from "../src/profile/verdicts.ts";
+import {
+  atReferenceRate,
+  cacheRegimeVerdict,
+  seedVerdict,
+  splitVerdicts,
+  type ModeSplit,
+} from "../src/profile/verdicts.ts";
 import { syntheticSteps } from "./helpers/synthetic-profile.ts";
 
 function op(
@@ -238,6 +244,12 @@ describe("splitVerdicts", () => {
     expect(conclusion).toContain(
       "natively in one call takes 5.15 ms against 5.00 ms from TypeScript, each step against the memory read beside it",
     );
+  });
+
+  test("atReferenceRate: paired steps at the reference's rate, unpaired ones as measured", () => {
+    expect(atReferenceRate(5.0, 1.0, 4.0, 1.03)).toBeCloseTo(5.15, 12);
+    expect(atReferenceRate(5.0, null, 4.0, 1.03)).toBe(4.0);
+    expect(atReferenceRate(5.0, 1.0, 4.0, null)).toBe(4.0);
   });
 
   test("compares modes by their untraced step times, not the traced ones", () => {

@@ -9,7 +9,7 @@ import type { InterventionsResult } from "./interventions.ts";
 import { buildKvHeads } from "./kv-heads-summary.ts";
 import { pointFloor } from "./memory-floor.ts";
 import type { Attribution, InterventionPoint, InterventionsSection, StudyPoint } from "./types.ts";
-import { LARGE_SAVING, NOISE, pct } from "./verdicts.ts";
+import { atReferenceRate, LARGE_SAVING, NOISE, pairedOverFloor, pct } from "./verdicts.ts";
 import { cachedStepWork, sumWork } from "./work-model.ts";
 
 /** Time within this share of the bytes ratio: the step's time follows its bytes. */
@@ -104,14 +104,18 @@ function attribute(
 
   const cached = studyPoints.filter((p) => p.context === context && p.mode !== "uncached");
   const eager = cached.find((p) => p.mode === "eager");
-  const other = cached.filter((p) => p.mode !== "eager").sort((a, b) => a.device_ms.median - b.device_ms.median)[0];
+  const atEagersRate = (p: StudyPoint) =>
+    eager
+      ? atReferenceRate(eager.device_ms.median, pairedOverFloor(eager), p.device_ms.median, pairedOverFloor(p))
+      : p.device_ms.median;
+  const other = cached.filter((p) => p.mode !== "eager").sort((a, b) => atEagersRate(a) - atEagersRate(b))[0];
   const launch =
     eager && other
       ? {
           mode: other.mode,
           eager_ms: eager.device_ms.median,
-          mode_ms: other.device_ms.median,
-          change: 1 - other.device_ms.median / eager.device_ms.median,
+          mode_ms: atEagersRate(other),
+          change: 1 - atEagersRate(other) / eager.device_ms.median,
         }
       : null;
 

@@ -332,7 +332,7 @@ export interface InterventionPoint extends InterventionConfig {
 /** What moved the cached step's time, measured: launch mode, bytes, batch. */
 export interface Attribution {
   context: number;
-  /** eager against the fastest other launch mode of the study's own configuration; change: the share of eager's step it saved (< 0: slower) */
+  /** eager against the fastest other launch mode of the study's own configuration (mode_ms at eager's read rate where both were paired with read passes); change: the share of eager's step it saved (< 0: slower) */
   launch: { mode: string; eager_ms: number; mode_ms: number; change: number } | null;
   /** the study's storage type against the one that moves fewest bytes (where it is that one, the most-bytes one against it), at batch 1 */
   bytes: { from: DtypeName; to: DtypeName; bytes_ratio: number; time_ratio: number } | null;

@@ -37,12 +37,24 @@ const idleShare = (s: SplitNumbers) => (s.step_ms > 0 ? s.idle_ms / s.step_ms : 
  * host's memory can change speed between the modes' steps and raw medians would credit a mode with the memory's.
  */
 function atEagersRate(m: ModeSplit, eager: ModeSplit): { ms: number; rate: string } {
-  if (m.paired_over_floor === null || eager.paired_over_floor === null) return { ms: m.untraced_ms, rate: "" };
+  const paired = m.paired_over_floor !== null && eager.paired_over_floor !== null;
   return {
-    ms: eager.untraced_ms * (m.paired_over_floor / eager.paired_over_floor),
-    rate: ", each step against the memory read beside it",
+    ms: atReferenceRate(eager.untraced_ms, eager.paired_over_floor, m.untraced_ms, m.paired_over_floor),
+    rate: paired ? ", each step against the memory read beside it" : "",
   };
 }
+
+/**
+ * A step of `ms` taken at a reference step's read rate where both were paired with read passes of the memory (each
+ * its steps' median over their own floors, `overFloor`; the same bytes, so the ratio of those is the ratio of the
+ * times at one rate), else as measured.
+ */
+export function atReferenceRate(refMs: number, refOverFloor: number | null, ms: number, overFloor: number | null) {
+  return refOverFloor === null || overFloor === null ? ms : refMs * (overFloor / refOverFloor);
+}
+
+/** A study point's steps over their floors where they were paired with read passes, else null. */
+export const pairedOverFloor = (p: StudyPoint) => (p.read_bytes_per_s === null ? null : p.over_floor);
 
 /** A mode's step against eager's at the same context (atEagersRate). */
 function comparedWithEager(m: ModeSplit, eager: ModeSplit | undefined): string {
@@ -210,7 +222,7 @@ export function modeSplitOf(p: StudyPoint, traces: readonly StepTrace[]): ModeSp
     context: p.context,
     split: p.split!,
     untraced_ms: p.device_ms.median,
-    paired_over_floor: p.read_bytes_per_s === null ? null : p.over_floor,
+    paired_over_floor: pairedOverFloor(p),
     ops_per_step: stepsOf(traces, p.mode, p.context)[0]!.ops.length,
   };
 }
