@@ -41,7 +41,8 @@ import { checkDistinctFiles, checkWritableFile, writeFileAtomic, writeStdout } f
 /** replay = the plan recorded natively: a CUDA graph where the backend has graphs, one native call per step elsewhere */
 const MODES = [...LAUNCH_MODE_NAMES, "replay"] as const;
 const DEFAULT_PROMPT = "Hello, I'm a language model,";
-const tokens = (n: number) => `${n} token${n === 1 ? "" : "s"}`;
+/** "1 token's", "10 tokens'": whose keys and values */
+const tokensOf = (n: number) => (n === 1 ? "1 token's" : `${n} tokens'`);
 
 await runCli(async () => {
   const argv = await parseFlags(
@@ -249,11 +250,11 @@ await runCli(async () => {
     if (summary.ttft_ms !== null) say(firstTokenLine(summary.ttft_ms, summary.tpot_ms));
     if (prefixRead)
       say(
-        `prefix ${argv.prefix}: ${result.reusedRows[0]} of the prompt's ${tokens(prompts[0]!.length)}' keys and values restored (${prefixRead.kept.rows.length} bytes, read and checked in ${prefixRead.ms.toFixed(1)} ms, outside the time to first token)`,
+        `prefix ${argv.prefix}: ${result.reusedRows[0]} of the prompt's ${tokensOf(prompts[0]!.length)} keys and values restored (${prefixRead.kept.rows.length} bytes, read and checked in ${prefixRead.ms.toFixed(1)} ms, outside the time to first token)`,
       );
     if (saved)
       say(
-        `saved the prompt's ${tokens(saved.tokens.length)}' keys and values to ${savePrefix} (${saved.rows.length} bytes)`,
+        `saved the prompt's ${tokensOf(saved.tokens.length)} keys and values to ${savePrefix} (${saved.rows.length} bytes)`,
       );
   }
   session.close();
