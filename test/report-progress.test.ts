@@ -30,6 +30,16 @@ describe("createProgress", () => {
     );
   });
 
+  test("a run under a second says its hundredths", () => {
+    const stream = capture(false);
+    let clock = 0;
+    const p = createProgress({ total: 2, label: "profile", stream, now: () => clock });
+    clock = 42;
+    p.update(2);
+    p.stop();
+    expect(stream.text()).toEndWith("profile: 2/2 done in 0.04 s\n");
+  });
+
   test("silent writes nothing", () => {
     const stream = capture(false);
     const p = createProgress({ total: 3, label: "x", stream, silent: true });

@@ -61,7 +61,8 @@ function plainProgress(o: ProgressOptions, stream: ProgressStream): Progress {
       line(done, detail);
     },
     stop() {
-      const seconds = ((now() - started) / 1000).toFixed(1);
+      const s = (now() - started) / 1000;
+      const seconds = s.toFixed(s < 1 ? 2 : 1); // a tiny model's points take hundredths
       stream.write(`${o.label}: ${last.done}/${o.total} done in ${seconds} s\n`);
     },
   };
