@@ -87,9 +87,10 @@ const balance = (peaks: Peaks) => peaks.flops_per_s / peaks.bytes_per_s;
 
 /**
  * At the largest context measured: what changing the launch mode did (eager against the fastest other mode of the
- * study's own points, even where eager was the fastest), what changing the bytes did (the study's storage type
- * against the fewest-bytes one, batch 1; where the study's is the fewest, the most-bytes one against it), what batching did (the largest batch against 1, the study's storage
- * type) — and a sentence weighing the three.
+ * study's own points, even where eager was the fastest; paired steps at eager's read rate), what changing the bytes
+ * did (the study's storage type against the fewest-bytes one, batch 1; where the study's is the fewest, the
+ * most-bytes one against it), what batching did (the largest batch against 1, the study's storage type) — and a
+ * sentence weighing the three.
  */
 function attribute(
   points: InterventionPoint[],
