@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync } from "node:fs";
 
 import { CpuBackend } from "../src/backends/cpu.ts";
-import { hostPageShare, hugeShare, hugeShareText, pagesOfMappings } from "../src/backends/huge-pages.ts";
+import { hostPageShares, hugeShare, hugeShareText, pagesOfMappings } from "../src/backends/huge-pages.ts";
 
 const KIB = 1024;
 
@@ -63,7 +63,7 @@ describe("pagesOfMappings", () => {
   });
 });
 
-describe.skipIf(!existsSync("/proc/self/smaps"))("hostPageShare on the CPU library's buffers", () => {
+describe.skipIf(!existsSync("/proc/self/smaps"))("hostPageShares on the CPU library's buffers", () => {
   let cpu: CpuBackend;
   beforeAll(() => {
     cpu = CpuBackend.open();
@@ -75,7 +75,7 @@ describe.skipIf(!existsSync("/proc/self/smaps"))("hostPageShare on the CPU libra
     const buffer = cpu.alloc(bytes, "whole");
     try {
       cpu.upload(buffer, new Uint8Array(bytes).fill(1));
-      const share = hostPageShare([buffer])!;
+      const share = hostPageShares([[buffer]])![0]!;
       expect(share.resident).toBeGreaterThanOrEqual(bytes);
       expect(share.huge).toBeGreaterThanOrEqual(0);
       expect(share.huge).toBeLessThanOrEqual(share.resident);

@@ -35,17 +35,22 @@ export function pagesOfMappings(smaps: string, ranges: readonly (readonly [numbe
   return share;
 }
 
-/** pagesOfMappings for buffers of this process, or null where /proc/self/smaps cannot be read (not Linux). */
-export function hostPageShare(buffers: readonly { ptr: number; bytes: number }[]): PageShare | null {
+/**
+ * pagesOfMappings for each group of buffers of this process, from one read of /proc/self/smaps; null where it cannot
+ * be read (not Linux).
+ */
+export function hostPageShares(groups: readonly (readonly { ptr: number; bytes: number }[])[]): PageShare[] | null {
   let smaps: string;
   try {
     smaps = readFileSync("/proc/self/smaps", "utf8");
   } catch {
     return null;
   }
-  return pagesOfMappings(
-    smaps,
-    buffers.map((b) => [b.ptr, b.ptr + b.bytes]),
+  return groups.map((buffers) =>
+    pagesOfMappings(
+      smaps,
+      buffers.map((b) => [b.ptr, b.ptr + b.bytes]),
+    ),
   );
 }
 

@@ -14,7 +14,7 @@ import yargs from "yargs";
 import { hideBin } from "yargs/helpers";
 
 import { CpuBackend } from "../backends/cpu.ts";
-import { hostPageShare, hugeShare, hugeShareText } from "../backends/huge-pages.ts";
+import { hostPageShares, hugeShare, hugeShareText } from "../backends/huge-pages.ts";
 import type { PairedStep } from "../backends/instrument.ts";
 import { measureRead, type ReadTracker } from "../backends/read-probe.ts";
 import { FP32_PEAK_PASSES } from "../backends/cpu-instrument.ts";
@@ -45,6 +45,7 @@ import {
   parseContexts,
   parseFlags,
   PRESET_CHOICES,
+  PRESET_FLAG_HELP,
 } from "./common.ts";
 import { writeStdout } from "./outputs.ts";
 
@@ -188,9 +189,10 @@ const UNLIKE_PAGES = 0.1;
  * /proc/self/smaps cannot be read.
  */
 function pagesLine(session: Session<ModelWeights>, tracker: ReadTracker | null): string | null {
-  const weights = hostPageShare([session.resident.parameters]);
-  if (!weights) return null;
-  const passes = tracker ? hostPageShare([tracker.buffer]) : null;
+  const shares = hostPageShares([[session.resident.parameters], tracker ? [tracker.buffer] : []]);
+  if (!shares) return null;
+  const weights = shares[0]!;
+  const passes = tracker ? shares[1]! : null;
   const unlike = passes !== null && Math.abs(hugeShare(weights) - hugeShare(passes)) > UNLIKE_PAGES;
   return (
     `pages: the weights' mappings ${hugeShareText(weights)} in 2 MiB pages` +
@@ -427,7 +429,7 @@ await runCli(async () => {
             })
             .option("preset", {
               choices: PRESET_CHOICES,
-              describe: `without --model: whose exact shapes the seeded random weights take (default ${DEFAULT_PRESET})`,
+              describe: PRESET_FLAG_HELP,
             })
             .conflicts("model", "preset")
             .option("decode", { type: "boolean", describe: "run the decode section" })

@@ -18,6 +18,8 @@ import type { GPT2Weights } from "../model/gpt2.ts";
 import { DTYPE_BYTES, DTYPE_NAMES, type DtypeName } from "../ops.ts";
 
 export const DEFAULT_PRESET = "gpt2";
+/** --preset's help, every command's that loads a model. */
+export const PRESET_FLAG_HELP = `without --model: whose exact shapes the seeded random weights take (default ${DEFAULT_PRESET})`;
 /** --model's help, every command's. */
 export const MODEL_FLAG_HELP =
   "Hugging Face checkpoint directory (config.json + model.safetensors or its shards; GPT-2 or the Llama family); default: GPT-2 small shapes, seeded random weights";

@@ -35,6 +35,7 @@ import {
   MODEL_FLAG_HELP,
   parseFlags,
   PRESET_CHOICES,
+  PRESET_FLAG_HELP,
 } from "./common.ts";
 import { checkDistinctFiles, checkWritableFile, writeFileAtomic, writeStdout } from "./outputs.ts";
 
@@ -55,7 +56,7 @@ await runCli(async () => {
       })
       .option("preset", {
         choices: PRESET_CHOICES,
-        describe: `without --model: whose exact shapes the seeded random weights take (default ${DEFAULT_PRESET})`,
+        describe: PRESET_FLAG_HELP,
       })
       .conflicts("model", "preset")
       .option("prompt", {

@@ -63,6 +63,7 @@ import {
   parseContexts,
   parseFlags,
   PRESET_CHOICES,
+  PRESET_FLAG_HELP,
 } from "./common.ts";
 import { watchSignals } from "./interrupt.ts";
 import { ProfileOutput, writeStdout } from "./outputs.ts";
@@ -251,7 +252,7 @@ await runCli(async () => {
       })
       .option("preset", {
         choices: PRESET_CHOICES,
-        describe: `without --model: whose exact shapes the seeded random weights take (default ${DEFAULT_PRESET})`,
+        describe: PRESET_FLAG_HELP,
       })
       .conflicts("model", "preset")
       .option("contexts", {
