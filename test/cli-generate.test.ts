@@ -118,6 +118,16 @@ const badInputs: Array<[string, string[], RegExp]> = [
     /--prompt-ids/,
   ],
   ["an unknown flag", ["--bogus"], /bogus/],
+  [
+    "more threads than the CPUs this process may run on",
+    [...tinyArgs, "--threads", "1000"],
+    /^error: --threads 1000: this process may run on \d+ CPUs?; give 1\.\.\d+$/,
+  ],
+  [
+    "--threads for the emulator",
+    ["--model", FIXTURE, "--backend", "emu", "--prompt-ids", "1,2", "--threads", "1"],
+    /--backend emu has none to set/,
+  ],
   ["an unknown mode", ["--mode", "warp"], /warp/],
   ["a missing model directory", ["--model", "/nonexistent/model"], /nonexistent/],
   ["a missing config", ["--model", brokenModel((d) => rmSync(join(d, "config.json")))], /config\.json/],

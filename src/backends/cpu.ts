@@ -59,10 +59,13 @@ export class CpuBackend extends NativeBackend implements CpuTimers {
     return `${cpus()[0]?.model ?? "CPU"} × ${this.cpu.cpu_threads()} threads`;
   }
 
-  static open(threads?: number): CpuBackend {
-    const backend = new CpuBackend(openCpuLibrary());
-    if (threads) backend.cpu.cpu_set_threads(threads);
-    return backend;
+  /** The library on every CPU this process may run on (sched_getaffinity); setThreads changes that. */
+  static open(): CpuBackend {
+    return new CpuBackend(openCpuLibrary());
+  }
+
+  setThreads(threads: number): void {
+    this.cpu.cpu_set_threads(threads);
   }
 
   /** A CPU library at a given path (a test's planted-bug variant). */

@@ -100,7 +100,10 @@ await runCli(async () => {
           "ops of cached decode steps: fused (the default: 5 launches per layer) or unfused (one launch per op: 11 per layer for GPT-2, 12 for the Llama family)",
       })
       .option("seed", { type: "number", default: 0, describe: "seed of the random weights when no --model is given" })
-      .option("threads", { type: "number", describe: "CPU backend threads (default: all cores)" })
+      .option("threads", {
+        type: "number",
+        describe: "CPU backend threads, 1 up to the CPUs this process may run on (default: all of them)",
+      })
       .option("json", { type: "boolean", default: false, describe: "print one JSON object on stdout" })
       .option("dump-logits", {
         type: "string",

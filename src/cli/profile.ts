@@ -303,7 +303,10 @@ await runCli(async () => {
         describe: "trace every op (CUPTI on the GPU, native timers on the CPU); --no-kernels skips it",
       })
       .option("seed", { type: "number", default: 0, describe: "seed of the random weights and prompts" })
-      .option("threads", { type: "number", describe: "CPU backend threads" })
+      .option("threads", {
+        type: "number",
+        describe: "CPU backend threads, 1 up to the CPUs this process may run on (default: all of them)",
+      })
       .option("peers", {
         type: "string",
         describe:
