@@ -107,6 +107,13 @@ describe("renderReport", () => {
       `At context ${last.context} the cache was filled synthetically (a short real prefill, the other rows drawn to its distribution; --fill auto); elsewhere by a real prefill. ` +
         `The no-cache step was not timed at context ${last.context} (it takes more than seconds): its time there is the work model's FLOPs at the prefill rate measured in this run, 2500.0 GFLOP/s.`,
     );
+    expect(text).not.toContain("prefilled whole");
+    s.settings.fill = "synthetic"; // asked of every point, the ones no longer than its real prefill were prefilled
+    const [first] = s.seed_table;
+    expect(first!.fill).toBe("prefill");
+    expect(renderReport(s)).toContain(
+      `Context ${first!.context} is no longer than the real prefill a synthetic fill starts with, so it was prefilled whole.`,
+    );
   });
 });
 

@@ -269,7 +269,7 @@ export class Study {
       this.fills.set(context, fill);
       const withPeers = fill.fill === "prefill" && peers?.subjects.length;
       progress(
-        `timing context ${context} (${fill.fill} fill): ${this.modesAt(context).join(", ")}` +
+        `timing context ${context} (${fill.fill} fill${this.opts.fill === "synthetic" && fill.fill === "prefill" ? ": no longer than a synthetic fill's real prefill" : ""}): ${this.modesAt(context).join(", ")}` +
           `${withPeers ? ` and ${peers!.subjects.length} peer subjects` : ""}` +
           `${fill.uncached_timed ? "" : "; uncached from the work model"}`,
         modes.length,

@@ -76,11 +76,15 @@ const contextsPhrase = (list: number[]) => `context${list.length > 1 ? "s" : ""}
 export function fillSentence(s: ProfileSummary): string {
   const rate = `${(s.settings.prefill_flops_per_s / 1e9).toFixed(1)} GFLOP/s`;
   const synthetic = s.seed_table.filter((r) => r.fill === "synthetic").map((r) => r.context);
+  const prefilled = s.seed_table.filter((r) => r.fill === "prefill").map((r) => r.context);
   const modelled = s.seed_table.filter((r) => r.uncached_model_ms !== null).map((r) => r.context);
   return (
     (synthetic.length
       ? `At ${contextsPhrase(synthetic)} the cache was filled synthetically (a short real prefill, the other rows drawn to its distribution; --fill ${s.settings.fill}); elsewhere by a real prefill. `
       : "Every cache was filled by a real prefill. ") +
+    (s.settings.fill === "synthetic" && prefilled.length
+      ? `${contextsPhrase(prefilled).replace(/^c/, "C")} ${prefilled.length > 1 ? "are" : "is"} no longer than the real prefill a synthetic fill starts with, so ${prefilled.length > 1 ? "they were" : "it was"} prefilled whole. `
+      : "") +
     (modelled.length
       ? `The no-cache step was not timed at ${contextsPhrase(modelled)} (it takes more than seconds): its time there is the work model's FLOPs at the prefill rate measured in this run, ${rate}.`
       : "")
