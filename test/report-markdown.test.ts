@@ -123,6 +123,9 @@ describe("renderTerminalSummary", () => {
     const text = renderTerminalSummary(s);
     expect(text).toStartWith(questionSentence(s));
     expect(text).toContain("context (tokens)  cache filled by  no cache (ms)");
+    expect(text).toContain("End-to-end generation");
+    expect(text).toMatch(/to first token \(ms\)\s+per token after it \(ms\)/);
+    for (const e of s.end_to_end) expect(text).toContain(e.ttft_ms.toFixed(3));
     expect(text).toContain("Where a step's time goes");
     expect(text).toContain("Top operations: KV cache eager at context 32");
     expect(text).toContain("Op time total per step: 52.000 us");

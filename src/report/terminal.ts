@@ -1,9 +1,11 @@
-// The terminal's summary of a profile: the question, the seed table, the time split, top ops and the verdicts.
+// The terminal's summary of a profile: the question, the seed table, end-to-end generation, the time split, top ops
+// and the verdicts.
 import chalk from "chalk";
 
 import type { ProfileSummary } from "../profile/types.ts";
 import {
   breakdownPoints,
+  endToEndTable,
   interventionsTable,
   kvHeadsTable,
   promptCacheTable,
@@ -26,7 +28,7 @@ import { formatDuration, renderTable } from "./tables.ts";
 
 const terminalTable = ({ columns, rows }: TableData, footer: string[] = []) => renderTable(columns, rows, footer);
 
-/** The terminal's summary: the question, the seed table, the time split, top ops and the verdicts. */
+/** The terminal's summary: the question, the seed table, end-to-end generation, the time split, top ops, verdicts. */
 export function renderTerminalSummary(s: ProfileSummary): string {
   const heading = (t: string) => chalk.bold.underline(t);
   const tops = breakdownPoints(s).flatMap((p) => [
@@ -68,6 +70,9 @@ export function renderTerminalSummary(s: ProfileSummary): string {
     ...(s.interventions?.kv_heads
       ? [heading("Grouped-query attention: the K/V heads' saving"), terminalTable(kvHeadsTable(s)), ""]
       : []),
+    heading("End-to-end generation"),
+    terminalTable(endToEndTable(s)),
+    "",
     ...(s.prompt_cache
       ? [heading("Prompt caching: time to first token, cold and warm"), terminalTable(promptCacheTable(s)), ""]
       : []),
