@@ -148,6 +148,14 @@ describe("bad configs and flags: one line, exit ≠ 0", () => {
       ["--config", configFile("float.json", { n_layer: 1.5, n_head: 2, n_embd: 8, n_positions: 8, vocab_size: 10 })],
       /n_layer must be a positive integer/,
     ],
+    [
+      "an architecture the project runs under another model_type",
+      [
+        "--config",
+        configFile("mamba.json", { architectures: ["LlamaForCausalLM"], model_type: "mamba", num_hidden_layers: 2 }),
+      ],
+      /architectures names LlamaForCausalLM \(model_type "llama"\) but model_type is "mamba"/,
+    ],
     ["both --preset and --config", ["--preset", "gpt2", "--config", llama3], /mutually exclusive/],
     ["a zero batch", ["--batch", "0"], /--batch/],
     ["an unknown dtype", ["--dtype", "f8"], /f8/],

@@ -46,6 +46,11 @@ describe("config.json", () => {
       /architecture "FalconForCausalLM" is not supported \(supported: GPT2LMHeadModel, LlamaForCausalLM/,
     ],
     [
+      "an architecture and a model_type that disagree",
+      (c: Record<string, unknown>) => (c.model_type = "mamba"),
+      /architectures names LlamaForCausalLM \(model_type "llama"\) but model_type is "mamba"/,
+    ],
+    [
       "an unsupported rope scaling",
       (c: Record<string, unknown>) => (c.rope_scaling = { rope_type: "yarn", factor: 4 }),
       /rope_scaling type "yarn" is not supported \(only "llama3"\)/,

@@ -47,6 +47,19 @@ export const ALL_PRESETS: Readonly<Record<string, ModelConfig>> = Object.assign(
   ...FAMILY_NAMES.map((n) => familyNamed(n).presets),
 );
 
+/**
+ * Refuses a config.json whose `architectures[0]`, one this project knows, belongs to another model_type than its
+ * `model_type`: HF's Auto classes build a model from model_type, so no reading of such a config can be vouched for.
+ */
+export function checkNamesAgree(raw: Record<string, unknown>, where: string): void {
+  const named = Array.isArray(raw.architectures) ? String(raw.architectures[0]) : "";
+  const itsType = ARCHITECTURES[named];
+  if (itsType !== undefined && raw.model_type !== undefined && raw.model_type !== itsType)
+    throw new UserError(
+      `${where}: architectures names ${named} (model_type "${itsType}") but model_type is ${JSON.stringify(raw.model_type)}`,
+    );
+}
+
 /** The family and model_type of a parsed config.json: its `architectures[0]`, else its `model_type`. */
 function architectureOf(raw: Record<string, unknown>, path: string): { family: AnyFamily; modelType: string } {
   const names = Array.isArray(raw.architectures) ? raw.architectures : [];
@@ -60,6 +73,7 @@ function architectureOf(raw: Record<string, unknown>, path: string): { family: A
       `${path}: architecture ${named} is not supported (supported: ${Object.keys(ARCHITECTURES).join(", ")})`,
     );
   }
+  checkNamesAgree(raw, path);
   return { family, modelType };
 }
 

@@ -10,7 +10,7 @@ import { readFileSync } from "node:fs";
 
 import { UserError } from "../errors.ts";
 import { DTYPE_BYTES, type DtypeName } from "../ops.ts";
-import { familyOf, type ModelConfig } from "./architectures.ts";
+import { checkNamesAgree, familyOf, type ModelConfig } from "./architectures.ts";
 import type { GPT2Config } from "./gpt2.ts";
 import { LLAMA_ARCHITECTURES, llamaConfigOf } from "./llama.ts";
 
@@ -65,6 +65,7 @@ export function shapeOf(cfg: ModelConfig): DecoderShape {
 
 /** The decoder shape of a parsed config.json; `where` names it in errors. */
 export function shapeFromConfig(raw: Record<string, unknown>, name: string, where: string): DecoderShape {
+  checkNamesAgree(raw, where);
   const architecture = Array.isArray(raw.architectures) ? String(raw.architectures[0]) : "";
   const arch = LLAMA_ARCHITECTURES[architecture as keyof typeof LLAMA_ARCHITECTURES];
   if (arch && raw.num_local_experts === undefined) {
