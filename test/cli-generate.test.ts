@@ -330,12 +330,27 @@ describe("generate --save-prefix / --prefix: prompt caching", () => {
       const warm = run("--prompt-ids", longer, "--prefix", file, "--mode", mode);
       expect(warm.code).toBe(0);
       expect(ids(warm)).toEqual(cold);
-      expect(JSON.parse(warm.stdout).prefix).toMatchObject({ tokens: 10, reused_rows: 10 });
+      expect(JSON.parse(warm.stdout).prefix).toMatchObject({ tokens: 10, reused_rows: 10, restored_bytes: 20480 });
     }
-    // the prompt is the prefix: its last token is prefilled again
+    // the prompt is the prefix: its last token is prefilled again, its row's bytes not restored
     const same = run("--prompt-ids", prefixIds, "--prefix", file);
     expect(ids(same)).toEqual(ids(saved));
-    expect(JSON.parse(same.stdout).prefix.reused_rows).toBe(9);
+    expect(JSON.parse(same.stdout).prefix).toMatchObject({ reused_rows: 9, bytes: 20480, restored_bytes: 18432 });
+    const said = generate(
+      "--model",
+      LLAMA,
+      "--backend",
+      "cpu",
+      "--max-new-tokens",
+      "2",
+      "--prompt-ids",
+      prefixIds,
+      "--prefix",
+      file,
+    );
+    expect(said.stderr).toContain(
+      "9 of the prompt's 10 tokens' keys and values restored (18432 of the file's 20480 bytes,",
+    );
   });
 
   test.each([

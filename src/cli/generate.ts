@@ -22,6 +22,7 @@ import {
   keepPrefix,
   readPrefixFile,
   prefixIdentityOf,
+  restoredBytes,
   reusedRows,
   type KeptPrefix,
 } from "../run/prefix.ts";
@@ -233,6 +234,7 @@ await runCli(async () => {
         tokens: prefixRead.kept.tokens.length,
         reused_rows: perSequence(result.reusedRows),
         bytes: prefixRead.kept.rows.length,
+        restored_bytes: perSequence(result.reusedRows.map((rows) => restoredBytes(prefixRead.kept, rows))),
         read_ms: prefixRead.ms,
       },
     }),
@@ -254,7 +256,7 @@ await runCli(async () => {
     if (summary.ttft_ms !== null) say(firstTokenLine(summary.ttft_ms, summary.tpot_ms));
     if (prefixRead)
       say(
-        `prefix ${argv.prefix}: ${result.reusedRows[0]} of the prompt's ${tokensOf(prompts[0]!.length)} keys and values restored (${prefixRead.kept.rows.length} bytes, read and checked in ${prefixRead.ms.toFixed(1)} ms, outside the time to first token)`,
+        `prefix ${argv.prefix}: ${result.reusedRows[0]} of the prompt's ${tokensOf(prompts[0]!.length)} keys and values restored (${restoredBytesText(prefixRead.kept, result.reusedRows[0]!)}, read and checked in ${prefixRead.ms.toFixed(1)} ms, outside the time to first token)`,
       );
     if (saved)
       say(
@@ -280,6 +282,12 @@ function firstTokenSplit(tokenMs: number[]): { ttft_ms: number | null; tpot_ms: 
 function firstTokenLine(ttft: number, tpot: number | null): string {
   const after = tpot === null ? "" : `, ${tpot.toFixed(3)} ms per output token after it (mean)`;
   return `time to first token ${ttft.toFixed(3)} ms${after}`;
+}
+
+/** The bytes a request restored, and the file's where it left rows unused (a prompt equal to the prefix). */
+function restoredBytesText(kept: KeptPrefix, rows: number): string {
+  const bytes = restoredBytes(kept, rows);
+  return bytes === kept.rows.length ? `${bytes} bytes` : `${bytes} of the file's ${kept.rows.length} bytes`;
 }
 
 /** A prefix file read whole, with the time that took (a warm request from a file pays it; one from memory does not). */

@@ -86,6 +86,9 @@ export function keepPrefix(
   return { identity, tokens: [...tokens], rows, row_bytes: rowBytes };
 }
 
+/** Bytes of the prefix's first `count` rows, every layer's K and V: what restorePrefix writes. */
+export const restoredBytes = (prefix: KeptPrefix, count: number) => (prefix.rows.length / prefix.tokens.length) * count;
+
 /** Writes the prefix's first `count` rows of every layer into one sequence's cache. */
 export function restorePrefix(backend: Backend, cache: SequenceCache, prefix: KeptPrefix, count: number): void {
   if (count > prefix.tokens.length) throw new RangeError(`${count} rows of a ${prefix.tokens.length}-token prefix`);
