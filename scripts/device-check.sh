@@ -3,7 +3,7 @@
 # registry, so the CLIs travel bundled, with Bun xz-compressed (unpacked by ../shared/device/pack-bun.sh's
 # unpack-bun.sh) and the GPU libraries built and checked here.
 #
-#   here:    scripts/device-check.sh pack      # → .device/ (git-ignored): bun.xz, unpack-bun.sh, app/*.js (the
+#   here:    scripts/device-check.sh pack      # → .device/ (git-ignored): bun.xz, unpack-bun.sh, app.tar.xz (the
 #                                              #   CLIs, their shared code in chunks), build/ (the CUDA library
 #                                              #   without PTX, xz-compressed, the CUPTI library, their stamps);
 #                                              #   fails when the whole transfer (tree + .device) is over 62 MiB
@@ -38,7 +38,7 @@ GENERATE_MODES=(eager eager-native graph graph-pdl persistent uncached)
 # "here" is the 2-core development VM; a step starts only while its estimate is left before DEADLINE_S (a
 # profile cut short writes nothing), under its timeout or what is left, whichever is less.
 BUDGET='
-unpack                |  5 |  30 | measured here: python3 lzma unpacks bun.xz (36.8 MB) in 2.1 s and the CUDA library (4.5 MB xz) in under 1 s
+unpack                |  5 |  30 | measured here: python3 lzma unpacks bun.xz (36.8 MB) in 2.1 s, the CUDA library (4.5 MB xz) in under 1 s and the CLIs (0.4 MB xz) in 0.3 s
 build                 | 12 | 120 | measured here: the CPU library g++ build 10.2 s (one process), each carried library stamp check a Bun start (0.3 s); the timeout leaves nvcc (40+ s) room should a carried stamp be stale
 sass                  | 10 |  30 | measured here: cuobjdump -sass of the library (5.5 MB, its fatbin compressed), the filter and gzip -9: 14-16 s
 profile fused         | 30 |  90 | guess: Bun start 0.3 s and a pass over 124M seeded weights 0.75 s (measured here), the CUDA context and module load a few s, peaks and launch floor ~2 s, ~2000 timed and traced steps of 0.15-1 ms, uncached recomputes of up to 1023 tokens, the report ~1 s (a one-context --backend cpu profile took 4.9 s here)
@@ -72,9 +72,14 @@ pack() {
   export PATH="$PWD/node_modules/.bin:$PATH"
   pack_bun
   ../shared/device/pack-bun.sh .device >/dev/null # unpack-bun.sh (it keeps a bun.xz of the same version)
-  rm -rf .device/app .device/fixtures && mkdir -p .device/app .device/build
-  # one chunk of the code the CLIs share (about half the size of four whole bundles)
-  bun build $(printf 'src/cli/%s.ts ' "${ENTRIES[@]}") --target=bun --splitting --outdir .device/app
+  rm -rf .device/app .device/app.tar.xz .device/fixtures && mkdir -p .device/build
+  # one chunk of the code the CLIs share (about half the size of four whole bundles), xz-compressed (0.4 MB where
+  # the folder is 1.8): `run` unpacks it into build/, so the kit never carries both
+  local bundle
+  bundle=$(mktemp -d)
+  bun build $(printf 'src/cli/%s.ts ' "${ENTRIES[@]}") --target=bun --splitting --outdir "$bundle/app"
+  tar -C "$bundle" -cf - app | xz -T1 -9e > .device/app.tar.xz
+  rm -rf "$bundle"
   # the GPU libraries built here travel with their stamps (the CPU library is built there: -march=native here
   # may not run on its processor)
   bun src/cli/build.ts cupti
@@ -166,9 +171,23 @@ find_cupti() {
   [[ $lib ]] && echo "$lib"
 }
 
-# Bun and the carried GPU libraries, unpacked with python3's lzma (xz may be missing there).
+# The bundled CLIs into $APP (build/app, which the kit does not carry), with python3's lzma (xz may be missing there).
+unpack_app() {
+  rm -rf "$APP" && mkdir -p "$APP"
+  python3 -c "
+import os, sys, tarfile
+with tarfile.open(sys.argv[1], 'r:xz') as archive:
+    for member in archive.getmembers():
+        if member.isfile():  # app/<name>.js: flat, so only its base name is used
+            with open(os.path.join(sys.argv[2], os.path.basename(member.name)), 'wb') as out:
+                out.write(archive.extractfile(member).read())
+" .device/app.tar.xz "$APP"
+}
+
+# Bun, the bundled CLIs and the carried GPU libraries, unpacked with python3's lzma (xz may be missing there).
 unpack() {
   source .device/unpack-bun.sh || return 1
+  unpack_app || return 1
   mkdir -p build
   cp .device/build/libgpt2_cuda.so.stamp .device/build/libgpt2_cupti.so .device/build/libgpt2_cupti.so.stamp .device/build/resource-usage.txt build/
   python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" \
@@ -307,7 +326,7 @@ run() {
   # the carried CUDA library was built without PTX (pack): its stamp's flags are those
   export NO_COLOR=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} DECODE_FLOOR_ROOT=$PWD DECODE_FLOOR_CARRIED=1 DECODE_FLOOR_CUDA_PTX=0
   export OUT HOT_KERNELS
-  export APP=.device/app EXT=js BUN=bun
+  export APP=build/app EXT=js BUN=bun
   BACKEND=(--backend cuda)
   # every profile's model (GPT-2 small's shapes, seeded) and sizes; Llama-3.2-1B's (bf16, the published graphs +
   # PDL and megakernel figures' model) to 8192 tokens of context
@@ -321,7 +340,7 @@ run() {
     # other work may share (a test suite beside it), every timeout and the deadline 4x the device's (cuobjdump alone
     # took 12 s quiet here, over 30 s beside a test suite)
     SLACK=4
-    [[ -f $APP/verify.js ]] || APP=src/cli EXT=ts
+    if [[ -f .device/app.tar.xz ]]; then unpack_app; else APP=src/cli EXT=ts; fi
     BUN=node_modules/.bin/bun BACKEND=(--backend emu) targets=(cpu emu)
     PROFILE_SIZE=(--model "$FIXTURE" --contexts 8 --repeats 2 --warmup 0 --e2e-tokens 2 --traced-steps 1)
     LLAMA_SIZE=(--model test/fixtures/llama-tiny --dtypes bf16 --contexts 8 --prompt-cache 64 --repeats 2 --warmup 0
@@ -330,7 +349,7 @@ run() {
   { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>&1 || echo "no nvidia-smi"; } | tee "$DEVICE_LOG"
   date -u +"date: %Y-%m-%dT%H:%M:%SZ" | tee -a "$DEVICE_LOG"
   print_budget | tee -a "$DEVICE_LOG"
-  export -f find_cuda_tool unpack build_libraries dump_sass
+  export -f find_cuda_tool unpack unpack_app build_libraries dump_sass
 
   if [[ $rehearse ]]; then
     not_rehearsed unpack "$DEVICE_LOG" "Bun and the libraries are here"

@@ -77,8 +77,10 @@ describe("scripts/device-check.sh", () => {
       expect(p.exitCode).toBe(0);
       // the kit's library is built where the project's is, which is put back as it was
       expect(existsSync(ownLibrary) ? readFileSync(`${ownLibrary}.stamp`, "utf8") : null).toBe(before);
-      for (const entry of ["build", "verify", "generate", "profile"])
-        expect(existsSync(join(ROOT, `.device/app/${entry}.js`))).toBe(true);
+      // the CLIs travel as one xz archive, unpacked into build/app by `run` (the kit never carries both)
+      expect(existsSync(join(ROOT, ".device/app"))).toBe(false);
+      const bundled = Bun.spawnSync(["tar", "-tJf", join(ROOT, ".device/app.tar.xz")]).stdout.toString();
+      for (const entry of ["build", "verify", "generate", "profile"]) expect(bundled).toContain(`app/${entry}.js\n`);
       for (const lib of ["libgpt2_cuda.so.xz", "libgpt2_cuda.so.stamp", "libgpt2_cupti.so", "libgpt2_cupti.so.stamp"])
         expect(existsSync(join(ROOT, ".device/build", lib))).toBe(true);
       expect(existsSync(join(ROOT, ".device/fixtures"))).toBe(false); // the tree's gpt2-tiny travels anyway
@@ -160,6 +162,9 @@ describe("scripts/device-check.sh", () => {
 
       // the budget table first: every step, its estimate and timeout, in the order the steps run, within 300 s
       const log = readFileSync(join(out, "device.log"), "utf8").split("\n");
+      // a packed kit's CLIs, unpacked from its archive as on the device; else the sources
+      const packed = existsSync(join(ROOT, ".device/app.tar.xz"));
+      expect(log).toContainEqual(expect.stringContaining(`CLIs: ${packed ? "build/app" : "src/cli"};`));
       const start = log.findIndex((l) => l.startsWith("budget:"));
       const rows = log
         .slice(start + 1, log.findIndex((l, i) => i > start && /^ {2}total /.test(l)) + 1)
