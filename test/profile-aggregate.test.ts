@@ -282,6 +282,7 @@ describe("seedVerdict", () => {
 });
 
 describe("cacheRegimeVerdict", () => {
+  // the floor (8 ms of weights at the rate it is taken at) grows with the cache's share of the bytes
   const row = (context: number, ms: number, kv_byte_share: number, read: number | null = null): SeedRow => ({
     context,
     fill: "prefill",
@@ -291,8 +292,8 @@ describe("cacheRegimeVerdict", () => {
     flop_reduction: 1,
     kv_byte_share,
     read_bytes_per_s: read,
-    floor_ms: 8,
-    over_floor: ms / 8,
+    floor_ms: 8 / (1 - kv_byte_share),
+    over_floor: ms / (8 / (1 - kv_byte_share)),
   });
 
   test("at the largest context: the cache's share of the bytes, the step's growth over the shortest, the regime", () => {
@@ -307,21 +308,40 @@ describe("cacheRegimeVerdict", () => {
     );
   });
 
+  test("a step that grew more than its bytes: the cache's reads cost more than their share", () => {
+    // bytes 1.04× (4% of them the cache at 1000), the step 1.3×: more than 1.15× its bytes
+    expect(cacheRegimeVerdict([row(8, 10, 0.001), row(1000, 13, 0.04)])).toEqual([
+      "At context 1000 the cache is 4% of the step's bytes (work model) and the step is 1.3× its time at context 8, " +
+        "more than its bytes, which grew 1.04×: the weights are most of the bytes, but the cache's reads cost more than their share.",
+    ]);
+    // 1.15× its bytes or less: the bytes explain it
+    expect(cacheRegimeVerdict([row(8, 10, 0.001), row(1000, 11.9, 0.04)])[0]).toEndWith(
+      "its time at context 8: the floor is the weights; the cache barely shows.",
+    );
+    // paired with read passes: the growth at one read rate (here the memory read 1.3× slower at 1000, all of the growth)
+    const [first, last] = [row(8, 10, 0.001, 65e9), row(1000, 13.5, 0.04, 50e9)];
+    Object.assign(last, { floor_ms: (last.floor_ms * 65) / 50, over_floor: 1.0 });
+    Object.assign(first, { over_floor: 1.0 });
+    expect(cacheRegimeVerdict([first, last])[0]).not.toContain("more than its bytes");
+  });
+
   test("a memory read rate that moved between the contexts' timings: the growth at one rate, each step over its floor", () => {
     // the host's memory read 60 GB/s beside context 8's steps and 45 beside context 1000's: 1.33× slower
     const [first, last] = [
       { ...row(8, 8.4, 0.001, 60e9), floor_ms: 8, over_floor: 1.05 },
       { ...row(1000, 13.8, 0.08, 45e9), floor_ms: 11.5, over_floor: 1.2 },
     ];
+    // bytes 1.08× (8 ms at 60 GB/s, 11.5 at 45), the step at one rate 1.23×: within 1.15× of them
     expect(cacheRegimeVerdict([first, last])).toEqual([
       "At context 1000 the cache is 8% of the step's bytes (work model) and the step is 1.6× its time at context 8 — " +
         "but the memory read 1.33× slower beside its steps than beside context 8's: at one read rate the step is 1.2× " +
         "its time there, 1.05× and 1.20× the floor read beside each: the floor is the weights; the cache barely shows.",
     ]);
     // within READ_DRIFT (5%), or untracked on either side: the plain sentence
-    const plain = cacheRegimeVerdict([row(8, 8.4, 0.001, 60e9), row(1000, 13.8, 0.08, 58e9)])[0]!;
+    const plain = cacheRegimeVerdict([row(8, 8.4, 0.001, 60e9), row(1000, 8.9, 0.08, 58e9)])[0]!;
     expect(plain).not.toContain("memory read");
-    expect(cacheRegimeVerdict([row(8, 8.4, 0.001, 60e9), row(1000, 13.8, 0.08)])[0]).toBe(plain);
+    expect(plain).not.toContain("more than its bytes");
+    expect(cacheRegimeVerdict([row(8, 8.4, 0.001, 60e9), row(1000, 8.9, 0.08)])[0]).toBe(plain);
   });
 
   test("nothing to say with one context, or none timed", () => {

@@ -164,9 +164,13 @@ export const CACHE_BOUND = 0.5;
 /** At or above this share (and below CACHE_BOUND) the cache is a visible part of the floor beside the weights. */
 const CACHE_VISIBLE = 0.1;
 
+/** A step that grew more than this × its bytes between two contexts: its bytes do not explain its growth. */
+const BEYOND_BYTES = 1.15;
+
 /**
  * Which bytes the cached step is bound by at the largest context: the cache's share of the step's bytes (work
- * model) and how much the fastest cached step grew over the shortest context's. Nothing with one context.
+ * model) and how much the fastest cached step grew over the shortest context's — and where it grew more than its
+ * bytes did, that the cache's reads cost more than their bytes. Nothing with one context.
  */
 export function cacheRegimeVerdict(seed: readonly SeedRow[]): string[] {
   const timed = seed.filter((r) => bestCachedMs(r) !== null);
@@ -174,17 +178,39 @@ export function cacheRegimeVerdict(seed: readonly SeedRow[]): string[] {
   const last = timed[timed.length - 1];
   if (!first || !last || first === last) return [];
   const growth = bestCachedMs(last)! / bestCachedMs(first)!;
+  const bytes = bytesGrowth(first, last);
+  const beyondBytes = bytes !== null && (growthAtOneRate(first, last) ?? growth) > BEYOND_BYTES * bytes;
   const share = last.kv_byte_share;
   const regime =
     share >= CACHE_BOUND
       ? "the floor is the cache, not the weights"
       : share >= CACHE_VISIBLE
         ? "the weights are still most of the floor, the cache a visible part of it"
-        : "the floor is the weights; the cache barely shows";
+        : beyondBytes
+          ? "the weights are most of the bytes, but the cache's reads cost more than their share"
+          : "the floor is the weights; the cache barely shows";
+  const beyond = beyondBytes ? `, more than its bytes, which grew ${bytes!.toFixed(2)}×` : "";
   return [
     `At context ${last.context} the cache is ${pct(share)} of the step's bytes (work model) and the step is ` +
-      `${growth.toFixed(1)}× its time at context ${first.context}${readDriftClause(first, last)}: ${regime}.`,
+      `${growth.toFixed(1)}× its time at context ${first.context}${readDriftClause(first, last)}${beyond}: ${regime}.`,
   ];
+}
+
+/**
+ * The step's bytes (work model) at `last` over those at `first`: each floor × the rate it was taken at (a read pass
+ * beside the steps, else the peaks' rate for both); null where only one was paired with read passes.
+ */
+function bytesGrowth(first: SeedRow, last: SeedRow): number | null {
+  if ((first.read_bytes_per_s === null) !== (last.read_bytes_per_s === null)) return null;
+  return (last.floor_ms * (last.read_bytes_per_s ?? 1)) / (first.floor_ms * (first.read_bytes_per_s ?? 1));
+}
+
+/** The step's growth at one read rate where both contexts' steps were paired with read passes, else null. */
+function growthAtOneRate(first: SeedRow, last: SeedRow): number | null {
+  const bytes = bytesGrowth(first, last);
+  if (bytes === null || first.read_bytes_per_s === null || first.over_floor === null || last.over_floor === null)
+    return null;
+  return (last.over_floor / first.over_floor) * bytes;
 }
 
 /** Read rates beside two contexts' timings further apart than this share: the step's growth is partly the memory's. */
@@ -206,9 +232,7 @@ function readDriftClause(first: SeedRow, last: SeedRow): string {
   if (Math.abs(slower - 1) <= READ_DRIFT) return "";
   const moved = slower > 1 ? `${slower.toFixed(2)}× slower` : `${(1 / slower).toFixed(2)}× faster`;
   // bytes = floor × rate, so at one rate the times stand as over_floor × floor × rate
-  const atOneRate =
-    (last.over_floor * last.floor_ms * last.read_bytes_per_s) /
-    (first.over_floor * first.floor_ms * first.read_bytes_per_s);
+  const atOneRate = growthAtOneRate(first, last)!;
   return (
     ` — but the memory read ${moved} beside its steps than beside context ${first.context}'s: at one read rate the step is ` +
     `${atOneRate.toFixed(1)}× its time there, ${first.over_floor.toFixed(2)}× and ${last.over_floor.toFixed(2)}× the floor read beside each`
