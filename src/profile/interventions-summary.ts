@@ -193,10 +193,17 @@ export function attributionVerdict(
         ? "the bytes do not explain the time: look at the kernels"
         : batchCheap === true
           ? "the weights are read once for every sequence and the step barely grows: it is bound by bytes, not FLOPs"
-          : batch === null
-            ? "the launch mode did not move it much"
-            : launch === null
-              ? "batching did not halve the cost per token"
-              : "neither launches nor batching moved it much";
+          : [launch && "launch overhead is not a large part of the floor", batch && batchShortfall(batch)]
+              .filter(Boolean)
+              .join(", and ");
   return `Attribution at context ${context}: ${parts.join("; ")}: ${conclusion}.`;
+}
+
+/** A batch that did not read the weights once for all its sequences: what it did to the cost per token. */
+function batchShortfall(batch: NonNullable<Attribution["batch"]>): string {
+  if (batch.token_ratio >= 1 - NOISE) return "batching did not lower the cost per token";
+  return (
+    `batching cut the cost per token to ${ratio(batch.token_ratio)}, short of the ${ratio(1 / batch.batch)} of a step ` +
+    `that reads its weights once for all ${batch.batch} sequences`
+  );
 }
