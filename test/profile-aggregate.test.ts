@@ -193,6 +193,8 @@ const mode = (m: ModeSplit["mode"], s: ModeSplit["split"]): ModeSplit => ({
   context: 1000,
   split: s,
   untraced_ms: s.step_ms,
+  untraced_p10_ms: s.step_ms * 0.98,
+  untraced_p90_ms: s.step_ms * 1.02,
   paired_over_floor: null,
   ops_per_step: 147,
 });
@@ -250,6 +252,20 @@ describe("splitVerdicts", () => {
     expect(atReferenceRate(5.0, 1.0, 4.0, 1.03)).toBeCloseTo(5.15, 12);
     expect(atReferenceRate(5.0, null, 4.0, 1.03)).toBe(4.0);
     expect(atReferenceRate(5.0, 1.0, 4.0, null)).toBe(4.0);
+  });
+
+  test("a difference inside both modes' p10–p90 intervals is said to be within the steps' spread", () => {
+    const eager = { ...mode("eager", split(5.0, 4.9)), untraced_p10_ms: 4.5, untraced_p90_ms: 6.0 };
+    const native = { ...mode("eager-native", split(4.5, 4.4)), untraced_p10_ms: 4.2, untraced_p90_ms: 5.5 };
+    expect(splitVerdicts([eager, native]).sentences[1]!.sentence).toContain(
+      "; at the median issuing the plan natively removes 0.500 ms per token (10% of eager), within the steps' spread " +
+        "(p10–p90 4.20–5.50 ms against eager's 4.50–6.00 ms)",
+    );
+    // apart: the plain difference
+    native.untraced_p90_ms = 4.45;
+    expect(splitVerdicts([eager, native]).sentences[1]!.sentence).toContain(
+      "; issuing the plan natively removes 0.500 ms per token (10% of eager).",
+    );
   });
 
   test("compares modes by their untraced step times, not the traced ones", () => {

@@ -12,6 +12,9 @@ export interface ModeSplit {
   split: SplitNumbers;
   /** median step time measured without tracing: what modes are compared by */
   untraced_ms: number;
+  /** those steps' p10 and p90: a difference inside both modes' intervals is not claimed as one */
+  untraced_p10_ms: number;
+  untraced_p90_ms: number;
   /** where each step was paired with a read pass of the memory (the CPU): its steps' median over their own floors */
   paired_over_floor: number | null;
   /** ops (kernel launches) per step */
@@ -56,7 +59,10 @@ export function atReferenceRate(refMs: number, refOverFloor: number | null, ms: 
 /** A study point's steps over their floors where they were paired with read passes, else null. */
 export const pairedOverFloor = (p: StudyPoint) => (p.read_bytes_per_s === null ? null : p.over_floor);
 
-/** A mode's step against eager's at the same context (atEagersRate). */
+/**
+ * A mode's step against eager's at the same context (atEagersRate): the same within NOISE; else the difference,
+ * said to lie within the steps' spread where the two modes' p10–p90 intervals (the mode's at eager's rate) overlap.
+ */
 function comparedWithEager(m: ModeSplit, eager: ModeSplit | undefined): string {
   if (!eager || m.mode === "eager" || m.mode === "uncached") return "";
   const { ms: modeMs, rate } = atEagersRate(m, eager);
@@ -64,10 +70,21 @@ function comparedWithEager(m: ModeSplit, eager: ModeSplit | undefined): string {
   const share = eager.untraced_ms > 0 ? Math.abs(saved) / eager.untraced_ms : 0;
   if (share < NOISE) return `; it takes the same time per token as eager (within ${pct(NOISE)}${rate})`;
   const what = launchMode(m.mode as LaunchModeName).phrase;
-  return saved > 0
-    ? `; ${what} removes ${ms(saved)} per token (${pct(share)} of eager${rate})`
-    : `; ${what} adds ${ms(-saved)} per token (${pct(share)} of eager${rate})`;
+  const change =
+    saved > 0
+      ? `${what} removes ${ms(saved)} per token (${pct(share)} of eager${rate})`
+      : `${what} adds ${ms(-saved)} per token (${pct(share)} of eager${rate})`;
+  const scale = m.untraced_ms > 0 ? modeMs / m.untraced_ms : 1;
+  const [low, high] = [m.untraced_p10_ms * scale, m.untraced_p90_ms * scale];
+  if (low > eager.untraced_p90_ms || high < eager.untraced_p10_ms) return `; ${change}`;
+  return (
+    `; at the median ${change}, within the steps' spread (p10–p90 ${range(low, high)} against eager's ` +
+    `${range(eager.untraced_p10_ms, eager.untraced_p90_ms)})`
+  );
 }
+
+/** An interval of times in a sentence: "4.10–5.30 ms". */
+const range = (low: number, high: number) => `${ms(low).replace(" ms", "")}–${ms(high)}`;
 
 function modeSentence(m: ModeSplit, eager: ModeSplit | undefined): string {
   const s = m.split;
@@ -246,6 +263,8 @@ export function modeSplitOf(p: StudyPoint, traces: readonly StepTrace[]): ModeSp
     context: p.context,
     split: p.split!,
     untraced_ms: p.device_ms.median,
+    untraced_p10_ms: p.device_ms.p10,
+    untraced_p90_ms: p.device_ms.p90,
     paired_over_floor: pairedOverFloor(p),
     ops_per_step: stepsOf(traces, p.mode, p.context)[0]!.ops.length,
   };
