@@ -96,6 +96,16 @@ describe("renderReport", () => {
     expect(renderReport(s)).not.toContain("spanned more than one of the memory's speeds");
   });
 
+  test("bytes shares are of the peak, or of the read rate beside the steps where they were paired", () => {
+    expect(report).toContain("| of peak B/s (%) |");
+    const s = syntheticSummary();
+    s.points[0]!.read_bytes_per_s = 40e9;
+    const paired = renderReport(s);
+    expect(paired).toContain("| of the read rate beside it (%) |");
+    expect(paired).not.toContain("| of peak B/s (%) |");
+    expect(paired).toContain("its bytes share is of the read rate beside them (their passes' median)");
+  });
+
   test("says how each cache was filled, and labels the uncached step the work model's where it was not timed", () => {
     expect(report).toContain("Every cache was filled by a real prefill.");
     const s = syntheticSummary();

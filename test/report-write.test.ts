@@ -93,6 +93,8 @@ describe("charts from a summary", () => {
     const svg = breakdownChart(s);
     expect(svg).toContain(">KV cache graph @ 32</text>");
     expect(svg).toContain(">not traced (total)</text>");
+    // its bars are traced steps, not the time-per-token table's untraced medians
+    expect(svg).toContain("traced step (ms; untraced where labelled)");
   });
 });
 

@@ -50,7 +50,10 @@ export function latencyChart(s: ProfileSummary): string {
   });
 }
 
-/** One bar per mode at its largest traced context: time per token by op family, plus the device's idle time. */
+/**
+ * One bar per mode at its largest traced context: its traced step by op family (op timers on, so not the time-per-token
+ * table's untraced median), plus the device's idle time; an untraced mode's median beside them, labelled so.
+ */
 export function breakdownChart(s: ProfileSummary): string {
   const traced = breakdownPoints(s);
   const bars = traced.map((p) => {
@@ -70,7 +73,7 @@ export function breakdownChart(s: ProfileSummary): string {
     }));
   return stackedBars({
     title: `Where a token's step goes, by operation: ${s.model.config.name}`,
-    yTitle: "time per token (ms)",
+    yTitle: "traced step (ms; untraced where labelled)",
     bars: [...bars, ...untraced],
     caption: caption(s),
   });

@@ -235,6 +235,10 @@ export function topOpsTable(families: OpAggregate[]): TableData {
   };
 }
 
+/** The bytes-share column's header: of the read rate beside the steps where they were paired (the CPU), else the peak's. */
+const bytesShareHeader = (points: readonly { read_bytes_per_s: number | null }[]) =>
+  points.some((p) => p.read_bytes_per_s !== null) ? "of the read rate beside it (%)" : "of peak B/s (%)";
+
 export function workTable(s: ProfileSummary): TableData {
   return {
     columns: [
@@ -247,7 +251,7 @@ export function workTable(s: ProfileSummary): TableData {
       { header: "achieved FLOP/s", align: "right" },
       { header: "of peak FLOP/s (%)", align: "right" },
       { header: "achieved B/s", align: "right" },
-      { header: "of peak B/s (%)", align: "right" },
+      { header: bytesShareHeader(s.points), align: "right" },
       { header: "regime" },
     ],
     rows: s.points.map((p) => [
@@ -531,7 +535,7 @@ export function interventionsTable(s: ProfileSummary): TableData {
       { header: "bytes per token", align: "right" },
       { header: "FLOP per byte", format: fixed(2) },
       { header: "achieved B/s", align: "right" },
-      { header: "of peak B/s (%)", align: "right" },
+      { header: bytesShareHeader(points), align: "right" },
       { header: "regime (work model)" },
     ],
     rows: points.map((p) => [
