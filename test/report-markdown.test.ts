@@ -134,6 +134,7 @@ describe("renderTerminalSummary", () => {
     expect(text).toStartWith(questionSentence(s));
     expect(text).toContain("context (tokens)  cache filled by  no cache (ms)");
     expect(text).toContain("End-to-end generation");
+    expect(text).toContain("single samples, not medians");
     expect(text).toMatch(/to first token \(ms\)\s+per token after it \(ms\)/);
     for (const e of s.end_to_end) expect(text).toContain(e.ttft_ms.toFixed(3));
     expect(text).toContain("Where a step's time goes");

@@ -10,7 +10,7 @@ import { bestCachedMs } from "../src/profile/verdicts.ts";
 import { summarize } from "../src/stats.ts";
 import { breakdownChart, kvHeadsChart, latencyChart, promptCacheChart, trafficChart } from "../src/report/charts.ts";
 import { captionLines } from "../src/report/svg.ts";
-import { kvHeadsLead } from "../src/report/sections.ts";
+import { kvHeadsLead, kvHeadsTable } from "../src/report/sections.ts";
 import { writeProfileOutputs } from "../src/report/write.ts";
 import { SAVING_AT_ONE_READ_RATE } from "../src/profile/kv-heads-summary.ts";
 import { syntheticSteps, syntheticSummary } from "./helpers/synthetic-profile.ts";
@@ -195,6 +195,17 @@ describe("long-context charts", () => {
       });
     expect(paired(60e9)).toContain(SAVING_AT_ONE_READ_RATE);
     expect(paired(null)).not.toContain(SAVING_AT_ONE_READ_RATE);
+    // and the table's step column says so too
+    const stepHeader = (read: number | null) =>
+      kvHeadsTable({
+        ...s,
+        interventions: {
+          ...interventions,
+          points: interventions.points.map((p) => ({ ...p, read_bytes_per_s: read })),
+        },
+      }).columns[3]!.header;
+    expect(stepHeader(60e9)).toBe("step at -, at one read rate (ms)");
+    expect(stepHeader(null)).toBe("step at - (ms)");
   });
 
   test("K/V heads: a line per variant, crossovers measured solid and by the bytes dotted, those beyond the run listed", () => {

@@ -3,6 +3,7 @@ import type { ProfileSummary } from "../profile/types.ts";
 import { OPTIONAL_FILES, OUTPUT_FILES } from "./output-files.ts";
 import {
   breakdownPoints,
+  END_TO_END_HOW,
   endToEndTable,
   opTimeNote,
   interventionsTable,
@@ -156,7 +157,7 @@ export function renderReport(summary: ProfileSummary): string {
           ),
         ]
       : []),
-    section("End-to-end generation", markdownTable(endToEndTable(s))),
+    section("End-to-end generation", `${END_TO_END_HOW}.`, markdownTable(endToEndTable(s))),
     ...(s.prompt_cache
       ? [
           section(

@@ -293,6 +293,12 @@ export function regimeTable(s: ProfileSummary): TableData {
   };
 }
 
+/** How the end-to-end table's times are had: one generation per mode, so single samples. */
+export const END_TO_END_HOW =
+  "One generation per mode, after the timed points: the prompt prefilled (recomputed without a cache), then the " +
+  "other new tokens back to back; time to first token is that one prefill until its token is known, per token after " +
+  "it the mean of the rest — single samples, not medians";
+
 export function endToEndTable(s: ProfileSummary): TableData {
   return {
     columns: [
@@ -581,7 +587,10 @@ export function kvHeadsTable(s: ProfileSummary): TableData {
       { header: "K/V heads" },
       { header: "weights/KV" },
       { header: "batch" },
-      { header: `step at ${k.savings[0]?.context ?? "-"} (ms)`, align: "right" },
+      {
+        header: `step at ${k.savings[0]?.context ?? "-"}${pairedWithReads(s.interventions!.points) ? ", at one read rate" : ""} (ms)`,
+        align: "right",
+      },
       { header: `saved vs ${k.variants[0]} heads`, align: "right" },
       { header: "saved by the bytes", align: "right" },
       { header: "saved ÷ bytes", align: "right" },

@@ -5,6 +5,7 @@ import chalk from "chalk";
 import type { ProfileSummary } from "../profile/types.ts";
 import {
   breakdownPoints,
+  END_TO_END_HOW,
   endToEndTable,
   interventionsTable,
   kvHeadsTable,
@@ -71,7 +72,7 @@ export function renderTerminalSummary(s: ProfileSummary): string {
       ? [heading("Grouped-query attention: the K/V heads' saving"), terminalTable(kvHeadsTable(s)), ""]
       : []),
     heading("End-to-end generation"),
-    terminalTable(endToEndTable(s)),
+    terminalTable(endToEndTable(s), [`${END_TO_END_HOW}.`]),
     "",
     ...(s.prompt_cache
       ? [heading("Prompt caching: time to first token, cold and warm"), terminalTable(promptCacheTable(s)), ""]
