@@ -1,5 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { renderReport } from "../src/report/markdown.ts";
+import { flopReductionText } from "../src/profile/verdicts.ts";
 import { questionSentence } from "../src/report/sections.ts";
 import { renderTerminalSummary } from "../src/report/terminal.ts";
 import { syntheticSummary } from "./helpers/synthetic-profile.ts";
@@ -20,7 +21,7 @@ describe("renderReport", () => {
 
   test("asks the question with this run's numbers", () => {
     const row = summary.seed_table.find((r) => r.context === 32)!;
-    expect(questionSentence(summary)).toContain(`${row.flop_reduction.toFixed(0)}× fewer FLOPs`);
+    expect(questionSentence(summary)).toContain(`${flopReductionText(row.flop_reduction)} fewer FLOPs`);
     expect(report).toContain(`**The question.** ${questionSentence(summary)}`);
   });
 

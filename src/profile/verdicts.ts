@@ -162,16 +162,19 @@ export function bestCachedMs(row: SeedRow): number | null {
   return measured.length ? Math.min(...measured) : null;
 }
 
+/** A FLOP reduction in a sentence: one decimal below 10 (6.6×, which whole numbers would round past a 7.5× beside it), whole above. */
+export const flopReductionText = (x: number) => `${x.toFixed(x < 10 ? 1 : 0)}×`;
+
 /** The seed question at one context: FLOP reduction against time reduction. */
 export function seedVerdict(row: SeedRow): string {
   const cached = bestCachedMs(row);
   if (row.uncached_ms === null || cached === null) {
-    return `At context ${row.context} the KV cache does ${row.flop_reduction.toFixed(0)}× fewer FLOPs; the times to compare were not measured.`;
+    return `At context ${row.context} the KV cache does ${flopReductionText(row.flop_reduction)} fewer FLOPs; the times to compare were not measured.`;
   }
   const speedup = row.uncached_ms / cached;
   const link = speedup < row.flop_reduction / 2 ? "but the step is only" : "and the step is";
   return (
-    `At context ${row.context} the KV cache does ${row.flop_reduction.toFixed(0)}× fewer FLOPs ${link} ` +
+    `At context ${row.context} the KV cache does ${flopReductionText(row.flop_reduction)} fewer FLOPs ${link} ` +
     `${speedup.toFixed(1)}× faster (${ms(row.uncached_ms)} → ${ms(cached)}).`
   );
 }

@@ -12,7 +12,7 @@ import type {
   StudyPoint,
 } from "../profile/types.ts";
 import { pairedWithReads, SAVING_AT_ONE_READ_RATE } from "../profile/kv-heads-summary.ts";
-import { bestCachedMs } from "../profile/verdicts.ts";
+import { bestCachedMs, flopReductionText, ms } from "../profile/verdicts.ts";
 import type { LaunchModeName } from "../run/launch-modes.ts";
 import { formatBytes, formatDuration, formatRate, type Cell, type Column } from "./tables.ts";
 
@@ -55,10 +55,11 @@ export function questionSentence(s: ProfileSummary): string {
   if (!r)
     return "Why does a KV cache remove most of a decode step's FLOPs but much less of its time — is the per-token floor launch overhead?";
   const cached = bestCachedMs(r)!;
+  const speedup = r.uncached_ms! / cached;
   return (
-    `At ${r.context} tokens of context a KV cache does ${r.flop_reduction.toFixed(0)}× fewer FLOPs per token than recomputing the sequence, ` +
-    `yet the step is only ${(r.uncached_ms! / cached).toFixed(1)}× faster (${formatDuration(r.uncached_ms!)} → ${formatDuration(cached)}). ` +
-    `Is the ~${formatDuration(cached)} per-token floor launch overhead?`
+    `At ${r.context} tokens of context a KV cache does ${flopReductionText(r.flop_reduction)} fewer FLOPs per token than recomputing the sequence, ` +
+    `${speedup < r.flop_reduction / 2 ? "yet the step is only" : "and the step is"} ${speedup.toFixed(1)}× faster ` +
+    `(${ms(r.uncached_ms!)} → ${ms(cached)}). Is the ~${ms(cached)} per-token floor launch overhead?`
   );
 }
 
