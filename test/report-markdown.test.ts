@@ -97,6 +97,15 @@ describe("renderReport", () => {
     expect(renderReport(s)).not.toContain("spanned more than one of the memory's speeds");
   });
 
+  test("on the CPU the split says idle and host issue are one time", () => {
+    expect(report).not.toContain("On the CPU the ops run on the thread that issues them");
+    const s = syntheticSummary();
+    s.device.backend = "cpu";
+    expect(renderReport(s)).toContain(
+      "On the CPU the ops run on the thread that issues them, so idle and host issue are one time",
+    );
+  });
+
   test("bytes shares are of the peak, or of the read rate beside the steps where they were paired", () => {
     expect(report).toContain("| of peak B/s (%) |");
     const s = syntheticSummary();

@@ -26,7 +26,7 @@ import {
   fillSentence,
   seedTable,
   floorSentence,
-  SPLIT_HOW,
+  splitHow,
   splitTable,
   topOpsTable,
   withSplit,
@@ -171,7 +171,7 @@ export function renderReport(summary: ProfileSummary): string {
       : []),
     section(
       "Where a step's time goes",
-      `${SPLIT_HOW}.`,
+      `${splitHow(s)}.`,
       markdownTable(splitTable(s)),
       splits
         .filter((p) => p.split.verdict !== "")

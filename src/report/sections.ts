@@ -172,8 +172,14 @@ export const withSplit = (s: ProfileSummary) =>
   s.points.filter((p): p is StudyPoint & { split: NonNullable<StudyPoint["split"]> } => p.split !== undefined);
 
 /** What the split's columns are: of a traced step, not the timed ones of the time-per-token table. */
-export const SPLIT_HOW =
+const SPLIT_HOW =
   "step = the traced step of median length (op timers on: its time is not the time-per-token table's, whose steps run untraced), from its first host or op event to its last; busy = union of the op intervals on the device; idle = step − busy; host issue = time the host spends issuing the step, of which launch API inside the launch calls";
+
+/** How the time split is had; on the CPU, that idle and host issue are one time. */
+export const splitHow = (s: ProfileSummary) =>
+  s.device.backend === "cpu"
+    ? `${SPLIT_HOW}. On the CPU the ops run on the thread that issues them, so idle and host issue are one time, the host's between ops, and no launch API is called`
+    : SPLIT_HOW;
 
 export function splitTable(s: ProfileSummary): TableData {
   return {

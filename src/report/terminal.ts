@@ -19,7 +19,7 @@ import {
   runLine,
   seedTable,
   floorSentence,
-  SPLIT_HOW,
+  splitHow,
   splitTable,
   topOpsTable,
   withSplit,
@@ -78,7 +78,7 @@ export function renderTerminalSummary(s: ProfileSummary): string {
       ? [heading("Prompt caching: time to first token, cold and warm"), terminalTable(promptCacheTable(s)), ""]
       : []),
     ...(withSplit(s).length > 0
-      ? [heading("Where a step's time goes"), terminalTable(splitTable(s), [`${SPLIT_HOW}.`]), ""]
+      ? [heading("Where a step's time goes"), terminalTable(splitTable(s), [`${splitHow(s)}.`]), ""]
       : []),
     ...tops,
     heading("Verdicts"),
