@@ -232,8 +232,8 @@ export function topOpsTable(families: OpAggregate[]): TableData {
   return {
     columns: [
       { header: "op family" },
-      { header: "calls" },
-      { header: "total (ms)", format: ms3 },
+      { header: "calls (all traced steps)" },
+      { header: "total, all traced steps (ms)", format: ms3 },
       { header: "mean (ms)", format: ms3 },
       { header: "median (ms)", format: ms3 },
       { header: "share (%)", align: "right" },
