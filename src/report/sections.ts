@@ -577,6 +577,7 @@ export function kvHeadsLead(s: ProfileSummary): string {
   return (
     "Each K/V-head variant's step against the one with the most heads, at the largest context" +
     (pairedWithReads(i.points) ? `: ${SAVING_AT_ONE_READ_RATE}` : "") +
+    ". The bytes saved (work model) are the cache's and the K and V projections' weights, which fewer heads shrink too" +
     `. The crossover: ${i.kv_heads.crossover_how}`
   );
 }
