@@ -1,6 +1,7 @@
 // `bun run bench cpu` as a user runs it: each section's output on GPT-2 small's shapes (structure and
 // numbers, never timing bounds), the competing load gone afterwards, and one clear line for bad flags.
 import { describe, expect, test } from "bun:test";
+import { freemem } from "node:os";
 import { join } from "node:path";
 
 import { CpuBackend } from "../src/backends/cpu.ts";
@@ -154,6 +155,14 @@ describe("bench cpu sections", () => {
       expect(r.stdout).toMatch(new RegExp(`T = ${T} +${number} GFLOP/s`));
     }
   });
+
+  test("--prefill on a model of fewer positions: its linears at every T, its attention only where a sequence fits", () => {
+    const r = bench("cpu", "--prefill", "--model", "test/fixtures/gpt2-tiny");
+    expect(r.code).toBe(0);
+    expect(r.stderr).toBe("");
+    expect(r.stdout).toMatch(/^1000×128→384 \(c_attn\) /m);
+    expect(r.stdout).toContain("; T = 128, 1000 not run: past gpt2-tiny's 64 positions.");
+  });
 });
 
 describe("bench: bad flags, one line, exit ≠ 0", () => {
@@ -176,11 +185,24 @@ describe("bench: bad flags, one line, exit ≠ 0", () => {
       "Arguments model and preset are mutually exclusive",
     ],
     [["cpu", "--model", "/nonexistent-model-dir"], "model directory not found: /nonexistent-model-dir"],
+
     [[], "name a benchmark: cpu"],
   ])("bench %p", (args, message) => {
     const r = bench(...args);
     expect(r.code).not.toBe(0);
     expect(r.stderr).toBe(`error: ${message}\n`);
+    expect(r.stdout).toBe("");
+  });
+
+  // bench has no --dtype: the refusal names what it can take instead (a machine with the memory runs it)
+  const roomFor8b = freemem() > 30e9;
+  if (roomFor8b) console.log("cli-bench: over 30 GB free, llama-3.1-8b's f32 weights may fit: its refusal not run");
+  test.skipIf(roomFor8b)("weights past free memory: a smaller model, nothing printed before", () => {
+    const r = bench("cpu", "--preset", "llama-3.1-8b", "--decode");
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toMatch(
+      /^error: llama-3\.1-8b in f32 is 32\.1 GB of weights, more than this machine's [\d.]+ GB of free memory: it times f32 weights only; give a smaller --preset or --model\n$/,
+    );
     expect(r.stdout).toBe("");
   });
 });

@@ -349,7 +349,7 @@ describe("generate --save-prefix / --prefix: prompt caching", () => {
       file,
     );
     expect(said.stderr).toContain(
-      "9 of the prompt's 10 tokens' keys and values restored (18432 of the file's 20480 bytes,",
+      "9 of the prompt's 10 tokens' keys and values restored (18432 of the 20480 bytes of rows the file keeps,",
     );
   });
 

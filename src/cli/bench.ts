@@ -159,7 +159,7 @@ function benchDecode(backend: CpuBackend, session: Session<ModelWeights>, contex
         `floor ms: the bytes at that rate; ÷ floor: the median over ${replay.name}'s steps of each ÷ its bytes at its pass (the rounds' medians' min–max)`,
     );
     line(
-      `context  weights MB  KV MB  read GB/s  floor ms   ${modes.map((m) => `${m.name} ms`.padEnd(22)).join("")}÷ ${kind}`,
+      `context  weights MB  KV MB  read GB/s  floor ms   ${modes.map((m) => `${m.name} ms`.padEnd(24)).join("")}÷ ${kind}`,
     );
     for (const c of contexts) {
       const { weights: w, kv } = floors.get(c)!;
@@ -169,7 +169,7 @@ function benchDecode(backend: CpuBackend, session: Session<ModelWeights>, contex
       const byRound = summarize(rounds.map((steps) => pointFloor(steps, w + kv, read.bytes_per_s).over_floor));
       const cell = (ms: number[]) => {
         const x = summarize(ms);
-        return `${x.median.toFixed(2).padStart(7)} (${x.p10.toFixed(1)}–${x.p90.toFixed(1)})`.padEnd(22);
+        return `${x.median.toFixed(2).padStart(7)} (${x.p10.toFixed(2)}–${x.p90.toFixed(2)})`.padEnd(24);
       };
       line(
         `${String(c).padStart(7)}  ${(w / 1e6).toFixed(1).padStart(10)}  ${(kv / 1e6).toFixed(1).padStart(5)}  ${(rate / 1e9).toFixed(1).padStart(9)}  ${(((w + kv) / rate) * 1e3).toFixed(2).padStart(8)}   ${modes.map((m) => cell(msOf(samples.get(c)!.get(m)!.flat()))).join("")}${floor.over_floor.toFixed(2)} (${byRound.min.toFixed(2)}–${byRound.max.toFixed(2)})`,
@@ -249,8 +249,8 @@ async function benchContention(session: Session<ModelWeights>, threads: number, 
   line(
     `${CONTEND_ROUNDS} rounds of ${perRound} quiet steps (competitor frozen) and ${perRound} loaded steps, ${replay.name}; medians (p10–p90)`,
   );
-  line(`quiet  ${q.median.toFixed(2)} ms (${q.p10.toFixed(1)}–${q.p90.toFixed(1)})`);
-  line(`loaded ${l.median.toFixed(2)} ms (${l.p10.toFixed(1)}–${l.p90.toFixed(1)})`);
+  line(`quiet  ${q.median.toFixed(2)} ms (${q.p10.toFixed(2)}–${q.p90.toFixed(2)})`);
+  line(`loaded ${l.median.toFixed(2)} ms (${l.p10.toFixed(2)}–${l.p90.toFixed(2)})`);
   line(`slowdown ${(l.median / q.median).toFixed(2)}× (median), ${(l.p90 / q.median).toFixed(2)}× (p90)`);
 }
 
@@ -328,10 +328,15 @@ async function benchPrefill(backend: CpuBackend, cfg: ModelConfig): Promise<void
 /** The uncached step's attention (T queries from position 0, causal), GFLOP/s by the work model's count. */
 function benchManyQueryAttention(backend: CpuBackend, cfg: ModelConfig, peak: number): void {
   const H = cfg.n_head;
-  const maxCtx = Math.min(cfg.n_positions, Math.max(...PREFILL_ROWS)); // the cache rows the longest prefill fills
+  const rows = PREFILL_ROWS.filter((T) => T <= cfg.n_positions); // a sequence holds at most n_positions tokens
+  const maxCtx = Math.max(...rows); // the cache rows the longest prefill fills
   const [C, kvC, KV] = [H * headDimOf(cfg), kvColumns(cfg), kvHeadsOf(cfg)];
-  line(`many-query attention (the uncached step's, one layer, FLOPs as the work model counts them):`);
-  for (const T of PREFILL_ROWS) {
+  const past = PREFILL_ROWS.filter((T) => T > cfg.n_positions);
+  line(
+    `many-query attention (the uncached step's, one layer, FLOPs as the work model counts them)` +
+      `${past.length ? `; T = ${past.join(", ")} not run: past ${cfg.name}'s ${cfg.n_positions} positions` : ""}${rows.length ? ":" : "."}`,
+  );
+  for (const T of rows) {
     const flops = stepWork(cfg, T, 0).find((o) => o.family === "attention")!.flops;
     const qkv = backend.alloc(T * (C + 2 * kvC) * 4),
       kCache = backend.alloc(maxCtx * kvC * 4),
@@ -379,6 +384,7 @@ async function benchCpu(
   const weights = loadAnyWeights(model.dir, model.preset, 0, (text) => modelLines.push(text));
   const cfg = weights.config;
   const contexts = contextsFor(contextsFlag, cfg.n_positions);
+  if (sections.decode || sections.contend) checkHostMemory(cfg, "f32", undefined, null);
   const backend = CpuBackend.open();
   line(
     `machine: ${backend.deviceName}; date ${new Date().toISOString()}; load average ${load()} (1, 5, 15 min) at the start`,
@@ -387,7 +393,6 @@ async function benchCpu(
   if (sections.decode || sections.contend) {
     const longest = Math.max(...(sections.decode ? contexts : []), sections.contend ? contendContext(cfg) : 0);
     line(`model: ${cfg.name}; prefilling ${longest} tokens…`);
-    checkHostMemory(cfg, "f32");
     // a rotary model's sessions hold what the sweep reaches (Llama-3.2-1B's 131,072 positions would not fit)
     const held = familyOf(cfg).rotary ? longest + 1 : cfg.n_positions;
     const session = new Session(backend, weights, { form: DEFAULT_STEP_FORM, maxRows: held, maxContext: held });

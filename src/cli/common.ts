@@ -74,14 +74,28 @@ function storedBytes(cfg: ModelConfig, dtype: DtypeName): number {
   return parameterCountOf(cfg) * DTYPE_BYTES[dtype];
 }
 
-/** Refuses weights that do not fit the host's free memory, naming a storage type that would (as `flag` takes it). */
-export function checkHostMemory(cfg: ModelConfig, dtype: DtypeName, free = freemem(), flag = "--dtype"): void {
+/**
+ * Refuses weights that do not fit the host's free memory, naming a storage type that would (as `flag` takes it;
+ * null for a command that runs `dtype` only, which is told to take a smaller model).
+ */
+export function checkHostMemory(
+  cfg: ModelConfig,
+  dtype: DtypeName,
+  free = freemem(),
+  flag: string | null = "--dtype",
+): void {
   const need = storedBytes(cfg, dtype);
   if (need <= free) return;
   const fits = DTYPE_NAMES.filter((d) => storedBytes(cfg, d) <= free);
   const gb = (n: number) => `${(n / 1e9).toFixed(1)} GB`;
+  const remedy =
+    flag === null
+      ? `: it times ${dtype} weights only; give a smaller --preset or --model`
+      : fits.length
+        ? `: use ${flag} ${fits[0]}`
+        : "";
   throw new UserError(
-    `${cfg.name} in ${dtype} is ${gb(need)} of weights, more than this machine's ${gb(free)} of free memory${fits.length ? `: use ${flag} ${fits[0]}` : ""}`,
+    `${cfg.name} in ${dtype} is ${gb(need)} of weights, more than this machine's ${gb(free)} of free memory${remedy}`,
   );
 }
 

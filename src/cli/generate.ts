@@ -287,7 +287,9 @@ function firstTokenLine(ttft: number, tpot: number | null): string {
 /** The bytes a request restored, and the file's where it left rows unused (a prompt equal to the prefix). */
 function restoredBytesText(kept: KeptPrefix, rows: number): string {
   const bytes = restoredBytes(kept, rows);
-  return bytes === kept.rows.length ? `${bytes} bytes` : `${bytes} of the file's ${kept.rows.length} bytes`;
+  return bytes === kept.rows.length
+    ? `${bytes} bytes`
+    : `${bytes} of the ${kept.rows.length} bytes of rows the file keeps`;
 }
 
 /** A prefix file read whole, with the time that took (a warm request from a file pays it; one from memory does not). */
