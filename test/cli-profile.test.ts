@@ -410,6 +410,18 @@ test("--kv-heads 1,2 on gpt2-tiny (2 query heads): its own weights at 2, seeded 
   expect(at(2).work.weight_bytes - at(1).work.weight_bytes).toBe(2 * 129 * 2 * 64 * 4);
 }, 300_000);
 
+test("one configuration asked for that is not the study's own is timed: --batches 2 alone, --kv-heads 1 alone", () => {
+  const only = (name: string, ...flags: string[]) => {
+    const run = quickLlamaProfile(join(out, name), "--contexts", "8", "--mode", "eager", ...flags);
+    expect(run.code).toBe(0);
+    return (JSON.parse(run.stdout) as ProfileSummary).interventions;
+  };
+  expect(only("batch-2-only", "--batches", "2")!.points.map((p) => [p.batch, p.kv_heads])).toEqual([[2, 2]]);
+  expect(only("kv-1-only", "--kv-heads", "1")!.points.map((p) => [p.batch, p.kv_heads])).toEqual([[1, 1]]);
+  // the study's own alone: nothing beside it to time
+  expect(only("own-only", "--kv-heads", "2", "--batches", "1")).toBeUndefined();
+}, 300_000);
+
 test("--dtypes bf16,f32 (the study's own the fewest bytes): the attribution weighs f32 against it", () => {
   const run = quickLlamaProfile(join(out, "bf16-first"), "--contexts", "8", "--mode", "eager", "--dtypes", "bf16,f32");
   expect(run.code).toBe(0);

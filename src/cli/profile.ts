@@ -389,7 +389,10 @@ await runCli(async () => {
     const opts: StudyOptions = {
       modes,
       form: studied,
-      ...(forms.length * variants.length > 1 ? { interventions: { forms, variants, mode: fastestMode(backend) } } : {}),
+      // timed unless the one configuration asked for is the study's own (--batches 4 alone is batch 4 timed)
+      ...(forms.length * variants.length > 1 || forms[0]!.batch !== 1 || variants[0]!.kv_heads !== kvHeadsOf(cfg)
+        ? { interventions: { forms, variants, mode: fastestMode(backend) } }
+        : {}),
       contexts: contextsFor(argv.contexts, backend, cfg.n_positions, say),
       fill: argv.fill,
       repeats: intFlag("repeats", argv.repeats ?? defaults.repeats, 1, MAX_REPEATS),

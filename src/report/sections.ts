@@ -11,6 +11,7 @@ import type {
   StudyMode,
   StudyPoint,
 } from "../profile/types.ts";
+import { kvHeadsOf } from "../model/architectures.ts";
 import { pairedWithReads, SAVING_AT_ONE_READ_RATE } from "../profile/kv-heads-summary.ts";
 import { bestCachedMs, flopReductionText, ms } from "../profile/verdicts.ts";
 import type { LaunchModeName } from "../run/launch-modes.ts";
@@ -535,7 +536,8 @@ export function peerSentences(s: ProfileSummary): string[] {
 /** Per configuration (storage types, batch, K/V heads where they were varied) and context: time per step and per token against bytes per token. */
 export function interventionsTable(s: ProfileSummary): TableData {
   const points = s.interventions?.points ?? [];
-  const varied = s.interventions?.kv_heads != null;
+  // the K/V heads shown where any configuration has other than the model's own
+  const varied = points.some((p) => p.kv_heads !== kvHeadsOf(s.model.config));
   return {
     columns: [
       { header: "weights" },
