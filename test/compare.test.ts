@@ -156,6 +156,23 @@ describe("compareRuns on synthetic summaries", () => {
     expect(launch.rows.find((r) => r.key[0] === "graph node")!.cells[1]!.change).toBe("within noise");
   });
 
+  test("traced steps that moved otherwise than the timed ones are said not to tell one story", () => {
+    // the second run's timed steps 1.2× slower, its traced op time 0.75× the first's
+    const apart = timed(base, () => 1.2);
+    for (const p of apart.points)
+      if (p.breakdown) {
+        p.breakdown.op_sum_ms *= 0.75;
+        for (const f of p.breakdown.families) f.total_ms *= 0.75;
+      }
+    const verdicts = compareRuns([run("a", base), run("b", apart)]).verdicts;
+    const families = verdicts.find((v) => v.includes("by op family"))!;
+    expect(families).toMatch(/The traced steps' op time moved 0\.75× where the timed steps moved 1\.20×/);
+    // moved alike: nothing said
+    const alike = timed(base, () => 0.8);
+    for (const p of alike.points) if (p.breakdown) p.breakdown.op_sum_ms *= 0.8;
+    expect(compareRuns([run("a", base), run("b", alike)]).verdicts.join(" ")).not.toContain("do not tell one story");
+  });
+
   test("runs of another model or plan are listed as not comparable, with the difference", () => {
     const medium = structuredClone(base);
     medium.model.config = { ...medium.model.config, name: "wide", n_embd: 128 };

@@ -828,8 +828,29 @@ function familiesVerdict(p: Pair): string[] {
   const noise = m.top.change === "within noise" ? "within the noise" : "beyond the noise";
   return [
     `${versus(p)}, by op family (${m.mode} at context ${m.context}): ${m.top.key[2]} moved most, ${ms(m.top.ref.median)} → ${ms(m.top.value.median)} per step ` +
-      `(${signedMs(m.topDelta)} of the ops' ${signedMs(m.total)}; ${noise}).`,
+      `(${signedMs(m.topDelta)} of the ops' ${signedMs(m.total)}; ${noise}).${tracedAgainstTimed(p, m.mode, m.context)}`,
   ];
+}
+
+/** Traced steps that moved this much more or less than the timed ones between two runs do not tell the steps' story. */
+const TRACED_APART = 1.2;
+
+/**
+ * Where the traced steps' op time moved between the runs by a ratio more than TRACED_APART from the timed steps'
+ * (the op families come from traced steps, the time per token from untraced ones, run at other moments), a sentence
+ * saying so; else nothing.
+ */
+function tracedAgainstTimed(p: Pair, mode: KeyPart | undefined, context: number): string {
+  const at = (r: RunInput) => r.summary.points.find((q) => q.mode === mode && q.context === context);
+  const [ref, run] = [at(p.ref), at(p.run)];
+  if (!ref?.breakdown || !run?.breakdown) return "";
+  const traced = run.breakdown.op_sum_ms / ref.breakdown.op_sum_ms;
+  const timed = run.device_ms.median / ref.device_ms.median;
+  if (traced / timed <= TRACED_APART && timed / traced <= TRACED_APART) return "";
+  return (
+    ` The traced steps' op time moved ${times(traced)} where the timed steps moved ${times(timed)}: traced and timed ` +
+    "steps ran at other moments (on a shared host, at other speeds of its memory), so the op families and the time per token do not tell one story here."
+  );
 }
 
 function launchVerdict(p: Pair): string[] {
@@ -871,7 +892,7 @@ function interventionsVerdict(p: Pair): string[] {
   }
   if (a.batch && b.batch && a.batch.batch === b.batch.batch) {
     parts.push(
-      `batch ${a.batch.batch} took ${times(a.batch.token_ratio)} and ${times(b.batch.token_ratio)} a single sequence's time per token`,
+      `batch ${a.batch.batch} took ${times(a.batch.token_ratio)} and ${times(b.batch.token_ratio)} a single sequence's time per token (the study's storage types and K/V heads)`,
     );
   }
   return parts.length ? [`${versus(p)}, interventions at context ${a.context}: ${parts.join("; ")}.`] : [];
