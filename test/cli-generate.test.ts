@@ -37,6 +37,20 @@ describe("generate: output contract", () => {
     expect(out.tpot_ms).toBeCloseTo(rest / 47, 9);
   });
 
+  test("an untimed warm-up request comes first unless --cold; the tokens are the same either way", () => {
+    const args = [...tinyArgs, "--max-new-tokens", "12", "--json"];
+    const [warm, cold] = [generate(...args), generate(...args, "--cold")];
+    expect([warm.code, cold.code]).toEqual([0, 0]);
+    expect(JSON.parse(warm.stdout).warmed_up).toBe(true);
+    expect(JSON.parse(cold.stdout).warmed_up).toBe(false);
+    expect(JSON.parse(warm.stdout).generated_ids).toEqual(JSON.parse(cold.stdout).generated_ids);
+    expect(JSON.parse(warm.stdout).generated_ids).toEqual(expected.generated.slice(0, 12));
+    const said = generate(...tinyArgs, "--max-new-tokens", "4", "--cold");
+    expect(said.stderr).toMatch(
+      /^time to first token [\d.]+ ms, [\d.]+ ms per output token after it \(mean\); the process's first request \(--cold\)$/m,
+    );
+  });
+
   test("--cache off gives the same tokens", () => {
     const r = generate(...tinyArgs, "--max-new-tokens", "48", "--json", "--cache", "off");
     expect(JSON.parse(r.stdout).generated_ids).toEqual(expected.generated);

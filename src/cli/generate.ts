@@ -14,6 +14,7 @@ import {
   modeForm,
   replayMode,
   unavailableMode,
+  type LaunchMode,
   type LaunchModeName,
 } from "../run/launch-modes.ts";
 import {
@@ -43,6 +44,9 @@ import { checkDistinctFiles, checkWritableFile, writeFileAtomic, writeStdout } f
 /** replay = the plan recorded natively: a CUDA graph where the backend has graphs, one native call per step elsewhere */
 const MODES = [...LAUNCH_MODE_NAMES, "replay"] as const;
 const DEFAULT_PROMPT = "Hello, I'm a language model,";
+/** The untimed warm-up request: the prompts' first tokens and a few new ones (generate --cold skips it). */
+const WARMUP_PROMPT_TOKENS = 16;
+const WARMUP_NEW_TOKENS = 2;
 /** "1 token's", "10 tokens'": whose keys and values */
 const tokensOf = (n: number) => (n === 1 ? "1 token's" : `${n} tokens'`);
 
@@ -125,6 +129,11 @@ await runCli(async () => {
         default: false,
         describe: "let --save-prefix and --dump-logits replace a file that exists",
       })
+      .option("cold", {
+        type: "boolean",
+        default: false,
+        describe: `time the process's first request: without the untimed warm-up request (the prompts' first ${WARMUP_PROMPT_TOKENS} tokens, ${WARMUP_NEW_TOKENS} new) that otherwise starts the threads, touches the buffers and compiles the code first`,
+      })
       .conflicts("prompt", "prompt-ids"),
     ["prompt", "prompt-ids"],
   );
@@ -193,6 +202,9 @@ await runCli(async () => {
   const cache = argv.cache === "on";
   if (!cache && mode.name !== "eager")
     say(`note: --cache off recomputes eagerly; --mode ${argv.mode} applies to cached steps only`);
+  if (!cache && argv.plan === "fused")
+    say("note: --cache off recomputes with one launch per op; --plan fused applies to cached steps only");
+  if (!argv.cold) warmUp(session, prompts, Math.min(WARMUP_NEW_TOKENS, maxNew), cache, mode);
   // the weights' hash and the prefix's checks come before the timed run, as a server's would at start-up
   const identity = prefixRead || savePrefix ? prefixIdentityOf(session) : undefined;
   if (prefixRead) checkPrefixIdentity(prefixRead.kept, identity!, argv.prefix!);
@@ -225,6 +237,7 @@ await runCli(async () => {
     model: { name: cfg.name, source: weights.source },
     token_ms: result.tokenMs,
     token_kinds: result.tokenKinds,
+    warmed_up: !argv.cold,
     first_step_ms: firstStepMs ?? null,
     median_step_ms: steadyMs.length ? summarize(steadyMs).median : null,
     ...firstTokenSplit(result.tokenMs),
@@ -253,7 +266,7 @@ await runCli(async () => {
     say(
       `${backend.kind} (${backend.deviceName}), cache ${argv.cache}, mode ${summary.mode}, plan ${summary.plan}, ${storage}: ${maxNew} tokens${batch > 1 ? ` × ${batch} sequences` : ""}${perToken}`,
     );
-    if (summary.ttft_ms !== null) say(firstTokenLine(summary.ttft_ms, summary.tpot_ms));
+    if (summary.ttft_ms !== null) say(firstTokenLine(summary.ttft_ms, summary.tpot_ms, summary.warmed_up));
     if (prefixRead)
       say(
         `prefix ${argv.prefix}: ${result.reusedRows[0]} of the prompt's ${tokensOf(prompts[0]!.length)} keys and values restored (${restoredBytesText(prefixRead.kept, result.reusedRows[0]!)}, read and checked in ${prefixRead.ms.toFixed(1)} ms, outside the time to first token)`,
@@ -279,9 +292,10 @@ function firstTokenSplit(tokenMs: number[]): { ttft_ms: number | null; tpot_ms: 
   };
 }
 
-function firstTokenLine(ttft: number, tpot: number | null): string {
+function firstTokenLine(ttft: number, tpot: number | null, warmedUp: boolean): string {
   const after = tpot === null ? "" : `, ${tpot.toFixed(3)} ms per output token after it (mean)`;
-  return `time to first token ${ttft.toFixed(3)} ms${after}`;
+  const which = warmedUp ? "after one untimed warm-up request" : "the process's first request (--cold)";
+  return `time to first token ${ttft.toFixed(3)} ms${after}; ${which}`;
 }
 
 /** The bytes a request restored, and the file's where it left rows unused (a prompt equal to the prefix). */
@@ -290,6 +304,23 @@ function restoredBytesText(kept: KeptPrefix, rows: number): string {
   return bytes === kept.rows.length
     ? `${bytes} bytes`
     : `${bytes} of the ${kept.rows.length} bytes of rows the file keeps`;
+}
+
+/**
+ * One untimed request before the timed one, as a server has served others before: the threads started, the buffers'
+ * pages touched, the plans built and the code compiled, so that the times are a request's, not the process's start.
+ * It uses the paths the timed request does (the many-rows prefill past 8 tokens, the cached step in its launch mode),
+ * no prefix; the timed request overwrites every cache row it reads.
+ */
+function warmUp(
+  session: Parameters<typeof generateBatch>[0],
+  prompts: number[][],
+  newTokens: number,
+  cache: boolean,
+  mode: LaunchMode,
+): void {
+  const short = prompts.map((p) => p.slice(0, WARMUP_PROMPT_TOKENS));
+  generateBatch(session, { prompts: short, maxNewTokens: newTokens, cache, mode });
 }
 
 /** A prefix file read whole, with the time that took (a warm request from a file pays it; one from memory does not). */
