@@ -97,12 +97,15 @@ describe("renderReport", () => {
     expect(renderReport(s)).not.toContain("spanned more than one of the memory's speeds");
   });
 
-  test("on the CPU the split says idle and host issue are one time", () => {
+  test("on the CPU the split says idle and host issue are one time, and an unpaired floor is not DRAM's", () => {
     expect(report).not.toContain("On the CPU the ops run on the thread that issues them");
+    expect(report).not.toContain("not a DRAM floor");
     const s = syntheticSummary();
     s.device.backend = "cpu";
-    expect(renderReport(s)).toContain(
-      "On the CPU the ops run on the thread that issues them, so idle and host issue are one time",
+    const cpu = renderReport(s);
+    expect(cpu).toContain("On the CPU the ops run on the thread that issues them, so idle and host issue are one time");
+    expect(cpu).toContain(
+      "so this is a cache floor's stand-in, not a DRAM floor: a step can beat it (÷ floor under 1).",
     );
   });
 

@@ -166,7 +166,11 @@ export function floorSentence(s: ProfileSummary): string {
         ...mixedRates(s),
       ].join(" ")
     : `Memory floor = the cached step's bytes (work model) at the measured bandwidth, ${formatRate(s.device.peaks.bytes_per_s, "B")}; ` +
-        "fastest ÷ floor = the median over the fastest mode's steps of each ÷ that floor.";
+        "fastest ÷ floor = the median over the fastest mode's steps of each ÷ that floor." +
+        // on the CPU the steps go unpaired where their bytes are under the probe's knee: the last-level cache serves them
+        (s.device.backend === "cpu"
+          ? " The steps' bytes are under the size past which the memory, not the last-level cache, serves a read (the probe's knee), so this is a cache floor's stand-in, not a DRAM floor: a step can beat it (÷ floor under 1)."
+          : "");
 }
 
 export const withSplit = (s: ProfileSummary) =>
