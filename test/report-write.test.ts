@@ -185,27 +185,16 @@ describe("long-context charts", () => {
   test("K/V heads: the report says the savings are at one read rate only where every step was paired with a read pass", () => {
     const s = withKvHeads();
     const interventions = s.interventions!;
-    const paired = (read: number | null) =>
-      kvHeadsLead({
-        ...s,
-        interventions: {
-          ...interventions,
-          points: interventions.points.map((p) => ({ ...p, read_bytes_per_s: read })),
-        },
-      });
-    expect(paired(60e9)).toContain(SAVING_AT_ONE_READ_RATE);
-    expect(paired(null)).not.toContain(SAVING_AT_ONE_READ_RATE);
+    /** the summary with every intervention point's steps paired with passes reading `read` (null: unpaired) */
+    const pairedAt = (read: number | null) => ({
+      ...s,
+      interventions: { ...interventions, points: interventions.points.map((p) => ({ ...p, read_bytes_per_s: read })) },
+    });
+    expect(kvHeadsLead(pairedAt(60e9))).toContain(SAVING_AT_ONE_READ_RATE);
+    expect(kvHeadsLead(pairedAt(null))).not.toContain(SAVING_AT_ONE_READ_RATE);
     // and the table's step column says so too
-    const stepHeader = (read: number | null) =>
-      kvHeadsTable({
-        ...s,
-        interventions: {
-          ...interventions,
-          points: interventions.points.map((p) => ({ ...p, read_bytes_per_s: read })),
-        },
-      }).columns[3]!.header;
-    expect(stepHeader(60e9)).toBe("step at -, at one read rate (ms)");
-    expect(stepHeader(null)).toBe("step at - (ms)");
+    expect(kvHeadsTable(pairedAt(60e9)).columns[3]!.header).toBe("step at -, at one read rate (ms)");
+    expect(kvHeadsTable(pairedAt(null)).columns[3]!.header).toBe("step at - (ms)");
   });
 
   test("K/V heads: a line per variant, crossovers measured solid and by the bytes dotted, those beyond the run listed", () => {
