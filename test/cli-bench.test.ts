@@ -76,7 +76,10 @@ describe("bench cpu sections", () => {
       expect(weightsMb).toBeCloseTo(494.6, 0); // GPT-2 small's weights read per step
       expect(kvMb).toBeCloseTo((2 * 12 * (context + 1) * 768 * 4) / 1e6, 1); // K and V rows read
       expect(readGbs).toBeGreaterThan(0);
-      expect(Number(cells[4])).toBeCloseTo((weightsMb + kvMb) / readGbs, 1); // the floor: the bytes at that rate
+      // the floor: the bytes at that rate, the rate as printed (one decimal, ±0.05 GB/s: 0.6% at a loaded 9 GB/s)
+      const floorMs = Number(cells[4]);
+      expect(floorMs).toBeGreaterThanOrEqual((weightsMb + kvMb) / (readGbs + 0.05) - 0.005);
+      expect(floorMs).toBeLessThanOrEqual((weightsMb + kvMb) / (readGbs - 0.05) + 0.005);
       // one step a round: the median over the steps lies within the rounds' min–max
       const median = Number(cells.at(-2));
       const [min, max] = cells.at(-1)!.replace(/[()]/g, "").split("–").map(Number);
