@@ -38,12 +38,6 @@ import {
   taskFamily,
 } from "../src/verify/sass-checks.ts";
 
-/**
- * A planted variant is a whole CUDA library built by nvcc: 5 minutes on an idle 2-core VM on a slow day
- * (2026-12-07), over 10 with both cores busy with other work.
- */
-const PLANTED_BUILD_MS = 1_800_000;
-
 /** The kernels' facts (the emulator's library: the same sources as the CUDA one). */
 const facts = libraryKernelFacts(ensureBuilt("emu", { quiet: true }).path);
 
@@ -364,74 +358,66 @@ describe.skipIf(skipReason !== null)("the built CUDA library's SASS", () => {
     ]);
   }, 600_000);
 
-  test(
-    "planted serialisation (-DPLANT_SERIAL_MATVEC, #pragma unroll 1 in the matvec) fails the check in every matvec instantiation, and only there",
-    () => {
-      const path = ensureBuilt("cuda", {
-        quiet: true,
-        extraFlags: ["-DPLANT_SERIAL_MATVEC"],
-        variant: "planted_serial",
-      }).path;
-      const rows = sassChecks(librarySassFunctions(path, cuobjdump!), built());
-      // the persistent step kernels inline the planted matvec too: they may spill with it (and only they), and the
-      // check of their bodies fails on the matvec bodies, and only on them
-      const local = rows.find((r) => r.check === "sass local memory")!;
-      expectOnlyPersistentSpills(local);
-      const bodies = rows.find((r) => r.check === "sass persistent bodies")!;
-      const shortBodies = bodies.detail
-        .replace(/^too few 16-byte loads in flight: /, "")
-        .split("; ")
-        .map((s) => s.replace(/^persistent_step_kernel<[^>]*> /, "").split(" ")[0]);
-      expect(bodies.status).toBe(findNvdisasm() ? "fail" : "skip");
-      if (bodies.status === "fail") {
-        expect(new Set(shortBodies)).toEqual(
-          new Set(["ln_qkv", "ln_linear_gelu", "linear_residual", "rms_qkv_rope", "rms_gate_up"]),
-        );
-        expect(shortBodies).toHaveLength(2 * 12 * 3); // every persistent kernel's three matvec bodies, both architectures'
-      }
-      const failed = rows.filter((r) => r.status === "fail" && r !== local && r !== bodies).map((r) => r.check);
-      expect(failed).toEqual(matvecs().map((k) => `sass ${k}`));
-      for (const kernel of ["linear_matvec_kernel<float, 4, 1>", "ln_qkv_kernel<__nv_bfloat16, 8, 8>"])
-        expect(rows.find((r) => r.check === `sass ${kernel}`)!.detail).toMatch(/^1 x 16-byte loads/);
-    },
-    PLANTED_BUILD_MS,
-  );
-
-  test(
-    "planted task arguments in global memory (-DPLANT_TASK_IN_GLOBAL, the persistent kernel's first version) fail the persistent bodies, and only them",
-    () => {
-      const path = ensureBuilt("cuda", {
-        quiet: true,
-        extraFlags: ["-DPLANT_TASK_IN_GLOBAL"],
-        variant: "planted_task",
-      }).path;
-      const rows = sassChecks(librarySassFunctions(path, cuobjdump!), built());
-      // the planted kernel reloads its arguments, which may make the persistent kernels (and only they) spill
-      const local = rows.find((r) => r.check === "sass local memory")!;
-      expectOnlyPersistentSpills(local);
-      const failed = rows.filter((r) => r.status !== "pass" && r !== local);
-      if (!findNvdisasm())
-        return void expect(failed.map((r) => [r.check, r.status])).toEqual([["sass persistent bodies", "skip"]]);
-      expect(failed.map((r) => r.check)).toEqual(["sass persistent bodies"]);
-      // each body reloads its arguments around its weight loads: the matvecs and the LM head keep fewer than 8 in flight
-      // (1 to 4, as ptxas schedules the whole kernel)
-      const short = failed[0]!.detail
-        .replace(/^too few 16-byte loads in flight: /, "")
-        .split("; ")
-        .map((s) => s.replace(/^persistent_step_kernel<[^>]*> /, ""));
-      expect(new Set(short.map((s) => s.split(" ")[0]))).toEqual(
-        new Set([
-          "ln_qkv",
-          "ln_linear_gelu",
-          "linear_residual",
-          "ln_lm_head_argmax",
-          "rms_qkv_rope",
-          "rms_gate_up",
-          "rms_lm_head_argmax",
-        ]),
+  test("planted serialisation (-DPLANT_SERIAL_MATVEC, #pragma unroll 1 in the matvec) fails the check in every matvec instantiation, and only there", () => {
+    const path = ensureBuilt("cuda", {
+      quiet: true,
+      extraFlags: ["-DPLANT_SERIAL_MATVEC"],
+      variant: "planted_serial",
+    }).path;
+    const rows = sassChecks(librarySassFunctions(path, cuobjdump!), built());
+    // the persistent step kernels inline the planted matvec too: they may spill with it (and only they), and the
+    // check of their bodies fails on the matvec bodies, and only on them
+    const local = rows.find((r) => r.check === "sass local memory")!;
+    expectOnlyPersistentSpills(local);
+    const bodies = rows.find((r) => r.check === "sass persistent bodies")!;
+    const shortBodies = bodies.detail
+      .replace(/^too few 16-byte loads in flight: /, "")
+      .split("; ")
+      .map((s) => s.replace(/^persistent_step_kernel<[^>]*> /, "").split(" ")[0]);
+    expect(bodies.status).toBe(findNvdisasm() ? "fail" : "skip");
+    if (bodies.status === "fail") {
+      expect(new Set(shortBodies)).toEqual(
+        new Set(["ln_qkv", "ln_linear_gelu", "linear_residual", "rms_qkv_rope", "rms_gate_up"]),
       );
-      for (const s of short) expect(s).toMatch(/^\w+ [1-4] \(< 8\)$/);
-    },
-    PLANTED_BUILD_MS,
-  );
+      expect(shortBodies).toHaveLength(2 * 12 * 3); // every persistent kernel's three matvec bodies, both architectures'
+    }
+    const failed = rows.filter((r) => r.status === "fail" && r !== local && r !== bodies).map((r) => r.check);
+    expect(failed).toEqual(matvecs().map((k) => `sass ${k}`));
+    for (const kernel of ["linear_matvec_kernel<float, 4, 1>", "ln_qkv_kernel<__nv_bfloat16, 8, 8>"])
+      expect(rows.find((r) => r.check === `sass ${kernel}`)!.detail).toMatch(/^1 x 16-byte loads/);
+  }, 1_800_000); // nvcc builds the whole planted library: past 10 min with both cores busy (2026-12-07)
+
+  test("planted task arguments in global memory (-DPLANT_TASK_IN_GLOBAL, the persistent kernel's first version) fail the persistent bodies, and only them", () => {
+    const path = ensureBuilt("cuda", {
+      quiet: true,
+      extraFlags: ["-DPLANT_TASK_IN_GLOBAL"],
+      variant: "planted_task",
+    }).path;
+    const rows = sassChecks(librarySassFunctions(path, cuobjdump!), built());
+    // the planted kernel reloads its arguments, which may make the persistent kernels (and only they) spill
+    const local = rows.find((r) => r.check === "sass local memory")!;
+    expectOnlyPersistentSpills(local);
+    const failed = rows.filter((r) => r.status !== "pass" && r !== local);
+    if (!findNvdisasm())
+      return void expect(failed.map((r) => [r.check, r.status])).toEqual([["sass persistent bodies", "skip"]]);
+    expect(failed.map((r) => r.check)).toEqual(["sass persistent bodies"]);
+    // each body reloads its arguments around its weight loads: the matvecs and the LM head keep fewer than 8 in flight
+    // (1 to 4, as ptxas schedules the whole kernel)
+    const short = failed[0]!.detail
+      .replace(/^too few 16-byte loads in flight: /, "")
+      .split("; ")
+      .map((s) => s.replace(/^persistent_step_kernel<[^>]*> /, ""));
+    expect(new Set(short.map((s) => s.split(" ")[0]))).toEqual(
+      new Set([
+        "ln_qkv",
+        "ln_linear_gelu",
+        "linear_residual",
+        "ln_lm_head_argmax",
+        "rms_qkv_rope",
+        "rms_gate_up",
+        "rms_lm_head_argmax",
+      ]),
+    );
+    for (const s of short) expect(s).toMatch(/^\w+ [1-4] \(< 8\)$/);
+  }, 1_800_000); // nvcc builds the whole planted library: past 10 min with both cores busy (2026-12-07)
 });
