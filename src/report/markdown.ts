@@ -26,6 +26,7 @@ import {
   fillSentence,
   seedTable,
   floorSentence,
+  sharesOfReadRate,
   splitHow,
   splitTable,
   topOpsTable,
@@ -196,7 +197,7 @@ export function renderReport(summary: ProfileSummary): string {
       "Work model vs measured peaks",
       `Peaks: ${formatRate(peaks.flops_per_s, "FLOP")} and ${formatRate(peaks.bytes_per_s, "B")} (${peaks.how_measured}). ` +
         "Work counts a multiply-add as 2 FLOPs and the fewest bytes (each weight, activation and KV cache row once, fp32)." +
-        (s.points.some((p) => p.read_bytes_per_s !== null)
+        (sharesOfReadRate(s.points)
           ? " Where a point's steps were paired with read passes of the memory, its bytes share is of the read rate beside them (their passes' median), which a shared host's memory moves, not of this peak; above 100% the step read faster than its pass: part of its bytes came from the last-level cache, or the memory sped up."
           : ""),
       launchFloorSentence(s),

@@ -247,9 +247,13 @@ export function topOpsTable(families: OpAggregate[]): TableData {
   };
 }
 
-/** The bytes-share column's header: of the read rate beside the steps where they were paired (the CPU), else the peak's. */
+/** Whether bytes shares are of the read rate beside the steps (any paired with read passes: the CPU), not the peak's. */
+export const sharesOfReadRate = (points: readonly { read_bytes_per_s: number | null }[]) =>
+  points.some((p) => p.read_bytes_per_s !== null);
+
+/** The bytes-share column's header (sharesOfReadRate). */
 const bytesShareHeader = (points: readonly { read_bytes_per_s: number | null }[]) =>
-  points.some((p) => p.read_bytes_per_s !== null) ? "of the read rate beside it (%)" : "of peak B/s (%)";
+  sharesOfReadRate(points) ? "of the read rate beside it (%)" : "of peak B/s (%)";
 
 export function workTable(s: ProfileSummary): TableData {
   return {
