@@ -133,6 +133,11 @@ const badInputs: Array<[string, string[], RegExp]> = [
   ],
   ["an unknown flag", ["--bogus"], /bogus/],
   [
+    "a seed for a checkpoint's own weights",
+    ["--model", FIXTURE, "--seed", "3"],
+    /model and seed are mutually exclusive/,
+  ],
+  [
     "more threads than the CPUs this process may run on",
     [...tinyArgs, "--threads", "1000"],
     /^error: --threads 1000: this process may run on \d+ CPUs?; give 1\.\.\d+$/,

@@ -104,7 +104,8 @@ await runCli(async () => {
         describe:
           "ops of cached decode steps: fused (the default: 5 launches per layer) or unfused (one launch per op: 11 per layer for GPT-2, 12 for the Llama family)",
       })
-      .option("seed", { type: "number", default: 0, describe: "seed of the random weights when no --model is given" })
+      .option("seed", { type: "number", describe: "seed of the random weights when no --model is given (default 0)" })
+      .conflicts("model", "seed")
       .option("threads", {
         type: "number",
         describe: "CPU backend threads, 1 up to the CPUs this process may run on (default: all of them)",
@@ -159,8 +160,11 @@ await runCli(async () => {
   // the model's header and the prompt are checked before the backend opens, and the model's line is said
   // after them: a bad input is its one line
   const modelLines: string[] = [];
-  const weights = loadAnyWeights(argv.model, argv.preset ?? DEFAULT_PRESET, intFlag("seed", argv.seed, 0), (line) =>
-    modelLines.push(line),
+  const weights = loadAnyWeights(
+    argv.model,
+    argv.preset ?? DEFAULT_PRESET,
+    intFlag("seed", argv.seed ?? 0, 0),
+    (line) => modelLines.push(line),
   );
   const cfg = weights.config;
   const plan: PlanKind = argv.plan ?? DEFAULT_STEP_FORM.plan;
