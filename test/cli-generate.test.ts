@@ -95,9 +95,15 @@ test("exits 0 after a run whose ops used the thread pool, 5 times out of 5 (the 
   }
 });
 
-/** A copy of the fixture with its safetensors bytes or config rewritten by `corrupt`. */
+const brokenModelDirs: string[] = [];
+afterAll(() => {
+  for (const dir of brokenModelDirs) rmSync(dir, { recursive: true, force: true });
+});
+
+/** A copy of the fixture with its safetensors bytes or config rewritten by `corrupt`, removed after the file's tests. */
 function brokenModel(corrupt: (dir: string) => void): string {
   const dir = mkdtempSync(join(tmpdir(), "broken-model-"));
+  brokenModelDirs.push(dir);
   for (const f of ["config.json", "model.safetensors"]) copyFileSync(join(FIXTURE, f), join(dir, f));
   corrupt(dir);
   return dir;

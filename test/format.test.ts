@@ -1,7 +1,7 @@
 // The code is formatted and lint-clean: Biome for TypeScript and JSON (biome.jsonc), clang-format for C++ and CUDA
 // (.clang-format), both pinned in package-lock.json. `npm run format` fixes what this finds.
 import { describe, expect, test } from "bun:test";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { biomeProblems, cppSources, unformattedCpp } from "../src/cli/format.ts";
@@ -20,6 +20,10 @@ describe("format and lint", () => {
     const dir = mkdtempSync(join(tmpdir(), "format-"));
     const file = join(dir, "bad.cu");
     writeFileSync(file, "int  f( int a ){return a;}\n");
-    expect(unformattedCpp([file])).toEqual([file]);
+    try {
+      expect(unformattedCpp([file])).toEqual([file]);
+    } finally {
+      rmSync(dir, { recursive: true });
+    }
   });
 });
