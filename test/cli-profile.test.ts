@@ -411,15 +411,27 @@ test("--kv-heads 1,2 on gpt2-tiny (2 query heads): its own weights at 2, seeded 
 }, 300_000);
 
 test("one configuration asked for that is not the study's own is timed: --batches 2 alone, --kv-heads 1 alone", () => {
+  const ownOnlyNote = /^note: .*name only the study's own configuration/m;
   const only = (name: string, ...flags: string[]) => {
     const run = quickLlamaProfile(join(out, name), "--contexts", "8", "--mode", "eager", ...flags);
     expect(run.code).toBe(0);
-    return (JSON.parse(run.stdout) as ProfileSummary).interventions;
+    return { interventions: (JSON.parse(run.stdout) as ProfileSummary).interventions, stderr: run.stderr };
   };
-  expect(only("batch-2-only", "--batches", "2")!.points.map((p) => [p.batch, p.kv_heads])).toEqual([[2, 2]]);
-  expect(only("kv-1-only", "--kv-heads", "1")!.points.map((p) => [p.batch, p.kv_heads])).toEqual([[1, 1]]);
-  // the study's own alone: nothing beside it to time
-  expect(only("own-only", "--kv-heads", "2", "--batches", "1")).toBeUndefined();
+  const alone: Array<[string, string[], number[][]]> = [
+    ["batch-2-only", ["--batches", "2"], [[2, 2]]],
+    ["kv-1-only", ["--kv-heads", "1"], [[1, 1]]],
+  ];
+  for (const [name, flags, timed] of alone) {
+    const { interventions, stderr } = only(name, ...flags);
+    expect(interventions!.points.map((p) => [p.batch, p.kv_heads])).toEqual(timed);
+    expect(stderr).not.toMatch(ownOnlyNote);
+  }
+  // the study's own alone: nothing beside it to time, and the run says so
+  const own = only("own-only", "--kv-heads", "2", "--batches", "1");
+  expect(own.interventions).toBeUndefined();
+  expect(own.stderr).toMatch(
+    /^note: --batches 1 --kv-heads 2 name only the study's own configuration \(f32, batch 1, 2 K\/V heads\): no interventions are timed beside it$/m,
+  );
 }, 300_000);
 
 test("--dtypes bf16,f32 (the study's own the fewest bytes): the attribution weighs f32 against it", () => {

@@ -386,13 +386,18 @@ await runCli(async () => {
     if (backend.kind !== "cuda")
       for (const v of variants)
         for (const dtype of dtypes) checkHostMemory(v.weights.config, dtype, freemem(), "--dtypes");
+    // timed unless the one configuration asked for is the study's own (--batches 4 alone is batch 4 timed)
+    const intervened =
+      forms.length * variants.length > 1 || forms[0]!.batch !== 1 || variants[0]!.kv_heads !== kvHeadsOf(cfg);
+    const asked = (["dtypes", "batches", "kv-heads"] as const).filter((f) => argv[f] !== undefined);
+    if (!intervened && asked.length > 0)
+      say(
+        `note: ${asked.map((f) => `--${f} ${argv[f]}`).join(" ")} name only the study's own configuration (${dtypes[0]}, batch 1, ${kvHeadsOf(cfg)} K/V heads): no interventions are timed beside it`,
+      );
     const opts: StudyOptions = {
       modes,
       form: studied,
-      // timed unless the one configuration asked for is the study's own (--batches 4 alone is batch 4 timed)
-      ...(forms.length * variants.length > 1 || forms[0]!.batch !== 1 || variants[0]!.kv_heads !== kvHeadsOf(cfg)
-        ? { interventions: { forms, variants, mode: fastestMode(backend) } }
-        : {}),
+      ...(intervened ? { interventions: { forms, variants, mode: fastestMode(backend) } } : {}),
       contexts: contextsFor(argv.contexts, backend, cfg.n_positions, say),
       fill: argv.fill,
       repeats: intFlag("repeats", argv.repeats ?? defaults.repeats, 1, MAX_REPEATS),
