@@ -220,6 +220,33 @@ describe("long-context charts", () => {
     expect(kvHeadsChart(syntheticSummary())).toBeNull();
   });
 
+  test("K/V heads: paired steps are drawn at one read rate, as their crossovers are measured", () => {
+    const s = withKvHeads();
+    const interventions = s.interventions!;
+    const polylines = (svg: string) => [...svg.matchAll(/<polyline points="([^"]*)"/g)].map((m) => m[1]);
+    // the 3-head variant timed while the memory read at half the rate: twice its time, its floor twice as long
+    const paired = {
+      ...s,
+      interventions: {
+        ...interventions,
+        points: interventions.points.map((p) => {
+          const slow = p.kv_heads === 3 ? 2 : 1;
+          return {
+            ...p,
+            step_ms: stats(p.step_ms.median * slow),
+            read_bytes_per_s: 60e9 / slow,
+            over_floor: 1,
+            work: { ...p.work, bytes: (60e9 * p.step_ms.median) / 1e3 },
+          };
+        }),
+      },
+    };
+    const svg = kvHeadsChart(paired)!;
+    expect(polylines(svg)).toEqual(polylines(kvHeadsChart(s)!));
+    expect(svg).toContain(">median step time at one read rate, 60.0 GB/s (ms, eager)</text>");
+    expect(kvHeadsChart(s)!).toContain(">median step time (ms, eager)</text>");
+  });
+
   test("prompt cache: cold, warm from memory and warm from a file against the prefix", () => {
     const s = syntheticSummary();
     expect(promptCacheChart(s)).toBeNull();

@@ -89,8 +89,11 @@ export function buildKvHeads(points: InterventionPoint[], together: boolean): Kv
 export function atOneReadRate(series: readonly InterventionPoint[]): [number, number][] {
   if (!pairedWithReads(series)) return series.map((p) => [p.context, p.step_ms.median]);
   const rate = series[0]!.read_bytes_per_s!;
-  return series.map((p) => [p.context, ((p.over_floor * p.work.bytes) / rate) * 1e3]);
+  return series.map((p) => [p.context, stepMsAtRate(p, rate)]);
 }
+
+/** A paired point's step (ms) had the memory read at `rate` B/s: its bytes at that rate × its steps' median over their own floors. */
+export const stepMsAtRate = (p: InterventionPoint, rate: number) => ((p.over_floor * p.work.bytes) / rate) * 1e3;
 
 /** Whether every point's steps were paired with read passes of the memory (the CPU's). */
 export const pairedWithReads = (points: readonly InterventionPoint[]) =>

@@ -1,7 +1,8 @@
 // The profile's SVG charts, drawn from a ProfileSummary alone: time per token against context, where a
 // step's time goes by operation and by the bytes it reads, and, where the run measured them, the K/V-head
 // variants with their crossovers and time to first token cold against a kept prefix.
-import type { ProfileSummary, PromptCachePoint } from "../profile/types.ts";
+import { pairedWithReads, stepMsAtRate } from "../profile/kv-heads-summary.ts";
+import type { InterventionPoint, ProfileSummary, PromptCachePoint } from "../profile/types.ts";
 import { bestCachedMs } from "../profile/verdicts.ts";
 import { breakdownPoints, modeLabel } from "./sections.ts";
 import { lineChart, stackedBars, type BarSegment, type LineSeries, type XMarker } from "./svg.ts";
@@ -103,7 +104,7 @@ export function trafficChart(s: ProfileSummary): string {
 }
 
 /**
- * Median step time against context per K/V-head variant (× storage types × batch), with each crossover
+ * Median step time (at one read rate where paired) against context per K/V-head variant (× storage types × batch), with each crossover
  * marked: solid where the run measured it, dotted where the bytes formula puts it inside the run; the
  * formula's crossovers beyond the run are listed in the caption. Null without a K/V-head intervention.
  */
@@ -117,14 +118,16 @@ export function kvHeadsChart(s: ProfileSummary): string | null {
     a.kv_heads === b.kv_heads && a.dtype === b.dtype && a.kv_dtype === b.kv_dtype && a.batch === b.batch;
   const name = (c: Config) =>
     `${c.kv_heads} K/V heads · batch ${c.batch}${types.size > 1 ? ` · ${c.dtype}/${c.kv_dtype}` : ""}`;
+  // where the steps were paired with read passes, every point at one read rate, as the crossovers are measured
+  // (a series' crossover does not depend on which rate); else the medians as timed
+  const rate = oneReadRate(iv.points, k.variants[0]!);
+  const stepMs = (p: InterventionPoint) => (rate === null ? p.step_ms.median : stepMsAtRate(p, rate));
   const drawn = iv.configs
     .map((c) => ({
       config: c,
       series: {
         name: name(c),
-        points: iv.points
-          .filter((p) => same(p, c) && onAxis(p.context))
-          .map((p) => ({ x: p.context, y: p.step_ms.median })),
+        points: iv.points.filter((p) => same(p, c) && onAxis(p.context)).map((p) => ({ x: p.context, y: stepMs(p) })),
       },
     }))
     .filter((d) => d.series.points.length > 0);
@@ -149,12 +152,25 @@ export function kvHeadsChart(s: ProfileSummary): string | null {
   return lineChart({
     title: `Step time vs context per K/V-head variant: ${s.model.config.name}`,
     xTitle: "context (tokens already in each sequence, log2 scale)",
-    yTitle: `median step time (ms, ${iv.mode})`,
+    yTitle:
+      rate === null
+        ? `median step time (ms, ${iv.mode})`
+        : `median step time at one read rate, ${(rate / 1e9).toFixed(1)} GB/s (ms, ${iv.mode})`,
     series: drawn.map((d) => d.series),
     markers,
     markerLegend: { solid: "crossover measured", dotted: "crossover by the bytes" },
     caption: caption(s, note),
   });
+}
+
+/**
+ * The read rate a chart's paired points are all taken at: that of the most heads' first point at the largest
+ * context. Null where some point's steps were not paired with read passes (a GPU's).
+ */
+function oneReadRate(points: readonly InterventionPoint[], mostHeads: number): number | null {
+  if (!pairedWithReads(points)) return null;
+  const largest = Math.max(...points.map((p) => p.context));
+  return points.find((p) => p.kv_heads === mostHeads && p.context === largest)!.read_bytes_per_s!;
 }
 
 /** Time to first token against the prefix kept, cold and warm (from memory, from a file). Null without --prompt-cache. */
