@@ -413,21 +413,27 @@ test("--kv-heads 1,2 on gpt2-tiny (2 query heads): its own weights at 2, seeded 
 test("one configuration asked for that is not the study's own is timed: --batches 2 alone, --kv-heads 1 alone", () => {
   const ownOnlyNote = /^note: .*name only the study's own configuration/m;
   const only = (name: string, ...flags: string[]) => {
-    const run = quickLlamaProfile(join(out, name), "--contexts", "8", "--mode", "eager", ...flags);
+    const run = quickLlamaProfile(join(out, name), "--mode", "eager", ...flags);
     expect(run.code).toBe(0);
-    return { interventions: (JSON.parse(run.stdout) as ProfileSummary).interventions, stderr: run.stderr };
+    const report = readFileSync(join(out, name, OUTPUT_FILES.report), "utf8");
+    return { interventions: (JSON.parse(run.stdout) as ProfileSummary).interventions, stderr: run.stderr, report };
   };
-  const alone: Array<[string, string[], number[][]]> = [
-    ["batch-2-only", ["--batches", "2"], [[2, 2]]],
-    ["kv-1-only", ["--kv-heads", "1"], [[1, 1]]],
+  const batch2 = only("batch-2-only", "--contexts", "8,100", "--fill", "synthetic", "--batches", "2");
+  const kv1 = only("kv-1-only", "--contexts", "8", "--kv-heads", "1");
+  const timedAlone: Array<[typeof batch2, number[][]]> = [
+    [batch2, [8, 100].map((context) => [2, 2, context])],
+    [kv1, [[1, 1, 8]]],
   ];
-  for (const [name, flags, timed] of alone) {
-    const { interventions, stderr } = only(name, ...flags);
-    expect(interventions!.points.map((p) => [p.batch, p.kv_heads])).toEqual(timed);
+  for (const [{ interventions, stderr }, timed] of timedAlone) {
+    expect(interventions!.points.map((p) => [p.batch, p.kv_heads, p.context])).toEqual(timed);
     expect(stderr).not.toMatch(ownOnlyNote);
   }
+  // each point filled as the study's at its context, and the table says how where any was synthetic
+  expect(batch2.interventions!.points.map((p) => p.fill)).toEqual(["prefill", "synthetic"]);
+  expect(batch2.report).toMatch(/\| context \(tokens\) \| fill \|/);
+  expect(kv1.report).not.toMatch(/\| fill \|/);
   // the study's own alone: nothing beside it to time, and the run says so
-  const own = only("own-only", "--kv-heads", "2", "--batches", "1");
+  const own = only("own-only", "--contexts", "8", "--kv-heads", "2", "--batches", "1");
   expect(own.interventions).toBeUndefined();
   expect(own.stderr).toMatch(
     /^note: --batches 1 --kv-heads 2 name only the study's own configuration \(f32, batch 1, 2 K\/V heads\): no interventions are timed beside it$/m,

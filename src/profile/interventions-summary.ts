@@ -28,7 +28,7 @@ export function buildInterventions(
   method: string,
   base: { dtype: DtypeName; kv: DtypeName; kv_heads: number },
 ): InterventionsSection {
-  const points = result.samples.map(({ form: p, kv_heads, context, step_ms, paired }): InterventionPoint => {
+  const points = result.samples.map(({ form: p, kv_heads, context, fill, step_ms, paired }): InterventionPoint => {
     const work = sumWork(cachedStepWork(withKvHeads(cfg, kv_heads), context, p));
     const floor = pointFloor(paired, work.bytes, peaks.bytes_per_s);
     const beside = peaksBeside(peaks, floor.read_bytes_per_s);
@@ -42,6 +42,7 @@ export function buildInterventions(
       batch: p.batch,
       kv_heads,
       context,
+      fill,
       step_ms,
       token_ms: step_ms.median / p.batch,
       work,

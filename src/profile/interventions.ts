@@ -33,6 +33,8 @@ export interface InterventionSample {
   form: StepForm;
   kv_heads: number;
   context: number;
+  /** how every sequence's cache was filled to `context`: as the study's point at that context */
+  fill: FillMethod;
   step_ms: Stats;
   /** every timed step's device ms with the memory's read pass right before it */
   paired: PairedStep[];
@@ -45,8 +47,8 @@ export interface InterventionOptions {
   seed: number;
   /** a safe point between steps, outside the timed region */
   checkpoint: () => Promise<void>;
-  /** a group of `configurations` is about to be timed at `context` */
-  onContext?: (context: number, configurations: number) => void;
+  /** a group of `configurations` is about to be timed at `context`, its caches filled by `fill` */
+  onContext?: (context: number, configurations: number, fill: FillMethod) => void;
   /** how the study filled the cache at a context (each sequence is filled the same way) */
   fillOf: (context: number) => FillMethod;
   /** a line for the user: how the K/V-head variants are timed */
@@ -121,7 +123,7 @@ async function measureGroup(
     );
     const samples: InterventionSample[] = [];
     for (const context of opts.contexts) {
-      opts.onContext?.(context, configs.length);
+      opts.onContext?.(context, configs.length, opts.fillOf(context));
       const timed = await timeContext(
         configs.map((c) => c.session),
         instrument,
@@ -134,6 +136,7 @@ async function measureGroup(
           form,
           kv_heads: variant.kv_heads,
           context,
+          fill: opts.fillOf(context),
           step_ms: summarize(timed[i]!.map((t) => t.ms)),
           paired: timed[i]!,
         })),

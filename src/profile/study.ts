@@ -306,8 +306,11 @@ export class Study {
         {
           ...this.opts,
           checkpoint: () => this.checkpoint(),
-          onContext: (context, configurations) =>
-            progress(`interventions at context ${context}: ${configurations} configurations`, configurations),
+          onContext: (context, configurations, fill) =>
+            progress(
+              `interventions at context ${context} (${fill === "synthetic" ? "filled synthetically" : "prefilled"}): ${configurations} configurations`,
+              configurations,
+            ),
           fillOf: (context) => this.fills.get(context)!.fill,
           ...(this.opts.say ? { say: this.opts.say } : {}),
         },

@@ -208,7 +208,7 @@ function interventionsMethod(opts: StudyOptions, together: boolean): string {
   return (
     `Every configuration (storage types × batch${variants.length > 1 ? " × K/V heads" : ""}) decodes one step of each of its sequences in ${mode.name} mode, at every ` +
     `context, the configurations in turn (A B C A B C …), ${opts.repeats} rounds after ${opts.warmup} warm-up step${opts.warmup === 1 ? "" : "s"} each; each sequence's cache ` +
-    `holds \`context\` tokens of its own prompt. Bytes and FLOPs are the work model's for that configuration.${reshaped}`
+    `holds \`context\` tokens of its own prompt, filled as the study's cache at that context was (a real prefill, or synthetic rows where the seed table says so). Bytes and FLOPs are the work model's for that configuration.${reshaped}`
   );
 }
 

@@ -191,9 +191,10 @@ export interface DeviceDescription extends BackendDescription {
  * prefill_flops_per_s; 11: K/V-head variants — the interventions' and predictions' kv_heads,
  * interventions.kv_heads; the cache's share of a step's bytes, seed_table[].kv_byte_share; 12: end_to_end[].ttft_ms
  * and tpot_ms, prompt_cache; 13: memory.fit — the largest context that fits —, memory.by_context — the cache's and the
- * activations' resident bytes at each context —, memory.resident_source).
+ * activations' resident bytes at each context —, memory.resident_source; 14: each timed step against the memory
+ * read right before it; 15: interventions.points[].fill).
  */
-export const SCHEMA_VERSION = 14;
+export const SCHEMA_VERSION = 15;
 
 export interface ProfileSummary {
   schema_version: typeof SCHEMA_VERSION;
@@ -313,6 +314,8 @@ export interface InterventionConfig {
 
 export interface InterventionPoint extends InterventionConfig {
   context: number;
+  /** how each sequence's cache was filled to `context`: as the study's point at that context (profile/fill.ts) */
+  fill: FillMethod;
   /** device time per step: one token of every sequence */
   step_ms: Stats;
   /** median step time ÷ batch */

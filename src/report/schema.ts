@@ -329,6 +329,7 @@ const interventions = object({
     items: object({
       ...interventionConfig,
       context: count,
+      fill: { enum: [...FILL_METHODS] },
       step_ms: { $ref: "#/$defs/stats" },
       token_ms: nonNegative,
       work: { $ref: "#/$defs/work" },

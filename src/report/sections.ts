@@ -544,8 +544,9 @@ export function peerSentences(s: ProfileSummary): string[] {
 /** Per configuration (storage types, batch, K/V heads where they were varied) and context: time per step and per token against bytes per token. */
 export function interventionsTable(s: ProfileSummary): TableData {
   const points = s.interventions?.points ?? [];
-  // the K/V heads shown where any configuration has other than the model's own
+  // the K/V heads shown where any configuration has other than the model's own; the fill where any was synthetic
   const varied = points.some((p) => p.kv_heads !== kvHeadsOf(s.model.config));
+  const synthetic = points.some((p) => p.fill === "synthetic");
   return {
     columns: [
       { header: "weights" },
@@ -553,6 +554,7 @@ export function interventionsTable(s: ProfileSummary): TableData {
       { header: "batch" },
       ...(varied ? [{ header: "K/V heads" }] : []),
       { header: "context (tokens)" },
+      ...(synthetic ? [{ header: "fill" }] : []),
       { header: "step (ms)", format: ms3 },
       { header: "per token (ms)", format: ms3 },
       { header: "bytes per token", align: "right" },
@@ -567,6 +569,7 @@ export function interventionsTable(s: ProfileSummary): TableData {
       p.batch,
       ...(varied ? [p.kv_heads] : []),
       p.context,
+      ...(synthetic ? [p.fill] : []),
       p.step_ms.median,
       p.token_ms,
       formatBytes(p.bytes_per_token),
