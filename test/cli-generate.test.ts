@@ -1,7 +1,7 @@
 // `bun run generate` as a user runs it: the JSON contract, --dump-logits, prompt caching, and one clear line (exit ≠ 0,
 // no stack trace) for each kind of bad input.
 import { afterAll, describe, expect, test } from "bun:test";
-import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { freemem, tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -331,6 +331,25 @@ describe("generate: the Llama family", () => {
         /^error: llama-3\.1-8b in f32 is 32\.1 GB of weights.*--dtype/,
       );
     else console.log("cli-generate: llama-3.1-8b's f32 weights fit this machine's free memory: refusal not run");
+  });
+
+  test("a malformed tokenizer.json: one line for a text prompt, a note beside --prompt-ids, which still work", () => {
+    const dir = mkdtempSync(join(tmpdir(), "broken-tokenizer-"));
+    try {
+      cpSync(LLAMA, dir, { recursive: true });
+      writeFileSync(join(dir, "tokenizer.json"), '{"model": ');
+      const text = generate("--model", dir, "--backend", "cpu", "--prompt", "hi");
+      expect(text.code).not.toBe(0);
+      expect(text.stderr.trim().split("\n")).toEqual([
+        expect.stringMatching(/^error: .*tokenizer\.json: not valid JSON/),
+      ]);
+      const ids = generate("--model", dir, "--backend", "cpu", "--prompt-ids", llama.prompt.join(","), "--json");
+      expect(ids.code).toBe(0);
+      expect(JSON.parse(ids.stdout).generated_ids).toEqual(llama.generated.slice(0, 20));
+      expect(ids.stderr).toMatch(/^note: .*tokenizer\.json: not valid JSON.*the text is shown as ids$/m);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 

@@ -4,7 +4,7 @@ import { hideBin } from "yargs/helpers";
 
 import { BACKEND_CHOICES, openBackend, type BackendChoice } from "../backends/select.ts";
 import { runCli, UserError } from "../errors.ts";
-import { parsePromptIds, textCodec } from "../model/tokenizer.ts";
+import { parsePromptIds, type TextCodec, textCodec } from "../model/tokenizer.ts";
 import { DTYPE_NAMES, MAX_BATCH, type DtypeName } from "../ops.ts";
 import { DEFAULT_STEP_FORM, PLAN_KINDS, type PlanKind, type StepForm } from "../plan.ts";
 import { generateBatch } from "../run/generate.ts";
@@ -168,7 +168,7 @@ await runCli(async () => {
   );
   const cfg = weights.config;
   const plan: PlanKind = argv.plan ?? DEFAULT_STEP_FORM.plan;
-  const codec = textCodec(argv.model, cfg.vocab_size);
+  const { codec, codecNote } = codecFor(argv.model, cfg.vocab_size, argv["prompt-ids"] !== undefined);
   const encode = (text: string) => {
     if (!codec)
       throw new UserError(
@@ -198,6 +198,7 @@ await runCli(async () => {
   if (backend.kind !== "cuda") checkHostMemory(cfg, dtype); // the CPU's and the emulator's weights are in host memory
   modelLines.forEach(say);
   if (codec && argv["prompt-ids"] === undefined) say(`tokenizer: ${codec.source}`);
+  if (codecNote) say(codecNote);
   const mode = argv.mode === "replay" ? replayMode(backend) : launchMode(argv.mode as LaunchModeName);
   const judged = modeForm(form, cfg);
   if (!mode.available(backend, judged)) throw unavailableMode(mode.name, backend, judged);
@@ -332,4 +333,21 @@ function timedRead(path: string): { kept: KeptPrefix; ms: number } {
   const t0 = Bun.nanoseconds();
   const kept = readPrefixFile(path);
   return { kept, ms: (Bun.nanoseconds() - t0) / 1e6 };
+}
+
+/**
+ * The model's text codec; a tokenizer file that cannot be read is the run's one error line unless the prompt came as
+ * ids (--prompt-ids always works), where it is a note and the text is shown as ids.
+ */
+function codecFor(
+  modelDir: string | undefined,
+  vocab: number,
+  promptIds: boolean,
+): { codec: TextCodec | null; codecNote?: string } {
+  try {
+    return { codec: textCodec(modelDir, vocab) };
+  } catch (e) {
+    if (!promptIds || !(e instanceof UserError)) throw e;
+    return { codec: null, codecNote: `note: ${e.message}; the prompt is ids, so the text is shown as ids` };
+  }
 }
