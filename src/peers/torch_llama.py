@@ -14,14 +14,23 @@ import os
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
 
 
-def is_llama(raw):
+def arch_of(raw):
+    """The config's Llama-family architecture, as the project reads it: its first `architectures` entry, else its
+    model_type; None for any other."""
     names = raw.get("architectures") or []
-    return bool(names) and names[0] in ARCHITECTURES
+    if names:
+        return ARCHITECTURES.get(names[0])
+    model_type = raw.get("model_type")
+    return model_type if model_type in ARCHITECTURES.values() else None
+
+
+def is_llama(raw):
+    return arch_of(raw) is not None
 
 
 def llama_config(raw, error):
     try:
-        arch = ARCHITECTURES[raw["architectures"][0]]
+        arch = arch_of(raw)
         heads = int(raw["num_attention_heads"])
         cfg = {
             "arch": arch, "n_layer": int(raw["num_hidden_layers"]), "n_head": heads,
