@@ -36,14 +36,23 @@ afterAll(() => {
 });
 
 test("the emulator has every launch mode; the persistent step needs the fused plan, the cache in the weights' type and heads its attention body holds", () => {
-  const names = (plan: PlanKind, kv: "f32" | "bf16", headDim = 64) =>
-    availableModes(emu, { plan, weights: "f32", kv, headDim }).map((m) => m.name);
-  expect(names("fused", "f32")).toEqual(["eager", "eager-native", "graph", "graph-pdl", "persistent"]);
-  expect(names("unfused", "f32")).toEqual(["eager", "eager-native", "graph", "graph-pdl"]);
-  expect(names("fused", "bf16")).toEqual(["eager", "eager-native", "graph", "graph-pdl"]);
+  const names = (plan: PlanKind, kv: "f32" | "bf16", headDim = 64, rotary = false) =>
+    availableModes(emu, { plan, weights: "f32", kv, headDim, rotary }).map((m) => m.name);
+  const perOp = ["eager", "eager-native", "graph", "graph-pdl"];
+  expect(names("fused", "f32")).toEqual([...perOp, "persistent"]);
+  expect(names("unfused", "f32")).toEqual(perOp);
+  expect(names("fused", "bf16")).toEqual(perOp);
   const widest = emu.kernels!.facts.attention.maxHeadSize;
   expect(names("fused", "f32", widest)).toContain("persistent");
-  expect(names("fused", "f32", widest + 16)).toEqual(["eager", "eager-native", "graph", "graph-pdl"]);
+  expect(names("fused", "f32", widest + 16)).toEqual(perOp);
+  // a rotated head's row must fill whole 128-byte tiles: f32 heads of 32, 64, 96, 128, not 16, 48, 80, 112
+  expect(
+    [16, 32, 48, 64, 80, 96, 112, 128].filter((d) => names("fused", "f32", d, true).includes("persistent")),
+  ).toEqual([32, 64, 96, 128]);
+  expect(names("fused", "f32", 48)).toContain("persistent"); // GPT-2's q/k/v body has no rotation
+  const bf16 = (headDim: number) =>
+    availableModes(emu, { plan: "fused", weights: "bf16", kv: "bf16", headDim, rotary: true }).map((m) => m.name);
+  expect([32, 64, 96, 128].filter((d) => bf16(d).includes("persistent"))).toEqual([64, 128]);
 });
 
 test.each(PLAN_KINDS.map((p) => [p]))(

@@ -172,10 +172,13 @@ export const KERNEL_FACTS_SYMBOL = { cu_kernel_facts: { args: [FFIType.ptr], ret
 export interface PersistentStepBuild {
   /** the widest head its attention body holds: wider heads run the per-op kernels only */
   maxHeadDim: number;
+  /** a rotated head's row must be whole tiles of this many bytes for the 16-byte q/k/v body it holds */
+  rotaryTileBytes: number;
 }
 
 export const persistentStepBuild = (facts: KernelFacts): PersistentStepBuild => ({
   maxHeadDim: facts.attention.maxHeadSize,
+  rotaryTileBytes: facts.matvec.tileBytes,
 });
 
 /** The facts of an open library. */

@@ -4,19 +4,24 @@ import type { Backend } from "../backends/backend.ts";
 import type { PersistentStepBuild } from "../native/kernel-facts.ts";
 import { gridBarrierUs, type LaunchFloor } from "../backends/instrument.ts";
 import { UserError } from "../errors.ts";
-import { headDimOf, type ModelConfig } from "../model/architectures.ts";
+import { familyOf, headDimOf, type ModelConfig } from "../model/architectures.ts";
+import { DTYPE_BYTES } from "../ops.ts";
 import type { StepForm } from "../plan.ts";
 import type { CompiledStep } from "./step.ts";
 
-/** What a mode's availability depends on besides the backend: the cached step's plan, storage types and head width. */
-export type ModeForm = Pick<StepForm, "plan" | "weights" | "kv"> & { headDim: number };
+/**
+ * What a mode's availability depends on besides the backend: the cached step's plan, storage types, head width and
+ * whether its q and k columns are rotated (a rotary model's).
+ */
+export type ModeForm = Pick<StepForm, "plan" | "weights" | "kv"> & { headDim: number; rotary: boolean };
 
-/** A step form with the model's head width, as the modes judge it. */
+/** A step form with the model's head width and rotation, as the modes judge it. */
 export const modeForm = (step: Pick<StepForm, "plan" | "weights" | "kv">, cfg: ModelConfig): ModeForm => ({
   plan: step.plan,
   weights: step.weights,
   kv: step.kv,
   headDim: headDimOf(cfg),
+  rotary: familyOf(cfg).rotary,
 });
 
 export interface LaunchMode {
@@ -103,10 +108,17 @@ export function launchMode(name: LaunchModeName): LaunchMode {
 
 /**
  * Whether the persistent step kernel is built for a step of this form: the fused plan's bodies, the cache in the
- * weights' storage type, heads no wider than its attention body holds (cuda/persistent.cu).
+ * weights' storage type, heads no wider than its attention body holds, and, where q and k are rotated, heads whose
+ * rows fill whole matvec tiles (its rotating q/k/v body is the 16-byte variant only: cuda/linear.cu launch_matvec).
  */
 export function persistentStepRuns(step: ModeForm, built: PersistentStepBuild): boolean {
-  return step.plan === "fused" && step.kv === step.weights && step.headDim <= built.maxHeadDim;
+  const wholeTiles = (step.headDim * DTYPE_BYTES[step.weights]) % built.rotaryTileBytes === 0;
+  return (
+    step.plan === "fused" &&
+    step.kv === step.weights &&
+    step.headDim <= built.maxHeadDim &&
+    (!step.rotary || wholeTiles)
+  );
 }
 
 /** The error for a mode this backend cannot run a step of this form in, naming the modes it can (and `more` choices). */
