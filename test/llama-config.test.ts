@@ -9,6 +9,7 @@ import { loadAnyModel } from "../src/model/architectures.ts";
 import {
   inverseFrequencies,
   LLAMA_PRESETS,
+  llamaConfigOf,
   llamaParameterCount,
   saveLlamaModel,
   type LlamaWeights,
@@ -56,6 +57,11 @@ describe("config.json", () => {
       /rope_scaling type "yarn" is not supported \(only "llama3"\)/,
     ],
     [
+      "a rope scaling without its type",
+      (c: Record<string, unknown>) => (c.rope_scaling = { factor: 2 }),
+      /rope_scaling has no rope_type \(or type\); only "llama3" is supported/,
+    ],
+    [
       "a llama3 scaling without its factor",
       (c: Record<string, unknown>) => (c.rope_scaling = { rope_type: "llama3" }),
       /missing rope_scaling\.factor/,
@@ -100,6 +106,18 @@ describe("config.json", () => {
       c.sliding_window = 64;
     });
     expect(loadAnyModel(dir).config.n_positions).toBe(64);
+  });
+
+  test("Qwen2's sliding window bounds the context where some layer uses it", () => {
+    const raw = JSON.parse(readFileSync(join(FIXTURE, "config.json"), "utf8"));
+    const positions = (window: Record<string, unknown>) =>
+      llamaConfigOf({ ...raw, sliding_window: 64, ...window }, "qwen2", "config.json", FIXTURE).n_positions;
+    const layers = raw.num_hidden_layers as number;
+    expect(positions({ use_sliding_window: true, max_window_layers: 0 })).toBe(64);
+    // no max_window_layers: Hugging Face's default, 28, holds all of this model's layers full
+    expect(positions({ use_sliding_window: true })).toBe(raw.max_position_embeddings);
+    expect(positions({ use_sliding_window: true, max_window_layers: layers })).toBe(raw.max_position_embeddings);
+    expect(positions({ use_sliding_window: false, max_window_layers: 0 })).toBe(raw.max_position_embeddings);
   });
 });
 

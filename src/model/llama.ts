@@ -59,7 +59,7 @@ export interface LlamaConfig {
   /** hidden_size */
   n_embd: number;
   intermediate_size: number;
-  /** max_position_embeddings (Mistral: at most its sliding window) */
+  /** max_position_embeddings (at most the sliding window where a layer uses one: Mistral, Qwen2) */
   n_positions: number;
   vocab_size: number;
   rms_norm_eps: number;
@@ -100,7 +100,7 @@ export function llamaConfigOf(raw: Raw, arch: LlamaArch, path: string, dir: stri
   const act = raw.hidden_act ?? "silu";
   if (act !== "silu") throw new UserError(`${path}: hidden_act ${JSON.stringify(act)} is not supported (only "silu")`);
   let n_positions = int("max_position_embeddings");
-  if (arch === "mistral" && raw.sliding_window !== undefined && raw.sliding_window !== null) {
+  if (slidingWindowApplies(arch, raw, int("num_hidden_layers"))) {
     // a window at least as long as the context is full attention; runs are held to the window
     n_positions = Math.min(n_positions, int("sliding_window"));
   }
@@ -124,12 +124,28 @@ export function llamaConfigOf(raw: Raw, arch: LlamaArch, path: string, dir: stri
   };
 }
 
+/** Qwen2Config's max_window_layers where a config leaves it out (Hugging Face transformers). */
+const QWEN2_DEFAULT_MAX_WINDOW_LAYERS = 28;
+
+/**
+ * Whether some layer attends through a sliding window, as Hugging Face's models read the config: Mistral's every
+ * layer where `sliding_window` is set; Qwen2's layers from `max_window_layers` on where `use_sliding_window` is true.
+ */
+function slidingWindowApplies(arch: LlamaArch, raw: Raw, layers: number): boolean {
+  if (raw.sliding_window === undefined || raw.sliding_window === null) return false;
+  if (arch === "mistral") return true;
+  const fullLayers = Number(raw.max_window_layers ?? QWEN2_DEFAULT_MAX_WINDOW_LAYERS);
+  return arch === "qwen2" && raw.use_sliding_window === true && fullLayers < layers;
+}
+
 function ropeScaling(v: unknown, path: string): Llama3RopeScaling | null {
   if (v === undefined || v === null) return null;
   if (typeof v !== "object" || Array.isArray(v)) throw new UserError(`${path}: rope_scaling must be an object or null`);
   const raw = v as Raw;
   const type = raw.rope_type ?? raw.type;
   if (type === "default") return null;
+  if (type === undefined)
+    throw new UserError(`${path}: rope_scaling has no rope_type (or type); only "llama3" is supported`);
   if (type !== "llama3")
     throw new UserError(`${path}: rope_scaling type ${JSON.stringify(type)} is not supported (only "llama3")`);
   const n = (k: string) => positiveNumber(raw, k, path, undefined, `rope_scaling.${k}`);
