@@ -6,15 +6,12 @@ import { freemem } from "node:os";
 import { UserError } from "../errors.ts";
 import {
   ALL_PRESETS,
-  familyNameOf,
-  familyOf,
   loadAnyModel,
   parameterCountOf,
   randomWeightsOf,
   type ModelConfig,
   type ModelWeights,
 } from "../model/architectures.ts";
-import type { GPT2Weights } from "../model/gpt2.ts";
 import { DTYPE_BYTES, DTYPE_NAMES, type DtypeName } from "../ops.ts";
 
 export const DEFAULT_PRESET = "gpt2";
@@ -49,24 +46,6 @@ export function loadAnyWeights(
     `model: ${cfg.name} shapes (${parameterCountOf(cfg).toLocaleString("en-US")} parameters) with seeded random weights (seed ${seed}) — no --model given; timing does not depend on the values`,
   );
   return randomWeightsOf(cfg, seed);
-}
-
-/** As loadAnyWeights, for the commands that run GPT-2 only so far (`command` names it in the refusal). */
-export function loadWeights(
-  modelDir: string | undefined,
-  preset: string,
-  seed: number,
-  say: (line: string) => void,
-  command = "this command",
-): GPT2Weights {
-  const lines: string[] = [];
-  const w = loadAnyWeights(modelDir, preset, seed, (line) => lines.push(line));
-  if (familyNameOf(w.config) !== "gpt2")
-    throw new UserError(
-      `${command} runs GPT-2 so far; the ${familyOf(w.config).modelType(w.config)} model ${w.config.name} runs with bun run generate`,
-    );
-  lines.forEach(say);
-  return w as GPT2Weights;
 }
 
 /** What the weights take on a backend, every parameter counted in `dtype` (vectors, kept fp32, are well under 1%). */
