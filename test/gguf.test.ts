@@ -11,7 +11,7 @@ import { GPT2_FAMILY, PRESETS, loadModel, materializeWeights, randomWeights } fr
 import { GGUF_MAGIC, GGUFValueType, writeGGUF, type GGUFValue } from "../src/peers/gguf.ts";
 import { loadAnyModel } from "../src/model/architectures.ts";
 import { gpt2Tensors, TokenType, writeGPT2GGUF } from "../src/peers/gguf-gpt2.ts";
-import { ropeFactors, writeLlamaGGUF } from "../src/peers/gguf-llama.ts";
+import { llamaCppRefuses, ropeFactors, writeLlamaGGUF } from "../src/peers/gguf-llama.ts";
 import { LLAMA_PRESETS, type LlamaWeights } from "../src/model/llama.ts";
 import { readSafetensors, tensorFloat32 } from "../src/model/safetensors.ts";
 import { BYTE_TO_CHAR, gpt2Vocab } from "../src/model/gpt2-vocab.ts";
@@ -379,6 +379,16 @@ describe("the Llama family as llama.cpp's converter writes it", () => {
     expect(factors[0]).toBe(1);
     expect(factors[31]).toBeCloseTo(32, 4);
     expect(ropeFactors({ ...cfg, rope_scaling: null })).toBeNull();
+  });
+
+  test("llama.cpp's qwen2 loader is not given heads × head_dim other than the hidden size; llama and qwen3 are", () => {
+    const qwen2 = LLAMA_PRESETS["qwen2.5-0.5b"]!;
+    expect(llamaCppRefuses(qwen2)).toBeNull();
+    expect(llamaCppRefuses({ ...qwen2, name: "wide", head_dim: 128 })).toBe(
+      "llama.cpp's qwen2 loader takes heads × head_dim = hidden_size, and wide's is 14 × 128 = 1792 against 896",
+    );
+    expect(llamaCppRefuses({ ...LLAMA_PRESETS["llama-3.2-1b"]!, head_dim: 128 })).toBeNull();
+    expect(llamaCppRefuses(LLAMA_PRESETS["qwen3-0.6b"]!)).toBeNull(); // 16 × 128 = 2048 against 1024
   });
 
   const present = [

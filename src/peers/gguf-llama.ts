@@ -145,6 +145,17 @@ function permuteHeads(w: Float32Array, heads: number, cols: number): Float32Arra
   return out;
 }
 
+/**
+ * Why llama.cpp would not load this config's GGUF, or null: its qwen2 loader takes the q projection as hidden ×
+ * hidden (heads × head_dim = hidden_size), which Qwen2 checkpoints are; llama and qwen3 read key_length.
+ */
+export function llamaCppRefuses(cfg: LlamaConfig): string | null {
+  const q = cfg.n_head * cfg.head_dim;
+  if (cfg.arch === "qwen2" && q !== cfg.n_embd)
+    return `llama.cpp's qwen2 loader takes heads × head_dim = hidden_size, and ${cfg.name}'s is ${cfg.n_head} × ${cfg.head_dim} = ${q} against ${cfg.n_embd}`;
+  return null;
+}
+
 /** Writes `w` as an all-F32 GGUF file of its architecture at `path`; returns the file's size in bytes. */
 export function writeLlamaGGUF(w: LlamaWeights, path: string, alignment?: number): number {
   const cfg = w.config;

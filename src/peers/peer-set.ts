@@ -7,11 +7,17 @@ import { join } from "node:path";
 
 import type { BackendKind } from "../backends/backend.ts";
 import { UserError } from "../errors.ts";
-import { familyNameOf, saveAnyModel, type FamilyName, type ModelWeights } from "../model/architectures.ts";
-import type { LlamaWeights } from "../model/llama.ts";
+import {
+  familyNameOf,
+  saveAnyModel,
+  type FamilyName,
+  type ModelConfig,
+  type ModelWeights,
+} from "../model/architectures.ts";
+import type { LlamaConfig, LlamaWeights } from "../model/llama.ts";
 import type { GPT2Weights } from "../model/gpt2.ts";
 import { writeGPT2GGUF } from "./gguf-gpt2.ts";
-import { writeLlamaGGUF } from "./gguf-llama.ts";
+import { llamaCppRefuses, writeLlamaGGUF } from "./gguf-llama.ts";
 import { llamaPeerUnavailable, startLlamaPeer } from "./llama.ts";
 import { PeerFailure, type PeerInfo, type PeerProcess, type PeerDispatchSplit } from "./process.ts";
 import { findTorchPython, startTorchPeer } from "./torch.ts";
@@ -20,9 +26,15 @@ import { findTorchPython, startTorchPeer } from "./torch.ts";
  * Each family's GGUF layout, as llama.cpp's converter writes it (the PyTorch peer picks its model from the
  * checkpoint's config.json: torch_peer.py over torch_gpt2.py and torch_llama.py).
  */
-const GGUF_LAYOUTS: { [F in FamilyName]: (w: ModelWeights, path: string) => void } = {
-  gpt2: (w, path) => writeGPT2GGUF(w as GPT2Weights, path),
-  llama: (w, path) => writeLlamaGGUF(w as LlamaWeights, path),
+/** Each family's GGUF writer, and why llama.cpp would not load a config's file (null: it would). */
+const GGUF_LAYOUTS: {
+  [F in FamilyName]: { write: (w: ModelWeights, path: string) => void; refuses: (cfg: ModelConfig) => string | null };
+} = {
+  gpt2: { write: (w, path) => writeGPT2GGUF(w as GPT2Weights, path), refuses: () => null },
+  llama: {
+    write: (w, path) => writeLlamaGGUF(w as LlamaWeights, path),
+    refuses: (cfg) => llamaCppRefuses(cfg as LlamaConfig),
+  },
 };
 
 export const PEER_NAMES = ["torch", "llama.cpp"] as const;
@@ -170,10 +182,11 @@ export class PeerSet {
       } else {
         if (o.device !== "cpu")
           return this.skip("llama.cpp", `runs on the CPU in this study, and this run's backend is ${o.device}`);
-        const why = llamaPeerUnavailable();
+        const layout = GGUF_LAYOUTS[familyNameOf(o.weights.config)];
+        const why = llamaPeerUnavailable() ?? layout.refuses(o.weights.config);
         if (why) return this.skip("llama.cpp", why);
         const gguf = join(this.scratch, "model.gguf");
-        GGUF_LAYOUTS[familyNameOf(o.weights.config)](o.weights, gguf);
+        layout.write(o.weights, gguf);
         started = await startLlamaPeer({ gguf, threads: o.threads, maxContext: o.maxContext, fillSeed: o.fillSeed });
       }
     } catch (e) {
