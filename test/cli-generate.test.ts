@@ -331,6 +331,14 @@ describe("generate: the Llama family", () => {
         /^error: llama-3\.1-8b in f32 is 32\.1 GB of weights.*--dtype/,
       );
     else console.log("cli-generate: llama-3.1-8b's f32 weights fit this machine's free memory: refusal not run");
+    // weights that fit, a cache that does not: 8 × 131,001 positions of f32 rows is 68.7 GB
+    const long = ["--preset", "llama-3.2-1b", "--dtype", "bf16", "--kv-dtype", "f32", "--batch", "8"];
+    if (freemem() < 70e9)
+      one(
+        generate(...long, "--backend", "cpu", "--prompt-ids", "1", "--max-new-tokens", "131000"),
+        /^error: memory: 131001 positions × batch 8 need 71\.\d\d GB at once \(weights 2\.\d\d GB \+ K\/V cache 68\.68 GB \+ activations .*\) and the machine has .* free: at batch 8 at most \d+ positions fit \(prompt \+ --max-new-tokens\)$/m,
+      );
+    else console.log("cli-generate: 71.5 GB fits this machine's free memory: the cache refusal not run");
   });
 
   test("a malformed tokenizer.json: one line for a text prompt, a note beside --prompt-ids, which still work", () => {

@@ -27,6 +27,7 @@ import {
   reusedRows,
   type KeptPrefix,
 } from "../run/prefix.ts";
+import { checkSessionFits } from "../run/memory-fit.ts";
 import { Session } from "../run/session.ts";
 import { summarize } from "../stats.ts";
 import {
@@ -196,13 +197,14 @@ await runCli(async () => {
   const form: StepForm = { plan, batch, weights: dtype, kv: argv["kv-dtype"] ?? dtype };
   const backend = await openBackend(argv.backend, { threads, note: say });
   if (backend.kind !== "cuda") checkHostMemory(cfg, dtype); // the CPU's and the emulator's weights are in host memory
+  const maxContext = Math.max(...prompts.map((p) => p.length)) + maxNew;
+  checkSessionFits(backend, cfg, form, maxContext);
   modelLines.forEach(say);
   if (codec && argv["prompt-ids"] === undefined) say(`tokenizer: ${codec.source}`);
   if (codecNote) say(codecNote);
   const mode = argv.mode === "replay" ? replayMode(backend) : launchMode(argv.mode as LaunchModeName);
   const judged = modeForm(form, cfg);
   if (!mode.available(backend, judged)) throw unavailableMode(mode.name, backend, judged);
-  const maxContext = Math.max(...prompts.map((p) => p.length)) + maxNew;
   const session = new Session(backend, weights, { form, maxContext });
   const cache = argv.cache === "on";
   if (!cache && mode.name !== "eager")

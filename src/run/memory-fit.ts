@@ -3,6 +3,7 @@
 import { freemem } from "node:os";
 
 import type { Backend } from "../backends/backend.ts";
+import { UserError } from "../errors.ts";
 import type { ModelConfig } from "../model/architectures.ts";
 import type { StepForm } from "../plan.ts";
 import { cacheBytes, placementTotal, type PlacementBytes } from "./model-buffers.ts";
@@ -61,15 +62,36 @@ export function largestFittingContext(
   positions = run.study.config.n_positions,
 ): number {
   const fits = (context: number) => placementTotal(runNeed(backend, run, context + 1)) <= free;
-  if (!fits(0)) return 0;
-  let lo = 0,
-    hi = positions - 1;
+  return fits(0) ? largestWhere(0, positions - 1, fits) : 0;
+}
+
+/** The largest n in [lo, hi] with fits(n), given fits(lo) and that fits turns false at most once as n grows. */
+function largestWhere(lo: number, hi: number, fits: (n: number) => boolean): number {
   while (lo < hi) {
     const mid = Math.ceil((lo + hi) / 2);
     if (fits(mid)) lo = mid;
     else hi = mid - 1;
   }
   return lo;
+}
+
+/**
+ * Refuses one session (a generation's: nothing measured beside it) whose weights, cache for `positions` per
+ * sequence and activations exceed the backend's free memory, naming the most positions its batch fits.
+ */
+export function checkSessionFits(backend: Backend, config: ModelConfig, form: StepForm, positions: number): void {
+  const need = (held: number) => Session.placementBytes(backend, config, { form, maxContext: held });
+  const free = availableMemory(backend).bytes;
+  const fits = (held: number) => placementTotal(need(held)) <= free;
+  if (fits(positions)) return;
+  const gb = (n: number) => `${(n / 1e9).toFixed(2)} GB`;
+  const where = backend.kind === "cuda" ? "GPU" : "machine";
+  throw new UserError(
+    `memory: ${positions} positions × batch ${form.batch} need ${gb(placementTotal(need(positions)))} at once (${needParts(need(positions), gb)}) and the ${where} has ${gb(free)} free: ` +
+      (fits(1)
+        ? `at batch ${form.batch} at most ${largestWhere(1, positions - 1, fits)} positions fit (prompt + --max-new-tokens)`
+        : "not even one position fits; store the weights narrower (--dtype bf16)"),
+  );
 }
 
 /** The study's session alone at batches 1…8: the largest context each fits (what the run reports it could reach). */
