@@ -296,6 +296,10 @@ describe("profile --fill synthetic on llama-tiny", () => {
     expect(m.by_context[1]!.kv_positions).toBe(101);
     // a tiny model fits to its limit, and what it held at once is what its session and memory measurement allocate
     expect(m.fit.largest_context).toBe(summary.model.config.n_positions - 1);
+    // the read passes' buffer stays beside the sessions all study: its share is not theirs
+    expect(m.fit.free_source).toBe(
+      "host memory available (MemAvailable) less the 1/16 the read passes' buffer may take",
+    );
     expect(m.fit.need.weights).toBe(m.by_context[0]!.regions.find((g) => g.name === "weights")!.allocated_bytes);
     expect(readFileSync(join(dir, OUTPUT_FILES.report), "utf8")).toContain("What the study's session held");
   });

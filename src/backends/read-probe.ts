@@ -120,7 +120,7 @@ export class ReadProbe {
 /** The tracker reads at least this much: past the last-level cache of a machine of this kind. */
 const TRACKER_LEAST_BYTES = 512 * MIB;
 /** The tracker's buffer at most this share of the memory free when it opens: it stays for the whole study. */
-const TRACKER_MEMORY_SHARE = 1 / 16;
+export const TRACKER_MEMORY_SHARE = 1 / 16;
 /** Twice the probe's knee, at least TRACKER_LEAST_BYTES, at most the probe's own size. */
 const trackerBytes = (probe: ReadProbe) => Math.min(probe.bytes, Math.max(2 * probe.knee, TRACKER_LEAST_BYTES));
 

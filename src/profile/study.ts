@@ -7,6 +7,7 @@ import { UserError } from "../errors.ts";
 import type { Instrument, PairedStep, TimedStep } from "../backends/instrument.ts";
 import { kvBytesPerToken, type ModelConfig } from "../model/architectures.ts";
 import type { ModelWeights } from "../model/architectures.ts";
+import { TRACKER_MEMORY_SHARE } from "../backends/read-probe.ts";
 import { DTYPE_BYTES } from "../ops.ts";
 import type { PeerSet } from "../peers/peer-set.ts";
 import type { PeerDispatchSplit } from "../peers/process.ts";
@@ -176,7 +177,20 @@ export function largestStudyContext(
   weights: ModelWeights,
   opts: Pick<StudyOptions, "form" | "interventions" | "contexts" | "e2e" | "promptCache">,
 ): number {
-  return largestFittingContext(backend, runPlacementOf(weights, opts), availableMemory(backend).bytes);
+  return largestFittingContext(backend, runPlacementOf(weights, opts), studyMemory(backend).bytes);
+}
+
+/**
+ * The memory the study's sessions may take: what the backend has free, on the CPU less the share the read passes'
+ * buffer may hold beside every session for the whole study (read-probe.ts ReadTracker).
+ */
+function studyMemory(backend: Backend): { bytes: number; source: string } {
+  const free = availableMemory(backend);
+  if (backend.kind !== "cpu") return free;
+  return {
+    bytes: free.bytes * (1 - TRACKER_MEMORY_SHARE),
+    source: `${free.source} less the 1/${1 / TRACKER_MEMORY_SHARE} the read passes' buffer may take`,
+  };
 }
 
 /**
@@ -189,7 +203,7 @@ export function studyMemoryFit(
   opts: Pick<StudyOptions, "form" | "interventions" | "contexts" | "e2e" | "promptCache">,
 ): MemoryFit {
   const run = runPlacementOf(weights, opts);
-  const free = availableMemory(backend);
+  const free = studyMemory(backend);
   const need = runNeed(backend, run, studiedContext(opts));
   const largest = largestFittingContext(backend, run, free.bytes);
   const fit: MemoryFit = {
