@@ -122,15 +122,19 @@ function defaultContextsThatFit(
   return fitting.length > 0 ? fitting : opts.contexts;
 }
 
-/** profile --prompt-cache: prefix lengths, each with its suffix and generated tokens inside the model's positions. */
-function promptCacheFor(flag: string | undefined, nPositions: number): number[] | undefined {
-  if (flag === undefined) return undefined;
+/**
+ * profile --prompt-cache: prefix lengths, each with its suffix and generated tokens inside the model's positions;
+ * "off", none; without the flag, those the run chooses ("auto").
+ */
+function promptCacheFor(flag: string | undefined, nPositions: number): number[] | "auto" | undefined {
+  if (flag === undefined) return "auto";
+  if (flag.trim() === "off") return undefined;
   const most = nPositions - promptCacheContext(0);
   const values = flag.split(",").map((s) => {
     const n = Number(s.trim());
     if (!/^\d+$/.test(s.trim()) || n < 1)
       throw new UserError(
-        `--prompt-cache: ${JSON.stringify(s)} is not a positive integer (e.g. --prompt-cache 1024,4096)`,
+        `--prompt-cache: ${JSON.stringify(s)} is not a positive integer (e.g. --prompt-cache 1024,4096, or off)`,
       );
     if (n > most)
       throw new UserError(
@@ -331,7 +335,7 @@ await runCli(async () => {
       })
       .option("prompt-cache", {
         type: "string",
-        describe: `prefix lengths (comma-separated, e.g. 1024,4096) at which time to first token is timed cold and with the prefix's keys and values kept (in memory and in a file), ${PROMPT_CACHE_SUFFIX} more prompt tokens prefilled`,
+        describe: `prefix lengths (comma-separated, e.g. 1024,4096) at which time to first token is timed cold and with the prefix's keys and values kept (in memory and in a file), ${PROMPT_CACHE_SUFFIX} more prompt tokens prefilled; off for none (default: 1024 and its doublings within the largest context whose cold prefill takes under ${PREFILL_LIMIT_S} s)`,
       })
       .option("batches", {
         type: "string",

@@ -18,6 +18,7 @@ import {
 } from "../run/prefix.ts";
 import type { Session } from "../run/session.ts";
 import { summarize } from "../stats.ts";
+import { PREFILL_LIMIT_S } from "./fill.ts";
 import { promptOf } from "./prompts.ts";
 import type { PromptCachePoint, PromptCacheSection } from "./types.ts";
 import { ms } from "./verdicts.ts";
@@ -32,15 +33,33 @@ export const PROMPT_CACHE_REPEATS = 3;
 /** The positions a prompt-cache point at prefix P reaches. */
 export const promptCacheContext = (prefix: number) => prefix + PROMPT_CACHE_SUFFIX + PROMPT_CACHE_TOKENS;
 
+/** Without --prompt-cache, the prefixes tried are this and its doublings. */
+const AUTO_FIRST_PREFIX = 1024;
+
+/**
+ * The prefix lengths a study times without --prompt-cache: 1024 and its doublings whose prompts fit the `positions`
+ * its session holds and whose cold prefill the work model at the measured rate puts within PREFILL_LIMIT_S (each is
+ * prefilled cold five times); none where the study's contexts stay short.
+ */
+export function autoPrefixes(positions: number, prefillSeconds: (tokens: number) => number): number[] {
+  const prefixes: number[] = [];
+  for (let P = AUTO_FIRST_PREFIX; promptCacheContext(P) <= positions; P *= 2)
+    if (prefillSeconds(P + PROMPT_CACHE_SUFFIX) <= PREFILL_LIMIT_S) prefixes.push(P);
+  return prefixes;
+}
+
+/** How autoPrefixes chooses. */
+export const AUTO_PREFIXES_RULE = `${AUTO_FIRST_PREFIX} and its doublings within the study's largest context whose cold prefill the work model at the measured prefill rate puts under ${PREFILL_LIMIT_S} s`;
+
 export const PROMPT_CACHE_HOW = `a prompt of P prefix tokens and ${PROMPT_CACHE_SUFFIX} more, time to first token (the prompt's eager prefill until its token is known), median of ${PROMPT_CACHE_REPEATS}: cold prefills all of it; warm from memory copies the prefix's keys and values (kept on the host from an earlier request) into the cache and prefills the ${PROMPT_CACHE_SUFFIX}; warm from a file first reads the prefix file (from the OS page cache once written, into a host buffer reused across requests) and checks its config, storage types and weights hash (the weights hashed once, and the file's rows once after it is written, outside the timing); the ${PROMPT_CACHE_TOKENS} tokens after each must be the same`;
 
 const nowMs = () => Bun.nanoseconds() / 1e6;
 
-/** Times cold and warm first tokens at every prefix length, in `session`'s sequence 0. */
+/** Times cold and warm first tokens at every prefix length, in `session`'s sequence 0 (`chosen`: how, where the run chose them). */
 export async function measurePromptCache(
   session: Session<ModelWeights>,
   prefixes: number[],
-  opts: { seed: number; onPrefix?: (prefix: number) => void; checkpoint: () => Promise<void> },
+  opts: { seed: number; onPrefix?: (prefix: number) => void; checkpoint: () => Promise<void>; chosen?: string },
 ): Promise<PromptCacheSection> {
   const identity = prefixIdentityOf(session);
   const dir = mkdtempSync(join(tmpdir(), "decode-floor-prefix-"));
@@ -54,7 +73,7 @@ export async function measurePromptCache(
       suffix_tokens: PROMPT_CACHE_SUFFIX,
       new_tokens: PROMPT_CACHE_TOKENS,
       repeats: PROMPT_CACHE_REPEATS,
-      how: PROMPT_CACHE_HOW,
+      how: opts.chosen ? `${PROMPT_CACHE_HOW}; ${opts.chosen}` : PROMPT_CACHE_HOW,
       points,
     };
   } finally {

@@ -30,7 +30,7 @@ import { CALIBRATION_TOKENS, fillCache, pointFill, PrefillRate, type FillChoice,
 import { measureInterventions, sameForm, type InterventionsResult, type KvVariant } from "./interventions.ts";
 import { partingOf, tokensBeforeParting, type PeerMeasurements } from "./peers-summary.ts";
 import { promptOf } from "./prompts.ts";
-import { measurePromptCache, promptCacheContext } from "./prompt-cache.ts";
+import { AUTO_PREFIXES_RULE, autoPrefixes, measurePromptCache, promptCacheContext } from "./prompt-cache.ts";
 import type {
   ContextMemory,
   EndToEnd,
@@ -59,8 +59,9 @@ export interface StudyOptions {
   /** traced steps per (mode, context) */
   tracedSteps: number;
   e2e: { promptTokens: number; newTokens: number };
-  /** prefix lengths whose time to first token is timed cold and warm (profile --prompt-cache) */
-  promptCache?: number[];
+  /** prefix lengths whose time to first token is timed cold and warm (profile --prompt-cache), or "auto": the run
+   * chooses them by its prefill rate (autoPrefixes) */
+  promptCache?: number[] | "auto";
   seed: number;
   onProgress?: (done: number, total: number, what: string) => void;
   /** a line for the user outside the progress bar */
@@ -118,7 +119,7 @@ export function studyUnits(
 ): number {
   const interventions = opts.contexts.length * interventionConfigs(opts);
   const traced = opts.kernels ? opts.modes.filter(tracedByOp).length : 0;
-  const promptCache = opts.promptCache?.length ?? 0;
+  const promptCache = opts.promptCache === "auto" ? 0 : (opts.promptCache?.length ?? 0);
   return opts.contexts.length * (opts.modes.length + traced) + opts.modes.length + promptCache + interventions;
 }
 
@@ -147,7 +148,7 @@ export function largestStepBytes(
 export const studiedContext = (opts: Pick<StudyOptions, "contexts" | "e2e" | "promptCache">) =>
   Math.max(
     ...opts.contexts.map((c) => c + 1),
-    ...(opts.promptCache ?? []).map(promptCacheContext),
+    ...(opts.promptCache === "auto" ? [] : (opts.promptCache ?? [])).map(promptCacheContext),
     opts.e2e.promptTokens + opts.e2e.newTokens,
     AGREEMENT_PROMPT + AGREEMENT_TOKENS,
     MEMORY_PROMPT + 1,
@@ -258,6 +259,30 @@ export class Study {
     this.rate = new PrefillRate(this.session.config, opts.form);
   }
 
+  /** The prompt cache at the prefixes given, or at those the run chooses now that its prefill rate is measured. */
+  private async measurePromptCache(
+    progress: (what: string, units: number) => void,
+  ): Promise<PromptCacheSection | undefined> {
+    const given = this.opts.promptCache;
+    if (given === undefined) return undefined;
+    const prefixes =
+      given === "auto" ? autoPrefixes(this.session.config.n_positions, (tokens) => this.rate.seconds(tokens)) : given;
+    if (given === "auto" && prefixes.length > 0)
+      this.opts.say?.(
+        `prompt cache: prefix lengths ${prefixes.join(", ")}, chosen as ${AUTO_PREFIXES_RULE} (--prompt-cache P,… or off to choose)`,
+      );
+    if (prefixes.length === 0) return undefined;
+    return measurePromptCache(this.session, prefixes, {
+      seed: this.opts.seed,
+      // the units counted before the run are the prefixes given; chosen ones add none
+      onPrefix: (P) => progress(`prompt cache: a ${P}-token prefix, cold and warm`, given === "auto" ? 0 : 1),
+      checkpoint: () => this.checkpoint(),
+      ...(given === "auto"
+        ? { chosen: `prefix lengths chosen by the run (no --prompt-cache): ${AUTO_PREFIXES_RULE}` }
+        : {}),
+    });
+  }
+
   /**
    * Everything that is timed comes before tracing is first switched on (CUPTI attached to the driver can slow
    * launches, and stays attached): every point (the peers, if any, beside the modes), then the end-to-end runs,
@@ -300,13 +325,7 @@ export class Study {
       await this.checkpoint();
       endToEnd.push(this.endToEnd(mode));
     }
-    const promptCache =
-      this.opts.promptCache &&
-      (await measurePromptCache(this.session, this.opts.promptCache, {
-        seed: this.opts.seed,
-        onPrefix: (P) => progress(`prompt cache: a ${P}-token prefix, cold and warm`),
-        checkpoint: () => this.checkpoint(),
-      }));
+    const promptCache = await this.measurePromptCache(progress);
     const interventions = this.opts.interventions;
     const samples =
       interventions &&
