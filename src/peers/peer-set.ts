@@ -23,10 +23,10 @@ import { PeerFailure, type PeerInfo, type PeerProcess, type PeerDispatchSplit } 
 import { findTorchPython, startTorchPeer } from "./torch.ts";
 
 /**
- * Each family's GGUF layout, as llama.cpp's converter writes it (the PyTorch peer picks its model from the
- * checkpoint's config.json: torch_peer.py over torch_gpt2.py and torch_llama.py).
+ * Each family's GGUF layout, as llama.cpp's converter writes it, and why llama.cpp would not load a config's file
+ * (null: it would). The PyTorch peer picks its model from the checkpoint's config.json: torch_peer.py over
+ * torch_gpt2.py and torch_llama.py.
  */
-/** Each family's GGUF writer, and why llama.cpp would not load a config's file (null: it would). */
 const GGUF_LAYOUTS: {
   [F in FamilyName]: { write: (w: ModelWeights, path: string) => void; refuses: (cfg: ModelConfig) => string | null };
 } = {
