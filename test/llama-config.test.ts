@@ -108,16 +108,25 @@ describe("config.json", () => {
     expect(loadAnyModel(dir).config.n_positions).toBe(64);
   });
 
-  test("Qwen2's sliding window bounds the context where some layer uses it", () => {
+  test("Qwen2's and Qwen3's sliding window bounds the context where some layer uses it", () => {
     const raw = JSON.parse(readFileSync(join(FIXTURE, "config.json"), "utf8"));
-    const positions = (window: Record<string, unknown>) =>
-      llamaConfigOf({ ...raw, sliding_window: 64, ...window }, "qwen2", "config.json", FIXTURE).n_positions;
     const layers = raw.num_hidden_layers as number;
-    expect(positions({ use_sliding_window: true, max_window_layers: 0 })).toBe(64);
-    // no max_window_layers: Hugging Face's default, 28, holds all of this model's layers full
-    expect(positions({ use_sliding_window: true })).toBe(raw.max_position_embeddings);
-    expect(positions({ use_sliding_window: true, max_window_layers: layers })).toBe(raw.max_position_embeddings);
-    expect(positions({ use_sliding_window: false, max_window_layers: 0 })).toBe(raw.max_position_embeddings);
+    for (const arch of ["qwen2", "qwen3"] as const) {
+      const positions = (window: Record<string, unknown>) =>
+        llamaConfigOf({ ...raw, sliding_window: 64, ...window }, arch, "config.json", FIXTURE).n_positions;
+      expect(positions({ use_sliding_window: true, max_window_layers: 0 })).toBe(64);
+      // no max_window_layers: Hugging Face's default, 28, holds all of this model's layers full
+      expect(positions({ use_sliding_window: true })).toBe(raw.max_position_embeddings);
+      expect(positions({ use_sliding_window: true, max_window_layers: layers })).toBe(raw.max_position_embeddings);
+      expect(positions({ use_sliding_window: false, max_window_layers: 0 })).toBe(raw.max_position_embeddings);
+      expectUserError(
+        () => positions({ use_sliding_window: true, max_window_layers: "abc" }),
+        /^config\.json: max_window_layers must be a non-negative integer, got "abc"$/,
+      );
+    }
+    // Llama has no window of its own
+    const llama = llamaConfigOf({ ...raw, sliding_window: 64, use_sliding_window: true }, "llama", "c", FIXTURE);
+    expect(llama.n_positions).toBe(raw.max_position_embeddings);
   });
 });
 

@@ -59,7 +59,7 @@ export interface LlamaConfig {
   /** hidden_size */
   n_embd: number;
   intermediate_size: number;
-  /** max_position_embeddings (at most the sliding window where a layer uses one: Mistral, Qwen2) */
+  /** max_position_embeddings (at most the sliding window where a layer uses one: Mistral, Qwen2, Qwen3) */
   n_positions: number;
   vocab_size: number;
   rms_norm_eps: number;
@@ -100,7 +100,7 @@ export function llamaConfigOf(raw: Raw, arch: LlamaArch, path: string, dir: stri
   const act = raw.hidden_act ?? "silu";
   if (act !== "silu") throw new UserError(`${path}: hidden_act ${JSON.stringify(act)} is not supported (only "silu")`);
   let n_positions = int("max_position_embeddings");
-  if (slidingWindowApplies(arch, raw, int("num_hidden_layers"))) {
+  if (slidingWindowApplies(arch, raw, int("num_hidden_layers"), path)) {
     // a window at least as long as the context is full attention; runs are held to the window
     n_positions = Math.min(n_positions, int("sliding_window"));
   }
@@ -124,18 +124,23 @@ export function llamaConfigOf(raw: Raw, arch: LlamaArch, path: string, dir: stri
   };
 }
 
-/** Qwen2Config's max_window_layers where a config leaves it out (Hugging Face transformers). */
-const QWEN2_DEFAULT_MAX_WINDOW_LAYERS = 28;
+/** Qwen2's and Qwen3's max_window_layers where a config leaves it out (Hugging Face transformers' configs). */
+const QWEN_DEFAULT_MAX_WINDOW_LAYERS = 28;
 
 /**
  * Whether some layer attends through a sliding window, as Hugging Face's models read the config: Mistral's every
- * layer where `sliding_window` is set; Qwen2's layers from `max_window_layers` on where `use_sliding_window` is true.
+ * layer where `sliding_window` is set; Qwen2's and Qwen3's layers from `max_window_layers` on where
+ * `use_sliding_window` is true. (A config without `sliding_window` has none here; explicit `layer_types` are not
+ * read.)
  */
-function slidingWindowApplies(arch: LlamaArch, raw: Raw, layers: number): boolean {
+function slidingWindowApplies(arch: LlamaArch, raw: Raw, layers: number, path: string): boolean {
   if (raw.sliding_window === undefined || raw.sliding_window === null) return false;
   if (arch === "mistral") return true;
-  const fullLayers = Number(raw.max_window_layers ?? QWEN2_DEFAULT_MAX_WINDOW_LAYERS);
-  return arch === "qwen2" && raw.use_sliding_window === true && fullLayers < layers;
+  if ((arch !== "qwen2" && arch !== "qwen3") || raw.use_sliding_window !== true) return false;
+  const full = raw.max_window_layers ?? QWEN_DEFAULT_MAX_WINDOW_LAYERS;
+  if (!Number.isInteger(full) || (full as number) < 0)
+    throw new UserError(`${path}: max_window_layers must be a non-negative integer, got ${JSON.stringify(full)}`);
+  return (full as number) < layers;
 }
 
 function ropeScaling(v: unknown, path: string): Llama3RopeScaling | null {
