@@ -10,7 +10,7 @@ import { CudaBackend } from "../src/backends/cuda.ts";
 import { loadModel, randomWeights } from "../src/model/gpt2.ts";
 import { DEFAULT_STEP_FORM, PLAN_KINDS, type PlanKind, type StepForm } from "../src/plan.ts";
 import { generate, generateBatch } from "../src/run/generate.ts";
-import { availableModes, launchMode, modeForm } from "../src/run/launch-modes.ts";
+import { availableModes, launchMode, modeForm, persistentStepRefusal, type ModeForm } from "../src/run/launch-modes.ts";
 import { Session } from "../src/run/session.ts";
 import { maxRelativeError } from "../src/verify/compare.ts";
 import {
@@ -53,6 +53,19 @@ test("the emulator has every launch mode; the persistent step needs the fused pl
   const bf16 = (headDim: number) =>
     availableModes(emu, { plan: "fused", weights: "bf16", kv: "bf16", headDim, rotary: true }).map((m) => m.name);
   expect([32, 64, 96, 128].filter((d) => bf16(d).includes("persistent"))).toEqual([64, 128]);
+  // and a refusal says which of the four it is
+  const refusal = (form: Partial<ModeForm>) =>
+    persistentStepRefusal(
+      { plan: "fused", weights: "f32", kv: "f32", headDim: 64, rotary: true, ...form },
+      emu.persistentStep!,
+    );
+  expect(refusal({})).toBeNull();
+  expect(refusal({ plan: "unfused" })).toBe("the persistent step runs the fused plan only");
+  expect(refusal({ kv: "bf16" })).toBe("the persistent step holds the cache in the weights' storage type only");
+  expect(refusal({ headDim: widest + 16 })).toBe(`the persistent step's attention body holds heads of up to ${widest}`);
+  expect(refusal({ headDim: 48 })).toBe(
+    "the persistent step's rotating q/k/v body needs a head's row in whole 128-byte tiles, and a f32 head of 48 is 192 bytes",
+  );
 });
 
 test.each(PLAN_KINDS.map((p) => [p]))(

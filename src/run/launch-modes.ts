@@ -107,19 +107,24 @@ export function launchMode(name: LaunchModeName): LaunchMode {
 }
 
 /**
- * Whether the persistent step kernel is built for a step of this form: the fused plan's bodies, the cache in the
- * weights' storage type, heads no wider than its attention body holds, and, where q and k are rotated, heads whose
- * rows fill whole matvec tiles (its rotating q/k/v body is the 16-byte variant only: cuda/linear.cu launch_matvec).
+ * Why the persistent step kernel is not built for a step of this form, or null where it is: it holds the fused
+ * plan's bodies, the cache in the weights' storage type, heads no wider than its attention body, and, where q and k
+ * are rotated, heads whose rows fill whole matvec tiles (its rotating q/k/v body is the 16-byte variant only:
+ * cuda/linear.cu launch_matvec).
  */
-export function persistentStepRuns(step: ModeForm, built: PersistentStepBuild): boolean {
-  const wholeTiles = (step.headDim * DTYPE_BYTES[step.weights]) % built.rotaryTileBytes === 0;
-  return (
-    step.plan === "fused" &&
-    step.kv === step.weights &&
-    step.headDim <= built.maxHeadDim &&
-    (!step.rotary || wholeTiles)
-  );
+export function persistentStepRefusal(step: ModeForm, built: PersistentStepBuild): string | null {
+  const rowBytes = step.headDim * DTYPE_BYTES[step.weights];
+  if (step.plan !== "fused") return "the persistent step runs the fused plan only";
+  if (step.kv !== step.weights) return "the persistent step holds the cache in the weights' storage type only";
+  if (step.headDim > built.maxHeadDim)
+    return `the persistent step's attention body holds heads of up to ${built.maxHeadDim}`;
+  if (step.rotary && rowBytes % built.rotaryTileBytes !== 0)
+    return `the persistent step's rotating q/k/v body needs a head's row in whole ${built.rotaryTileBytes}-byte tiles, and a ${step.weights} head of ${step.headDim} is ${rowBytes} bytes`;
+  return null;
 }
+
+export const persistentStepRuns = (step: ModeForm, built: PersistentStepBuild) =>
+  persistentStepRefusal(step, built) === null;
 
 /** The error for a mode this backend cannot run a step of this form in, naming the modes it can (and `more` choices). */
 export function unavailableMode(
@@ -129,8 +134,9 @@ export function unavailableMode(
   more: readonly string[] = [],
 ): UserError {
   const available = [...availableModes(backend, step).map((m) => m.name), ...more];
+  const why = name === "persistent" && backend.persistentStep && persistentStepRefusal(step, backend.persistentStep);
   return new UserError(
-    `launch mode ${name} is not available on the ${backend.kind} backend for the ${step.plan} plan with weights ${step.weights}, cache ${step.kv} and heads of ${step.headDim} (available: ${available.join(", ")})`,
+    `launch mode ${name} is not available on the ${backend.kind} backend for the ${step.plan} plan with weights ${step.weights}, cache ${step.kv} and heads of ${step.headDim}${why ? `: ${why}` : ""} (available: ${available.join(", ")})`,
   );
 }
 
