@@ -15,6 +15,8 @@ import {
 import { DTYPE_BYTES, DTYPE_NAMES, type DtypeName } from "../ops.ts";
 
 export const DEFAULT_PRESET = "gpt2";
+/** The seed of a preset's random weights where --seed is not given. */
+export const DEFAULT_SEED = 0;
 /** --preset's help, every command's that loads a model. */
 export const PRESET_FLAG_HELP = `without --model: whose exact shapes the seeded random weights take (default ${DEFAULT_PRESET})`;
 /** --model's help, every command's. */

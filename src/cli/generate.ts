@@ -7,7 +7,7 @@ import { runCli, UserError } from "../errors.ts";
 import { parsePromptIds, type TextCodec, textCodec } from "../model/tokenizer.ts";
 import { DTYPE_NAMES, MAX_BATCH, type DtypeName } from "../ops.ts";
 import { DEFAULT_STEP_FORM, PLAN_KINDS, type PlanKind, type StepForm } from "../plan.ts";
-import { generateBatch } from "../run/generate.ts";
+import { checkPositions, generateBatch } from "../run/generate.ts";
 import {
   LAUNCH_MODE_NAMES,
   launchMode,
@@ -33,6 +33,7 @@ import { summarize } from "../stats.ts";
 import {
   checkHostMemory,
   DEFAULT_PRESET,
+  DEFAULT_SEED,
   intFlag,
   loadAnyWeights,
   MODEL_FLAG_HELP,
@@ -105,7 +106,10 @@ await runCli(async () => {
         describe:
           "ops of cached decode steps: fused (the default: 5 launches per layer) or unfused (one launch per op: 11 per layer for GPT-2, 12 for the Llama family)",
       })
-      .option("seed", { type: "number", describe: "seed of the random weights when no --model is given (default 0)" })
+      .option("seed", {
+        type: "number",
+        describe: `seed of the random weights when no --model is given (default ${DEFAULT_SEED})`,
+      })
       .conflicts("model", "seed")
       .option("threads", {
         type: "number",
@@ -164,7 +168,7 @@ await runCli(async () => {
   const weights = loadAnyWeights(
     argv.model,
     argv.preset ?? DEFAULT_PRESET,
-    intFlag("seed", argv.seed ?? 0, 0),
+    intFlag("seed", argv.seed ?? DEFAULT_SEED, 0),
     (line) => modelLines.push(line),
   );
   const cfg = weights.config;
@@ -187,6 +191,7 @@ await runCli(async () => {
     throw new UserError(`--batch ${batch} takes one prompt (repeated) or ${batch} prompts, not ${given.length}`);
   }
   const prompts = given.length === batch ? given : Array.from({ length: batch }, () => given[0]!);
+  checkPositions(prompts, maxNew, cfg.n_positions);
   if (savePrefix !== undefined && batch > 1)
     throw new UserError("--save-prefix keeps one prompt's keys and values: use it with one prompt and --batch 1");
   const prefixRead = argv.prefix === undefined ? undefined : timedRead(argv.prefix);

@@ -34,21 +34,26 @@ export interface GenerateResult {
 
 const nowMs = () => Bun.nanoseconds() / 1e6;
 
+/** Refuses prompts that with `maxNewTokens` new tokens each would pass the model's `positions`. */
+export function checkPositions(prompts: readonly number[][], maxNewTokens: number, positions: number): void {
+  for (const [b, prompt] of prompts.entries()) {
+    if (prompt.length === 0) throw new Error("generate: empty prompt");
+    const total = prompt.length + maxNewTokens;
+    if (total > positions) {
+      const which = prompts.length > 1 ? `prompt ${b + 1}` : "prompt";
+      throw new UserError(
+        `context overflow: ${which} (${prompt.length} tokens) + new tokens (${maxNewTokens}) = ${total} exceeds n_positions (${positions})`,
+      );
+    }
+  }
+}
+
 /** Generates for every sequence of `session` at once. */
 export function generateBatch(session: Session, opts: GenerateOptions): GenerateResult {
   const { prompts, maxNewTokens } = opts;
   if (prompts.length !== session.batch)
     throw new Error(`generate: ${prompts.length} prompts for ${session.batch} sequences`);
-  for (const [b, prompt] of prompts.entries()) {
-    if (prompt.length === 0) throw new Error("generate: empty prompt");
-    const total = prompt.length + maxNewTokens;
-    if (total > session.config.n_positions) {
-      const which = prompts.length > 1 ? `prompt ${b + 1}` : "prompt";
-      throw new UserError(
-        `context overflow: ${which} (${prompt.length} tokens) + new tokens (${maxNewTokens}) = ${total} exceeds n_positions (${session.config.n_positions})`,
-      );
-    }
-  }
+  checkPositions(prompts, maxNewTokens, session.config.n_positions);
   if (opts.prefix && !opts.cache) throw new UserError("a kept prefix is the KV cache's: it needs --cache on");
   return opts.cache ? generateCached(session, opts) : generateUncached(session, opts);
 }

@@ -90,7 +90,7 @@ export function checkSessionFits(backend: Backend, config: ModelConfig, form: St
     `memory: ${positions} positions × batch ${form.batch} need ${gb(placementTotal(need(positions)))} at once (${needParts(need(positions), gb)}) and the ${where} has ${gb(free)} free: ` +
       (fits(1)
         ? `at batch ${form.batch} at most ${largestWhere(1, positions - 1, fits)} positions fit (prompt + --max-new-tokens)`
-        : "not even one position fits; store the weights narrower (--dtype bf16)"),
+        : `not even one position fits; ${form.weights === "f32" ? "store the weights narrower (--dtype bf16)" : "take a smaller model"}`),
   );
 }
 
