@@ -575,7 +575,7 @@ describe("bad flags: one line, exit ≠ 0", () => {
     );
     expectOneErrorLine(
       r,
-      /^error: memory: this run at context 131071 × batch 8 needs [\d.]+ GB at once \(weights [\d.]+ GB \+ K\/V cache [\d.]+ GB \+ activations [\d.]+ GB\) and the machine has [\d.]+ GB free: the largest context that fits is \d+ \(--contexts ≤ \d+\)$/,
+      /^error: memory: this run at context 131071 × batch 8 needs [\d.]+ GB at once \(weights [\d.]+ GB \+ K\/V cache [\d.]+ GB \+ activations [\d.]+ GB\) and the machine has [\d.]+ GB usable: the largest context that fits is \d+ \(--contexts ≤ \d+\)$/,
     );
     expect(existsSync(dir)).toBe(false);
   });
@@ -591,7 +591,7 @@ describe("bad flags: one line, exit ≠ 0", () => {
     );
     expectOneErrorLine(
       r,
-      /^error: memory: the run holds [\d.]+ GB at once and torch and llama\.cpp hold the weights again in f32, 12\.85 GB each: [\d.]+ GB against the machine's [\d.]+ GB free; profile fewer peers \(--peers\), or a smaller model$/,
+      /^error: memory: the run holds [\d.]+ GB at once and torch and llama\.cpp hold the weights again in f32, 12\.85 GB each: [\d.]+ GB against the machine's [\d.]+ GB usable; profile fewer peers \(--peers\), or a smaller model$/,
     );
     expect(existsSync(dir)).toBe(false);
   });

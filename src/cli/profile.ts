@@ -1,6 +1,11 @@
 // bun run profile — the decode-floor study: eager vs graph over a context sweep, per-kernel breakdowns,
 // where the step's time goes, FLOPs/bytes against measured peaks, KV memory; results under profiles/.
-import { PROMPT_CACHE_SUFFIX, PROMPT_CACHE_TOKENS, promptCacheContext } from "../profile/prompt-cache.ts";
+import {
+  AUTO_PREFIXES_RULE,
+  PROMPT_CACHE_SUFFIX,
+  PROMPT_CACHE_TOKENS,
+  promptCacheContext,
+} from "../profile/prompt-cache.ts";
 import { cpus, freemem, loadavg } from "node:os";
 import { basename, join } from "node:path";
 
@@ -57,6 +62,7 @@ import { SYNTHETIC_SAMPLE_ROWS } from "../run/synthetic-fill.ts";
 import {
   checkHostMemory,
   DEFAULT_PRESET,
+  DEFAULT_SEED,
   intFlag,
   loadAnyWeights,
   MODEL_FLAG_HELP,
@@ -104,7 +110,7 @@ function checkPeersFit(fit: MemoryFit, names: readonly PeerName[], backend: Back
   if (need <= fit.free_bytes) return;
   const gb = (n: number) => `${(n / 1e9).toFixed(2)} GB`;
   throw new UserError(
-    `memory: the run holds ${gb(placementTotal(fit.need))} at once and ${holders.join(" and ")} hold the weights again in f32, ${gb(f32WeightBytes)} each: ${gb(need)} against the ${backend.kind === "cuda" ? "GPU" : "machine"}'s ${gb(fit.free_bytes)} free; profile fewer peers (--peers), or a smaller model`,
+    `memory: the run holds ${gb(placementTotal(fit.need))} at once and ${holders.join(" and ")} hold the weights again in f32, ${gb(f32WeightBytes)} each: ${gb(need)} against the ${backend.kind === "cuda" ? "GPU" : "machine"}'s ${gb(fit.free_bytes)} usable; profile fewer peers (--peers), or a smaller model`,
   );
 }
 
@@ -306,7 +312,7 @@ await runCli(async () => {
         default: true,
         describe: "trace every op (CUPTI on the GPU, native timers on the CPU); --no-kernels skips it",
       })
-      .option("seed", { type: "number", default: 0, describe: "seed of the random weights and prompts" })
+      .option("seed", { type: "number", default: DEFAULT_SEED, describe: "seed of the random weights and prompts" })
       .option("threads", {
         type: "number",
         describe: "CPU backend threads, 1 up to the CPUs this process may run on (default: all of them)",
@@ -335,7 +341,7 @@ await runCli(async () => {
       })
       .option("prompt-cache", {
         type: "string",
-        describe: `prefix lengths (comma-separated, e.g. 1024,4096) at which time to first token is timed cold and with the prefix's keys and values kept (in memory and in a file), ${PROMPT_CACHE_SUFFIX} more prompt tokens prefilled; off for none (default: 1024 and its doublings within the largest context whose cold prefill takes under ${PREFILL_LIMIT_S} s)`,
+        describe: `prefix lengths (comma-separated, e.g. 1024,4096) at which time to first token is timed cold and with the prefix's keys and values kept (in memory and in a file), ${PROMPT_CACHE_SUFFIX} more prompt tokens prefilled; off for none (default: ${AUTO_PREFIXES_RULE})`,
       })
       .option("batches", {
         type: "string",
@@ -396,7 +402,7 @@ await runCli(async () => {
     const asked = (["dtypes", "batches", "kv-heads"] as const).filter((f) => argv[f] !== undefined);
     if (!intervened && asked.length > 0)
       say(
-        `note: ${asked.map((f) => `--${f} ${argv[f]}`).join(" ")} name only the study's own configuration (${dtypes[0]}, batch 1, ${kvHeadsOf(cfg)} K/V heads): no interventions are timed beside it`,
+        `note: ${asked.map((f) => `--${f} ${argv[f]}`).join(" ")} name${asked.length === 1 ? "s" : ""} only the study's own configuration (${dtypes[0]}, batch 1, ${kvHeadsOf(cfg)} K/V heads): no interventions are timed beside it`,
       );
     const opts: StudyOptions = {
       modes,

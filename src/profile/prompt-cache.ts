@@ -38,8 +38,9 @@ const AUTO_FIRST_PREFIX = 1024;
 
 /**
  * The prefix lengths a study times without --prompt-cache: 1024 and its doublings whose prompts fit the `positions`
- * its session holds and whose cold prefill the work model at the measured rate puts within PREFILL_LIMIT_S (each is
- * prefilled cold five times); none where the study's contexts stay short.
+ * of its largest context and whose cold prefill the work model at the measured rate puts within PREFILL_LIMIT_S (each
+ * is prefilled cold PROMPT_CACHE_REPEATS times, and twice more for the prefix kept and the tokens compared); none
+ * where the study's contexts stay short.
  */
 export function autoPrefixes(positions: number, prefillSeconds: (tokens: number) => number): number[] {
   const prefixes: number[] = [];

@@ -112,7 +112,8 @@ const nowMs = () => Bun.nanoseconds() / 1e6;
 
 /**
  * Units of progress in a study: every (context, mode) point timed, one end-to-end run per mode, every prompt-cache
- * prefix, every intervention configuration at every context, then every point traced.
+ * prefix given (those the run chooses count none), every intervention configuration at every context, then every
+ * point traced.
  */
 export function studyUnits(
   opts: Pick<StudyOptions, "contexts" | "modes" | "kernels" | "interventions" | "promptCache">,
@@ -182,8 +183,8 @@ export function largestStudyContext(
 }
 
 /**
- * The memory the study's sessions may take: what the backend has free, on the CPU less the share the read passes'
- * buffer may hold beside every session for the whole study (read-probe.ts ReadTracker).
+ * The memory the study's sessions may take ("usable" in its lines): what the backend has free, on the CPU less the
+ * share the read passes' buffer may hold beside every session for the whole study (read-probe.ts ReadTracker).
  */
 function studyMemory(backend: Backend): { bytes: number; source: string } {
   const free = availableMemory(backend);
@@ -218,7 +219,7 @@ export function studyMemoryFit(
     const batch = Math.max(opts.form.batch, ...(opts.interventions?.forms ?? []).map((f) => f.batch));
     throw new UserError(
       `memory: this run at context ${Math.max(...opts.contexts)} × batch ${batch} needs ${gb(placementTotal(need))} at once ` +
-        `(${needParts(need, gb)}) and the ${backend.kind === "cuda" ? "GPU" : "machine"} has ${gb(free.bytes)} free: ` +
+        `(${needParts(need, gb)}) and the ${backend.kind === "cuda" ? "GPU" : "machine"} has ${gb(free.bytes)} usable: ` +
         (largest > 0
           ? `the largest context that fits is ${largest} (--contexts ≤ ${largest})`
           : "not even one position fits; store the weights narrower (--dtypes bf16)"),
@@ -233,7 +234,7 @@ const gb = (n: number) => `${(n / 1e9).toFixed(2)} GB`;
 export function fitLine(fit: MemoryFit, context: number): string {
   const byBatch = fit.largest_context_by_batch.map((b) => `${b.context} at batch ${b.batch}`).join(", ");
   return (
-    `memory: ${gb(placementTotal(fit.need))} at once at context ${context} (${needParts(fit.need, gb)}) of ${gb(fit.free_bytes)} free; ` +
+    `memory: ${gb(placementTotal(fit.need))} at once at context ${context} (${needParts(fit.need, gb)}) of ${gb(fit.free_bytes)} usable; ` +
     `this run fits up to context ${fit.largest_context}; the model alone up to ${byBatch}`
   );
 }
@@ -260,16 +261,17 @@ export class Study {
   }
 
   /** The prompt cache at the prefixes given, or at those the run chooses now that its prefill rate is measured. */
-  private async measurePromptCache(
+  private async promptCacheSection(
     progress: (what: string, units: number) => void,
   ): Promise<PromptCacheSection | undefined> {
     const given = this.opts.promptCache;
     if (given === undefined) return undefined;
-    const prefixes =
-      given === "auto" ? autoPrefixes(this.session.config.n_positions, (tokens) => this.rate.seconds(tokens)) : given;
+    // the positions of the study's largest context (a GPT-2 session holds its model's whatever the contexts)
+    const positions = Math.min(this.session.config.n_positions, Math.max(...this.opts.contexts) + 1);
+    const prefixes = given === "auto" ? autoPrefixes(positions, (tokens) => this.rate.seconds(tokens)) : given;
     if (given === "auto" && prefixes.length > 0)
       this.opts.say?.(
-        `prompt cache: prefix lengths ${prefixes.join(", ")}, chosen as ${AUTO_PREFIXES_RULE} (--prompt-cache P,… or off to choose)`,
+        `prompt cache: prefix lengths ${prefixes.join(", ")}, chosen as ${AUTO_PREFIXES_RULE} (--prompt-cache P,… to choose others, off for none)`,
       );
     if (prefixes.length === 0) return undefined;
     return measurePromptCache(this.session, prefixes, {
@@ -325,7 +327,7 @@ export class Study {
       await this.checkpoint();
       endToEnd.push(this.endToEnd(mode));
     }
-    const promptCache = await this.measurePromptCache(progress);
+    const promptCache = await this.promptCacheSection(progress);
     const interventions = this.opts.interventions;
     const samples =
       interventions &&

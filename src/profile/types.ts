@@ -233,7 +233,7 @@ export interface ProfileSummary {
   interventions?: InterventionsSection;
   /** on a GPU the kernel model has parameters for: its predicted step beside each measured one */
   predictions?: PredictionsSection;
-  /** time to first token cold against a kept prefix (profile --prompt-cache) */
+  /** time to first token cold against a kept prefix (by default where the contexts reach 1k; profile --prompt-cache) */
   prompt_cache?: PromptCacheSection;
 }
 

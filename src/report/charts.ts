@@ -173,7 +173,7 @@ function oneReadRate(points: readonly InterventionPoint[], mostHeads: number): n
   return points.find((p) => p.kv_heads === mostHeads && p.context === largest)!.read_bytes_per_s!;
 }
 
-/** Time to first token against the prefix kept, cold and warm (from memory, from a file). Null without --prompt-cache. */
+/** Time to first token against the prefix kept, cold and warm (from memory, from a file). Null where no prefix was timed. */
 export function promptCacheChart(s: ProfileSummary): string | null {
   const c = s.prompt_cache;
   if (!c) return null;

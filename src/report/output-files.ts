@@ -13,6 +13,6 @@ export const OUTPUT_FILES = {
 export const OPTIONAL_FILES = {
   /** profile --kv-heads */
   kvHeads: "kv-heads.svg",
-  /** profile --prompt-cache */
+  /** where prefixes were timed (by default where the contexts reach 1k; profile --prompt-cache) */
   promptCache: "prompt-cache.svg",
 } as const;

@@ -707,7 +707,7 @@ export function predictionsTable(s: ProfileSummary): TableData {
   };
 }
 
-/** Time to first token cold against a kept prefix, per prefix length (profile --prompt-cache). */
+/** Time to first token cold against a kept prefix, per prefix length (where any were timed). */
 export function promptCacheTable(s: ProfileSummary): TableData {
   const c = s.prompt_cache;
   if (!c) return { columns: [], rows: [] };
