@@ -72,6 +72,19 @@ describe("GQA and MQA configs", () => {
     expect(r.crossover_tokens).toBe(Math.ceil((8_030_261_248 * 2) / 131_072));
   });
 
+  test("a config naming its architecture by model_type alone is counted as the project runs it, exactly", () => {
+    expect(readDecoderConfig(llama3).parameters_how).toMatch(/^exact for llama: /);
+    const bert = configFile("bert-shaped.json", {
+      model_type: "bert",
+      num_hidden_layers: 2,
+      num_attention_heads: 4,
+      hidden_size: 64,
+      intermediate_size: 128,
+      vocab_size: 100,
+    });
+    expect(readDecoderConfig(bert).parameters_how).toMatch(/^estimated from the shapes/);
+  });
+
   test("MQA with an explicit head_dim, tied embeddings and QKV biases", () => {
     const mqa = configFile("mqa.json", {
       model_type: "qwen2",

@@ -61,11 +61,19 @@ export function checkNamesAgree(raw: Record<string, unknown>, where: string): vo
 }
 
 /** The family and model_type of a parsed config.json: its `architectures[0]`, else its `model_type`. */
+/**
+ * The supported model type a config names: its first `architectures` entry's, else its model_type; GPT-2 where it
+ * names neither (checkpoints from before `architectures`); undefined for any other.
+ */
+export function supportedModelType(raw: Record<string, unknown>): string | undefined {
+  const names = Array.isArray(raw.architectures) ? raw.architectures : [];
+  if (names.length > 0) return ARCHITECTURES[String(names[0])];
+  return raw.model_type === undefined ? "gpt2" : Object.values(ARCHITECTURES).find((t) => t === raw.model_type);
+}
+
 function architectureOf(raw: Record<string, unknown>, path: string): { family: AnyFamily; modelType: string } {
   const names = Array.isArray(raw.architectures) ? raw.architectures : [];
-  // GPT-2 checkpoints from before `architectures` name neither: they are GPT-2
-  const byType = raw.model_type === undefined ? "gpt2" : Object.values(ARCHITECTURES).find((t) => t === raw.model_type);
-  const modelType = names.length > 0 ? ARCHITECTURES[String(names[0])] : byType;
+  const modelType = supportedModelType(raw);
   const family = FAMILY_NAMES.map(familyNamed).find((f) => Object.values(f.architectures).includes(modelType ?? ""));
   if (!modelType || !family) {
     const named = names.length > 0 ? JSON.stringify(names[0]) : `model_type ${JSON.stringify(raw.model_type)}`;

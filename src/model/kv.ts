@@ -10,7 +10,7 @@ import { readFileSync } from "node:fs";
 
 import { UserError } from "../errors.ts";
 import { DTYPE_BYTES, type DtypeName } from "../ops.ts";
-import { checkNamesAgree, familyOf, type ModelConfig } from "./architectures.ts";
+import { checkNamesAgree, familyOf, supportedModelType, type ModelConfig } from "./architectures.ts";
 import type { GPT2Config } from "./gpt2.ts";
 import { LLAMA_ARCHITECTURES, llamaConfigOf } from "./llama.ts";
 
@@ -66,8 +66,8 @@ export function shapeOf(cfg: ModelConfig): DecoderShape {
 /** The decoder shape of a parsed config.json; `where` names it in errors. */
 export function shapeFromConfig(raw: Record<string, unknown>, name: string, where: string): DecoderShape {
   checkNamesAgree(raw, where);
-  const architecture = Array.isArray(raw.architectures) ? String(raw.architectures[0]) : "";
-  const arch = LLAMA_ARCHITECTURES[architecture as keyof typeof LLAMA_ARCHITECTURES];
+  const modelType = supportedModelType(raw);
+  const arch = Object.values(LLAMA_ARCHITECTURES).find((a) => a === modelType);
   if (arch && raw.num_local_experts === undefined) {
     // an architecture the project runs: the same config rules and exact count as generate and profile
     const shape = shapeOf(llamaConfigOf(raw, arch, where, name));
