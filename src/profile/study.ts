@@ -19,6 +19,7 @@ import {
   largestContextByBatch,
   largestFittingContext,
   MEASURED_CACHE_TOKENS,
+  gb,
   needParts,
   runNeed,
   type RunPlacement,
@@ -227,8 +228,6 @@ export function studyMemoryFit(
   }
   return fit;
 }
-
-const gb = (n: number) => `${(n / 1e9).toFixed(2)} GB`;
 
 /** The fit in one line: what the run holds at once against what is free, and the largest context each batch fits. */
 export function fitLine(fit: MemoryFit, context: number): string {

@@ -83,11 +83,11 @@ export function checkSessionFits(backend: Backend, config: ModelConfig, form: St
   const need = (held: number) => Session.placementBytes(backend, config, { form, maxContext: held });
   const free = availableMemory(backend).bytes;
   const fits = (held: number) => placementTotal(need(held)) <= free;
-  if (fits(positions)) return;
-  const gb = (n: number) => `${(n / 1e9).toFixed(2)} GB`;
+  const asked = need(positions);
+  if (placementTotal(asked) <= free) return;
   const where = backend.kind === "cuda" ? "GPU" : "machine";
   throw new UserError(
-    `memory: ${positions} positions × batch ${form.batch} need ${gb(placementTotal(need(positions)))} at once (${needParts(need(positions), gb)}) and the ${where} has ${gb(free)} free: ` +
+    `memory: ${positions} positions × batch ${form.batch} need ${gb(placementTotal(asked))} at once (${needParts(asked, gb)}) and the ${where} has ${gb(free)} free: ` +
       (fits(1)
         ? `at batch ${form.batch} at most ${largestWhere(1, positions - 1, fits)} positions fit (prompt + --max-new-tokens)`
         : `not even one position fits; ${form.weights === "f32" ? "store the weights narrower (--dtype bf16)" : "take a smaller model"}`),
@@ -106,6 +106,9 @@ export function largestContextByBatch(
     context: largestFittingContext(backend, { study: { ...study, form: { ...study.form, batch } }, groups: [] }, free),
   }));
 }
+
+/** Bytes as the memory lines give them: 4,943,257,600 → "4.94 GB". */
+export const gb = (n: number) => `${(n / 1e9).toFixed(2)} GB`;
 
 /** One line each for a need's parts, e.g. "weights 4.9 GB + K/V cache 8.6 GB + activations 0.8 GB". */
 export const needParts = (p: PlacementBytes, gb: (n: number) => string) =>
