@@ -123,7 +123,8 @@ async function measureGroup(
     );
     const samples: InterventionSample[] = [];
     for (const context of opts.contexts) {
-      opts.onContext?.(context, configs.length, opts.fillOf(context));
+      const fill = opts.fillOf(context);
+      opts.onContext?.(context, configs.length, fill);
       const timed = await timeContext(
         configs.map((c) => c.session),
         instrument,
@@ -136,7 +137,7 @@ async function measureGroup(
           form,
           kv_heads: variant.kv_heads,
           context,
-          fill: opts.fillOf(context),
+          fill,
           step_ms: summarize(timed[i]!.map((t) => t.ms)),
           paired: timed[i]!,
         })),
