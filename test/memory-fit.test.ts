@@ -9,7 +9,11 @@ import { ALL_PRESETS, loadAnyModel, type ModelWeights } from "../src/model/archi
 import { randomWeights } from "../src/model/gpt2.ts";
 import type { StepForm } from "../src/plan.ts";
 import { largestContextByBatch, largestFittingContext, runNeed, type RunPlacement } from "../src/run/memory-fit.ts";
-import { placementTotal } from "../src/run/model-buffers.ts";
+import { placedForms } from "../src/profile/interventions.ts";
+import type { Backend, DeviceBuffer } from "../src/backends/backend.ts";
+import { PlacedWeights, placementTotal } from "../src/run/model-buffers.ts";
+import { generateBatch } from "../src/run/generate.ts";
+import { launchMode } from "../src/run/launch-modes.ts";
 import { Session } from "../src/run/session.ts";
 
 const cpu = CpuBackend.open();
@@ -83,6 +87,91 @@ describe("the largest context a run fits", () => {
     const byBatch = largestContextByBatch(cpu, run.study, free);
     expect(byBatch[0]).toEqual({ batch: 1, context: 6000 });
     for (let i = 1; i < byBatch.length; i++) expect(byBatch[i]!.context).toBeLessThan(byBatch[i - 1]!.context);
+  });
+});
+
+describe("sessions of the same weights stored alike share one placement of them", () => {
+  const [, llama] = MODELS[1]!;
+  const prompts = [
+    [3, 14, 15, 92, 65],
+    [2, 7, 18],
+  ];
+  const decode = (s: Session<ModelWeights>) =>
+    generateBatch(s, { prompts, maxNewTokens: 6, cache: true, mode: launchMode("eager") }).generatedIds;
+
+  test("a batch-2 session reads a batch-1 session's weights, decodes as alone, and outlives it", () => {
+    const alone = new Session(cpu, llama, { form: form(2, "bf16", "f32"), maxContext: 64 });
+    const expected = decode(alone);
+    alone.close();
+    const lender = new Session(cpu, llama, { form: form(1, "bf16", "f32"), maxContext: 64 });
+    const reader = new Session(cpu, llama, { form: form(2, "bf16", "f32"), maxContext: 48, weightsFrom: lender });
+    try {
+      expect(reader.resident.parameters).toEqual(lender.resident.parameters);
+      expect(reader.resident.weights).toBe(lender.resident.weights);
+      lender.close(); // the reader still holds them
+      expect(decode(reader)).toEqual(expected);
+    } finally {
+      reader.close();
+    }
+  });
+
+  test("lendsWeights: not to another storage type, other weights, or more positions than its table covers", () => {
+    const lender = new Session(cpu, llama, { form: form(1, "f32", "f32"), maxContext: 40 });
+    try {
+      expect(lender.lendsWeights(cpu, llama, form(4, "f32", "bf16"), 40)).toBe(true);
+      expect(lender.lendsWeights(cpu, llama, form(1, "bf16", "f32"), 40)).toBe(false);
+      expect(
+        lender.lendsWeights(cpu, loadAnyModel(join(import.meta.dir, "fixtures/llama-tiny")), form(1, "f32", "f32"), 40),
+      ).toBe(false);
+      expect(lender.lendsWeights(cpu, llama, form(1, "f32", "f32"), 41)).toBe(false);
+      expect(
+        () => new Session(cpu, llama, { form: form(1, "bf16", "f32"), maxContext: 40, weightsFrom: lender }),
+      ).toThrow(/Session.lendsWeights/);
+    } finally {
+      lender.close();
+    }
+  });
+
+  test("PlacedWeights frees its buffer with the last session that holds it, once", () => {
+    const freed: DeviceBuffer[] = [];
+    const backend = { free: (b: DeviceBuffer) => freed.push(b) } as unknown as Backend;
+    const buffer = { ptr: 4096, bytes: 256 };
+    const placed = new PlacedWeights(backend, buffer, 8);
+    expect(placed.hold()).toBe(placed);
+    placed.release();
+    expect(freed).toEqual([]);
+    placed.release();
+    expect(freed).toEqual([buffer]);
+  });
+
+  test("an intervention's forms place weights once per storage type, none where the study's session holds them", () => {
+    const study = { weights: llama, form: form(1, "f32", "f32") };
+    const forms = [form(1, "f32", "f32"), form(2, "f32", "f32"), form(1, "bf16", "bf16"), form(2, "bf16", "bf16")];
+    const placed = (w: ModelWeights) =>
+      placedForms(w, forms, study).map((p) => [p.form.batch, p.form.weights, p.ownWeights]);
+    expect(placed(llama)).toEqual([
+      [2, "f32", false],
+      [1, "bf16", true],
+      [2, "bf16", false],
+    ]);
+    const variant = randomWeights({ ...gpt2.config, name: "another" });
+    expect(placed(variant)).toEqual([
+      [1, "f32", true],
+      [2, "f32", false],
+      [1, "bf16", true],
+      [2, "bf16", false],
+    ]);
+  });
+
+  test("runNeed counts a session that reads another's weights without them", () => {
+    const study = { config: llama.config, form: form(1, "f32", "f32") };
+    const beside = { config: llama.config, form: form(4, "f32", "f32") };
+    const own = runNeed(cpu, { study, groups: [[beside]] }, 64);
+    const reading = runNeed(cpu, { study, groups: [[{ ...beside, ownWeights: false }]] }, 64);
+    const placed = Session.placementBytes(cpu, llama.config, { form: beside.form, maxContext: 64 });
+    expect(own.weights - reading.weights).toBe(placed.weights);
+    expect(reading.cache).toBe(own.cache);
+    expect(reading.activations).toBe(own.activations);
   });
 });
 

@@ -64,6 +64,32 @@ export interface InterventionsResult {
 export const sameForm = (a: StepForm, b: StepForm) =>
   a.plan === b.plan && a.batch === b.batch && a.weights === b.weights && a.kv === b.kv;
 
+/** A configuration placed beside the study's session, and whether it places weights or reads ones placed before it. */
+export interface PlacedForm {
+  form: StepForm;
+  ownWeights: boolean;
+}
+
+/**
+ * The forms of one K/V-head variant placed beside the study's session (its own form is the study's session), each
+ * placing its weights only where neither the study's session nor an earlier form holds them in the same type
+ * (Session.lendsWeights: every session here reaches at most the study's positions).
+ */
+export function placedForms(
+  variant: ModelWeights,
+  forms: StepForm[],
+  study: { weights: ModelWeights; form: StepForm },
+): PlacedForm[] {
+  const held = new Set(variant === study.weights ? [study.form.weights] : []);
+  return forms
+    .filter((form) => variant !== study.weights || !sameForm(form, study.form))
+    .map((form) => {
+      const ownWeights = !held.has(form.weights);
+      held.add(form.weights);
+      return { form, ownWeights };
+    });
+}
+
 /**
  * Times every form of every K/V-head variant's cached decode step in `mode` at every context. `reuse` is a session
  * already holding one of them (the study's own); the others are placed here and freed when their group is done.
@@ -78,14 +104,12 @@ export async function measureInterventions(
   opts: InterventionOptions,
 ): Promise<InterventionsResult> {
   const maxContext = Math.max(...opts.contexts) + 1;
-  // each session places its weights, cache and activations; the study's own session is already placed
+  // each session places its cache and activations, and its weights where no session holds them yet
   const need = ({ weights }: KvVariant) =>
-    forms
-      .filter((form) => weights !== reuse.weights || !sameForm(form, reuse.form))
-      .reduce(
-        (sum, form) => sum + placementTotal(Session.placementBytes(backend, weights.config, { form, maxContext })),
-        0,
-      );
+    placedForms(weights, forms, reuse).reduce((sum, { form, ownWeights }) => {
+      const bytes = Session.placementBytes(backend, weights.config, { form, maxContext });
+      return sum + placementTotal(bytes) - (ownWeights ? 0 : bytes.weights);
+    }, 0);
   const free = availableMemory(backend).bytes;
   const together = variants.reduce((sum, v) => sum + need(v), 0) <= MEMORY_SHARE * free;
   if (variants.length > 1 && !together)
@@ -100,7 +124,10 @@ export async function measureInterventions(
   return { samples: samples.sort((a, b) => order(a) - order(b)), together };
 }
 
-/** One group of variants, every form of each placed at once, timed interleaved at every context. */
+/**
+ * One group of variants, every form of each placed at once (each reading the weights of a session that holds them
+ * in its type: the study's, or another form's), timed interleaved at every context.
+ */
 async function measureGroup(
   backend: Backend,
   instrument: Instrument,
@@ -116,7 +143,8 @@ async function measureGroup(
     const configs = group.flatMap((variant) =>
       forms.map((form) => {
         if (variant.weights === reuse.weights && sameForm(form, reuse.form)) return { variant, form, session: reuse };
-        const s = new Session(backend, variant.weights, { form, maxContext });
+        const weightsFrom = [reuse, ...owned].find((s) => s.lendsWeights(backend, variant.weights, form, maxContext));
+        const s = new Session(backend, variant.weights, { form, maxContext, weightsFrom });
         owned.push(s);
         return { variant, form, session: s };
       }),

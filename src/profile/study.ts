@@ -28,7 +28,7 @@ import { cacheBytes, placementTotal } from "../run/model-buffers.ts";
 import { Session } from "../run/session.ts";
 import { summarize, type Stats } from "../stats.ts";
 import { CALIBRATION_TOKENS, fillCache, pointFill, PrefillRate, type FillChoice, type PointFill } from "./fill.ts";
-import { measureInterventions, sameForm, type InterventionsResult, type KvVariant } from "./interventions.ts";
+import { measureInterventions, placedForms, type InterventionsResult, type KvVariant } from "./interventions.ts";
 import { partingOf, tokensBeforeParting, type PeerMeasurements } from "./peers-summary.ts";
 import { promptOf } from "./prompts.ts";
 import { AUTO_PREFIXES_RULE, autoPrefixes, measurePromptCache, promptCacheContext } from "./prompt-cache.ts";
@@ -167,9 +167,7 @@ export function runPlacementOf(
   const study = { config: weights.config, form: opts.form };
   const iv = opts.interventions;
   const groups = (iv?.variants ?? []).map((v) =>
-    iv!.forms
-      .filter((form) => v.weights !== weights || !sameForm(form, opts.form))
-      .map((form) => ({ config: v.weights.config, form })),
+    placedForms(v.weights, iv!.forms, { weights, form: opts.form }).map((p) => ({ config: v.weights.config, ...p })),
   );
   return { study, groups };
 }

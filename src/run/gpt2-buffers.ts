@@ -11,10 +11,11 @@ import {
   Arena,
   cacheBytes,
   allocateCache,
-  allocateFilled,
   parameterArena,
+  placeWeights,
   rowsHeld,
   uploadParameters,
+  type PlacedWeights,
   type PlacementBytes,
   type Resident,
 } from "./model-buffers.ts";
@@ -26,21 +27,27 @@ export type ResidentModel = Resident<ModelBuffers>;
 
 /**
  * Streams the weights onto the backend (each chunk converted to its storage type and uploaded as it comes: no
- * copy of the model is held on the host), then allocates cache and activations for steps of up to maxRows rows
- * (default: n_positions, or the batch if larger).
+ * copy of the model is held on the host) unless `shared` holds them already, then allocates cache and activations
+ * for steps of up to maxRows rows (default: n_positions, or the batch if larger).
  */
 export function placeModel(
   backend: Backend,
   weights: GPT2Weights,
   form: StepForm = DEFAULT_STEP_FORM,
   maxRows?: number,
+  shared?: PlacedWeights,
 ): ResidentModel {
   const cfg = weights.config;
   const rows = rowsHeld(cfg, form, maxRows);
   const { offsets, size } = weightLayout(cfg, form);
-  const weightBuffer = allocateFilled(backend, size, (buffer) =>
-    uploadParameters(backend, buffer, (visit) => weights.stream(visit), offsets, form.weights),
+  const placed = placeWeights(
+    backend,
+    size,
+    cfg.n_positions,
+    (buffer) => uploadParameters(backend, buffer, (visit) => weights.stream(visit), offsets, form.weights),
+    shared,
   );
+  const weightBuffer = placed.buffer;
   const w = (name: string) => weightBuffer.ptr + offsets.get(name)!;
   const pair = (prefix: string) => ({ weight: w(`${prefix}.weight`), bias: w(`${prefix}.bias`) });
 
@@ -71,11 +78,12 @@ export function placeModel(
   return {
     buffers,
     form,
+    weights: placed,
     allocations: { weights: weightBuffer, cache: cache.buffer, activations: acts.buffer },
     activationRegions: acts.regions,
     parameters: weightBuffer,
     free() {
-      backend.free(weightBuffer);
+      placed.release();
       backend.free(cache.buffer);
       backend.free(acts.buffer);
     },

@@ -19,10 +19,11 @@ import {
   Arena,
   cacheBytes,
   allocateCache,
-  allocateFilled,
   parameterArena,
+  placeWeights,
   rowsHeld,
   uploadParameters,
+  type PlacedWeights,
   type PlacementBytes,
   type Resident,
 } from "./model-buffers.ts";
@@ -32,20 +33,28 @@ const INT32 = 4;
 
 export type ResidentLlama = Resident<LlamaBuffers>;
 
+/** Places a Llama-family model for these steps, its weights and rotary table read from `shared` where given. */
 export function placeLlama(
   backend: Backend,
   weights: LlamaWeights,
   form: StepForm = DEFAULT_STEP_FORM,
   maxRows?: number,
+  shared?: PlacedWeights,
 ): ResidentLlama {
   const cfg = weights.config;
   const rows = rowsHeld(cfg, form, maxRows);
   const { offsets, ropeAt, size } = weightLayout(cfg, form);
-  const table = ropeTable(cfg, cfg.n_positions);
-  const weightBuffer = allocateFilled(backend, size, (buffer) => {
-    uploadParameters(backend, buffer, (visit) => weights.stream(visit), offsets, form.weights);
-    backend.upload(buffer, table, ropeAt);
-  });
+  const placed = placeWeights(
+    backend,
+    size,
+    cfg.n_positions,
+    (buffer) => {
+      uploadParameters(backend, buffer, (visit) => weights.stream(visit), offsets, form.weights);
+      backend.upload(buffer, ropeTable(cfg, cfg.n_positions), ropeAt);
+    },
+    shared,
+  );
+  const weightBuffer = placed.buffer;
   const w = (name: string) => weightBuffer.ptr + offsets.get(name)!;
   const linear = (p: string) => ({ weight: w(`${p}.weight`), bias: w(`${p}.bias`) });
 
@@ -78,12 +87,13 @@ export function placeLlama(
   return {
     buffers,
     form,
+    weights: placed,
     allocations: { weights: weightBuffer, cache: cache.buffer, activations: acts.buffer },
     activationRegions: acts.regions,
     // the rotary table after them is sized by the run's context
     parameters: { ptr: weightBuffer.ptr, bytes: ropeAt },
     free() {
-      backend.free(weightBuffer);
+      placed.release();
       backend.free(cache.buffer);
       backend.free(acts.buffer);
     },

@@ -18,10 +18,12 @@ export function availableMemory(backend: Backend): { bytes: number; source: stri
 /** Tokens of the second cache the study allocates to measure a cache's bytes per token (study.ts measureMemory). */
 export const MEASURED_CACHE_TOKENS = 1024;
 
-/** A session a run places: its model and its steps' form. */
+/** A session a run places: its model, its steps' form, and whether it places weights (or reads another's). */
 export interface PlannedSession {
   config: ModelConfig;
   form: StepForm;
+  /** false: it reads weights another session of the run holds (default true) */
+  ownWeights?: boolean;
 }
 
 /**
@@ -35,7 +37,10 @@ export interface RunPlacement {
 
 /** The most bytes a run holds at once when its sequences reach `maxContext` positions, and its parts. */
 export function runNeed(backend: Backend, run: RunPlacement, maxContext: number): PlacementBytes {
-  const at = (s: PlannedSession) => Session.placementBytes(backend, s.config, { form: s.form, maxContext });
+  const at = (s: PlannedSession) => {
+    const bytes = Session.placementBytes(backend, s.config, { form: s.form, maxContext });
+    return s.ownWeights === false ? { ...bytes, weights: 0 } : bytes;
+  };
   const study = at(run.study);
   const measured = { ...run.study.config, n_positions: Math.min(MEASURED_CACHE_TOKENS, maxContext) };
   const beside = [

@@ -90,11 +90,39 @@ export function storedWeightBytes(cfg: ModelConfig, dtype: DtypeName): number {
   return placedParameters(cfg).reduce((sum, s) => sum + numel(s.shape) * storedBytesPer(s, dtype), 0);
 }
 
+/**
+ * A model's weights on a backend (and a rotary model's table after them), read by every session placed over them
+ * — the same weights stored in the same type, as an intervention's batches are — and freed with the last of them.
+ */
+export class PlacedWeights {
+  private holders = 1;
+
+  constructor(
+    private readonly backend: Backend,
+    readonly buffer: DeviceBuffer,
+    /** the positions a session reading them may reach (a rotary model's table covers these) */
+    readonly positions: number,
+  ) {}
+
+  /** one more session reads them */
+  hold(): this {
+    this.holders++;
+    return this;
+  }
+
+  /** a session that read them is done; the last frees them */
+  release(): void {
+    if (--this.holders === 0) this.backend.free(this.buffer);
+  }
+}
+
 /** A model placed on a backend, whichever its architecture (`buffers`: its step's pointers). */
 export interface Resident<Buffers> {
   buffers: Buffers;
   /** the steps it is placed for: their sequences and storage types (and plan) */
   form: StepForm;
+  /** its weights, which other sessions may read too */
+  weights: PlacedWeights;
   /** what was allocated, for memory accounting */
   allocations: { weights: DeviceBuffer; cache: DeviceBuffer; activations: DeviceBuffer };
   /** the activations' allocation by region (x, qkv, …, the attention's scratch, the tokens) */
@@ -129,8 +157,18 @@ export function allocateCache(backend: Backend, cfg: ModelConfig, form: CacheFor
   return { buffer, k, v };
 }
 
-/** A buffer of `bytes` that `fill` writes, freed again if filling fails (a checkpoint's bad chunk, say). */
-export function allocateFilled(backend: Backend, bytes: number, fill: (buffer: DeviceBuffer) => void): DeviceBuffer {
+/**
+ * The weights a session reads: `shared` where given (placed by another session), else a buffer of `bytes` that
+ * `fill` writes, freed again if filling fails (a checkpoint's bad chunk, say).
+ */
+export function placeWeights(
+  backend: Backend,
+  bytes: number,
+  positions: number,
+  fill: (buffer: DeviceBuffer) => void,
+  shared?: PlacedWeights,
+): PlacedWeights {
+  if (shared) return shared.hold();
   const buffer = backend.alloc(bytes, "whole");
   try {
     fill(buffer);
@@ -138,7 +176,7 @@ export function allocateFilled(backend: Backend, bytes: number, fill: (buffer: D
     backend.free(buffer);
     throw e;
   }
-  return buffer;
+  return new PlacedWeights(backend, buffer, positions);
 }
 
 /** Allocates the activations' arena (zeroed, and on the CPU committed only where a step writes). */

@@ -15,7 +15,7 @@ import { launchMode, modeForm, type LaunchMode, type ModeForm } from "./launch-m
 import { firstNonFinite, firstNonFiniteOp, nonFiniteMessage } from "./finite.ts";
 import { llamaPlacementBytes, llamaSequenceView, placeLlama, type ResidentLlama } from "./llama-buffers.ts";
 import { gpt2PlacementBytes, placeModel, sequenceView, type ResidentModel } from "./gpt2-buffers.ts";
-import type { PlacementBytes } from "./model-buffers.ts";
+import type { PlacedWeights, PlacementBytes } from "./model-buffers.ts";
 import { CompiledStep } from "./step.ts";
 import { SYNTHETIC_SAMPLE_ROWS, writeSyntheticRows, type SequenceCache } from "./synthetic-fill.ts";
 
@@ -32,6 +32,11 @@ export interface SessionOptions {
    * and activations are sized by it (GPT-2's position table is n_positions long either way)
    */
   maxContext?: number;
+  /**
+   * a session whose weights this one reads rather than placing its own: the same weights stored in the same type,
+   * reaching at least as many positions (lendsWeights)
+   */
+  weightsFrom?: Session<ModelWeights>;
 }
 
 type Resident = ResidentModel | ResidentLlama;
@@ -45,6 +50,7 @@ interface ResidentFamily<W extends ModelWeights, B extends StepBuffers> {
     form: StepForm,
     maxRows: number | undefined,
     maxContext: number | undefined,
+    shared: PlacedWeights | undefined,
   ): Resident;
   /** what place allocates, computed without allocating */
   bytes(
@@ -54,6 +60,8 @@ interface ResidentFamily<W extends ModelWeights, B extends StepBuffers> {
     maxRows: number | undefined,
     maxContext: number | undefined,
   ): PlacementBytes;
+  /** the positions its sequences may reach when placed for maxContext */
+  positions(config: W["config"], maxContext: number | undefined): number;
   /** the buffers of sequence b alone */
   sequenceView(buffers: B, b: number): B;
   /** the (V, C) matrix the logits are read through */
@@ -70,17 +78,20 @@ const heldConfig = (cfg: LlamaConfig, maxContext: number | undefined): LlamaConf
 const RESIDENT_FAMILIES: { [F in FamilyName]: AnyResidentFamily } = {
   gpt2: {
     // GPT-2's position table is n_positions long whatever the run's context
-    place: (backend, weights, form, maxRows) => placeModel(backend, weights, form, maxRows),
+    place: (backend, weights, form, maxRows, _maxContext, shared) =>
+      placeModel(backend, weights, form, maxRows, shared),
     bytes: (backend, cfg, form, maxRows) => gpt2PlacementBytes(backend, cfg, form, maxRows),
+    positions: (cfg) => cfg.n_positions,
     sequenceView,
     outputHead: (b) => b.wte,
   } satisfies ResidentFamily<GPT2Weights, ModelBuffers> as AnyResidentFamily,
   llama: {
     // a rotary model's cache, rotary table and activations are sized by the positions its sequences reach
-    place: (backend, weights, form, maxRows, maxContext) =>
-      placeLlama(backend, { ...weights, config: heldConfig(weights.config, maxContext) }, form, maxRows),
+    place: (backend, weights, form, maxRows, maxContext, shared) =>
+      placeLlama(backend, { ...weights, config: heldConfig(weights.config, maxContext) }, form, maxRows, shared),
     bytes: (backend, cfg, form, maxRows, maxContext) =>
       llamaPlacementBytes(backend, heldConfig(cfg, maxContext), form, maxRows),
+    positions: (cfg, maxContext) => heldConfig(cfg, maxContext).n_positions,
     sequenceView: llamaSequenceView,
     outputHead: (b) => b.lm_head,
   } satisfies ResidentFamily<LlamaWeights, LlamaBuffers> as AnyResidentFamily,
@@ -102,8 +113,25 @@ export class Session<W extends ModelWeights = GPT2Weights> {
   ) {
     const form = opts.form ?? DEFAULT_STEP_FORM;
     this.family = RESIDENT_FAMILIES[familyNameOf(weights.config)];
-    this.resident = this.family.place(backend, weights, form, opts.maxRows, opts.maxContext);
+    const lender = opts.weightsFrom;
+    if (lender && !lender.lendsWeights(backend, weights, form, opts.maxContext))
+      throw new Error("a session can read only the weights it would place itself (Session.lendsWeights)");
+    const shared = lender?.resident.weights;
+    this.resident = this.family.place(backend, weights, form, opts.maxRows, opts.maxContext, shared);
     this.stateWords = new Int32Array(this.batch * STATE_INTS);
+  }
+
+  /**
+   * Whether a session of `weights` in `form` reaching maxContext positions can read this one's weights: the same
+   * weights on the same backend, stored in the same type, placed for at least its positions.
+   */
+  lendsWeights(backend: Backend, weights: ModelWeights, form: StepForm, maxContext: number | undefined): boolean {
+    return (
+      backend === this.backend &&
+      weights === this.weights &&
+      form.weights === this.form.weights &&
+      this.resident.weights.positions >= this.family.positions(weights.config, maxContext)
+    );
   }
 
   /** What a session of this config and options would allocate (weights, cache, activations), allocating nothing. */
