@@ -496,7 +496,7 @@ describe("bad flags: one line, exit ≠ 0", () => {
     [
       "a prompt-cache prefix beyond the positions",
       ["--model", LLAMA_FIXTURE, "--backend", "cpu", "--prompt-cache", "64,105"],
-      /^error: --prompt-cache: a 105-token prefix does not fit: .* it needs 129 positions, and n_positions is 128 \(longest prefix 104\)$/,
+      /^error: --prompt-cache: a 105-token prefix does not fit: .* it needs 129 positions, and the model has max_position_embeddings 128 \(longest prefix 104\)$/,
     ],
     [
       "a prompt-cache prefix that is not a number",

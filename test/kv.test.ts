@@ -85,6 +85,32 @@ describe("GQA and MQA configs", () => {
     expect(readDecoderConfig(bert).parameters_how).toMatch(/^estimated from the shapes/);
   });
 
+  test("a sliding window is noted where the loader holds runs to it, and only there", () => {
+    const qwen2 = {
+      model_type: "qwen2",
+      num_hidden_layers: 4,
+      num_attention_heads: 8,
+      num_key_value_heads: 2,
+      hidden_size: 512,
+      intermediate_size: 1024,
+      vocab_size: 1000,
+      max_position_embeddings: 32768,
+      sliding_window: 4096,
+    };
+    const notes = (name: string, body: object) => readDecoderConfig(configFile(name, body)).notes;
+    const held = [
+      "sliding_window 4096 is shorter than max_position_embeddings 32768: the figures stop at the window, as generate and profile do (a cache that evicts past it is not supported)",
+    ];
+    // Qwen2 uses its window only with use_sliding_window, from max_window_layers on (default 28)
+    expect(notes("qwen2-full.json", qwen2)).toEqual([]);
+    expect(notes("qwen2-layers-full.json", { ...qwen2, use_sliding_window: true })).toEqual([]);
+    expect(notes("qwen2-window.json", { ...qwen2, use_sliding_window: true, max_window_layers: 2 })).toEqual(held);
+    expect(notes("mistral.json", { ...qwen2, model_type: "mistral" })).toEqual(held);
+    expect(readDecoderConfig(configFile("mistral-max.json", { ...qwen2, model_type: "mistral" })).max_context).toBe(
+      4096,
+    );
+  });
+
   test("MQA with an explicit head_dim, tied embeddings and QKV biases", () => {
     const mqa = configFile("mqa.json", {
       model_type: "qwen2",

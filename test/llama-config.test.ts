@@ -4,8 +4,9 @@ import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-import { checkHostMemory } from "../src/cli/common.ts";
-import { loadAnyModel } from "../src/model/architectures.ts";
+import { checkHostMemory, parseContexts } from "../src/cli/common.ts";
+import { loadAnyModel, positionsLimitOf } from "../src/model/architectures.ts";
+import { checkPositions } from "../src/run/generate.ts";
 import {
   inverseFrequencies,
   LLAMA_PRESETS,
@@ -99,13 +100,31 @@ describe("config.json", () => {
     );
   });
 
-  test("Mistral's sliding window bounds the context", () => {
+  test("Mistral's sliding window bounds the context, and a context past it names the window", () => {
     const dir = variant("mistral", (c) => {
       c.architectures = ["MistralForCausalLM"];
       c.model_type = "mistral";
       c.sliding_window = 64;
     });
-    expect(loadAnyModel(dir).config.n_positions).toBe(64);
+    const cfg = loadAnyModel(dir).config;
+    expect(cfg.n_positions).toBe(64);
+    expectUserError(
+      () => parseContexts("8,64", cfg),
+      /^--contexts: 64 is impossible for this model: .* the model has sliding_window 64 \(a cache that evicts past the window is not supported: runs are held to it\) \(largest context 63\)$/,
+    );
+    expectUserError(
+      () => checkPositions([[1, 2, 3]], 62, cfg),
+      /^context overflow: prompt \(3 tokens\) \+ new tokens \(62\) = 65 exceeds the model's sliding_window 64 /,
+    );
+    // a window as long as the model's positions is full attention: the limit is max_position_embeddings
+    const full = loadAnyModel(
+      variant("mistral-full", (c) => {
+        c.architectures = ["MistralForCausalLM"];
+        c.model_type = "mistral";
+        c.sliding_window = c.max_position_embeddings;
+      }),
+    ).config;
+    expect(positionsLimitOf(full)).toBe(`max_position_embeddings ${full.n_positions}`);
   });
 
   test("Qwen2's and Qwen3's sliding window bounds the context where some layer uses it", () => {

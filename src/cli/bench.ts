@@ -383,7 +383,7 @@ async function benchCpu(
   const modelLines: string[] = [];
   const weights = loadAnyWeights(model.dir, model.preset, 0, (text) => modelLines.push(text));
   const cfg = weights.config;
-  const contexts = contextsFor(contextsFlag, cfg.n_positions);
+  const contexts = contextsFor(contextsFlag, cfg);
   if (sections.decode || sections.contend) checkHostMemory(cfg, "f32", undefined, null);
   const backend = CpuBackend.open();
   line(
@@ -407,8 +407,8 @@ async function benchCpu(
 }
 
 /** --contexts (each once, ascending), or the defaults the model holds. */
-const contextsFor = (text: string | undefined, nPositions: number) =>
-  text === undefined ? DEFAULT_CONTEXTS.filter((c) => c < nPositions) : parseContexts(text, nPositions);
+const contextsFor = (text: string | undefined, cfg: ModelConfig) =>
+  text === undefined ? DEFAULT_CONTEXTS.filter((c) => c < cfg.n_positions) : parseContexts(text, cfg);
 
 await runCli(async () => {
   await parseFlags(

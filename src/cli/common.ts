@@ -8,6 +8,7 @@ import {
   ALL_PRESETS,
   loadAnyModel,
   parameterCountOf,
+  positionsLimitOf,
   randomWeightsOf,
   type ModelConfig,
   type ModelWeights,
@@ -105,8 +106,8 @@ export function intFlag(name: string, value: unknown, min: number, max = Number.
  * --contexts as given: positive integers that a cached step can run at (one at context c writes position c <
  * n_positions), each once, ascending.
  */
-export function parseContexts(flag: string, nPositions: number): number[] {
-  const max = nPositions - 1;
+export function parseContexts(flag: string, cfg: ModelConfig): number[] {
+  const max = cfg.n_positions - 1;
   const values = flag.split(",").map((text) => {
     const s = text.trim();
     const n = Number(s);
@@ -114,7 +115,7 @@ export function parseContexts(flag: string, nPositions: number): number[] {
       throw new UserError(`--contexts: ${JSON.stringify(s)} is not a positive integer (e.g. --contexts 8,64,512)`);
     if (n > max)
       throw new UserError(
-        `--contexts: ${n} is impossible for this model: a cached step at context c writes position c, and n_positions is ${nPositions} (largest context ${max})`,
+        `--contexts: ${n} is impossible for this model: a cached step at context c writes position c, and the model has ${positionsLimitOf(cfg)} (largest context ${max})`,
       );
     return n;
   });

@@ -191,7 +191,7 @@ await runCli(async () => {
     throw new UserError(`--batch ${batch} takes one prompt (repeated) or ${batch} prompts, not ${given.length}`);
   }
   const prompts = given.length === batch ? given : Array.from({ length: batch }, () => given[0]!);
-  checkPositions(prompts, maxNew, cfg.n_positions);
+  checkPositions(prompts, maxNew, cfg);
   if (savePrefix !== undefined && batch > 1)
     throw new UserError("--save-prefix keeps one prompt's keys and values: use it with one prompt and --batch 1");
   const prefixRead = argv.prefix === undefined ? undefined : timedRead(argv.prefix);

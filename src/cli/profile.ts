@@ -16,7 +16,14 @@ import { defaultSweep, type Backend } from "../backends/backend.ts";
 import type { Instrument } from "../backends/instrument.ts";
 import { BACKEND_CHOICES, openBackend, type BackendChoice } from "../backends/select.ts";
 import { runCli, UserError } from "../errors.ts";
-import { kvHeadsOf, randomWeightsOf, withKvHeads, type ModelWeights } from "../model/architectures.ts";
+import {
+  kvHeadsOf,
+  positionsLimitOf,
+  randomWeightsOf,
+  withKvHeads,
+  type ModelConfig,
+  type ModelWeights,
+} from "../model/architectures.ts";
 import { ROOT } from "../native/build.ts";
 import {
   parsePeers,
@@ -94,14 +101,14 @@ function modesFor(choice: (typeof MODE_CHOICES)[number], backend: Backend, step:
 function contextsFor(
   flag: string | undefined,
   backend: Backend,
-  nPositions: number,
+  cfg: ModelConfig,
   note: (s: string) => void,
 ): number[] {
-  const max = nPositions - 1;
-  if (flag !== undefined) return parseContexts(flag, nPositions);
+  const max = cfg.n_positions - 1;
+  if (flag !== undefined) return parseContexts(flag, cfg);
   if (backend.studyDefaults.contexts.some((c) => c > max))
-    note(`note: contexts capped at ${max} (n_positions ${nPositions} minus the new token)`);
-  return defaultSweep(backend.studyDefaults, nPositions);
+    note(`note: contexts capped at ${max} (${positionsLimitOf(cfg)} minus the new token)`);
+  return defaultSweep(backend.studyDefaults, cfg.n_positions);
 }
 
 /** The peers' copies of the weights (fp32, one a peer process) beside what the run holds, against the same free memory. */
@@ -132,7 +139,8 @@ function defaultContextsThatFit(
  * profile --prompt-cache: prefix lengths, each with its suffix and generated tokens inside the model's positions;
  * "off", none; without the flag, those the run chooses ("auto").
  */
-function promptCacheFor(flag: string | undefined, nPositions: number): number[] | "auto" | undefined {
+function promptCacheFor(flag: string | undefined, cfg: ModelConfig): number[] | "auto" | undefined {
+  const nPositions = cfg.n_positions;
   if (flag === undefined) return "auto";
   if (flag.trim() === "off") return undefined;
   const most = nPositions - promptCacheContext(0);
@@ -144,7 +152,7 @@ function promptCacheFor(flag: string | undefined, nPositions: number): number[] 
       );
     if (n > most)
       throw new UserError(
-        `--prompt-cache: a ${n}-token prefix does not fit: with its ${PROMPT_CACHE_SUFFIX}-token suffix and ${PROMPT_CACHE_TOKENS} generated tokens it needs ${promptCacheContext(n)} positions, and n_positions is ${nPositions} (longest prefix ${most})`,
+        `--prompt-cache: a ${n}-token prefix does not fit: with its ${PROMPT_CACHE_SUFFIX}-token suffix and ${PROMPT_CACHE_TOKENS} generated tokens it needs ${promptCacheContext(n)} positions, and the model has ${positionsLimitOf(cfg)} (longest prefix ${most})`,
       );
     return n;
   });
@@ -374,7 +382,7 @@ await runCli(async () => {
     );
     const cfg = weights.config;
     const plan: PlanKind = argv.plan ?? DEFAULT_STEP_FORM.plan;
-    const promptCache = promptCacheFor(argv["prompt-cache"], cfg.n_positions);
+    const promptCache = promptCacheFor(argv["prompt-cache"], cfg);
     lines.forEach(say);
     backend = await openBackend(argv.backend, { threads, note: say });
     const defaults = backend.studyDefaults;
@@ -408,7 +416,7 @@ await runCli(async () => {
       modes,
       form: studied,
       ...(intervened ? { interventions: { forms, variants, mode: fastestMode(backend) } } : {}),
-      contexts: contextsFor(argv.contexts, backend, cfg.n_positions, say),
+      contexts: contextsFor(argv.contexts, backend, cfg, say),
       fill: argv.fill,
       repeats: intFlag("repeats", argv.repeats ?? defaults.repeats, 1, MAX_REPEATS),
       warmup: intFlag("warmup", argv.warmup ?? defaults.warmup, 0, MAX_REPEATS),

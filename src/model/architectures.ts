@@ -112,6 +112,9 @@ export const parameterCountOf = (cfg: ModelConfig): number => familyOf(cfg).para
 /** The width of one attention head: head_dim (GPT-2: n_embd / n_head). */
 export const headDimOf = (cfg: ModelConfig): number => familyOf(cfg).headDim(cfg);
 
+/** The config key that sets a model's positions, with its value (e.g. "max_position_embeddings 8192"). */
+export const positionsLimitOf = (cfg: ModelConfig): string => familyOf(cfg).positionsLimit(cfg);
+
 /** K/V heads: n_kv_head (a GPT-2 checkpoint: n_head). */
 export const kvHeadsOf = (cfg: ModelConfig): number => familyOf(cfg).kvHeads(cfg);
 

@@ -35,6 +35,8 @@ export interface ModelFamily<C extends { name: string }, W extends FamilyWeights
   /** how parameterCount counts, for the kv report */
   parametersHow(cfg: C): string;
   headDim(cfg: C): number;
+  /** the config key that sets n_positions, with its value, as error lines name it (e.g. "n_positions 1024") */
+  positionsLimit(cfg: C): string;
   kvHeads(cfg: C): number;
   /** the config with `kvHeads` K/V heads, everything else the same (profile --kv-heads) */
   withKvHeads(cfg: C, kvHeads: number): C;

@@ -439,6 +439,7 @@ export const GPT2_FAMILY: ModelFamily<GPT2Config, GPT2Weights> = {
   parametersHow: () =>
     "exact for GPT-2: embeddings (vocab + positions) × n_embd, 12·C² + 13·C per block (less where the attention is reshaped to fewer K/V heads, profile --kv-heads, narrowing c_attn's k and v), final LayerNorm; the output head is tied to the embeddings",
   headDim: headSize,
+  positionsLimit: (cfg) => `n_positions ${cfg.n_positions}`,
   kvHeads,
   withKvHeads: (cfg, n_kv_head) => ({ ...cfg, n_kv_head }),
   placedParameters: parameterSpecs,

@@ -70,8 +70,9 @@ export function shapeFromConfig(raw: Record<string, unknown>, name: string, wher
   const arch = Object.values(LLAMA_ARCHITECTURES).find((a) => a === modelType);
   if (arch && raw.num_local_experts === undefined) {
     // an architecture the project runs: the same config rules and exact count as generate and profile
-    const shape = shapeOf(llamaConfigOf(raw, arch, where, name));
-    return { ...shape, name, notes: slidingWindowNotes(raw) };
+    const cfg = llamaConfigOf(raw, arch, where, name);
+    const held = cfg.sliding_window === undefined ? [] : [heldToWindowNote(cfg.sliding_window, raw)];
+    return { ...shapeOf(cfg), name, notes: held };
   }
   const int = (key: string, fallback?: number): number => {
     const v = raw[key] ?? fallback;
@@ -131,6 +132,11 @@ export function shapeFromConfig(raw: Record<string, unknown>, name: string, wher
   };
 }
 
+/** Where the loader holds a model to its window, as generate and profile run it. */
+const heldToWindowNote = (window: number, raw: Record<string, unknown>) =>
+  `sliding_window ${window} is shorter than max_position_embeddings ${raw.max_position_embeddings}: the figures stop at the window, as generate and profile do (a cache that evicts past it is not supported)`;
+
+/** An architecture the project does not run: its window, if any, read as Hugging Face's defaults would. */
 function slidingWindowNotes(raw: Record<string, unknown>): string[] {
   const window = raw.sliding_window;
   return typeof window === "number" && raw.use_sliding_window !== false

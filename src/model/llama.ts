@@ -59,8 +59,10 @@ export interface LlamaConfig {
   /** hidden_size */
   n_embd: number;
   intermediate_size: number;
-  /** max_position_embeddings (at most the sliding window where a layer uses one: Mistral, Qwen2, Qwen3) */
+  /** max_position_embeddings, or sliding_window where a layer's window is shorter (Mistral, Qwen2, Qwen3) */
   n_positions: number;
+  /** where set, the window n_positions is held to: a cache that evicts past it is not supported */
+  sliding_window?: number;
   vocab_size: number;
   rms_norm_eps: number;
   rope_theta: number;
@@ -99,11 +101,9 @@ export function llamaConfigOf(raw: Raw, arch: LlamaArch, path: string, dir: stri
     throw new UserError(`${path}: head_dim ${head_dim} is not supported (a multiple of 16, at most 256)`);
   const act = raw.hidden_act ?? "silu";
   if (act !== "silu") throw new UserError(`${path}: hidden_act ${JSON.stringify(act)} is not supported (only "silu")`);
-  let n_positions = int("max_position_embeddings");
-  if (slidingWindowApplies(arch, raw, int("num_hidden_layers"), path)) {
-    // a window at least as long as the context is full attention; runs are held to the window
-    n_positions = Math.min(n_positions, int("sliding_window"));
-  }
+  const maxPositions = int("max_position_embeddings");
+  // a window at least as long as the context is full attention; runs are held to a shorter one
+  const window = slidingWindowApplies(arch, raw, int("num_hidden_layers"), path) ? int("sliding_window") : maxPositions;
   return {
     arch,
     name: basename(resolve(dir)),
@@ -113,7 +113,8 @@ export function llamaConfigOf(raw: Raw, arch: LlamaArch, path: string, dir: stri
     head_dim,
     n_embd,
     intermediate_size: int("intermediate_size"),
-    n_positions,
+    n_positions: Math.min(window, maxPositions),
+    ...(window < maxPositions ? { sliding_window: window } : {}),
     vocab_size: int("vocab_size"),
     rms_norm_eps: num("rms_norm_eps", 1e-6),
     rope_theta: num("rope_theta", 10000),
@@ -679,6 +680,10 @@ export const LLAMA_FAMILY: ModelFamily<LlamaConfig, LlamaWeights> = {
   parametersHow: (cfg) =>
     `exact for ${cfg.arch}: every tensor of its checkpoint (src/model/llama.ts), a tied output head counted once`,
   headDim: (cfg) => cfg.head_dim,
+  positionsLimit: (cfg) =>
+    cfg.sliding_window === undefined
+      ? `max_position_embeddings ${cfg.n_positions}`
+      : `sliding_window ${cfg.sliding_window} (a cache that evicts past the window is not supported: runs are held to it)`,
   kvHeads: (cfg) => cfg.n_kv_head,
   withKvHeads: (cfg, kvHeads) => ({ ...cfg, n_kv_head: kvHeads }),
   placedParameters: llamaParameters,

@@ -56,6 +56,7 @@ export const FIELDS_ADDED_IN = {
     "interventions.points[].over_floor",
   ],
   15: ["interventions.points[].fill"],
+  16: [], // model.config.sliding_window: optional in every version, where a window holds the positions
 } as const;
 
 type AddedField = (typeof FIELDS_ADDED_IN)[keyof typeof FIELDS_ADDED_IN][number];
@@ -63,7 +64,7 @@ type AddedField = (typeof FIELDS_ADDED_IN)[keyof typeof FIELDS_ADDED_IN][number]
 type AddedUnder<Parent extends string, F = AddedField> = F extends `${Parent}.${infer Name}` ? Name : never;
 type Later<T, Parent extends string> = Omit<T, AddedUnder<Parent>> & Partial<Pick<T, AddedUnder<Parent> & keyof T>>;
 
-/** A summary of any version compare reads (5–15): the current layout, the fields later versions added optional. */
+/** A summary of any version compare reads (5–16): the current layout, the fields later versions added optional. */
 export interface ReadSummary
   extends Omit<
     ProfileSummary,

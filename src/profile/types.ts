@@ -192,9 +192,10 @@ export interface DeviceDescription extends BackendDescription {
  * interventions.kv_heads; the cache's share of a step's bytes, seed_table[].kv_byte_share; 12: end_to_end[].ttft_ms
  * and tpot_ms, prompt_cache; 13: memory.fit — the largest context that fits —, memory.by_context — the cache's and the
  * activations' resident bytes at each context —, memory.resident_source; 14: each timed step against the memory
- * read right before it; 15: interventions.points[].fill).
+ * read right before it; 15: interventions.points[].fill; 16: model.config.sliding_window, where a window holds a
+ * Llama-family model's positions).
  */
-export const SCHEMA_VERSION = 15;
+export const SCHEMA_VERSION = 16;
 
 export interface ProfileSummary {
   schema_version: typeof SCHEMA_VERSION;

@@ -204,24 +204,28 @@ const llama3Scaling = object({
   original_max_position_embeddings: { type: "number", exclusiveMinimum: 0 },
 });
 
-const llamaConfig = object({
-  arch: { enum: ["llama", "mistral", "qwen2", "qwen3"] },
-  name: text,
-  n_layer: { type: "integer", minimum: 1 },
-  n_head: { type: "integer", minimum: 1 },
-  n_kv_head: { type: "integer", minimum: 1 },
-  head_dim: { type: "integer", minimum: 1 },
-  n_embd: { type: "integer", minimum: 1 },
-  intermediate_size: { type: "integer", minimum: 1 },
-  n_positions: { type: "integer", minimum: 1 },
-  vocab_size: { type: "integer", minimum: 1 },
-  rms_norm_eps: { type: "number", exclusiveMinimum: 0 },
-  rope_theta: { type: "number", exclusiveMinimum: 0 },
-  rope_scaling: { oneOf: [{ type: "null" }, llama3Scaling] },
-  tie_word_embeddings: { type: "boolean" },
-  qkv_bias: { type: "boolean" },
-  qk_norm: { type: "boolean" },
-});
+const llamaConfig = object(
+  {
+    arch: { enum: ["llama", "mistral", "qwen2", "qwen3"] },
+    name: text,
+    n_layer: { type: "integer", minimum: 1 },
+    n_head: { type: "integer", minimum: 1 },
+    n_kv_head: { type: "integer", minimum: 1 },
+    head_dim: { type: "integer", minimum: 1 },
+    n_embd: { type: "integer", minimum: 1 },
+    intermediate_size: { type: "integer", minimum: 1 },
+    n_positions: { type: "integer", minimum: 1 },
+    vocab_size: { type: "integer", minimum: 1 },
+    rms_norm_eps: { type: "number", exclusiveMinimum: 0 },
+    rope_theta: { type: "number", exclusiveMinimum: 0 },
+    rope_scaling: { oneOf: [{ type: "null" }, llama3Scaling] },
+    tie_word_embeddings: { type: "boolean" },
+    qkv_bias: { type: "boolean" },
+    qk_norm: { type: "boolean" },
+    sliding_window: { type: "integer", minimum: 1 },
+  },
+  ["sliding_window"],
+);
 
 const peerDispatchSplit = object({
   context: count,

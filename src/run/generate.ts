@@ -2,7 +2,7 @@
 // step), or the uncached baseline that recomputes each whole sequence every step.
 import { UserError } from "../errors.ts";
 import { launchMode, type LaunchMode } from "./launch-modes.ts";
-import type { ModelWeights } from "../model/architectures.ts";
+import { positionsLimitOf, type ModelConfig, type ModelWeights } from "../model/architectures.ts";
 import { restorePrefix, reusedRows, type KeptPrefix } from "./prefix.ts";
 import type { Session as AnySession } from "./session.ts";
 
@@ -34,15 +34,16 @@ export interface GenerateResult {
 
 const nowMs = () => Bun.nanoseconds() / 1e6;
 
-/** Refuses prompts that with `maxNewTokens` new tokens each would pass the model's `positions`. */
-export function checkPositions(prompts: readonly number[][], maxNewTokens: number, positions: number): void {
+/** Refuses prompts that with `maxNewTokens` new tokens each would pass the model's positions. */
+export function checkPositions(prompts: readonly number[][], maxNewTokens: number, cfg: ModelConfig): void {
+  const positions = cfg.n_positions;
   for (const [b, prompt] of prompts.entries()) {
     if (prompt.length === 0) throw new Error("generate: empty prompt");
     const total = prompt.length + maxNewTokens;
     if (total > positions) {
       const which = prompts.length > 1 ? `prompt ${b + 1}` : "prompt";
       throw new UserError(
-        `context overflow: ${which} (${prompt.length} tokens) + new tokens (${maxNewTokens}) = ${total} exceeds n_positions (${positions})`,
+        `context overflow: ${which} (${prompt.length} tokens) + new tokens (${maxNewTokens}) = ${total} exceeds the model's ${positionsLimitOf(cfg)}`,
       );
     }
   }
@@ -53,7 +54,7 @@ export function generateBatch(session: Session, opts: GenerateOptions): Generate
   const { prompts, maxNewTokens } = opts;
   if (prompts.length !== session.batch)
     throw new Error(`generate: ${prompts.length} prompts for ${session.batch} sequences`);
-  checkPositions(prompts, maxNewTokens, session.config.n_positions);
+  checkPositions(prompts, maxNewTokens, session.config);
   if (opts.prefix && !opts.cache) throw new UserError("a kept prefix is the KV cache's: it needs --cache on");
   return opts.cache ? generateCached(session, opts) : generateUncached(session, opts);
 }
