@@ -16,12 +16,20 @@ import { LLAMA_PRESETS, type LlamaWeights } from "../src/model/llama.ts";
 import { readSafetensors, tensorFloat32 } from "../src/model/safetensors.ts";
 import { BYTE_TO_CHAR, gpt2Vocab } from "../src/model/gpt2-vocab.ts";
 import { llamaPeerUnavailable, runNodeModule } from "../src/peers/llama.ts";
+import { CpuBackend } from "../src/backends/cpu.ts";
+import { generate } from "../src/run/generate.ts";
+import { launchMode } from "../src/run/launch-modes.ts";
+import { Session } from "../src/run/session.ts";
 import { expectUserError } from "./helpers/expect.ts";
 
 const ROOT = join(import.meta.dir, "..");
 const FIXTURE = join(import.meta.dir, "fixtures/gpt2-tiny");
 const dir = mkdtempSync(join(tmpdir(), "gguf-"));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const cpu = CpuBackend.open();
+afterAll(() => {
+  cpu.close();
+  rmSync(dir, { recursive: true, force: true });
+});
 
 // ---- a GGUF reader, from the spec ----------------------------------------------------------------
 
@@ -412,6 +420,54 @@ describe("the Llama family as llama.cpp's converter writes it", () => {
         const out = JSON.parse(r.stdout) as { generated: Record<string, number[]> };
         for (const tokens of Object.values(out.generated)) expect(tokens).toEqual(expected.generated.slice(0, 20));
       }
+    },
+    120_000,
+  );
+  test.skipIf(unavailable !== null)(
+    "llama.cpp reads qwen2 (q/k/v biases, rows not permuted) back: the project's greedy tokens, each clear of the runner-up",
+    () => {
+      // llama-tiny's weights as a qwen2 model, its q/k/v biases drawn so that they move the logits
+      const qwen2 = { ...w.config, name: "qwen2-of-llama-tiny", arch: "qwen2" as const, qkv_bias: true };
+      const weights: LlamaWeights = {
+        ...w,
+        config: qwen2,
+        stream: (visit) =>
+          w.stream((spec, chunk, offset) =>
+            visit(
+              spec,
+              spec.name.endsWith(".qkv.bias") ? chunk.map((_, i) => Math.sin(offset + i + 1)) : chunk,
+              offset,
+            ),
+          ),
+      };
+      const prompt = [5, 17, 300, 42, 911, 64, 3, 250];
+      const s = new Session(cpu, weights);
+      let ours: number[];
+      try {
+        ours = generate(s, { prompt, maxNewTokens: 20, cache: true, mode: launchMode("eager") }).generatedIds;
+        // each token's logit clears the runner-up's, so that llama.cpp's own summation order cannot flip it
+        const V = qwen2.vocab_size;
+        const logits = s.logitsAtEveryPosition([...prompt, ...ours.slice(0, -1)]);
+        for (const [t, id] of ours.entries()) {
+          const row = Array.from(logits.subarray((prompt.length - 1 + t) * V, (prompt.length + t) * V));
+          const top = Math.max(...row);
+          expect(row.indexOf(top)).toBe(id);
+          expect(top - Math.max(...row.filter((_, i) => i !== id))).toBeGreaterThan(1e-3);
+        }
+      } finally {
+        s.close();
+      }
+      const gguf = join(dir, "qwen2-of-llama-tiny.gguf");
+      writeLlamaGGUF(weights, gguf);
+      expect(readGGUF(gguf).metadata.get("general.architecture")).toBe("qwen2");
+      const r = runNodeModule([
+        join(ROOT, "src/peers/llama_peer.mjs"),
+        ...["--model", gguf, "--threads", "1", "--contexts", "8", "--repeats", "1", "--warmup", "0"],
+        ...["--prompt-ids", prompt.join(","), "--new-tokens", "20"],
+      ]);
+      expect(r.stderr).toBe("");
+      const out = JSON.parse(r.stdout) as { generated: Record<string, number[]> };
+      for (const tokens of Object.values(out.generated)) expect(tokens).toEqual(ours);
     },
     120_000,
   );
