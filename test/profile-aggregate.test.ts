@@ -100,8 +100,11 @@ describe("aggregateOps", () => {
     ]);
   });
 
-  test("breakdown's op time is per step", () => {
-    expect(buildBreakdown(steps).op_sum_ms).toBeCloseTo(0.45, 12); // 0.9 ms over 2 steps
+  test("breakdown's op time is the median step's, the step the split is of: its ops are its busy time", () => {
+    // steps of 0.5 and 0.4 ms: the lower middle is the 0.4 ms one (a median of the two sums, 0.45, is neither step)
+    expect(buildBreakdown(steps).op_sum_ms).toBeCloseTo(0.4, 12);
+    expect(medianSplit(steps).busy_ms).toBeCloseTo(0.4, 12);
+    expect(medianSplit(steps).step_ms).toBeCloseTo(0.4, 12);
     expect(buildBreakdown(steps).overlapping_ops).toBe(0);
   });
 });

@@ -70,17 +70,18 @@ export function aggregateOps(steps: readonly StepTrace[], keyOf: OpKey): OpAggre
   return rows.sort((a, b) => b.total_ms - a.total_ms || a.key.localeCompare(b.key));
 }
 
-/** Per-family and per-layer tables of one (mode, context)'s traced steps, the median op time per step, and how many of a step's ops overlap their predecessors (median). */
+/**
+ * Per-family and per-layer tables of one (mode, context)'s traced steps (every step's calls), and of the median
+ * step (medianStep, the one the split is of) its op time and how many of its ops overlap their predecessors.
+ */
 export function buildBreakdown(steps: readonly StepTrace[]): Breakdown {
   if (steps.length === 0) throw new RangeError("buildBreakdown: no steps");
-  const families = aggregateOps(steps, byFamily);
-  // the median step's op time: one slow call in one step must not move the per-step figure
-  const op_sum_ms = summarize(steps.map((s) => opTimesMs(s).reduce((a, t) => a + t.ms, 0))).median;
+  const median = medianStep(steps);
   return {
-    families,
+    families: aggregateOps(steps, byFamily),
     layers: aggregateOps(steps, byLayer),
-    op_sum_ms,
-    overlapping_ops: summarize(steps.map(overlappingOps)).median,
+    op_sum_ms: opTimesMs(median).reduce((a, t) => a + t.ms, 0),
+    overlapping_ops: overlappingOps(median),
   };
 }
 
@@ -146,12 +147,18 @@ export function stepSplit(step: StepTrace): SplitNumbers {
   };
 }
 
-/** The split of the median step (by step time), whole: its busy + idle add up to its step. */
-export function medianSplit(steps: readonly StepTrace[]): SplitNumbers {
-  if (steps.length === 0) throw new RangeError("medianSplit: no steps");
-  const splits = steps.map(stepSplit).sort((a, b) => a.step_ms - b.step_ms);
-  return splits[Math.floor((splits.length - 1) / 2)]!;
+/**
+ * The median traced step by step time (the lower middle of an even count): the one step that the split and the
+ * breakdown's op time are both of, so that its ops, busy and idle agree (one slow call in another step moves neither).
+ */
+export function medianStep(steps: readonly StepTrace[]): StepTrace {
+  if (steps.length === 0) throw new RangeError("medianStep: no steps");
+  const byTime = steps.map((step) => ({ step, ms: stepSplit(step).step_ms })).sort((a, b) => a.ms - b.ms);
+  return byTime[Math.floor((byTime.length - 1) / 2)]!.step;
 }
+
+/** The split of the median step, whole: its busy + idle add up to its step. */
+export const medianSplit = (steps: readonly StepTrace[]): SplitNumbers => stepSplit(medianStep(steps));
 
 /** Per (mode, context), in order of appearance: one aggregate row per kernel (or native function) name. */
 export function kernelSummaries(

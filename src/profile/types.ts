@@ -42,9 +42,9 @@ export interface OpAggregate {
 export interface Breakdown {
   families: OpAggregate[];
   layers: OpAggregate[];
-  /** the median step's op time */
+  /** the median step's op time (the step `split` is of; the families' shares are over every traced step) */
   op_sum_ms: number;
-  /** median ops per step that started before their predecessor ended */
+  /** the median step's ops that started before their predecessor ended */
   overlapping_ops: number;
 }
 
