@@ -419,6 +419,12 @@ describe("generate --save-prefix / --prefix: prompt caching", () => {
       "gpt2",
     ],
     [
+      "another model, given a prompt shorter than the prefix",
+      ["--prompt-ids", "1,2"],
+      /was saved from another model: a llama model \(llama-tiny\), and this is a gpt2 model/,
+      "gpt2",
+    ],
+    [
       "a prompt that does not begin with it",
       ["--prompt-ids", "1,2,3,5,5,6,7,8,9,10,11"],
       /token 4 is 5, the prefix's is 4/,

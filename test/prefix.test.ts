@@ -162,26 +162,32 @@ describe("a prefix file that is not whole, not one, or not this model's", () => 
     expect(refusal(withHeader((h) => (h.kv_dtype = "f64")))).toContain("kv_dtype is not f32, bf16 or f16");
     expect(refusal(withHeader((h) => (h.tokens = [])))).toContain("tokens are not a list of token ids");
     expect(refusal(withHeader((h) => (h.weights_sha256 = "0")))).toContain("weights_sha256 is not a sha256");
-    expect(refusal(withHeader((h) => (h.rows_sha256 = "0")))).toContain("rows_sha256 is not a sha256");
+    expect(refusal(withHeader((h) => (h.file_sha256 = "0")))).toContain("file_sha256 is not a sha256");
     expect(refusal(withHeader((h) => delete (h.config as Record<string, unknown>).layer_norm_epsilon))).toContain(
       "its header's config is no model this project runs",
     );
   });
-  test("rows changed after writing (a flipped bit, NaN) are refused; the earlier format asks to save again", () => {
+  test("rows or header changed after writing (a flipped bit, NaN, a token edited) are refused; earlier formats ask to save again", () => {
     const rowsAt = bytes.length - kept.rows.length;
     const flipped = Uint8Array.from(bytes);
     flipped[rowsAt + 5] = flipped[rowsAt + 5]! ^ 1;
-    const changed = "its rows are not the ones written (their sha256 differs from its header's)";
+    const changed = "its header or rows are not the ones written (their sha256 differs from the header's file_sha256)";
     expect(refusal(flipped)).toContain(changed);
     const nan = Uint8Array.from(bytes);
     new DataView(nan.buffer).setFloat32(bytes.length - 4, Number.NaN, true);
     expect(refusal(nan)).toContain(changed);
+    // a token edited in the header: the rows would be restored for a prompt they were not computed from
+    expect(refusal(withHeader((h) => ((h.tokens as number[])[0] = ((h.tokens as number[])[0]! + 1) % 10)))).toContain(
+      changed,
+    );
     const file = join(dir, "flipped.prefix");
     writeFileSync(file, flipped);
-    expect(readPrefixFile(file, { checkRows: false }).rows).toEqual(flipped.subarray(rowsAt)); // its writer's own file
-    const earlier = Uint8Array.from(bytes);
-    earlier.set(new TextEncoder().encode("DFPREFX1"), 0);
-    expect(refusal(earlier)).toContain("was written by an earlier generate --save-prefix (DFPREFX1");
+    expect(readPrefixFile(file, { checkHash: false }).rows).toEqual(flipped.subarray(rowsAt)); // its writer's own file
+    for (const magic of ["DFPREFX1", "DFPREFX2"]) {
+      const earlier = Uint8Array.from(bytes);
+      earlier.set(new TextEncoder().encode(magic), 0);
+      expect(refusal(earlier)).toContain(`was written by an earlier generate --save-prefix (${magic}`);
+    }
     expect(refusal(bytes)).toBe("read");
   });
   test("another model, cache dtype, weight dtype or weights: one line naming which", () => {
@@ -197,6 +203,8 @@ describe("a prefix file that is not whole, not one, or not this model's", () => 
     expect(other({ kv_dtype: "bf16" })).toThrow("p.prefix holds a f32 cache; this run's cache is bf16");
     expect(other({ weights_dtype: "f16" })).toThrow("p.prefix was saved with f32 weights; this run's are f16");
     expect(other({ weights_sha256: "0".repeat(64) })).toThrow("p.prefix was saved from other weights");
+    // a config's name is its folder's: the same checkpoint moved keeps its prefixes
+    expect(other({ config: { ...identity.config, name: "moved-elsewhere" } })).not.toThrow();
     const seeded = sessionOf(randomWeights(gpt2.config, 1), "f32");
     expect(() => checkPrefixIdentity(kept, prefixIdentityOf(seeded), "p.prefix")).toThrow(
       "p.prefix was saved from other weights",

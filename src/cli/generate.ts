@@ -19,6 +19,7 @@ import {
 } from "../run/launch-modes.ts";
 import {
   checkPrefixIdentity,
+  checkPrefixModel,
   encodePrefix,
   keepPrefix,
   readPrefixFile,
@@ -194,12 +195,16 @@ await runCli(async () => {
   checkPositions(prompts, maxNew, cfg);
   if (savePrefix !== undefined && batch > 1)
     throw new UserError("--save-prefix keeps one prompt's keys and values: use it with one prompt and --batch 1");
-  const prefixRead = argv.prefix === undefined ? undefined : timedRead(argv.prefix);
-  if (prefixRead) for (const p of prompts) reusedRows(p, prefixRead.kept, argv.prefix!);
-  if (dumpLogits && batch > 1)
-    throw new UserError("--dump-logits writes one sequence's logits: use it with one prompt and --batch 1");
   const dtype: DtypeName = argv.dtype ?? weights.storedAs;
   const form: StepForm = { plan, batch, weights: dtype, kv: argv["kv-dtype"] ?? dtype };
+  const prefixRead = argv.prefix === undefined ? undefined : timedRead(argv.prefix);
+  if (prefixRead) {
+    // another model's prefix says so before its tokens are compared with the prompt's
+    checkPrefixModel(prefixRead.kept, { config: cfg, weights_dtype: form.weights, kv_dtype: form.kv }, argv.prefix!);
+    for (const p of prompts) reusedRows(p, prefixRead.kept, argv.prefix!);
+  }
+  if (dumpLogits && batch > 1)
+    throw new UserError("--dump-logits writes one sequence's logits: use it with one prompt and --batch 1");
   const backend = await openBackend(argv.backend, { threads, note: say });
   if (backend.kind !== "cuda") checkHostMemory(cfg, dtype); // the CPU's and the emulator's weights are in host memory
   const maxContext = Math.max(...prompts.map((p) => p.length)) + maxNew;

@@ -112,7 +112,7 @@ async function measurePrefix(
   };
   let readInto: Uint8Array | undefined;
   const fromFile = () => {
-    const read = readPrefixFile(file, { rowsInto: readInto, checkRows: false });
+    const read = readPrefixFile(file, { rowsInto: readInto, checkHash: false });
     readInto = read.rows;
     checkPrefixIdentity(read, identity, file);
     fromMemory(read);

@@ -37,8 +37,9 @@ export interface KeptPrefix {
   row_bytes: number;
 }
 
-const MAGIC = "DFPREFX2";
-const EARLIER_MAGIC = "DFPREFX1"; // the format before the rows' hash
+const MAGIC = "DFPREFX3";
+/** the formats before the hash of the whole file: DFPREFX1 had none, DFPREFX2 one of its rows alone */
+const EARLIER_MAGICS = ["DFPREFX1", "DFPREFX2"];
 const HEADER_AT = MAGIC.length + 4; // the magic, then the header's length (u32 LE)
 const DATA_ALIGN = 64;
 const MAX_HEADER_BYTES = 16 << 20; // the token list of a 131k-token prefix is under 1 MB of JSON
@@ -120,6 +121,23 @@ export function reusedRows(prompt: number[], prefix: KeptPrefix, source: string)
 
 /** Refuses a prefix whose rows were computed by another model, storage type or set of weights. */
 export function checkPrefixIdentity(prefix: KeptPrefix, run: PrefixIdentity, source: string): void {
+  checkPrefixModel(prefix, run, source);
+  const kept = prefix.identity;
+  if (kept.weights_sha256 !== run.weights_sha256)
+    throw new UserError(
+      `${source} was saved from other weights, or on a backend that lays them out otherwise (the CPU holds its matrices out-major; sha256 ${kept.weights_sha256.slice(0, 12)}…, these are ${run.weights_sha256.slice(0, 12)}…)`,
+    );
+}
+
+/**
+ * Refuses a prefix of another model or storage type: what can be known before the weights are placed (and a
+ * prompt is compared with its tokens). A config's name is its folder's, so a moved checkpoint keeps its prefixes.
+ */
+export function checkPrefixModel(
+  prefix: KeptPrefix,
+  run: Omit<PrefixIdentity, "weights_sha256">,
+  source: string,
+): void {
   const kept = prefix.identity;
   const rowBytes = kvColumns(run.config) * DTYPE_BYTES[run.kv_dtype];
   const [keptFamily, runFamily] = [familyNameOf(kept.config), familyNameOf(run.config)];
@@ -142,19 +160,15 @@ export function checkPrefixIdentity(prefix: KeptPrefix, run: PrefixIdentity, sou
     );
   if (prefix.row_bytes !== rowBytes)
     throw new UserError(`${source}'s rows are ${prefix.row_bytes} bytes; this model's cache rows are ${rowBytes}`);
-  if (kept.weights_sha256 !== run.weights_sha256)
-    throw new UserError(
-      `${source} was saved from other weights, or on a backend that lays them out otherwise (the CPU holds its matrices out-major; sha256 ${kept.weights_sha256.slice(0, 12)}…, these are ${run.weights_sha256.slice(0, 12)}…)`,
-    );
 }
 
 const configValue = (cfg: ModelConfig, key: string) => (cfg as unknown as Record<string, unknown>)[key];
 const shownValue = (cfg: ModelConfig, key: string) =>
   configValue(cfg, key) === undefined ? "not set" : JSON.stringify(configValue(cfg, key));
 
-/** The first key (in either config's order) whose value differs, or null. */
+/** The first key but the name (in either config's order) whose value differs, or null. */
 function firstDifferentKey(a: ModelConfig, b: ModelConfig): string | null {
-  const keys = [...new Set([...Object.keys(a), ...Object.keys(b)])];
+  const keys = [...new Set([...Object.keys(a), ...Object.keys(b)])].filter((k) => k !== "name");
   return (
     keys.find((k) => JSON.stringify(configValue(a, k) ?? null) !== JSON.stringify(configValue(b, k) ?? null)) ?? null
   );
@@ -164,22 +178,27 @@ interface PrefixHeader extends PrefixIdentity {
   tokens: number[];
   row_bytes: number;
   layers: number;
-  /** sha256 of the rows as written: a file changed since (a flipped byte, NaN rows) is refused, not computed with */
-  rows_sha256: string;
+  /**
+   * sha256 of the rest of the header's JSON, then of the rows, as written: a file changed since (a token edited, a
+   * flipped byte, NaN rows) is refused, not computed with
+   */
+  file_sha256: string;
 }
 
-const sha256 = (bytes: Uint8Array) => createHash("sha256").update(bytes).digest("hex");
+/** sha256 of a header's JSON without its hash, then of the rows. */
+const fileSha256 = (headerJson: string, rows: Uint8Array) =>
+  createHash("sha256").update(headerJson).update(rows).digest("hex");
 
 /** The file's bytes: magic, header length (u32 LE), header JSON, zeros to a 64-byte boundary, the rows. */
 export function encodePrefix(prefix: KeptPrefix): Uint8Array {
-  const header: PrefixHeader = {
+  const hashed = JSON.stringify({
     ...prefix.identity,
     tokens: prefix.tokens,
     row_bytes: prefix.row_bytes,
     layers: prefix.identity.config.n_layer,
-    rows_sha256: sha256(prefix.rows),
-  };
-  const json = new TextEncoder().encode(JSON.stringify(header));
+  });
+  // the hash goes last, so that the header without it is `hashed` again
+  const json = new TextEncoder().encode(`${hashed.slice(0, -1)},"file_sha256":"${fileSha256(hashed, prefix.rows)}"}`);
   const dataAt = alignUp(HEADER_AT + json.length);
   const out = new Uint8Array(dataAt + prefix.rows.length);
   out.set(new TextEncoder().encode(MAGIC), 0);
@@ -194,18 +213,18 @@ const alignUp = (n: number) => Math.ceil(n / DATA_ALIGN) * DATA_ALIGN;
 /**
  * Reads a prefix file; anything but one this module wrote, whole and unchanged, is one line naming what is wrong.
  * The rows go into `rowsInto` where it is their size (a buffer reused across requests: a fresh one pays a page fault
- * a page). `checkRows: false` skips their hash, for a file its reader wrote and checked once already.
+ * a page). `checkHash: false` skips their hash, for a file its reader wrote and checked once already.
  */
-export function readPrefixFile(path: string, opts: { rowsInto?: Uint8Array; checkRows?: boolean } = {}): KeptPrefix {
+export function readPrefixFile(path: string, opts: { rowsInto?: Uint8Array; checkHash?: boolean } = {}): KeptPrefix {
   const file = openRegularFile(path);
   try {
     const start = new Uint8Array(HEADER_AT);
     if (file.size < HEADER_AT) throw new UserError(`${path} is not a prefix file (${file.size} bytes)`);
     readExactly(file, start, 0);
     const magic = new TextDecoder().decode(start.subarray(0, MAGIC.length));
-    if (magic === EARLIER_MAGIC)
+    if (EARLIER_MAGICS.includes(magic))
       throw new UserError(
-        `${path} was written by an earlier generate --save-prefix (${EARLIER_MAGIC}, without its rows' hash): save it again`,
+        `${path} was written by an earlier generate --save-prefix (${magic}, without the hash of its header and rows): save it again`,
       );
     if (magic !== MAGIC) throw new UserError(`${path} is not a prefix file (written by generate --save-prefix)`);
     const jsonBytes = new DataView(start.buffer).getUint32(MAGIC.length, true);
@@ -213,7 +232,7 @@ export function readPrefixFile(path: string, opts: { rowsInto?: Uint8Array; chec
       throw new UserError(`${path} is truncated: its header says ${jsonBytes} bytes, the file has ${file.size}`);
     const json = new Uint8Array(jsonBytes);
     readExactly(file, json, HEADER_AT);
-    const header = parseHeader(new TextDecoder().decode(json), path);
+    const { header, hashed } = parseHeader(new TextDecoder().decode(json), path);
     const dataAt = alignUp(HEADER_AT + jsonBytes);
     const dataBytes = 2 * header.layers * header.tokens.length * header.row_bytes;
     if (file.size !== dataAt + dataBytes)
@@ -224,17 +243,22 @@ export function readPrefixFile(path: string, opts: { rowsInto?: Uint8Array; chec
       );
     const rows = opts.rowsInto?.length === dataBytes ? opts.rowsInto : new Uint8Array(dataBytes);
     readExactly(file, rows, dataAt);
-    if ((opts.checkRows ?? true) && sha256(rows) !== header.rows_sha256)
-      throw new UserError(`${path}: its rows are not the ones written (their sha256 differs from its header's)`);
-    const { tokens, row_bytes, layers: _layers, rows_sha256: _rowsSha256, ...identity } = header;
+    if ((opts.checkHash ?? true) && fileSha256(hashed, rows) !== header.file_sha256)
+      throw new UserError(
+        `${path}: its header or rows are not the ones written (their sha256 differs from the header's file_sha256)`,
+      );
+    const { tokens, row_bytes, layers: _layers, file_sha256: _fileSha256, ...identity } = header;
     return { identity, tokens, rows, row_bytes };
   } finally {
     closeFile(file);
   }
 }
 
-/** The header's fields, each checked for its type (the config itself is compared, not trusted). */
-function parseHeader(text: string, path: string): PrefixHeader {
+/**
+ * The header's fields, each checked for its type (the config itself is compared, not trusted), and its JSON
+ * without the hash (what the hash is of).
+ */
+function parseHeader(text: string, path: string): { header: PrefixHeader; hashed: string } {
   let raw: unknown;
   try {
     raw = JSON.parse(text);
@@ -254,7 +278,8 @@ function parseHeader(text: string, path: string): PrefixHeader {
     throw bad("tokens are not a list of token ids");
   for (const key of ["weights_dtype", "kv_dtype"] as const)
     if (typeof h[key] !== "string" || !(h[key] in DTYPE_BYTES)) throw bad(`${key} is not f32, bf16 or f16`);
-  for (const key of ["weights_sha256", "rows_sha256"] as const)
+  for (const key of ["weights_sha256", "file_sha256"] as const)
     if (typeof h[key] !== "string" || !/^[0-9a-f]{64}$/.test(h[key])) throw bad(`${key} is not a sha256`);
-  return h as PrefixHeader;
+  const { file_sha256: _hash, ...rest } = h;
+  return { header: h as PrefixHeader, hashed: JSON.stringify(rest) };
 }
