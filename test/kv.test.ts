@@ -1,7 +1,8 @@
 // `bun run kv` against figures computed by hand: GPT-2 small (73,728 B per token in fp32), a Llama-3-8B-shaped
 // GQA config and an MQA config written here; and one clear line for every bad config.
 import { afterAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -11,6 +12,13 @@ import { runCli } from "./helpers/cli.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "kv-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+/** A named pipe: reading it would wait for a writer. */
+function fifo(): string {
+  const path = join(dir, "config.fifo");
+  if (!existsSync(path)) execFileSync("mkfifo", [path]);
+  return path;
+}
 
 function configFile(name: string, body: unknown): string {
   const path = join(dir, name);
@@ -99,7 +107,7 @@ describe("GQA and MQA configs", () => {
     };
     const notes = (name: string, body: object) => readDecoderConfig(configFile(name, body)).notes;
     const held = [
-      "sliding_window 4096 is shorter than max_position_embeddings 32768: the figures stop at the window, as generate and profile do (a cache that evicts past it is not supported)",
+      "sliding_window 4096 is shorter than max_position_embeddings 32768: generate and profile are held to the window (a cache that evicts past it is not supported); the figures here are for a full cache of the context asked",
     ];
     // Qwen2 uses its window only with use_sliding_window, from max_window_layers on (default 28)
     expect(notes("qwen2-full.json", qwen2)).toEqual([]);
@@ -155,6 +163,8 @@ describe("bad configs and flags: one line, exit ≠ 0", () => {
   test.each([
     ["a missing file", ["--config", join(dir, "none.json")], /file not found/],
     ["a directory", ["--config", dir], /is a directory/],
+    ["a FIFO", ["--config", fifo()], /is a FIFO \(named pipe\), not a regular file/],
+    ["a device", ["--config", "/dev/zero"], /is a character device, not a regular file/],
     ["invalid JSON", ["--config", configFile("broken.json", "{ not json")], /not valid JSON/],
     ["an array", ["--config", configFile("array.json", [1, 2])], /expected a JSON object/],
     [

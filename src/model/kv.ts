@@ -6,11 +6,11 @@
  *                 hidden_size, intermediate_size, vocab_size (Llama, Mistral, Qwen2, Mixtral …)
  * K and V per token: 2 × layers × kv_heads × head_dim × bytes per element.
  */
-import { readFileSync } from "node:fs";
 
 import { UserError } from "../errors.ts";
 import { DTYPE_BYTES, type DtypeName } from "../ops.ts";
 import { checkNamesAgree, familyOf, supportedModelType, type ModelConfig } from "./architectures.ts";
+import { parseJsonObject } from "./files.ts";
 import type { GPT2Config } from "./gpt2.ts";
 import { LLAMA_ARCHITECTURES, llamaConfigOf } from "./llama.ts";
 
@@ -134,7 +134,7 @@ export function shapeFromConfig(raw: Record<string, unknown>, name: string, wher
 
 /** Where the loader holds a model to its window, as generate and profile run it. */
 const heldToWindowNote = (window: number, raw: Record<string, unknown>) =>
-  `sliding_window ${window} is shorter than max_position_embeddings ${raw.max_position_embeddings}: the figures stop at the window, as generate and profile do (a cache that evicts past it is not supported)`;
+  `sliding_window ${window} is shorter than max_position_embeddings ${raw.max_position_embeddings}: generate and profile are held to the window (a cache that evicts past it is not supported); the figures here are for a full cache of the context asked`;
 
 /** An architecture the project does not run: its window, if any, read as Hugging Face's defaults would. */
 function slidingWindowNotes(raw: Record<string, unknown>): string[] {
@@ -171,24 +171,12 @@ function llamaParameters(
 
 /** A config.json file read as a decoder shape; every problem is one line. */
 export function readDecoderConfig(path: string): DecoderShape {
-  let text: string;
+  let r: Record<string, unknown>;
   try {
-    text = readFileSync(path, "utf8");
+    r = parseJsonObject(path); // a regular file of at most 1 MiB: not a FIFO or /dev/zero
   } catch (e) {
-    const code = (e as NodeJS.ErrnoException).code;
-    throw new UserError(
-      `--config ${path}: ${code === "ENOENT" ? "file not found" : code === "EISDIR" ? "is a directory; give its config.json" : `cannot read (${code})`}`,
-    );
+    throw e instanceof UserError ? new UserError(`--config ${e.message}`) : e;
   }
-  let raw: unknown;
-  try {
-    raw = JSON.parse(text);
-  } catch (e) {
-    throw new UserError(`--config ${path}: not valid JSON (${(e as Error).message})`);
-  }
-  if (typeof raw !== "object" || raw === null || Array.isArray(raw))
-    throw new UserError(`--config ${path}: expected a JSON object`);
-  const r = raw as Record<string, unknown>;
   const name =
     typeof r._name_or_path === "string" ? r._name_or_path : typeof r.model_type === "string" ? r.model_type : "model";
   return shapeFromConfig(r, name, path);
