@@ -386,6 +386,9 @@ describe("profile --kv-heads 4,2,1 --batches 1,2 on llama-tiny (4 query heads, 2
   test("kv-heads.svg: a line per variant × batch, each crossover marked or listed beyond the run", () => {
     const svg = readFileSync(join(dir, OPTIONAL_FILES.kvHeads), "utf8");
     expect(XMLValidator.validate(svg)).toBe(true);
+    expect(readFileSync(join(dir, "report.md"), "utf8")).toMatch(
+      /^- .*\[kv-heads\.svg\]\(kv-heads\.svg\).*: the plots$/m,
+    );
     expect(svg.match(/<g class="series">/g)).toHaveLength(6);
     for (const c of summary.interventions!.kv_heads!.crossovers) {
       const short = `${c.kv_heads}h b${c.batch} `;

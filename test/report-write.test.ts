@@ -16,6 +16,10 @@ import { SAVING_AT_ONE_READ_RATE } from "../src/profile/kv-heads-summary.ts";
 import { syntheticSteps, syntheticSummary } from "./helpers/synthetic-profile.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "decode-floor-write-"));
+
+/** The files report.md's Files section lists as the plots. */
+const plotsListed = (report: string) =>
+  [...(report.split("\n").find((l) => l.endsWith(": the plots")) ?? "").matchAll(/\[([^\]]+)\]/g)].map((m) => m[1]);
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 describe("writeProfileOutputs", () => {
@@ -63,6 +67,7 @@ describe("writeProfileOutputs", () => {
     for (const name of ["summary.json", "trace.json", "kernels.csv", "latency.svg", "breakdown.svg", "traffic.svg"])
       expect(report).toContain(`(${name})`);
     for (const name of ["kv-heads.svg", "prompt-cache.svg"]) expect(report).not.toContain(`(${name})`);
+    expect(plotsListed(report)).toEqual(paths.map((p) => basename(p)).filter((n) => n.endsWith(".svg")));
   });
 
   test("returns the problems of an invalid summary and of a broken trace, the files written all the same", () => {
@@ -201,7 +206,8 @@ describe("long-context charts", () => {
     const svg = kvHeadsChart(withKvHeads())!;
     expect(XMLValidator.validate(svg)).toBe(true);
     for (const kv of [9, 3, 1])
-      for (const batch of [1, 4]) expect(svg).toContain(`>${kv} K/V heads · batch ${batch}</text>`);
+      for (const batch of [1, 4])
+        expect(svg).toContain(`>${kv} K/V head${kv === 1 ? "" : "s"} · batch ${batch}</text>`);
     expect(svg.match(/<g class="series">/g)).toHaveLength(6);
     const markers = [
       ...svg.matchAll(/<g class="marker">\n<line [^>]*?( stroke-dasharray="2 3")?\/>\n<text [^>]*>([^<]*)<\/text>/g),

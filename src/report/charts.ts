@@ -117,7 +117,7 @@ export function kvHeadsChart(s: ProfileSummary): string | null {
   const same = (a: Config, b: Config) =>
     a.kv_heads === b.kv_heads && a.dtype === b.dtype && a.kv_dtype === b.kv_dtype && a.batch === b.batch;
   const name = (c: Config) =>
-    `${c.kv_heads} K/V heads · batch ${c.batch}${types.size > 1 ? ` · ${c.dtype}/${c.kv_dtype}` : ""}`;
+    `${c.kv_heads} K/V head${c.kv_heads === 1 ? "" : "s"} · batch ${c.batch}${types.size > 1 ? ` · ${c.dtype}/${c.kv_dtype}` : ""}`;
   // where the steps were paired with read passes, every point at one read rate, as the crossovers are measured
   // (a series' crossover does not depend on which rate); else the medians as timed
   const rate = oneReadRate(iv.points, k.variants[0]!);

@@ -231,7 +231,9 @@ export function renderReport(summary: ProfileSummary): string {
         `- [${f.summary}](${f.summary}): every number above (schema in src/report/schema.ts)`,
         `- [${f.trace}](${f.trace}): host launches and device ops per mode; open it in Perfetto (ui.perfetto.dev) or chrome://tracing`,
         `- [${f.kernels}](${f.kernels}): kernel summary per mode and context`,
-        `- [${f.latency}](${f.latency}), [${f.breakdown}](${f.breakdown}): the plots`,
+        `- ${plotsOf(s)
+          .map((plot) => `[${plot}](${plot})`)
+          .join(", ")}: the plots`,
       ].join("\n"),
     ),
     section(
@@ -244,3 +246,12 @@ export function renderReport(summary: ProfileSummary): string {
   ];
   return `${parts.join("\n").trimEnd()}\n`;
 }
+
+/** The plots a run's folder holds: every run's, then the K/V heads' and the prompt cache's where it measured them. */
+const plotsOf = (s: ProfileSummary): string[] => [
+  OUTPUT_FILES.latency,
+  OUTPUT_FILES.breakdown,
+  OUTPUT_FILES.traffic,
+  ...(s.interventions?.kv_heads ? [OPTIONAL_FILES.kvHeads] : []),
+  ...(s.prompt_cache ? [OPTIONAL_FILES.promptCache] : []),
+];
