@@ -49,6 +49,15 @@ export function autoPrefixes(positions: number, prefillSeconds: (tokens: number)
   return prefixes;
 }
 
+/** Why autoPrefixes chose none: its first prefix does not fit, or its cold prefill would take too long. */
+export function noAutoPrefixReason(positions: number, prefillSeconds: (tokens: number) => number): string {
+  const P = AUTO_FIRST_PREFIX;
+  if (promptCacheContext(P) > positions)
+    return `a ${P}-token prefix with its suffix and generated tokens needs ${promptCacheContext(P)} positions, and the study's largest context holds ${positions}`;
+  const s = prefillSeconds(P + PROMPT_CACHE_SUFFIX);
+  return `a ${P}-token prefix's cold prefill would take ${s.toFixed(1)} s at the measured prefill rate, over ${PREFILL_LIMIT_S} s`;
+}
+
 /** How autoPrefixes chooses. */
 export const AUTO_PREFIXES_RULE = `${AUTO_FIRST_PREFIX} and its doublings within the study's largest context whose cold prefill the work model at the measured prefill rate puts under ${PREFILL_LIMIT_S} s`;
 

@@ -31,7 +31,13 @@ import { CALIBRATION_TOKENS, fillCache, pointFill, PrefillRate, type FillChoice,
 import { measureInterventions, placedForms, type InterventionsResult, type KvVariant } from "./interventions.ts";
 import { partingOf, tokensBeforeParting, type PeerMeasurements } from "./peers-summary.ts";
 import { promptOf } from "./prompts.ts";
-import { AUTO_PREFIXES_RULE, autoPrefixes, measurePromptCache, promptCacheContext } from "./prompt-cache.ts";
+import {
+  AUTO_PREFIXES_RULE,
+  autoPrefixes,
+  measurePromptCache,
+  noAutoPrefixReason,
+  promptCacheContext,
+} from "./prompt-cache.ts";
 import type {
   ContextMemory,
   EndToEnd,
@@ -265,10 +271,13 @@ export class Study {
     if (given === undefined) return undefined;
     // the positions of the study's largest context (a GPT-2 session holds its model's whatever the contexts)
     const positions = Math.min(this.session.config.n_positions, Math.max(...this.opts.contexts) + 1);
-    const prefixes = given === "auto" ? autoPrefixes(positions, (tokens) => this.rate.seconds(tokens)) : given;
-    if (given === "auto" && prefixes.length > 0)
+    const seconds = (tokens: number) => this.rate.seconds(tokens);
+    const prefixes = given === "auto" ? autoPrefixes(positions, seconds) : given;
+    if (given === "auto")
       this.opts.say?.(
-        `prompt cache: prefix lengths ${prefixes.join(", ")}, chosen as ${AUTO_PREFIXES_RULE} (--prompt-cache P,… to choose others, off for none)`,
+        prefixes.length > 0
+          ? `prompt cache: prefix lengths ${prefixes.join(", ")}, chosen as ${AUTO_PREFIXES_RULE} (--prompt-cache P,… to choose others, off for none)`
+          : `prompt cache: not timed: ${noAutoPrefixReason(positions, seconds)} (--prompt-cache P,… to choose prefixes)`,
       );
     if (prefixes.length === 0) return undefined;
     return measurePromptCache(this.session, prefixes, {
