@@ -8,7 +8,13 @@ import { CpuBackend } from "../src/backends/cpu.ts";
 import { ALL_PRESETS, loadAnyModel, type ModelWeights } from "../src/model/architectures.ts";
 import { randomWeights } from "../src/model/gpt2.ts";
 import type { StepForm } from "../src/plan.ts";
-import { largestContextByBatch, largestFittingContext, runNeed, type RunPlacement } from "../src/run/memory-fit.ts";
+import {
+  groupsFitTogether,
+  largestContextByBatch,
+  largestFittingContext,
+  runNeed,
+  type RunPlacement,
+} from "../src/run/memory-fit.ts";
 import { placedForms } from "../src/profile/interventions.ts";
 import type { Backend, DeviceBuffer } from "../src/backends/backend.ts";
 import { PlacedWeights, placementTotal } from "../src/run/model-buffers.ts";
@@ -87,6 +93,30 @@ describe("the largest context a run fits", () => {
     const byBatch = largestContextByBatch(cpu, run.study, free);
     expect(byBatch[0]).toEqual({ batch: 1, context: 6000 });
     for (let i = 1; i < byBatch.length; i++) expect(byBatch[i]!.context).toBeLessThan(byBatch[i - 1]!.context);
+  });
+});
+
+describe("K/V-head variants placed together or one at a time", () => {
+  const smollm = ALL_PRESETS["smollm2-135m"]!;
+  const f32 = form(1, "f32", "f32");
+  const study = { config: smollm, form: f32 };
+  const groups = [3, 1].map((kv) => [{ config: { ...smollm, n_kv_head: kv }, form: f32 }]);
+  const run: RunPlacement = { study, groups };
+  const bytes = (p: RunPlacement["study"]) =>
+    placementTotal(Session.placementBytes(cpu, p.config, { form: p.form, maxContext: 2048 }));
+
+  test("together, the run holds every variant at once beside the study; apart, the largest", () => {
+    const apart = placementTotal(runNeed(cpu, run, 2048));
+    const together = placementTotal(runNeed(cpu, { ...run, together: true }, 2048));
+    expect(apart).toBe(bytes(study) + Math.max(...groups.map((g) => bytes(g[0]!))));
+    expect(together).toBe(bytes(study) + bytes(groups[0]![0]!) + bytes(groups[1]![0]!));
+  });
+
+  test("they go together where all of them take at most the share of what is usable beside the study", () => {
+    const all = bytes(groups[0]![0]!) + bytes(groups[1]![0]!);
+    const usable = bytes(study) + 2 * all; // half of what is left is exactly all of them
+    expect(groupsFitTogether(cpu, run, 2048, usable, 0.5)).toBe(true);
+    expect(groupsFitTogether(cpu, run, 2048, usable - 2, 0.5)).toBe(false);
   });
 });
 

@@ -9,18 +9,17 @@ import type { Instrument, PairedStep } from "../backends/instrument.ts";
 import { kvHeadsOf, type ModelWeights } from "../model/architectures.ts";
 import type { StepForm } from "../plan.ts";
 import type { LaunchMode } from "../run/launch-modes.ts";
-import { availableMemory } from "../run/memory-fit.ts";
-import { placementTotal } from "../run/model-buffers.ts";
 import { Session } from "../run/session.ts";
 import { summarize, type Stats } from "../stats.ts";
 import { fillCache, type FillMethod } from "./fill.ts";
 import { cachedStepWork, sumWork } from "./work-model.ts";
 
 /**
- * Of the memory free when the interventions start, the share their sessions may take at once: on the 24 GiB VM,
- * three llama-3.2-1b variants placed in 82% of it ran 1.4–4.5× slower at 8,191 than one at a time.
+ * Of the memory usable beside the study's session, the share the K/V-head variants' sessions may take at once to be
+ * placed together (memory-fit.ts groupsFitTogether): on the 24 GiB VM, three llama-3.2-1b variants placed in 82% of
+ * it ran 1.4–4.5× slower at 8,191 than one at a time.
  */
-const MEMORY_SHARE = 0.5;
+export const TOGETHER_MEMORY_SHARE = 0.5;
 
 /** The model with one K/V-head count: the study's own weights, or seeded weights of the reshaped config (streamed when placed). */
 export interface KvVariant {
@@ -53,6 +52,8 @@ export interface InterventionOptions {
   fillOf: (context: number) => FillMethod;
   /** a line for the user: how the K/V-head variants are timed */
   say?: (line: string) => void;
+  /** every K/V-head variant placed at once (the run's memory fit decided: study.ts variantsTogether) */
+  together: boolean;
 }
 
 export interface InterventionsResult {
@@ -104,14 +105,7 @@ export async function measureInterventions(
   opts: InterventionOptions,
 ): Promise<InterventionsResult> {
   const maxContext = Math.max(...opts.contexts) + 1;
-  // each session places its cache and activations, and its weights where no session holds them yet
-  const need = ({ weights }: KvVariant) =>
-    placedForms(weights, forms, reuse).reduce((sum, { form, ownWeights }) => {
-      const bytes = Session.placementBytes(backend, weights.config, { form, maxContext });
-      return sum + placementTotal(bytes) - (ownWeights ? 0 : bytes.weights);
-    }, 0);
-  const free = availableMemory(backend).bytes;
-  const together = variants.reduce((sum, v) => sum + need(v), 0) <= MEMORY_SHARE * free;
+  const together = opts.together;
   if (variants.length > 1 && !together)
     opts.say?.(
       `note: the ${variants.length} K/V-head variants' weights and caches do not fit in memory together: timed one variant after another`,

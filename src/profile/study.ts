@@ -20,6 +20,7 @@ import {
   largestFittingContext,
   MEASURED_CACHE_TOKENS,
   gb,
+  groupsFitTogether,
   needParts,
   runNeed,
   type RunPlacement,
@@ -28,7 +29,13 @@ import { cacheBytes, placementTotal } from "../run/model-buffers.ts";
 import { Session } from "../run/session.ts";
 import { summarize, type Stats } from "../stats.ts";
 import { CALIBRATION_TOKENS, fillCache, pointFill, PrefillRate, type FillChoice, type PointFill } from "./fill.ts";
-import { measureInterventions, placedForms, type InterventionsResult, type KvVariant } from "./interventions.ts";
+import {
+  measureInterventions,
+  placedForms,
+  TOGETHER_MEMORY_SHARE,
+  type InterventionsResult,
+  type KvVariant,
+} from "./interventions.ts";
 import { partingOf, tokensBeforeParting, type PeerMeasurements } from "./peers-summary.ts";
 import { promptOf } from "./prompts.ts";
 import {
@@ -178,6 +185,20 @@ export function runPlacementOf(
   return { study, groups };
 }
 
+/**
+ * Whether the K/V-head variants' sessions are placed at once beside the study's: where together they take at most
+ * TOGETHER_MEMORY_SHARE of what `usable` leaves beside it (the memory fit and the interventions both ask this).
+ */
+export function variantsTogether(
+  backend: Backend,
+  weights: ModelWeights,
+  opts: Pick<StudyOptions, "form" | "interventions" | "contexts" | "e2e" | "promptCache">,
+  usable: number,
+): boolean {
+  const run = runPlacementOf(weights, opts);
+  return groupsFitTogether(backend, run, studiedContext(opts), usable, TOGETHER_MEMORY_SHARE);
+}
+
 /** The largest context the study's sessions fit in the memory its backend has now. */
 export function largestStudyContext(
   backend: Backend,
@@ -211,7 +232,9 @@ export function studyMemoryFit(
 ): MemoryFit {
   const run = runPlacementOf(weights, opts);
   const free = studyMemory(backend);
-  const need = runNeed(backend, run, studiedContext(opts));
+  // what the run holds: its variants at once where they fit so; the largest context, one variant at a time
+  const placed = { ...run, together: variantsTogether(backend, weights, opts, free.bytes) };
+  const need = runNeed(backend, placed, studiedContext(opts));
   const largest = largestFittingContext(backend, run, free.bytes);
   const fit: MemoryFit = {
     free_bytes: free.bytes,
@@ -354,6 +377,7 @@ export class Study {
             ),
           fillOf: (context) => this.fills.get(context)!.fill,
           ...(this.opts.say ? { say: this.opts.say } : {}),
+          together: variantsTogether(this.backend, this.weights, this.opts, this.fit.free_bytes),
         },
       ));
     const traces: StepTrace[] = [];

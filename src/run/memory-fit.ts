@@ -28,26 +28,53 @@ export interface PlannedSession {
 
 /**
  * A run's sessions as they are resident: `study` for the whole run — its memory measurement allocating a cache of
- * MEASURED_CACHE_TOKENS beside it first —, then each group of `groups` beside it, one group at a time.
+ * MEASURED_CACHE_TOKENS beside it first —, then each group of `groups` beside it, one group at a time, or every
+ * group at once where `together`.
  */
 export interface RunPlacement {
   study: PlannedSession;
   groups: PlannedSession[][];
+  together?: boolean;
 }
+
+const NO_BYTES: PlacementBytes = { weights: 0, cache: 0, activations: 0 };
+
+/** What a planned session places when its sequences reach `maxContext` positions (no weights where it reads another's). */
+function plannedBytes(backend: Backend, s: PlannedSession, maxContext: number): PlacementBytes {
+  const bytes = Session.placementBytes(backend, s.config, { form: s.form, maxContext });
+  return s.ownWeights === false ? { ...bytes, weights: 0 } : bytes;
+}
+
+/** What a group of sessions places at once. */
+const groupBytes = (backend: Backend, group: PlannedSession[], maxContext: number) =>
+  group.map((s) => plannedBytes(backend, s, maxContext)).reduce(addBytes, NO_BYTES);
 
 /** The most bytes a run holds at once when its sequences reach `maxContext` positions, and its parts. */
 export function runNeed(backend: Backend, run: RunPlacement, maxContext: number): PlacementBytes {
-  const at = (s: PlannedSession) => {
-    const bytes = Session.placementBytes(backend, s.config, { form: s.form, maxContext });
-    return s.ownWeights === false ? { ...bytes, weights: 0 } : bytes;
-  };
-  const study = at(run.study);
+  const study = plannedBytes(backend, run.study, maxContext);
   const measured = { ...run.study.config, n_positions: Math.min(MEASURED_CACHE_TOKENS, maxContext) };
+  const groups = run.together ? [run.groups.flat()] : run.groups;
   const beside = [
-    { weights: 0, cache: cacheBytes(measured, run.study.form), activations: 0 }, // the memory measurement's cache
-    ...run.groups.map((g) => g.map(at).reduce(addBytes, { weights: 0, cache: 0, activations: 0 })),
+    { ...NO_BYTES, cache: cacheBytes(measured, run.study.form) }, // the memory measurement's cache
+    ...groups.map((g) => groupBytes(backend, g, maxContext)),
   ].reduce((most, p) => (placementTotal(p) > placementTotal(most) ? p : most));
   return addBytes(study, beside);
+}
+
+/**
+ * Whether a run's groups (profile --kv-heads' variants) go beside its study session all at once: where together
+ * they take at most `share` of what `usable` leaves beside that session.
+ */
+export function groupsFitTogether(
+  backend: Backend,
+  run: RunPlacement,
+  maxContext: number,
+  usable: number,
+  share: number,
+): boolean {
+  const study = placementTotal(plannedBytes(backend, run.study, maxContext));
+  const all = placementTotal(groupBytes(backend, run.groups.flat(), maxContext));
+  return all <= share * (usable - study);
 }
 
 const addBytes = (a: PlacementBytes, b: PlacementBytes): PlacementBytes => ({
