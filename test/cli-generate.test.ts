@@ -154,6 +154,11 @@ const badInputs: Array<[string, string[], RegExp]> = [
     /--backend emu has none to set/,
   ],
   ["an unknown mode", ["--mode", "warp"], /warp/],
+  [
+    "the persistent step on the CPU",
+    [...tinyArgs, "--mode", "persistent"],
+    /^error: launch mode persistent is not available on the cpu backend: it has no persistent step kernel \(a GPU's\) \(available: eager, eager-native\)$/,
+  ],
   ["a missing model directory", ["--model", "/nonexistent/model"], /nonexistent/],
   ["a missing config", ["--model", brokenModel((d) => rmSync(join(d, "config.json")))], /config\.json/],
   [
@@ -285,6 +290,7 @@ describe("generate --batch: several sequences in one step", () => {
     const lines = r.stderr.split("\n").filter((l) => l.startsWith("error:"));
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatch(message);
+    expect(r.stderr).not.toMatch(/^model: /m);
   });
 });
 
@@ -296,6 +302,7 @@ describe("generate: bad input is one clear line and exit ≠ 0", () => {
     expect(errorLines).toHaveLength(1);
     expect(errorLines[0]).toMatch(message);
     expect(r.stderr).not.toMatch(/\n\s+at /); // no stack trace
+    expect(r.stderr).not.toMatch(/^model: /m); // the model's lines wait until its flags are known good
   });
 });
 

@@ -514,7 +514,11 @@ describe("bad flags: one line, exit ≠ 0", () => {
       /64.*impossible|impossible.*64/,
     ],
     ["a context that is not a number", ["--model", FIXTURE, "--backend", "cpu", "--contexts", "8,x"], /"x"/],
-    ["graph on the CPU backend", ["--backend", "cpu", "--mode", "graph"], /graph.*not available/],
+    [
+      "graph on the CPU backend",
+      ["--backend", "cpu", "--mode", "graph"],
+      /^error: launch mode graph is not available on the cpu backend: it has no CUDA graphs \(a GPU's\) \(available: eager, eager-native, all\)$/,
+    ],
     [
       "an unknown storage type",
       ["--model", FIXTURE, "--backend", "cpu", "--dtypes", "f32,fp8"],
@@ -613,6 +617,7 @@ function expectOneErrorLine(r: ReturnType<typeof profile>, message: RegExp): voi
   expect(lines).toHaveLength(1);
   expect(lines[0]).toMatch(message);
   expect(r.stderr).not.toMatch(/\n\s+at /);
+  expect(r.stderr).not.toMatch(/^model: /m); // the model's lines wait until its flags are known good
 }
 
 // A signal while the study measures: it stops at the next safe point (the test would time out otherwise),

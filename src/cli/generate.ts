@@ -209,12 +209,13 @@ await runCli(async () => {
   if (backend.kind !== "cuda") checkHostMemory(cfg, dtype); // the CPU's and the emulator's weights are in host memory
   const maxContext = Math.max(...prompts.map((p) => p.length)) + maxNew;
   checkSessionFits(backend, cfg, form, maxContext);
-  modelLines.forEach(say);
-  if (codec && argv["prompt-ids"] === undefined) say(`tokenizer: ${codec.source}`);
-  if (codecNote) say(codecNote);
   const mode = argv.mode === "replay" ? replayMode(backend) : launchMode(argv.mode as LaunchModeName);
   const judged = modeForm(form, cfg);
   if (!mode.available(backend, judged)) throw unavailableMode(mode.name, backend, judged);
+  // the model's lines once the flags are known good: a bad one is one line
+  modelLines.forEach(say);
+  if (codec && argv["prompt-ids"] === undefined) say(`tokenizer: ${codec.source}`);
+  if (codecNote) say(codecNote);
   const session = new Session(backend, weights, { form, maxContext });
   const cache = argv.cache === "on";
   if (!cache && mode.name !== "eager")

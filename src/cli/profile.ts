@@ -383,7 +383,6 @@ await runCli(async () => {
     const cfg = weights.config;
     const plan: PlanKind = argv.plan ?? DEFAULT_STEP_FORM.plan;
     const promptCache = promptCacheFor(argv["prompt-cache"], cfg);
-    lines.forEach(say);
     backend = await openBackend(argv.backend, { threads, note: say });
     const defaults = backend.studyDefaults;
     const e2eMax = cfg.n_positions - E2E_PROMPT;
@@ -434,6 +433,7 @@ await runCli(async () => {
     if (argv.contexts === undefined) opts.contexts = defaultContextsThatFit(backend, weights, opts, say);
     const fit = studyMemoryFit(backend, weights, opts);
     checkPeersFit(fit, peerNames, backend, storedWeightBytes(cfg, "f32"));
+    lines.forEach(say); // the model's lines once its flags are known good: a bad one is one line
     say(fitLine(fit, Math.max(...opts.contexts)));
     output ??= ProfileOutput.prepare(defaultOutDir(backend, argv.mode, peerNames.length > 0, plan), {
       fresh: true,

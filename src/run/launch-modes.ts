@@ -34,6 +34,8 @@ export interface LaunchMode {
   readonly kernelPerOp: boolean;
   /** whether the backend runs a step of this form in this mode */
   available(backend: Backend, step: ModeForm): boolean;
+  /** what the backend lacks to run any step in this mode (e.g. "no CUDA graphs"), or null where some step can */
+  lacks(backend: Backend): string | null;
   /** `n` steps back to back with no host synchronisation between them (asynchronous on CUDA) */
   run(step: CompiledStep, n: number): void;
   /**
@@ -50,6 +52,7 @@ export const LAUNCH_MODES = [
     phrase: "launching from TypeScript",
     kernelPerOp: true,
     available: () => true,
+    lacks: () => null,
     run: (step, n) => {
       for (let i = 0; i < n; i++) step.runEager();
     },
@@ -62,6 +65,7 @@ export const LAUNCH_MODES = [
     phrase: "issuing the plan natively",
     kernelPerOp: true,
     available: () => true,
+    lacks: () => null,
     run: (step, n) => step.native().runNative(n),
     floorUs: (launch) => launch.host_us,
   },
@@ -71,6 +75,7 @@ export const LAUNCH_MODES = [
     phrase: "graph replay",
     kernelPerOp: true,
     available: (backend) => backend.graphs,
+    lacks: (backend) => (backend.graphs ? null : "it has no CUDA graphs (a GPU's)"),
     run: (step, n) => step.native().runGraph!(n),
     floorUs: (launch) => launch.graph_node_us ?? launch.host_us,
   },
@@ -81,6 +86,10 @@ export const LAUNCH_MODES = [
     phrase: "graph replay with programmatic dependent launch",
     kernelPerOp: true,
     available: (backend) => backend.graphs && backend.programmaticLaunch,
+    lacks: (backend) =>
+      backend.graphs && backend.programmaticLaunch
+        ? null
+        : "it has no CUDA graphs with programmatic dependent launch (a Hopper GPU's or newer)",
     run: (step, n) => step.native().runGraphPdl!(n),
     floorUs: (launch) => launch.pdl_node_us ?? launch.graph_node_us ?? launch.host_us,
   },
@@ -92,6 +101,7 @@ export const LAUNCH_MODES = [
     // its ops are tasks inside one kernel: a trace sees one record per step, not one per op
     kernelPerOp: false,
     available: (backend, step) => backend.persistentStep !== null && persistentStepRuns(step, backend.persistentStep),
+    lacks: (backend) => (backend.persistentStep === null ? "it has no persistent step kernel (a GPU's)" : null),
     run: (step, n) => step.native().runPersistent!(n),
     // no launch per op (one graph node per token, ~1 µs against a step of ~0.1 ms): what dispatches an op is the
     // grid barrier before it, at the dearer of its two arrival patterns
@@ -134,6 +144,11 @@ export function unavailableMode(
   more: readonly string[] = [],
 ): UserError {
   const available = [...availableModes(backend, step).map((m) => m.name), ...more];
+  const lacks = LAUNCH_MODES.find((m) => m.name === name)?.lacks(backend);
+  if (lacks)
+    return new UserError(
+      `launch mode ${name} is not available on the ${backend.kind} backend: ${lacks} (available: ${available.join(", ")})`,
+    );
   const why = name === "persistent" && backend.persistentStep && persistentStepRefusal(step, backend.persistentStep);
   return new UserError(
     `launch mode ${name} is not available on the ${backend.kind} backend for the ${step.plan} plan with weights ${step.weights}, cache ${step.kv} and heads of ${step.headDim}${why ? `: ${why}` : ""} (available: ${available.join(", ")})`,
