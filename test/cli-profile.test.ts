@@ -582,7 +582,7 @@ describe("bad flags: one line, exit ≠ 0", () => {
     );
     expectOneErrorLine(
       r,
-      /^error: memory: this run at context 131071 × batch 8 needs [\d.]+ GB at once \(weights [\d.]+ GB \+ K\/V cache [\d.]+ GB \+ activations [\d.]+ GB\) and the machine has [\d.]+ GB usable: the largest context that fits is \d+ \(--contexts ≤ \d+\)$/,
+      /^error: memory: this run at context 131071 × batch 8 needs [\d.]+ GB at once \(weights [\d.]+ GB \+ K\/V cache [\d.]+ GB \+ activations [\d.]+ [kMG]B\) and the machine has [\d.]+ GB usable: the largest context that fits is \d+ \(--contexts ≤ \d+\)$/,
     );
     expect(existsSync(dir)).toBe(false);
   });

@@ -10,6 +10,7 @@ import { randomWeights } from "../src/model/gpt2.ts";
 import type { StepForm } from "../src/plan.ts";
 import {
   groupsFitTogether,
+  memoryBytes,
   largestContextByBatch,
   largestFittingContext,
   runNeed,
@@ -237,4 +238,10 @@ describe("resident bytes (CpuBackend.residentBytes, mincore)", () => {
       cpu.free(b);
     }
   });
+});
+
+test("memory lines give bytes in the unit that shows them: GB, MB or kB", () => {
+  expect(memoryBytes(4_943_257_600)).toBe("4.94 GB");
+  expect(memoryBytes(3_418_112)).toBe("3.4 MB");
+  expect(memoryBytes(131_072)).toBe("131.1 kB");
 });

@@ -49,7 +49,7 @@ import { FILL_CHOICES, PREFILL_LIMIT_S, type FillChoice } from "../profile/fill.
 import type { KvVariant } from "../profile/interventions.ts";
 import { buildSummary } from "../profile/summary.ts";
 import type { MemoryFit, StudyMode } from "../profile/types.ts";
-import { gb } from "../run/memory-fit.ts";
+import { memoryBytes } from "../run/memory-fit.ts";
 import { placementTotal, storedWeightBytes } from "../run/model-buffers.ts";
 import { createProgress } from "../report/progress.ts";
 import { renderTerminalSummary } from "../report/terminal.ts";
@@ -117,7 +117,7 @@ function checkPeersFit(fit: MemoryFit, names: readonly PeerName[], backend: Back
   const need = placementTotal(fit.need) + holders.length * f32WeightBytes;
   if (need <= fit.free_bytes) return;
   throw new UserError(
-    `memory: the run holds ${gb(placementTotal(fit.need))} at once and ${holders.join(" and ")} hold the weights again in f32, ${gb(f32WeightBytes)} each: ${gb(need)} against the ${backend.kind === "cuda" ? "GPU" : "machine"}'s ${gb(fit.free_bytes)} usable; profile fewer peers (--peers), or a smaller model`,
+    `memory: the run holds ${memoryBytes(placementTotal(fit.need))} at once and ${holders.join(" and ")} hold the weights again in f32, ${memoryBytes(f32WeightBytes)} each: ${memoryBytes(need)} against the ${backend.kind === "cuda" ? "GPU" : "machine"}'s ${memoryBytes(fit.free_bytes)} usable; profile fewer peers (--peers), or a smaller model`,
   );
 }
 

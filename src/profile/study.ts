@@ -19,7 +19,7 @@ import {
   largestContextByBatch,
   largestFittingContext,
   MEASURED_CACHE_TOKENS,
-  gb,
+  memoryBytes,
   groupsFitTogether,
   needParts,
   runNeed,
@@ -246,8 +246,8 @@ export function studyMemoryFit(
   if (placementTotal(need) > free.bytes) {
     const batch = Math.max(opts.form.batch, ...(opts.interventions?.forms ?? []).map((f) => f.batch));
     throw new UserError(
-      `memory: this run at context ${Math.max(...opts.contexts)} × batch ${batch} needs ${gb(placementTotal(need))} at once ` +
-        `(${needParts(need, gb)}) and the ${backend.kind === "cuda" ? "GPU" : "machine"} has ${gb(free.bytes)} usable: ` +
+      `memory: this run at context ${Math.max(...opts.contexts)} × batch ${batch} needs ${memoryBytes(placementTotal(need))} at once ` +
+        `(${needParts(need)}) and the ${backend.kind === "cuda" ? "GPU" : "machine"} has ${memoryBytes(free.bytes)} usable: ` +
         (largest > 0
           ? `the largest context that fits is ${largest} (--contexts ≤ ${largest})`
           : "not even one position fits; store the weights narrower (--dtypes bf16)"),
@@ -260,7 +260,7 @@ export function studyMemoryFit(
 export function fitLine(fit: MemoryFit, context: number): string {
   const byBatch = fit.largest_context_by_batch.map((b) => `${b.context} at batch ${b.batch}`).join(", ");
   return (
-    `memory: ${gb(placementTotal(fit.need))} at once at context ${context} (${needParts(fit.need, gb)}) of ${gb(fit.free_bytes)} usable; ` +
+    `memory: ${memoryBytes(placementTotal(fit.need))} at once at context ${context} (${needParts(fit.need)}) of ${memoryBytes(fit.free_bytes)} usable; ` +
     `this run fits up to context ${fit.largest_context}; the model alone up to ${byBatch}`
   );
 }

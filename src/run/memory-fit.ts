@@ -119,7 +119,7 @@ export function checkSessionFits(backend: Backend, config: ModelConfig, form: St
   if (placementTotal(asked) <= free) return;
   const where = backend.kind === "cuda" ? "GPU" : "machine";
   throw new UserError(
-    `memory: ${positions} positions × batch ${form.batch} need ${gb(placementTotal(asked))} at once (${needParts(asked, gb)}) and the ${where} has ${gb(free)} free: ` +
+    `memory: ${positions} positions × batch ${form.batch} need ${memoryBytes(placementTotal(asked))} at once (${needParts(asked)}) and the ${where} has ${memoryBytes(free)} free: ` +
       (fits(1)
         ? `at batch ${form.batch} at most ${largestWhere(1, positions - 1, fits)} positions fit (prompt + --max-new-tokens)`
         : `not even one position fits; ${form.weights === "f32" ? "store the weights narrower (--dtype bf16)" : "take a smaller model"}`),
@@ -139,9 +139,10 @@ export function largestContextByBatch(
   }));
 }
 
-/** Bytes as the memory lines give them: 4,943,257,600 → "4.94 GB". */
-export const gb = (n: number) => `${(n / 1e9).toFixed(2)} GB`;
+/** Bytes as the memory lines give them: 4,943,257,600 → "4.94 GB", 3,418,112 → "3.4 MB". */
+export const memoryBytes = (n: number) =>
+  n >= 1e9 ? `${(n / 1e9).toFixed(2)} GB` : n >= 1e6 ? `${(n / 1e6).toFixed(1)} MB` : `${(n / 1e3).toFixed(1)} kB`;
 
 /** One line each for a need's parts, e.g. "weights 4.9 GB + K/V cache 8.6 GB + activations 0.8 GB". */
-export const needParts = (p: PlacementBytes, gb: (n: number) => string) =>
-  `weights ${gb(p.weights)} + K/V cache ${gb(p.cache)} + activations ${gb(p.activations)}`;
+export const needParts = (p: PlacementBytes) =>
+  `weights ${memoryBytes(p.weights)} + K/V cache ${memoryBytes(p.cache)} + activations ${memoryBytes(p.activations)}`;
