@@ -30,6 +30,10 @@ describe("attributionVerdict", () => {
     expect(v).toBe(
       "Attribution at context 1000: graph instead of eager cost 6% more: launch overhead is not a large part of the floor.",
     );
+    // where the modes' steps were paired with read passes, the mode's is taken at eager's read rate: said so
+    expect(attributionVerdict(1000, launch(-0.06), null, null, true)).toBe(
+      "Attribution at context 1000: graph instead of eager cost 6% more (its step at eager's memory read rate): launch overhead is not a large part of the floor.",
+    );
   });
 
   test("a batch alone that is not cheap: what it did per token, against a step that reads its weights once", () => {
