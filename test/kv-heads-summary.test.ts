@@ -1,7 +1,10 @@
 // The GQA intervention's arithmetic: where a measured step reaches twice its weights' time.
 import { describe, expect, test } from "bun:test";
 
-import { atOneReadRate, buildKvHeads, measuredCrossover } from "../src/profile/kv-heads-summary.ts";
+import { atOneReadRate, buildKvHeads, formulaCrossover, measuredCrossover } from "../src/profile/kv-heads-summary.ts";
+import { ALL_PRESETS, kvColumns } from "../src/model/architectures.ts";
+import { DEFAULT_STEP_FORM } from "../src/plan.ts";
+import { cachedStepWork, sumWork } from "../src/profile/work-model.ts";
 import type { InterventionPoint } from "../src/profile/types.ts";
 
 const line = (weightsMs: number, msPerToken: number, contexts: number[]) =>
@@ -39,6 +42,19 @@ describe("measuredCrossover", () => {
     expect(c!).toBeGreaterThan(0);
     expect(c!).toBeLessThan(100);
   });
+});
+
+test("the crossover by the bytes is the model's, whatever context the point was taken at", () => {
+  const cfg = ALL_PRESETS["smollm2-135m"]!;
+  for (const batch of [1, 4]) {
+    const form = { ...DEFAULT_STEP_FORM, batch };
+    const at = (context: number) => formulaCrossover({ context, work: sumWork(cachedStepWork(cfg, context, form)) });
+    expect(at(100) / at(8000)).toBeCloseTo(1, 12);
+    // the weights' bytes over the K/V bytes of one position of every sequence
+    const w = sumWork(cachedStepWork(cfg, 100, form));
+    const perPosition = 2 * cfg.n_layer * batch * kvColumns(cfg) * 4;
+    expect(at(100)).toBeCloseTo(w.weight_bytes / perPosition, 6);
+  }
 });
 
 describe("atOneReadRate", () => {

@@ -99,8 +99,13 @@ export const stepMsAtRate = (p: InterventionPoint, rate: number) => ((p.over_flo
 export const pairedWithReads = (points: readonly InterventionPoint[]) =>
   points.length > 0 && points.every((p) => p.read_bytes_per_s != null);
 
-/** The context at which the work model's K/V bytes reach its weight bytes (K/V bytes grow linearly in context). */
-const formulaCrossover = (p: InterventionPoint) => (p.context * p.work.weight_bytes) / p.work.kv_bytes;
+/**
+ * The context at which a step's K/V bytes reach its weight bytes, from the work model's at the point's context: a
+ * cached step at context c moves c + 2 rows of K and V per layer and sequence (reads positions 0…c, writes c), so its
+ * bytes per position are kv_bytes / (c + 2), whatever the context they were taken at (as `bun run kv` counts).
+ */
+export const formulaCrossover = (p: Pick<InterventionPoint, "context" | "work">) =>
+  ((p.context + 2) * p.work.weight_bytes) / p.work.kv_bytes;
 
 /**
  * Where the step reaches twice its time at context 0: that time extrapolated along the line through the two
