@@ -216,7 +216,7 @@ export function renderReport(summary: ProfileSummary): string {
         .join("\n"),
       memoryFitSentence(s),
       "What the study's session held after each context's steps (" +
-        `${s.memory.resident_source}; the cache against its formula for the positions written, and what else grew):`,
+        `${s.memory.resident_source}; the cache against its formula for the most positions written so far — by any step, fill or check before it, since pages once written stay resident —, and what else grew):`,
       markdownTable(memoryByContextTable(s)),
     ),
     section(

@@ -390,7 +390,7 @@ export function memoryByContextTable(s: ProfileSummary): TableData {
   return {
     columns: [
       { header: "context", align: "right" },
-      { header: "K/V positions written", align: "right" },
+      { header: "K/V positions written so far", align: "right" },
       { header: "K/V formula", align: "right" },
       { header: "K/V held", align: "right" },
       { header: "held ÷ formula", align: "right" },
