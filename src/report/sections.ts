@@ -18,7 +18,6 @@ import type { LaunchModeName } from "../run/launch-modes.ts";
 import { formatBytes, formatDuration, formatRate, type Cell, type Column } from "./tables.ts";
 
 const TOP_OPS = 5;
-const BYTES_PER_FLOAT = 4;
 
 export function modeLabel(mode: StudyMode): string {
   return mode === "uncached" ? "no cache" : `KV cache ${mode}`;
@@ -343,14 +342,23 @@ export function memoryTable(s: ProfileSummary): TableData {
   return {
     columns: [{ header: "quantity" }, { header: "formula", align: "right" }, { header: "measured", align: "right" }],
     rows: [
-      ["weights (parameters × 4 B)", formatBytes(s.model.parameters * BYTES_PER_FLOAT), formatBytes(m.weight_bytes)],
+      // as stored: matrices in the storage type, vectors in fp32; allocated: aligned, a rotary model's table after them
+      [
+        `weights (as stored in ${s.model.dtype}; allocated)`,
+        formatBytes(s.model.weight_bytes),
+        formatBytes(m.weight_bytes),
+      ],
       ["KV cache per token", formatBytes(m.kv_bytes_per_token_formula), formatBytes(m.kv_bytes_per_token_measured)],
       [
         `KV cache for ${m.kv_cache_tokens} tokens`,
         formatBytes(m.kv_cache_bytes_formula),
         formatBytes(m.kv_cache_bytes_measured),
       ],
-      ["other allocations (activations, scratch, workspaces)", null, formatBytes(m.workspace_bytes)],
+      [
+        "other allocations (library workspaces, beyond the session's weights, cache and activations)",
+        null,
+        formatBytes(m.workspace_bytes),
+      ],
     ],
   };
 }
