@@ -222,7 +222,7 @@ export function renderReport(summary: ProfileSummary): string {
     section(
       "Tracing",
       s.tracing.available
-        ? `Tracing overhead: ${s.tracing.overhead_pct === null ? "not measured" : `${s.tracing.overhead_pct.toFixed(1)}%`}; dropped records: ${s.tracing.dropped_records}. ${s.tracing.note}`
+        ? `Tracing overhead: ${s.tracing.overhead_pct === null ? "not measured" : `${s.tracing.overhead_pct.toFixed(1).replace(/^-0\.0$/, "0.0")}%`}; dropped records: ${s.tracing.dropped_records}. ${s.tracing.note}`
         : `Tracing was not available: ${s.tracing.note}`,
     ),
     section(
