@@ -345,7 +345,7 @@ await runCli(async () => {
       .option("kv-heads", {
         type: "string",
         describe:
-          "K/V-head counts to compare (divisors of the query heads, comma-separated, e.g. 9,3,1: MHA, GQA, MQA): the model's attention reshaped, seeded weights of each shape, timed beside each other in the fastest launch mode",
+          "K/V-head counts to compare (divisors of the query heads, comma-separated, e.g. 9,3,1: MHA, GQA, MQA): the model's attention reshaped (its own count with its weights, the others with seeded weights of their shape), timed beside each other in the fastest launch mode",
       })
       .option("prompt-cache", {
         type: "string",

@@ -1,6 +1,6 @@
 // The interventions: the same cached step with its bytes changed (weights and KV cache stored as f32, bf16 or
 // f16), with several sequences decoded at once (each weight read once for all of them) and with its attention
-// reshaped to other K/V-head counts (MHA, GQA, MQA: seeded weights of each shape), timed at every context in one
+// reshaped to other K/V-head counts (MHA, GQA, MQA: seeded weights of each other shape), timed at every context in one
 // launch mode, the configurations interleaved step by step (A B C A B C …) so that drift on a shared machine hits
 // all of them alike — every K/V-head variant at once where their weights and caches fit in memory together, one
 // variant after another where they do not.

@@ -200,7 +200,7 @@ function interventionsMethod(opts: StudyOptions, together: boolean): string {
   const { mode, variants } = opts.interventions!;
   const reshaped =
     variants.length > 1
-      ? ` The K/V-head variants (${variants.map((v) => v.kv_heads).join(", ")}) are the model's attention reshaped, seeded weights of each shape, ` +
+      ? ` The K/V-head variants (${variants.map((v) => v.kv_heads).join(", ")}) are the model's attention reshaped: its own count with the study's weights, each other count with seeded weights of its shape, ` +
         (together
           ? "all placed at once and timed in the same rounds."
           : "timed one variant after another: together they do not fit in memory.")
