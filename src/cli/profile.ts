@@ -41,6 +41,7 @@ import {
   largestStepBytes,
   Study,
   largestStudyContext,
+  studiedContext,
   studyMemoryFit,
   studyUnits,
   type StudyOptions,
@@ -434,7 +435,7 @@ await runCli(async () => {
     const fit = studyMemoryFit(backend, weights, opts);
     checkPeersFit(fit, peerNames, backend, storedWeightBytes(cfg, "f32"));
     lines.forEach(say); // the model's lines once its flags are known good: a bad one is one line
-    say(fitLine(fit, Math.max(...opts.contexts)));
+    say(fitLine(fit, studiedContext(opts)));
     output ??= ProfileOutput.prepare(defaultOutDir(backend, argv.mode, peerNames.length > 0, plan), {
       fresh: true,
       force: false,

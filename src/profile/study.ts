@@ -257,10 +257,10 @@ export function studyMemoryFit(
 }
 
 /** The fit in one line: what the run holds at once against what is free, and the largest context each batch fits. */
-export function fitLine(fit: MemoryFit, context: number): string {
+export function fitLine(fit: MemoryFit, positions: number): string {
   const byBatch = fit.largest_context_by_batch.map((b) => `${b.context} at batch ${b.batch}`).join(", ");
   return (
-    `memory: ${memoryBytes(placementTotal(fit.need))} at once at context ${context} (${needParts(fit.need)}) of ${memoryBytes(fit.free_bytes)} usable; ` +
+    `memory: ${memoryBytes(placementTotal(fit.need))} at once (${needParts(fit.need)}) of ${memoryBytes(fit.free_bytes)} usable, its sequences holding up to ${positions} positions; ` +
     `this run fits up to context ${fit.largest_context}; the model alone up to ${byBatch}`
   );
 }
