@@ -456,6 +456,7 @@ describe("generate --save-prefix / --prefix: prompt caching", () => {
     const lines = r.stderr.split("\n").filter((l) => l.startsWith("error:"));
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatch(message);
+    expect(r.stderr).not.toMatch(/^model: /m);
     expect(() => readFileSync(target)).toThrow();
   });
 

@@ -205,27 +205,27 @@ await runCli(async () => {
   }
   if (dumpLogits && batch > 1)
     throw new UserError("--dump-logits writes one sequence's logits: use it with one prompt and --batch 1");
-  const backend = await openBackend(argv.backend, { threads, note: say });
+  const backend = await openBackend(argv.backend, { threads, note: (line) => modelLines.push(line) });
   if (backend.kind !== "cuda") checkHostMemory(cfg, dtype); // the CPU's and the emulator's weights are in host memory
   const maxContext = Math.max(...prompts.map((p) => p.length)) + maxNew;
   checkSessionFits(backend, cfg, form, maxContext);
   const mode = argv.mode === "replay" ? replayMode(backend) : launchMode(argv.mode as LaunchModeName);
   const judged = modeForm(form, cfg);
   if (!mode.available(backend, judged)) throw unavailableMode(mode.name, backend, judged);
-  // the model's lines once the flags are known good: a bad one is one line
+  const session = new Session(backend, weights, { form, maxContext });
+  // the weights' hash and the prefix's checks come before the warm-up and the timed run, as a server's would at start-up
+  const identity = prefixRead || savePrefix ? prefixIdentityOf(session) : undefined;
+  if (prefixRead) checkPrefixIdentity(prefixRead.kept, identity!, argv.prefix!);
+  // the model's lines and the backend's notes once every input is known good: a bad one is one line
   modelLines.forEach(say);
   if (codec && argv["prompt-ids"] === undefined) say(`tokenizer: ${codec.source}`);
   if (codecNote) say(codecNote);
-  const session = new Session(backend, weights, { form, maxContext });
   const cache = argv.cache === "on";
   if (!cache && mode.name !== "eager")
     say(`note: --cache off recomputes eagerly; --mode ${argv.mode} applies to cached steps only`);
   if (!cache && argv.plan === "fused")
     say("note: --cache off recomputes with one launch per op; --plan fused applies to cached steps only");
   if (!argv.cold) warmUp(session, prompts, Math.min(WARMUP_NEW_TOKENS, maxNew), cache, mode);
-  // the weights' hash and the prefix's checks come before the timed run, as a server's would at start-up
-  const identity = prefixRead || savePrefix ? prefixIdentityOf(session) : undefined;
-  if (prefixRead) checkPrefixIdentity(prefixRead.kept, identity!, argv.prefix!);
   const prefix = prefixRead && { kept: prefixRead.kept, source: argv.prefix! };
   const result = generateBatch(session, { prompts, maxNewTokens: maxNew, cache, mode, ...(prefix ? { prefix } : {}) });
   const saved = savePrefix && keepPrefix(backend, session.sequenceCache(0), identity!, prompts[0]!);

@@ -52,6 +52,7 @@ import { buildSummary } from "../profile/summary.ts";
 import type { MemoryFit, StudyMode } from "../profile/types.ts";
 import { memoryBytes } from "../run/memory-fit.ts";
 import { placementTotal, storedWeightBytes } from "../run/model-buffers.ts";
+import { Session } from "../run/session.ts";
 import { createProgress } from "../report/progress.ts";
 import { renderTerminalSummary } from "../report/terminal.ts";
 import { writeProfileOutputs, type WrittenOutputs } from "../report/write.ts";
@@ -377,18 +378,19 @@ await runCli(async () => {
   let peers: PeerSet | undefined;
   let progress: ReturnType<typeof createProgress> | undefined;
   try {
+    // the model's lines and the notes on its flags, said once every flag is known good: a bad one is one line
     const lines: string[] = [];
-    const weights = loadAnyWeights(argv.model, argv.preset ?? DEFAULT_PRESET, intFlag("seed", argv.seed, 0), (l) =>
-      lines.push(l),
-    );
+    const later = (l: string) => lines.push(l);
+    const weights = loadAnyWeights(argv.model, argv.preset ?? DEFAULT_PRESET, intFlag("seed", argv.seed, 0), later);
     const cfg = weights.config;
     const plan: PlanKind = argv.plan ?? DEFAULT_STEP_FORM.plan;
     const promptCache = promptCacheFor(argv["prompt-cache"], cfg);
-    backend = await openBackend(argv.backend, { threads, note: say });
+    backend = await openBackend(argv.backend, { threads, note: later });
     const defaults = backend.studyDefaults;
     const e2eMax = cfg.n_positions - E2E_PROMPT;
     const dtypes = listFlag("dtypes", argv.dtypes, DTYPE_NAMES, [weights.storedAs]);
-    // the CPU's and the emulator's weights are in host memory; the interventions' sessions come one at a time
+    // the CPU's and the emulator's weights are in host memory, each storage type's at least alone (the fit below
+    // counts what the run holds at once)
     if (backend.kind !== "cuda") for (const dtype of dtypes) checkHostMemory(cfg, dtype, freemem(), "--dtypes");
     const batches = listFlag("batches", argv.batches, BATCH_CHOICES, ["1"]).map(Number);
     const formOf = (dtype: DtypeName, batch: number): StepForm => ({
@@ -409,14 +411,14 @@ await runCli(async () => {
       forms.length * variants.length > 1 || forms[0]!.batch !== 1 || variants[0]!.kv_heads !== kvHeadsOf(cfg);
     const asked = (["dtypes", "batches", "kv-heads"] as const).filter((f) => argv[f] !== undefined);
     if (!intervened && asked.length > 0)
-      say(
+      later(
         `note: ${asked.map((f) => `--${f} ${argv[f]}`).join(" ")} name${asked.length === 1 ? "s" : ""} only the study's own configuration (${dtypes[0]}, batch 1, ${kvHeadsOf(cfg)} K/V heads): no interventions are timed beside it`,
       );
     const opts: StudyOptions = {
       modes,
       form: studied,
       ...(intervened ? { interventions: { forms, variants, mode: fastestMode(backend) } } : {}),
-      contexts: contextsFor(argv.contexts, backend, cfg, say),
+      contexts: contextsFor(argv.contexts, backend, cfg, later),
       fill: argv.fill,
       repeats: intFlag("repeats", argv.repeats ?? defaults.repeats, 1, MAX_REPEATS),
       warmup: intFlag("warmup", argv.warmup ?? defaults.warmup, 0, MAX_REPEATS),
@@ -431,11 +433,11 @@ await runCli(async () => {
       checkpoint: () => interrupt.checkpoint(),
       say,
     };
-    if (argv.contexts === undefined) opts.contexts = defaultContextsThatFit(backend, weights, opts, say);
+    if (argv.contexts === undefined) opts.contexts = defaultContextsThatFit(backend, weights, opts, later);
     const fit = studyMemoryFit(backend, weights, opts);
     checkPeersFit(fit, peerNames, backend, storedWeightBytes(cfg, "f32"));
-    lines.forEach(say); // the model's lines once its flags are known good: a bad one is one line
-    say(fitLine(fit, studiedContext(opts)));
+    lines.forEach(say);
+    say(fitLine(fit, Session.positionsHeld(cfg, studiedContext(opts))));
     output ??= ProfileOutput.prepare(defaultOutDir(backend, argv.mode, peerNames.length > 0, plan), {
       fresh: true,
       force: false,

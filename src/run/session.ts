@@ -130,7 +130,7 @@ export class Session<W extends ModelWeights = GPT2Weights> {
       backend === this.backend &&
       weights === this.weights &&
       form.weights === this.form.weights &&
-      this.resident.weights.positions >= this.family.positions(weights.config, maxContext)
+      this.resident.weights.positions >= Session.positionsHeld(weights.config, maxContext)
     );
   }
 
@@ -138,6 +138,11 @@ export class Session<W extends ModelWeights = GPT2Weights> {
   static placementBytes(backend: Backend, config: ModelConfig, opts: SessionOptions = {}): PlacementBytes {
     const family = RESIDENT_FAMILIES[familyNameOf(config)];
     return family.bytes(backend, config, opts.form ?? DEFAULT_STEP_FORM, opts.maxRows, opts.maxContext);
+  }
+
+  /** The positions a session of this config placed for maxContext holds (GPT-2's: its n_positions, whatever the context). */
+  static positionsHeld(config: ModelConfig, maxContext: number | undefined): number {
+    return RESIDENT_FAMILIES[familyNameOf(config)].positions(config, maxContext);
   }
 
   /** the model's config as placed: n_positions is the positions its sequences can reach */
