@@ -173,7 +173,7 @@ describe("bench: bad flags, one line, exit ≠ 0", () => {
     [["cpu", "--contend", "0"], "--contend must be an integer in 1..64 (got 0)"],
     [
       ["cpu", "--contexts", "8,1024"],
-      "--contexts: 1024 is impossible for this model: a cached step at context c writes position c, and the model has n_positions 1024 (largest context 1023)",
+      "--contexts: 1024 is impossible for this model: a cached step at context c writes position c, and the model has n_positions 1024: its largest context is 1023",
     ],
     [["cpu", "--contexts", "eight"], '--contexts: "eight" is not a positive integer (e.g. --contexts 8,64,512)'],
     [["cpu", "--steps", "0"], "--steps must be an integer in 1..∞ (got 0)"],

@@ -146,6 +146,19 @@ describe("sessions of the same weights stored alike share one placement of them"
     }
   });
 
+  test("a reader closed twice releases its hold once: the lender's weights stay", () => {
+    const lender = new Session(cpu, llama, { form: form(2, "f32", "f32"), maxContext: 64 });
+    try {
+      const expected = decode(lender);
+      const reader = new Session(cpu, llama, { form: form(1, "f32", "f32"), maxContext: 64, weightsFrom: lender });
+      reader.close();
+      reader.close();
+      expect(decode(lender)).toEqual(expected);
+    } finally {
+      lender.close();
+    }
+  });
+
   test("lendsWeights: not to another storage type, other weights, or more positions than its table covers", () => {
     const lender = new Session(cpu, llama, { form: form(1, "f32", "f32"), maxContext: 40 });
     try {
@@ -244,4 +257,6 @@ test("memory lines give bytes in the unit that shows them: GB, MB or kB", () => 
   expect(memoryBytes(4_943_257_600)).toBe("4.94 GB");
   expect(memoryBytes(3_418_112)).toBe("3.4 MB");
   expect(memoryBytes(131_072)).toBe("131.1 kB");
+  expect(memoryBytes(999_999_999)).toBe("1.00 GB"); // not "1000.0 MB"
+  expect(memoryBytes(999_999)).toBe("1.0 MB");
 });

@@ -115,7 +115,7 @@ export function parseContexts(flag: string, cfg: ModelConfig): number[] {
       throw new UserError(`--contexts: ${JSON.stringify(s)} is not a positive integer (e.g. --contexts 8,64,512)`);
     if (n > max)
       throw new UserError(
-        `--contexts: ${n} is impossible for this model: a cached step at context c writes position c, and the model has ${positionsLimitOf(cfg)} (largest context ${max})`,
+        `--contexts: ${n} is impossible for this model: a cached step at context c writes position c, and the model has ${positionsLimitOf(cfg)}: its largest context is ${max}`,
       );
     return n;
   });

@@ -62,7 +62,7 @@ export interface InterventionsResult {
   together: boolean;
 }
 
-export const sameForm = (a: StepForm, b: StepForm) =>
+const sameForm = (a: StepForm, b: StepForm) =>
   a.plan === b.plan && a.batch === b.batch && a.weights === b.weights && a.kv === b.kv;
 
 /** A configuration placed beside the study's session, and whether it places weights or reads ones placed before it. */
@@ -134,15 +134,22 @@ async function measureGroup(
 ): Promise<InterventionSample[]> {
   const owned: Session<ModelWeights>[] = [];
   try {
-    const configs = group.flatMap((variant) =>
-      forms.map((form) => {
-        if (variant.weights === reuse.weights && sameForm(form, reuse.form)) return { variant, form, session: reuse };
-        const weightsFrom = [reuse, ...owned].find((s) => s.lendsWeights(backend, variant.weights, form, maxContext));
-        const s = new Session(backend, variant.weights, { form, maxContext, weightsFrom });
+    const configs = group.flatMap((variant) => {
+      const placed = placedForms(variant.weights, forms, reuse);
+      return forms.map((form) => {
+        const p = placed.find((x) => x.form === form);
+        if (!p) return { variant, form, session: reuse };
+        // placed as the memory fit counted it: its own weights, or those of a session holding them already
+        const weightsFrom = p.ownWeights
+          ? undefined
+          : [reuse, ...owned].find((s) => s.lendsWeights(backend, variant.weights, form, maxContext));
+        if (!p.ownWeights && !weightsFrom)
+          throw new Error(`no session holds the ${form.weights} weights placedForms counted`);
+        const s = new Session(backend, variant.weights, { form, maxContext, ...(weightsFrom ? { weightsFrom } : {}) });
         owned.push(s);
         return { variant, form, session: s };
-      }),
-    );
+      });
+    });
     const samples: InterventionSample[] = [];
     for (const context of opts.contexts) {
       const fill = opts.fillOf(context);

@@ -100,9 +100,9 @@ export const pairedWithReads = (points: readonly InterventionPoint[]) =>
   points.length > 0 && points.every((p) => p.read_bytes_per_s != null);
 
 /**
- * The context at which a step's K/V bytes reach its weight bytes, from the work model's at the point's context: a
- * cached step at context c moves c + 2 rows of K and V per layer and sequence (reads positions 0…c, writes c), so its
- * bytes per position are kv_bytes / (c + 2), whatever the context they were taken at (as `bun run kv` counts).
+ * The positions of cache at which its K/V bytes equal the weight bytes (as `bun run kv` counts the crossover), from
+ * the work model's at the point's context: a cached step at context c moves c + 2 rows of K and V per layer and
+ * sequence (reads positions 0…c, writes c), so one position's bytes are kv_bytes / (c + 2) at any c.
  */
 export const formulaCrossover = (p: Pick<InterventionPoint, "context" | "work">) =>
   ((p.context + 2) * p.work.weight_bytes) / p.work.kv_bytes;

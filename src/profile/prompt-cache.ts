@@ -114,7 +114,7 @@ async function measurePrefix(
   const kept = keepPrefix(session.backend, cache, identity, prompt.slice(0, P));
   const fileBytes = encodePrefix(kept);
   writeFileSync(file, fileBytes);
-  readPrefixFile(file); // its rows' hash checked once here: the timed reads trust the file they just wrote
+  readPrefixFile(file); // its file_sha256 checked once here: the timed reads trust the file they just wrote
   const fromMemory = (prefix: KeptPrefix) => {
     restorePrefix(session.backend, cache, prefix, P);
     session.prefill(prompt, 0, P);

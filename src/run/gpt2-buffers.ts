@@ -7,10 +7,9 @@ import { DTYPE_BYTES, dtypeOf, STATE_INTS } from "../ops.ts";
 import type { ModelBuffers } from "../plan-gpt2.ts";
 import { DEFAULT_STEP_FORM, dtypeCodes, type StepForm } from "../plan.ts";
 import {
-  allocateActivations,
   Arena,
   cacheBytes,
-  allocateCache,
+  allocateBeside,
   parameterArena,
   placeWeights,
   rowsHeld,
@@ -51,8 +50,13 @@ export function placeModel(
   const w = (name: string) => weightBuffer.ptr + offsets.get(name)!;
   const pair = (prefix: string) => ({ weight: w(`${prefix}.weight`), bias: w(`${prefix}.bias`) });
 
-  const cache = allocateCache(backend, cfg, form);
-  const acts = allocateActivations(backend, activationLayout(backend, cfg, rows, form.batch));
+  const { cache, acts, free } = allocateBeside(
+    backend,
+    placed,
+    cfg,
+    form,
+    activationLayout(backend, cfg, rows, form.batch),
+  );
 
   const buffers: ModelBuffers = {
     config: cfg,
@@ -82,11 +86,7 @@ export function placeModel(
     allocations: { weights: weightBuffer, cache: cache.buffer, activations: acts.buffer },
     activationRegions: acts.regions,
     parameters: weightBuffer,
-    free() {
-      placed.release();
-      backend.free(cache.buffer);
-      backend.free(acts.buffer);
-    },
+    free,
   };
 }
 

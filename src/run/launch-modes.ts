@@ -45,6 +45,15 @@ export interface LaunchMode {
   floorUs(launch: LaunchFloor, issueUsPerOp: number | null): number;
 }
 
+/** What a backend lacks for each native replay mode, or null (LaunchMode.lacks). */
+const graphsLacked = (b: Backend) => (b.graphs ? null : "it has no CUDA graphs (a GPU's)");
+const pdlLacked = (b: Backend) =>
+  b.graphs && b.programmaticLaunch
+    ? null
+    : "it has no CUDA graphs with programmatic dependent launch (a Hopper GPU's or newer)";
+const persistentLacked = (b: Backend) =>
+  b.persistentStep === null ? "it has no persistent step kernel (a GPU's)" : null;
+
 export const LAUNCH_MODES = [
   {
     name: "eager",
@@ -74,8 +83,8 @@ export const LAUNCH_MODES = [
     issuedBy: "the eager sequence captured once as a CUDA graph, replayed with one launch per token",
     phrase: "graph replay",
     kernelPerOp: true,
-    available: (backend) => backend.graphs,
-    lacks: (backend) => (backend.graphs ? null : "it has no CUDA graphs (a GPU's)"),
+    available: (backend) => graphsLacked(backend) === null,
+    lacks: graphsLacked,
     run: (step, n) => step.native().runGraph!(n),
     floorUs: (launch) => launch.graph_node_us ?? launch.host_us,
   },
@@ -85,11 +94,8 @@ export const LAUNCH_MODES = [
       "the same graph captured with programmatic dependent launch: each kernel may start while its predecessor finishes (loading its weights) and waits for its output in-kernel",
     phrase: "graph replay with programmatic dependent launch",
     kernelPerOp: true,
-    available: (backend) => backend.graphs && backend.programmaticLaunch,
-    lacks: (backend) =>
-      backend.graphs && backend.programmaticLaunch
-        ? null
-        : "it has no CUDA graphs with programmatic dependent launch (a Hopper GPU's or newer)",
+    available: (backend) => pdlLacked(backend) === null,
+    lacks: pdlLacked,
     run: (step, n) => step.native().runGraphPdl!(n),
     floorUs: (launch) => launch.pdl_node_us ?? launch.graph_node_us ?? launch.host_us,
   },
@@ -101,7 +107,7 @@ export const LAUNCH_MODES = [
     // its ops are tasks inside one kernel: a trace sees one record per step, not one per op
     kernelPerOp: false,
     available: (backend, step) => backend.persistentStep !== null && persistentStepRuns(step, backend.persistentStep),
-    lacks: (backend) => (backend.persistentStep === null ? "it has no persistent step kernel (a GPU's)" : null),
+    lacks: persistentLacked,
     run: (step, n) => step.native().runPersistent!(n),
     // no launch per op (one graph node per token, ~1 µs against a step of ~0.1 ms): what dispatches an op is the
     // grid barrier before it, at the dearer of its two arrival patterns

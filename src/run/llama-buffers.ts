@@ -15,10 +15,9 @@ import { DTYPE_BYTES, dtypeOf, STATE_INTS } from "../ops.ts";
 import type { LlamaBuffers } from "../plan-llama.ts";
 import { DEFAULT_STEP_FORM, dtypeCodes, type StepForm } from "../plan.ts";
 import {
-  allocateActivations,
   Arena,
   cacheBytes,
-  allocateCache,
+  allocateBeside,
   parameterArena,
   placeWeights,
   rowsHeld,
@@ -58,8 +57,13 @@ export function placeLlama(
   const w = (name: string) => weightBuffer.ptr + offsets.get(name)!;
   const linear = (p: string) => ({ weight: w(`${p}.weight`), bias: w(`${p}.bias`) });
 
-  const cache = allocateCache(backend, cfg, form);
-  const acts = allocateActivations(backend, activationLayout(backend, cfg, rows, form.batch));
+  const { cache, acts, free } = allocateBeside(
+    backend,
+    placed,
+    cfg,
+    form,
+    activationLayout(backend, cfg, rows, form.batch),
+  );
   const buffers: LlamaBuffers = {
     config: cfg,
     batch: form.batch,
@@ -92,11 +96,7 @@ export function placeLlama(
     activationRegions: acts.regions,
     // the rotary table after them is sized by the run's context
     parameters: { ptr: weightBuffer.ptr, bytes: ropeAt },
-    free() {
-      placed.release();
-      backend.free(cache.buffer);
-      backend.free(acts.buffer);
-    },
+    free,
   };
 }
 

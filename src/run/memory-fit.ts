@@ -141,7 +141,12 @@ export function largestContextByBatch(
 
 /** Bytes as the memory lines give them: 4,943,257,600 → "4.94 GB", 3,418,112 → "3.4 MB". */
 export const memoryBytes = (n: number) =>
-  n >= 1e9 ? `${(n / 1e9).toFixed(2)} GB` : n >= 1e6 ? `${(n / 1e6).toFixed(1)} MB` : `${(n / 1e3).toFixed(1)} kB`;
+  // each unit from where the one below would round to 1000 of it
+  n >= 999.95e6
+    ? `${(n / 1e9).toFixed(2)} GB`
+    : n >= 999.95e3
+      ? `${(n / 1e6).toFixed(1)} MB`
+      : `${(n / 1e3).toFixed(1)} kB`;
 
 /** One line each for a need's parts, e.g. "weights 4.9 GB + K/V cache 8.6 GB + activations 0.8 GB". */
 export const needParts = (p: PlacementBytes) =>

@@ -179,6 +179,38 @@ export function placeWeights(
   return new PlacedWeights(backend, buffer, positions);
 }
 
+/**
+ * A session's own buffers beside its weights: the cache and the activations' arena, the hold on `placed` released
+ * if allocating them fails; `free` releases all three, once.
+ */
+export function allocateBeside<K extends string>(
+  backend: Backend,
+  placed: PlacedWeights,
+  cfg: ModelConfig,
+  form: CacheForm,
+  activations: Layout<K>,
+) {
+  let cache: ReturnType<typeof allocateCache> | undefined;
+  try {
+    cache = allocateCache(backend, cfg, form);
+    const acts = allocateActivations(backend, activations);
+    const own = cache;
+    let freed = false;
+    const free = () => {
+      if (freed) return;
+      freed = true;
+      placed.release();
+      backend.free(own.buffer);
+      backend.free(acts.buffer);
+    };
+    return { cache: own, acts, free };
+  } catch (e) {
+    if (cache) backend.free(cache.buffer);
+    placed.release();
+    throw e;
+  }
+}
+
 /** Allocates the activations' arena (zeroed, and on the CPU committed only where a step writes). */
 export function allocateActivations<K extends string>(backend: Backend, layout: Layout<K>) {
   const buffer = backend.alloc(layout.size);

@@ -232,7 +232,7 @@ export function readPrefixFile(path: string, opts: { rowsInto?: Uint8Array; chec
       throw new UserError(`${path} is truncated: its header says ${jsonBytes} bytes, the file has ${file.size}`);
     const json = new Uint8Array(jsonBytes);
     readExactly(file, json, HEADER_AT);
-    const { header, hashed } = parseHeader(new TextDecoder().decode(json), path);
+    const header = parseHeader(new TextDecoder().decode(json), path);
     const dataAt = alignUp(HEADER_AT + jsonBytes);
     const dataBytes = 2 * header.layers * header.tokens.length * header.row_bytes;
     if (file.size !== dataAt + dataBytes)
@@ -243,7 +243,7 @@ export function readPrefixFile(path: string, opts: { rowsInto?: Uint8Array; chec
       );
     const rows = opts.rowsInto?.length === dataBytes ? opts.rowsInto : new Uint8Array(dataBytes);
     readExactly(file, rows, dataAt);
-    if ((opts.checkHash ?? true) && fileSha256(hashed, rows) !== header.file_sha256)
+    if ((opts.checkHash ?? true) && fileSha256(hashedPart(header), rows) !== header.file_sha256)
       throw new UserError(
         `${path}: its header or rows are not the ones written (their sha256 differs from the header's file_sha256)`,
       );
@@ -254,11 +254,14 @@ export function readPrefixFile(path: string, opts: { rowsInto?: Uint8Array; chec
   }
 }
 
-/**
- * The header's fields, each checked for its type (the config itself is compared, not trusted), and its JSON
- * without the hash (what the hash is of).
- */
-function parseHeader(text: string, path: string): { header: PrefixHeader; hashed: string } {
+/** The header's JSON without its hash, as encodePrefix hashed it (JSON.parse keeps the keys' order). */
+function hashedPart(header: PrefixHeader): string {
+  const { file_sha256: _hash, ...rest } = header;
+  return JSON.stringify(rest);
+}
+
+/** The header's fields, each checked for its type (the config itself is compared, not trusted). */
+function parseHeader(text: string, path: string): PrefixHeader {
   let raw: unknown;
   try {
     raw = JSON.parse(text);
@@ -280,6 +283,5 @@ function parseHeader(text: string, path: string): { header: PrefixHeader; hashed
     if (typeof h[key] !== "string" || !(h[key] in DTYPE_BYTES)) throw bad(`${key} is not f32, bf16 or f16`);
   for (const key of ["weights_sha256", "file_sha256"] as const)
     if (typeof h[key] !== "string" || !/^[0-9a-f]{64}$/.test(h[key])) throw bad(`${key} is not a sha256`);
-  const { file_sha256: _hash, ...rest } = h;
-  return { header: h as PrefixHeader, hashed: JSON.stringify(rest) };
+  return h as PrefixHeader;
 }
