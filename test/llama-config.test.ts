@@ -100,6 +100,14 @@ describe("config.json", () => {
     );
   });
 
+  test('Hugging Face\'s readings: hidden_act "swish" is SiLU, num_key_value_heads null is one per query head', () => {
+    const raw = JSON.parse(readFileSync(join(FIXTURE, "config.json"), "utf8"));
+    const read = (change: Record<string, unknown>) =>
+      llamaConfigOf({ ...raw, ...change }, "llama", "config.json", FIXTURE);
+    expect(read({ hidden_act: "swish" })).toEqual(read({}));
+    expect(read({ num_key_value_heads: null }).n_kv_head).toBe(raw.num_attention_heads);
+  });
+
   test("Mistral's sliding window bounds the context, and a context past it names the window", () => {
     const dir = variant("mistral", (c) => {
       c.architectures = ["MistralForCausalLM"];

@@ -90,7 +90,8 @@ export function llamaConfigOf(raw: Raw, arch: LlamaArch, path: string, dir: stri
   const int = (key: string) => positiveInteger(raw, key, path);
   const num = (key: string, fallback?: number) => positiveNumber(raw, key, path, fallback);
   const n_head = int("num_attention_heads");
-  const n_kv_head = raw.num_key_value_heads === undefined ? n_head : int("num_key_value_heads");
+  // left out or null: one K/V head per query head, as Hugging Face reads it
+  const n_kv_head = raw.num_key_value_heads == null ? n_head : int("num_key_value_heads");
   const n_embd = int("hidden_size");
   if (n_head % n_kv_head !== 0)
     throw new UserError(`${path}: num_attention_heads ${n_head} is not divisible by num_key_value_heads ${n_kv_head}`);
@@ -100,7 +101,9 @@ export function llamaConfigOf(raw: Raw, arch: LlamaArch, path: string, dir: stri
   if (head_dim % 16 !== 0 || head_dim > 256)
     throw new UserError(`${path}: head_dim ${head_dim} is not supported (a multiple of 16, at most 256)`);
   const act = raw.hidden_act ?? "silu";
-  if (act !== "silu") throw new UserError(`${path}: hidden_act ${JSON.stringify(act)} is not supported (only "silu")`);
+  // "swish" is Hugging Face's other name for SiLU (ACT2FN)
+  if (act !== "silu" && act !== "swish")
+    throw new UserError(`${path}: hidden_act ${JSON.stringify(act)} is not supported (only "silu", or "swish")`);
   const maxPositions = int("max_position_embeddings");
   // a window at least as long as the context is full attention; runs are held to a shorter one
   const window = slidingWindowApplies(arch, raw, int("num_hidden_layers"), path) ? int("sliding_window") : maxPositions;

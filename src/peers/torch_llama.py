@@ -34,7 +34,7 @@ def llama_config(raw, error):
         heads = int(raw["num_attention_heads"])
         cfg = {
             "arch": arch, "n_layer": int(raw["num_hidden_layers"]), "n_head": heads,
-            "n_kv_head": int(raw.get("num_key_value_heads", heads)), "n_embd": int(raw["hidden_size"]),
+            "n_kv_head": int(raw.get("num_key_value_heads") or heads), "n_embd": int(raw["hidden_size"]),
             "head_dim": int(raw.get("head_dim") or int(raw["hidden_size"]) // heads),
             "intermediate_size": int(raw["intermediate_size"]), "n_positions": int(raw["max_position_embeddings"]),
             "vocab_size": int(raw["vocab_size"]), "eps": float(raw.get("rms_norm_eps", 1e-6)),
