@@ -31,16 +31,27 @@ describe("measuredCrossover", () => {
     expect(measuredCrossover([[8192, 20]])).toBeNull();
   });
 
-  test("a time at context 0 extrapolated below zero is kept above it: the first context already crossed", () => {
-    // the two shortest points extrapolate to −10 ms at context 0; kept at the least positive time, crossed before 100
+  test("none where the two shortest contexts extrapolate to no positive time at context 0 (noise, not a crossing)", () => {
+    // −10 ms at context 0 from these two; 0 ms from the next: a crossing "at 0 tokens" would be the noise's
+    expect(
+      measuredCrossover([
+        [100, 10],
+        [200, 30],
+        [400, 70],
+      ]),
+    ).toBeNull();
+    expect(
+      measuredCrossover([
+        [8, 0.1],
+        [16, 0.3],
+      ]),
+    ).toBeNull();
+    // a first context already past the crossing, its line through a positive time at 0: measured before it
     const c = measuredCrossover([
-      [100, 10],
-      [200, 30],
-      [400, 70],
+      [4096, 2],
+      [8192, 3.9],
     ]);
-    expect(c).not.toBeNull();
-    expect(c!).toBeGreaterThan(0);
-    expect(c!).toBeLessThan(100);
+    expect(c).toBeCloseTo((4096 * 0.1) / 1.9, 9);
   });
 });
 

@@ -18,7 +18,8 @@ export const CROSSOVER_HOW =
   "the context at which the step's median time reaches twice its weights' time — the time at context 0, extrapolated " +
   "from the two shortest contexts — interpolated between the contexts measured; where each step was paired with a read " +
   "pass of the memory (the CPU), each context's time is taken at the shortest one's read rate (its bytes at that rate × " +
-  "its steps' median over their own floors); none where the run does not reach it.";
+  "its steps' median over their own floors); none where the run does not reach it, or where the two shortest contexts' " +
+  "times extrapolate to no positive time at context 0 (their difference is noise, not the cache's growth).";
 
 export function buildKvHeads(points: InterventionPoint[], together: boolean): KvHeadsSection | null {
   const variants = [...new Set(points.map((p) => p.kv_heads))].sort((a, b) => b - a);
@@ -109,13 +110,15 @@ export const formulaCrossover = (p: Pick<InterventionPoint, "context" | "work">)
 
 /**
  * Where the step reaches twice its time at context 0: that time extrapolated along the line through the two
- * shortest contexts (kept within (0, the shortest's time]), the crossing interpolated between neighbouring contexts.
+ * shortest contexts (at most the shortest's time), the crossing interpolated between neighbouring contexts. None
+ * where that line has no positive time at context 0: the two times grew faster than any cache can make them.
  */
 export function measuredCrossover(steps: readonly (readonly [number, number])[]): number | null {
   if (steps.length < 2) return null;
   const [[c1, t1], [c2, t2]] = steps as [[number, number], [number, number]];
   const slope = (t2 - t1) / (c2 - c1);
-  const atZero = Math.min(t1, Math.max(t1 - slope * c1, Number.MIN_VALUE));
+  if (t1 - slope * c1 <= 0) return null;
+  const atZero = Math.min(t1, t1 - slope * c1);
   const target = 2 * atZero;
   const line: (readonly [number, number])[] = [[0, atZero], ...steps];
   for (let i = 1; i < line.length; i++) {
@@ -151,7 +154,7 @@ function kvHeadsVerdict(
         .map(
           (c) =>
             `${heads(c.kv_heads)} at ${tokens(c.formula_context)} tokens by the bytes` +
-            (c.measured_context === null ? " (not reached in the run)" : ` (${tokens(c.measured_context)} measured)`),
+            (c.measured_context === null ? " (not measured in the run)" : ` (${tokens(c.measured_context)} measured)`),
         )
         .join(", "),
   );
