@@ -117,8 +117,9 @@ export function measuredCrossover(steps: readonly (readonly [number, number])[])
   if (steps.length < 2) return null;
   const [[c1, t1], [c2, t2]] = steps as [[number, number], [number, number]];
   const slope = (t2 - t1) / (c2 - c1);
-  if (t1 - slope * c1 <= 0) return null;
-  const atZero = Math.min(t1, t1 - slope * c1);
+  const intercept = t1 - slope * c1;
+  if (intercept <= 0) return null;
+  const atZero = Math.min(t1, intercept);
   const target = 2 * atZero;
   const line: (readonly [number, number])[] = [[0, atZero], ...steps];
   for (let i = 1; i < line.length; i++) {
