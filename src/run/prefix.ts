@@ -191,14 +191,15 @@ const fileSha256 = (headerJson: string, rows: Uint8Array) =>
 
 /** The file's bytes: magic, header length (u32 LE), header JSON, zeros to a 64-byte boundary, the rows. */
 export function encodePrefix(prefix: KeptPrefix): Uint8Array {
-  const hashed = JSON.stringify({
+  const fields = {
     ...prefix.identity,
     tokens: prefix.tokens,
     row_bytes: prefix.row_bytes,
     layers: prefix.identity.config.n_layer,
-  });
-  // the hash goes last, so that the header without it is `hashed` again
-  const json = new TextEncoder().encode(`${hashed.slice(0, -1)},"file_sha256":"${fileSha256(hashed, prefix.rows)}"}`);
+  };
+  // the hash goes last, so that the header without it (hashedPart) is `fields` as hashed
+  const header: PrefixHeader = { ...fields, file_sha256: fileSha256(JSON.stringify(fields), prefix.rows) };
+  const json = new TextEncoder().encode(JSON.stringify(header));
   const dataAt = alignUp(HEADER_AT + json.length);
   const out = new Uint8Array(dataAt + prefix.rows.length);
   out.set(new TextEncoder().encode(MAGIC), 0);
