@@ -73,6 +73,14 @@ describe("formatting", () => {
     expect(formatBytes(141e9)).toBe("141.0 GB");
   });
 
+  test("a value that rounds up to 1000 takes the next prefix", () => {
+    expect(formatBytes(999_960)).toBe("1.0 MB");
+    expect(formatBytes(999_949)).toBe("999.9 kB");
+    expect(formatBytes(999)).toBe("999 B");
+    expect(formatRate(999.996e9, "B")).toBe("1.00 TB/s");
+    expect(formatRate(999.994e9, "B")).toBe("999.99 GB/s");
+  });
+
   test("rates with SI prefixes", () => {
     expect(formatRate(1.234e12, "FLOP")).toBe("1.23 TFLOP/s");
     expect(formatRate(4.8e12, "B")).toBe("4.80 TB/s");

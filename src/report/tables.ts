@@ -72,10 +72,11 @@ export function formatDuration(ms: number): string {
 
 const SI_PREFIXES = ["", "k", "M", "G", "T", "P", "E"];
 
-function siScaled(value: number): { scaled: number; prefix: string } {
+function siScaled(value: number, digits: number): { scaled: number; prefix: string } {
   let scaled = value;
   let i = 0;
-  while (Math.abs(scaled) >= 1000 && i < SI_PREFIXES.length - 1) {
+  // as printed: 999.96 kB at one decimal reads 1.0 MB, not 1000.0 kB
+  while (Math.abs(Number(scaled.toFixed(digits))) >= 1000 && i < SI_PREFIXES.length - 1) {
     scaled /= 1000;
     i++;
   }
@@ -84,13 +85,13 @@ function siScaled(value: number): { scaled: number; prefix: string } {
 
 /** Decimal units: 512 B, 98.3 kB, 497.8 MB. */
 export function formatBytes(bytes: number): string {
-  const { scaled, prefix } = siScaled(bytes);
+  const { scaled, prefix } = siScaled(bytes, 1);
   return prefix === "" ? `${bytes} B` : `${scaled.toFixed(1)} ${prefix}B`;
 }
 
 /** A rate with an SI prefix: 1.23 TFLOP/s, 4.80 TB/s. */
 export function formatRate(perSecond: number, unit: "FLOP" | "B"): string {
-  const { scaled, prefix } = siScaled(perSecond);
+  const { scaled, prefix } = siScaled(perSecond, 2);
   return `${scaled.toFixed(2)} ${prefix}${unit}/s`;
 }
 
