@@ -770,7 +770,7 @@ flag("generate", ["--model="], emptyMessage("model"));
 flag("generate", ["--no-model"], /--model needs a value/);
 flag("bench", ["cpu", "--steps="], emptyMessage("steps"));
 flag("bench", ["cpu", "--help=maybe"], switchMessage("help"));
-flag("build", ["nosuchtarget"], /Invalid values: Argument: targets, Given: "nosuchtarget"/);
+flag("build", ["nosuchtarget"], /targets "nosuchtarget" is not one of: cpu, emu, cuda, cupti/);
 // through `bun run <script>` as typed: exactly one line on stderr
 flag("generate", ["--json=maybe"], switchMessage("json"), true);
 flag("generate", ["--model", ""], emptyMessage("model"), true);

@@ -122,10 +122,20 @@ export function parseContexts(flag: string, cfg: ModelConfig): number[] {
   return [...new Set(values)].sort((a, b) => a - b);
 }
 
-/** yargs' .fail(): its message (often several lines) as one UserError line. */
-export function failOnBadFlags(msg: string | null, err: Error | undefined): never {
+/** yargs' .fail(): its message (often several lines) as one UserError line, a bad choice in the flag's own words. */
+export function failOnBadFlags(msg: string | null, err: Error | undefined, positionals: readonly string[] = []): never {
   if (err) throw err;
-  throw new UserError((msg ?? "bad arguments").replace(/\s*\n\s*/g, " ").trim());
+  const line = (msg ?? "bad arguments").replace(/\s*\n\s*/g, " ").trim();
+  throw new UserError(badChoice(line, positionals) ?? line);
+}
+
+/** yargs' `Invalid values: Argument: fill, Given: "x", Choices: "a", "b"` as `--fill "x" is not one of: a, b`. */
+function badChoice(line: string, positionals: readonly string[]): string | null {
+  const m = /^Invalid values: Argument: ([\w-]+), Given: (.*), Choices: (.*)$/.exec(line);
+  if (!m) return null;
+  const [, name, given, choices] = m as unknown as [string, string, string, string];
+  const flag = positionals.includes(name) ? name : `--${kebab(name)}`;
+  return `${flag} ${given} is not one of: ${choices.replace(/"/g, "")}`;
 }
 
 /** yargs' option lists as .check() receives them (the names as declared). */
@@ -202,6 +212,6 @@ export function parseFlags<T>(
     .check((argv) => noRepeatedFlags(argv, lists))
     .check(flagValues(args) as never)
     .help()
-    .fail(failOnBadFlags)
+    .fail((msg, err) => failOnBadFlags(msg, err, lists))
     .parse();
 }
