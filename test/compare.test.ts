@@ -200,6 +200,22 @@ describe("compareRuns on synthetic summaries", () => {
     expect(tableOf(c, "launch")!.runs).toEqual([0, 1, 2]);
   });
 
+  test("end-to-end rows of other lengths or modes are listed as not measured, the shared ones compared", () => {
+    const longer = structuredClone(base);
+    for (const e of longer.end_to_end) e.new_tokens += 8;
+    const fewerModes = structuredClone(base);
+    fewerModes.end_to_end = fewerModes.end_to_end.slice(0, 1);
+    const c = compareRuns([run("a", base), run("b", longer), run("c", fewerModes)]);
+    const kept = base.end_to_end[0]!;
+    expect(tableOf(c, "end_to_end")!.rows.map((r) => r.key.slice(0, 2))).toContainEqual([
+      kept.mode,
+      `${kept.prompt_tokens} + ${kept.new_tokens}`,
+    ]);
+    const gaps = c.not_compared.filter((n) => n.what.startsWith("End-to-end generation"));
+    expect(gaps.some((n) => n.why === "not measured in b")).toBe(true);
+    expect(gaps.some((n) => n.why === "not measured in c")).toBe(true);
+  });
+
   test("two runs of one configuration beside a third compare with each other, the third listed", () => {
     const other = structuredClone(base);
     other.settings.dtype = "bf16";

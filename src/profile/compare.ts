@@ -386,8 +386,11 @@ const SECTIONS: Section[] = [
             : [{ key: [e.mode, `${e.prompt_tokens} + ${e.new_tokens}`, label], value: exact(v) }];
         }),
       ),
-    field: (key) =>
-      key === null ? "end_to_end" : `end_to_end[].${END_TO_END_TIMES.find((t) => t.label === key[2])!.field}`,
+    // a whole point (mode, tokens) a run lacks is the section's; a time within a point it has, that field's
+    field: (key) => {
+      const time = key && END_TO_END_TIMES.find((t) => t.label === key[2]);
+      return time ? `end_to_end[].${time.field}` : "end_to_end";
+    },
   },
   {
     id: "prompt_cache",
