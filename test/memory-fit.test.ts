@@ -11,6 +11,7 @@ import type { StepForm } from "../src/plan.ts";
 import {
   groupsFitTogether,
   memoryBytes,
+  narrowerWeights,
   largestContextByBatch,
   largestFittingContext,
   runNeed,
@@ -259,4 +260,14 @@ test("memory lines give bytes in the unit that shows them: GB, MB or kB", () => 
   expect(memoryBytes(131_072)).toBe("131.1 kB");
   expect(memoryBytes(999_999_999)).toBe("1.00 GB"); // not "1000.0 MB"
   expect(memoryBytes(999_999)).toBe("1.0 MB");
+});
+
+test("weights that alone do not fit: narrower storage only where some are f32", () => {
+  expect(narrowerWeights(["f32"], "--dtype bf16")).toBe("store the weights narrower (--dtype bf16)");
+  expect(narrowerWeights(["bf16", "f32"], "--dtypes bf16, without f32")).toMatch(/without f32/);
+  // bf16 given already: no advice to give bf16
+  expect(narrowerWeights(["bf16"], "--dtypes bf16, without f32")).toBe(
+    "the weights are already 2 bytes a parameter: take a smaller --preset or --model",
+  );
+  expect(narrowerWeights(["f16", "bf16"], "--dtype bf16")).not.toMatch(/--dtype/);
 });

@@ -21,6 +21,7 @@ import {
   MEASURED_CACHE_TOKENS,
   memoryBytes,
   groupsFitTogether,
+  narrowerWeights,
   needParts,
   runNeed,
   type RunPlacement,
@@ -250,7 +251,10 @@ export function studyMemoryFit(
         `(${needParts(need)}) and the ${backend.kind === "cuda" ? "GPU" : "machine"} has ${memoryBytes(free.bytes)} usable: ` +
         (largest > 0
           ? `the largest context that fits is ${largest} (--contexts ≤ ${largest})`
-          : "not even one position fits; store the weights narrower (--dtypes bf16)"),
+          : `not even one position fits; ${narrowerWeights(
+              [opts.form.weights, ...(opts.interventions?.forms ?? []).map((f) => f.weights)],
+              "--dtypes bf16, without f32",
+            )}`),
     );
   }
   return fit;

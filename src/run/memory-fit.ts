@@ -6,6 +6,7 @@ import type { Backend } from "../backends/backend.ts";
 import { UserError } from "../errors.ts";
 import type { ModelConfig } from "../model/architectures.ts";
 import type { StepForm } from "../plan.ts";
+import type { DtypeName } from "../ops.ts";
 import { cacheBytes, placementTotal, type PlacementBytes } from "./model-buffers.ts";
 import { Session } from "./session.ts";
 
@@ -122,8 +123,18 @@ export function checkSessionFits(backend: Backend, config: ModelConfig, form: St
     `memory: ${positions} positions × batch ${form.batch} need ${memoryBytes(placementTotal(asked))} at once (${needParts(asked)}) and the ${where} has ${memoryBytes(free)} free: ` +
       (fits(1)
         ? `at batch ${form.batch} at most ${largestWhere(1, positions - 1, fits)} positions fit (prompt + --max-new-tokens)`
-        : `not even one position fits; ${form.weights === "f32" ? "store the weights narrower (--dtype bf16)" : "take a smaller model"}`),
+        : `not even one position fits; ${narrowerWeights([form.weights], "--dtype bf16")}`),
   );
+}
+
+/**
+ * The remedy where weights alone do not fit: where any of `types` is f32, storing them narrower (`flag`, as the
+ * command takes it); else a smaller model, since no type is narrower than 2 bytes a parameter.
+ */
+export function narrowerWeights(types: readonly DtypeName[], flag: string): string {
+  return types.includes("f32")
+    ? `store the weights narrower (${flag})`
+    : "the weights are already 2 bytes a parameter: take a smaller --preset or --model";
 }
 
 /** The study's session alone at batches 1…8: the largest context each fits (what the run reports it could reach). */
