@@ -202,6 +202,29 @@ describe("long-context charts", () => {
     expect(kvHeadsTable(pairedAt(null)).columns[3]!.header).toBe("step at - (ms)");
   });
 
+  test("K/V heads: the reference row shows its own step, which the savings are against", () => {
+    const s = withKvHeads();
+    const saving = (kv_heads: number, batch: number, reference_ms: number) => ({
+      dtype: "f32" as const,
+      kv_dtype: "f32" as const,
+      kv_heads,
+      batch,
+      context: 8192,
+      reference_kv_heads: 9,
+      step_ms: reference_ms / 2,
+      reference_ms,
+      saved: 0.5,
+      formula_saved: 0.5,
+      saved_over_formula: 1,
+    });
+    s.interventions!.kv_heads!.savings = [saving(3, 1, 25.5), saving(1, 1, 25.5), saving(3, 4, 61.25)];
+    const rows = kvHeadsTable(s).rows;
+    const stepOf = (kv: number, batch: number) => rows.find((r) => r[0] === kv && r[2] === batch)![3];
+    expect(stepOf(9, 1)).toBe("25.500 (reference)");
+    expect(stepOf(9, 4)).toBe("61.250 (reference)");
+    expect(stepOf(3, 1)).toBe("12.750");
+  });
+
   test("K/V heads: a line per variant, crossovers measured solid and by the bytes dotted, those beyond the run listed", () => {
     const svg = kvHeadsChart(withKvHeads())!;
     expect(XMLValidator.validate(svg)).toBe(true);

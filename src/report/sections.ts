@@ -607,10 +607,14 @@ export function kvHeadsLead(s: ProfileSummary): string {
 export function kvHeadsTable(s: ProfileSummary): TableData {
   const k = s.interventions?.kv_heads;
   if (!k) return { columns: [], rows: [] };
-  const saving = (c: (typeof k.crossovers)[number]) =>
-    k.savings.find(
-      (v) => v.kv_heads === c.kv_heads && v.dtype === c.dtype && v.kv_dtype === c.kv_dtype && v.batch === c.batch,
-    );
+  const alike = (c: (typeof k.crossovers)[number]) =>
+    k.savings.filter((v) => v.dtype === c.dtype && v.kv_dtype === c.kv_dtype && v.batch === c.batch);
+  const saving = (c: (typeof k.crossovers)[number]) => alike(c).find((v) => v.kv_heads === c.kv_heads);
+  // the reference's own step, which each of its variants' savings is against
+  const reference = (c: (typeof k.crossovers)[number]) => {
+    const ms = alike(c)[0]?.reference_ms;
+    return ms === undefined ? "(reference)" : `${ms.toFixed(3)} (reference)`;
+  };
   return {
     columns: [
       { header: "K/V heads" },
@@ -632,7 +636,7 @@ export function kvHeadsTable(s: ProfileSummary): TableData {
         c.kv_heads,
         `${c.dtype}/${c.kv_dtype}`,
         c.batch,
-        v ? v.step_ms.toFixed(3) : "(reference)",
+        v ? v.step_ms.toFixed(3) : reference(c),
         v ? percent(v.saved) : "-",
         v ? percent(v.formula_saved) : "-",
         v?.saved_over_formula == null ? "-" : v.saved_over_formula.toFixed(2),
