@@ -10,6 +10,7 @@ import { bestCachedMs } from "../src/profile/verdicts.ts";
 import { summarize } from "../src/stats.ts";
 import { breakdownChart, kvHeadsChart, latencyChart, promptCacheChart, trafficChart } from "../src/report/charts.ts";
 import { captionLines } from "../src/report/svg.ts";
+import { renderReport } from "../src/report/markdown.ts";
 import { kvHeadsLead, kvHeadsTable } from "../src/report/sections.ts";
 import { writeProfileOutputs } from "../src/report/write.ts";
 import { SAVING_AT_ONE_READ_RATE } from "../src/profile/kv-heads-summary.ts";
@@ -100,6 +101,23 @@ describe("charts from a summary", () => {
     expect(svg).toContain(">not traced (total)</text>");
     // its bars are traced steps, not the time-per-token table's untraced medians
     expect(svg).toContain("traced step (ms; untraced where labelled)");
+  });
+});
+
+describe("report.md of a run without traced steps", () => {
+  test("says nothing was traced where the split, the top operations and the regimes would be, with no empty table", () => {
+    const s = syntheticSummary();
+    s.settings.kernels = false;
+    s.regimes = [];
+    for (const p of s.points) {
+      delete p.breakdown;
+      delete p.split;
+    }
+    const md = renderReport(s);
+    expect(md).toContain("_No step was traced in this run (--no-kernels): no split of a step");
+    expect(md).toContain("_No step was traced in this run (--no-kernels): no per-operation times._");
+    expect(md).toContain("_No step was traced in this run (--no-kernels): no per-kernel regimes._");
+    expect(md).not.toContain("| device busy (ms) |");
   });
 });
 

@@ -27,6 +27,7 @@ import {
   seedTable,
   floorSentence,
   sharesOfReadRate,
+  notTraced,
   splitHow,
   splitTable,
   topOpsTable,
@@ -172,16 +173,21 @@ export function renderReport(summary: ProfileSummary): string {
       : []),
     section(
       "Where a step's time goes",
-      `${splitHow(s)}.`,
-      markdownTable(splitTable(s)),
-      splits
-        .filter((p) => p.split.verdict !== "")
-        .map((p) => `- ${p.split.verdict}`)
-        .join("\n"),
+      ...(splits.length > 0
+        ? [
+            `${splitHow(s)}.`,
+            markdownTable(splitTable(s)),
+            splits
+              .filter((p) => p.split.verdict !== "")
+              .map((p) => `- ${p.split.verdict}`)
+              .join("\n"),
+          ]
+        : [`_${notTraced(s)}: no split of a step into busy, idle and issue time._`]),
       `![Time per token by operation](${f.breakdown})`,
     ),
     section(
       "Top operations per mode",
+      ...(breakdownPoints(s).length > 0 ? [] : [`_${notTraced(s)}: no per-operation times._`]),
       ...breakdownPoints(s).map((p) =>
         [
           `**${modeLabel(p.mode)}** at context ${p.context} (op time ${formatDuration(p.breakdown.op_sum_ms)} per step)`,
@@ -202,7 +208,7 @@ export function renderReport(summary: ProfileSummary): string {
           : ""),
       launchFloorSentence(s),
       markdownTable(workTable(s)),
-      s.regimes.length > 0 ? markdownTable(regimeTable(s)) : "_No per-kernel regimes: kernels were not traced._",
+      s.regimes.length > 0 ? markdownTable(regimeTable(s)) : `_${notTraced(s)}: no per-kernel regimes._`,
     ),
     section(
       "Memory",

@@ -185,6 +185,10 @@ export const splitHow = (s: ProfileSummary) =>
     ? `${SPLIT_HOW}. On the CPU the ops run on the thread that issues them, so idle and host issue are one time, the host's between ops, and no launch API is called`
     : SPLIT_HOW;
 
+/** Why a run has no traced step to split or break down, as the start of a sentence. */
+export const notTraced = (s: ProfileSummary) =>
+  s.settings.kernels ? "No step of this run was traced op by op" : "No step was traced in this run (--no-kernels)";
+
 export function splitTable(s: ProfileSummary): TableData {
   return {
     columns: [
