@@ -46,12 +46,18 @@ describe("measuredCrossover", () => {
         [16, 0.3],
       ]),
     ).toBeNull();
-    // a first context already past the crossing, its line through a positive time at 0: measured before it
-    const c = measuredCrossover([
-      [4096, 2],
-      [8192, 3.9],
-    ]);
-    expect(c).toBeCloseTo((4096 * 0.1) / 1.9, 9);
+  });
+
+  test("none where the shortest context is already past it: only the extrapolation would place it there", () => {
+    // 0.1 ms at context 0 by the line through these two, twice that at 215 tokens, before the 4096 measured
+    expect(
+      measuredCrossover([
+        [4096, 2],
+        [8192, 3.9],
+      ]),
+    ).toBeNull();
+    // at the shortest context exactly short of it, the crossing is between the first two measured
+    expect(measuredCrossover(line(10, 0.01, [999, 2000]))).toBeCloseTo(1000, 9);
   });
 });
 

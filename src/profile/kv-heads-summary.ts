@@ -18,8 +18,9 @@ export const CROSSOVER_HOW =
   "the context at which the step's median time reaches twice its weights' time — the time at context 0, extrapolated " +
   "from the two shortest contexts — interpolated between the contexts measured; where each step was paired with a read " +
   "pass of the memory (the CPU), each context's time is taken at the shortest one's read rate (its bytes at that rate × " +
-  "its steps' median over their own floors); none where the run does not reach it, or where the two shortest contexts' " +
-  "times extrapolate to no positive time at context 0 (their difference is noise, not the cache's growth).";
+  "its steps' median over their own floors); none where the run does not reach it, where the shortest context is already " +
+  "past it (only the extrapolation would place it), or where the two shortest contexts' times extrapolate to no positive " +
+  "time at context 0 (their difference is noise, not the cache's growth).";
 
 export function buildKvHeads(points: InterventionPoint[], together: boolean): KvHeadsSection | null {
   const variants = [...new Set(points.map((p) => p.kv_heads))].sort((a, b) => b - a);
@@ -111,7 +112,8 @@ export const formulaCrossover = (p: Pick<InterventionPoint, "context" | "work">)
 /**
  * Where the step reaches twice its time at context 0: that time extrapolated along the line through the two
  * shortest contexts (at most the shortest's time), the crossing interpolated between neighbouring contexts. None
- * where that line has no positive time at context 0: the two times grew faster than any cache can make them.
+ * where that line has no positive time at context 0 (the two times grew faster than any cache can make them), and
+ * none before the shortest context, where only the extrapolation would place it.
  */
 export function measuredCrossover(steps: readonly (readonly [number, number])[]): number | null {
   if (steps.length < 2) return null;
@@ -122,7 +124,9 @@ export function measuredCrossover(steps: readonly (readonly [number, number])[])
   const atZero = Math.min(t1, intercept);
   const target = 2 * atZero;
   const line: (readonly [number, number])[] = [[0, atZero], ...steps];
-  for (let i = 1; i < line.length; i++) {
+  // before the shortest context the crossing would be the extrapolation's, not a measurement's
+  if (t1 >= target) return null;
+  for (let i = 2; i < line.length; i++) {
     const [ca, ta] = line[i - 1]!;
     const [cb, tb] = line[i]!;
     if (tb >= target) return ca + ((target - ta) * (cb - ca)) / (tb - ta);
