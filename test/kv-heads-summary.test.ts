@@ -124,6 +124,7 @@ describe("buildKvHeads savings", () => {
     const k = buildKvHeads(
       [variant(8, 1e9, (1e9 / 60e9) * 1.1e3, 60e9), variant(2, 0.6e9, (0.6e9 / 40e9) * 1.1e3, 40e9)],
       false,
+      131_071,
     );
     const saving = k!.savings[0]!;
     expect(saving.formula_saved).toBeCloseTo(0.4, 9);
@@ -133,7 +134,19 @@ describe("buildKvHeads savings", () => {
   });
 
   test("the steps as measured where a point's rate was not tracked", () => {
-    const k = buildKvHeads([variant(8, 1e9, 20, 60e9), variant(2, 0.6e9, 15, null)], true);
+    const k = buildKvHeads([variant(8, 1e9, 20, 60e9), variant(2, 0.6e9, 15, null)], true, 131_071);
     expect(k!.savings[0]!.saved).toBeCloseTo(0.25, 9);
+  });
+
+  test("a crossover by the bytes past the model's longest context is said to be past it, not merely unmeasured", () => {
+    // 8 heads: 500 MB of K/V at 8192 against 500 MB of weights, 8,194 tokens; 2 heads: 100 MB, 40,970 tokens
+    const points = [variant(8, 1e9, 20, null), variant(2, 0.6e9, 15, null)];
+    const verdict = (largest: number) => buildKvHeads(points, true, largest)!.verdict;
+    expect(verdict(131_071)).toMatch(/8 K\/V heads at 8\.2k tokens by the bytes \(not measured in the run\)/);
+    expect(verdict(131_071)).toMatch(/2 K\/V heads at 41\.0k tokens by the bytes \(not measured in the run\)/);
+    expect(verdict(32_767)).toMatch(/8 K\/V heads at 8\.2k tokens by the bytes \(not measured in the run\)/);
+    expect(verdict(32_767)).toMatch(
+      /2 K\/V heads at 41\.0k tokens by the bytes \(past the model's 32,767-token context\)/,
+    );
   });
 });

@@ -8,6 +8,7 @@ import {
   ALL_PRESETS,
   loadAnyModel,
   parameterCountOf,
+  largestContextOf,
   positionsLimitOf,
   randomWeightsOf,
   type ModelConfig,
@@ -107,7 +108,7 @@ export function intFlag(name: string, value: unknown, min: number, max = Number.
  * n_positions), each once, ascending.
  */
 export function parseContexts(flag: string, cfg: ModelConfig): number[] {
-  const max = cfg.n_positions - 1;
+  const max = largestContextOf(cfg);
   const values = flag.split(",").map((text) => {
     const s = text.trim();
     const n = Number(s);

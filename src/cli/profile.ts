@@ -18,6 +18,7 @@ import { BACKEND_CHOICES, openBackend, type BackendChoice } from "../backends/se
 import { runCli, UserError } from "../errors.ts";
 import {
   kvHeadsOf,
+  largestContextOf,
   positionsLimitOf,
   randomWeightsOf,
   withKvHeads,
@@ -106,7 +107,7 @@ function contextsFor(
   cfg: ModelConfig,
   note: (s: string) => void,
 ): number[] {
-  const max = cfg.n_positions - 1;
+  const max = largestContextOf(cfg);
   if (flag !== undefined) return parseContexts(flag, cfg);
   if (backend.studyDefaults.contexts.some((c) => c > max))
     note(`note: contexts capped at ${max} (${positionsLimitOf(cfg)} minus the new token)`);

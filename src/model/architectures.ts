@@ -115,6 +115,9 @@ export const headDimOf = (cfg: ModelConfig): number => familyOf(cfg).headDim(cfg
 /** The config key that sets a model's positions, with its value (e.g. "max_position_embeddings 8192"). */
 export const positionsLimitOf = (cfg: ModelConfig): string => familyOf(cfg).positionsLimit(cfg);
 
+/** The longest context a cached step can run at: a step at context c writes position c, below n_positions. */
+export const largestContextOf = (cfg: Pick<ModelConfig, "n_positions">): number => cfg.n_positions - 1;
+
 /** K/V heads: n_kv_head (a GPT-2 checkpoint: n_head). */
 export const kvHeadsOf = (cfg: ModelConfig): number => familyOf(cfg).kvHeads(cfg);
 

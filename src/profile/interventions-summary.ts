@@ -3,7 +3,7 @@
 // attribution of the cached step's time to launch mode, bytes and batch, measured, and GQA's saving
 // (kv-heads-summary.ts).
 import { peaksBeside, type Peaks } from "../backends/instrument.ts";
-import { withKvHeads, type ModelConfig } from "../model/architectures.ts";
+import { largestContextOf, withKvHeads, type ModelConfig } from "../model/architectures.ts";
 import type { DtypeName } from "../ops.ts";
 import type { InterventionsResult } from "./interventions.ts";
 import { buildKvHeads } from "./kv-heads-summary.ts";
@@ -73,7 +73,7 @@ export function buildInterventions(
     points,
     balance_flop_per_byte: balance(peaks),
     attribution: attribute(attributed(points, base.kv_heads), studyPoints, base, peaks),
-    kv_heads: buildKvHeads(points, result.together),
+    kv_heads: buildKvHeads(points, result.together, largestContextOf(cfg)),
   };
 }
 

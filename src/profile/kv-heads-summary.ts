@@ -22,7 +22,12 @@ export const CROSSOVER_HOW =
   "past it (only the extrapolation would place it), or where the two shortest contexts' times extrapolate to no positive " +
   "time at context 0 (their difference is noise, not the cache's growth).";
 
-export function buildKvHeads(points: InterventionPoint[], together: boolean): KvHeadsSection | null {
+/** `largestContext`: the model's own (its positions less the one a step writes), which a crossover may be past. */
+export function buildKvHeads(
+  points: InterventionPoint[],
+  together: boolean,
+  largestContext: number,
+): KvHeadsSection | null {
   const variants = [...new Set(points.map((p) => p.kv_heads))].sort((a, b) => b - a);
   if (variants.length < 2) return null;
   const reference = variants[0]!;
@@ -78,7 +83,7 @@ export function buildKvHeads(points: InterventionPoint[], together: boolean): Kv
     savings,
     crossovers,
     crossover_how: CROSSOVER_HOW,
-    verdict: kvHeadsVerdict(context, reference, savings, crossovers),
+    verdict: kvHeadsVerdict(context, reference, savings, crossovers, largestContext),
   };
 }
 
@@ -143,6 +148,7 @@ function kvHeadsVerdict(
   reference: number,
   savings: KvHeadsSection["savings"],
   crossovers: KvHeadsSection["crossovers"],
+  largestContext: number,
 ): string {
   const first = savings[0];
   if (!first) return `K/V heads at context ${context}: no variant shares a configuration with ${heads(reference)}.`;
@@ -159,7 +165,11 @@ function kvHeadsVerdict(
         .map(
           (c) =>
             `${heads(c.kv_heads)} at ${tokens(c.formula_context)} tokens by the bytes` +
-            (c.measured_context === null ? " (not measured in the run)" : ` (${tokens(c.measured_context)} measured)`),
+            (c.measured_context !== null
+              ? ` (${tokens(c.measured_context)} measured)`
+              : c.formula_context > largestContext
+                ? ` (past the model's ${largestContext.toLocaleString("en-US")}-token context)`
+                : " (not measured in the run)"),
         )
         .join(", "),
   );

@@ -1,5 +1,6 @@
 // report.md: the question, the verdicts and the evidence, with links to the other outputs.
 import type { ProfileSummary } from "../profile/types.ts";
+import { largestContextOf } from "../model/architectures.ts";
 import { OPTIONAL_FILES, OUTPUT_FILES } from "./output-files.ts";
 import {
   breakdownPoints,
@@ -80,6 +81,12 @@ function escapedTexts(s: ProfileSummary): ProfileSummary {
 }
 
 /** report.md: the question, the verdicts and the evidence, with links to the other outputs. */
+/** A context past the model's own longest, said where a formula reaches it. */
+const pastModel = (s: ProfileSummary, context: number) =>
+  context > largestContextOf(s.model.config)
+    ? ` (past the model's ${largestContextOf(s.model.config).toLocaleString("en-US")}-token context)`
+    : "";
+
 export function renderReport(summary: ProfileSummary): string {
   const s = escapedTexts(summary);
   const f = { ...OUTPUT_FILES, ...OPTIONAL_FILES };
@@ -217,7 +224,7 @@ export function renderReport(summary: ProfileSummary): string {
       s.memory.crossover
         .map(
           (c) =>
-            `- batch ${c.batch}: the KV cache held outgrows the weights held (their allocation, not the bytes a step reads) at ${c.context.toLocaleString("en-US")} tokens of context`,
+            `- batch ${c.batch}: the KV cache held outgrows the weights held (their allocation, not the bytes a step reads) at ${c.context.toLocaleString("en-US")} tokens of context${pastModel(s, c.context)}`,
         )
         .join("\n"),
       memoryFitSentence(s),

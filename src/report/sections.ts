@@ -11,7 +11,7 @@ import type {
   StudyMode,
   StudyPoint,
 } from "../profile/types.ts";
-import { kvHeadsOf } from "../model/architectures.ts";
+import { kvHeadsOf, largestContextOf } from "../model/architectures.ts";
 import { pairedWithReads, SAVING_AT_ONE_READ_RATE } from "../profile/kv-heads-summary.ts";
 import { bestCachedMs, flopReductionText, ms } from "../profile/verdicts.ts";
 import type { LaunchModeName } from "../run/launch-modes.ts";
@@ -593,7 +593,7 @@ export function interventionsTable(s: ProfileSummary): TableData {
   };
 }
 
-const tokensOrNone = (n: number | null) => (n === null ? "not reached" : Math.round(n).toLocaleString("en-US"));
+const tokensOrNone = (n: number | null) => (n === null ? "not measured" : Math.round(n).toLocaleString("en-US"));
 
 /** The K/V-head section's lead: what a saving compares (at one read rate where the steps were paired), how a crossover is found. */
 export function kvHeadsLead(s: ProfileSummary): string {
@@ -644,7 +644,7 @@ export function kvHeadsTable(s: ProfileSummary): TableData {
         v ? percent(v.saved) : "-",
         v ? percent(v.formula_saved) : "-",
         v?.saved_over_formula == null ? "-" : v.saved_over_formula.toFixed(2),
-        tokensOrNone(c.formula_context),
+        `${tokensOrNone(c.formula_context)}${c.formula_context > largestContextOf(s.model.config) ? ` (past its ${largestContextOf(s.model.config).toLocaleString("en-US")})` : ""}`,
         tokensOrNone(c.measured_context),
       ];
     }),
