@@ -48,6 +48,14 @@ describe("config.json", () => {
       /architecture "FalconForCausalLM" is not supported \(supported: GPT2LMHeadModel, LlamaForCausalLM/,
     ],
     [
+      "neither architectures nor model_type, and no GPT-2 keys",
+      (c: Record<string, unknown>) => {
+        delete c.architectures;
+        delete c.model_type;
+      },
+      /names no architecture \(neither architectures nor model_type\) and has no n_embd, so it is not GPT-2's \(supported: GPT2LMHeadModel, /,
+    ],
+    [
       "an architecture and a model_type that disagree",
       (c: Record<string, unknown>) => (c.model_type = "mamba"),
       /architectures names LlamaForCausalLM \(model_type "llama"\) but model_type is "mamba"/,

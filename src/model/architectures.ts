@@ -60,26 +60,30 @@ export function checkNamesAgree(raw: Record<string, unknown>, where: string): vo
     );
 }
 
-/** The family and model_type of a parsed config.json: its `architectures[0]`, else its `model_type`. */
 /**
  * The supported model type a config names: its first `architectures` entry's, else its model_type; GPT-2 where it
- * names neither (checkpoints from before `architectures`); undefined for any other.
+ * names neither and has GPT-2's keys (checkpoints from before `architectures`); undefined for any other.
  */
 export function supportedModelType(raw: Record<string, unknown>): string | undefined {
   const names = Array.isArray(raw.architectures) ? raw.architectures : [];
   if (names.length > 0) return ARCHITECTURES[String(names[0])];
-  return raw.model_type === undefined ? "gpt2" : Object.values(ARCHITECTURES).find((t) => t === raw.model_type);
+  if (raw.model_type === undefined) return "n_embd" in raw ? "gpt2" : undefined;
+  return Object.values(ARCHITECTURES).find((t) => t === raw.model_type);
 }
 
+/** The family and model_type of a parsed config.json: its `architectures[0]`, else its `model_type`. */
 function architectureOf(raw: Record<string, unknown>, path: string): { family: AnyFamily; modelType: string } {
   const names = Array.isArray(raw.architectures) ? raw.architectures : [];
   const modelType = supportedModelType(raw);
   const family = FAMILY_NAMES.map(familyNamed).find((f) => Object.values(f.architectures).includes(modelType ?? ""));
   if (!modelType || !family) {
+    const supported = `supported: ${Object.keys(ARCHITECTURES).join(", ")}`;
+    if (names.length === 0 && raw.model_type === undefined)
+      throw new UserError(
+        `${path}: names no architecture (neither architectures nor model_type) and has no n_embd, so it is not GPT-2's (${supported})`,
+      );
     const named = names.length > 0 ? JSON.stringify(names[0]) : `model_type ${JSON.stringify(raw.model_type)}`;
-    throw new UserError(
-      `${path}: architecture ${named} is not supported (supported: ${Object.keys(ARCHITECTURES).join(", ")})`,
-    );
+    throw new UserError(`${path}: architecture ${named} is not supported (${supported})`);
   }
   checkNamesAgree(raw, path);
   return { family, modelType };
