@@ -116,6 +116,15 @@ describe("config.json", () => {
     expect(read({ num_key_value_heads: null }).n_kv_head).toBe(raw.num_attention_heads);
   });
 
+  test("head_dim left out: Qwen3Config's default 128 for Qwen3, hidden_size ÷ heads for the others", () => {
+    const qwen3 = JSON.parse(readFileSync(join(import.meta.dir, "fixtures/qwen3-tiny/config.json"), "utf8"));
+    const { head_dim: _, ...without } = qwen3;
+    expect(llamaConfigOf(without, "qwen3", "config.json", FIXTURE).head_dim).toBe(128);
+    // hidden_size 192 over 4 heads: 48, which Qwen3 does not default to
+    expect(llamaConfigOf({ ...without, head_dim: 64 }, "qwen3", "config.json", FIXTURE).head_dim).toBe(64);
+    expect(llamaConfigOf({ ...without, hidden_size: 256 }, "llama", "config.json", FIXTURE).head_dim).toBe(64);
+  });
+
   test("Mistral's sliding window bounds the context, and a context past it names the window", () => {
     const dir = variant("mistral", (c) => {
       c.architectures = ["MistralForCausalLM"];

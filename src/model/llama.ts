@@ -85,6 +85,9 @@ export const kvWidth = (cfg: LlamaConfig) => cfg.n_kv_head * cfg.head_dim;
 
 type Raw = Record<string, unknown>;
 
+/** Qwen3Config's head_dim where config.json leaves it out (transformers' configuration_qwen3.py). */
+const QWEN3_DEFAULT_HEAD_DIM = 128;
+
 /** Reads a Llama-family config.json (already parsed, `path` names it in errors). */
 export function llamaConfigOf(raw: Raw, arch: LlamaArch, path: string, dir: string): LlamaConfig {
   const int = (key: string) => positiveInteger(raw, key, path);
@@ -95,7 +98,13 @@ export function llamaConfigOf(raw: Raw, arch: LlamaArch, path: string, dir: stri
   const n_embd = int("hidden_size");
   if (n_head % n_kv_head !== 0)
     throw new UserError(`${path}: num_attention_heads ${n_head} is not divisible by num_key_value_heads ${n_kv_head}`);
-  const head_dim = raw.head_dim === undefined || raw.head_dim === null ? n_embd / n_head : int("head_dim");
+  // left out: Qwen3Config's own default, 128; the others' (and a null), hidden_size ÷ heads, as HF's models read it
+  const head_dim =
+    raw.head_dim === undefined && arch === "qwen3"
+      ? QWEN3_DEFAULT_HEAD_DIM
+      : raw.head_dim === undefined || raw.head_dim === null
+        ? n_embd / n_head
+        : int("head_dim");
   if (!Number.isInteger(head_dim))
     throw new UserError(`${path}: hidden_size ${n_embd} is not divisible by num_attention_heads ${n_head}`);
   if (head_dim % 16 !== 0 || head_dim > 256)

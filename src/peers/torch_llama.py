@@ -35,7 +35,8 @@ def llama_config(raw, error):
         cfg = {
             "arch": arch, "n_layer": int(raw["num_hidden_layers"]), "n_head": heads,
             "n_kv_head": int(raw.get("num_key_value_heads") or heads), "n_embd": int(raw["hidden_size"]),
-            "head_dim": int(raw.get("head_dim") or int(raw["hidden_size"]) // heads),
+            # left out: Qwen3Config's default 128; otherwise (and null) hidden_size // heads, as HF reads it
+            "head_dim": int(raw.get("head_dim", 128 if arch == "qwen3" else None) or int(raw["hidden_size"]) // heads),
             "intermediate_size": int(raw["intermediate_size"]), "n_positions": int(raw["max_position_embeddings"]),
             "vocab_size": int(raw["vocab_size"]), "eps": float(raw.get("rms_norm_eps", 1e-6)),
             "rope_theta": float(raw.get("rope_theta", 10000.0)), "rope_scaling": raw.get("rope_scaling"),
