@@ -56,6 +56,16 @@ describe("config.json", () => {
       /names no architecture \(neither architectures nor model_type\) and has no n_embd, so it is not GPT-2's \(supported: GPT2LMHeadModel, /,
     ],
     [
+      "attention_bias on a Llama (o_proj's bias too, which the plans lack)",
+      (c: Record<string, unknown>) => (c.attention_bias = true),
+      /attention_bias true \(biases on q, k, v and o_proj\) is not supported; of the attention's biases only Qwen2's q\/k\/v ones are$/,
+    ],
+    [
+      "mlp_bias",
+      (c: Record<string, unknown>) => (c.mlp_bias = true),
+      /mlp_bias true \(biases on gate, up and down\) is not supported$/,
+    ],
+    [
       "an architecture and a model_type that disagree",
       (c: Record<string, unknown>) => (c.model_type = "mamba"),
       /architectures names LlamaForCausalLM \(model_type "llama"\) but model_type is "mamba"/,

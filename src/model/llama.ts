@@ -92,6 +92,7 @@ const QWEN3_DEFAULT_HEAD_DIM = 128;
 export function llamaConfigOf(raw: Raw, arch: LlamaArch, path: string, dir: string): LlamaConfig {
   const int = (key: string) => positiveInteger(raw, key, path);
   const num = (key: string, fallback?: number) => positiveNumber(raw, key, path, fallback);
+  refuseOtherBiases(raw, arch, path);
   const n_head = int("num_attention_heads");
   // left out or null: one K/V head per query head, as Hugging Face reads it
   const n_kv_head = raw.num_key_value_heads == null ? n_head : int("num_key_value_heads");
@@ -132,9 +133,22 @@ export function llamaConfigOf(raw: Raw, arch: LlamaArch, path: string, dir: stri
     rope_theta: num("rope_theta", 10000),
     rope_scaling: ropeScaling(raw.rope_scaling, path),
     tie_word_embeddings: raw.tie_word_embeddings === true,
-    qkv_bias: arch === "qwen2" || raw.attention_bias === true,
+    qkv_bias: arch === "qwen2",
     qk_norm: arch === "qwen3",
   };
+}
+
+/**
+ * Biases Hugging Face's models would add that the plans do not have: attention_bias (q, k, v and o_proj; Qwen2
+ * always has its q/k/v biases and reads no such key) and Llama's mlp_bias.
+ */
+function refuseOtherBiases(raw: Raw, arch: LlamaArch, path: string): void {
+  if (raw.attention_bias === true && arch !== "qwen2")
+    throw new UserError(
+      `${path}: attention_bias true (biases on q, k, v and o_proj) is not supported; of the attention's biases only Qwen2's q/k/v ones are`,
+    );
+  if (raw.mlp_bias === true)
+    throw new UserError(`${path}: mlp_bias true (biases on gate, up and down) is not supported`);
 }
 
 /** Qwen2's and Qwen3's max_window_layers where a config leaves it out (Hugging Face transformers' configs). */

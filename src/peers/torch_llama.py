@@ -41,7 +41,7 @@ def llama_config(raw, error):
             "vocab_size": int(raw["vocab_size"]), "eps": float(raw.get("rms_norm_eps", 1e-6)),
             "rope_theta": float(raw.get("rope_theta", 10000.0)), "rope_scaling": raw.get("rope_scaling"),
             "tied": bool(raw.get("tie_word_embeddings", False)),
-            "bias": arch == "qwen2" or bool(raw.get("attention_bias", False)), "qk_norm": arch == "qwen3",
+            "bias": arch == "qwen2", "qk_norm": arch == "qwen3",  # the project refuses other attention biases
         }
     except (KeyError, TypeError, ValueError) as e:
         raise error(f"config.json: missing or bad field ({e})")
