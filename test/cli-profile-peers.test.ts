@@ -75,7 +75,9 @@ describe.skipIf(!torch && !llama)("profile --peers all on gpt2-tiny", () => {
     const md = readFileSync(join(dir, OUTPUT_FILES.report), "utf8");
     expect(md).toContain("## Peers: PyTorch and llama.cpp on the same weights");
     expect(md).toMatch(/- Peers at context 32, same weights, same run: the project's fastest mode/);
-    expect(md).toContain("Greedy tokens: every peer agrees with the project on all 20 tokens of the prompt.");
+    expect(md).toContain(
+      "Greedy tokens: every peer agrees with the project on all 20 tokens generated after the prompt.",
+    );
     const svg = readFileSync(join(dir, OUTPUT_FILES.latency), "utf8");
     for (const r of s.peers!.results) expect(svg).toContain(`>${r.short}</text>`);
   });

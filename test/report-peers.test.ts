@@ -133,7 +133,7 @@ describe("the peers section", () => {
     expect(lines[1]).toBe(
       "Greedy tokens: llama.cpp FA on DISAGREES (7/20 before the first difference; there the project's logits rank its token #2, " +
         "0.00036 of the largest logit below the project's: a near-tie (the runner-up within 0.001 of it), which another summation order may flip); " +
-        "1 of 2 peers agree on all 20.",
+        "1 of 2 peers agree on all 20 generated.",
     );
     expect(lines[2]).toMatch(
       /^PyTorch seed-style at context 32, .*55 torch calls per token; the host spends 2\.000 ms between them \(40%/,

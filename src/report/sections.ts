@@ -532,9 +532,9 @@ export function peerSentences(s: ProfileSummary): string[] {
     const n = p.reference_tokens.length;
     out.push(
       disagree.length === 0
-        ? `Greedy tokens: every peer agrees with the project on all ${n} tokens of the prompt.`
+        ? `Greedy tokens: every peer agrees with the project on all ${n} tokens generated after the prompt.`
         : `Greedy tokens: ${disagree.map((r) => `${r.short} DISAGREES (${r.agreement!.matched}/${n} before the first difference${partingSentence(r.agreement!.parted)})`).join("; ")}; ` +
-            `${checked.length - disagree.length} of ${checked.length} peers agree on all ${n}.`,
+            `${checked.length - disagree.length} of ${checked.length} peers agree on all ${n} generated.`,
     );
   }
   const trace = [...p.torch_dispatch].sort((a, b) => b.context - a.context)[0];
