@@ -110,6 +110,7 @@ describe("which rows a prompt reuses", () => {
       "the prompt does not begin with the 3-token prefix of p: token 2 is 9, the prefix's is 6",
     );
     expect(() => reusedRows([5, 6], prefix, "p")).toThrow("the prompt (2 tokens) is shorter than the 3-token prefix");
+    expect(() => reusedRows([5], prefix, "p")).toThrow("the prompt (1 token) is shorter than the 3-token prefix");
   });
 });
 

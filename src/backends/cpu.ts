@@ -14,6 +14,7 @@ import {
 import { CpuInstrument, FP32_PEAK_PASSES, type CpuOpRecord, type CpuTimers } from "./cpu-instrument.ts";
 import type { Instrument } from "./instrument.ts";
 import { NativeBackend, openLibrary } from "./native.ts";
+import { counted } from "../words.ts";
 
 /** cpu_runtime.h as called from TypeScript */
 interface CpuSymbols {
@@ -56,7 +57,7 @@ export class CpuBackend extends NativeBackend implements CpuTimers {
 
   /** the CPU and the threads the library runs on now (--threads sets them after the library opens) */
   get deviceName(): string {
-    return `${cpus()[0]?.model ?? "CPU"} × ${this.cpu.cpu_threads()} threads`;
+    return `${cpus()[0]?.model ?? "CPU"} × ${counted(this.cpu.cpu_threads(), "thread")}`;
   }
 
   /** The library on every CPU this process may run on (sched_getaffinity); setThreads changes that. */

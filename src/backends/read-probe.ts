@@ -9,6 +9,7 @@ import { freemem } from "node:os";
 import { summarize } from "../stats.ts";
 import type { DeviceBuffer } from "./backend.ts";
 import type { ReadProbeReport } from "./instrument.ts";
+import { counted } from "../words.ts";
 
 /** What the probe uses of the CPU backend (cuda/cpu_runtime.cpp cpu_read_prepare, cpu_read_pass). */
 export interface ReadProbeBackend {
@@ -105,7 +106,7 @@ export class ReadProbe {
       sweep: this.sweep,
       capped: this.capped,
       how_measured:
-        `read bandwidth: best of ${this.samples.length} passes summing ${gib(this.bytes)} on ${this.backend.threads} threads ` +
+        `read bandwidth: best of ${this.samples.length} passes summing ${gib(this.bytes)} on ${counted(this.backend.threads, "thread")} ` +
         `(median ${(s.median / 1e9).toFixed(1)}, ${(s.min / 1e9).toFixed(1)}–${(s.max / 1e9).toFixed(1)} GB/s); the size is the larger of the step's ` +
         `bytes and where a sweep of ${gib(this.sweep[0]!.bytes)}–${gib(this.sweep[this.sweep.length - 1]!.bytes)} stops falling ` +
         `(${gib(this.knee)}), capped at a quarter of free memory${this.capped ? " (which capped it below the step's bytes)" : ""}`,

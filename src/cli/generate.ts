@@ -43,6 +43,7 @@ import {
   PRESET_FLAG_HELP,
 } from "./common.ts";
 import { checkDistinctFiles, checkWritableFile, writeFileAtomic, writeStdout } from "./outputs.ts";
+import { counted } from "../words.ts";
 
 /** replay = the plan recorded natively: a CUDA graph where the backend has graphs, one native call per step elsewhere */
 const MODES = [...LAUNCH_MODE_NAMES, "replay"] as const;
@@ -282,7 +283,7 @@ await runCli(async () => {
         : `, median ${summary.median_step_ms.toFixed(3)} ms per ${cache ? "cached" : "recomputed"} ${step} after the first`;
     const storage = `weights ${form.weights}, cache ${form.kv}`;
     say(
-      `${backend.kind} (${backend.deviceName}), cache ${argv.cache}, mode ${summary.mode}, plan ${summary.plan}, ${storage}: ${maxNew} tokens${batch > 1 ? ` × ${batch} sequences` : ""}${perToken}`,
+      `${backend.kind} (${backend.deviceName}), cache ${argv.cache}, mode ${summary.mode}, plan ${summary.plan}, ${storage}: ${counted(maxNew, "token")}${batch > 1 ? ` × ${batch} sequences` : ""}${perToken}`,
     );
     if (summary.ttft_ms !== null) say(firstTokenLine(summary.ttft_ms, summary.tpot_ms, summary.warmed_up));
     if (prefixRead)

@@ -5,6 +5,7 @@ import { launchMode, type LaunchMode } from "./launch-modes.ts";
 import { positionsLimitOf, type ModelConfig, type ModelWeights } from "../model/architectures.ts";
 import { restorePrefix, reusedRows, type KeptPrefix } from "./prefix.ts";
 import type { Session as AnySession } from "./session.ts";
+import { counted } from "../words.ts";
 
 /** A session of any architecture. */
 type Session = AnySession<ModelWeights>;
@@ -43,7 +44,7 @@ export function checkPositions(prompts: readonly number[][], maxNewTokens: numbe
     if (total > positions) {
       const which = prompts.length > 1 ? `prompt ${b + 1}` : "prompt";
       throw new UserError(
-        `context overflow: ${which} (${prompt.length} tokens) + new tokens (${maxNewTokens}) = ${total} exceeds the model's ${positionsLimitOf(cfg)}`,
+        `context overflow: ${which} (${counted(prompt.length, "token")}) + new tokens (${maxNewTokens}) = ${total} exceeds the model's ${positionsLimitOf(cfg)}`,
       );
     }
   }
@@ -94,7 +95,7 @@ function generateCached(session: Session, { prompts, maxNewTokens, mode, prefix 
     });
     for (const [b, prompt] of prompts.entries())
       session.checkLogits(
-        `after the prompt${where(b)} (${prompt.length} tokens)`,
+        `after the prompt${where(b)} (${counted(prompt.length, "token")})`,
         prompt.length - reused[b]!,
         () => session.setPosition(reused[b]!, b),
         b,

@@ -17,6 +17,7 @@ import { closeFile, openRegularFile, readExactly } from "../model/files.ts";
 import { DTYPE_BYTES, type DtypeName } from "../ops.ts";
 import type { Session } from "./session.ts";
 import type { SequenceCache } from "./synthetic-fill.ts";
+import { counted } from "../words.ts";
 
 /** What a prefix's rows depend on: a restore into anything else would compute with foreign keys and values. */
 export interface PrefixIdentity {
@@ -109,7 +110,7 @@ export function reusedRows(prompt: number[], prefix: KeptPrefix, source: string)
   const P = prefix.tokens.length;
   if (prompt.length < P)
     throw new UserError(
-      `the prompt (${prompt.length} tokens) is shorter than the ${P}-token prefix of ${source}: it must begin with the prefix`,
+      `the prompt (${counted(prompt.length, "token")}) is shorter than the ${P}-token prefix of ${source}: it must begin with the prefix`,
     );
   const at = prefix.tokens.findIndex((t, i) => prompt[i] !== t);
   if (at >= 0)
