@@ -40,6 +40,16 @@ describe("createProgress", () => {
     expect(stream.text()).toEndWith("profile: 2/2 done in 0.04 s\n");
   });
 
+  test("from the command's start where given: a study whose setup took the time says so", () => {
+    const stream = capture(false);
+    let clock = 15_960;
+    const p = createProgress({ total: 3, label: "profile", stream, now: () => clock, startedAt: 0 });
+    clock = 16_000;
+    p.update(3);
+    p.stop();
+    expect(stream.text()).toEndWith("profile: 3/3 done, 16.0 s after the command started\n");
+  });
+
   test("silent writes nothing", () => {
     const stream = capture(false);
     const p = createProgress({ total: 3, label: "x", stream, silent: true });

@@ -461,7 +461,7 @@ await runCli(async () => {
       : undefined;
     study = new Study(backend, instrument, weights, opts, fit);
     await interrupt.checkpoint();
-    progress = createProgress({ total: studyUnits(opts), label: "profile" });
+    progress = createProgress({ total: studyUnits(opts), label: "profile", startedAt: performance.timeOrigin });
     opts.onProgress = (done, _total, what) => progress!.update(done, what);
     const result = await study.run(peers);
     await peers?.close();

@@ -17,6 +17,8 @@ export interface ProgressOptions {
   plainIntervalMs?: number;
   /** clock in ms (tests) */
   now?: () => number;
+  /** when the command started, on that clock: the final line counts from there (setup, e.g. probes, included) */
+  startedAt?: number;
 }
 
 export interface Progress {
@@ -46,7 +48,7 @@ function barProgress(o: ProgressOptions, stream: ProgressStream): Progress {
 function plainProgress(o: ProgressOptions, stream: ProgressStream): Progress {
   const now = o.now ?? Date.now;
   const interval = o.plainIntervalMs ?? DEFAULT_PLAIN_INTERVAL_MS;
-  const started = now();
+  const started = o.startedAt ?? now();
   let lastLine = Number.NEGATIVE_INFINITY;
   let last = { done: 0, detail: "" };
   const line = (done: number, detail: string) => {
@@ -63,7 +65,8 @@ function plainProgress(o: ProgressOptions, stream: ProgressStream): Progress {
     stop() {
       const s = (now() - started) / 1000;
       const seconds = s.toFixed(s < 1 ? 2 : 1); // a tiny model's points take hundredths
-      stream.write(`${o.label}: ${last.done}/${o.total} done in ${seconds} s\n`);
+      const when = o.startedAt === undefined ? ` in ${seconds} s` : `, ${seconds} s after the command started`;
+      stream.write(`${o.label}: ${last.done}/${o.total} done${when}\n`);
     },
   };
 }
