@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import type { HostInterval, OpInterval } from "../src/backends/instrument.ts";
-import type { SeedRow, StepTrace } from "../src/profile/types.ts";
+import type { KernelRegime, SeedRow, StepTrace } from "../src/profile/types.ts";
 import {
   aggregateOps,
   buildBreakdown,
@@ -15,6 +15,7 @@ import {
 } from "../src/profile/aggregate.ts";
 import {
   atReferenceRate,
+  attentionBandwidthVerdict,
   cacheRegimeVerdict,
   seedVerdict,
   splitVerdicts,
@@ -371,5 +372,35 @@ describe("cacheRegimeVerdict", () => {
         { ...row(64, 1, 0), cached: {} },
       ]),
     ).toEqual([]);
+  });
+});
+
+describe("attentionBandwidthVerdict", () => {
+  const regime = (family: string, mode: string, context: number, gbs: number) =>
+    ({ family, mode, context, bytes_per_s: gbs * 1e9 }) as unknown as KernelRegime;
+  const matvecs = new Set(["rms_qkv_rope", "rms_gate_up", "linear_residual"]);
+
+  test("at the longest context traced, per cached mode: the attention's read rate against the matvecs' range", () => {
+    const regimes = [
+      regime("attention", "eager", 256, 20),
+      regime("rms_qkv_rope", "eager", 256, 60),
+      regime("attention", "eager", 8191, 46.1),
+      regime("rms_qkv_rope", "eager", 8191, 56.5),
+      regime("rms_gate_up", "eager", 8191, 63.7),
+      regime("embed", "eager", 8191, 5), // reads one row of the embeddings: not a matvec
+      regime("attention", "eager-native", 8191, 48.2),
+      regime("linear_residual", "eager-native", 8191, 58.3),
+      regime("attention", "uncached", 8191, 1), // the baseline's attention is not the decode attention
+    ];
+    expect(attentionBandwidthVerdict(regimes, matvecs)).toEqual([
+      "At context 8191, in the same traced steps, the decode attention read 46.1 GB/s against 56.5–63.7 GB/s for the ops " +
+        "that read the weights in eager (0.72–0.82×), and 48.2 GB/s against 58.3 GB/s in eager-native (0.83×) " +
+        "(each op's bytes by the work model over its traced time).",
+    ]);
+  });
+
+  test("nothing where no cached step's attention was traced", () => {
+    expect(attentionBandwidthVerdict([regime("rms_gate_up", "eager", 8191, 60)], matvecs)).toEqual([]);
+    expect(attentionBandwidthVerdict([regime("attention", "uncached", 8191, 1)], matvecs)).toEqual([]);
   });
 });

@@ -30,6 +30,7 @@ import {
 } from "./types.ts";
 import type { PointFill } from "./fill.ts";
 import {
+  attentionBandwidthVerdict,
   cacheRegimeVerdict,
   launchVerdict,
   modeSplitOf,
@@ -109,6 +110,14 @@ function regimesOf(
     };
   });
 }
+
+/** The op families of the cached step that read weights: its matvecs, fused with whatever else. */
+const weightReadingFamilies = (cfg: ModelConfig, form: StepForm) =>
+  new Set(
+    cachedStepWork(cfg, 1, form)
+      .filter((o) => o.weight_bytes > 0 && o.family !== "embed")
+      .map((o) => o.family),
+  );
 
 /** The cached launch mode's point with the least median step at `context`, if any was timed there. */
 const fastestCachedAt = (points: readonly StudyPoint[], context: number) =>
@@ -308,6 +317,9 @@ export function buildSummary(args: {
         )
       : undefined;
   const study = { dtype, kv_dtype, batch: 1, kv_heads: kvHeadsOf(cfg) };
+  const regimes = points.flatMap((p) =>
+    regimesOf(cfg, form, p, stepsOf(result.traces, p.mode, p.context), peaks, floorUs(p.mode, p.context)),
+  );
   const predictions = predictionsOf(
     backend,
     result.placed,
@@ -353,9 +365,7 @@ export function buildSummary(args: {
       prefill_flops_per_s: result.prefillFlopsPerS,
     },
     points,
-    regimes: points.flatMap((p) =>
-      regimesOf(cfg, form, p, stepsOf(result.traces, p.mode, p.context), peaks, floorUs(p.mode, p.context)),
-    ),
+    regimes,
     seed_table: seed,
     end_to_end: result.endToEnd,
     memory: result.memory,
@@ -375,6 +385,7 @@ export function buildSummary(args: {
       ...studyVerdicts(points, result.traces, seed),
       ...uncachedBaselineVerdict(points, peaks),
       ...cacheRegimeVerdict(seed),
+      ...attentionBandwidthVerdict(regimes, weightReadingFamilies(cfg, form)),
       ...launchVerdict(points, launch, opsOf),
       ...(interventions ? [interventions.attribution.verdict] : []),
       ...(interventions?.kv_heads ? [interventions.kv_heads.verdict] : []),

@@ -3,7 +3,7 @@
 import { gridBarrierUs, type LaunchFloor, type Peaks } from "../backends/instrument.ts";
 import { launchMode, type LaunchModeName } from "../run/launch-modes.ts";
 import { stepsOf, type SplitNumbers } from "./aggregate.ts";
-import type { SeedRow, StepTrace, StudyMode, StudyPoint } from "./types.ts";
+import type { KernelRegime, SeedRow, StepTrace, StudyMode, StudyPoint } from "./types.ts";
 
 export interface ModeSplit {
   mode: StudyMode;
@@ -213,6 +213,41 @@ export function cacheRegimeVerdict(seed: readonly SeedRow[]): string[] {
   return [
     `At context ${last.context} the cache is ${pct(share)} of the step's bytes (work model) and the step is ` +
       `${growth.toFixed(1)}× its time at context ${first.context}${readDriftClause(first, last)}${beyond}: ${regime}.`,
+  ];
+}
+
+/**
+ * The decode attention's achieved read rate against the ops that read the weights (`weightFamilies`), in the same
+ * traced steps of each cached mode at the longest context traced: whether reading the cache runs at the
+ * bandwidth the matvecs reach. Nothing where the attention was not traced there.
+ */
+export function attentionBandwidthVerdict(
+  regimes: readonly KernelRegime[],
+  weightFamilies: ReadonlySet<string>,
+): string[] {
+  const attention = regimes.filter((r) => r.family === "attention" && r.mode !== "uncached");
+  if (attention.length === 0) return [];
+  const context = Math.max(...attention.map((r) => r.context));
+  const gbs = (x: number) => `${(x / 1e9).toFixed(1)} GB/s`;
+  const clauses = attention
+    .filter((a) => a.context === context)
+    .flatMap((a, i) => {
+      const matvecs = regimes
+        .filter((r) => r.mode === a.mode && r.context === context && weightFamilies.has(r.family))
+        .map((r) => r.bytes_per_s);
+      if (matvecs.length === 0) return [];
+      const [lo, hi] = [Math.min(...matvecs), Math.max(...matvecs)];
+      const range = (f: (x: number) => string, a: number, b: number) => (f(a) === f(b) ? f(a) : `${f(a)}–${f(b)}`);
+      const against = i === 0 ? " for the ops that read the weights" : "";
+      return [
+        `${gbs(a.bytes_per_s)} against ${range((x) => (x / 1e9).toFixed(1), lo, hi)} GB/s${against} in ${a.mode} ` +
+          `(${range((x) => x.toFixed(2), a.bytes_per_s / hi, a.bytes_per_s / lo)}×)`,
+      ];
+    });
+  if (clauses.length === 0) return [];
+  return [
+    `At context ${context}, in the same traced steps, the decode attention read ${clauses.join(", and ")} ` +
+      "(each op's bytes by the work model over its traced time).",
   ];
 }
 
