@@ -408,7 +408,27 @@ describe("generate --save-prefix / --prefix: prompt caching", () => {
       file,
     );
     expect(said.stderr).toContain(
-      "9 of the prompt's 10 tokens' keys and values restored (18432 of the 20480 bytes of rows the file keeps,",
+      "9 of the prompt's 10 tokens' keys and values restored (18432 of the 20480 bytes of rows the file keeps); read and checked once in",
+    );
+  });
+
+  test("two sequences: each one's restored rows said, and a prompt that does not begin with the prefix named", () => {
+    const said = generate(
+      ...["--model", LLAMA, "--backend", "cpu", "--max-new-tokens", "2", "--batch", "2"],
+      ...["--prompt-ids", longer, "--prompt-ids", prefixIds, "--prefix", file],
+    );
+    expect(said.code).toBe(0);
+    expect(said.stderr).toContain(
+      "10 of sequence 1's 13 tokens' keys and values restored (20480 bytes); " +
+        "9 of sequence 2's 10 tokens' keys and values restored (18432 of the 20480 bytes of rows the file keeps); read and checked once in",
+    );
+    const refused = generate(
+      ...["--model", LLAMA, "--backend", "cpu", "--max-new-tokens", "2", "--batch", "2"],
+      ...["--prompt-ids", longer, "--prompt-ids", "1,2,3", "--prefix", file],
+    );
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toMatch(
+      /^error: sequence 2's prompt \(3 tokens\) is shorter than the 10-token prefix of .*p\.prefix: it must begin with the prefix$/m,
     );
   });
 

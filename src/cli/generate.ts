@@ -202,7 +202,7 @@ await runCli(async () => {
   if (prefixRead) {
     // another model's prefix says so before its tokens are compared with the prompt's
     checkPrefixModel(prefixRead.kept, { config: cfg, weights_dtype: form.weights, kv_dtype: form.kv }, argv.prefix!);
-    for (const p of prompts) reusedRows(p, prefixRead.kept, argv.prefix!);
+    for (const [b, p] of prompts.entries()) reusedRows(p, prefixRead.kept, argv.prefix!, batch > 1 ? b : null);
   }
   if (dumpLogits && batch > 1)
     throw new UserError("--dump-logits writes one sequence's logits: use it with one prompt and --batch 1");
@@ -286,10 +286,15 @@ await runCli(async () => {
       `${backend.kind} (${backend.deviceName}), cache ${argv.cache}, mode ${summary.mode}, plan ${summary.plan}, ${storage}: ${counted(maxNew, "token")}${batch > 1 ? ` × ${batch} sequences` : ""}${perToken}`,
     );
     if (summary.ttft_ms !== null) say(firstTokenLine(summary.ttft_ms, summary.tpot_ms, summary.warmed_up));
-    if (prefixRead)
+    if (prefixRead) {
+      const restored = result.reusedRows.map((rows, b) => {
+        const whose = batch > 1 ? `sequence ${b + 1}'s` : "the prompt's";
+        return `${rows} of ${whose} ${tokensOf(prompts[b]!.length)} keys and values restored (${restoredBytesText(prefixRead.kept, rows)})`;
+      });
       say(
-        `prefix ${argv.prefix}: ${result.reusedRows[0]} of the prompt's ${tokensOf(prompts[0]!.length)} keys and values restored (${restoredBytesText(prefixRead.kept, result.reusedRows[0]!)}, read and checked in ${prefixRead.ms.toFixed(1)} ms, outside the time to first token)`,
+        `prefix ${argv.prefix}: ${restored.join("; ")}; read and checked once in ${prefixRead.ms.toFixed(1)} ms, outside the time to first token`,
       );
+    }
     if (saved)
       say(
         `saved the prompt's ${tokensOf(saved.tokens.length)} keys and values to ${savePrefix} (${saved.rows.length} bytes)`,

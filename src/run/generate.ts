@@ -73,7 +73,9 @@ export function generate(
 }
 
 function generateCached(session: Session, { prompts, maxNewTokens, mode, prefix }: GenerateOptions): GenerateResult {
-  const reused = prompts.map((p) => (prefix ? reusedRows(p, prefix.kept, prefix.source) : 0));
+  const reused = prompts.map((p, b) =>
+    prefix ? reusedRows(p, prefix.kept, prefix.source, prompts.length > 1 ? b : null) : 0,
+  );
   const tokenMs: number[] = [];
   const tokenKinds: string[] = [];
   const timed = (kind: string, work: () => void) => {

@@ -106,16 +106,22 @@ export function restorePrefix(backend: Backend, cache: SequenceCache, prefix: Ke
  * last token is prefilled again, so the step that ends the prompt leaves its logits). The prompt must begin
  * with the prefix's tokens.
  */
-export function reusedRows(prompt: number[], prefix: KeptPrefix, source: string): number {
+export function reusedRows(
+  prompt: number[],
+  prefix: KeptPrefix,
+  source: string,
+  sequence: number | null = null,
+): number {
   const P = prefix.tokens.length;
+  const which = sequence === null ? "the prompt" : `sequence ${sequence + 1}'s prompt`;
   if (prompt.length < P)
     throw new UserError(
-      `the prompt (${counted(prompt.length, "token")}) is shorter than the ${P}-token prefix of ${source}: it must begin with the prefix`,
+      `${which} (${counted(prompt.length, "token")}) is shorter than the ${P}-token prefix of ${source}: it must begin with the prefix`,
     );
   const at = prefix.tokens.findIndex((t, i) => prompt[i] !== t);
   if (at >= 0)
     throw new UserError(
-      `the prompt does not begin with the ${P}-token prefix of ${source}: token ${at + 1} is ${prompt[at]}, the prefix's is ${prefix.tokens[at]}`,
+      `${which} does not begin with the ${P}-token prefix of ${source}: token ${at + 1} is ${prompt[at]}, the prefix's is ${prefix.tokens[at]}`,
     );
   return Math.min(P, prompt.length - 1);
 }
