@@ -18,7 +18,6 @@ import {
 } from "../run/prefix.ts";
 import type { Session } from "../run/session.ts";
 import { summarize } from "../stats.ts";
-import { PREFILL_LIMIT_S } from "./fill.ts";
 import { promptOf } from "./prompts.ts";
 import type { PromptCachePoint, PromptCacheSection } from "./types.ts";
 import { ms } from "./verdicts.ts";
@@ -35,17 +34,22 @@ export const promptCacheContext = (prefix: number) => prefix + PROMPT_CACHE_SUFF
 
 /** Without --prompt-cache, the prefixes tried are this and its doublings. */
 const AUTO_FIRST_PREFIX = 1024;
+/**
+ * Without --prompt-cache, the longest cold prefill a prefix may take: about a minute (issue 21: "up to what prefills
+ * in about a minute on the CPU"); each prefix is prefilled cold PROMPT_CACHE_REPEATS + 2 times.
+ */
+export const PROMPT_CACHE_LIMIT_S = 60;
 
 /**
  * The prefix lengths a study times without --prompt-cache: 1024 and its doublings whose prompts fit the `positions`
- * of its largest context and whose cold prefill the work model at the measured rate puts within PREFILL_LIMIT_S (each
+ * of its largest context and whose cold prefill the work model at the measured rate puts within PROMPT_CACHE_LIMIT_S (each
  * is prefilled cold PROMPT_CACHE_REPEATS times, and twice more for the prefix kept and the tokens compared); none
  * where the study's contexts stay short.
  */
 export function autoPrefixes(positions: number, prefillSeconds: (tokens: number) => number): number[] {
   const prefixes: number[] = [];
   for (let P = AUTO_FIRST_PREFIX; promptCacheContext(P) <= positions; P *= 2)
-    if (prefillSeconds(P + PROMPT_CACHE_SUFFIX) <= PREFILL_LIMIT_S) prefixes.push(P);
+    if (prefillSeconds(P + PROMPT_CACHE_SUFFIX) <= PROMPT_CACHE_LIMIT_S) prefixes.push(P);
   return prefixes;
 }
 
@@ -55,11 +59,11 @@ export function noAutoPrefixReason(positions: number, prefillSeconds: (tokens: n
   if (promptCacheContext(P) > positions)
     return `a ${P}-token prefix with its suffix and generated tokens needs ${promptCacheContext(P)} positions, and the study's largest context holds ${positions}`;
   const s = prefillSeconds(P + PROMPT_CACHE_SUFFIX);
-  return `a ${P}-token prefix's cold prefill would take ${s.toFixed(1)} s at the measured prefill rate, over ${PREFILL_LIMIT_S} s`;
+  return `a ${P}-token prefix's cold prefill would take ${s.toFixed(1)} s at the measured prefill rate, over ${PROMPT_CACHE_LIMIT_S} s`;
 }
 
 /** How autoPrefixes chooses. */
-export const AUTO_PREFIXES_RULE = `${AUTO_FIRST_PREFIX} and its doublings within the study's largest context whose cold prefill the work model at the measured prefill rate puts under ${PREFILL_LIMIT_S} s`;
+export const AUTO_PREFIXES_RULE = `${AUTO_FIRST_PREFIX} and its doublings within the study's largest context whose cold prefill the work model at the measured prefill rate puts under ${PROMPT_CACHE_LIMIT_S} s`;
 
 export const PROMPT_CACHE_HOW = `a prompt of P prefix tokens and ${PROMPT_CACHE_SUFFIX} more, time to first token (the prompt's eager prefill until its token is known), median of ${PROMPT_CACHE_REPEATS}: cold prefills all of it; warm from memory copies the prefix's keys and values (kept on the host from an earlier request) into the cache and prefills the ${PROMPT_CACHE_SUFFIX}; warm from a file first reads the prefix file (from the OS page cache once written, into a host buffer reused across requests) and checks its config, storage types and weights hash (the weights hashed once, and the file's rows once after it is written, outside the timing); the ${PROMPT_CACHE_TOKENS} tokens after each must be the same`;
 
