@@ -1,9 +1,11 @@
 // bun run verify — the CUDA path's checks. On a GPU: every kernel against the CPU backend (twice, bit for bit),
-// the whole model against the fixtures and the CPU backend in both plans, the launch modes bit for bit, cache
-// exactness, graph memory. Without one: the nvcc build, its resource report and its SASS (loads in flight,
-// registers, local memory), and the same checks on the kernels' sources emulated on the CPU (each kernel in two
-// random schedules). Then the kernel model's predictions per kernel and per step (labelled as predictions).
-// Prints a table and ends with a pass/fail line; exit 1 on any failure.
+// every fixture of both families (GPT-2 and the Llama family) against its float64 reference in both plans and every
+// mode, and on GPT-2 small and SmolLM2-135M the launch modes bit for bit, the plans, cache exactness, graph memory
+// and the logits against the CPU backend's. Without one: the nvcc build, its resource report and its SASS (loads in
+// flight, registers, local memory), and the same checks on the kernels' sources emulated on the CPU (each kernel in
+// two random schedules; the step's properties on the tiny fixtures). Then the kernel model's predictions per kernel
+// and per step for GPT-2 small and Llama-3.2-1B (labelled as predictions). Prints a table and ends with a
+// pass/fail line; exit 1 on any failure.
 import chalk from "chalk";
 import { join } from "node:path";
 
@@ -14,7 +16,13 @@ import type { Backend } from "../backends/backend.ts";
 import { CpuBackend } from "../backends/cpu.ts";
 import { CudaBackend } from "../backends/cuda.ts";
 import { runCli, UserError } from "../errors.ts";
-import { PRESETS, loadModel, randomWeights } from "../model/gpt2.ts";
+import {
+  ALL_PRESETS,
+  largestContextOf,
+  loadAnyModel,
+  randomWeightsOf,
+  type ModelConfig,
+} from "../model/architectures.ts";
 import { cudaWithPtx, ensureBuilt, hasNvcc, hasPrebuilt, libraryPath, ROOT } from "../native/build.ts";
 import { emuSchedule } from "../native/emu-schedule.ts";
 import type { KernelFacts } from "../native/kernel-facts.ts";
@@ -37,6 +45,7 @@ import {
   type LayoutCase,
   type StepCase,
 } from "../report/prediction-tables.ts";
+import { createProgress } from "../report/progress.ts";
 import { renderTable } from "../report/tables.ts";
 import { freshSeed, SEED_MAX } from "../verify/arena.ts";
 import { KERNEL_CASES, runKernelCases } from "../verify/kernel-checks.ts";
@@ -130,58 +139,70 @@ function openDevice(choice: "auto" | "cuda" | "emu"): { device: CudaBackend; noG
 
 type Check = [name: string, run: () => CheckRow | CheckRow[]];
 
-function modelChecks(device: CudaBackend, cpu: Backend): Check[] {
-  const tiny = join(ROOT, "test/fixtures/gpt2-tiny");
-  const miniDir = findFixture([process.env.GPT2_MINI ?? "", join(ROOT, "../shared/fixtures/gpt2-mini")]);
-  const checks: Check[] = PLAN_KINDS.flatMap((plan): Check[] => [
-    ["gpt2-tiny", () => fixtureChecks(device, loadModel(tiny), readFixture(tiny), plan)],
-    [
-      "gpt2-mini",
-      () =>
-        miniDir
-          ? fixtureChecks(device, loadModel(miniDir), readFixture(miniDir), plan)
-          : skip("gpt2-mini", "fixture not found (set GPT2_MINI)"),
-    ],
-  ]);
-  if (device.kind === "cuda") {
-    const small = randomWeights(PRESETS.gpt2!, 0);
-    const prompt = Array.from({ length: 16 }, (_, i) => (i * 7919) % small.config.vocab_size);
-    return [
-      ...checks,
-      ["gpt2 vs CPU", () => againstCpu(device, cpu, small, prompt)],
-      ...PLAN_KINDS.map(
-        (plan): Check => ["launch modes", () => modesBitIdentical(device, small, prompt.slice(0, 8), 200, plan)],
-      ),
-      ["plans", () => plansAgree(device, small, prompt.slice(0, 8), 200)],
-      ["cache exactness", () => cachedEqualsUncached(device, small, prompt.slice(0, 8), 200)],
-      ["graph memory", () => graphMemoryStable(device, small, 1000)],
-    ];
-  }
-  // GPT-2 small through the emulator would take many minutes: the same checks on gpt2-tiny
-  const w = loadModel(tiny);
-  const prompt = readFixture(tiny).prompt;
-  const n = w.config.n_positions - prompt.length;
-  return [
-    ...checks,
-    [
-      "gpt2 vs CPU",
-      () =>
-        skip(
-          "gpt2 vs CPU",
-          "GPT-2 small runs on a GPU only (the emulator is too slow); gpt2-tiny and gpt2-mini above cover the model",
-        ),
-    ],
-    ...PLAN_KINDS.map((plan): Check => ["launch modes", () => modesBitIdentical(device, w, prompt, n, plan)]),
-    ["plans", () => plansAgree(device, w, prompt, n)],
-    ["cache exactness", () => cachedEqualsUncached(device, w, prompt, n)],
-    ["graph memory", () => graphMemoryStable(device, w, 50)],
-  ];
+/** The fixtures with float64 references the model checks read: in the tree, else beside it in ../shared/fixtures. */
+const FIXTURES = ["gpt2-tiny", "gpt2-mini", "llama-tiny", "qwen2-tiny", "qwen3-tiny", "llama-mini"] as const;
+
+/** Each fixture's logits and greedy tokens in both plans and every mode; skipped, with where it was looked for, when absent. */
+function fixtureRows(device: CudaBackend): Check[] {
+  return FIXTURES.flatMap((name) => {
+    const dir = findFixture([join(ROOT, "test/fixtures", name), join(ROOT, "../shared/fixtures", name)]);
+    return PLAN_KINDS.map(
+      (plan): Check => [
+        name,
+        () =>
+          dir
+            ? fixtureChecks(device, loadAnyModel(dir), readFixture(dir), plan)
+            : skip(name, "fixture not found in test/fixtures or ../shared/fixtures"),
+      ],
+    );
+  });
 }
 
-/** The kernel model's predictions for GPT-2 small's decode step, launch shapes captured on the device under test. */
-function printPredictions(device: CudaBackend, sass: SassFacts[] | null): void {
-  const config = PRESETS.gpt2!;
-  const context = config.n_positions - 1; // the last position a decode step can fill
+/** A check's rows named after the model they ran on, as one architecture's rows follow another's. */
+const on = (name: string, check: () => CheckRow | CheckRow[]) => () =>
+  [check()].flat().map((r) => ({ ...r, check: `${r.check}, ${name}` }));
+
+/**
+ * The step's properties on one model of each family: the launch modes bit for bit, the plans agreeing, the cache
+ * exact (and, on a GPU, the logits against the CPU backend's and the graph's memory across replays): GPT-2 small and
+ * SmolLM2-135M with seeded weights on a GPU; on the emulator, which would take many minutes over them, the tiny
+ * fixtures of each family.
+ */
+function stepChecks(device: CudaBackend, cpu: Backend): Check[] {
+  const gpu = device.kind === "cuda";
+  const models = gpu
+    ? [randomWeightsOf(ALL_PRESETS.gpt2!, 0), randomWeightsOf(ALL_PRESETS["smollm2-135m"]!, 0)]
+    : [loadAnyModel(join(ROOT, "test/fixtures/gpt2-tiny")), loadAnyModel(join(ROOT, "test/fixtures/llama-tiny"))];
+  return models.flatMap((w): Check[] => {
+    const name = w.config.name;
+    const vocab = w.config.vocab_size;
+    const prompt = Array.from({ length: 8 }, (_, i) => (i * 7919 + 1) % vocab);
+    // on a GPU 200 new tokens; on the emulator as many as the fixture's positions hold
+    const n = gpu ? 200 : w.config.n_positions - prompt.length;
+    const cpuCheck: Check = gpu
+      ? [`${name} vs CPU`, () => againstCpu(device, cpu, w, [...prompt, ...prompt])]
+      : [
+          `${name} vs CPU`,
+          () => skip(`${name} vs CPU`, "on a GPU only (the emulator is the CPU's twin): the fixtures above check it"),
+        ];
+    return [
+      cpuCheck,
+      ...PLAN_KINDS.map(
+        (plan): Check => ["launch modes", on(name, () => modesBitIdentical(device, w, prompt, n, plan))],
+      ),
+      ["plans", on(name, () => plansAgree(device, w, prompt, n))],
+      ["cache exactness", on(name, () => cachedEqualsUncached(device, w, prompt, n))],
+      ["graph memory", on(name, () => graphMemoryStable(device, w, gpu ? 1000 : 50))],
+    ];
+  });
+}
+
+/**
+ * The kernel model's predictions for a model's decode step (at its longest context, at most PREDICTED_CONTEXT), launch
+ * shapes captured on the device under test.
+ */
+function printPredictions(device: CudaBackend, sass: SassFacts[] | null, config: ModelConfig): void {
+  const context = Math.min(largestContextOf(config), PREDICTED_CONTEXT);
   const { kernels } = device;
   const predict = (form: StepForm, ctx: number, model: GpuModel) =>
     predictRange(
@@ -206,7 +227,7 @@ function printPredictions(device: CudaBackend, sass: SassFacts[] | null): void {
     ? "loads in flight and registers from the SASS"
     : "SASS not read here: the design's loads and 64 registers assumed";
   out(
-    `\nPREDICTED (kernel model, src/profile/kernel-model/; not measured) — GPT-2 small decode step, fused plan, context ${context}, ${GPU_MODELS.h200.name};`,
+    `\nPREDICTED (kernel model, src/profile/kernel-model/; not measured) — ${config.name} decode step, fused plan, context ${context}, ${GPU_MODELS.h200.name};`,
   );
   out(`launch shapes from ${device.deviceName}'s launchers, ${source}:`);
   out(kernelPredictionTable(predictDecodeStep(config, DEFAULT_STEP_FORM, context, GPU_MODELS.h200, kernels, sass)));
@@ -227,9 +248,12 @@ function printPredictions(device: CudaBackend, sass: SassFacts[] | null): void {
     `\nPREDICTED fused step by storage type and batch (${GPU_MODELS.h200.name}, context ${context}), ms at the working estimates (ranges):`,
   );
   out(layoutPredictionTable("h200", layouts));
-  out("\nThe model's parameters (leads, to be calibrated by the first GPU run):");
-  out(`${parameterTable()}\n`);
 }
+
+/** The models predicted: GPT-2 small (the seed's) and Llama-3.2-1B (the field's megakernel and graphs + PDL results). */
+const PREDICTED_MODELS = ["gpt2", "llama-3.2-1b"] as const;
+/** Llama-3.2-1B's 131,071 positions would make the cache the step: predicted where the field measures, 8k at most. */
+const PREDICTED_CONTEXT = 8191;
 
 await runCli(async () => {
   const argv = await parseFlags(
@@ -274,16 +298,24 @@ await runCli(async () => {
       return { check: `kernel ${k!.kernel}`, detail, error: k!.error, status: k!.ok ? "pass" : "fail" };
     },
   ]);
-  for (const [check, run] of [...kernels, ...modelChecks(device, cpu)]) {
+  const checks = [...kernels, ...fixtureRows(device), ...stepChecks(device, cpu)];
+  // on stderr: on the emulator the checks take many minutes
+  const progress = createProgress({ total: checks.length, label: "verify", startedAt: performance.timeOrigin });
+  for (const [i, [check, run]] of checks.entries()) {
+    progress.update(i, check);
     try {
       rows.push(...[run()].flat());
     } catch (e) {
       rows.push({ check, detail: `threw: ${(e as Error).message.split("\n")[0]}`, error: null, status: "fail" });
     }
   }
+  progress.update(checks.length);
+  progress.stop();
 
   schedule?.close();
-  printPredictions(device, sass.facts);
+  for (const name of PREDICTED_MODELS) printPredictions(device, sass.facts, ALL_PRESETS[name]!);
+  process.stdout.write("\nThe model's parameters (leads, to be calibrated by the first GPU run):\n");
+  process.stdout.write(`${parameterTable()}\n\n`);
 
   const status = (s: CheckRow["status"]) =>
     s === "pass" ? chalk.green("pass") : s === "fail" ? chalk.red.bold("FAIL") : chalk.yellow("skip");

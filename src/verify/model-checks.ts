@@ -6,7 +6,6 @@ import { join } from "node:path";
 
 import type { Backend } from "../backends/backend.ts";
 import type { ModelWeights } from "../model/architectures.ts";
-import type { GPT2Weights } from "../model/gpt2.ts";
 import { DEFAULT_STEP_FORM, PLAN_KINDS, type PlanKind } from "../plan.ts";
 import { generate } from "../run/generate.ts";
 import { availableModes, launchMode, type LaunchMode } from "../run/launch-modes.ts";
@@ -212,7 +211,7 @@ export function plansAgree(device: Backend, weights: ModelWeights, prompt: numbe
 }
 
 /** A captured graph replayed many times allocates nothing: free device memory is unchanged. */
-export function graphMemoryStable(device: Backend, weights: GPT2Weights, replays: number): CheckRow {
+export function graphMemoryStable(device: Backend, weights: ModelWeights, replays: number): CheckRow {
   if (!device.graphs)
     return { check: "graph memory", detail: "no graphs on this backend", error: null, status: "skip" };
   const s = new Session(device, weights);
