@@ -145,11 +145,11 @@ describe("config.json", () => {
     expect(cfg.n_positions).toBe(64);
     expectUserError(
       () => parseContexts("8,64", cfg),
-      /^--contexts: 64 is impossible for this model: .* the model has sliding_window 64, to which runs are held \(a cache that evicts past the window is not supported\): its largest context is 63$/,
+      /^--contexts: 64 is impossible for this model: .* the model has sliding_window 64, to which runs are held, as a cache that evicts past the window is not supported: its largest context is 63$/,
     );
     expectUserError(
       () => checkPositions([[1, 2, 3]], 62, cfg),
-      /^context overflow: prompt \(3 tokens\) \+ new tokens \(62\) = 65 exceeds the model's sliding_window 64, to which runs are held /,
+      /^context overflow: prompt \(3 tokens\) \+ new tokens \(62\) = 65 exceeds the model's sliding_window 64, to which runs are held, /,
     );
     // a window as long as the model's positions is full attention: the limit is max_position_embeddings
     const full = loadAnyModel(

@@ -110,7 +110,9 @@ function contextsFor(
   const max = largestContextOf(cfg);
   if (flag !== undefined) return parseContexts(flag, cfg);
   if (backend.studyDefaults.contexts.some((c) => c > max))
-    note(`note: contexts capped at ${max} (${positionsLimitOf(cfg)} minus the new token)`);
+    note(
+      `note: contexts capped at ${max}, as a step writes the position after its context: the model has ${positionsLimitOf(cfg)}`,
+    );
   return defaultSweep(backend.studyDefaults, cfg.n_positions);
 }
 

@@ -709,7 +709,7 @@ export const LLAMA_FAMILY: ModelFamily<LlamaConfig, LlamaWeights> = {
   positionsLimit: (cfg) =>
     cfg.sliding_window === undefined
       ? `max_position_embeddings ${cfg.n_positions}`
-      : `sliding_window ${cfg.sliding_window}, to which runs are held (a cache that evicts past the window is not supported)`,
+      : `sliding_window ${cfg.sliding_window}, to which runs are held, as a cache that evicts past the window is not supported`,
   kvHeads: (cfg) => cfg.n_kv_head,
   withKvHeads: (cfg, kvHeads) => ({ ...cfg, n_kv_head: kvHeads }),
   placedParameters: llamaParameters,
