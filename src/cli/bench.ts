@@ -135,7 +135,7 @@ function benchDecode(backend: CpuBackend, session: Session<ModelWeights>, contex
     const weights = floors.get(contexts[0]!)!.weights;
     const kind = weights >= read.knee_bytes ? "DRAM floor" : "cache floor";
     line(
-      `\ndecode — the cached step ÷ its memory floor (goal ≤ 1.3), ${cfg.name}: ${(weights / 1e6).toFixed(0)} MB of weights`,
+      `\ndecode — the cached step ÷ its memory floor (goal ≤ 1.3), ${cfg.name}: ${formatBytes(weights)} of weights`,
     );
     line(`${read.how_measured}${beside}`);
     line(
