@@ -410,6 +410,10 @@ describe("generate --save-prefix / --prefix: prompt caching", () => {
     expect(said.stderr).toContain(
       "9 of the prompt's 10 tokens' keys and values restored (18432 of the 20480 bytes of rows the file keeps); read and checked once in",
     );
+    // the time to first token with the file's read beside it, the figure profile's warm start from a file gives
+    expect(said.stderr).toMatch(
+      /outside the time to first token \([\d.]+ ms with it, as profile's warm start from a file counts the read\)$/m,
+    );
   });
 
   test("two sequences: each one's restored rows said, and a prompt that does not begin with the prefix named", () => {

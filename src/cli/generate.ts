@@ -292,7 +292,10 @@ await runCli(async () => {
         return `${rows} of ${whose} ${tokensOf(prompts[b]!.length)} keys and values restored (${restoredBytesText(prefixRead.kept, rows)})`;
       });
       say(
-        `prefix ${argv.prefix}: ${restored.join("; ")}; read and checked once in ${prefixRead.ms.toFixed(1)} ms, outside the time to first token`,
+        `prefix ${argv.prefix}: ${restored.join("; ")}; read and checked once in ${prefixRead.ms.toFixed(1)} ms, outside the time to first token` +
+          (summary.ttft_ms === null
+            ? ""
+            : ` (${(summary.ttft_ms + prefixRead.ms).toFixed(3)} ms with it, as profile's warm start from a file counts the read)`),
       );
     }
     if (saved)
