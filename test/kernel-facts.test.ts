@@ -46,7 +46,7 @@ describe("the kernels' facts", () => {
     const form: StepForm = { plan: "fused", batch, weights: dtype, kv: dtype };
     const ops = planShape(gpt2, 1, form);
     const shapes = emu.launchShapes(encodePlan(ops));
-    const shape = (label: string) => shapes[ops.findIndex((op) => op.label === label)]!;
+    const shape = (label: string) => shapes[ops.findIndex((op) => op.label === label)]![0]!;
     const C = gpt2.n_embd;
     // a matvec block: one column tile (tileBytes of a row) of one split of C
     const qkv = shape("h0.attn.ln_qkv");
@@ -72,7 +72,7 @@ describe("the kernels' facts", () => {
       const cfg = withKvHeads({ ...llama, n_positions: positions }, kvHeads);
       const ops = planShapeOf({ ...cfg, n_head: heads }, 1, { plan: "fused", batch, weights: "bf16", kv: "bf16" });
       const at = ops.findIndex((op) => op.family === "attention");
-      return emu.launchShapes(encodePlan(ops))[at]!.grid;
+      return emu.launchShapes(encodePlan(ops))[at]![0]!.grid;
     };
     const filling = (blocksPerSplit: number) =>
       Math.min(

@@ -241,7 +241,9 @@ describe("inputs read from the code", () => {
     expect(by("h0.mlp.c_proj").blocks).toBe((768 / 32) * (3072 / 256));
     // attention launches 1024 / 64 splits a head; at context 100 the two that hold its 101 keys work, and the merge
     // reads their partials in one batch
-    expect(shapesOf(ops)[ops.findIndex((op) => op.label === "h0.attn.attend")]!.grid).toEqual([1024 / 64, 12, 1]);
+    expect(shapesOf(ops)[ops.findIndex((op) => op.label === "h0.attn.attend")]!).toEqual([
+      { grid: [1024 / 64, 12, 1], block: expect.any(Array) },
+    ]);
     expect(by("h0.attn.attend").blocks).toBe(2 * 12);
     expect(by("h0.attn.attend").chainL2Trips).toBe(facts.chainL2Trips.attention + 1);
     const at1000 = kernelInputs(ops, 1000, shapesOf(ops), facts, null).find((k) => k.label === "h0.attn.attend")!;
@@ -358,6 +360,27 @@ test("Qwen3's q/k norms add the head's arrival to its q/k/v matvec's chain; a Ll
   expect(qkvChain("qwen3-0.6b")).toBe(merge + facts.matvec.headNormL2Trips);
   expect(qkvChain("llama-3.2-1b")).toBe(merge);
   expect(qkvChain("qwen3-0.6b", { ...facts, matvec: { ...facts.matvec, headNormL2Trips: 11 } })).toBe(merge + 11);
+});
+
+test("an op the library launches more than once (Llama-3.2-1B's LM head at batch 8) is as many kernels, each reading the weights", () => {
+  const llama = ALL_PRESETS["llama-3.2-1b"]!;
+  const form = { plan: "fused", batch: 8, weights: "f32", kv: "f32" } as const;
+  const ops = planShapeOf(llama, 1, form);
+  const shapes = shapesOf(ops);
+  // every op once, the LM head twice: 2048 floats × 8 rows do not fit its shared memory in one launch
+  const head = ops.findIndex((op) => op.family === "rms_lm_head_argmax");
+  expect(shapes.map((s) => s.length)).toEqual(ops.map((_, i) => (i === head ? 2 : 1)));
+  const inputs = kernelInputs(ops, 100, shapes, facts, null);
+  expect(inputs).toHaveLength(ops.length + 1);
+  const work = ops[head]!.work(100);
+  const heads = inputs.filter((k) => k.family === "rms_lm_head_argmax");
+  expect(heads.map((k) => k.label)).toEqual([ops[head]!.label, `${ops[head]!.label} (launch 2)`]);
+  for (const k of heads) {
+    expect(k.bytes).toBeCloseTo(work.weight_bytes + (work.bytes - work.weight_bytes) / 2, 3);
+    expect(k.flops).toBeCloseTo(work.flops / 2, 3);
+  }
+  // and the step predicts: it threw "launch shapes: 83 launches for 82 ops"
+  expect(predictDecodeStep(llama, form, 8191, h200, emu.kernels, null).modes.graph!).toBeGreaterThan(0);
 });
 
 test("predictStep sums what predictKernel gives", () => {

@@ -55,11 +55,12 @@ export interface LaunchShape {
 }
 
 /**
- * A backend whose ops are GPU kernels: each op's launch shape (captured from the launchers, not run), the library
- * holding them, and the kernels' facts it exports (their geometry and dependent chains).
+ * A backend whose ops are GPU kernels: each op's launch shapes (captured from the launchers, not run; most ops one,
+ * the LM head one per group of rows its shared memory holds), the library holding them, and the kernels' facts it
+ * exports (their geometry and dependent chains).
  */
 export interface KernelLaunches {
-  launchShapes(plan: EncodedPlan): LaunchShape[];
+  launchShapes(plan: EncodedPlan): LaunchShape[][];
   readonly libraryPath: string;
   readonly facts: KernelFacts;
 }

@@ -17,7 +17,8 @@ import {
   type KernelFactsSymbol,
   type PersistentStepBuild,
 } from "../native/kernel-facts.ts";
-import type { EncodedPlan } from "../plan.ts";
+import { MAX_BATCH } from "../ops.ts";
+import { encodePlan, type EncodedPlan } from "../plan.ts";
 import type { GridBarrierMeasurement } from "./cuda-instrument.ts";
 import {
   HOST_STUDY_DEFAULTS,
@@ -228,17 +229,27 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
   }
 
   /**
-   * The grid and block of each kernel a plan launches, in order, read by capturing the plan without running it:
-   * the plan's pointers may be anything (planShape's placeholders).
+   * The grid and block of each kernel each op of a plan launches, in order, read by capturing the plan without
+   * running it: the plan's pointers may be anything (planShape's placeholders). Where some op launches more than
+   * one kernel, each op is captured alone to tell whose launches are whose.
    */
-  launchShapes(plan: EncodedPlan): LaunchShape[] {
+  launchShapes(plan: EncodedPlan): LaunchShape[][] {
+    const all = this.capturedShapes(plan);
+    if (all.length === plan.ops.length) return all.map((shape) => [shape]);
+    return plan.ops.map((op) => this.capturedShapes(encodePlan([op])));
+  }
+
+  /** Every kernel launch of a plan's capture, in order. */
+  private capturedShapes(plan: EncodedPlan): LaunchShape[] {
     const native = this.recordPlan(plan);
     try {
       const ints = CU_LAUNCH_SHAPE.bytes / 4;
-      const out = new Int32Array(plan.ops.length * ints);
-      const n = this.cu.cu_plan_launch_shapes(native.handle, out, plan.ops.length);
+      // the LM head launches once per MAX_BATCH rows at most; every other op once
+      const most = plan.ops.length * MAX_BATCH;
+      const out = new Int32Array(most * ints);
+      const n = this.cu.cu_plan_launch_shapes(native.handle, out, most);
       if (n < 0) this.check(-n, "launch shapes");
-      if (n !== plan.ops.length) throw new Error(`launch shapes: ${n} launches for ${plan.ops.length} ops`);
+      if (n > most) throw new Error(`launch shapes: ${n} launches for ${plan.ops.length} ops`);
       const { grid, block } = CU_LAUNCH_SHAPE.fields;
       return Array.from({ length: n }, (_, i) => {
         const at = (offset: number, k: number) => out[i * ints + offset / 4 + k]!;

@@ -14,7 +14,7 @@ import {
   wideAttentionKernel,
 } from "../../native/kernel-names.ts";
 import { disassemble, findCuobjdump } from "../../native/sass.ts";
-import { DTYPE_BYTES, dtypeOf, kernelFamily, MAX_BATCH, namedArgs } from "../../ops.ts";
+import { DTYPE_BYTES, dtypeOf, kernelFamily, MAX_BATCH, namedArgs, type Work } from "../../ops.ts";
 import { encodePlan, type PlanOp, type StepForm } from "../../plan.ts";
 import { planShapeOf, stepArchOf } from "../../plans.ts";
 import { modeForm, persistentStepRuns } from "../../run/launch-modes.ts";
@@ -169,37 +169,66 @@ export function factsFor(op: PlanOp, sass: readonly SassFacts[], facts: KernelFa
 /** Registers assumed for a kernel whose SASS was not read. */
 const UNREAD_REGISTERS = 64;
 
-/** The model's view of each kernel of a decode step at `context`, launched as `shapes` says, built as `facts` says. */
+/**
+ * The model's view of each kernel of a decode step at `context`, launched as `shapes` says (each op's launches),
+ * built as `facts` says. An op of several launches (the LM head, a group of rows each) is as many kernels, each
+ * reading the op's weights and its share of the rest.
+ */
 export function kernelInputs(
   ops: readonly PlanOp[],
   context: number,
-  shapes: readonly LaunchShape[],
+  shapes: readonly (readonly LaunchShape[])[],
   facts: KernelFacts,
   sass: readonly SassFacts[] | null,
 ): KernelInput[] {
-  if (shapes.length !== ops.length) throw new Error(`${shapes.length} launch shapes for ${ops.length} ops`);
-  return ops.map((op, i) => {
-    const { grid, block } = shapes[i]!;
-    const { blocks, chainL2Trips } = workingGrid(op, context, grid, facts);
-    const work = op.work(context);
-    const read = sass ? factsFor(op, sass, facts) : undefined;
-    const active = activeLoads(op, facts);
-    return {
-      label: op.label,
-      family: op.family,
-      bytes: work.bytes,
-      flops: work.flops,
-      blocks,
-      threads: block[0] * block[1] * block[2],
-      registers: read?.registers ?? UNREAD_REGISTERS,
-      loadsInFlight: Math.min(active, read?.wideLoadsInFlight ?? active),
-      prefetches: (read?.wideLoadsBeforeWait ?? 0) > 0,
-      lookAheadBytes: lookAheadBytes(op, context, facts),
-      fmaShare: read?.fmaShare ?? 1,
-      chainL2Trips: chainL2Trips + headNormTrips(op, facts),
-      loadBytes: facts.accessBytes,
-    };
-  });
+  if (shapes.length !== ops.length) throw new Error(`${shapes.length} ops' launch shapes for ${ops.length} ops`);
+  return ops.flatMap((op, i) =>
+    shapes[i]!.map(({ grid, block }, k, launches) =>
+      kernelInput(op, context, grid, block, shareOf(op.work(context), launches.length), k, facts, sass),
+    ),
+  );
+}
+
+/** One of `launches` launches of an op: the op's weights, and its share of the other bytes and of the FLOPs. */
+function shareOf(work: Work, launches: number): Work {
+  if (launches === 1) return work;
+  const rest = (work.bytes - work.weight_bytes) / launches;
+  return {
+    flops: work.flops / launches,
+    bytes: work.weight_bytes + rest,
+    weight_bytes: work.weight_bytes,
+    kv_bytes: work.kv_bytes / launches,
+  };
+}
+
+function kernelInput(
+  op: PlanOp,
+  context: number,
+  grid: LaunchShape["grid"],
+  block: LaunchShape["block"],
+  work: Work,
+  launch: number,
+  facts: KernelFacts,
+  sass: readonly SassFacts[] | null,
+): KernelInput {
+  const { blocks, chainL2Trips } = workingGrid(op, context, grid, facts);
+  const read = sass ? factsFor(op, sass, facts) : undefined;
+  const active = activeLoads(op, facts);
+  return {
+    label: launch === 0 ? op.label : `${op.label} (launch ${launch + 1})`,
+    family: op.family,
+    bytes: work.bytes,
+    flops: work.flops,
+    blocks,
+    threads: block[0] * block[1] * block[2],
+    registers: read?.registers ?? UNREAD_REGISTERS,
+    loadsInFlight: Math.min(active, read?.wideLoadsInFlight ?? active),
+    prefetches: (read?.wideLoadsBeforeWait ?? 0) > 0,
+    lookAheadBytes: lookAheadBytes(op, context, facts),
+    fmaShare: read?.fmaShare ?? 1,
+    chainL2Trips: chainL2Trips + headNormTrips(op, facts),
+    loadBytes: facts.accessBytes,
+  };
 }
 
 /** A decode step's kernels as the model reads them: the plan, its launch shapes and kernel facts from the library, and the SASS facts. */
