@@ -102,6 +102,9 @@ describe("bench cpu sections", () => {
     );
     expect(r.code).toBe(0);
     expect(r.stdout).toContain("decode — the cached step ÷ its memory floor (goal ≤ 1.3), gpt2-tiny");
+    // the weights as the table's MB column gives them, one decimal (it read "2 MB" over a table of 2.2)
+    const weightsMb = /gpt2-tiny: (\d+\.\d) MB of weights$/m.exec(r.stdout)?.[1];
+    expect(r.stdout.split("\n").find((line) => line.trimStart().startsWith("4 "))).toContain(` ${weightsMb} `);
     expect(r.stdout).toMatch(
       /^cache floor, not a DRAM floor: the weights \([\d.]+ [kM]B\) are below the sweep's knee/m,
     );

@@ -134,8 +134,9 @@ function benchDecode(backend: CpuBackend, session: Session<ModelWeights>, contex
             .push(timeCachedSteps(session, c, perRound, m, () => tracker?.pass(bytesAt(c)) ?? null));
     const weights = floors.get(contexts[0]!)!.weights;
     const kind = weights >= read.knee_bytes ? "DRAM floor" : "cache floor";
+    // MB as the table's weights column gives them
     line(
-      `\ndecode — the cached step ÷ its memory floor (goal ≤ 1.3), ${cfg.name}: ${formatBytes(weights)} of weights`,
+      `\ndecode — the cached step ÷ its memory floor (goal ≤ 1.3), ${cfg.name}: ${(weights / 1e6).toFixed(1)} MB of weights`,
     );
     line(`${read.how_measured}${beside}`);
     line(
