@@ -1,5 +1,8 @@
 import { describe, expect, test } from "bun:test";
 import type { HostInterval, OpInterval } from "../src/backends/instrument.ts";
+import { ALL_PRESETS } from "../src/model/architectures.ts";
+import { DEFAULT_STEP_FORM } from "../src/plan.ts";
+import { weightReadingFamilies } from "../src/profile/summary.ts";
 import type { KernelRegime, SeedRow, StepTrace } from "../src/profile/types.ts";
 import {
   aggregateOps,
@@ -397,6 +400,25 @@ describe("attentionBandwidthVerdict", () => {
         "that read the weights in eager (0.72–0.82×), and 48.2 GB/s against 58.3 GB/s in eager-native (0.83×) " +
         "(each op's bytes by the work model over its traced time).",
     ]);
+  });
+
+  test("the ops that read the weights: the matvecs of either plan, not a norm, the rotary table or the embedding", () => {
+    const llama = ALL_PRESETS["llama-3.2-1b"]!;
+    const families = (plan: "fused" | "unfused") =>
+      [...weightReadingFamilies(llama, { ...DEFAULT_STEP_FORM, plan })].sort();
+    expect(families("fused")).toEqual(["linear_residual", "rms_gate_up", "rms_lm_head_argmax", "rms_qkv_rope"]);
+    expect(families("unfused")).toEqual(["linear", "lm_head"]);
+  });
+
+  test("the first mode with matvecs to compare names them, whichever mode comes first", () => {
+    const regimes = [
+      regime("attention", "eager", 8191, 40),
+      regime("attention", "eager-native", 8191, 48.2),
+      regime("linear_residual", "eager-native", 8191, 58.3),
+    ];
+    expect(attentionBandwidthVerdict(regimes, matvecs)[0]).toContain(
+      "read 48.2 GB/s against 58.3 GB/s for the ops that read the weights in eager-native (0.83×)",
+    );
   });
 
   test("nothing where no cached step's attention was traced", () => {

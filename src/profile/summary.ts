@@ -111,11 +111,14 @@ function regimesOf(
   });
 }
 
-/** The op families of the cached step that read weights: its matvecs, fused with whatever else. */
-const weightReadingFamilies = (cfg: ModelConfig, form: StepForm) =>
+/**
+ * The op families of the cached step whose bytes are mostly weights: its matvecs, fused with whatever else (not a
+ * norm's vector, the rotary table or the embedding's row, which are a part of their op's bytes at most).
+ */
+export const weightReadingFamilies = (cfg: ModelConfig, form: StepForm) =>
   new Set(
     cachedStepWork(cfg, 1, form)
-      .filter((o) => o.weight_bytes > 0 && o.family !== "embed")
+      .filter((o) => o.weight_bytes > o.bytes / 2)
       .map((o) => o.family),
   );
 

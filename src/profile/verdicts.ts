@@ -230,21 +230,23 @@ export function attentionBandwidthVerdict(
   if (attention.length === 0) return [];
   const context = Math.max(...attention.map((r) => r.context));
   const gbs = (x: number) => `${(x / 1e9).toFixed(1)} GB/s`;
+  const range = (f: (x: number) => string, a: number, b: number) => (f(a) === f(b) ? f(a) : `${f(a)}–${f(b)}`);
   const clauses = attention
     .filter((a) => a.context === context)
-    .flatMap((a, i) => {
+    .flatMap((a) => {
       const matvecs = regimes
         .filter((r) => r.mode === a.mode && r.context === context && weightFamilies.has(r.family))
         .map((r) => r.bytes_per_s);
       if (matvecs.length === 0) return [];
       const [lo, hi] = [Math.min(...matvecs), Math.max(...matvecs)];
-      const range = (f: (x: number) => string, a: number, b: number) => (f(a) === f(b) ? f(a) : `${f(a)}–${f(b)}`);
-      const against = i === 0 ? " for the ops that read the weights" : "";
-      return [
-        `${gbs(a.bytes_per_s)} against ${range((x) => (x / 1e9).toFixed(1), lo, hi)} GB/s${against} in ${a.mode} ` +
-          `(${range((x) => x.toFixed(2), a.bytes_per_s / hi, a.bytes_per_s / lo)}×)`,
-      ];
-    });
+      return [{ a, lo, hi }];
+    })
+    .map(
+      ({ a, lo, hi }, i) =>
+        `${gbs(a.bytes_per_s)} against ${range((x) => (x / 1e9).toFixed(1), lo, hi)} GB/s` +
+        `${i === 0 ? " for the ops that read the weights" : ""} in ${a.mode} ` +
+        `(${range((x) => x.toFixed(2), a.bytes_per_s / hi, a.bytes_per_s / lo)}×)`,
+    );
   if (clauses.length === 0) return [];
   return [
     `At context ${context}, in the same traced steps, the decode attention read ${clauses.join(", and ")} ` +
