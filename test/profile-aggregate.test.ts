@@ -248,10 +248,10 @@ describe("splitVerdicts", () => {
     const native = { ...mode("eager-native", split(4.0, 3.9)), untraced_ms: 4.0, paired_over_floor: 1.03 };
     const { sentences, conclusion } = splitVerdicts([eager, native]);
     expect(sentences[1]!.sentence).toContain(
-      "; it takes the same time per token as eager (within 5%, at eager's memory read rate: 4.00 ms as timed)",
+      "; it takes the same time per token as eager (within 5%, at eager's memory read rate; 4.00 ms as timed)",
     );
     expect(conclusion).toContain(
-      "natively in one call takes 5.15 ms against 5.00 ms from TypeScript, at eager's memory read rate: 4.00 ms as timed",
+      "natively in one call takes 5.15 ms against 5.00 ms from TypeScript, at eager's memory read rate; 4.00 ms as timed",
     );
   });
 

@@ -41,10 +41,11 @@ const idleShare = (s: SplitNumbers) => (s.step_ms > 0 ? s.idle_ms / s.step_ms : 
  */
 function atEagersRate(m: ModeSplit, eager: ModeSplit): { ms: number; rate: string } {
   const paired = m.paired_over_floor !== null && eager.paired_over_floor !== null;
+  const atRate = atReferenceRate(eager.untraced_ms, eager.paired_over_floor, m.untraced_ms, m.paired_over_floor);
   return {
-    ms: atReferenceRate(eager.untraced_ms, eager.paired_over_floor, m.untraced_ms, m.paired_over_floor),
-    // the table's figure beside it, so the two can be told apart
-    rate: paired ? `, at eager's memory read rate: ${ms(m.untraced_ms)} as timed` : "",
+    ms: atRate,
+    // the table's figure after the one at that rate, so the two can be told apart
+    rate: paired ? `, at eager's memory read rate; ${ms(m.untraced_ms)} as timed` : "",
   };
 }
 
