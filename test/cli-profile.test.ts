@@ -551,6 +551,11 @@ describe("bad flags: one line, exit ≠ 0", () => {
       /^error: --fill "sometimes" is not one of: prefill, synthetic, auto$/,
     ],
     [
+      "two unknown choices, each said",
+      ["--model", FIXTURE, "--backend", "tpu", "--fill", "sometimes"],
+      /^error: --backend "tpu" is not one of: auto, cpu, cuda, emu; --fill "sometimes" is not one of: prefill, synthetic, auto$/,
+    ],
+    [
       "--out naming a file",
       ["--model", FIXTURE, "--backend", "cpu", "--out", join(FIXTURE, "config.json")],
       /is a file, not a directory/,

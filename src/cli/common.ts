@@ -130,13 +130,25 @@ export function failOnBadFlags(msg: string | null, err: Error | undefined, posit
   throw new UserError(badChoice(line, positionals) ?? line);
 }
 
-/** yargs' `Invalid values: Argument: fill, Given: "x", Choices: "a", "b"` as `--fill "x" is not one of: a, b`. */
+/**
+ * yargs' `Invalid values: Argument: fill, Given: "x", Choices: "a", "b"` as `--fill "x" is not one of: a, b`, each
+ * flag's where several are bad (joined by "; "); null for any other message.
+ */
 function badChoice(line: string, positionals: readonly string[]): string | null {
-  const m = /^Invalid values: Argument: ([\w-]+), Given: (.*), Choices: (.*)$/.exec(line);
-  if (!m) return null;
-  const [, name, given, choices] = m as unknown as [string, string, string, string];
-  const flag = positionals.includes(name) ? name : `--${kebab(name)}`;
-  return `${flag} ${given} is not one of: ${choices.replace(/"/g, "")}`;
+  if (!line.startsWith("Invalid values: Argument: ")) return null;
+  const parts = line
+    .slice("Invalid values: ".length)
+    .split(/\s*Argument: /)
+    .filter(Boolean)
+    .map((part) => /^([\w-]+), Given: (.*), Choices: (.*)$/.exec(part));
+  if (parts.some((m) => m === null)) return null;
+  return parts
+    .map((m) => {
+      const [, name, given, choices] = m as unknown as [string, string, string, string];
+      const flag = positionals.includes(name) ? name : `--${kebab(name)}`;
+      return `${flag} ${given} is not one of: ${choices.replace(/"/g, "")}`;
+    })
+    .join("; ");
 }
 
 /** yargs' option lists as .check() receives them (the names as declared). */
