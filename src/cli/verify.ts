@@ -146,21 +146,18 @@ const FIXTURES = ["gpt2-tiny", "gpt2-mini", "llama-tiny", "qwen2-tiny", "qwen3-t
 function fixtureRows(device: CudaBackend): Check[] {
   return FIXTURES.flatMap((name) => {
     const dir = findFixture([join(ROOT, "test/fixtures", name), join(ROOT, "../shared/fixtures", name)]);
+    if (!dir) return [[name, () => skip(name, "fixture not found in test/fixtures or ../shared/fixtures")] as Check];
     return PLAN_KINDS.map(
-      (plan): Check => [
-        name,
-        () =>
-          dir
-            ? fixtureChecks(device, loadAnyModel(dir), readFixture(dir), plan)
-            : skip(name, "fixture not found in test/fixtures or ../shared/fixtures"),
-      ],
+      (plan): Check => [`${name}, ${plan}`, () => fixtureChecks(device, loadAnyModel(dir), readFixture(dir), plan)],
     );
   });
 }
 
-/** A check's rows named after the model they ran on, as one architecture's rows follow another's. */
-const on = (name: string, check: () => CheckRow | CheckRow[]) => () =>
-  [check()].flat().map((r) => ({ ...r, check: `${r.check}, ${name}` }));
+/** A check named after the model it runs on (its rows, and its FAIL row if it throws): one family's follow another's. */
+const on = (name: string, check: string, run: () => CheckRow | CheckRow[]): Check => [
+  `${check}, ${name}`,
+  () => [run()].flat().map((r) => ({ ...r, check: `${r.check}, ${name}` })),
+];
 
 /**
  * The step's properties on one model of each family: the launch modes bit for bit, the plans agreeing, the cache
@@ -187,12 +184,12 @@ function stepChecks(device: CudaBackend, cpu: Backend): Check[] {
         ];
     return [
       cpuCheck,
-      ...PLAN_KINDS.map(
-        (plan): Check => ["launch modes", on(name, () => modesBitIdentical(device, w, prompt, n, plan))],
+      ...PLAN_KINDS.map((plan) =>
+        on(name, `launch modes, ${plan}`, () => modesBitIdentical(device, w, prompt, n, plan)),
       ),
-      ["plans", on(name, () => plansAgree(device, w, prompt, n))],
-      ["cache exactness", on(name, () => cachedEqualsUncached(device, w, prompt, n))],
-      ["graph memory", on(name, () => graphMemoryStable(device, w, gpu ? 1000 : 50))],
+      on(name, "plans", () => plansAgree(device, w, prompt, n)),
+      on(name, "cache exactness", () => cachedEqualsUncached(device, w, prompt, n)),
+      on(name, "graph memory", () => graphMemoryStable(device, w, gpu ? 1000 : 50)),
     ];
   });
 }
@@ -252,7 +249,7 @@ function printPredictions(device: CudaBackend, sass: SassFacts[] | null, config:
 
 /** The models predicted: GPT-2 small (the seed's) and Llama-3.2-1B (the field's megakernel and graphs + PDL results). */
 const PREDICTED_MODELS = ["gpt2", "llama-3.2-1b"] as const;
-/** Llama-3.2-1B's 131,071 positions would make the cache the step: predicted where the field measures, 8k at most. */
+/** Llama-3.2-1B's 131,072 positions would make the cache the step: predicted where the field measures, 8k at most. */
 const PREDICTED_CONTEXT = 8191;
 
 await runCli(async () => {
@@ -313,7 +310,15 @@ await runCli(async () => {
   progress.stop();
 
   schedule?.close();
-  for (const name of PREDICTED_MODELS) printPredictions(device, sass.facts, ALL_PRESETS[name]!);
+  // a model whose predictions throw is a FAIL row, and the table still comes
+  for (const name of PREDICTED_MODELS) {
+    try {
+      printPredictions(device, sass.facts, ALL_PRESETS[name]!);
+    } catch (e) {
+      const detail = `threw: ${(e as Error).message.split("\n")[0]}`;
+      rows.push({ check: `predictions, ${name}`, detail, error: null, status: "fail" });
+    }
+  }
   process.stdout.write("\nThe model's parameters (leads, to be calibrated by the first GPU run):\n");
   process.stdout.write(`${parameterTable()}\n\n`);
 
