@@ -24,6 +24,7 @@ import {
   headDimOf,
   kvColumns,
   kvHeadsOf,
+  largestContextOf,
   type ModelConfig,
   type ModelWeights,
 } from "../model/architectures.ts";
@@ -53,7 +54,7 @@ const DEFAULT_CONTEXTS = [8, 128, 512, 1000];
 const DEFAULT_CONTEND_THREADS = 2;
 const CONTEND_CONTEXT = 128;
 /** The contention section's context, within the model's positions. */
-const contendContext = (cfg: ModelConfig) => Math.min(CONTEND_CONTEXT, cfg.n_positions - 1);
+const contendContext = (cfg: ModelConfig) => Math.min(CONTEND_CONTEXT, largestContextOf(cfg));
 const CONTEND_ROUNDS = 4;
 const PREFILL_ROWS = [128, 1000];
 /** The prefill table's first column: "1000×1536→576 (gate_up_proj)" and the like. */

@@ -4,6 +4,7 @@
 // reaches it (the step has grown by its weights' time).
 import type { InterventionConfig, InterventionPoint, KvHeadsSection } from "./types.ts";
 import { pct } from "./verdicts.ts";
+import { pastModel } from "../words.ts";
 
 /** The configuration of a point without its K/V heads: storage types and batch. */
 const storageKey = (p: Omit<InterventionConfig, "kv_heads">) => `${p.dtype}/${p.kv_dtype}/${p.batch}`;
@@ -167,9 +168,7 @@ function kvHeadsVerdict(
             `${heads(c.kv_heads)} at ${tokens(c.formula_context)} tokens by the bytes` +
             (c.measured_context !== null
               ? ` (${tokens(c.measured_context)} measured)`
-              : c.formula_context > largestContext
-                ? ` (past the model's ${largestContext.toLocaleString("en-US")}-token context)`
-                : " (not measured in the run)"),
+              : pastModel(c.formula_context, largestContext) || " (not measured in the run)"),
         )
         .join(", "),
   );

@@ -1,6 +1,7 @@
 // report.md: the question, the verdicts and the evidence, with links to the other outputs.
 import type { ProfileSummary } from "../profile/types.ts";
 import { largestContextOf } from "../model/architectures.ts";
+import { pastModel } from "../words.ts";
 import { OPTIONAL_FILES, OUTPUT_FILES } from "./output-files.ts";
 import {
   breakdownPoints,
@@ -81,12 +82,6 @@ function escapedTexts(s: ProfileSummary): ProfileSummary {
 }
 
 /** report.md: the question, the verdicts and the evidence, with links to the other outputs. */
-/** A context past the model's own longest, said where a formula reaches it. */
-const pastModel = (s: ProfileSummary, context: number) =>
-  context > largestContextOf(s.model.config)
-    ? ` (past the model's ${largestContextOf(s.model.config).toLocaleString("en-US")}-token context)`
-    : "";
-
 export function renderReport(summary: ProfileSummary): string {
   const s = escapedTexts(summary);
   const f = { ...OUTPUT_FILES, ...OPTIONAL_FILES };
@@ -224,7 +219,7 @@ export function renderReport(summary: ProfileSummary): string {
       s.memory.crossover
         .map(
           (c) =>
-            `- batch ${c.batch}: the KV cache held outgrows the weights held (their allocation, not the bytes a step reads) at ${c.context.toLocaleString("en-US")} tokens of context${pastModel(s, c.context)}`,
+            `- batch ${c.batch}: the KV cache held outgrows the weights held (their allocation, not the bytes a step reads) at ${c.context.toLocaleString("en-US")} tokens of context${pastModel(c.context, largestContextOf(s.model.config))}`,
         )
         .join("\n"),
       memoryFitSentence(s),
