@@ -49,7 +49,7 @@ generate graph-pdl    |  3 |  20 | as generate graph
 generate persistent   |  3 |  20 | as generate eager
 generate uncached     |  3 |  20 | as generate eager (3 s on the emulator here)
 bit-identity          |  1 |  10 | measured here: one Bun start reading generate.log, under 1 s
-verify                | 40 | 150 | guess: the SASS checks, every kernel against its CPU twin, six fixtures of both families in both plans and every mode, GPT-2 small and SmolLM2-135M against the CPU and in every mode (~10 s of it: seeded weights, 200 tokens per mode)
+verify                | 40 | 150 | guess: the SASS checks, every kernel against its CPU twin, the fixtures of both families in the tree (gpt2-tiny, llama-tiny, qwen3-tiny; the shared ones are not on the device) in both plans and every mode, GPT-2 small and SmolLM2-135M against the CPU and in every mode (~10 s of it: seeded weights, 200 tokens per mode)
 profile llama         | 50 | 120 | guess: seeded weights for 1.24B parameters ~7.5 s (124M took 0.75 s here) and their bf16 rounding, 2.5 GB uploaded, the CUDA context a few s, ~1500 timed and traced steps of 0.6-1 ms, a 1024-token prefill, the synthetic fill of 8192 positions, the uncached baseline at 8 and 1024, time to first token cold and warm at 1024 and 8192 (prefills of 8 k tokens, a 268 MB prefix file written and read)
 profile unfused       | 20 |  60 | guess: the fused profile without the interventions
 profile peers         | 30 |  90 | guess: python3 importing torch and transformers ~10 s, GPT-2 small written as a checkpoint ~2 s, the seed, static, graph and Hugging Face variants beside graph mode

@@ -56,6 +56,14 @@ describe("measuredCrossover", () => {
         [8192, 3.9],
       ]),
     ).toBeNull();
+    // exactly at the shortest context: measured there
+    expect(
+      measuredCrossover([
+        [100, 2],
+        [200, 3],
+        [400, 5],
+      ]),
+    ).toBe(100);
     // at the shortest context exactly short of it, the crossing is between the first two measured
     expect(measuredCrossover(line(10, 0.01, [999, 2000]))).toBeCloseTo(1000, 9);
   });

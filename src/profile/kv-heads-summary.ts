@@ -131,7 +131,7 @@ export function measuredCrossover(steps: readonly (readonly [number, number])[])
   const target = 2 * atZero;
   const line: (readonly [number, number])[] = [[0, atZero], ...steps];
   // before the shortest context the crossing would be the extrapolation's, not a measurement's
-  if (t1 >= target) return null;
+  if (t1 > target) return null;
   for (let i = 2; i < line.length; i++) {
     const [ca, ta] = line[i - 1]!;
     const [cb, tb] = line[i]!;
