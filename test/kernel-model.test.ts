@@ -6,7 +6,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { CudaBackend } from "../src/backends/cuda.ts";
 import { ALL_PRESETS } from "../src/model/architectures.ts";
 import { GPT2_FAMILY, PRESETS } from "../src/model/gpt2.ts";
-import type { DtypeName } from "../src/ops.ts";
+import { namedArgs, type DtypeName } from "../src/ops.ts";
 import { DEFAULT_STEP_FORM, encodePlan, type PlanOp } from "../src/plan.ts";
 import { planShape } from "../src/plan-gpt2.ts";
 import { planShapeOf } from "../src/plans.ts";
@@ -21,6 +21,7 @@ import {
   predictDecodeStep,
   predictKernel,
   predictStep,
+  rowGroups,
   type KernelInput,
   type PersistentKernel,
 } from "../src/profile/kernel-model/index.ts";
@@ -362,25 +363,48 @@ test("Qwen3's q/k norms add the head's arrival to its q/k/v matvec's chain; a Ll
   expect(qkvChain("qwen3-0.6b", { ...facts, matvec: { ...facts.matvec, headNormL2Trips: 11 } })).toBe(merge + 11);
 });
 
-test("an op the library launches more than once (Llama-3.2-1B's LM head at batch 8) is as many kernels, each reading the weights", () => {
+test("an op the library launches more than once (Llama-3.2-1B's LM head at batches 5 and 8) is a kernel per group of rows", () => {
   const llama = ALL_PRESETS["llama-3.2-1b"]!;
-  const form = { plan: "fused", batch: 8, weights: "f32", kv: "f32" } as const;
-  const ops = planShapeOf(llama, 1, form);
-  const shapes = shapesOf(ops);
-  // every op once, the LM head twice: 2048 floats × 8 rows do not fit its shared memory in one launch
-  const head = ops.findIndex((op) => op.family === "rms_lm_head_argmax");
-  expect(shapes.map((s) => s.length)).toEqual(ops.map((_, i) => (i === head ? 2 : 1)));
-  const inputs = kernelInputs(ops, 100, shapes, facts, null);
-  expect(inputs).toHaveLength(ops.length + 1);
-  const work = ops[head]!.work(100);
-  const heads = inputs.filter((k) => k.family === "rms_lm_head_argmax");
-  expect(heads.map((k) => k.label)).toEqual([ops[head]!.label, `${ops[head]!.label} (launch 2)`]);
-  for (const k of heads) {
-    expect(k.bytes).toBeCloseTo(work.weight_bytes + (work.bytes - work.weight_bytes) / 2, 3);
-    expect(k.flops).toBeCloseTo(work.flops / 2, 3);
+  const at = (batch: number) => {
+    const form = { plan: "fused", batch, weights: "f32", kv: "f32" } as const;
+    const ops = planShapeOf(llama, 1, form);
+    return { form, ops, shapes: shapesOf(ops), head: ops.findIndex((op) => op.family === "rms_lm_head_argmax") };
+  };
+  for (const [batch, rows] of [
+    [8, [4, 4]],
+    [5, [4, 1]],
+  ] as const) {
+    const { form, ops, shapes, head } = at(batch);
+    // every op once, the LM head once per 4 rows: 2048 floats × 8 rows do not fit its shared memory at once
+    expect(shapes.map((s) => s.length)).toEqual(ops.map((_, i) => (i === head ? 2 : 1)));
+    const inputs = kernelInputs(ops, 100, shapes, facts, null);
+    expect(inputs).toHaveLength(ops.length + 1);
+    const label = ops[head]!.label;
+    const heads = inputs.filter((k) => k.family === "rms_lm_head_argmax");
+    expect(heads.map((k) => k.label)).toEqual([label, `${label} (launch 2)`]);
+    // each launch is the op at its rows: the weights once each, its rows' activations and FLOPs
+    const alone = (r: number) => at(r).ops[at(r).head]!.work(100);
+    heads.forEach((k, i) => {
+      expect(k.bytes).toBe(alone(rows[i]!).bytes);
+      expect(k.flops).toBe(alone(rows[i]!).flops);
+    });
+    // and the step predicts: it threw "launch shapes: 83 launches for 82 ops"
+    expect(predictDecodeStep(llama, form, 8191, h200, emu.kernels, null).modes.graph!).toBeGreaterThan(0);
   }
-  // and the step predicts: it threw "launch shapes: 83 launches for 82 ops"
-  expect(predictDecodeStep(llama, form, 8191, h200, emu.kernels, null).modes.graph!).toBeGreaterThan(0);
+});
+
+test("rowGroups: the largest power-of-two groups that make the launches, the last the rest", () => {
+  const head = (batch: number) =>
+    planShapeOf(ALL_PRESETS["llama-3.2-1b"]!, 1, { plan: "fused", batch, weights: "f32", kv: "f32" }).find(
+      (op) => op.family === "rms_lm_head_argmax",
+    )!;
+  const rowsOf = (batch: number, launches: number) =>
+    rowGroups(head(batch), launches).map((op) => namedArgs(op.family, op.args).B);
+  expect(rowsOf(8, 2)).toEqual([4, 4]);
+  expect(rowsOf(5, 2)).toEqual([4, 1]);
+  expect(rowsOf(7, 4)).toEqual([2, 2, 2, 1]);
+  expect(rowsOf(3, 3)).toEqual([1, 1, 1]);
+  expect(() => rowsOf(3, 5)).toThrow("5 launches for 3 rows");
 });
 
 test("predictStep sums what predictKernel gives", () => {

@@ -236,7 +236,10 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
   launchShapes(plan: EncodedPlan): LaunchShape[][] {
     const all = this.capturedShapes(plan);
     if (all.length === plan.ops.length) return all.map((shape) => [shape]);
-    return plan.ops.map((op) => this.capturedShapes(encodePlan([op])));
+    const byOp = plan.ops.map((op) => this.capturedShapes(encodePlan([op])));
+    if (byOp.flat().length !== all.length)
+      throw new Error(`launch shapes: ${all.length} launches for the plan, ${byOp.flat().length} op by op`);
+    return byOp;
   }
 
   /** Every kernel launch of a plan's capture, in order. */
@@ -244,7 +247,7 @@ export class CudaBackend extends NativeBackend implements CudaTimers {
     const native = this.recordPlan(plan);
     try {
       const ints = CU_LAUNCH_SHAPE.bytes / 4;
-      // the LM head launches once per MAX_BATCH rows at most; every other op once
+      // the LM head launches once per group of its B ≤ MAX_BATCH rows, one row each at most; every other op once
       const most = plan.ops.length * MAX_BATCH;
       const out = new Int32Array(most * ints);
       const n = this.cu.cu_plan_launch_shapes(native.handle, out, most);

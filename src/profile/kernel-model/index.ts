@@ -17,6 +17,7 @@ export {
   decodeKernelInputs,
   factsFor,
   kernelInputs,
+  rowGroups,
   kernelOf,
   librarySass,
   persistentKernel,

@@ -14,8 +14,8 @@ import {
   wideAttentionKernel,
 } from "../../native/kernel-names.ts";
 import { disassemble, findCuobjdump } from "../../native/sass.ts";
-import { DTYPE_BYTES, dtypeOf, kernelFamily, MAX_BATCH, namedArgs, type Work } from "../../ops.ts";
-import { encodePlan, type PlanOp, type StepForm } from "../../plan.ts";
+import { DTYPE_BYTES, dtypeOf, kernelFamily, MAX_BATCH, namedArgs } from "../../ops.ts";
+import { encodePlan, planOp, type PlanOp, type StepForm } from "../../plan.ts";
 import { planShapeOf, stepArchOf } from "../../plans.ts";
 import { modeForm, persistentStepRuns } from "../../run/launch-modes.ts";
 import { sassFacts, type SassFacts } from "../../verify/sass-checks.ts";
@@ -171,8 +171,8 @@ const UNREAD_REGISTERS = 64;
 
 /**
  * The model's view of each kernel of a decode step at `context`, launched as `shapes` says (each op's launches),
- * built as `facts` says. An op of several launches (the LM head, a group of rows each) is as many kernels, each
- * reading the op's weights and its share of the rest.
+ * built as `facts` says. An op of several launches (the LM head, one per group of rows its shared memory holds) is
+ * as many kernels, each the op at its group's rows: reading the weights, its rows' activations, its instantiation.
  */
 export function kernelInputs(
   ops: readonly PlanOp[],
@@ -182,23 +182,28 @@ export function kernelInputs(
   sass: readonly SassFacts[] | null,
 ): KernelInput[] {
   if (shapes.length !== ops.length) throw new Error(`${shapes.length} ops' launch shapes for ${ops.length} ops`);
-  return ops.flatMap((op, i) =>
-    shapes[i]!.map(({ grid, block }, k, launches) =>
-      kernelInput(op, context, grid, block, shareOf(op.work(context), launches.length), k, facts, sass),
-    ),
-  );
+  return ops.flatMap((op, i) => {
+    const launches = shapes[i]!;
+    if (launches.length === 0) throw new Error(`${op.label} launches no kernel`);
+    const parts = launches.length === 1 ? [op] : rowGroups(op, launches.length);
+    return launches.map(({ grid, block }, k) => kernelInput(parts[k]!, context, grid, block, k, facts, sass));
+  });
 }
 
-/** One of `launches` launches of an op: the op's weights, and its share of the other bytes and of the FLOPs. */
-function shareOf(work: Work, launches: number): Work {
-  if (launches === 1) return work;
-  const rest = (work.bytes - work.weight_bytes) / launches;
-  return {
-    flops: work.flops / launches,
-    bytes: work.weight_bytes + rest,
-    weight_bytes: work.weight_bytes,
-    kv_bytes: work.kv_bytes / launches,
-  };
+/**
+ * An op of B sequences launched `launches` times as the launchers split it: groups of the largest power of two
+ * rows that makes that many launches (cuda/lm_head.cu halves its rows per launch from MAX_BATCH), the last group
+ * the rest; each the op at its rows.
+ */
+export function rowGroups(op: PlanOp, launches: number): PlanOp[] {
+  const args = namedArgs(op.family, op.args) as Record<string, number>;
+  const B = args.B!;
+  let per = MAX_BATCH;
+  while (per > 1 && Math.ceil(B / per) < launches) per /= 2;
+  if (Math.ceil(B / per) !== launches) throw new Error(`${op.label}: ${launches} launches for ${B} rows`);
+  return Array.from({ length: launches }, (_, k) =>
+    planOp(op.family, op.label, op.layer, { ...args, B: Math.min(per, B - k * per) } as never),
+  );
 }
 
 function kernelInput(
@@ -206,7 +211,6 @@ function kernelInput(
   context: number,
   grid: LaunchShape["grid"],
   block: LaunchShape["block"],
-  work: Work,
   launch: number,
   facts: KernelFacts,
   sass: readonly SassFacts[] | null,
@@ -214,6 +218,7 @@ function kernelInput(
   const { blocks, chainL2Trips } = workingGrid(op, context, grid, facts);
   const read = sass ? factsFor(op, sass, facts) : undefined;
   const active = activeLoads(op, facts);
+  const work = op.work(context);
   return {
     label: launch === 0 ? op.label : `${op.label} (launch ${launch + 1})`,
     family: op.family,
