@@ -248,10 +248,10 @@ describe("splitVerdicts", () => {
     const native = { ...mode("eager-native", split(4.0, 3.9)), untraced_ms: 4.0, paired_over_floor: 1.03 };
     const { sentences, conclusion } = splitVerdicts([eager, native]);
     expect(sentences[1]!.sentence).toContain(
-      "; it takes the same time per token as eager (within 5%, at eager's memory read rate; 4.00 ms as timed)",
+      "; it takes the same time per token as eager (within 5%, at eager's memory read rate; its step 4.00 ms as timed)",
     );
     expect(conclusion).toContain(
-      "natively in one call takes 5.15 ms against 5.00 ms from TypeScript, at eager's memory read rate; 4.00 ms as timed",
+      "natively in one call takes 5.15 ms against 5.00 ms from TypeScript, at eager's memory read rate; its step 4.00 ms as timed",
     );
   });
 
@@ -408,6 +408,11 @@ describe("attentionBandwidthVerdict", () => {
       [...weightReadingFamilies(llama, { ...DEFAULT_STEP_FORM, plan })].sort();
     expect(families("fused")).toEqual(["linear_residual", "rms_gate_up", "rms_lm_head_argmax", "rms_qkv_rope"]);
     expect(families("unfused")).toEqual(["linear", "lm_head"]);
+    // GPT-2's embedding reads two weight rows to write one: weights, but no matvec
+    const gpt2 = (plan: "fused" | "unfused") =>
+      [...weightReadingFamilies(ALL_PRESETS.gpt2!, { ...DEFAULT_STEP_FORM, plan })].sort();
+    expect(gpt2("fused")).toEqual(["linear_residual", "ln_linear_gelu", "ln_lm_head_argmax", "ln_qkv"]);
+    expect(gpt2("unfused")).toEqual(["linear", "lm_head"]);
   });
 
   test("the first mode with matvecs to compare names them, whichever mode comes first", () => {

@@ -112,13 +112,14 @@ function regimesOf(
 }
 
 /**
- * The op families of the cached step whose bytes are mostly weights: its matvecs, fused with whatever else (not a
- * norm's vector, the rotary table or the embedding's row, which are a part of their op's bytes at most).
+ * The op families of the cached step whose bytes are mostly weights: its matvecs, fused with whatever else; not a
+ * norm's vector or the rotary table (at most half their op's bytes), nor the embedding, whose rows are weights but
+ * no matvec's stream.
  */
 export const weightReadingFamilies = (cfg: ModelConfig, form: StepForm) =>
   new Set(
     cachedStepWork(cfg, 1, form)
-      .filter((o) => o.weight_bytes > o.bytes / 2)
+      .filter((o) => o.family !== "embed" && o.weight_bytes > o.bytes / 2)
       .map((o) => o.family),
   );
 

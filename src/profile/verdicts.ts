@@ -45,7 +45,7 @@ function atEagersRate(m: ModeSplit, eager: ModeSplit): { ms: number; rate: strin
   return {
     ms: atRate,
     // the table's figure after the one at that rate, so the two can be told apart
-    rate: paired ? `, at eager's memory read rate; ${ms(m.untraced_ms)} as timed` : "",
+    rate: paired ? `, at eager's memory read rate; its step ${ms(m.untraced_ms)} as timed` : "",
   };
 }
 
