@@ -22,6 +22,7 @@ import {
   loadAnyModel,
   randomWeightsOf,
   type ModelConfig,
+  type ModelWeights,
 } from "../model/architectures.ts";
 import { cudaWithPtx, ensureBuilt, hasNvcc, hasPrebuilt, libraryPath, ROOT } from "../native/build.ts";
 import { emuSchedule } from "../native/emu-schedule.ts";
@@ -147,8 +148,8 @@ function fixtureRows(device: CudaBackend): Check[] {
   return FIXTURES.flatMap((name) => {
     const dir = findFixture([join(ROOT, "test/fixtures", name), join(ROOT, "../shared/fixtures", name)]);
     if (!dir) return [[name, () => skip(name, "fixture not found in test/fixtures or ../shared/fixtures")] as Check];
-    return PLAN_KINDS.map(
-      (plan): Check => [`${name}, ${plan}`, () => fixtureChecks(device, loadAnyModel(dir), readFixture(dir), plan)],
+    return PLAN_KINDS.map((plan) =>
+      on(plan, name, () => fixtureChecks(device, loadAnyModel(dir), readFixture(dir), plan)),
     );
   });
 }
@@ -167,17 +168,25 @@ const on = (name: string, check: string, run: () => CheckRow | CheckRow[]): Chec
  */
 function stepChecks(device: CudaBackend, cpu: Backend): Check[] {
   const gpu = device.kind === "cuda";
-  const models = gpu
-    ? [randomWeightsOf(ALL_PRESETS.gpt2!, 0), randomWeightsOf(ALL_PRESETS["smollm2-135m"]!, 0)]
-    : [loadAnyModel(join(ROOT, "test/fixtures/gpt2-tiny")), loadAnyModel(join(ROOT, "test/fixtures/llama-tiny"))];
-  return models.flatMap((w): Check[] => {
-    const name = w.config.name;
-    const vocab = w.config.vocab_size;
-    const prompt = Array.from({ length: 8 }, (_, i) => (i * 7919 + 1) % vocab);
+  // loaded when their first check runs, so that a failure to make them is that check's FAIL row
+  const models: { config: ModelConfig; load: () => ModelWeights }[] = gpu
+    ? (["gpt2", "smollm2-135m"] as const).map((preset) => {
+        const config = ALL_PRESETS[preset]!;
+        return { config, load: () => randomWeightsOf(config, 0) };
+      })
+    : ["gpt2-tiny", "llama-tiny"].map((fixture) => {
+        const dir = join(ROOT, "test/fixtures", fixture);
+        return { config: loadAnyModel(dir).config, load: () => loadAnyModel(dir) };
+      });
+  return models.flatMap(({ config, load }): Check[] => {
+    let loaded: ModelWeights | undefined;
+    const w = () => (loaded ??= load());
+    const name = config.name;
+    const prompt = Array.from({ length: 8 }, (_, i) => (i * 7919 + 1) % config.vocab_size);
     // on a GPU 200 new tokens; on the emulator as many as the fixture's positions hold
-    const n = gpu ? 200 : w.config.n_positions - prompt.length;
+    const n = gpu ? 200 : config.n_positions - prompt.length;
     const cpuCheck: Check = gpu
-      ? [`${name} vs CPU`, () => againstCpu(device, cpu, w, [...prompt, ...prompt])]
+      ? [`${name} vs CPU`, () => againstCpu(device, cpu, w(), [...prompt, ...prompt])]
       : [
           `${name} vs CPU`,
           () => skip(`${name} vs CPU`, "on a GPU only (the emulator is the CPU's twin): the fixtures above check it"),
@@ -185,11 +194,11 @@ function stepChecks(device: CudaBackend, cpu: Backend): Check[] {
     return [
       cpuCheck,
       ...PLAN_KINDS.map((plan) =>
-        on(name, `launch modes, ${plan}`, () => modesBitIdentical(device, w, prompt, n, plan)),
+        on(`${name}, ${plan}`, "launch modes", () => modesBitIdentical(device, w(), prompt, n, plan)),
       ),
-      on(name, "plans", () => plansAgree(device, w, prompt, n)),
-      on(name, "cache exactness", () => cachedEqualsUncached(device, w, prompt, n)),
-      on(name, "graph memory", () => graphMemoryStable(device, w, gpu ? 1000 : 50)),
+      on(name, "plans", () => plansAgree(device, w(), prompt, n)),
+      on(name, "cache exactness", () => cachedEqualsUncached(device, w(), prompt, n)),
+      on(name, "graph memory", () => graphMemoryStable(device, w(), gpu ? 1000 : 50)),
     ];
   });
 }
