@@ -67,6 +67,13 @@ import { writeStdout } from "./outputs.ts";
 
 const say = (line: string) => process.stderr.write(`${line}\n`);
 const skip = (check: string, detail: string): CheckRow => ({ check, detail, error: null, status: "skip" });
+/** A check that threw: a FAIL row with the error's first line, so the other checks still run. */
+const threw = (check: string, e: unknown): CheckRow => ({
+  check,
+  detail: `threw: ${(e as Error).message.split("\n")[0]}`,
+  error: null,
+  status: "fail",
+});
 
 function formatResourceTable(rows: KernelResources[]): string {
   const columns = ["kernel", "arch", "registers", "smem (B)", "stack (B)", "spill stores/loads (B)"].map((header) => ({
@@ -175,8 +182,8 @@ function stepChecks(device: CudaBackend, cpu: Backend): Check[] {
         return { config, load: () => randomWeightsOf(config, 0) };
       })
     : ["gpt2-tiny", "llama-tiny"].map((fixture) => {
-        const dir = join(ROOT, "test/fixtures", fixture);
-        return { config: loadAnyModel(dir).config, load: () => loadAnyModel(dir) };
+        const w = loadAnyModel(join(ROOT, "test/fixtures", fixture)); // a few MB, read once
+        return { config: w.config, load: () => w };
       });
   return models.flatMap(({ config, load }): Check[] => {
     let loaded: ModelWeights | undefined;
@@ -312,7 +319,7 @@ await runCli(async () => {
     try {
       rows.push(...[run()].flat());
     } catch (e) {
-      rows.push({ check, detail: `threw: ${(e as Error).message.split("\n")[0]}`, error: null, status: "fail" });
+      rows.push(threw(check, e));
     }
   }
   progress.update(checks.length);
@@ -324,8 +331,7 @@ await runCli(async () => {
     try {
       printPredictions(device, sass.facts, ALL_PRESETS[name]!);
     } catch (e) {
-      const detail = `threw: ${(e as Error).message.split("\n")[0]}`;
-      rows.push({ check: `predictions, ${name}`, detail, error: null, status: "fail" });
+      rows.push(threw(`predictions, ${name}`, e));
     }
   }
   process.stdout.write("\nThe model's parameters (leads, to be calibrated by the first GPU run):\n");
