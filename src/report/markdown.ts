@@ -87,6 +87,7 @@ export function renderReport(summary: ProfileSummary): string {
   const f = { ...OUTPUT_FILES, ...OPTIONAL_FILES };
   const peaks = s.device.peaks;
   const splits = withSplit(s);
+  const tops = breakdownPoints(s);
   const parts = [
     `# Decode-floor profile: ${s.model.config.name} on ${s.device.name}`,
     "",
@@ -189,8 +190,8 @@ export function renderReport(summary: ProfileSummary): string {
     ),
     section(
       "Top operations per mode",
-      ...(breakdownPoints(s).length > 0 ? [] : [`_${notTraced(s)}: no per-operation times._`]),
-      ...breakdownPoints(s).map((p) =>
+      ...(tops.length > 0 ? [] : [`_${notTraced(s)}: no per-operation times._`]),
+      ...tops.map((p) =>
         [
           `**${modeLabel(p.mode)}** at context ${p.context} (op time ${formatDuration(p.breakdown.op_sum_ms)} per step)`,
           opTimeNote(p.breakdown),

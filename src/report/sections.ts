@@ -611,6 +611,7 @@ export function kvHeadsLead(s: ProfileSummary): string {
 export function kvHeadsTable(s: ProfileSummary): TableData {
   const k = s.interventions?.kv_heads;
   if (!k) return { columns: [], rows: [] };
+  const longest = largestContextOf(s.model.config);
   const alike = (c: (typeof k.crossovers)[number]) =>
     k.savings.filter((v) => v.dtype === c.dtype && v.kv_dtype === c.kv_dtype && v.batch === c.batch);
   const saving = (c: (typeof k.crossovers)[number]) => alike(c).find((v) => v.kv_heads === c.kv_heads);
@@ -644,7 +645,7 @@ export function kvHeadsTable(s: ProfileSummary): TableData {
         v ? percent(v.saved) : "-",
         v ? percent(v.formula_saved) : "-",
         v?.saved_over_formula == null ? "-" : v.saved_over_formula.toFixed(2),
-        `${tokensOrNone(c.formula_context)}${c.formula_context > largestContextOf(s.model.config) ? ` (past its ${largestContextOf(s.model.config).toLocaleString("en-US")})` : ""}`,
+        `${tokensOrNone(c.formula_context)}${c.formula_context > longest ? ` (past its ${longest.toLocaleString("en-US")})` : ""}`,
         tokensOrNone(c.measured_context),
       ];
     }),
