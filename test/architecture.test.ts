@@ -8,7 +8,7 @@ const SRC = join(import.meta.dir, "../src");
 
 /** Bottom to top: path prefixes under src/ of each layer. */
 const LAYERS: { name: string; paths: string[] }[] = [
-  { name: "vocabulary", paths: ["errors.ts", "stats.ts", "ops.ts"] },
+  { name: "vocabulary", paths: ["errors.ts", "stats.ts", "words.ts", "ops.ts"] },
   { name: "model", paths: ["model/"] },
   { name: "native", paths: ["native/"] },
   { name: "plan", paths: ["plan.ts", "plan-gpt2.ts", "plan-llama.ts", "plans.ts"] },

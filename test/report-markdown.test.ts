@@ -77,7 +77,7 @@ describe("renderReport", () => {
     const text = renderReport(s);
     expect(text).toContain("is the per-token floor launch overhead?");
     expect(text).toContain("| 4 | prefill | – |");
-    expect(text).toContain("_No per-kernel regimes");
+    expect(text).toContain("_No step of this run was traced op by op: no per-kernel regimes._");
   });
 
   test("paired floors: says how they were taken, and where a context's steps ran at more than one memory speed", () => {
