@@ -88,7 +88,7 @@ int keys_per_range(int keys, size_t row_bytes, bool in_l2) {
 }
 constexpr int kQueryBlock = 64;  // many queries: queries per chunk (a multiple of kTileCols)
 constexpr int kKeyBlock = 64;    // many queries: keys scored at a time
-static_assert(kQueryBlock % kTileCols == 0, "a query block is whole micro-tile panels");
+static_assert(kQueryBlock % kTileCols == 0, "a query block is whole micro-tile panels (and whole vectors)");
 
 // Keys that query t (absolute position pos + t) attends to: cache rows [0, visible_keys).
 int visible_keys(int pos, int t, int max_ctx) {
@@ -132,9 +132,15 @@ void range_softmax(float* slots, float* scores, int n, const Heads& heads) {
     float max_score = -INFINITY;
 #pragma omp simd reduction(max : max_score)
     for (int j = 0; j < n; j++) max_score = max_of(max_score, s[j]);
-    float total = 0.0f;
-#pragma omp simd reduction(+ : total)
-    for (int j = 0; j < n; j++) {
+    vecf lanes_total = {};
+    int j = 0;
+    for (; j + kVecFloats <= n; j += kVecFloats) {
+      const vecf e = exp_approx(load_vec(s + j) - splat(max_score));
+      store_vec(s + j, e);
+      lanes_total += e;
+    }
+    float total = sum_lanes(lanes_total);
+    for (; j < n; j++) {
       s[j] = exp_approx(s[j] - max_score);
       total += s[j];
     }
@@ -612,19 +618,21 @@ void fold_scores(QueryBlockScratch& w, int n, int kb0, int hs, float scale) {
   }
   float* max_score = w.max_score.data();
   float* rescale = w.rescale.data();
-#pragma omp simd
-  for (int q = 0; q < kQueryBlock; q++) {
-    const float new_max = max_of(max_score[q], block_max[q]);
-    rescale[q] = max_score[q] == new_max ? 1.0f : exp_approx(max_score[q] - new_max);  // e^-inf: 0 on the first keys
-    max_score[q] = new_max;
+  // exp_approx a vector at a time (its loops must be), the masked lanes chosen after it
+  for (int q = 0; q < kQueryBlock; q += kVecFloats) {
+    const vecf old_max = load_vec(max_score + q), new_max = max_of(old_max, load_vec(block_max + q));
+    // e^-inf: 0 on the first keys
+    store_vec(rescale + q, old_max == new_max ? splat(1.0f) : exp_approx(old_max - new_max));
+    store_vec(max_score + q, new_max);
   }
   alignas(64) float block_total[kQueryBlock] = {};
   for (int j = 0; j < n; j++) {
     float* row = s + (size_t)j * kQueryBlock;
-#pragma omp simd
-    for (int q = 0; q < kQueryBlock; q++) {
-      row[q] = row[q] == -INFINITY ? 0.0f : exp_approx(row[q] - max_score[q]);
-      block_total[q] += row[q];
+    for (int q = 0; q < kQueryBlock; q += kVecFloats) {
+      const vecf score = load_vec(row + q);
+      const vecf p = score == splat(-INFINITY) ? vecf{} : exp_approx(score - load_vec(max_score + q));
+      store_vec(row + q, p);
+      store_vec(block_total + q, load_vec(block_total + q) + p);
     }
   }
   float* total = w.total.data();

@@ -8,14 +8,17 @@ constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCubic = 0.044715f;
 constexpr long kElementsPerChunk = 1 << 14;  // 64 KB of floats
 
-// out[begin:end] = gelu_new(inp[begin:end])
+// gelu_new of a float or of each lane of a vecf: 0.5 x (1 + tanh(u)) = x / (1 + e^(-2u))
+template <typename V> V gelu(V x) {
+  const V u = kSqrt2OverPi * (x + kGeluCubic * x * x * x);
+  return x / (1.0f + exp_approx(-2.0f * u));
+}
+
+// out[begin:end] = gelu_new(inp[begin:end]), a vector at a time (exp_approx's loops must be)
 void gelu_range(float* out, const float* inp, long begin, long end) {
-#pragma omp simd
-  for (long i = begin; i < end; i++) {
-    const float x = inp[i];
-    const float u = kSqrt2OverPi * (x + kGeluCubic * x * x * x);
-    out[i] = x / (1.0f + exp_approx(-2.0f * u));
-  }
+  long i = begin;
+  for (; i + kVecFloats <= end; i += kVecFloats) store_vec(out + i, gelu(load_vec(inp + i)));
+  for (; i < end; i++) out[i] = gelu(inp[i]);
 }
 
 // out[begin:end] = a[begin:end] + b[begin:end]
@@ -23,10 +26,15 @@ void add_range(float* out, const float* a, const float* b, long begin, long end)
 #pragma omp simd
   for (long i = begin; i < end; i++) out[i] = a[i] + b[i];
 }
-// out (I) = silu(gate) * up = gate / (1 + e^-gate) * up
+
+// silu(gate) · up = gate / (1 + e^-gate) · up, of floats or of each lane of vecfs
+template <typename V> V swiglu(V gate, V up) { return gate / (1.0f + exp_approx(-gate)) * up; }
+
+// out (I) = silu(gate) * up, a vector at a time
 void swiglu_row(float* out, const float* gate, const float* up, int I) {
-#pragma omp simd
-  for (int i = 0; i < I; i++) out[i] = gate[i] / (1.0f + exp_approx(-gate[i])) * up[i];
+  int i = 0;
+  for (; i + kVecFloats <= I; i += kVecFloats) store_vec(out + i, swiglu(load_vec(gate + i), load_vec(up + i)));
+  for (; i < I; i++) out[i] = swiglu(gate[i], up[i]);
 }
 }  // namespace
 

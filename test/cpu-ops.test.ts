@@ -233,6 +233,44 @@ function expectBatchEqualsSingles(
   }
 }
 
+// e^x is computed a vector at a time in the loops' bodies and a float at a time in their tails (fewer than a
+// vector's 4, 8 or 16 lanes): an element must get the same bits wherever it falls, or a batch's rows would differ
+// from the same rows alone. Each window of 15 elements puts its elements in the tail or in a lane.
+function checkLanesEqualTails(lib: CpuBackend, on: DeviceArena): void {
+  const N = 1003,
+    window = 15;
+  const bits = (x: Float32Array) => Array.from(new Int32Array(x.buffer, x.byteOffset, x.length));
+  const a = randomFloats(N, seed + 40, 8);
+  const gelu = (x: Float32Array) => {
+    const out = on.poisoned(x.length);
+    lib.ops.op_gelu(out.ptr, on.put(x).ptr, x.length);
+    return on.floats(out);
+  };
+  const whole = gelu(a);
+  expect(maxRelativeError(whole, geluRef(a))).toBeLessThan(TOLERANCE);
+  for (let first = 0; first < 64; first++)
+    expect(bits(gelu(a.slice(first, first + window)))).toEqual(bits(whole.slice(first, first + window)));
+
+  const I = 101,
+    gate = randomFloats(I, seed + 41, 8),
+    up = randomFloats(I, seed + 42);
+  const swiglu = (g: Float32Array, u: Float32Array) => {
+    const out = on.poisoned(g.length);
+    const gateUp = new Float32Array(2 * g.length);
+    gateUp.set(g);
+    gateUp.set(u, g.length);
+    lib.ops.op_swiglu(out.ptr, on.put(gateUp).ptr, 1, g.length);
+    return on.floats(out);
+  };
+  const full = swiglu(gate, up);
+  const silu = Float64Array.from(gate, (g, i) => (g / (1 + Math.exp(-g))) * up[i]!);
+  expect(maxRelativeError(full, silu)).toBeLessThan(TOLERANCE);
+  for (let first = 0; first + window <= I; first++)
+    expect(bits(swiglu(gate.slice(first, first + window), up.slice(first, first + window)))).toEqual(
+      bits(full.slice(first, first + window)),
+    );
+}
+
 const poison = (floats: number) => new Float32Array(floats).fill(NaN);
 
 describe("be_upload_matrix: a linear layer's input-first matrix, held out-major", () => {
@@ -1040,6 +1078,9 @@ describe.each(VARIANTS)("CPU library %s: threaded paths and micro-kernel edges",
     on.release();
     if (lib !== backend) lib.close();
   });
+
+  test("gelu and swiglu: an element's result is the same bits in a vector's lane as in a loop's tail", () =>
+    checkLanesEqualTails(lib, on));
 
   // T = 1..8: a dot product per output over its weight row (threaded from 2^18 multiply-adds on);
   // T >= 9: column panels through the micro-kernel; OC not a multiple of the tile width, C past one depth block (384)
