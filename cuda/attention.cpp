@@ -14,6 +14,7 @@
 // (cpu_math.h), folds them into a running softmax per query, and adds P @ V with the micro-kernel again.
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -69,22 +70,35 @@ struct Heads {
   int kv_offset(int h) const { return h / group * hs; }
 };
 
-// One query: keys per range, by the sequence's keys and the cache's row size alone (so a sequence's sums do not
-// depend on the batch or the threads): keys / kTargetRanges, kept within [kMinKeysPerRange, kMaxKeysPerRange].
-// Each range restarts the K and V streams and pays a softmax per head, so ranges stay long: at 8k keys 256-key
-// ranges took 36% less time than 32-key ones (2026-12-03); at 1,000 keys 128-key ranges 5-15% less than 48-key
-// ones (Llama-3.2-1B's 32/8 heads, SmolLM2-135M's 9/3; 2026-12-06, AMD EPYC VM, 2 threads), which leaves 8
-// ranges to share there. Where the range is worked on in L2 (query heads sharing K/V heads, below), its K and V
-// rows and the next range's K rows prefetched beside them stay within the core's L2 (1 MiB here): at most
-// kL2RangeBytes of K and V rows (Llama-3.2-1B's 2 KiB fp32 rows: 96 keys).
+// One query: keys per range, by the sequence's keys, the cache's row size and the machine's L2 alone (so a
+// sequence's sums do not depend on the batch or the threads): keys / kTargetRanges, kept within
+// [kMinKeysPerRange, kMaxKeysPerRange]. Each range restarts the K and V streams and pays a softmax per head, so
+// ranges stay long: at 8k keys 256-key ranges took 36% less time than 32-key ones (2026-12-03); at 1,000 keys
+// 128-key ranges 5-15% less than 48-key ones (Llama-3.2-1B's 32/8 heads, SmolLM2-135M's 9/3; 2026-12-06, AMD
+// EPYC VM, 2 threads), which leaves 8 ranges to share there. Where the range is worked on in L2 (query heads
+// sharing K/V heads, below), its K and V rows and the next range's K rows prefetched beside them stay within the
+// core's L2: K and V rows of at most 3/8 of it (1 MiB on the Zen 5 VM: 384 KiB, Llama-3.2-1B's 2 KiB fp32 rows
+// 96 keys). On a Zen 3 VM's 512 KiB L2, 384 KiB ranges read SmolLM2-135M's caches (9/3 heads, 8,191 keys, 30
+// layers, 2 threads) at 10.9 GB/s and 192 KiB ones at 12.2; Llama-3.2-1B's 32/8 heads 10.6 and 11.5 (medians
+// of alternations in one process, 2026-12-07).
 constexpr int kMinKeysPerRange = 128, kMaxKeysPerRange = 256, kTargetRanges = 16;
-constexpr size_t kL2RangeBytes = 384 << 10;
+size_t l2_range_bytes() {
+  static const size_t bytes = [] {
+#ifdef _SC_LEVEL2_CACHE_SIZE
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);  // glibc's, from cpuid
+#else
+    const long l2 = 0;
+#endif
+    return (l2 > 0 ? (size_t)l2 : (size_t)1 << 20) / 8 * 3;  // 1 MiB where the C library cannot say
+  }();
+  return bytes;
+}
 int keys_per_range(int keys, size_t row_bytes, bool in_l2) {
   const int keys_for_ranges =
       std::clamp(keys / kTargetRanges / kVecFloats * kVecFloats, kMinKeysPerRange, kMaxKeysPerRange);
   if (!in_l2) return keys_for_ranges;
   return std::min(keys_for_ranges,
-                  std::max(kVecFloats, (int)(kL2RangeBytes / (2 * row_bytes)) / kVecFloats * kVecFloats));
+                  std::max(kVecFloats, (int)(l2_range_bytes() / (2 * row_bytes)) / kVecFloats * kVecFloats));
 }
 constexpr int kQueryBlock = 64;  // many queries: queries per chunk (a multiple of kTileCols)
 constexpr int kKeyBlock = 64;    // many queries: keys scored at a time
