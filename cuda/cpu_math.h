@@ -10,6 +10,7 @@
 
 #include <math.h>
 
+#include <type_traits>
 #include <utility>
 
 #if defined(__AVX512F__) || defined(__F16C__)
@@ -274,7 +275,7 @@ constexpr float kExpClamp = 88.0f;                                // e^88 is nea
 constexpr float kRoundToInteger = 12582912.0f;  // 1.5 · 2^23: (t + it) - it is t rounded to nearest even, |t| < 2^22
 typedef int32_t vec_i32 __attribute__((vector_size(kVecFloats * sizeof(int32_t))));
 template <typename V> inline V broadcast(float x) {
-  if constexpr (sizeof(V) == sizeof(float))
+  if constexpr (std::is_same_v<V, float>)
     return x;
   else
     return splat(x);
@@ -289,7 +290,7 @@ inline float min_of(float a, float b) { return a < b ? a : b; }
 inline vecf max_of(vecf a, vecf b) { return a > b ? a : b; }
 inline vecf min_of(vecf a, vecf b) { return a < b ? a : b; }
 
-// e^x for |x| <= 88 (clamped outside) without a libm call (glibc's expf does not vectorise), of a float or of
+// e^x for |x| <= 88 (clamped outside) without a libm call (glibc's expf and tanhf do not vectorise), of a float or of
 // each lane of a vecf, the same operations in the same order, so that a lane's result is the float's:
 // 2^n · p(r), r in [-ln2/2, ln2/2], p the degree-6 Taylor/Cephes polynomial; relative error ~1e-7.
 // Loops call the vecf form: GCC 12 leaves a loop over the float form scalar where the target has no mask
