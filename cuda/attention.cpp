@@ -77,11 +77,14 @@ struct Heads {
 // 128-key ranges 5-15% less than 48-key ones (Llama-3.2-1B's 32/8 heads, SmolLM2-135M's 9/3; 2026-12-06, AMD
 // EPYC VM, 2 threads), which leaves 8 ranges to share there. Where the range is worked on in L2 (query heads
 // sharing K/V heads, below), its K and V rows and the next range's K rows prefetched beside them stay within the
-// core's L2: K and V rows of at most 3/8 of it (1 MiB on the Zen 5 VM: 384 KiB, Llama-3.2-1B's 2 KiB fp32 rows
-// 96 keys). On a Zen 3 VM's 512 KiB L2, 384 KiB ranges read SmolLM2-135M's caches (9/3 heads, 8,191 keys, 30
-// layers, 2 threads) at 10.9 GB/s and 192 KiB ones at 12.2; Llama-3.2-1B's 32/8 heads 10.6 and 11.5 (medians
-// of alternations in one process, 2026-12-07).
+// core's L2: K and V rows of at most kL2RangeShare of it, as sysconf reports it, within [kMinL2RangeBytes,
+// kMaxL2RangeBytes], the sizes measured (Llama-3.2-1B's 2 KiB fp32 rows: 96 keys at 384 KiB). On the Zen 3 VM's
+// 512 KiB L2, 384 KiB ranges overflowed it with the next range's K rows beside them: 192 KiB ones read
+// SmolLM2-135M's caches (9/3 heads, 8,191 keys, 30 layers, 2 threads) 12% faster, Llama-3.2-1B's (32/8) 8%
+// (2026-12-07).
 constexpr int kMinKeysPerRange = 128, kMaxKeysPerRange = 256, kTargetRanges = 16;
+constexpr double kL2RangeShare = 3.0 / 8;
+constexpr size_t kMinL2RangeBytes = 192 << 10, kMaxL2RangeBytes = 384 << 10;
 size_t l2_range_bytes() {
   static const size_t bytes = [] {
 #ifdef _SC_LEVEL2_CACHE_SIZE
@@ -89,7 +92,8 @@ size_t l2_range_bytes() {
 #else
     const long l2 = 0;
 #endif
-    return (l2 > 0 ? (size_t)l2 : (size_t)1 << 20) / 8 * 3;  // 1 MiB where the C library cannot say
+    if (l2 <= 0) return kMaxL2RangeBytes;  // the 1 MiB L2 it was tuned on, where the C library cannot say
+    return std::clamp((size_t)(l2 * kL2RangeShare), kMinL2RangeBytes, kMaxL2RangeBytes);
   }();
   return bytes;
 }

@@ -272,7 +272,12 @@ namespace cpu_math_detail {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;  // ln 2 split so r = x - n ln2 stays exact
 constexpr float kExpClamp = 88.0f;                                // e^88 is near FLT_MAX
-constexpr float kRoundToInteger = 12582912.0f;  // 1.5 · 2^23: (t + it) - it is t rounded to nearest even, |t| < 2^22
+// (t + 1.5 · 2^23) - 1.5 · 2^23 is t rounded to an integer, ties to even, for |t| < 2^22 (t = x · log2 e may be
+// the exact product where the compiler fuses it into the add: n then differs only near a half, where r stays small)
+constexpr float kRoundToInteger = 12582912.0f;
+#if defined(__FAST_MATH__) || defined(__ASSOCIATIVE_MATH__)
+#error "exp_approx rounds with (t + c) - c, which -ffast-math / -fassociative-math fold to t"
+#endif
 typedef int32_t vec_i32 __attribute__((vector_size(kVecFloats * sizeof(int32_t))));
 template <typename V> inline V broadcast(float x) {
   if constexpr (std::is_same_v<V, float>)
@@ -284,7 +289,8 @@ inline int32_t to_int(float x) { return (int32_t)x; }
 inline vec_i32 to_int(vecf x) { return __builtin_convertvector(x, vec_i32); }
 }  // namespace cpu_math_detail
 
-// max and min as comparisons: one vmaxps / vminps (fmaxf's NaN rules make GCC call libm)
+// max and min as comparisons, NaN rules and all (a vmaxps / vminps for floats, a compare and a blend for vecfs;
+// fmaxf's NaN rules make GCC call libm)
 inline float max_of(float a, float b) { return a > b ? a : b; }
 inline float min_of(float a, float b) { return a < b ? a : b; }
 inline vecf max_of(vecf a, vecf b) { return a > b ? a : b; }
