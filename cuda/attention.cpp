@@ -375,11 +375,10 @@ void score_shared(float* scores, const float* q, const S* k, int n, const Heads&
           leaf[i * Heads_ + g] = acc;
         }
       }
-      halves[half] = sum_lanes_each(leaf);  // each leaf's sum in two adjacent lanes, added below
+      halves[half] = sum_lanes_half(leaf);
     }
     alignas(64) float dots[kVecFloats];
-    store_vec(dots,
-              cpu_math_detail::pair_sums(halves[0], halves[1], std::make_index_sequence<kVecFloats>{}) * splat(scale));
+    store_vec(dots, sum_lanes_halves(halves[0], halves[1]) * splat(scale));
 #pragma GCC unroll 16
     for (int i = 0; i < kKeys; i++)
 #pragma GCC unroll 8

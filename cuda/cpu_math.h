@@ -74,19 +74,52 @@ namespace cpu_math_detail {
 template <size_t... I> inline vecf pair_sums(vecf a, vecf b, std::index_sequence<I...>) {
   return __builtin_shufflevector(a, b, (2 * I)...) + __builtin_shufflevector(a, b, (2 * I + 1)...);
 }
+// The same pair sums within each 4-lane block: block c holds a's two pair sums of that block, then b's (what
+// vhaddps computes: two in-block shuffles, where pair_sums crosses blocks with four vpermd and two blends on AVX2)
+constexpr size_t block_pair_lane(size_t i) {
+  return i / 4 * 4 + (i % 4 < 2 ? 2 * (i % 4) : kVecFloats + 2 * (i % 4 - 2));
+}
+template <size_t... I> inline vecf block_pair_sums(vecf a, vecf b, std::index_sequence<I...>) {
+  return __builtin_shufflevector(a, b, block_pair_lane(I)...) +
+         __builtin_shufflevector(a, b, (block_pair_lane(I) + 1)...);
+}
+// block 0 of a, block 0 of b, ..., then the blocks of the upper halves
+template <size_t... I> inline vecf lower_halves(vecf a, vecf b, std::index_sequence<I...>) {
+  return __builtin_shufflevector(a, b, (I < kVecFloats / 2 ? I : I + kVecFloats / 2)...);
+}
+template <size_t... I> inline vecf upper_halves(vecf a, vecf b, std::index_sequence<I...>) {
+  return __builtin_shufflevector(a, b, (I < kVecFloats / 2 ? I + kVecFloats / 2 : I + kVecFloats)...);
+}
 }  // namespace cpu_math_detail
 
-// Lane j of the result: the lanes' sum of v[j] (v is overwritten), j < Vectors (a power of two up to kVecFloats;
-// with fewer vectors each sum spans kVecFloats / Vectors lanes, which pair_sums of two such results then adds).
-// Adjacent lanes are added pairwise, level by level (Vectors - 1 pair sums, where sum_lanes would take Vectors
-// trees): the same sum for v[j] whichever j it is.
-template <int Vectors = kVecFloats> inline vecf sum_lanes_each(vecf (&v)[Vectors]) {
+// The lanes' sums of kVecFloats vectors, in two halves (so that fewer vectors are live at once): partial =
+// sum_lanes_half(the first kVecFloats / 2 vectors), then sum_lanes_halves(partial, sum_lanes_half(the others))'s lane
+// j is the lanes' sum of vector j. Adjacent lanes are added pairwise, level by level (kVecFloats - 1 pair sums, where
+// sum_lanes would take kVecFloats trees): the same sum for every vector, whichever its lane. With 8 lanes (AVX2)
+// the first two levels stay within 4-lane blocks and the last adds the halves' blocks: the same sums, from cheaper
+// shuffles.
+inline vecf sum_lanes_half(vecf (&v)[kVecFloats / 2]) {
+  constexpr auto lanes = std::make_index_sequence<kVecFloats>{};
 #pragma GCC unroll 4
-  for (int width = Vectors; width > 1; width /= 2)
+  for (int width = kVecFloats / 2; width > 1; width /= 2)
 #pragma GCC unroll 8
     for (int i = 0; i < width / 2; i++)
-      v[i] = cpu_math_detail::pair_sums(v[2 * i], v[2 * i + 1], std::make_index_sequence<kVecFloats>{});
-  return v[0];
+      v[i] = kVecFloats == 8 ? cpu_math_detail::block_pair_sums(v[2 * i], v[2 * i + 1], lanes)
+                             : cpu_math_detail::pair_sums(v[2 * i], v[2 * i + 1], lanes);
+  return v[0];  // each vector's sum in two halves: adjacent lanes, or (8 lanes) the same lane of the two blocks
+}
+inline vecf sum_lanes_halves(vecf first, vecf second) {
+  constexpr auto lanes = std::make_index_sequence<kVecFloats>{};
+  if constexpr (kVecFloats == 8)
+    return cpu_math_detail::lower_halves(first, second, lanes) + cpu_math_detail::upper_halves(first, second, lanes);
+  return cpu_math_detail::pair_sums(first, second, lanes);
+}
+// Lane j of the result: the lanes' sum of v[j] (v is overwritten), as sum_lanes_half and sum_lanes_halves
+inline vecf sum_lanes_each(vecf (&v)[kVecFloats]) {
+  vecf(&first)[kVecFloats / 2] = *reinterpret_cast<vecf(*)[kVecFloats / 2]>(v);
+  vecf(&second)[kVecFloats / 2] = *reinterpret_cast<vecf(*)[kVecFloats / 2]>(v + kVecFloats / 2);
+  const vecf partial = sum_lanes_half(first);
+  return sum_lanes_halves(partial, sum_lanes_half(second));
 }
 
 // ---- Storage types (cuda/ops.h) ---------------------------------------------------------------------------
