@@ -74,8 +74,8 @@ namespace cpu_math_detail {
 template <size_t... I> inline vecf pair_sums(vecf a, vecf b, std::index_sequence<I...>) {
   return __builtin_shufflevector(a, b, (2 * I)...) + __builtin_shufflevector(a, b, (2 * I + 1)...);
 }
-// The same pair sums within each 4-lane block: block c holds a's two pair sums of that block, then b's (what
-// vhaddps computes: two in-block shuffles, where pair_sums crosses blocks with four vpermd and two blends on AVX2)
+// The same pair sums within each 4-lane block: block c holds a's two pair sums of that block, then b's (as vhaddps:
+// two vshufps and an add, where pair_sums takes four vpermd and two blends on AVX2)
 constexpr size_t block_pair_lane(size_t i) {
   return i / 4 * 4 + (i % 4 < 2 ? 2 * (i % 4) : kVecFloats + 2 * (i % 4 - 2));
 }
@@ -83,7 +83,8 @@ template <size_t... I> inline vecf block_pair_sums(vecf a, vecf b, std::index_se
   return __builtin_shufflevector(a, b, block_pair_lane(I)...) +
          __builtin_shufflevector(a, b, (block_pair_lane(I) + 1)...);
 }
-// block 0 of a, block 0 of b, ..., then the blocks of the upper halves
+// [a's lower half | b's lower half] and [a's upper half | b's upper half]: their sum's lane j < kVecFloats / 2 is
+// a[j] + a[j + kVecFloats / 2], lane kVecFloats / 2 + j the same of b
 template <size_t... I> inline vecf lower_halves(vecf a, vecf b, std::index_sequence<I...>) {
   return __builtin_shufflevector(a, b, (I < kVecFloats / 2 ? I : I + kVecFloats / 2)...);
 }
@@ -95,7 +96,7 @@ template <size_t... I> inline vecf upper_halves(vecf a, vecf b, std::index_seque
 // The lanes' sums of kVecFloats vectors, in two halves (so that fewer vectors are live at once): partial =
 // sum_lanes_half(the first kVecFloats / 2 vectors), then sum_lanes_halves(partial, sum_lanes_half(the others))'s lane
 // j is the lanes' sum of vector j. Adjacent lanes are added pairwise, level by level (kVecFloats - 1 pair sums, where
-// sum_lanes would take kVecFloats trees): the same sum for every vector, whichever its lane. With 8 lanes (AVX2)
+// sum_lanes would take kVecFloats trees): the same sum for every vector, whichever its lane. With 8 lanes (AVX)
 // the first two levels stay within 4-lane blocks and the last adds the halves' blocks: the same sums, from cheaper
 // shuffles.
 inline vecf sum_lanes_half(vecf (&v)[kVecFloats / 2]) {
