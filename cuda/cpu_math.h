@@ -74,6 +74,8 @@ namespace cpu_math_detail {
 template <size_t... I> inline vecf pair_sums(vecf a, vecf b, std::index_sequence<I...>) {
   return __builtin_shufflevector(a, b, (2 * I)...) + __builtin_shufflevector(a, b, (2 * I + 1)...);
 }
+// 8-lane vectors (AVX) sum pairs within 4-lane blocks, whose shuffles are cheap, and cross blocks once, last
+constexpr bool kBlockPairSums = kVecFloats == 8;
 // The same pair sums within each 4-lane block: block c holds a's two pair sums of that block, then b's (as vhaddps:
 // two vshufps and an add, where pair_sums takes four vpermd and two blends on AVX2)
 constexpr size_t block_pair_lane(size_t i) {
@@ -105,13 +107,13 @@ inline vecf sum_lanes_half(vecf (&v)[kVecFloats / 2]) {
   for (int width = kVecFloats / 2; width > 1; width /= 2)
 #pragma GCC unroll 8
     for (int i = 0; i < width / 2; i++)
-      v[i] = kVecFloats == 8 ? cpu_math_detail::block_pair_sums(v[2 * i], v[2 * i + 1], lanes)
-                             : cpu_math_detail::pair_sums(v[2 * i], v[2 * i + 1], lanes);
+      v[i] = cpu_math_detail::kBlockPairSums ? cpu_math_detail::block_pair_sums(v[2 * i], v[2 * i + 1], lanes)
+                                             : cpu_math_detail::pair_sums(v[2 * i], v[2 * i + 1], lanes);
   return v[0];  // each vector's sum in two halves: adjacent lanes, or (8 lanes) the same lane of the two blocks
 }
 inline vecf sum_lanes_halves(vecf first, vecf second) {
   constexpr auto lanes = std::make_index_sequence<kVecFloats>{};
-  if constexpr (kVecFloats == 8)
+  if constexpr (cpu_math_detail::kBlockPairSums)
     return cpu_math_detail::lower_halves(first, second, lanes) + cpu_math_detail::upper_halves(first, second, lanes);
   return cpu_math_detail::pair_sums(first, second, lanes);
 }
