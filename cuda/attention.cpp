@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <type_traits>
 #include <vector>
 
@@ -203,6 +204,8 @@ void attend_key_range_any(float* slots, float* scores, const float* q, const S* 
 // process): 9/3 heads 0.86 / 0.90–0.96, 14/2 0.71 / 0.85, 15/5 0.84 / 0.93, 9/1 0.90 / 0.91; 9/9 1.27 / 1.16 (1.24 /
 // 1.13 at 1,000 keys). Hence shared from groups of two.
 constexpr int kSharedGroupMin = 2;
+// 32 vector registers (AVX-512) hold a group's queries; with 16 the shared heads' sums are blocked instead
+constexpr bool kGroupQueriesInRegisters = kVecFloats == 16;
 
 // Keeps v in a register: without it the compiler folds v's load into every multiply that uses it.
 inline void keep_in_register(vecf& v) {
@@ -480,22 +483,154 @@ void attend_key_range_shared(float* slots, float* scores, const float* q, const 
                                            std::min(kHeadsAtOnce, (kv + 1) * heads.group - h0), next_k_ahead);
 }
 
+// ---- Shared heads with 16 vector registers (AVX, SSE) ----
+//
+// A group's queries do not fit in 16 registers: two heads of 8 vectors filled them on AVX, and the compiler spilled
+// the weighed sums to the stack every key. So the dot products are blocked over keys and heads instead, each
+// operand loaded as the sums need it: the same sums, in the same order, as score_shared and weigh_shared (every
+// A/B below compared the outputs: bit-identical). Zen 3 VM (AVX2), op_attention of two builds alternated in one
+// process, one thread, one range's rows in L2, ns a key, register-resident → blocked: 32/8 heads ~500 → ~310,
+// 9/3 ~116 → ~104, and 16/8 heads of 128 (the plain loop before) ~870 → ~605; from DRAM on two threads
+// (8,191 keys, 16 or 60 layers): 32/8 10.4 → 11.6 GB/s, 9/3 11.3 → 12.0 (2026-12-08).
+
+// Keys scored at a time with `heads` heads: their dot products fill the kVecFloats vectors summed together.
+constexpr int keys_per_block(int heads) { return kVecFloats / (int)std::bit_ceil((unsigned)heads); }
+// Vectors of a head's columns weighed at a time with `heads` heads: their accumulators fill kVecFloats registers.
+constexpr int columns_per_pass(int heads, int vecs) {
+  return std::min(vecs, kVecFloats / (int)std::bit_ceil((unsigned)heads));
+}
+
+// scores (n_head, n) of query heads [h0, h0 + Heads_) of K/V head kv, keys [0, n) of k (rows of kv_C):
+// keys_per_block(Heads_) keys × Heads_ heads' dot products at a time, each in its own accumulator (lane
+// i·Heads_ + g of the lane sums: the block's key i, head h0 + g), the keys past the last whole block one by one.
+template <int Heads_, int Vecs, typename S>
+void score_blocked(float* scores, const float* q, const S* k, int n, const Heads& heads, int kv, int h0, float scale,
+                   Prefetch ahead) {
+  constexpr int kKeys = keys_per_block(Heads_);
+  const float* query = q + (size_t)h0 * heads.hs;
+  const S* head_k = k + (size_t)kv * heads.hs;
+  int j = 0;
+  for (; j + kKeys <= n; j += kKeys) {
+    vecf leaf[kVecFloats] = {};
+#pragma GCC unroll 16
+    for (int d = 0; d < Vecs; d++) {
+      vecf key[kKeys];
+#pragma GCC unroll 8
+      for (int i = 0; i < kKeys; i++) key[i] = load_widened(head_k + (size_t)(j + i) * heads.kv_C + d * kVecFloats);
+#pragma GCC unroll 4
+      for (int g = 0; g < Heads_; g++) {
+        const vecf query_part = load_vec(query + (size_t)g * heads.hs + d * kVecFloats);
+#pragma GCC unroll 8
+        for (int i = 0; i < kKeys; i++)
+          leaf[i * Heads_ + g] = d == 0 ? query_part * key[i] : leaf[i * Heads_ + g] + query_part * key[i];
+      }
+    }
+    alignas(64) float dots[kVecFloats];
+    store_vec(dots, sum_lanes_each(leaf) * splat(scale));
+#pragma GCC unroll 8
+    for (int i = 0; i < kKeys; i++)
+#pragma GCC unroll 4
+      for (int g = 0; g < Heads_; g++) scores[(size_t)(h0 + g) * n + j + i] = dots[i * Heads_ + g];
+    ahead.keys(j, kKeys);
+  }
+  for (; j < n; j++)
+    for (int g = 0; g < Heads_; g++)
+      scores[(size_t)(h0 + g) * n + j] =
+          dot_widened(q + (size_t)(h0 + g) * heads.hs, head_k + (size_t)j * heads.kv_C, heads.hs) * scale;
+}
+
+// slots' weighted sums of V for query heads [h0, h0 + Heads_) of K/V head kv over keys [0, n) of v:
+// columns_per_pass(Heads_, Vecs) vectors of the head's columns at a time, their accumulators in registers.
+template <int Heads_, int Vecs, typename S>
+void weigh_blocked(float* slots, const float* scores, const S* v, int n, const Heads& heads, int kv, int h0,
+                   Prefetch& ahead) {
+  constexpr int kColumns = columns_per_pass(Heads_, Vecs);
+  const S* head_v = v + (size_t)kv * heads.hs;
+  for (int c = 0; c < Vecs; c += kColumns, ahead = ahead.after(n)) {
+    vecf acc[Heads_][kColumns] = {};
+    for (int j = 0; j < n; j++) {
+      ahead.keys(j, 1);
+      const S* row = head_v + (size_t)j * heads.kv_C + c * kVecFloats;
+#pragma GCC unroll 4
+      for (int g = 0; g < Heads_; g++) {
+        const vecf weight = splat(scores[(size_t)(h0 + g) * n + j]);
+#pragma GCC unroll 8
+        for (int d = 0; d < kColumns; d++) acc[g][d] += weight * load_widened(row + d * kVecFloats);
+      }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < Heads_; g++)
+#pragma GCC unroll 8
+      for (int d = 0; d < kColumns; d++)
+        store_vec(slots + (size_t)(h0 + g) * slot_floats(heads.hs) + 2 + (c + d) * kVecFloats, acc[g][d]);
+  }
+}
+
+// fn(std::integral_constant<int, count>) for count in 1..Max
+constexpr int kHeadsBlocked = kVecFloats / 2;
+template <int Max = kHeadsBlocked, typename Fn> void with_head_count(int count, const Fn& fn) {
+  if constexpr (Max > 1) {
+    if (count < Max) return with_head_count<Max - 1>(count, fn);
+  }
+  fn(std::integral_constant<int, Max>{});
+}
+
+// attend_key_range_shared's work, blocked: a K/V head's query heads kHeadsBlocked at a time, each pass's prefetches
+// spread over the keys it visits.
+template <typename S, int Vecs>
+void attend_key_range_blocked(float* slots, float* scores, const float* q, const S* k_cache, const S* v_cache, int j0,
+                              int j1, const Heads& heads, float scale, const Ahead& ahead) {
+  const int n = j1 - j0, kv_heads = heads.n_head / heads.group;
+  const S* k = k_cache + (size_t)j0 * heads.kv_C;
+  const S* v = v_cache + (size_t)j0 * heads.kv_C;
+  const size_t bytes = (size_t)n * heads.kv_C * sizeof(S);
+  long score_passes = 0, weigh_passes = 0;  // over the range's keys, per K/V head
+  for (int h = 0; h < heads.group; h += kHeadsBlocked) {
+    score_passes++;
+    weigh_passes += Vecs / columns_per_pass(std::min(kHeadsBlocked, heads.group - h), Vecs);
+  }
+  if (!ahead.k_prefetched) touch_lines(k, bytes);
+  Prefetch v_ahead = Prefetch::spread(v, bytes, kv_heads * score_passes * n);
+  for (int kv = 0; kv < kv_heads; kv++)
+    for (int h0 = kv * heads.group; h0 < (kv + 1) * heads.group; h0 += kHeadsBlocked, v_ahead = v_ahead.after(n))
+      with_head_count(std::min(kHeadsBlocked, (kv + 1) * heads.group - h0), [&](auto count) {
+        score_blocked<decltype(count)::value, Vecs>(scores, q, k, n, heads, kv, h0, scale, v_ahead);
+      });
+  range_softmax(slots, scores, n, heads);
+  Prefetch next_k_ahead = Prefetch::spread(ahead.next_k, ahead.next_k_bytes, kv_heads * weigh_passes * n);
+  for (int kv = 0; kv < kv_heads; kv++)
+    for (int h0 = kv * heads.group; h0 < (kv + 1) * heads.group; h0 += kHeadsBlocked)
+      with_head_count(std::min(kHeadsBlocked, (kv + 1) * heads.group - h0), [&](auto count) {
+        weigh_blocked<decltype(count)::value, Vecs>(slots, scores, v, n, heads, kv, h0, next_k_ahead);
+      });
+}
+
 // The key range's slots: head sizes of 4 or 8 vectors (64 and 128 with AVX-512) take a vector path, the shared
-// heads' one where shared_heads_path.
+// heads' one where shared_heads_path; with the sums blocked, 16 vectors (128 with AVX) take it too.
+constexpr int kBlockedOnlyVecs = kGroupQueriesInRegisters ? 0 : 16;
 bool shared_heads_path(const Heads& heads) {
-  return (heads.hs == 4 * kVecFloats || heads.hs == 8 * kVecFloats) && heads.group >= kSharedGroupMin;
+  return (heads.hs == 4 * kVecFloats || heads.hs == 8 * kVecFloats || heads.hs == kBlockedOnlyVecs * kVecFloats) &&
+         heads.group >= kSharedGroupMin;
 }
 template <typename S>
 void attend_key_range(float* slots, float* scores, const float* q, const S* k_cache, const S* v_cache, int j0, int j1,
                       const Heads& heads, float scale, const Ahead& ahead) {
   const auto vectors = [&](auto vecs) {
     constexpr int Vecs = decltype(vecs)::value;
-    if (shared_heads_path(heads))
-      return attend_key_range_shared<S, Vecs>(slots, scores, q, k_cache, v_cache, j0, j1, heads, scale, ahead);
+    if (shared_heads_path(heads)) {
+      if constexpr (kGroupQueriesInRegisters)
+        return attend_key_range_shared<S, Vecs>(slots, scores, q, k_cache, v_cache, j0, j1, heads, scale, ahead);
+      return attend_key_range_blocked<S, Vecs>(slots, scores, q, k_cache, v_cache, j0, j1, heads, scale, ahead);
+    }
     attend_key_range_rows<S, Vecs>(slots, scores, q, k_cache, v_cache, j0, j1, heads, scale);
   };
   if (heads.hs == 4 * kVecFloats) return vectors(std::integral_constant<int, 4>{});
   if (heads.hs == 8 * kVecFloats) return vectors(std::integral_constant<int, 8>{});
+  if constexpr (kBlockedOnlyVecs > 0) {
+    if (shared_heads_path(heads))
+      return attend_key_range_blocked<S, kBlockedOnlyVecs>(slots, scores, q, k_cache, v_cache, j0, j1, heads, scale,
+                                                           ahead);
+  }
   attend_key_range_any(slots, scores, q, k_cache, v_cache, j0, j1, heads, scale);
 }
 

@@ -1129,9 +1129,10 @@ describe.each(VARIANTS)("CPU library %s: threaded paths and micro-kernel edges",
   );
 
   // one query over K/V heads shared by groups of 2+ (the shared path: a K/V head's columns loaded once for its
-  // query heads, 4 or 2 of them at a time, then 2 and 1 for the rest of a group of 7 or 3, the range's rows
-  // prefetched, ranges shorter where rows are long): head sizes of 4 and 8 vectors (64 and 128 with AVX-512; 32/64
-  // with AVX, 16/32 without), whole groups of keys and the ones past them
+  // query heads, 4 or 2 of them at a time, then 2 and 1 for the rest of a group of 7 or 3 with AVX-512; blocked over
+  // keys and up to 4 heads (2 without AVX) with 16 registers; the range's rows prefetched, ranges shorter where rows
+  // are long): head sizes of 4 and 8 vectors (64 and 128 with AVX-512; 32/64, and 128 blocked, with AVX; 16/32/64
+  // without), whole blocks of keys and the ones past them
   test.each([
     [1, 100, 2048, 32, 8],
     [1, 1000, 2048, 32, 8],
