@@ -195,14 +195,14 @@ void attend_key_range_any(float* slots, float* scores, const float* q, const S* 
 // Row order: the rows are read whole, in order, each query head's query reloaded from L1 for each key, and each
 // row's V prefetched for the weighing pass.
 // Shared heads: a K/V head's columns are loaded once into registers for all its query heads, whose queries (or
-// weighted sums) stay in registers too, and the range's rows are worked on in L2, prefetched while the core
-// computes (attend_key_range_shared). This core issues one vector load a cycle, so loads, not multiplies, bound
-// the row-order loops when heads share: Llama-3.2-1B's 32/8 heads scored at 294 cycles a key in L2, 3x the
-// multiplies' time. Its column passes stream worse from DRAM than whole rows, and a range's memory time and its
-// arithmetic's add up unless they overlap, hence the prefetching. op_attention alone, caches cold,
-// 8,191 keys, f32, time shared ÷ row order, 1 / 2 threads (2026-12-06, AMD EPYC VM, both orders of an A/B in one
-// process): 9/3 heads 0.86 / 0.90–0.96, 14/2 0.71 / 0.85, 15/5 0.84 / 0.93, 9/1 0.90 / 0.91; 9/9 1.27 / 1.16 (1.24 /
-// 1.13 at 1,000 keys). Hence shared from groups of two.
+// weighted sums) stay in registers too with 32 of them (attend_key_range_shared; with 16, blocked:
+// attend_key_range_blocked), and the range's rows are worked on in L2, prefetched while the core computes. This core
+// issues one vector load a cycle, so loads, not multiplies, bound the row-order loops when heads share: Llama-3.2-1B's
+// 32/8 heads scored at 294 cycles a key in L2, 3x the multiplies' time. Its column passes stream worse from DRAM than
+// whole rows, and a range's memory time and its arithmetic's add up unless they overlap, hence the prefetching.
+// op_attention alone, caches cold, 8,191 keys, f32, time shared ÷ row order, 1 / 2 threads (2026-12-06, AMD EPYC VM,
+// both orders of an A/B in one process): 9/3 heads 0.86 / 0.90–0.96, 14/2 0.71 / 0.85, 15/5 0.84 / 0.93, 9/1 0.90 /
+// 0.91; 9/9 1.27 / 1.16 (1.24 / 1.13 at 1,000 keys). Hence shared from groups of two.
 constexpr int kSharedGroupMin = 2;
 // 32 vector registers (AVX-512) hold a group's queries; with 16 the shared heads' sums are blocked instead
 constexpr bool kGroupQueriesInRegisters = kVecFloats == 16;
@@ -487,11 +487,14 @@ void attend_key_range_shared(float* slots, float* scores, const float* q, const 
 //
 // A group's queries do not fit in 16 registers: two heads of 8 vectors filled them on AVX, and the compiler spilled
 // the weighed sums to the stack every key. So the dot products are blocked over keys and heads instead, each
-// operand loaded as the sums need it: the same sums, in the same order, as score_shared and weigh_shared (every
-// A/B below compared the outputs: bit-identical). Zen 3 VM (AVX2), op_attention of two builds alternated in one
-// process, one thread, one range's rows in L2, ns a key, register-resident → blocked: 32/8 heads ~500 → ~310,
-// 9/3 ~116 → ~104, and 16/8 heads of 128 (the plain loop before) ~870 → ~605; from DRAM on two threads
-// (8,191 keys, 16 or 60 layers): 32/8 10.4 → 11.6 GB/s, 9/3 11.3 → 12.0 (2026-12-08).
+// operand loaded as the sums need it. A whole block's dot product is the same sum as score_shared's (the same
+// products in the same order, the same lane tree), and each weighed sum adds the same terms in the same order as
+// weigh_shared; the keys past a range's last whole block take dot_widened as before, but the blocks are smaller
+// (2 keys with 3 or 4 heads, where score_shared took 4 or 8), so where a range's keys are not a multiple of 8 a few
+// of them are summed another way (another lane tree: differences up to ~1e-6). Zen 3 VM (AVX2), op_attention of two
+// builds alternated in one process, one thread, one range's rows in L2, ns a key, register-resident → blocked:
+// 32/8 heads ~500 → ~310, 9/3 ~116 → ~104, and 16/8 heads of 128 (the plain loop before) ~870 → ~605; from DRAM on
+// two threads (8,191 keys, 16 or 60 layers): 32/8 10.4 → 11.6 GB/s, 9/3 11.3 → 12.0 (2026-12-08).
 
 // Keys scored at a time with `heads` heads: their dot products fill the kVecFloats vectors summed together.
 constexpr int keys_per_block(int heads) { return kVecFloats / (int)std::bit_ceil((unsigned)heads); }
@@ -609,7 +612,8 @@ void attend_key_range_blocked(float* slots, float* scores, const float* q, const
 // heads' one where shared_heads_path; with the sums blocked, 16 vectors (128 with AVX) take it too.
 constexpr int kBlockedOnlyVecs = kGroupQueriesInRegisters ? 0 : 16;
 bool shared_heads_path(const Heads& heads) {
-  return (heads.hs == 4 * kVecFloats || heads.hs == 8 * kVecFloats || heads.hs == kBlockedOnlyVecs * kVecFloats) &&
+  return (heads.hs == 4 * kVecFloats || heads.hs == 8 * kVecFloats ||
+          (kBlockedOnlyVecs > 0 && heads.hs == kBlockedOnlyVecs * kVecFloats)) &&
          heads.group >= kSharedGroupMin;
 }
 template <typename S>

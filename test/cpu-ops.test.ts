@@ -1132,7 +1132,7 @@ describe.each(VARIANTS)("CPU library %s: threaded paths and micro-kernel edges",
   // query heads, 4 or 2 of them at a time, then 2 and 1 for the rest of a group of 7 or 3 with AVX-512; blocked over
   // keys and up to 4 heads (2 without AVX) with 16 registers; the range's rows prefetched, ranges shorter where rows
   // are long): head sizes of 4 and 8 vectors (64 and 128 with AVX-512; 32/64, and 128 blocked, with AVX; 16/32/64
-  // without), whole blocks of keys and the ones past them
+  // without), groups of 2, 3, 4, 5 (4 + a one-head block), 7 and 8, whole blocks of keys and the ones past them
   test.each([
     [1, 100, 2048, 32, 8],
     [1, 1000, 2048, 32, 8],
@@ -1144,6 +1144,11 @@ describe.each(VARIANTS)("CPU library %s: threaded paths and micro-kernel edges",
     [1, 40, 512, 16, 4],
     [1, 300, 256, 8, 2],
     [1, 130, 512, 8, 1],
+    [1, 45, 1024, 16, 8],
+    [1, 52, 512, 16, 8],
+    [1, 99, 640, 10, 2],
+    [1, 100, 1536, 12, 4],
+    [1, 77, 1280, 10, 2],
   ])("attention T=%d pos=%d C=%d heads=%d, %d K/V heads (max_ctx 1024)", (T, pos, C, H, nKv) =>
     checkAttention(lib, on, T, pos, C, H, 1024, { nKv }),
   );
@@ -1172,6 +1177,10 @@ describe.each(VARIANTS)("CPU library %s: threaded paths and micro-kernel edges",
         [60, 70, 768, 12, 12],
         [1, 300, 2048, 32, 8],
         [1, 201, 1024, 8, 1],
+        [1, 99, 640, 10, 2],
+        [1, 150, 384, 12, 4],
+        [1, 77, 1536, 12, 4],
+        [1, 60, 1024, 16, 8],
       ] as const) {
         checkAttention(lib, on, T, pos, C, H, 1024, { checkAppend: true, dtype, nKv });
       }
