@@ -348,6 +348,17 @@ void attend_key_range_rows(float* slots, float* scores, const float* q, const S*
     weigh_values_for<kHeadsPerPass, Vecs>(std::min(kHeadsPerPass, heads.n_head - h0), slots, scores, v, n, heads, h0);
 }
 
+// scores (n_head, n) of query heads [h0, h0 + count) for keys [j, n) of head_k (a K/V head's columns, rows of kv_C),
+// one dot product at a time: the keys past a shared path's last whole block of keys
+template <typename S>
+void score_keys_one_by_one(float* scores, const float* q, const S* head_k, int j, int n, const Heads& heads, int h0,
+                           int count, float scale) {
+  for (; j < n; j++)
+    for (int g = 0; g < count; g++)
+      scores[(size_t)(h0 + g) * n + j] =
+          dot_widened(q + (size_t)(h0 + g) * heads.hs, head_k + (size_t)j * heads.kv_C, heads.hs) * scale;
+}
+
 // scores (n_head, n) of query heads [h0, h0 + count) (count <= Heads_) of K/V head kv, keys [0, n) of k (rows of
 // kv_C): the Heads_ queries in registers, each key's columns loaded once for all of them; kVecFloats (key, head)
 // dot products at a time are summed across lanes together (lane i·Heads_ + g: the group's key i, head h0 + g), the
@@ -389,10 +400,7 @@ void score_shared(float* scores, const float* q, const S* k, int n, const Heads&
         if (g < count) scores[(size_t)(h0 + g) * n + j + i] = dots[i * Heads_ + g];
     ahead.keys(j, kKeys);
   }
-  for (; j < n; j++)
-    for (int g = 0; g < count; g++)
-      scores[(size_t)(h0 + g) * n + j] =
-          dot_widened(q + (size_t)(h0 + g) * heads.hs, head_k + (size_t)j * heads.kv_C, heads.hs) * scale;
+  score_keys_one_by_one(scores, q, head_k, j, n, heads, h0, count, scale);
 }
 
 // score_shared for count (1..Heads_) heads: the fewest lanes' worth of heads (1, 2, 4 ...) that hold them
@@ -498,10 +506,9 @@ void attend_key_range_shared(float* slots, float* scores, const float* q, const 
 
 // Keys scored at a time with `heads` heads: their dot products fill the kVecFloats vectors summed together.
 constexpr int keys_per_block(int heads) { return kVecFloats / (int)std::bit_ceil((unsigned)heads); }
-// Vectors of a head's columns weighed at a time with `heads` heads: their accumulators fill kVecFloats registers.
-constexpr int columns_per_pass(int heads, int vecs) {
-  return std::min(vecs, kVecFloats / (int)std::bit_ceil((unsigned)heads));
-}
+// Vectors of a head's columns weighed at a time with `heads` heads: as many as a block has keys, so that their
+// accumulators fill the same kVecFloats registers (fewer where the head has fewer vectors).
+constexpr int columns_per_pass(int heads, int vecs) { return std::min(vecs, keys_per_block(heads)); }
 
 // scores (n_head, n) of query heads [h0, h0 + Heads_) of K/V head kv, keys [0, n) of k (rows of kv_C):
 // keys_per_block(Heads_) keys × Heads_ heads' dot products at a time, each in its own accumulator (lane
@@ -536,10 +543,7 @@ void score_blocked(float* scores, const float* q, const S* k, int n, const Heads
       for (int g = 0; g < Heads_; g++) scores[(size_t)(h0 + g) * n + j + i] = dots[i * Heads_ + g];
     ahead.keys(j, kKeys);
   }
-  for (; j < n; j++)
-    for (int g = 0; g < Heads_; g++)
-      scores[(size_t)(h0 + g) * n + j] =
-          dot_widened(q + (size_t)(h0 + g) * heads.hs, head_k + (size_t)j * heads.kv_C, heads.hs) * scale;
+  score_keys_one_by_one(scores, q, head_k, j, n, heads, h0, Heads_, scale);
 }
 
 // slots' weighted sums of V for query heads [h0, h0 + Heads_) of K/V head kv over keys [0, n) of v:
