@@ -1,18 +1,14 @@
 // The C structs TypeScript reads field by field: every size and offset in the TS layout tables
 // (src/native/struct-layout.ts users) against sizeof and offsetof from the C headers, compiled here with g++.
 import { beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 
 import { CAPTURE_KINDS } from "../src/backends/cuda.ts";
-import { writeGeneratedHeaders } from "../src/native/build.ts";
 import { CU_DEVICE_INFO, CU_LAUNCH_SHAPE } from "../src/native/cuda-symbols.ts";
 import { TRACE_API, TRACE_KERNEL } from "../src/native/cupti.ts";
 import { CU_KERNEL_FACTS } from "../src/native/kernel-facts.ts";
 import { fieldBytes, type StructLayout } from "../src/native/struct-layout.ts";
+import { compileAndRun } from "./helpers/cpp.ts";
 
-const ROOT = join(import.meta.dir, "..");
 const LAYOUTS: StructLayout[] = [CU_DEVICE_INFO, CU_LAUNCH_SHAPE, CU_KERNEL_FACTS, TRACE_KERNEL, TRACE_API];
 
 /** "<struct> <field|sizeof> <bytes>" lines printed by a program compiled from the C headers. */
@@ -32,24 +28,13 @@ function measuredLayouts(): Map<string, number> {
     '#include "cuda_api.h"',
     `int main() {\n${[...prints, ...captures].join("\n")}\n}`,
   ].join("\n");
-  const dir = mkdtempSync(join(tmpdir(), "abi-layout-"));
-  try {
-    const exe = join(dir, "layout");
-    const build = Bun.spawnSync(
-      ["g++", "-std=c++20", "-Icuda", `-I${writeGeneratedHeaders()}`, "-x", "c++", "-", "-o", exe],
-      { cwd: ROOT, stdin: Buffer.from(source) },
-    );
-    if (!build.success) throw new Error(`the layout program did not compile:\n${build.stderr.toString()}`);
-    const lines = Bun.spawnSync([exe]).stdout.toString().trim().split("\n");
-    return new Map(
-      lines.map((line) => {
-        const [struct, field, value] = line.split(" ");
-        return [`${struct}.${field}`, Number(value)];
-      }),
-    );
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  const lines = compileAndRun("layout", source).trim().split("\n");
+  return new Map(
+    lines.map((line) => {
+      const [struct, field, value] = line.split(" ");
+      return [`${struct}.${field}`, Number(value)];
+    }),
+  );
 }
 
 describe("C struct layouts read from TypeScript", () => {

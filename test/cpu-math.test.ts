@@ -1,16 +1,12 @@
 // cuda/cpu_math.h's lane sums, bit for bit against scalar trees: each build's vector width (16 lanes with AVX-512
 // where the host has it, 8 with AVX, 4 without), on fresh random vectors whose magnitudes differ by up to 2^40, so
 // that a sum taken in another order gives other bits. The attention's dot products rest on these sums being the
-// same tree whichever lane or shuffle takes them (its outputs are bit-identical across its paths).
+// same tree whichever lane or shuffle takes them (a whole block's dot products have the same bits on every path).
 import { describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 
-import { writeGeneratedHeaders } from "../src/native/build.ts";
+import { compileAndRun } from "./helpers/cpp.ts";
 import { freshSeed } from "./helpers/device.ts";
 
-const ROOT = join(import.meta.dir, "..");
 const TRIALS = 20000;
 const seed = freshSeed();
 console.log(`cpu-math: SEED=${seed}`);
@@ -73,33 +69,16 @@ int main(int argc, char** argv) {
 
 /** The program's counts, built with -march=native and `flags` (as test/cpu-ops.test.ts builds its variants). */
 function laneSums(flags: string[]): Map<string, number> {
-  const dir = mkdtempSync(join(tmpdir(), "cpu-math-"));
-  try {
-    const exe = join(dir, "lane-sums");
-    const include = [`-I${join(ROOT, "cuda")}`, `-I${writeGeneratedHeaders()}`];
-    const build = Bun.spawnSync(
-      ["g++", "-O3", "-march=native", ...flags, "-std=c++20", ...include, "-x", "c++", "-", "-o", exe],
-      {
-        cwd: dir,
-        stdin: Buffer.from(PROGRAM),
-      },
-    );
-    if (!build.success) throw new Error(`the lane-sum program did not compile:\n${build.stderr.toString()}`);
-    const run = Bun.spawnSync([exe, String(seed), String(TRIALS)]);
-    if (!run.success) throw new Error(`the lane-sum program failed:\n${run.stderr.toString()}`);
-    return new Map(
-      run.stdout
-        .toString()
-        .trim()
-        .split("\n")
-        .map((line) => {
-          const [name, count] = line.split(" ");
-          return [name!, Number(count)];
-        }),
-    );
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  const output = compileAndRun("lane-sum", PROGRAM, ["-O3", "-march=native", ...flags], [String(seed), String(TRIALS)]);
+  return new Map(
+    output
+      .trim()
+      .split("\n")
+      .map((line) => {
+        const [name, count] = line.split(" ");
+        return [name!, Number(count)];
+      }),
+  );
 }
 
 describe("lane sums against scalar trees, bit for bit", () => {
